@@ -1,0 +1,153 @@
+//! The running agent: its state shared by all requests, and `run`, which
+//! connects to the masters, starts the health tasks and serves until told
+//! to stop.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::api::server::{self, BindError, SocketListener};
+use crate::config::Config;
+use crate::health;
+use crate::redlock::{Drift, Node, Redlock, Settings};
+
+/// State shared by every request.
+#[derive(Debug)]
+pub struct Agent {
+    config: Config,
+    redlock: Redlock,
+}
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error("masters[{index}].url: {source}")]
+    Master {
+        index: usize,
+        #[source]
+        source: redis::RedisError,
+    },
+}
+
+impl Agent {
+    /// Builds the nodes from the config; connects nothing yet.
+    ///
+    /// # Errors
+    /// When the redis crate refuses a master URL.
+    pub fn new(config: Config) -> Result<Agent, StartError> {
+        let mut nodes = Vec::with_capacity(config.masters.len());
+        for (index, master) in config.masters.iter().enumerate() {
+            let client = master
+                .url
+                .connection_info()
+                .and_then(redis::Client::open)
+                .map_err(|source| StartError::Master { index, source })?;
+            nodes.push(Arc::new(Node::new(
+                master.name.clone(),
+                client,
+                config.lock.node_timeout,
+            )));
+        }
+        let settings = Settings {
+            key_prefix: config.lock.key_prefix.clone(),
+            drift: Drift::new(config.lock.drift_factor),
+            retry_delay: config.lock.retry_delay,
+            retry_jitter: config.lock.retry_jitter,
+        };
+        Ok(Agent {
+            redlock: Redlock::new(nodes, settings),
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn redlock(&self) -> &Redlock {
+        &self.redlock
+    }
+}
+
+/// An agent whose listeners are bound but which serves nothing yet.
+#[derive(Debug)]
+pub struct Bound {
+    agent: Arc<Agent>,
+    socket: SocketListener,
+    tcp: tokio::net::TcpListener,
+}
+
+impl Bound {
+    /// Binds both listeners before touching any master, so a taken socket
+    /// fails fast.
+    ///
+    /// # Errors
+    /// When a listener cannot be bound or a master URL is refused.
+    pub async fn bind(config: Config) -> Result<Bound, StartError> {
+        let agent = Arc::new(Agent::new(config)?);
+        let config = agent.config();
+        let socket = SocketListener::bind(&config.socket.path, config.socket.mode).await?;
+        let tcp = server::bind_tcp(config.metrics.listen).await?;
+        Ok(Bound { agent, socket, tcp })
+    }
+
+    pub fn agent(&self) -> &Arc<Agent> {
+        &self.agent
+    }
+
+    /// The metrics address actually bound (useful with port 0).
+    ///
+    /// # Panics
+    /// Never in practice: a bound TCP listener has a local address.
+    pub fn metrics_addr(&self) -> std::net::SocketAddr {
+        self.tcp
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Probes every master once, starts the health tasks, serves until
+    /// `shutdown` resolves, then drains.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let Bound { agent, socket, tcp } = self;
+        let config = agent.config();
+        futures::future::join_all(agent.redlock().nodes().iter().map(|n| health::probe(n))).await;
+        let health_tasks: Vec<_> = agent
+            .redlock()
+            .nodes()
+            .iter()
+            .map(|node| tokio::spawn(health::watch(Arc::clone(node), config.health.interval)))
+            .collect();
+
+        let status = crate::api::routes::nodes_response(&agent);
+        tracing::info!(
+            socket = %socket.path().display(),
+            metrics = %tcp.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            masters = agent.redlock().nodes().len(),
+            usable = status.usable,
+            quorum = status.quorum,
+            "serving"
+        );
+        if !status.available {
+            tracing::warn!(
+                detail = %agent.redlock().describe_unusable(),
+                "no quorum yet; acquire answers no_quorum until enough masters are up"
+            );
+        }
+
+        server::serve(Arc::clone(&agent), socket, tcp, shutdown).await;
+        for task in health_tasks {
+            task.abort();
+        }
+        tracing::info!("stopped");
+    }
+}
+
+/// Runs the agent until `shutdown` resolves.
+///
+/// # Errors
+/// When a listener cannot be bound or a master URL is refused.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+    Bound::bind(config).await?.serve(shutdown).await;
+    Ok(())
+}

@@ -1,0 +1,364 @@
+//! Routing and handlers: turn HTTP requests into Redlock calls and outcomes
+//! into JSON answers. Every answer, errors included, is JSON with a code.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use redlock_wire::{
+    AcquireRequest, AcquireResponse, ErrorBody, ErrorCode, ErrorResponse, ExtendRequest,
+    ExtendResponse, NodeStatus, NodesResponse, ReleaseRequest, ReleaseResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::agent::Agent;
+use crate::redlock::{token, Acquire, Extend, Resource, Token};
+
+/// Largest request body read.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// Response body type of every route (streaming routes will need more than
+/// a full buffer).
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// Which listener a request came in on. The TCP listener serves probes and
+/// metrics only; locks are taken on the Unix socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    Socket,
+    Metrics,
+}
+
+/// A failed request: the status and the JSON error.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: ErrorCode,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        let body = ErrorResponse {
+            error: ErrorBody {
+                code: self.code,
+                message: self.message,
+            },
+        };
+        json(self.status, &body)
+    }
+}
+
+/// Serializes an answer.
+pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    // Cannot fail: the wire types are plain structs of strings and numbers.
+    let mut bytes = serde_json::to_vec(value).expect("wire types serialize");
+    bytes.push(b'\n');
+    let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The routes, as (method, what the path names).
+enum Route {
+    Healthz,
+    Readyz,
+    Nodes,
+    Lock(Resource, LockAction),
+}
+
+#[derive(Clone, Copy)]
+enum LockAction {
+    Acquire,
+    Extend,
+    Release,
+}
+
+/// Entry point for every request on either listener.
+pub async fn handle(
+    agent: Arc<Agent>,
+    surface: Surface,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let response = match dispatch(&agent, surface, request).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    };
+    Ok(response)
+}
+
+async fn dispatch(
+    agent: &Agent,
+    surface: Surface,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let (route, allowed) = route(surface, request.uri().path())?;
+    if request.method() != allowed {
+        let mut response = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::MethodNotAllowed,
+            format!(
+                "{} {} is not allowed; use {allowed}",
+                request.method(),
+                request.uri().path()
+            ),
+        )
+        .into_response();
+        response.headers_mut().insert(
+            ALLOW,
+            HeaderValue::from_str(allowed.as_str()).expect("method names are valid headers"),
+        );
+        return Ok(response);
+    }
+    match route {
+        Route::Healthz => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
+        Route::Readyz => {
+            let nodes = nodes_response(agent);
+            let status = if nodes.available {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            Ok(json(
+                status,
+                &serde_json::json!({"ready": nodes.available, "usable": nodes.usable, "quorum": nodes.quorum}),
+            ))
+        }
+        Route::Nodes => Ok(json(StatusCode::OK, &nodes_response(agent))),
+        Route::Lock(resource, action) => {
+            let body = read_body(request).await?;
+            match action {
+                LockAction::Acquire => acquire(agent, resource, parse_body(&body, true)?).await,
+                LockAction::Extend => extend(agent, resource, parse_body(&body, false)?).await,
+                LockAction::Release => release(agent, resource, parse_body(&body, false)?).await,
+            }
+        }
+    }
+}
+
+fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
+    let not_found = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::NotFound,
+            format!("no such endpoint: {path}"),
+        )
+    };
+    match path {
+        "/healthz" => return Ok((Route::Healthz, Method::GET)),
+        "/readyz" => return Ok((Route::Readyz, Method::GET)),
+        _ if surface == Surface::Metrics => return Err(not_found()),
+        "/v1/nodes" => return Ok((Route::Nodes, Method::GET)),
+        _ => {}
+    }
+    let rest = path.strip_prefix("/v1/locks/").ok_or_else(not_found)?;
+    let (segment, action) = rest.rsplit_once('/').ok_or_else(not_found)?;
+    let action = match action {
+        "acquire" => LockAction::Acquire,
+        "extend" => LockAction::Extend,
+        "release" => LockAction::Release,
+        _ => return Err(not_found()),
+    };
+    if segment.contains('/') {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidResource,
+            "a resource is one path segment; percent-encode '/' as %2F",
+        ));
+    }
+    let resource = Resource::from_path_segment(segment).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidResource,
+            e.to_string(),
+        )
+    })?;
+    Ok((Route::Lock(resource, action), Method::POST))
+}
+
+async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::BodyTooLarge,
+            format!("request bodies are limited to {MAX_BODY} bytes"),
+        )
+    };
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(request.into_body(), MAX_BODY).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(ApiError::invalid(format!(
+            "could not read the request body: {e}"
+        ))),
+    }
+}
+
+/// Parses a JSON body; an empty body is `{}` where every field is optional.
+fn parse_body<T: DeserializeOwned>(body: &[u8], empty_ok: bool) -> Result<T, ApiError> {
+    let text: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        if !empty_ok {
+            return Err(ApiError::invalid("a JSON body is required"));
+        }
+        b"{}"
+    } else {
+        body
+    };
+    serde_json::from_slice(text).map_err(|e| ApiError::invalid(format!("bad JSON body: {e}")))
+}
+
+fn ttl(agent: &Agent, ttl_ms: Option<u64>) -> Result<Duration, ApiError> {
+    let lock = &agent.config().lock;
+    let Some(ms) = ttl_ms else {
+        return Ok(lock.default_ttl);
+    };
+    let ttl = Duration::from_millis(ms);
+    if ms == 0 || ttl > lock.max_ttl {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::TtlOutOfRange,
+            format!(
+                "ttl_ms must be between 1 and {} (lock.max_ttl): {ms}",
+                lock.max_ttl.as_millis()
+            ),
+        ));
+    }
+    Ok(ttl)
+}
+
+fn no_quorum(message: String) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::NoQuorum,
+        message,
+    )
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn acquire(
+    agent: &Agent,
+    resource: Resource,
+    request: AcquireRequest,
+) -> Result<Response<Body>, ApiError> {
+    let ttl = ttl(agent, request.ttl_ms)?;
+    if let Some(owner) = &request.owner {
+        if !token::valid_owner(owner) {
+            return Err(ApiError::invalid(
+                "owner must be 1 to 128 bytes of printable ASCII",
+            ));
+        }
+    }
+    let wait = Duration::from_millis(request.wait_ms.unwrap_or(0));
+    match agent
+        .redlock()
+        .acquire(&resource, ttl, request.owner.as_deref(), wait)
+        .await
+    {
+        Acquire::Granted(grant) => Ok(json(
+            StatusCode::OK,
+            &AcquireResponse {
+                resource: resource.to_string(),
+                validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
+                ttl_ms: millis(grant.ttl),
+                token: grant.token.into_string(),
+            },
+        )),
+        Acquire::Taken => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            ErrorCode::Taken,
+            format!("{resource} is locked by another holder"),
+        )),
+        Acquire::NoQuorum(message) => Err(no_quorum(message)),
+    }
+}
+
+async fn extend(
+    agent: &Agent,
+    resource: Resource,
+    request: ExtendRequest,
+) -> Result<Response<Body>, ApiError> {
+    let ttl = ttl(agent, request.ttl_ms)?;
+    let token = Token::from_client(request.token);
+    match agent.redlock().extend(&resource, &token, ttl).await {
+        Extend::Extended { validity } => Ok(json(
+            StatusCode::OK,
+            &ExtendResponse {
+                validity_ms: millis(validity),
+                ttl_ms: millis(ttl),
+            },
+        )),
+        Extend::Lost => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            ErrorCode::Lost,
+            format!("{resource} was not extended on a quorum in time; the lock is lost"),
+        )),
+        Extend::NoQuorum(message) => Err(no_quorum(message)),
+    }
+}
+
+async fn release(
+    agent: &Agent,
+    resource: Resource,
+    request: ReleaseRequest,
+) -> Result<Response<Body>, ApiError> {
+    let token = Token::from_client(request.token);
+    let released = agent.redlock().release(&resource, &token).await;
+    Ok(json(StatusCode::OK, &ReleaseResponse { released }))
+}
+
+/// `GET /v1/nodes` from the nodes' snapshots.
+pub fn nodes_response(agent: &Agent) -> NodesResponse {
+    let redlock = agent.redlock();
+    let nodes: Vec<NodeStatus> = redlock
+        .nodes()
+        .iter()
+        .map(|node| {
+            let snap = node.snapshot();
+            NodeStatus {
+                name: node.name().to_string(),
+                state: snap.state,
+                latency_ms: snap.latency.map(|d| d.as_micros() as f64 / 1000.0),
+                last_error: snap.last_error,
+            }
+        })
+        .collect();
+    let usable = redlock.nodes().iter().filter(|n| n.is_usable()).count();
+    NodesResponse {
+        quorum: redlock.quorum(),
+        usable,
+        available: usable >= redlock.quorum(),
+        nodes,
+    }
+}

@@ -1,0 +1,865 @@
+//! Typed configuration: defaults, YAML loading, and a validation that
+//! reports every problem at once, each with its field path.
+//!
+//! The YAML is parsed (serde-saphyr) into a generic tree first and then read
+//! field by field, so one run reports every unknown key, wrong type and bad
+//! value instead of stopping at the first one.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// The exit code for a configuration the agent refuses (EX_CONFIG is 78, but
+/// the project's contract is EX_USAGE, 64, for every bad invocation).
+pub const EXIT_CONFIG: i32 = 64;
+
+/// The agent's whole configuration, validated.
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    pub socket: SocketConfig,
+    pub metrics: MetricsConfig,
+    pub log: LogConfig,
+    pub masters: Vec<MasterConfig>,
+    pub lock: LockConfig,
+    pub health: HealthConfig,
+    pub delayed_restart: DelayedRestartConfig,
+    pub shutdown: ShutdownConfig,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SocketConfig {
+    pub path: PathBuf,
+    /// Permission bits of the socket file.
+    #[serde(serialize_with = "ser_mode")]
+    pub mode: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricsConfig {
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+/// One Redis master. Its password, from the URL, a file or the environment,
+/// is held in `url` and never printed.
+#[derive(Debug, Clone, Serialize)]
+pub struct MasterConfig {
+    pub name: String,
+    pub url: MasterUrl,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LockConfig {
+    pub key_prefix: String,
+    #[serde(serialize_with = "ser_duration")]
+    pub default_ttl: Duration,
+    #[serde(serialize_with = "ser_duration")]
+    pub max_ttl: Duration,
+    #[serde(serialize_with = "ser_duration")]
+    pub node_timeout: Duration,
+    pub drift_factor: f64,
+    #[serde(serialize_with = "ser_duration")]
+    pub retry_delay: Duration,
+    #[serde(serialize_with = "ser_duration")]
+    pub retry_jitter: Duration,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HealthConfig {
+    #[serde(serialize_with = "ser_duration")]
+    pub interval: Duration,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DelayedRestartConfig {
+    pub enabled: bool,
+    #[serde(serialize_with = "ser_duration")]
+    pub extra: Duration,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ShutdownConfig {
+    #[serde(serialize_with = "ser_duration")]
+    pub grace: Duration,
+}
+
+/// A `redis://` or `rediss://` URL whose password never shows in `Debug`,
+/// `Display` or serialized output.
+#[derive(Clone)]
+pub struct MasterUrl {
+    url: url::Url,
+}
+
+impl MasterUrl {
+    /// Parses and checks the scheme; the error says what is wrong with the
+    /// value, with any password redacted.
+    pub fn parse(raw: &str) -> Result<MasterUrl, String> {
+        let url = url::Url::parse(raw).map_err(|e| {
+            format!(
+                "not a redis:// or rediss:// URL ({e}): {:?}",
+                redact_str(raw)
+            )
+        })?;
+        let url = MasterUrl { url };
+        match url.url.scheme() {
+            "redis" | "rediss" => {}
+            _ => {
+                return Err(format!(
+                    "not a redis:// or rediss:// URL: {:?}",
+                    url.to_string()
+                ))
+            }
+        }
+        if url.url.host_str().is_none_or(str::is_empty) {
+            return Err(format!("URL has no host: {:?}", url.to_string()));
+        }
+        Ok(url)
+    }
+
+    pub fn has_password(&self) -> bool {
+        self.url.password().is_some()
+    }
+
+    fn set_password(&mut self, password: &str) {
+        // Cannot fail: `parse` accepted only URLs with a host.
+        self.url
+            .set_password(Some(password))
+            .expect("redis URLs have a host");
+    }
+
+    /// Connection parameters for the redis crate, password included.
+    ///
+    /// # Errors
+    /// When the redis crate refuses the URL (for example a bad database number).
+    pub fn connection_info(&self) -> redis::RedisResult<redis::ConnectionInfo> {
+        use redis::IntoConnectionInfo;
+        self.url.as_str().into_connection_info()
+    }
+}
+
+impl fmt::Display for MasterUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut shown = self.url.clone();
+        if shown.password().is_some() {
+            // Cannot fail: the URL has a host.
+            let _ = shown.set_password(Some("***"));
+        }
+        f.write_str(shown.as_str())
+    }
+}
+
+impl fmt::Debug for MasterUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MasterUrl({self})")
+    }
+}
+
+impl Serialize for MasterUrl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Best-effort redaction of a string that did not parse as a URL.
+fn redact_str(raw: &str) -> String {
+    match (raw.find("://"), raw.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}***{}", &raw[..scheme_end + 3], &raw[at..])
+        }
+        _ => raw.to_string(),
+    }
+}
+
+fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&humantime::format_duration(*d))
+}
+
+fn ser_mode<S: serde::Serializer>(mode: &u32, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{mode:04o}"))
+}
+
+/// One problem in a configuration, at a field path like `masters[2].url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found in a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}", display_fields(.0))]
+    Invalid(Vec<FieldError>),
+}
+
+fn display_fields(errors: &[FieldError]) -> String {
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    lines.join("\n")
+}
+
+impl Config {
+    /// Reads and validates a YAML file.
+    ///
+    /// # Errors
+    /// Every problem at once, each with its field path.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_yaml(&text)
+    }
+
+    /// Parses and validates YAML text.
+    ///
+    /// # Errors
+    /// Every problem at once, each with its field path.
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        let tree: Value = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_saphyr::from_str(text).map_err(|e| {
+                ConfigError::Invalid(vec![FieldError {
+                    path: String::new(),
+                    message: format!("not valid YAML: {e}"),
+                }])
+            })?
+        };
+        let mut errors = Vec::new();
+        let config = read_config(tree, &mut errors);
+        match config {
+            Some(config) if errors.is_empty() => Ok(config),
+            _ => Err(ConfigError::Invalid(errors)),
+        }
+    }
+
+    /// N/2+1 of the configured N.
+    pub fn quorum(&self) -> usize {
+        self.masters.len() / 2 + 1
+    }
+
+    /// How long a master that came back is kept out of locking.
+    pub fn quarantine(&self) -> Duration {
+        self.lock.max_ttl + self.delayed_restart.extra
+    }
+}
+
+/// Reads the fields of one YAML mapping, recording every problem under the
+/// mapping's path, and reports the keys nobody asked for as unknown.
+struct Section<'e> {
+    path: String,
+    map: Map<String, Value>,
+    errors: &'e mut Vec<FieldError>,
+}
+
+impl<'e> Section<'e> {
+    fn new(path: &str, value: Value, errors: &'e mut Vec<FieldError>) -> Section<'e> {
+        let map = match value {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => {
+                errors.push(FieldError {
+                    path: path.to_string(),
+                    message: format!("expected a mapping, found {}", kind(&other)),
+                });
+                Map::new()
+            }
+        };
+        Section {
+            path: path.to_string(),
+            map,
+            errors,
+        }
+    }
+
+    fn child(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    fn error(&mut self, key: &str, message: impl Into<String>) {
+        let path = self.child(key);
+        self.errors.push(FieldError {
+            path,
+            message: message.into(),
+        });
+    }
+
+    /// Takes a field; `None` when absent, null, or of the wrong type (the
+    /// last is recorded).
+    fn take<T: DeserializeOwned>(&mut self, key: &str, expected: &str) -> Option<T> {
+        let value = self.map.remove(key)?;
+        if value.is_null() {
+            return None;
+        }
+        match serde_json::from_value(value.clone()) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                self.error(key, format!("expected {expected}, found {}", show(&value)));
+                None
+            }
+        }
+    }
+
+    fn raw(&mut self, key: &str) -> Option<Value> {
+        self.map.remove(key).filter(|v| !v.is_null())
+    }
+
+    fn duration(&mut self, key: &str, default: Duration) -> Duration {
+        let Some(text) = self.take::<String>(key, "a duration string like \"250ms\"") else {
+            return default;
+        };
+        match humantime::parse_duration(text.trim()) {
+            Ok(d) => d,
+            Err(e) => {
+                self.error(
+                    key,
+                    format!("not a duration ({e}): {text:?}; write e.g. \"250ms\" or \"10s\""),
+                );
+                default
+            }
+        }
+    }
+
+    fn finish(self) {
+        for key in self.map.keys() {
+            let path = if self.path.is_empty() {
+                key.clone()
+            } else {
+                format!("{}.{key}", self.path)
+            };
+            self.errors.push(FieldError {
+                path,
+                message: "unknown key".to_string(),
+            });
+        }
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+fn show(value: &Value) -> String {
+    match value {
+        Value::Array(_) | Value::Object(_) => kind(value).to_string(),
+        other => format!("{} {other}", kind(other)),
+    }
+}
+
+fn read_config(tree: Value, errors: &mut Vec<FieldError>) -> Option<Config> {
+    let mut top = Section::new("", tree, errors);
+    let socket_tree = top.raw("socket");
+    let metrics_tree = top.raw("metrics");
+    let log_tree = top.raw("log");
+    let masters_tree = top.raw("masters");
+    let lock_tree = top.raw("lock");
+    let health_tree = top.raw("health");
+    let restart_tree = top.raw("delayed_restart");
+    let shutdown_tree = top.raw("shutdown");
+    top.finish();
+
+    let socket = read_socket(socket_tree.unwrap_or(Value::Null), errors);
+    let metrics = read_metrics(metrics_tree.unwrap_or(Value::Null), errors);
+    let log = read_log(log_tree.unwrap_or(Value::Null), errors);
+    let masters = read_masters(masters_tree, errors);
+    let lock = read_lock(lock_tree.unwrap_or(Value::Null), errors);
+
+    let mut s = Section::new("health", health_tree.unwrap_or(Value::Null), errors);
+    let interval = s.duration("interval", Duration::from_millis(500));
+    if interval.is_zero() {
+        s.error("interval", "must be above zero");
+    }
+    s.finish();
+    let health = HealthConfig { interval };
+
+    let mut s = Section::new(
+        "delayed_restart",
+        restart_tree.unwrap_or(Value::Null),
+        errors,
+    );
+    let delayed_restart = DelayedRestartConfig {
+        enabled: s.take("enabled", "true or false").unwrap_or(true),
+        extra: s.duration("extra", Duration::from_secs(1)),
+    };
+    s.finish();
+
+    let mut s = Section::new("shutdown", shutdown_tree.unwrap_or(Value::Null), errors);
+    let shutdown = ShutdownConfig {
+        grace: s.duration("grace", Duration::from_secs(10)),
+    };
+    s.finish();
+
+    Some(Config {
+        socket,
+        metrics,
+        log,
+        masters,
+        lock,
+        health,
+        delayed_restart,
+        shutdown,
+    })
+}
+
+fn read_socket(tree: Value, errors: &mut Vec<FieldError>) -> SocketConfig {
+    let mut s = Section::new("socket", tree, errors);
+    let path: PathBuf = s
+        .take::<String>("path", "a file path")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/redlock/agent.sock"));
+    if path.as_os_str().is_empty() {
+        s.error("path", "must not be empty");
+    }
+    let mode = match s.raw("mode") {
+        None => 0o660,
+        Some(Value::String(text)) => match u32::from_str_radix(text.trim(), 8) {
+            Ok(mode) if mode <= 0o777 => mode,
+            _ => {
+                s.error(
+                    "mode",
+                    format!("not an octal file mode like \"0660\": {text:?}"),
+                );
+                0o660
+            }
+        },
+        Some(other) => {
+            s.error(
+                "mode",
+                format!(
+                    "expected a quoted octal string like \"0660\", found {}",
+                    show(&other)
+                ),
+            );
+            0o660
+        }
+    };
+    s.finish();
+    SocketConfig { path, mode }
+}
+
+fn read_metrics(tree: Value, errors: &mut Vec<FieldError>) -> MetricsConfig {
+    let mut s = Section::new("metrics", tree, errors);
+    let default: SocketAddr = ([127, 0, 0, 1], 9187).into();
+    let listen = match s.take::<String>("listen", "an address like \"127.0.0.1:9187\"") {
+        None => default,
+        Some(text) => match text.parse() {
+            Ok(addr) => addr,
+            Err(_) => {
+                s.error(
+                    "listen",
+                    format!("not an IP:port address like \"127.0.0.1:9187\": {text:?}"),
+                );
+                default
+            }
+        },
+    };
+    s.finish();
+    MetricsConfig { listen }
+}
+
+fn read_log(tree: Value, errors: &mut Vec<FieldError>) -> LogConfig {
+    let mut s = Section::new("log", tree, errors);
+    let format = s
+        .take("format", "\"text\" or \"json\"")
+        .unwrap_or(LogFormat::Text);
+    let level: String = s
+        .take("level", "a filter like \"info\"")
+        .unwrap_or_else(|| "info".to_string());
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&level) {
+        s.error("level", format!("not a log filter ({e}): {level:?}"));
+    }
+    s.finish();
+    LogConfig { format, level }
+}
+
+fn read_masters(tree: Option<Value>, errors: &mut Vec<FieldError>) -> Vec<MasterConfig> {
+    let items = match tree {
+        None => {
+            errors.push(FieldError {
+                path: "masters".into(),
+                message: "required: list at least one master as {name, url}".into(),
+            });
+            return Vec::new();
+        }
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            errors.push(FieldError {
+                path: "masters".into(),
+                message: format!("expected a list of {{name, url}}, found {}", show(&other)),
+            });
+            return Vec::new();
+        }
+    };
+    if items.is_empty() {
+        errors.push(FieldError {
+            path: "masters".into(),
+            message: "needs at least one master".into(),
+        });
+    }
+    let mut seen = HashSet::new();
+    let mut masters = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let path = format!("masters[{i}]");
+        let mut s = Section::new(&path, item, errors);
+        let name: Option<String> = s.take("name", "a string");
+        let url: Option<String> = s.take("url", "a redis:// or rediss:// URL");
+        let password_file: Option<String> = s.take("password_file", "a file path");
+        let password_env: Option<String> = s.take("password_env", "an environment variable name");
+        let name = match name {
+            None => {
+                s.error("name", "required");
+                None
+            }
+            Some(name) if !valid_name(&name) => {
+                s.error(
+                    "name",
+                    format!("use 1 to 64 letters, digits, '-', '_' or '.': {name:?}"),
+                );
+                None
+            }
+            Some(name) if !seen.insert(name.clone()) => {
+                s.error("name", format!("duplicate master name {name:?}"));
+                None
+            }
+            Some(name) => Some(name),
+        };
+        let url = match url {
+            None => {
+                s.error("url", "required");
+                None
+            }
+            Some(raw) => match MasterUrl::parse(&raw) {
+                Ok(url) => Some(url),
+                Err(message) => {
+                    s.error("url", message);
+                    None
+                }
+            },
+        };
+        let password = match (password_file, password_env) {
+            (Some(_), Some(_)) => {
+                s.error(
+                    "password_env",
+                    "set password_file or password_env, not both",
+                );
+                None
+            }
+            (Some(file), None) => match std::fs::read_to_string(&file) {
+                Ok(text) => Some((
+                    "password_file",
+                    text.trim_end_matches(['\r', '\n']).to_string(),
+                )),
+                Err(e) => {
+                    s.error("password_file", format!("cannot read {file:?}: {e}"));
+                    None
+                }
+            },
+            (None, Some(var)) => match std::env::var(&var) {
+                Ok(value) => Some(("password_env", value)),
+                Err(_) => {
+                    s.error(
+                        "password_env",
+                        format!("environment variable {var:?} is not set"),
+                    );
+                    None
+                }
+            },
+            (None, None) => None,
+        };
+        s.finish();
+        let (Some(name), Some(mut url)) = (name, url) else {
+            continue;
+        };
+        if let Some((key, password)) = password {
+            if url.has_password() {
+                errors.push(FieldError {
+                    path: format!("{path}.{key}"),
+                    message: "the url already carries a password; give it in one place".into(),
+                });
+                continue;
+            }
+            url.set_password(&password);
+        }
+        masters.push(MasterConfig { name, url });
+    }
+    masters
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
+    let mut s = Section::new("lock", tree, errors);
+    let key_prefix: String = s
+        .take("key_prefix", "a string")
+        .unwrap_or_else(|| "redlock:".to_string());
+    if key_prefix
+        .bytes()
+        .any(|b| matches!(b, b'*' | b'?' | b'[' | b']' | b'\\'))
+    {
+        s.error(
+            "key_prefix",
+            format!(
+                "must not contain glob characters *?[]\\ (they break key scans): {key_prefix:?}"
+            ),
+        );
+    }
+    let default_ttl = s.duration("default_ttl", Duration::from_secs(10));
+    let max_ttl = s.duration("max_ttl", Duration::from_secs(60));
+    let node_timeout = s.duration("node_timeout", Duration::from_millis(50));
+    let drift_factor: f64 = s.take("drift_factor", "a number").unwrap_or(0.01);
+    let retry_delay = s.duration("retry_delay", Duration::from_millis(50));
+    let retry_jitter = s.duration("retry_jitter", Duration::from_millis(50));
+
+    if default_ttl.as_millis() < 1 {
+        s.error("default_ttl", "must be at least 1ms");
+    }
+    if max_ttl.as_millis() < 1 {
+        s.error("max_ttl", "must be at least 1ms");
+    }
+    if default_ttl > max_ttl {
+        s.error(
+            "default_ttl",
+            format!(
+                "{} is above lock.max_ttl ({})",
+                humantime::format_duration(default_ttl),
+                humantime::format_duration(max_ttl)
+            ),
+        );
+    }
+    if node_timeout.is_zero() {
+        s.error("node_timeout", "must be above zero");
+    } else if node_timeout * 10 > default_ttl {
+        s.error(
+            "node_timeout",
+            format!(
+                "{} is not far below lock.default_ttl ({}); keep it at most a tenth of it",
+                humantime::format_duration(node_timeout),
+                humantime::format_duration(default_ttl)
+            ),
+        );
+    }
+    if !(0.0..0.5).contains(&drift_factor) || drift_factor.is_nan() {
+        s.error(
+            "drift_factor",
+            format!("must be at least 0 and below 0.5: {drift_factor}"),
+        );
+    }
+    s.finish();
+    LockConfig {
+        key_prefix,
+        default_ttl,
+        max_ttl,
+        node_timeout,
+        drift_factor,
+        retry_delay,
+        retry_jitter,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "masters:\n  - {name: r1, url: \"redis://127.0.0.1:6379\"}\n";
+
+    fn errors_of(yaml: &str) -> Vec<String> {
+        match Config::from_yaml(yaml) {
+            Ok(_) => Vec::new(),
+            Err(ConfigError::Invalid(errors)) => errors.iter().map(ToString::to_string).collect(),
+            Err(other) => vec![other.to_string()],
+        }
+    }
+
+    #[test]
+    fn minimal_config_gets_the_documented_defaults() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.socket.mode, 0o660);
+        assert_eq!(config.lock.key_prefix, "redlock:");
+        assert_eq!(config.lock.default_ttl, Duration::from_secs(10));
+        assert_eq!(config.lock.max_ttl, Duration::from_secs(60));
+        assert_eq!(config.lock.node_timeout, Duration::from_millis(50));
+        assert_eq!(config.health.interval, Duration::from_millis(500));
+        assert!(config.delayed_restart.enabled);
+        assert_eq!(config.quorum(), 1);
+    }
+
+    #[test]
+    fn quorum_is_a_majority_of_the_configured_masters() {
+        for (n, quorum) in [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (7, 4)] {
+            let mut yaml = String::from("masters:\n");
+            for i in 0..n {
+                yaml.push_str(&format!(
+                    "  - {{name: r{i}, url: \"redis://h:{}\"}}\n",
+                    6379 + i
+                ));
+            }
+            assert_eq!(Config::from_yaml(&yaml).unwrap().quorum(), quorum, "n={n}");
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once_with_its_path() {
+        let yaml = r#"
+socket: {mode: 660, extra: 1}
+masters:
+  - {name: r1, url: "redis://a:1"}
+  - {name: r1, url: "http://x"}
+  - {url: "redis://c:3", port: 5}
+lock:
+  ttl: 5s
+  default_ttl: 90s
+  max_ttl: 60s
+  node_timeout: "fast"
+  drift_factor: "big"
+"#;
+        let errors = errors_of(yaml);
+        let expected = [
+            "socket.mode: expected a quoted octal string like \"0660\", found a number 660",
+            "socket.extra: unknown key",
+            "masters[1].name: duplicate master name \"r1\"",
+            "masters[1].url: not a redis:// or rediss:// URL: \"http://x/\"",
+            "masters[2].name: required",
+            "masters[2].port: unknown key",
+            "lock.ttl: unknown key",
+            "lock.default_ttl: 1m 30s is above lock.max_ttl (1m)",
+            "lock.drift_factor: expected a number, found a string \"big\"",
+        ];
+        for line in expected {
+            assert!(
+                errors.iter().any(|e| e == line),
+                "missing {line:?} in {errors:#?}"
+            );
+        }
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("lock.node_timeout: not a duration")),
+            "{errors:#?}"
+        );
+    }
+
+    #[test]
+    fn missing_or_empty_masters_are_errors() {
+        assert_eq!(
+            errors_of(""),
+            ["masters: required: list at least one master as {name, url}"]
+        );
+        assert_eq!(
+            errors_of("masters: []"),
+            ["masters: needs at least one master"]
+        );
+    }
+
+    #[test]
+    fn node_timeout_must_be_far_below_the_default_ttl() {
+        let yaml = format!("{MINIMAL}lock: {{default_ttl: 1s, node_timeout: 200ms}}\n");
+        let errors = errors_of(&yaml);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].starts_with("lock.node_timeout: 200ms is not far below"));
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        let yaml = "masters:\n  - {name: r1, url: \"redis://:hunter2@127.0.0.1:6379/0\"}\n";
+        let config = Config::from_yaml(yaml).unwrap();
+        let shown = format!(
+            "{:?} {} {}",
+            config,
+            config.masters[0].url,
+            serde_json::to_string(&config).unwrap()
+        );
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("redis://:***@127.0.0.1:6379/0"), "{shown}");
+        let info = config.masters[0].url.connection_info().unwrap();
+        assert_eq!(info.redis_settings().password(), Some("hunter2"));
+
+        let bad = "masters:\n  - {name: r1, url: \"http://u:hunter2@x\"}\n";
+        let errors = errors_of(bad).join("\n");
+        assert!(!errors.contains("hunter2"), "{errors}");
+    }
+
+    #[test]
+    fn password_from_file_and_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let yaml = format!(
+            "masters:\n  - {{name: r1, url: \"redis://h:1\", password_file: {:?}}}\n",
+            file.display().to_string()
+        );
+        let config = Config::from_yaml(&yaml).unwrap();
+        let info = config.masters[0].url.connection_info().unwrap();
+        assert_eq!(info.redis_settings().password(), Some("s3cret"));
+
+        let yaml = "masters:\n  - {name: r1, url: \"redis://h:1\", password_env: REDLOCK_TEST_UNSET_VAR}\n";
+        assert_eq!(
+            errors_of(yaml),
+            ["masters[0].password_env: environment variable \"REDLOCK_TEST_UNSET_VAR\" is not set"]
+        );
+    }
+
+    #[test]
+    fn syntax_errors_say_where() {
+        let errors = errors_of("masters: [\n  - {name: r1");
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].starts_with("not valid YAML"), "{errors:?}");
+        assert!(errors[0].contains("line"), "{errors:?}");
+    }
+
+    #[test]
+    fn the_example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config.example.yaml");
+        let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.masters.len(), 3);
+    }
+}

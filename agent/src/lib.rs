@@ -1,0 +1,29 @@
+//! redlock-agent: a lock sidecar that runs Redlock over N independent Redis
+//! masters and serves it to applications over a Unix socket (HTTP/1.1 + JSON).
+//!
+//! # Layout
+//! - `main.rs`: the thin binary: CLI, config loading, tracing, exit codes.
+//! - [`config`]: typed configuration, defaults, validation that reports every
+//!   problem at once with its field path.
+//! - [`redlock`]: the algorithm, free of transport: quorum, validity and drift
+//!   math ([`redlock::validity`], pure), tokens, resources, the
+//!   compare-and-set scripts, and [`redlock::node`], one master connection.
+//! - [`health`]: one task per master that connects, probes and tracks up/down.
+//! - [`api`]: HTTP routes ([`api::routes`]) and the listeners
+//!   ([`api::server`]); the wire types are in the `redlock-wire` crate.
+//! - [`agent`]: the shared state and `run`, which wires the rest together.
+//! - [`dev`]: local `redis-server` children for `redlock-agent dev` and tests.
+//! - [`shutdown`]: signals that start a drain.
+//!
+//! Data flows one way: socket → routes → redlock → nodes → Redis, and back.
+
+pub mod agent;
+pub mod api;
+pub mod config;
+pub mod dev;
+pub mod health;
+pub mod redlock;
+pub mod shutdown;
+
+pub use agent::{run, Agent, Bound};
+pub use config::Config;

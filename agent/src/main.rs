@@ -1,0 +1,202 @@
+//! The `redlock-agent` binary: parses the command line, loads the config and
+//! hands over to the library. Exit codes: 0 ok, 64 bad usage or config,
+//! 1 the agent could not start.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use redlock_agent::config::{Config, LogFormat, EXIT_CONFIG};
+use redlock_agent::dev::{self, RedisServer};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "redlock-agent",
+    version,
+    about = "Redlock over N Redis masters, served on a Unix socket"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    /// Config file (YAML); see config.example.yaml.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Log format, overriding log.format.
+    #[arg(long, value_name = "FORMAT", global = true)]
+    log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Validate a config, print it resolved with secrets redacted; exit 0 or 64.
+    Check {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Start local redis-server masters and run the agent on them.
+    Dev {
+        /// Where the agent listens.
+        #[arg(long, default_value = "./redlock.sock")]
+        socket: PathBuf,
+        /// How many masters to start.
+        #[arg(long, default_value_t = 5)]
+        masters: usize,
+        /// The metrics/probe address.
+        #[arg(long, default_value = "127.0.0.1:9187")]
+        metrics: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Cmd::Check { config }) => check(&config),
+        Some(Cmd::Dev {
+            socket,
+            masters,
+            metrics,
+        }) => dev_cluster(&socket, masters, &metrics, cli.log_format),
+        None => {
+            match cli.config {
+                Some(path) => match load(&path) {
+                    Ok(config) => serve(config, cli.log_format),
+                    Err(code) => code,
+                },
+                None => {
+                    eprintln!("redlock-agent: give --config FILE, or try `redlock-agent dev` (see --help)");
+                    ExitCode::from(EXIT_CONFIG as u8)
+                }
+            }
+        }
+    }
+}
+
+fn load(path: &Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|e| {
+        eprintln!(
+            "redlock-agent: {} is not a usable config:\n{e}",
+            path.display()
+        );
+        ExitCode::from(EXIT_CONFIG as u8)
+    })
+}
+
+fn check(path: &Path) -> ExitCode {
+    match load(path) {
+        Ok(config) => {
+            // Cannot fail: the config holds only strings, numbers and bools.
+            let yaml = serde_saphyr::to_string(&config).expect("config serializes");
+            println!("{yaml}");
+            eprintln!(
+                "{}: ok ({} masters, quorum {})",
+                path.display(),
+                config.masters.len(),
+                config.quorum()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+fn init_tracing(config: &Config, format: Option<LogFormat>) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("REDLOCK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format.unwrap_or(config.log.format) {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    // Cannot fail short of the OS refusing threads or an epoll fd at start.
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("start the tokio runtime")
+}
+
+fn serve(config: Config, format: Option<LogFormat>) -> ExitCode {
+    init_tracing(&config, format);
+    if !config.delayed_restart.enabled {
+        tracing::warn!(
+            "delayed_restart.enabled is false: a master that restarts without its data rejoins at once \
+             and can grant a lock that is still held; keep it off only with appendfsync always"
+        );
+    }
+    match runtime().block_on(redlock_agent::run(
+        config,
+        redlock_agent::shutdown::signal(),
+    )) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start");
+            eprintln!("redlock-agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dev_cluster(socket: &Path, count: usize, metrics: &str, format: Option<LogFormat>) -> ExitCode {
+    if count == 0 {
+        eprintln!("redlock-agent dev: --masters must be at least 1");
+        return ExitCode::from(EXIT_CONFIG as u8);
+    }
+    let dir = match tempfile::Builder::new().prefix("redlock-dev-").tempdir() {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("redlock-agent dev: cannot make a temp dir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut masters = Vec::with_capacity(count);
+    for i in 1..=count {
+        match RedisServer::start(dir.path(), &format!("r{i}")) {
+            Ok(server) => masters.push(server),
+            Err(e) => {
+                eprintln!("redlock-agent dev: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let socket = if socket.is_absolute() {
+        socket.to_path_buf()
+    } else {
+        let relative = socket.strip_prefix(".").unwrap_or(socket);
+        std::env::current_dir()
+            .map(|d| d.join(relative))
+            .unwrap_or_else(|_| socket.to_path_buf())
+    };
+    let yaml = dev::config_yaml(&socket, metrics, &masters);
+    let config_path = dir.path().join("config.yaml");
+    if let Err(e) = std::fs::write(&config_path, &yaml) {
+        eprintln!(
+            "redlock-agent dev: cannot write {}: {e}",
+            config_path.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let config = match load(&config_path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let ports: Vec<String> = masters.iter().map(|m| m.port().to_string()).collect();
+    println!(
+        "redlock-agent dev: {count} masters on 127.0.0.1 ports {}; config {}\n\n\
+         Try it:\n  curl --unix-socket {} -X POST localhost/v1/locks/demo/acquire -d '{{\"ttl_ms\": 10000}}'\n  \
+         curl --unix-socket {} localhost/v1/nodes\n\nCtrl-C stops the agent and every master.\n",
+        ports.join(", "),
+        config_path.display(),
+        socket.display(),
+        socket.display(),
+    );
+    let code = serve(config, format);
+    drop(masters);
+    code
+}

@@ -1,0 +1,117 @@
+//! Resource names and the keys they map to.
+
+use std::fmt;
+
+/// Characters refused in resource names: glob patterns would corrupt the
+/// `SCAN MATCH prefix*` scans over lock keys.
+const GLOB: &[u8] = b"*?[]\\";
+
+/// Longest resource name, in bytes.
+pub const MAX_RESOURCE_LEN: usize = 256;
+
+/// A validated resource name: 1 to 256 bytes of visible ASCII without glob
+/// characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Resource(String);
+
+/// Why a resource name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResourceError {
+    #[error("resource name is empty")]
+    Empty,
+    #[error("resource name is {0} bytes; at most {MAX_RESOURCE_LEN} are allowed")]
+    TooLong(usize),
+    #[error("resource name is not valid percent-encoded UTF-8")]
+    BadEncoding,
+    #[error("resource name has byte {0:#04x} at offset {1}; use visible ASCII without *?[]\\")]
+    BadByte(u8, usize),
+}
+
+impl Resource {
+    /// Validates a resource name that is already decoded.
+    ///
+    /// # Errors
+    /// When the name is empty, too long, or has a byte outside the allowed set.
+    pub fn new(name: &str) -> Result<Resource, ResourceError> {
+        if name.is_empty() {
+            return Err(ResourceError::Empty);
+        }
+        if name.len() > MAX_RESOURCE_LEN {
+            return Err(ResourceError::TooLong(name.len()));
+        }
+        if let Some((i, b)) = name
+            .bytes()
+            .enumerate()
+            .find(|&(_, b)| !b.is_ascii_graphic() || GLOB.contains(&b))
+        {
+            return Err(ResourceError::BadByte(b, i));
+        }
+        Ok(Resource(name.to_string()))
+    }
+
+    /// Decodes and validates one percent-encoded path segment.
+    ///
+    /// # Errors
+    /// As [`Resource::new`], plus bad percent-encoding.
+    pub fn from_path_segment(segment: &str) -> Result<Resource, ResourceError> {
+        let decoded = percent_encoding::percent_decode_str(segment)
+            .decode_utf8()
+            .map_err(|_| ResourceError::BadEncoding)?;
+        Resource::new(&decoded)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The lock key on every master.
+    pub fn key(&self, prefix: &str) -> String {
+        format!("{prefix}{}", self.0)
+    }
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_visible_ascii() {
+        assert_eq!(
+            Resource::new("orders:42/eu").unwrap().as_str(),
+            "orders:42/eu"
+        );
+        assert_eq!(
+            Resource::from_path_segment("a%2Fb%3Ac")
+                .unwrap()
+                .key("redlock:"),
+            "redlock:a/b:c"
+        );
+        assert!(Resource::new(&"x".repeat(MAX_RESOURCE_LEN)).is_ok());
+    }
+
+    #[test]
+    fn refuses_what_would_break_keys_or_scans() {
+        assert_eq!(Resource::new(""), Err(ResourceError::Empty));
+        assert_eq!(
+            Resource::new(&"x".repeat(MAX_RESOURCE_LEN + 1)),
+            Err(ResourceError::TooLong(257))
+        );
+        for bad in ["a*", "a?", "[a]", "a\\b", "a b", "tab\t", "é"] {
+            assert!(Resource::new(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert_eq!(
+            Resource::from_path_segment("a%20b"),
+            Err(ResourceError::BadByte(b' ', 1))
+        );
+        assert_eq!(
+            Resource::from_path_segment("%ff"),
+            Err(ResourceError::BadEncoding)
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! Wire types of the redlock-agent socket API.
+//!
+//! These are the JSON bodies the agent reads and writes on its Unix socket.
+//! They live in their own crate so clients (the TUI, tests, benchmarks) can
+//! speak the API without pulling in the server. Field names are a contract:
+//! add fields, never rename them.
+
+use serde::{Deserialize, Serialize};
+
+/// Body of `POST /v1/locks/{resource}/acquire`. Every field is optional; an
+/// empty body means "the default TTL, try once, no owner label".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// How long the agent may keep trying; 0 or absent means one attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// A label stored beside the token so operators can see who holds a lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// 200 answer to `acquire`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireResponse {
+    pub resource: String,
+    /// Opaque; the only proof of ownership. Needed to extend and release.
+    pub token: String,
+    /// How long the lock is safe to use, counted from when the agent answered.
+    pub validity_ms: u64,
+    pub ttl_ms: u64,
+}
+
+/// Body of `POST /v1/locks/{resource}/extend`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendRequest {
+    pub token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+/// 200 answer to `extend`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtendResponse {
+    pub validity_ms: u64,
+    pub ttl_ms: u64,
+}
+
+/// Body of `POST /v1/locks/{resource}/release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    pub token: String,
+}
+
+/// 200 answer to `release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseResponse {
+    /// True when the lock was still held on a quorum when it was released;
+    /// false means its validity had already run out.
+    pub released: bool,
+}
+
+/// State of one master as the agent sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    Up,
+    Down,
+    Quarantined,
+}
+
+impl NodeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Up => "up",
+            NodeState::Down => "down",
+            NodeState::Quarantined => "quarantined",
+        }
+    }
+}
+
+/// One master in `GET /v1/nodes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub name: String,
+    pub state: NodeState,
+    /// Round trip of the last successful probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// 200 answer to `GET /v1/nodes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodesResponse {
+    /// N/2+1 of the configured N; never shrinks when nodes are down.
+    pub quorum: usize,
+    /// Nodes that may take part in a lock right now.
+    pub usable: usize,
+    /// `usable >= quorum`.
+    pub available: bool,
+    pub nodes: Vec<NodeStatus>,
+}
+
+/// Machine-readable error codes. The set only grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The lock is held by someone else (not acquired within `wait_ms`).
+    Taken,
+    /// Fewer than a quorum of masters could be used.
+    NoQuorum,
+    /// The lock was not extended on a quorum in time; it may be held by another.
+    Lost,
+    InvalidRequest,
+    InvalidResource,
+    TtlOutOfRange,
+    BodyTooLarge,
+    NotFound,
+    MethodNotAllowed,
+    ShuttingDown,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Taken => "taken",
+            ErrorCode::NoQuorum => "no_quorum",
+            ErrorCode::Lost => "lost",
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::InvalidResource => "invalid_resource",
+            ErrorCode::TtlOutOfRange => "ttl_out_of_range",
+            ErrorCode::BodyTooLarge => "body_too_large",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// The `error` object of every non-2xx answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// Every non-2xx answer: `{"error": {"code": ..., "message": ...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    pub error: ErrorBody,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `as_str` is what logs and metrics use; it must match the JSON name.
+    #[test]
+    fn error_code_names_match_their_json() {
+        for code in [
+            ErrorCode::Taken,
+            ErrorCode::NoQuorum,
+            ErrorCode::Lost,
+            ErrorCode::InvalidRequest,
+            ErrorCode::InvalidResource,
+            ErrorCode::TtlOutOfRange,
+            ErrorCode::BodyTooLarge,
+            ErrorCode::NotFound,
+            ErrorCode::MethodNotAllowed,
+            ErrorCode::ShuttingDown,
+            ErrorCode::Internal,
+        ] {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+        }
+    }
+
+    #[test]
+    fn unknown_request_fields_are_refused() {
+        let err = serde_json::from_str::<AcquireRequest>(r#"{"ttl": 5}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `ttl`"), "{err}");
+    }
+}
