@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::api::server::{self, BindError, SocketListener};
 use crate::config::Config;
-use crate::health;
+use crate::health::{self, HealthSettings};
 use crate::redlock::{Drift, Node, Redlock, Settings};
 
 /// State shared by every request.
@@ -15,6 +15,7 @@ use crate::redlock::{Drift, Node, Redlock, Settings};
 pub struct Agent {
     config: Config,
     redlock: Redlock,
+    health: HealthSettings,
 }
 
 /// Why the agent could not start.
@@ -55,9 +56,17 @@ impl Agent {
             retry_delay: config.lock.retry_delay,
             retry_jitter: config.lock.retry_jitter,
         };
+        let health = HealthSettings {
+            interval: config.health.interval,
+            quarantine: config.quarantine(),
+            delayed_restart: config.delayed_restart.enabled,
+            marker_key: format!("{}{}", config.lock.key_prefix, health::MARKER_SUFFIX),
+            masters_fresh: false,
+        };
         Ok(Agent {
             redlock: Redlock::new(nodes, settings),
             config,
+            health,
         })
     }
 
@@ -85,7 +94,19 @@ impl Bound {
     /// # Errors
     /// When a listener cannot be bound or a master URL is refused.
     pub async fn bind(config: Config) -> Result<Bound, StartError> {
-        let agent = Arc::new(Agent::new(config)?);
+        Bound::bind_with(config, false).await
+    }
+
+    /// As [`Bound::bind`]; `masters_fresh` says this process started the
+    /// masters empty (`redlock-agent dev`, tests), so their low uptime at
+    /// first sight is no reason for quarantine.
+    ///
+    /// # Errors
+    /// When a listener cannot be bound or a master URL is refused.
+    pub async fn bind_with(config: Config, masters_fresh: bool) -> Result<Bound, StartError> {
+        let mut agent = Agent::new(config)?;
+        agent.health.masters_fresh = masters_fresh;
+        let agent = Arc::new(agent);
         let config = agent.config();
         let socket = SocketListener::bind(&config.socket.path, config.socket.mode).await?;
         let tcp = server::bind_tcp(config.metrics.listen).await?;
@@ -110,13 +131,17 @@ impl Bound {
     /// `shutdown` resolves, then drains.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let Bound { agent, socket, tcp } = self;
-        let config = agent.config();
-        futures::future::join_all(agent.redlock().nodes().iter().map(|n| health::probe(n))).await;
-        let health_tasks: Vec<_> = agent
-            .redlock()
-            .nodes()
+        let nodes = agent.redlock().nodes();
+        let settings = Arc::new(agent.health.clone());
+        futures::future::join_all(nodes.iter().map(|n| health::probe(n, &settings))).await;
+        for (node, shared) in nodes.iter().zip(health::shared_servers(nodes)) {
+            if !shared.is_empty() {
+                tracing::warn!(node = node.name(), same_as = ?shared, "two configured masters reach the same server; its votes count twice");
+            }
+        }
+        let health_tasks: Vec<_> = nodes
             .iter()
-            .map(|node| tokio::spawn(health::watch(Arc::clone(node), config.health.interval)))
+            .map(|node| tokio::spawn(health::watch(Arc::clone(node), Arc::clone(&settings))))
             .collect();
 
         let status = crate::api::routes::nodes_response(&agent);

@@ -123,6 +123,11 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn serve(config: Config, format: Option<LogFormat>) -> ExitCode {
+    serve_with(config, format, false)
+}
+
+/// Runs the agent; `masters_fresh` when this process started the masters.
+fn serve_with(config: Config, format: Option<LogFormat>, masters_fresh: bool) -> ExitCode {
     init_tracing(&config, format);
     if !config.delayed_restart.enabled {
         tracing::warn!(
@@ -130,10 +135,12 @@ fn serve(config: Config, format: Option<LogFormat>) -> ExitCode {
              and can grant a lock that is still held; keep it off only with appendfsync always"
         );
     }
-    match runtime().block_on(redlock_agent::run(
-        config,
-        redlock_agent::shutdown::signal(),
-    )) {
+    let started = runtime().block_on(async {
+        let bound = redlock_agent::Bound::bind_with(config, masters_fresh).await?;
+        bound.serve(redlock_agent::shutdown::signal()).await;
+        Ok::<(), redlock_agent::agent::StartError>(())
+    });
+    match started {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "cannot start");
@@ -196,7 +203,7 @@ fn dev_cluster(socket: &Path, count: usize, metrics: &str, format: Option<LogFor
         socket.display(),
         socket.display(),
     );
-    let code = serve(config, format);
+    let code = serve_with(config, format, true);
     drop(masters);
     code
 }

@@ -347,16 +347,31 @@ async fn release(
 /// `GET /v1/nodes` from the nodes' snapshots.
 pub fn nodes_response(agent: &Agent) -> NodesResponse {
     let redlock = agent.redlock();
+    let shared = crate::health::shared_servers(redlock.nodes());
     let nodes: Vec<NodeStatus> = redlock
         .nodes()
         .iter()
-        .map(|node| {
+        .zip(shared)
+        .map(|(node, shared)| {
             let snap = node.snapshot();
+            let mut warnings = snap.warnings;
+            if !shared.is_empty() {
+                warnings.push(format!(
+                    "same server as {}: its votes count twice",
+                    shared.join(", ")
+                ));
+            }
             NodeStatus {
                 name: node.name().to_string(),
                 state: snap.state,
                 latency_ms: snap.latency.map(|d| d.as_micros() as f64 / 1000.0),
                 last_error: snap.last_error,
+                quarantine_remaining_ms: millis(snap.quarantine_remaining),
+                detector: snap.detector.map(|d| d.as_str().to_string()),
+                run_id: snap.identity.as_ref().map(|i| i.run_id.clone()),
+                uptime_s: snap.identity.as_ref().map(|i| i.uptime.as_secs()),
+                persistence: snap.persistence,
+                warnings,
             }
         })
         .collect();

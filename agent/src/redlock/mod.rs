@@ -136,10 +136,16 @@ impl Redlock {
                 continue;
             }
             let snap = node.snapshot();
-            match snap.last_error {
-                Some(err) => parts.push(format!("{} {} ({err})", node.name(), snap.state.as_str())),
-                None => parts.push(format!("{} {}", node.name(), snap.state.as_str())),
-            }
+            let why = match (snap.state, snap.detector, snap.last_error) {
+                (redlock_wire::NodeState::Quarantined, detector, _) => format!(
+                    "quarantined for {}ms more (restart detected by {})",
+                    snap.quarantine_remaining.as_millis(),
+                    detector.map_or("?", |d| d.as_str())
+                ),
+                (state, _, Some(err)) => format!("{} ({err})", state.as_str()),
+                (state, _, None) => state.as_str().to_string(),
+            };
+            parts.push(format!("{} {why}", node.name()));
         }
         format!(
             "{usable} of {} masters usable, quorum is {}; {}",

@@ -11,6 +11,7 @@
 //! - A timeout does not drop the connection by itself (one slow reply is not
 //!   a dead master); the health probe decides.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,9 @@ pub enum NodeError {
     Connection(String),
     #[error("auth: {0}")]
     Auth(String),
+    /// An ACL forbids the command; the connection itself is fine.
+    #[error("noperm: {0}")]
+    NoPerm(String),
     #[error("readonly: the master is a replica")]
     ReadOnly,
     #[error("oom: the master is out of memory")]
@@ -53,6 +57,7 @@ impl NodeError {
             NodeError::NotConnected => "not_connected",
             NodeError::Connection(_) => "connection",
             NodeError::Auth(_) => "auth",
+            NodeError::NoPerm(_) => "noperm",
             NodeError::ReadOnly => "readonly",
             NodeError::OutOfMemory => "oom",
             NodeError::WrongType => "wrongtype",
@@ -74,9 +79,8 @@ impl NodeError {
             return NodeError::Connection(e.to_string());
         }
         match e.kind() {
-            ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => {
-                NodeError::Auth(e.to_string())
-            }
+            ErrorKind::AuthenticationFailed => NodeError::Auth(e.to_string()),
+            ErrorKind::Server(ServerErrorKind::NoPerm) => NodeError::NoPerm(e.to_string()),
             ErrorKind::Server(ServerErrorKind::ReadOnly) => NodeError::ReadOnly,
             ErrorKind::Server(ServerErrorKind::NoScript) => NodeError::Script(e.to_string()),
             _ => match e.code() {
@@ -111,6 +115,38 @@ pub enum Vote {
     Failed(NodeError),
 }
 
+/// Which restart detector put a node in quarantine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Detector {
+    /// The node was unreachable and answers again as a new process.
+    Reconnect,
+    /// Its `run_id` changed between two probes: a restart faster than the
+    /// probe interval.
+    RunId,
+    /// At first sight its uptime was below the quarantine period.
+    Uptime,
+    /// `INFO` is refused (ACL) and the incarnation marker key is gone.
+    Marker,
+}
+
+impl Detector {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Detector::Reconnect => "reconnect",
+            Detector::RunId => "run_id",
+            Detector::Uptime => "uptime",
+            Detector::Marker => "marker",
+        }
+    }
+}
+
+/// What `INFO` says about a master's process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub run_id: String,
+    pub uptime: Duration,
+}
+
 /// What the agent knows about a master; read by `/v1/nodes` and the quorum
 /// check, written by requests and the health task.
 #[derive(Debug, Clone)]
@@ -119,14 +155,40 @@ pub struct NodeSnapshot {
     pub latency: Option<Duration>,
     pub last_error: Option<String>,
     pub connected: bool,
+    /// Time left in quarantine (zero when not quarantined).
+    pub quarantine_remaining: Duration,
+    /// The detector behind the last quarantine.
+    pub detector: Option<Detector>,
+    pub identity: Option<Identity>,
+    pub warnings: Vec<String>,
+    pub persistence: Option<String>,
 }
 
 #[derive(Debug)]
 struct Inner {
     conn: Option<MultiplexedConnection>,
-    state: NodeState,
+    quarantine_until: Option<Instant>,
+    detector: Option<Detector>,
+    identity: Option<Identity>,
     latency: Option<Duration>,
     last_error: Option<String>,
+    warnings: Vec<String>,
+    persistence: Option<String>,
+    /// A probe has answered at least once.
+    seen: bool,
+    /// A connection attempt failed since the last installed connection.
+    unreachable: bool,
+}
+
+impl Inner {
+    /// `down` without a connection, `quarantined` until its end, else `up`.
+    fn state(&self, now: Instant) -> NodeState {
+        match (&self.conn, self.quarantine_until) {
+            (None, _) => NodeState::Down,
+            (Some(_), Some(until)) if until > now => NodeState::Quarantined,
+            (Some(_), _) => NodeState::Up,
+        }
+    }
 }
 
 /// One Redis master.
@@ -158,9 +220,15 @@ impl Node {
                 .clamp(Duration::from_millis(200), Duration::from_secs(2)),
             inner: Mutex::new(Inner {
                 conn: None,
-                state: NodeState::Down,
+                quarantine_until: None,
+                detector: None,
+                identity: None,
                 latency: None,
                 last_error: Some("not connected yet".to_string()),
+                warnings: Vec::new(),
+                persistence: None,
+                seen: false,
+                unreachable: false,
             }),
             wake: Notify::new(),
         }
@@ -181,39 +249,63 @@ impl Node {
     }
 
     pub fn snapshot(&self) -> NodeSnapshot {
+        let now = Instant::now();
         let inner = self.lock();
         NodeSnapshot {
-            state: inner.state,
+            state: inner.state(now),
             latency: inner.latency,
             last_error: inner.last_error.clone(),
             connected: inner.conn.is_some(),
+            quarantine_remaining: inner
+                .quarantine_until
+                .map_or(Duration::ZERO, |until| until.saturating_duration_since(now)),
+            detector: inner.detector,
+            identity: inner.identity.clone(),
+            warnings: inner.warnings.clone(),
+            persistence: inner.persistence.clone(),
         }
     }
 
     pub fn state(&self) -> NodeState {
-        self.lock().state
+        self.lock().state(Instant::now())
     }
 
-    /// The node may take part in acquire and extend.
+    /// The node may take part in acquire and extend: connected and not in
+    /// quarantine.
     pub fn is_usable(&self) -> bool {
-        let inner = self.lock();
-        inner.state == NodeState::Up && inner.conn.is_some()
+        self.state() == NodeState::Up
     }
 
-    pub(crate) fn set_state(&self, state: NodeState) {
-        self.lock().state = state;
+    /// Keeps the node out of acquire and extend until `until`. A later
+    /// quarantine never shortens an earlier one.
+    pub(crate) fn quarantine(&self, until: Instant, detector: Detector) {
+        let mut inner = self.lock();
+        inner.quarantine_until = Some(inner.quarantine_until.map_or(until, |u| u.max(until)));
+        inner.detector = Some(detector);
     }
 
-    fn conn(&self) -> Option<MultiplexedConnection> {
-        self.lock().conn.clone()
+    pub(crate) fn set_identity(&self, identity: Option<Identity>) {
+        self.lock().identity = identity;
     }
 
-    /// Opens a fresh connection and loads the scripts. Does not change the
-    /// node's state; the health task decides what a new connection means.
+    pub(crate) fn set_topology(&self, warnings: Vec<String>, persistence: Option<String>) {
+        let mut inner = self.lock();
+        inner.warnings = warnings;
+        inner.persistence = persistence;
+    }
+
+    /// True the first time it is called: the first probe that answered.
+    pub(crate) fn first_sight(&self) -> bool {
+        !std::mem::replace(&mut self.lock().seen, true)
+    }
+
+    /// Opens a fresh connection and loads the scripts. The node does not use
+    /// it until [`Node::install`]: the health task first checks what came
+    /// back (a restarted master must be quarantined before any request).
     ///
     /// # Errors
     /// When the master cannot be reached or refuses the handshake in time.
-    pub async fn connect(&self) -> Result<(), NodeError> {
+    pub async fn open(&self) -> Result<MultiplexedConnection, NodeError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.connect_timeout));
@@ -235,20 +327,42 @@ impl Node {
         match tokio::time::timeout(self.connect_timeout, attempt).await {
             Ok(Ok(mut conn)) => {
                 conn.set_response_timeout(self.timeout);
-                let mut inner = self.lock();
-                inner.conn = Some(conn);
-                Ok(())
+                Ok(conn)
             }
-            Ok(Err(e)) => Err(self.record_error(NodeError::classify(&e))),
-            Err(_) => Err(self.record_error(NodeError::Timeout(self.connect_timeout))),
+            Ok(Err(e)) => Err(self.unreachable(NodeError::classify(&e))),
+            Err(_) => Err(self.unreachable(NodeError::Timeout(self.connect_timeout))),
         }
     }
 
-    /// Forgets the connection and marks the node down.
+    fn unreachable(&self, error: NodeError) -> NodeError {
+        let mut inner = self.lock();
+        inner.unreachable = true;
+        inner.last_error = Some(error.to_string());
+        error
+    }
+
+    /// Whether a connection attempt failed since the last installed one.
+    pub(crate) fn was_unreachable(&self) -> bool {
+        self.lock().unreachable
+    }
+
+    /// Makes `conn` the node's connection: from now on it is `up` or
+    /// `quarantined`.
+    pub(crate) fn install(&self, conn: MultiplexedConnection) {
+        let mut inner = self.lock();
+        inner.conn = Some(conn);
+        inner.unreachable = false;
+    }
+
+    /// The current connection, if any.
+    pub fn connection(&self) -> Option<MultiplexedConnection> {
+        self.lock().conn.clone()
+    }
+
+    /// Forgets the connection, which makes the node `down`.
     pub(crate) fn disconnect(&self, why: &NodeError) {
         let mut inner = self.lock();
         inner.conn = None;
-        inner.state = NodeState::Down;
         inner.last_error = Some(why.to_string());
     }
 
@@ -268,15 +382,29 @@ impl Node {
         inner.last_error = None;
     }
 
-    /// Runs one request on the connection, bounded by the node timeout.
+    /// Runs one request on the node's connection, bounded by the node timeout.
     async fn request<T, F, Fut>(&self, op: F) -> Result<T, NodeError>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        let Some(conn) = self.conn() else {
+        let Some(conn) = self.connection() else {
             return Err(NodeError::NotConnected);
         };
+        self.request_on(conn, op).await
+    }
+
+    /// Runs one request on `conn`, bounded by the node timeout; connection
+    /// errors disconnect the node.
+    async fn request_on<T, F, Fut>(
+        &self,
+        conn: MultiplexedConnection,
+        op: F,
+    ) -> Result<T, NodeError>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
         match tokio::time::timeout(self.timeout, op(conn)).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
@@ -338,15 +466,116 @@ impl Node {
         .map(|n| n == 1)
     }
 
-    /// `PING`, timed. Used by the health task.
-    pub async fn ping(&self) -> Result<Duration, NodeError> {
+    /// `INFO server`, timed: the process identity, or `None` when an ACL
+    /// refuses INFO. Used by the health task.
+    ///
+    /// # Errors
+    /// When the master does not answer in time or the connection fails.
+    pub async fn probe_identity(
+        &self,
+        conn: &MultiplexedConnection,
+    ) -> Result<(Duration, Option<Identity>), NodeError> {
         let start = Instant::now();
-        self.request(|mut conn| async move {
-            redis::cmd("PING").query_async::<String>(&mut conn).await
-        })
-        .await?;
-        Ok(start.elapsed())
+        let reply = self
+            .request_on(conn.clone(), |mut conn| async move {
+                redis::cmd("INFO")
+                    .arg("server")
+                    .query_async::<String>(&mut conn)
+                    .await
+            })
+            .await;
+        let latency = start.elapsed();
+        match reply {
+            Ok(text) => {
+                let fields = info_fields(&text);
+                let run_id = fields.get("run_id").cloned();
+                let uptime = fields.get("uptime_in_seconds").and_then(|v| v.parse().ok());
+                match (run_id, uptime) {
+                    (Some(run_id), Some(secs)) => Ok((
+                        latency,
+                        Some(Identity {
+                            run_id,
+                            uptime: Duration::from_secs(secs),
+                        }),
+                    )),
+                    _ => Ok((latency, None)),
+                }
+            }
+            Err(NodeError::NoPerm(_)) => Ok((latency, None)),
+            Err(e) => Err(e),
+        }
     }
+
+    /// The whole `INFO` as key/value pairs, for topology checks. `None` when
+    /// an ACL refuses it.
+    ///
+    /// # Errors
+    /// When the master does not answer in time or the connection fails.
+    pub async fn info(
+        &self,
+        conn: &MultiplexedConnection,
+    ) -> Result<Option<HashMap<String, String>>, NodeError> {
+        match self
+            .request_on(conn.clone(), |mut conn| async move {
+                redis::cmd("INFO").query_async::<String>(&mut conn).await
+            })
+            .await
+        {
+            Ok(text) => Ok(Some(info_fields(&text))),
+            Err(NodeError::NoPerm(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `CONFIG GET` of one parameter; `None` when refused or unknown.
+    pub async fn config_get(&self, conn: &MultiplexedConnection, name: &str) -> Option<String> {
+        let reply = self
+            .request_on(conn.clone(), |mut conn| async move {
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg(name)
+                    .query_async::<Vec<String>>(&mut conn)
+                    .await
+            })
+            .await
+            .ok()?;
+        reply.into_iter().nth(1)
+    }
+
+    /// Writes the incarnation marker if it is missing; `Ok(true)` when it
+    /// was already there (the master kept its data).
+    ///
+    /// # Errors
+    /// When the master does not answer in time or refuses the write.
+    pub async fn check_marker(
+        &self,
+        conn: &MultiplexedConnection,
+        key: &str,
+    ) -> Result<bool, NodeError> {
+        // SET NX GET: one round trip that says whether it existed and
+        // writes it if not. No TTL: it must outlive every lock.
+        let previous = self
+            .request_on(conn.clone(), |mut conn| async move {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg("redlock-agent incarnation marker")
+                    .arg("NX")
+                    .arg("GET")
+                    .query_async::<Option<String>>(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(previous.is_some())
+    }
+}
+
+/// Parses `INFO` text into its `key:value` fields.
+pub fn info_fields(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
 }
 
 /// Milliseconds for PX and PEXPIRE; never 0, which Redis refuses.

@@ -96,15 +96,26 @@ impl TestAgent {
         TestAgent::start_with(|socket| cluster.config_yaml(socket, extra)).await
     }
 
+    /// As [`TestAgent::start`], but the agent treats the masters as it would
+    /// in production: it does not know they started empty, so their low
+    /// uptime at first sight puts them in quarantine.
+    pub async fn start_cautious(cluster: &Cluster, extra: &str) -> TestAgent {
+        TestAgent::launch(|socket| cluster.config_yaml(socket, extra), false).await
+    }
+
     /// Starts an agent whose whole config YAML `yaml` makes, given the
     /// socket path to use.
     pub async fn start_with(yaml: impl FnOnce(&Path) -> String) -> TestAgent {
+        TestAgent::launch(yaml, true).await
+    }
+
+    async fn launch(yaml: impl FnOnce(&Path) -> String, masters_fresh: bool) -> TestAgent {
         init_tracing();
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("agent.sock");
         let yaml = yaml(&socket);
         let config = Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
-        let bound = redlock_agent::Bound::bind(config.clone())
+        let bound = redlock_agent::Bound::bind_with(config.clone(), masters_fresh)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let metrics = bound.metrics_addr();

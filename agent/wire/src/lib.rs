@@ -93,6 +93,26 @@ pub struct NodeStatus {
     pub latency_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Time left before a quarantined master takes part in locks again;
+    /// 0 when not quarantined.
+    #[serde(default)]
+    pub quarantine_remaining_ms: u64,
+    /// The restart detector behind the last quarantine: `reconnect`,
+    /// `run_id`, `uptime` or `marker`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detector: Option<String>,
+    /// The master's `run_id` from its last probe (absent when INFO is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uptime_s: Option<u64>,
+    /// `none`, `rdb`, `aof everysec`, `aof always`, ...; absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<String>,
+    /// Setups that weaken Redlock: a replica, two URLs reaching one server,
+    /// an evicting maxmemory policy, no persistence without delayed restart.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// 200 answer to `GET /v1/nodes`.
