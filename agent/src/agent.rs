@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use crate::api::server::{self, BindError, SocketListener};
 use crate::config::Config;
+use crate::grants::Grants;
 use crate::health::{self, HealthSettings};
+use crate::metrics::Metrics;
 use crate::redlock::{Drift, Node, Redlock, Settings};
 
 /// State shared by every request.
@@ -16,6 +18,8 @@ pub struct Agent {
     config: Config,
     redlock: Redlock,
     health: HealthSettings,
+    metrics: Arc<Metrics>,
+    grants: Grants,
 }
 
 /// Why the agent could not start.
@@ -37,6 +41,8 @@ impl Agent {
     /// # Errors
     /// When the redis crate refuses a master URL.
     pub fn new(config: Config) -> Result<Agent, StartError> {
+        let names: Vec<String> = config.masters.iter().map(|m| m.name.clone()).collect();
+        let metrics = Arc::new(Metrics::new(&names));
         let mut nodes = Vec::with_capacity(config.masters.len());
         for (index, master) in config.masters.iter().enumerate() {
             let client = master
@@ -48,6 +54,7 @@ impl Agent {
                 master.name.clone(),
                 client,
                 config.lock.node_timeout,
+                Arc::clone(&metrics),
             )));
         }
         let settings = Settings {
@@ -64,9 +71,11 @@ impl Agent {
             masters_fresh: false,
         };
         Ok(Agent {
-            redlock: Redlock::new(nodes, settings),
+            redlock: Redlock::new(nodes, settings, Arc::clone(&metrics)),
             config,
             health,
+            metrics,
+            grants: Grants::default(),
         })
     }
 
@@ -76,6 +85,43 @@ impl Agent {
 
     pub fn redlock(&self) -> &Redlock {
         &self.redlock
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    /// The text exposition, with the gauges that mirror node and lock state
+    /// computed now.
+    pub fn scrape(&self) -> Vec<u8> {
+        let now = std::time::Instant::now();
+        let m = &self.metrics;
+        let mut usable = 0;
+        for node in self.redlock.nodes() {
+            let snap = node.snapshot();
+            let state = snap.state;
+            usable += usize::from(state == redlock_wire::NodeState::Up);
+            m.node_up
+                .with_label_values(&[node.name()])
+                .set(i64::from(state != redlock_wire::NodeState::Down));
+            m.node_quarantined
+                .with_label_values(&[node.name()])
+                .set(i64::from(state == redlock_wire::NodeState::Quarantined));
+            m.node_quarantine_remaining
+                .with_label_values(&[node.name()])
+                .set(snap.quarantine_remaining.as_secs_f64());
+        }
+        m.usable_nodes
+            .set(i64::try_from(usable).unwrap_or(i64::MAX));
+        m.quorum_available
+            .set(i64::from(usable >= self.redlock.quorum()));
+        let held = self.grants.sweep(now, m);
+        m.locks_held.set(i64::try_from(held).unwrap_or(i64::MAX));
+        m.encode()
     }
 }
 

@@ -115,12 +115,14 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
                 "restart detected: quarantined, no locks on it until its old keys have expired"
             );
             node.quarantine(Instant::now() + duration, detector);
+            node.restart_detected(detector);
         } else {
             tracing::warn!(
                 node = node.name(),
                 detector = detector.as_str(),
                 "restart detected; delayed_restart is off, so it takes part in locks at once"
             );
+            node.restart_detected(detector);
         }
     }
     node.set_identity(identity.clone());

@@ -8,7 +8,10 @@
 //! - [`redlock`]: the algorithm, free of transport: quorum, validity and drift
 //!   math ([`redlock::validity`], pure), tokens, resources, the
 //!   compare-and-set scripts, and [`redlock::node`], one master connection.
-//! - [`health`]: one task per master that connects, probes and tracks up/down.
+//! - [`health`]: one task per master that connects, probes, detects restarts
+//!   and quarantines a master that came back (delayed restart); topology checks.
+//! - [`grants`]: the locks this agent granted, for the lock metrics.
+//! - [`metrics`]: every metric, defined in one place.
 //! - [`api`]: HTTP routes ([`api::routes`]) and the listeners
 //!   ([`api::server`]); the wire types are in the `redlock-wire` crate.
 //! - [`agent`]: the shared state and `run`, which wires the rest together.
@@ -21,7 +24,9 @@ pub mod agent;
 pub mod api;
 pub mod config;
 pub mod dev;
+pub mod grants;
 pub mod health;
+pub mod metrics;
 pub mod redlock;
 pub mod shutdown;
 

@@ -276,7 +276,10 @@ async fn marker_detector_works_where_info_is_refused() {
         node(&nodes, "r1")["run_id"].is_null(),
         "INFO is refused: {nodes}"
     );
-    assert_eq!(cluster.get(1, "redlock: incarnation").await.is_some(), true);
+    assert!(
+        cluster.get(1, "redlock: incarnation").await.is_some(),
+        "the marker was written"
+    );
 
     let mut conn = cluster.redis(1).await;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
@@ -306,15 +309,13 @@ async fn topology_warnings_for_replicas_shared_servers_and_eviction() {
     )
     .unwrap();
     let agent = TestAgent::start_with(|socket| {
+        // config_yaml ends with the masters list, so entries appended land in it.
         let mut yaml = cluster.config_yaml(socket, "");
-        yaml = yaml.replacen("masters:\n", "masters:\n", 1);
         yaml.push_str(&format!(
             "  - name: replica\n    url: {}\n  - name: evicting\n    url: {}\n  - name: r1-again\n    url: redis://localhost:{primary}\n",
             replica.url(),
             evicting.url()
         ));
-        // The masters list must come last in this YAML for the append to
-        // land in it; config_yaml ends with it.
         yaml
     })
     .await;

@@ -3,7 +3,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::agent::Agent;
+use crate::metrics::{Failure, Metrics, Outcome};
 use crate::redlock::{token, Acquire, Extend, Resource, Token};
 
 /// Largest request body read.
@@ -85,6 +86,7 @@ pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
 enum Route {
     Healthz,
     Readyz,
+    Metrics,
     Nodes,
     Lock(Resource, LockAction),
 }
@@ -102,11 +104,34 @@ pub async fn handle(
     surface: Surface,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    let label = route_label(request.uri().path());
     let response = match dispatch(&agent, surface, request).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     };
+    agent
+        .metrics()
+        .api_requests
+        .with_label_values(&[label, response.status().as_str()])
+        .inc();
     Ok(response)
+}
+
+/// The route's name for metrics: a closed set, never the resource.
+fn route_label(path: &str) -> &'static str {
+    match path {
+        "/healthz" => "healthz",
+        "/readyz" => "readyz",
+        "/metrics" => "metrics",
+        "/v1/nodes" => "nodes",
+        _ if path.starts_with("/v1/locks/") => match path.rsplit('/').next() {
+            Some("acquire") => "acquire",
+            Some("extend") => "extend",
+            Some("release") => "release",
+            _ => "unknown",
+        },
+        _ => "unknown",
+    }
 }
 
 async fn dispatch(
@@ -147,6 +172,14 @@ async fn dispatch(
             ))
         }
         Route::Nodes => Ok(json(StatusCode::OK, &nodes_response(agent))),
+        Route::Metrics => {
+            let mut response = Response::new(Full::new(Bytes::from(agent.scrape())).boxed());
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            Ok(response)
+        }
         Route::Lock(resource, action) => {
             let body = read_body(request).await?;
             match action {
@@ -169,6 +202,7 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
     match path {
         "/healthz" => return Ok((Route::Healthz, Method::GET)),
         "/readyz" => return Ok((Route::Readyz, Method::GET)),
+        "/metrics" => return Ok((Route::Metrics, Method::GET)),
         _ if surface == Surface::Metrics => return Err(not_found()),
         "/v1/nodes" => return Ok((Route::Nodes, Method::GET)),
         _ => {}
@@ -278,6 +312,43 @@ async fn acquire(
     resource: Resource,
     request: AcquireRequest,
 ) -> Result<Response<Body>, ApiError> {
+    let started = Instant::now();
+    let result = try_acquire(agent, resource, request).await;
+    let outcome = match &result {
+        Ok(_) => Outcome::Acquired,
+        Err(e) if e.code == ErrorCode::Taken => Outcome::Taken,
+        Err(e) if e.code == ErrorCode::NoQuorum => Outcome::NoQuorum,
+        Err(_) => Outcome::Error,
+    };
+    agent
+        .metrics()
+        .acquire_wait
+        .with_label_values(&[outcome.as_str()])
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
+/// Counts a request as a waiter while it lives.
+struct Waiting<'a>(&'a Metrics);
+
+impl<'a> Waiting<'a> {
+    fn new(metrics: &'a Metrics) -> Waiting<'a> {
+        metrics.waiters.inc();
+        Waiting(metrics)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiters.dec();
+    }
+}
+
+async fn try_acquire(
+    agent: &Agent,
+    resource: Resource,
+    request: AcquireRequest,
+) -> Result<Response<Body>, ApiError> {
     let ttl = ttl(agent, request.ttl_ms)?;
     if let Some(owner) = &request.owner {
         if !token::valid_owner(owner) {
@@ -287,26 +358,41 @@ async fn acquire(
         }
     }
     let wait = Duration::from_millis(request.wait_ms.unwrap_or(0));
+    let _waiting = (!wait.is_zero()).then(|| Waiting::new(agent.metrics()));
     match agent
         .redlock()
         .acquire(&resource, ttl, request.owner.as_deref(), wait)
         .await
     {
-        Acquire::Granted(grant) => Ok(json(
-            StatusCode::OK,
-            &AcquireResponse {
-                resource: resource.to_string(),
-                validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
-                ttl_ms: millis(grant.ttl),
-                token: grant.token.into_string(),
-            },
-        )),
-        Acquire::Taken => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            ErrorCode::Taken,
-            format!("{resource} is locked by another holder"),
-        )),
-        Acquire::NoQuorum(message) => Err(no_quorum(message)),
+        Acquire::Granted(grant) => {
+            agent.grants().granted(
+                resource.as_str(),
+                grant.token.as_str(),
+                grant.granted_at,
+                grant.valid_until(),
+            );
+            Ok(json(
+                StatusCode::OK,
+                &AcquireResponse {
+                    resource: resource.to_string(),
+                    validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
+                    ttl_ms: millis(grant.ttl),
+                    token: grant.token.into_string(),
+                },
+            ))
+        }
+        Acquire::Taken => {
+            agent.metrics().fail(Failure::Taken);
+            Err(ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::Taken,
+                format!("{resource} is locked by another holder"),
+            ))
+        }
+        Acquire::NoQuorum(message) => {
+            agent.metrics().fail(Failure::NoQuorum);
+            Err(no_quorum(message))
+        }
     }
 }
 
@@ -317,20 +403,34 @@ async fn extend(
 ) -> Result<Response<Body>, ApiError> {
     let ttl = ttl(agent, request.ttl_ms)?;
     let token = Token::from_client(request.token);
+    let metrics = agent.metrics();
     match agent.redlock().extend(&resource, &token, ttl).await {
-        Extend::Extended { validity } => Ok(json(
-            StatusCode::OK,
-            &ExtendResponse {
-                validity_ms: millis(validity),
-                ttl_ms: millis(ttl),
-            },
-        )),
-        Extend::Lost => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            ErrorCode::Lost,
-            format!("{resource} was not extended on a quorum in time; the lock is lost"),
-        )),
-        Extend::NoQuorum(message) => Err(no_quorum(message)),
+        Extend::Extended { validity } => {
+            metrics.extensions.with_label_values(&["extended"]).inc();
+            agent
+                .grants()
+                .extended(resource.as_str(), token.as_str(), Instant::now() + validity);
+            Ok(json(
+                StatusCode::OK,
+                &ExtendResponse {
+                    validity_ms: millis(validity),
+                    ttl_ms: millis(ttl),
+                },
+            ))
+        }
+        Extend::Lost => {
+            metrics.extensions.with_label_values(&["lost"]).inc();
+            metrics.fail(Failure::ExtendFailed);
+            Err(ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::Lost,
+                format!("{resource} was not extended on a quorum in time; the lock is lost"),
+            ))
+        }
+        Extend::NoQuorum(message) => {
+            metrics.fail(Failure::NoQuorum);
+            Err(no_quorum(message))
+        }
     }
 }
 
@@ -341,6 +441,13 @@ async fn release(
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
     let released = agent.redlock().release(&resource, &token).await;
+    if released {
+        agent
+            .grants()
+            .released(resource.as_str(), token.as_str(), agent.metrics());
+    } else {
+        agent.metrics().fail(Failure::ReleaseFailed);
+    }
     Ok(json(StatusCode::OK, &ReleaseResponse { released }))
 }
 

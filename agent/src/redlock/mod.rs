@@ -22,6 +22,8 @@ pub use resource::{Resource, ResourceError};
 pub use token::Token;
 pub use validity::Drift;
 
+use crate::metrics::{Failure, Metrics, VoteLabel};
+
 /// The lock settings Redlock needs, taken from `lock.*` in the config.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -88,18 +90,20 @@ pub struct Redlock {
     nodes: Vec<Arc<Node>>,
     quorum: usize,
     settings: Settings,
+    metrics: Arc<Metrics>,
 }
 
 impl Redlock {
     /// # Panics
     /// If `nodes` is empty (the config refuses that).
-    pub fn new(nodes: Vec<Arc<Node>>, settings: Settings) -> Redlock {
+    pub fn new(nodes: Vec<Arc<Node>>, settings: Settings, metrics: Arc<Metrics>) -> Redlock {
         assert!(!nodes.is_empty(), "Redlock needs at least one master");
         let quorum = nodes.len() / 2 + 1;
         Redlock {
             nodes,
             quorum,
             settings,
+            metrics,
         }
     }
 
@@ -177,6 +181,9 @@ impl Redlock {
             let attempt = self.attempt(&usable, &key, &token, ttl).await;
             let last = match attempt {
                 Attempt::Granted(validity) => {
+                    self.metrics
+                        .validity_at_grant
+                        .observe(validity.as_secs_f64() / ttl.as_secs_f64());
                     return Acquire::Granted(Grant {
                         token,
                         ttl,
@@ -184,7 +191,11 @@ impl Redlock {
                         granted_at: Instant::now(),
                     });
                 }
-                Attempt::ValidityExhausted | Attempt::Taken => Acquire::Taken,
+                Attempt::ValidityExhausted => {
+                    self.metrics.fail(Failure::ValidityExhausted);
+                    Acquire::Taken
+                }
+                Attempt::Taken => Acquire::Taken,
                 Attempt::NoQuorum(message) => Acquire::NoQuorum(message),
             };
             // Undo the partial acquisition everywhere, including the masters
@@ -236,6 +247,7 @@ impl Redlock {
         let mut failures: Vec<String> = Vec::new();
         while let Some((node, vote)) = votes.next().await {
             pending -= 1;
+            self.metrics.vote(node.name(), vote_label(&vote));
             match vote {
                 Vote::Granted => granted += 1,
                 Vote::Taken => taken += 1,
@@ -249,7 +261,12 @@ impl Redlock {
                 // Let the stragglers finish on their own; their answers do
                 // not change the outcome.
                 if !votes.is_empty() {
-                    tokio::spawn(async move { while votes.next().await.is_some() {} });
+                    let metrics = Arc::clone(&self.metrics);
+                    tokio::spawn(async move {
+                        while let Some((node, vote)) = votes.next().await {
+                            metrics.vote(node.name(), vote_label(&vote));
+                        }
+                    });
                 }
                 return match self.settings.drift.validity(ttl, elapsed) {
                     Some(validity) => Attempt::Granted(validity),
@@ -260,8 +277,15 @@ impl Redlock {
                 break;
             }
         }
-        while votes.next().await.is_some() {}
-        if granted + taken + pending < self.quorum {
+        while let Some((node, vote)) = votes.next().await {
+            self.metrics.vote(node.name(), vote_label(&vote));
+            match vote {
+                Vote::Granted => granted += 1,
+                Vote::Taken => taken += 1,
+                Vote::Failed(_) => {}
+            }
+        }
+        if granted + taken < self.quorum {
             Attempt::NoQuorum(format!(
                 "{} of {} masters answered, quorum is {}; failed: {}",
                 granted + taken,
@@ -329,5 +353,14 @@ impl Redlock {
             Some(validity) => Extend::Extended { validity },
             None => Extend::Lost,
         }
+    }
+}
+
+fn vote_label(vote: &Vote) -> VoteLabel {
+    match vote {
+        Vote::Granted => VoteLabel::Granted,
+        Vote::Taken => VoteLabel::Taken,
+        Vote::Failed(NodeError::Timeout(_)) => VoteLabel::Timeout,
+        Vote::Failed(_) => VoteLabel::Error,
     }
 }

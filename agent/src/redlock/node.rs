@@ -12,7 +12,7 @@
 //!   a dead master); the health probe decides.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -20,6 +20,7 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKin
 use tokio::sync::Notify;
 
 use super::scripts;
+use crate::metrics::{Failure, Metrics, Op};
 use redlock_wire::NodeState;
 
 /// How a request to one master failed, classified so callers can branch and
@@ -203,12 +204,13 @@ pub struct Node {
     inner: Mutex<Inner>,
     /// Wakes the health task early after a request saw the connection fail.
     pub(crate) wake: Notify,
+    metrics: Arc<Metrics>,
 }
 
 impl Node {
     /// A node that is not connected yet (state `down`); the health task or
     /// [`Node::connect`] brings it up.
-    pub fn new(name: String, client: Client, timeout: Duration) -> Node {
+    pub fn new(name: String, client: Client, timeout: Duration, metrics: Arc<Metrics>) -> Node {
         Node {
             name,
             client,
@@ -231,6 +233,7 @@ impl Node {
                 unreachable: false,
             }),
             wake: Notify::new(),
+            metrics,
         }
     }
 
@@ -282,6 +285,13 @@ impl Node {
         let mut inner = self.lock();
         inner.quarantine_until = Some(inner.quarantine_until.map_or(until, |u| u.max(until)));
         inner.detector = Some(detector);
+    }
+
+    pub(crate) fn restart_detected(&self, detector: Detector) {
+        self.metrics
+            .node_restarts
+            .with_label_values(&[self.name.as_str(), detector.as_str()])
+            .inc();
     }
 
     pub(crate) fn set_identity(&self, identity: Option<Identity>) {
@@ -367,6 +377,7 @@ impl Node {
     }
 
     fn record_error(&self, error: NodeError) -> NodeError {
+        self.metrics.fail(Failure::NodeError);
         if error.drops_connection() {
             self.disconnect(&error);
             self.wake.notify_one();
@@ -383,7 +394,7 @@ impl Node {
     }
 
     /// Runs one request on the node's connection, bounded by the node timeout.
-    async fn request<T, F, Fut>(&self, op: F) -> Result<T, NodeError>
+    async fn request<T, F, Fut>(&self, kind: Op, op: F) -> Result<T, NodeError>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
@@ -391,13 +402,14 @@ impl Node {
         let Some(conn) = self.connection() else {
             return Err(NodeError::NotConnected);
         };
-        self.request_on(conn, op).await
+        self.request_on(kind, conn, op).await
     }
 
     /// Runs one request on `conn`, bounded by the node timeout; connection
     /// errors disconnect the node.
     async fn request_on<T, F, Fut>(
         &self,
+        kind: Op,
         conn: MultiplexedConnection,
         op: F,
     ) -> Result<T, NodeError>
@@ -405,7 +417,11 @@ impl Node {
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        match tokio::time::timeout(self.timeout, op(conn)).await {
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.timeout, op(conn)).await;
+        self.metrics
+            .node_request(&self.name, kind, started.elapsed());
+        match result {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
                 let error = match NodeError::classify(&e) {
@@ -421,7 +437,7 @@ impl Node {
     /// `SET key value NX PX ttl`.
     pub async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Vote {
         let result = self
-            .request(|mut conn| async move {
+            .request(Op::Acquire, |mut conn| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(value)
@@ -441,7 +457,7 @@ impl Node {
 
     /// Compare-and-delete. `Ok(true)` when this master held the token.
     pub async fn release(&self, key: &str, value: &str) -> Result<bool, NodeError> {
-        self.request(|mut conn| async move {
+        self.request(Op::Release, |mut conn| async move {
             scripts::RELEASE
                 .key(key)
                 .arg(value)
@@ -454,7 +470,7 @@ impl Node {
 
     /// Compare-and-pexpire. `Ok(true)` when this master held the token.
     pub async fn extend(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, NodeError> {
-        self.request(|mut conn| async move {
+        self.request(Op::Extend, |mut conn| async move {
             scripts::EXTEND
                 .key(key)
                 .arg(value)
@@ -477,7 +493,7 @@ impl Node {
     ) -> Result<(Duration, Option<Identity>), NodeError> {
         let start = Instant::now();
         let reply = self
-            .request_on(conn.clone(), |mut conn| async move {
+            .request_on(Op::Probe, conn.clone(), |mut conn| async move {
                 redis::cmd("INFO")
                     .arg("server")
                     .query_async::<String>(&mut conn)
@@ -516,7 +532,7 @@ impl Node {
         conn: &MultiplexedConnection,
     ) -> Result<Option<HashMap<String, String>>, NodeError> {
         match self
-            .request_on(conn.clone(), |mut conn| async move {
+            .request_on(Op::Probe, conn.clone(), |mut conn| async move {
                 redis::cmd("INFO").query_async::<String>(&mut conn).await
             })
             .await
@@ -530,7 +546,7 @@ impl Node {
     /// `CONFIG GET` of one parameter; `None` when refused or unknown.
     pub async fn config_get(&self, conn: &MultiplexedConnection, name: &str) -> Option<String> {
         let reply = self
-            .request_on(conn.clone(), |mut conn| async move {
+            .request_on(Op::Probe, conn.clone(), |mut conn| async move {
                 redis::cmd("CONFIG")
                     .arg("GET")
                     .arg(name)
@@ -555,7 +571,7 @@ impl Node {
         // SET NX GET: one round trip that says whether it existed and
         // writes it if not. No TTL: it must outlive every lock.
         let previous = self
-            .request_on(conn.clone(), |mut conn| async move {
+            .request_on(Op::Probe, conn.clone(), |mut conn| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg("redlock-agent incarnation marker")

@@ -1,0 +1,77 @@
+//! The locks this agent granted and that are not yet released: what
+//! `redlock_locks_held` counts and `redlock_hold_duration_seconds` measures.
+//!
+//! Bookkeeping only: safety never depends on it (the masters are the truth),
+//! so an agent restart that forgets it loses nothing but these figures.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::metrics::Metrics;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    token: String,
+    granted_at: Instant,
+    valid_until: Instant,
+}
+
+/// Grants by resource; at most one valid grant per resource can exist.
+#[derive(Debug, Default)]
+pub struct Grants {
+    // A std Mutex: short critical sections, never across an await.
+    by_resource: Mutex<HashMap<String, Entry>>,
+}
+
+impl Grants {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.by_resource.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn granted(&self, resource: &str, token: &str, granted_at: Instant, valid_until: Instant) {
+        self.lock().insert(
+            resource.to_string(),
+            Entry {
+                token: token.to_string(),
+                granted_at,
+                valid_until,
+            },
+        );
+    }
+
+    pub fn extended(&self, resource: &str, token: &str, valid_until: Instant) {
+        if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
+            entry.valid_until = valid_until;
+        }
+    }
+
+    /// Forgets a released grant and records how long it was held.
+    pub fn released(&self, resource: &str, token: &str, metrics: &Metrics) {
+        let mut grants = self.lock();
+        if grants.get(resource).is_some_and(|e| e.token == token) {
+            if let Some(entry) = grants.remove(resource) {
+                let end = Instant::now().min(entry.valid_until);
+                metrics
+                    .hold_duration
+                    .observe(end.duration_since(entry.granted_at).as_secs_f64());
+            }
+        }
+    }
+
+    /// Drops grants whose validity ran out (recording their hold up to
+    /// expiry) and returns how many are still held.
+    pub fn sweep(&self, now: Instant, metrics: &Metrics) -> usize {
+        let mut grants = self.lock();
+        grants.retain(|_, e| {
+            let live = e.valid_until > now;
+            if !live {
+                metrics
+                    .hold_duration
+                    .observe(e.valid_until.duration_since(e.granted_at).as_secs_f64());
+            }
+            live
+        });
+        grants.len()
+    }
+}

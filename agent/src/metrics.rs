@@ -1,0 +1,430 @@
+//! Every metric the agent exports, defined here and nowhere else.
+//!
+//! Names follow the Prometheus guide: prefix `redlock_`, base units,
+//! `_total` on counters. Label values come from closed sets only (the enums
+//! below, node names from the config, HTTP routes and codes); never a
+//! resource name or a token. Gauges that describe node state are computed
+//! from the nodes when scraped, so they cannot drift from `/v1/nodes`.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prometheus::{
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Every way a lock operation fails, for `redlock_failures_total{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Acquire: held by another holder until the wait ran out.
+    Taken,
+    /// Acquire or extend: fewer than a quorum of masters usable.
+    NoQuorum,
+    /// A quorum granted, but too slowly: no validity left after drift.
+    ValidityExhausted,
+    /// Extend: not extended on a quorum in time.
+    ExtendFailed,
+    /// A hold lost its lock (renewal failed or validity ran out).
+    Lost,
+    /// Release: the lock was no longer held on a quorum.
+    ReleaseFailed,
+    /// One master failed one request (counted per master and request).
+    NodeError,
+}
+
+impl Failure {
+    pub const ALL: [Failure; 7] = [
+        Failure::Taken,
+        Failure::NoQuorum,
+        Failure::ValidityExhausted,
+        Failure::ExtendFailed,
+        Failure::Lost,
+        Failure::ReleaseFailed,
+        Failure::NodeError,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::Taken => "taken",
+            Failure::NoQuorum => "no_quorum",
+            Failure::ValidityExhausted => "validity_exhausted",
+            Failure::ExtendFailed => "extend_failed",
+            Failure::Lost => "lost",
+            Failure::ReleaseFailed => "release_failed",
+            Failure::NodeError => "node_error",
+        }
+    }
+}
+
+/// How an acquire request ended, for `redlock_acquire_wait_seconds{outcome}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Acquired,
+    Taken,
+    NoQuorum,
+    Error,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Acquired,
+        Outcome::Taken,
+        Outcome::NoQuorum,
+        Outcome::Error,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Acquired => "acquired",
+            Outcome::Taken => "taken",
+            Outcome::NoQuorum => "no_quorum",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// One master's answer to one request, for `redlock_node_votes_total{vote}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VoteLabel {
+    Granted,
+    Taken,
+    Error,
+    Timeout,
+}
+
+impl VoteLabel {
+    pub const ALL: [VoteLabel; 4] = [
+        VoteLabel::Granted,
+        VoteLabel::Taken,
+        VoteLabel::Error,
+        VoteLabel::Timeout,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VoteLabel::Granted => "granted",
+            VoteLabel::Taken => "taken",
+            VoteLabel::Error => "error",
+            VoteLabel::Timeout => "timeout",
+        }
+    }
+}
+
+/// Requests to one master, for `redlock_node_request_duration_seconds{op}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Acquire,
+    Extend,
+    Release,
+    Probe,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Acquire => "acquire",
+            Op::Extend => "extend",
+            Op::Release => "release",
+            Op::Probe => "probe",
+        }
+    }
+}
+
+/// Kinds of leaked keys the scanner finds, for `redlock_leaked_keys{kind}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LeakKind {
+    /// No TTL: it never expires, a deadlock.
+    NoTtl,
+    /// A TTL above `lock.max_ttl`: set by something that bypassed the agent.
+    TtlOverMax,
+    /// On fewer than a quorum of masters on two scans in a row: debris of a
+    /// partial acquisition.
+    Minority,
+}
+
+impl LeakKind {
+    pub const ALL: [LeakKind; 3] = [LeakKind::NoTtl, LeakKind::TtlOverMax, LeakKind::Minority];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeakKind::NoTtl => "no_ttl",
+            LeakKind::TtlOverMax => "ttl_over_max",
+            LeakKind::Minority => "minority",
+        }
+    }
+}
+
+/// Buckets from 0.5ms to 30s.
+const WAIT_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+const NODE_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+const HOLD_BUCKETS: &[f64] = &[
+    0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+const RATIO_BUCKETS: &[f64] = &[0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0];
+const SCAN_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
+
+/// The agent's metrics and the registry that serves them.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    pub acquire_wait: HistogramVec,
+    pub failures: IntCounterVec,
+    pub node_up: IntGaugeVec,
+    pub node_quarantined: IntGaugeVec,
+    pub node_quarantine_remaining: GaugeVec,
+    pub node_restarts: IntCounterVec,
+    pub node_request_duration: HistogramVec,
+    pub node_votes: IntCounterVec,
+    pub quorum_size: IntGauge,
+    pub usable_nodes: IntGauge,
+    pub quorum_available: IntGauge,
+    pub locks_held: IntGauge,
+    pub waiters: IntGauge,
+    pub hold_duration: Histogram,
+    pub extensions: IntCounterVec,
+    pub validity_at_grant: Histogram,
+    pub leaked_keys: IntGaugeVec,
+    pub leak_scan_duration: Histogram,
+    pub leak_scan_keys: IntCounter,
+    pub leak_scan_last_success: Gauge,
+    pub api_requests: IntCounterVec,
+    pub build_info: IntGaugeVec,
+}
+
+fn histogram_vec(name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
+    // Cannot fail: names, labels and buckets are constants checked by the
+    // scrape test.
+    HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .expect("valid histogram")
+}
+
+fn histogram(name: &str, help: &str, buckets: &[f64]) -> Histogram {
+    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+        .expect("valid histogram")
+}
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter")
+}
+
+fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge")
+}
+
+impl Metrics {
+    /// Registers every metric, with the per-node series of `nodes` and
+    /// every closed label value present from the start (at zero), so
+    /// dashboards and alerts see them before the first event.
+    pub fn new(nodes: &[String]) -> Metrics {
+        let m = Metrics {
+            registry: Registry::new(),
+            acquire_wait: histogram_vec(
+                "redlock_acquire_wait_seconds",
+                "Time from an acquire request to its answer, waiting included, by outcome.",
+                &["outcome"],
+                WAIT_BUCKETS,
+            ),
+            failures: counter_vec(
+                "redlock_failures_total",
+                "Lock operations that failed, by reason (taken, no_quorum, validity_exhausted, extend_failed, lost, release_failed, node_error).",
+                &["reason"],
+            ),
+            node_up: gauge_vec(
+                "redlock_node_up",
+                "1 when the master is connected and answering (quarantined included), else 0.",
+                &["node"],
+            ),
+            node_quarantined: gauge_vec(
+                "redlock_node_quarantined",
+                "1 while the master is kept out of locking after a restart (delayed restart).",
+                &["node"],
+            ),
+            node_quarantine_remaining: GaugeVec::new(
+                Opts::new(
+                    "redlock_node_quarantine_remaining_seconds",
+                    "Seconds until a quarantined master takes part in locks again; 0 when not quarantined.",
+                ),
+                &["node"],
+            )
+            .expect("valid gauge"),
+            node_restarts: counter_vec(
+                "redlock_node_restarts_detected_total",
+                "Master restarts detected, by detector (reconnect, run_id, uptime, marker).",
+                &["node", "detector"],
+            ),
+            node_request_duration: histogram_vec(
+                "redlock_node_request_duration_seconds",
+                "Duration of requests to one master, by operation (acquire, extend, release, probe).",
+                &["node", "op"],
+                NODE_BUCKETS,
+            ),
+            node_votes: counter_vec(
+                "redlock_node_votes_total",
+                "Answers of each master to SET NX during acquire (granted, taken, error, timeout).",
+                &["node", "vote"],
+            ),
+            quorum_size: IntGauge::new("redlock_quorum_size", "Masters needed for a lock: N/2+1 of the configured N.")
+                .expect("valid gauge"),
+            usable_nodes: IntGauge::new(
+                "redlock_usable_nodes",
+                "Masters that may take part in a lock now (up and not quarantined).",
+            )
+            .expect("valid gauge"),
+            quorum_available: IntGauge::new(
+                "redlock_quorum_available",
+                "1 when at least a quorum of masters is usable, else 0.",
+            )
+            .expect("valid gauge"),
+            locks_held: IntGauge::new(
+                "redlock_locks_held",
+                "Locks granted through this agent and still valid.",
+            )
+            .expect("valid gauge"),
+            waiters: IntGauge::new("redlock_waiters", "Requests waiting for a lock in this agent.").expect("valid gauge"),
+            hold_duration: histogram(
+                "redlock_hold_duration_seconds",
+                "How long locks granted through this agent were held, from grant to release or loss.",
+                HOLD_BUCKETS,
+            ),
+            extensions: counter_vec(
+                "redlock_extensions_total",
+                "Lock extensions, by result (extended, lost).",
+                &["result"],
+            ),
+            validity_at_grant: histogram(
+                "redlock_validity_at_grant_ratio",
+                "Validity left at grant as a fraction of the TTL; low values mean slow masters or a large drift factor.",
+                RATIO_BUCKETS,
+            ),
+            leaked_keys: gauge_vec(
+                "redlock_leaked_keys",
+                "Leaked lock keys found by the last scan, by kind (no_ttl, ttl_over_max, minority).",
+                &["node", "kind"],
+            ),
+            leak_scan_duration: histogram(
+                "redlock_leak_scan_duration_seconds",
+                "Duration of one leaked-key scan over every master.",
+                SCAN_BUCKETS,
+            ),
+            leak_scan_keys: IntCounter::new(
+                "redlock_leak_scan_keys_total",
+                "Lock keys examined by the leaked-key scanner.",
+            )
+            .expect("valid counter"),
+            leak_scan_last_success: Gauge::new(
+                "redlock_leak_scan_last_success_timestamp_seconds",
+                "Unix time of the last scan that reached every master it could.",
+            )
+            .expect("valid gauge"),
+            api_requests: counter_vec(
+                "redlock_api_requests_total",
+                "API requests, by route and HTTP status code.",
+                &["route", "code"],
+            ),
+            build_info: gauge_vec("redlock_build_info", "Always 1; the agent's version as a label.", &["version"]),
+        };
+        m.register_all();
+        m.quorum_size
+            .set(i64::try_from(nodes.len() / 2 + 1).unwrap_or(i64::MAX));
+        m.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        for outcome in Outcome::ALL {
+            m.acquire_wait.with_label_values(&[outcome.as_str()]);
+        }
+        for failure in Failure::ALL {
+            m.failures.with_label_values(&[failure.as_str()]);
+        }
+        for result in ["extended", "lost"] {
+            m.extensions.with_label_values(&[result]);
+        }
+        for node in nodes {
+            m.node_up.with_label_values(&[node]);
+            m.node_quarantined.with_label_values(&[node]);
+            m.node_quarantine_remaining.with_label_values(&[node]);
+            for vote in VoteLabel::ALL {
+                m.node_votes.with_label_values(&[node, vote.as_str()]);
+            }
+            for kind in LeakKind::ALL {
+                m.leaked_keys.with_label_values(&[node, kind.as_str()]);
+            }
+            for detector in ["reconnect", "run_id", "uptime", "marker"] {
+                m.node_restarts.with_label_values(&[node, detector]);
+            }
+        }
+        m
+    }
+
+    fn register_all(&self) {
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(self.acquire_wait.clone()),
+            Box::new(self.failures.clone()),
+            Box::new(self.node_up.clone()),
+            Box::new(self.node_quarantined.clone()),
+            Box::new(self.node_quarantine_remaining.clone()),
+            Box::new(self.node_restarts.clone()),
+            Box::new(self.node_request_duration.clone()),
+            Box::new(self.node_votes.clone()),
+            Box::new(self.quorum_size.clone()),
+            Box::new(self.usable_nodes.clone()),
+            Box::new(self.quorum_available.clone()),
+            Box::new(self.locks_held.clone()),
+            Box::new(self.waiters.clone()),
+            Box::new(self.hold_duration.clone()),
+            Box::new(self.extensions.clone()),
+            Box::new(self.validity_at_grant.clone()),
+            Box::new(self.leaked_keys.clone()),
+            Box::new(self.leak_scan_duration.clone()),
+            Box::new(self.leak_scan_keys.clone()),
+            Box::new(self.leak_scan_last_success.clone()),
+            Box::new(self.api_requests.clone()),
+            Box::new(self.build_info.clone()),
+        ];
+        for collector in collectors {
+            // Cannot fail: each name is registered once, here.
+            self.registry
+                .register(collector)
+                .expect("unique metric names");
+        }
+    }
+
+    pub fn fail(&self, failure: Failure) {
+        self.failures.with_label_values(&[failure.as_str()]).inc();
+    }
+
+    pub fn vote(&self, node: &str, vote: VoteLabel) {
+        self.node_votes
+            .with_label_values(&[node, vote.as_str()])
+            .inc();
+    }
+
+    pub fn node_request(&self, node: &str, op: Op, took: Duration) {
+        self.node_request_duration
+            .with_label_values(&[node, op.as_str()])
+            .observe(took.as_secs_f64());
+    }
+
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        // Cannot fail: writing to a Vec.
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("encode metrics");
+        out
+    }
+}
+
+/// Seconds since the Unix epoch, for timestamp gauges.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
