@@ -11,6 +11,7 @@ use crate::grants::Grants;
 use crate::health::{self, HealthSettings};
 use crate::metrics::Metrics;
 use crate::redlock::{Drift, Node, Redlock, Settings};
+use crate::scanner::{ScanSettings, Scanner};
 
 /// State shared by every request.
 #[derive(Debug)]
@@ -20,6 +21,7 @@ pub struct Agent {
     health: HealthSettings,
     metrics: Arc<Metrics>,
     grants: Grants,
+    scanner: Arc<Scanner>,
 }
 
 /// Why the agent could not start.
@@ -70,12 +72,23 @@ impl Agent {
             marker_key: format!("{}{}", config.lock.key_prefix, health::MARKER_SUFFIX),
             masters_fresh: false,
         };
+        let scanner = Arc::new(Scanner::new(
+            ScanSettings {
+                config: config.leak_scan.clone(),
+                key_prefix: config.lock.key_prefix.clone(),
+                marker_key: health.marker_key.clone(),
+                max_ttl: config.lock.max_ttl,
+                quorum: config.quorum(),
+            },
+            Arc::clone(&metrics),
+        ));
         Ok(Agent {
             redlock: Redlock::new(nodes, settings, Arc::clone(&metrics)),
             config,
             health,
             metrics,
             grants: Grants::default(),
+            scanner,
         })
     }
 
@@ -93,6 +106,10 @@ impl Agent {
 
     pub fn grants(&self) -> &Grants {
         &self.grants
+    }
+
+    pub fn scanner(&self) -> &Scanner {
+        &self.scanner
     }
 
     /// The text exposition, with the gauges that mirror node and lock state
@@ -185,10 +202,11 @@ impl Bound {
                 tracing::warn!(node = node.name(), same_as = ?shared, "two configured masters reach the same server; its votes count twice");
             }
         }
-        let health_tasks: Vec<_> = nodes
+        let mut tasks: Vec<_> = nodes
             .iter()
             .map(|node| tokio::spawn(health::watch(Arc::clone(node), Arc::clone(&settings))))
             .collect();
+        tasks.push(tokio::spawn(Arc::clone(&agent.scanner).run(nodes.to_vec())));
 
         let status = crate::api::routes::nodes_response(&agent);
         tracing::info!(
@@ -207,7 +225,7 @@ impl Bound {
         }
 
         server::serve(Arc::clone(&agent), socket, tcp, shutdown).await;
-        for task in health_tasks {
+        for task in tasks {
             task.abort();
         }
         tracing::info!("stopped");

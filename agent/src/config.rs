@@ -29,6 +29,7 @@ pub struct Config {
     pub lock: LockConfig,
     pub health: HealthConfig,
     pub delayed_restart: DelayedRestartConfig,
+    pub leak_scan: LeakScanConfig,
     pub shutdown: ShutdownConfig,
 }
 
@@ -93,6 +94,27 @@ pub struct DelayedRestartConfig {
     pub enabled: bool,
     #[serde(serialize_with = "ser_duration")]
     pub extra: Duration,
+}
+
+/// What the leaked-key scanner does with what it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Repair {
+    /// Report only.
+    None,
+    /// Give keys without a TTL one of `lock.max_ttl`. Nothing is ever deleted.
+    Expire,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LeakScanConfig {
+    #[serde(serialize_with = "ser_duration")]
+    pub interval: Duration,
+    /// `SCAN ... COUNT` hint per call.
+    pub count: u64,
+    /// Upper bound on keys examined per second on each master.
+    pub keys_per_second: u64,
+    pub repair: Repair,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -401,6 +423,7 @@ fn read_config(tree: Value, errors: &mut Vec<FieldError>) -> Option<Config> {
     let health_tree = top.raw("health");
     let restart_tree = top.raw("delayed_restart");
     let shutdown_tree = top.raw("shutdown");
+    let leak_tree = top.raw("leak_scan");
     top.finish();
 
     let socket = read_socket(socket_tree.unwrap_or(Value::Null), errors);
@@ -428,6 +451,26 @@ fn read_config(tree: Value, errors: &mut Vec<FieldError>) -> Option<Config> {
     };
     s.finish();
 
+    let mut s = Section::new("leak_scan", leak_tree.unwrap_or(Value::Null), errors);
+    let leak_scan = LeakScanConfig {
+        interval: s.duration("interval", Duration::from_secs(30)),
+        count: s.take("count", "a whole number").unwrap_or(500),
+        keys_per_second: s.take("keys_per_second", "a whole number").unwrap_or(5000),
+        repair: s
+            .take("repair", "\"none\" or \"expire\"")
+            .unwrap_or(Repair::None),
+    };
+    if leak_scan.interval.is_zero() {
+        s.error("interval", "must be above zero");
+    }
+    if leak_scan.count == 0 {
+        s.error("count", "must be at least 1");
+    }
+    if leak_scan.keys_per_second == 0 {
+        s.error("keys_per_second", "must be at least 1");
+    }
+    s.finish();
+
     let mut s = Section::new("shutdown", shutdown_tree.unwrap_or(Value::Null), errors);
     let shutdown = ShutdownConfig {
         grace: s.duration("grace", Duration::from_secs(10)),
@@ -442,6 +485,7 @@ fn read_config(tree: Value, errors: &mut Vec<FieldError>) -> Option<Config> {
         lock,
         health,
         delayed_restart,
+        leak_scan,
         shutdown,
     })
 }

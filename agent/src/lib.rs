@@ -12,6 +12,7 @@
 //!   and quarantines a master that came back (delayed restart); topology checks.
 //! - [`grants`]: the locks this agent granted, for the lock metrics.
 //! - [`metrics`]: every metric, defined in one place.
+//! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
 //! - [`api`]: HTTP routes ([`api::routes`]) and the listeners
 //!   ([`api::server`]); the wire types are in the `redlock-wire` crate.
 //! - [`agent`]: the shared state and `run`, which wires the rest together.
@@ -28,6 +29,7 @@ pub mod grants;
 pub mod health;
 pub mod metrics;
 pub mod redlock;
+pub mod scanner;
 pub mod shutdown;
 
 pub use agent::{run, Agent, Bound};

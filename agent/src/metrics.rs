@@ -117,6 +117,8 @@ pub enum Op {
     Extend,
     Release,
     Probe,
+    /// The leaked-key scanner's SCAN, PTTL and PEXPIRE.
+    Scan,
 }
 
 impl Op {
@@ -126,6 +128,7 @@ impl Op {
             Op::Extend => "extend",
             Op::Release => "release",
             Op::Probe => "probe",
+            Op::Scan => "scan",
         }
     }
 }
@@ -261,7 +264,7 @@ impl Metrics {
             ),
             node_request_duration: histogram_vec(
                 "redlock_node_request_duration_seconds",
-                "Duration of requests to one master, by operation (acquire, extend, release, probe).",
+                "Duration of requests to one master, by operation (acquire, extend, release, probe, scan).",
                 &["node", "op"],
                 NODE_BUCKETS,
             ),

@@ -88,6 +88,7 @@ enum Route {
     Readyz,
     Metrics,
     Nodes,
+    Leaks,
     Lock(Resource, LockAction),
 }
 
@@ -124,6 +125,7 @@ fn route_label(path: &str) -> &'static str {
         "/readyz" => "readyz",
         "/metrics" => "metrics",
         "/v1/nodes" => "nodes",
+        "/v1/leaks" => "leaks",
         _ if path.starts_with("/v1/locks/") => match path.rsplit('/').next() {
             Some("acquire") => "acquire",
             Some("extend") => "extend",
@@ -172,6 +174,7 @@ async fn dispatch(
             ))
         }
         Route::Nodes => Ok(json(StatusCode::OK, &nodes_response(agent))),
+        Route::Leaks => Ok(json(StatusCode::OK, &agent.scanner().report())),
         Route::Metrics => {
             let mut response = Response::new(Full::new(Bytes::from(agent.scrape())).boxed());
             response.headers_mut().insert(
@@ -205,6 +208,7 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
         "/metrics" => return Ok((Route::Metrics, Method::GET)),
         _ if surface == Surface::Metrics => return Err(not_found()),
         "/v1/nodes" => return Ok((Route::Nodes, Method::GET)),
+        "/v1/leaks" => return Ok((Route::Leaks, Method::GET)),
         _ => {}
     }
     let rest = path.strip_prefix("/v1/locks/").ok_or_else(not_found)?;

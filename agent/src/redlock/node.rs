@@ -585,6 +585,67 @@ impl Node {
     }
 }
 
+impl Node {
+    /// One `SCAN cursor MATCH pattern COUNT count`, then the PTTL of every
+    /// key it returned, in one pipeline.
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or fails.
+    pub async fn scan_pttl(
+        &self,
+        cursor: u64,
+        pattern: &str,
+        count: u64,
+    ) -> Result<(u64, Vec<(String, i64)>), NodeError> {
+        let (next, keys): (u64, Vec<String>) = self
+            .request(Op::Scan, |mut conn| async move {
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(count)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        if keys.is_empty() {
+            return Ok((next, Vec::new()));
+        }
+        let pipeline_keys = keys.clone();
+        let pttls: Vec<i64> = self
+            .request(Op::Scan, |mut conn| async move {
+                let mut pipe = redis::pipe();
+                for key in &pipeline_keys {
+                    pipe.cmd("PTTL").arg(key);
+                }
+                pipe.query_async(&mut conn).await
+            })
+            .await?;
+        Ok((next, keys.into_iter().zip(pttls).collect()))
+    }
+
+    /// `PEXPIRE key ms` on a key that has no TTL (the scanner's repair);
+    /// `Ok(true)` when a TTL was set.
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or fails.
+    pub async fn expire_if_persistent(&self, key: &str, ttl: Duration) -> Result<bool, NodeError> {
+        // PEXPIRE ... NX (Redis 7) sets a TTL only where there is none, so a
+        // key re-acquired since the scan keeps its own.
+        self.request(Op::Scan, |mut conn| async move {
+            redis::cmd("PEXPIRE")
+                .arg(key)
+                .arg(ttl_ms(ttl))
+                .arg("NX")
+                .query_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(|n| n == 1)
+    }
+}
+
 /// Parses `INFO` text into its `key:value` fields.
 pub fn info_fields(text: &str) -> HashMap<String, String> {
     text.lines()

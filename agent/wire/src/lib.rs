@@ -127,6 +127,51 @@ pub struct NodesResponse {
     pub nodes: Vec<NodeStatus>,
 }
 
+/// One leaked key in `GET /v1/leaks`. Shows the resource, never the value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeakedKey {
+    pub resource: String,
+    /// `no_ttl`, `ttl_over_max` or `minority`.
+    pub kind: String,
+    /// The key's TTL when scanned; absent for keys without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pttl_ms: Option<u64>,
+}
+
+/// The last scan of one master.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeLeaks {
+    pub node: String,
+    /// Unix time in ms when the scan of this master ended.
+    pub scanned_at_ms: u64,
+    pub duration_ms: u64,
+    pub keys_scanned: u64,
+    /// Why this master could not be scanned; its counts are then zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub no_ttl: u64,
+    pub ttl_over_max: u64,
+    pub minority: u64,
+    /// TTLs given to `no_ttl` keys when `leak_scan.repair` is `expire`.
+    pub repaired: u64,
+    /// The leaked keys, at most [`MAX_LEAKED_KEYS_SHOWN`] per master.
+    pub keys: Vec<LeakedKey>,
+}
+
+/// How many leaked keys `/v1/leaks` lists per master.
+pub const MAX_LEAKED_KEYS_SHOWN: usize = 100;
+
+/// 200 answer to `GET /v1/leaks`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaksResponse {
+    /// Scans so far; 0 until the first one ends (then `nodes` is empty).
+    pub scans: u64,
+    pub interval_ms: u64,
+    /// `none` or `expire`.
+    pub repair: String,
+    pub nodes: Vec<NodeLeaks>,
+}
+
 /// Machine-readable error codes. The set only grows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

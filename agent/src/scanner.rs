@@ -1,0 +1,255 @@
+//! The leaked-key scanner: every `leak_scan.interval`, SCAN each master for
+//! keys under the prefix, read their PTTL in pipelines (rate-limited), and
+//! report the keys that will not go away by themselves.
+//!
+//! Kinds: `no_ttl` (PTTL -1: a deadlock), `ttl_over_max` (longer than
+//! `lock.max_ttl`: written around the agent), `minority` (on fewer than a
+//! quorum of masters on two scans in a row: debris of a partial
+//! acquisition). The scanner never deletes; with `repair: expire` it gives
+//! `no_ttl` keys a TTL of `lock.max_ttl`. The incarnation marker is skipped.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redlock_wire::{LeakedKey, LeaksResponse, NodeLeaks, MAX_LEAKED_KEYS_SHOWN};
+
+use crate::config::{LeakScanConfig, Repair};
+use crate::metrics::{unix_now, LeakKind, Metrics};
+use crate::redlock::{Node, NodeError};
+
+/// What the scanner needs to know.
+#[derive(Debug, Clone)]
+pub struct ScanSettings {
+    pub config: LeakScanConfig,
+    pub key_prefix: String,
+    /// Never reported or repaired.
+    pub marker_key: String,
+    pub max_ttl: Duration,
+    pub quorum: usize,
+}
+
+/// One master's keys from one scan.
+#[derive(Debug, Default)]
+struct NodeScan {
+    /// Every key under the prefix with its PTTL (-1: none).
+    keys: HashMap<String, i64>,
+    duration: Duration,
+    repaired: u64,
+    error: Option<NodeError>,
+}
+
+/// The scanner's memory: the last report and the minority candidates of
+/// the previous scan.
+#[derive(Debug)]
+pub struct Scanner {
+    settings: ScanSettings,
+    metrics: Arc<Metrics>,
+    // A std Mutex: replaced once per scan, read by `/v1/leaks`.
+    last: Mutex<LeaksResponse>,
+    previous_minority: Mutex<HashSet<String>>,
+}
+
+impl Scanner {
+    pub fn new(settings: ScanSettings, metrics: Arc<Metrics>) -> Scanner {
+        let last = LeaksResponse {
+            scans: 0,
+            interval_ms: millis(settings.config.interval),
+            repair: match settings.config.repair {
+                Repair::None => "none",
+                Repair::Expire => "expire",
+            }
+            .to_string(),
+            nodes: Vec::new(),
+        };
+        Scanner {
+            settings,
+            metrics,
+            last: Mutex::new(last),
+            previous_minority: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The last report, for `GET /v1/leaks`.
+    pub fn report(&self) -> LeaksResponse {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Scans forever, one round per interval; returns only when aborted.
+    pub async fn run(self: Arc<Self>, nodes: Vec<Arc<Node>>) {
+        loop {
+            tokio::time::sleep(self.settings.config.interval).await;
+            self.scan(&nodes).await;
+        }
+    }
+
+    /// One round over every master at once.
+    pub async fn scan(&self, nodes: &[Arc<Node>]) {
+        let started = Instant::now();
+        let scans = futures::future::join_all(nodes.iter().map(|n| self.scan_node(n))).await;
+        self.metrics
+            .leak_scan_duration
+            .observe(started.elapsed().as_secs_f64());
+
+        let failed = scans.iter().filter(|s| s.error.is_some()).count();
+        let mut holders: HashMap<&str, usize> = HashMap::new();
+        for scan in &scans {
+            for key in scan.keys.keys() {
+                *holders.entry(key.as_str()).or_default() += 1;
+            }
+        }
+        // A key is on a minority when even the masters that could not be
+        // scanned would not make up a quorum with the ones that have it.
+        let minority_now: HashSet<String> = holders
+            .iter()
+            .filter(|&(_, &count)| count + failed < self.settings.quorum)
+            .map(|(key, _)| key.to_string())
+            .collect();
+        let confirmed: HashSet<String> = {
+            let mut previous = self
+                .previous_minority
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let confirmed = minority_now.intersection(&previous).cloned().collect();
+            *previous = minority_now;
+            confirmed
+        };
+
+        let scanned_at_ms = (unix_now() * 1000.0) as u64;
+        let mut reports = Vec::with_capacity(nodes.len());
+        for (node, scan) in nodes.iter().zip(&scans) {
+            let report = self.node_report(node, scan, &confirmed, scanned_at_ms);
+            for (kind, count) in [
+                (LeakKind::NoTtl, report.no_ttl),
+                (LeakKind::TtlOverMax, report.ttl_over_max),
+                (LeakKind::Minority, report.minority),
+            ] {
+                self.metrics
+                    .leaked_keys
+                    .with_label_values(&[node.name(), kind.as_str()])
+                    .set(i64::try_from(count).unwrap_or(i64::MAX));
+            }
+            if report.no_ttl + report.ttl_over_max + report.minority > 0 {
+                tracing::warn!(
+                    node = node.name(),
+                    no_ttl = report.no_ttl,
+                    ttl_over_max = report.ttl_over_max,
+                    minority = report.minority,
+                    repaired = report.repaired,
+                    "leaked lock keys"
+                );
+            }
+            reports.push(report);
+        }
+        // Masters that are down are skipped, not failures of the scanner.
+        let scanner_failed = scans.iter().any(|s| {
+            s.error
+                .as_ref()
+                .is_some_and(|e| *e != NodeError::NotConnected)
+        });
+        if !scanner_failed {
+            self.metrics.leak_scan_last_success.set(unix_now());
+        }
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.scans += 1;
+        last.nodes = reports;
+    }
+
+    fn node_report(
+        &self,
+        node: &Node,
+        scan: &NodeScan,
+        minority: &HashSet<String>,
+        scanned_at_ms: u64,
+    ) -> NodeLeaks {
+        let max_ttl_ms = i64::try_from(self.settings.max_ttl.as_millis()).unwrap_or(i64::MAX);
+        let mut leaked: BTreeSet<(LeakKind, &str, i64)> = BTreeSet::new();
+        for (key, &pttl) in &scan.keys {
+            if pttl == -1 {
+                leaked.insert((LeakKind::NoTtl, key, pttl));
+            } else if pttl > max_ttl_ms {
+                leaked.insert((LeakKind::TtlOverMax, key, pttl));
+            }
+            if minority.contains(key) {
+                leaked.insert((LeakKind::Minority, key, pttl));
+            }
+        }
+        let count = |kind| leaked.iter().filter(|(k, _, _)| *k == kind).count() as u64;
+        NodeLeaks {
+            node: node.name().to_string(),
+            scanned_at_ms,
+            duration_ms: millis(scan.duration),
+            keys_scanned: scan.keys.len() as u64,
+            error: scan.error.as_ref().map(ToString::to_string),
+            no_ttl: count(LeakKind::NoTtl),
+            ttl_over_max: count(LeakKind::TtlOverMax),
+            minority: count(LeakKind::Minority),
+            repaired: scan.repaired,
+            keys: leaked
+                .iter()
+                .take(MAX_LEAKED_KEYS_SHOWN)
+                .map(|(kind, key, pttl)| LeakedKey {
+                    resource: key
+                        .strip_prefix(self.settings.key_prefix.as_str())
+                        .unwrap_or(key)
+                        .to_string(),
+                    kind: kind.as_str().to_string(),
+                    pttl_ms: u64::try_from(*pttl).ok(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Walks one master's keyspace under the prefix, at most
+    /// `keys_per_second` keys a second.
+    async fn scan_node(&self, node: &Node) -> NodeScan {
+        let started = Instant::now();
+        let mut scan = NodeScan::default();
+        let pattern = format!("{}*", self.settings.key_prefix);
+        let config = &self.settings.config;
+        let mut cursor = 0;
+        loop {
+            let (next, batch) = match node.scan_pttl(cursor, &pattern, config.count).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    scan.error = Some(e);
+                    scan.keys.clear();
+                    break;
+                }
+            };
+            for (key, pttl) in batch {
+                if key == self.settings.marker_key || pttl == -2 {
+                    continue; // the marker, or a key that expired meanwhile
+                }
+                self.metrics.leak_scan_keys.inc();
+                if pttl == -1 && config.repair == Repair::Expire {
+                    match node.expire_if_persistent(&key, self.settings.max_ttl).await {
+                        Ok(true) => {
+                            scan.repaired += 1;
+                            tracing::info!(node = node.name(), key = %key, "gave a key without TTL one of lock.max_ttl");
+                        }
+                        Ok(false) => {}
+                        Err(e) => tracing::warn!(node = node.name(), error = %e, "repair failed"),
+                    }
+                }
+                scan.keys.insert(key, pttl);
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+            // Rate limit: never ahead of keys_per_second.
+            let due =
+                Duration::from_secs_f64(scan.keys.len() as f64 / config.keys_per_second as f64);
+            if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(ahead).await;
+            }
+        }
+        scan.duration = started.elapsed();
+        scan
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,175 @@
+//! The leaked-key scanner against real masters: what it reports, what it
+//! leaves alone, and its repair.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{wait_for, Cluster, TestAgent};
+use serde_json::{json, Value};
+
+const FAST_SCAN: &str = "lock:\n  max_ttl: 60s\nleak_scan:\n  interval: 150ms\n  count: 10\n";
+
+async fn leaks_after(agent: &TestAgent, scans: u64) -> Value {
+    wait_for(
+        &format!("{scans} scans"),
+        Duration::from_secs(20),
+        || async {
+            agent.get("/v1/leaks").await.unwrap().1["scans"]
+                .as_u64()
+                .unwrap()
+                >= scans
+        },
+    )
+    .await;
+    agent.get("/v1/leaks").await.unwrap().1
+}
+
+fn node<'a>(leaks: &'a Value, name: &str) -> &'a Value {
+    leaks["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == name)
+        .unwrap()
+}
+
+async fn pttl(cluster: &Cluster, i: usize, key: &str) -> i64 {
+    let mut conn = cluster.redis(i).await;
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Keys without TTL, with a TTL over max_ttl, and on a minority are found;
+/// live locks, keys outside the prefix and the marker are not.
+#[tokio::test]
+async fn finds_each_kind_of_leak_and_nothing_else() {
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(&cluster, FAST_SCAN).await;
+    let mut conn = cluster.redis(0).await;
+    let _: () = redis::cmd("SET")
+        .arg("redlock:stuck")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("other:no-ttl")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("redlock: incarnation")
+        .arg("m")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    cluster
+        .plant(1, "redlock:forever-ish", "v", 3_600_000)
+        .await;
+    cluster.plant(2, "redlock:debris", "v", 50_000).await;
+    agent.acquire_ok("live", json!({"ttl_ms": 30000})).await;
+    // Filler keys so the scan needs several SCAN calls (count 10).
+    for i in 0..40 {
+        cluster
+            .plant(0, &format!("redlock:filler-{i}"), "v", 50_000)
+            .await;
+        cluster
+            .plant(1, &format!("redlock:filler-{i}"), "v", 50_000)
+            .await;
+    }
+
+    let leaks = leaks_after(&agent, 3).await;
+    let r1 = node(&leaks, "r1");
+    assert_eq!(r1["no_ttl"], 1, "{leaks}");
+    assert_eq!(
+        r1["keys"][0],
+        json!({"resource": "stuck", "kind": "no_ttl"}),
+        "{leaks}"
+    );
+    assert_eq!(
+        r1["keys_scanned"],
+        1 + 1 + 40,
+        "stuck, live and the fillers: {leaks}"
+    );
+    let r2 = node(&leaks, "r2");
+    assert_eq!(r2["ttl_over_max"], 1, "{leaks}");
+    let r3 = node(&leaks, "r3");
+    assert_eq!(r3["minority"], 1, "{leaks}");
+    assert!(r3["keys"].to_string().contains("debris"), "{leaks}");
+    // r1's stuck key is on one master of three, so also a minority.
+    assert_eq!(r1["minority"], 1, "{leaks}");
+    assert!(
+        !leaks.to_string().contains("live"),
+        "a held lock is no leak: {leaks}"
+    );
+    assert!(!leaks.to_string().contains("incarnation"), "{leaks}");
+    assert!(!leaks.to_string().contains("other:"), "{leaks}");
+    assert_eq!(leaks["repair"], "none");
+    // Report only: nothing was changed.
+    assert_eq!(pttl(&cluster, 0, "redlock:stuck").await, -1);
+    assert_eq!(pttl(&cluster, 0, "other:no-ttl").await, -1);
+}
+
+/// `repair: expire` gives keys without TTL one of max_ttl, only under the
+/// prefix, and deletes nothing.
+#[tokio::test]
+async fn repair_expire_sets_a_ttl_and_deletes_nothing() {
+    let cluster = Cluster::start(1);
+    let agent = TestAgent::start(
+        &cluster,
+        "lock:\n  max_ttl: 20s\nleak_scan:\n  interval: 100ms\n  repair: expire\n",
+    )
+    .await;
+    let mut conn = cluster.redis(0).await;
+    let _: () = redis::cmd("SET")
+        .arg("redlock:stuck")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("other:no-ttl")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    wait_for("the repair", Duration::from_secs(10), || async {
+        pttl(&cluster, 0, "redlock:stuck").await > 0
+    })
+    .await;
+    let ttl = pttl(&cluster, 0, "redlock:stuck").await;
+    assert!(ttl <= 20_000, "{ttl}");
+    assert_eq!(cluster.get(0, "redlock:stuck").await.as_deref(), Some("v"));
+    assert_eq!(
+        pttl(&cluster, 0, "other:no-ttl").await,
+        -1,
+        "outside the prefix: untouched"
+    );
+    let leaks = agent.get("/v1/leaks").await.unwrap().1;
+    assert_eq!(leaks["repair"], "expire");
+}
+
+/// A master that is down is reported with its error, and locks held on a
+/// quorum of the others are not mistaken for minority debris.
+#[tokio::test]
+async fn down_masters_do_not_make_live_locks_look_like_debris() {
+    let mut cluster = Cluster::start(5);
+    let agent = TestAgent::start(&cluster, FAST_SCAN).await;
+    cluster.masters[3].kill();
+    cluster.masters[4].kill();
+    agent.wait_usable(3).await;
+    agent.acquire_ok("held", json!({"ttl_ms": 30000})).await;
+    let first = agent.get("/v1/leaks").await.unwrap().1["scans"]
+        .as_u64()
+        .unwrap();
+    let leaks = leaks_after(&agent, first + 3).await;
+    assert!(node(&leaks, "r4")["error"].as_str().is_some(), "{leaks}");
+    for name in ["r1", "r2", "r3"] {
+        assert_eq!(node(&leaks, name)["minority"], 0, "{leaks}");
+    }
+}
