@@ -12,9 +12,9 @@ else
   cargo test --workspace --no-fail-fast
 fi
 
-for suite in dashboards/tests/run.sh helm/tests/run.sh; do
-  if [ -f "$suite" ]; then
-    echo "== $suite"
-    bash "$suite"
-  fi
-done
+# Dashboards and alerts (promtool, a real Prometheus), then the Helm chart
+# (the real Helm engine, Kubernetes schemas); each makes its own venv.
+echo "== dashboards/tests/run.sh"
+bash dashboards/tests/run.sh
+echo "== helm/tests/run.sh"
+bash helm/tests/run.sh

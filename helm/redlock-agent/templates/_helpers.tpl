@@ -1,0 +1,225 @@
+{{/*
+Names, labels and the agent configuration.
+
+Every helper here takes a "root-shaped" dict ({Chart, Release, Values}):
+either the chart's own root context `$`, or the scope that
+"redlock-agent.scope" builds for an application chart that includes the
+sidecar (see _sidecar.tpl).
+*/}}
+
+{{/* The chart name, or nameOverride. */}}
+{{- define "redlock-agent.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The prefix of every resource name: fullnameOverride, else "<release>-<name>",
+else just the release name when it already contains the chart name.
+Capped at 63 characters, the limit of a DNS label.
+*/}}
+{{- define "redlock-agent.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "<chart>-<version>" for the helm.sh/chart label. */}}
+{{- define "redlock-agent.chart" -}}
+{{- printf "%s-%s" .Chart.Name (.Chart.Version | default "0") | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The labels that select this release's pods; never change them after install. */}}
+{{- define "redlock-agent.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "redlock-agent.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels on every resource. */}}
+{{- define "redlock-agent.labels" -}}
+helm.sh/chart: {{ include "redlock-agent.chart" . }}
+{{ include "redlock-agent.selectorLabels" . }}
+{{- with .Chart.AppVersion }}
+app.kubernetes.io/version: {{ . | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: redlock
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* "repository:tag" or "repository@digest" from an image block; the tag defaults to appVersion. */}}
+{{- define "redlock-agent.image" -}}
+{{- $image := .image -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $image.repository (toString ($image.tag | default .appVersion)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Name of the Secret holding the masters' password (auth.existingSecret or the chart-created one). */}}
+{{- define "redlock-agent.authSecretName" -}}
+{{- .Values.auth.existingSecret | default (printf "%s-auth" (include "redlock-agent.fullname" .)) -}}
+{{- end -}}
+
+{{/* Name of the agent's ConfigMap. */}}
+{{- define "redlock-agent.configMapName" -}}
+{{- printf "%s-config" (include "redlock-agent.fullname" .) -}}
+{{- end -}}
+
+{{/*
+The masters the agent locks over, as a YAML list of
+{name, url, secretName, secretKey}; secretName is empty when the master
+needs no password. Deployed masters are "<fullname>-master-<i>", i = 1..N,
+reached through their own Service; external ones come from values as given.
+*/}}
+{{- define "redlock-agent.masterList" -}}
+{{- $masters := list -}}
+{{- $auth := .Values.auth -}}
+{{- if .Values.masters.deploy -}}
+{{- $prefix := include "redlock-agent.fullname" . | trunc 45 | trimSuffix "-" -}}
+{{- range $i := untilStep 1 (add1 (int .Values.masters.count) | int) 1 -}}
+{{- $svc := printf "%s-master-%d" $prefix $i -}}
+{{- $url := printf "redis://%s.%s.svc.%s:%d" $svc $.Release.Namespace $.Values.clusterDomain (int $.Values.masters.port) -}}
+{{- $m := dict "name" (printf "master-%d" $i) "url" $url "resourceName" $svc "secretName" "" "secretKey" "" -}}
+{{- if $auth.enabled -}}
+{{- $_ := set $m "secretName" (include "redlock-agent.authSecretName" $) -}}
+{{- $_ := set $m "secretKey" $auth.existingSecretPasswordKey -}}
+{{- end -}}
+{{- $masters = append $masters $m -}}
+{{- end -}}
+{{- else -}}
+{{- range $ext := .Values.masters.external -}}
+{{- $m := dict "name" $ext.name "url" $ext.url "resourceName" "" "secretName" "" "secretKey" "" -}}
+{{- $own := get $ext "passwordSecret" -}}
+{{- if $own -}}
+{{- $_ := set $m "secretName" $own.name -}}
+{{- $_ := set $m "secretKey" $own.key -}}
+{{- else if $auth.enabled -}}
+{{- $_ := set $m "secretName" (include "redlock-agent.authSecretName" $) -}}
+{{- $_ := set $m "secretKey" $auth.existingSecretPasswordKey -}}
+{{- end -}}
+{{- $masters = append $masters $m -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $masters -}}
+{{- end -}}
+
+{{/* Where the agent reads master i's password from (1-based). */}}
+{{- define "redlock-agent.passwordFile" -}}
+{{- printf "/var/run/secrets/redlock/%s" . -}}
+{{- end -}}
+{{- define "redlock-agent.passwordEnv" -}}
+{{- printf "REDLOCK_MASTER_%d_PASSWORD" (int .) -}}
+{{- end -}}
+
+{{/*
+Refuse values the agent would refuse, or that would break Redlock's
+guarantees, with a message naming the value. The schema catches most of
+these first; this also covers `--skip-schema-validation` and what JSON
+Schema cannot say (an odd number of external masters, unique names).
+*/}}
+{{- define "redlock-agent.validate" -}}
+{{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "sidecar.native: native sidecars (initContainers with restartPolicy Always) need Kubernetes 1.29 or later, this cluster runs %s; set sidecar.native=false" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- $m := .Values.masters -}}
+{{- $n := 0 -}}
+{{- if $m.deploy -}}
+{{- if $m.external -}}
+{{- fail "masters: set either masters.deploy=true (the chart runs the masters) or masters.external (masters run elsewhere), not both" -}}
+{{- end -}}
+{{- $n = int $m.count -}}
+{{- range $arg := $m.extraArgs -}}
+{{- if regexMatch "(?i)(replicaof|slaveof)" (toString $arg) -}}
+{{- fail (printf "masters.extraArgs: %q: Redlock masters are independent; replication is not allowed" (toString $arg)) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $m.pdb.enabled (gt (int $m.pdb.maxUnavailable) (div (sub $n 1) 2)) -}}
+{{- fail (printf "masters.pdb.maxUnavailable: %d would let voluntary disruptions break the quorum of %d masters; use at most %d" (int $m.pdb.maxUnavailable) $n (div (sub $n 1) 2)) -}}
+{{- end -}}
+{{- else -}}
+{{- $n = len $m.external -}}
+{{- if eq $n 0 -}}
+{{- fail "masters.external: empty while masters.deploy=false; list the masters the agent locks over" -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $i, $ext := $m.external -}}
+{{- if hasKey $seen $ext.name -}}
+{{- fail (printf "masters.external[%d].name: %q is used twice; master names must be unique" $i $ext.name) -}}
+{{- end -}}
+{{- $_ := set $seen $ext.name true -}}
+{{- if not (regexMatch "^rediss?://" $ext.url) -}}
+{{- fail (printf "masters.external[%d].url: not a redis:// or rediss:// URL: %q" $i $ext.url) -}}
+{{- end -}}
+{{- if (urlParse $ext.url).userinfo -}}
+{{- if contains ":" (urlParse $ext.url).userinfo -}}
+{{- fail (printf "masters.external[%d].url: contains a password; it would land in the ConfigMap. Put it in a Secret and set masters.external[%d].passwordSecret" $i $i) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not (get $ext "passwordSecret")) $.Values.auth.enabled (not $.Values.auth.existingSecret) (not $.Values.auth.password) -}}
+{{- fail (printf "masters.external[%d]: auth.enabled=true but no password is known for it; set masters.external[%d].passwordSecret, auth.existingSecret or auth.password (or auth.enabled=false)" $i $i) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if eq (mod $n 2) 0 -}}
+{{- fail (printf "masters: %d masters is an even number; Redlock needs an odd N (3, 5, 7) so that N/2+1 is a strict majority" $n) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The agent's config.yaml, key for key as in config.example.yaml.
+Passwords are never inlined: each master points at a password_file (a
+mounted Secret) or a password_env (an env var from a Secret).
+*/}}
+{{- define "redlock-agent.config" -}}
+{{- $c := .Values.config -}}
+socket:
+  path: {{ printf "%s/%s" $c.socket.dir $c.socket.name | quote }}
+  mode: {{ $c.socket.mode | quote }}
+metrics:
+  listen: {{ printf "%s:%d" $c.metrics.address (int $c.metrics.port) | quote }}
+log:
+  format: {{ $c.log.format }}
+  level: {{ $c.log.level | quote }}
+masters:
+{{- range $i, $m := include "redlock-agent.masterList" . | fromYamlArray }}
+  - name: {{ $m.name | quote }}
+    url: {{ $m.url | quote }}
+    {{- if $m.secretName }}
+    {{- if eq $.Values.auth.agentDelivery "env" }}
+    password_env: {{ include "redlock-agent.passwordEnv" (add1 $i) }}
+    {{- else }}
+    password_file: {{ include "redlock-agent.passwordFile" $m.name | quote }}
+    {{- end }}
+    {{- end }}
+{{- end }}
+lock:
+  key_prefix: {{ $c.lock.keyPrefix | quote }}
+  default_ttl: {{ $c.lock.defaultTtl | quote }}
+  max_ttl: {{ $c.lock.maxTtl | quote }}
+  node_timeout: {{ $c.lock.nodeTimeout | quote }}
+  drift_factor: {{ $c.lock.driftFactor }}
+  retry_delay: {{ $c.lock.retryDelay | quote }}
+  retry_jitter: {{ $c.lock.retryJitter | quote }}
+health:
+  interval: {{ $c.health.interval | quote }}
+delayed_restart:
+  enabled: {{ $c.delayedRestart.enabled }}
+  extra: {{ $c.delayedRestart.extra | quote }}
+leak_scan:
+  interval: {{ $c.leakScan.interval | quote }}
+  count: {{ int $c.leakScan.count }}
+  keys_per_second: {{ int $c.leakScan.keysPerSecond }}
+  repair: {{ $c.leakScan.repair }}
+shutdown:
+  grace: {{ $c.shutdown.grace | quote }}
+{{- end -}}

@@ -1,0 +1,168 @@
+"""values.yaml and values.schema.json: bad values are refused with a message
+naming the value; every key is documented; the schema is strict on our
+blocks."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from typing import Any
+
+import helm_python
+import pytest
+import yaml
+
+from conftest import CHART
+
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+VALUES_TEXT = (CHART / "values.yaml").read_text()
+VALUES = yaml.safe_load(VALUES_TEXT)
+
+EXTERNAL3 = [
+    {"name": "r1", "url": "redis://r1:6379"},
+    {"name": "r2", "url": "redis://r2:6379"},
+    {"name": "r3", "url": "redis://r3:6379"},
+]
+
+# (id, values, words the error must contain)
+REFUSED = [
+    ("even-master-count", {"masters": {"count": 4}}, ["/masters/count", "one of 1, 3, 5, 7, 9"]),
+    ("zero-masters", {"masters": {"count": 0}}, ["/masters/count"]),
+    ("unknown-top-level-key", {"replicaCount": 3}, ["additional properties 'replicaCount' not allowed"]),
+    ("unknown-nested-key", {"config": {"lock": {"ttl": "10s"}}}, ["/config/lock", "'ttl' not allowed"]),
+    ("unknown-master-key", {"masters": {"replicas": 2}}, ["/masters", "'replicas' not allowed"]),
+    ("ttl-not-a-duration", {"config": {"lock": {"defaultTtl": "ten seconds"}}}, ["/config/lock/defaultTtl", "does not match pattern"]),
+    ("ttl-a-bare-number", {"config": {"lock": {"maxTtl": 10}}}, ["/config/lock/maxTtl", "want string"]),
+    ("ttl-without-unit", {"config": {"lock": {"nodeTimeout": "50"}}}, ["/config/lock/nodeTimeout"]),
+    ("grace-not-a-duration", {"config": {"shutdown": {"grace": "soon"}}}, ["/config/shutdown/grace"]),
+    ("drift-too-large", {"config": {"lock": {"driftFactor": 0.5}}}, ["/config/lock/driftFactor"]),
+    ("socket-mode-unquoted", {"config": {"socket": {"mode": 660}}}, ["/config/socket/mode", "want string"]),
+    ("socket-mode-not-octal", {"config": {"socket": {"mode": "0999"}}}, ["/config/socket/mode"]),
+    ("log-format", {"config": {"log": {"format": "xml"}}}, ["/config/log/format"]),
+    ("key-prefix-glob", {"config": {"lock": {"keyPrefix": "locks:*"}}}, ["/config/lock/keyPrefix"]),
+    ("metrics-host-name", {"config": {"metrics": {"address": "localhost"}}}, ["/config/metrics/address"]),
+    ("replication-in-extra-args", {"masters": {"extraArgs": ["--replicaof", "x 6379"]}}, ["/masters/extraArgs/0"]),
+    ("external-url-not-redis", {"masters": {"deploy": False, "external": [{"name": "a", "url": "http://a:6379"}]}}, ["/masters/external/0/url"]),
+    ("external-master-unknown-key", {"masters": {"deploy": False, "external": [{"name": "a", "url": "redis://a", "password": "x"}]}}, ["/masters/external/0", "'password' not allowed"]),
+    ("agent-delivery", {"auth": {"agentDelivery": "volume"}}, ["/auth/agentDelivery"]),
+    # Refused by the templates (what JSON Schema cannot say).
+    ("even-external-count", {"masters": {"deploy": False, "external": EXTERNAL3[:2]}, "auth": {"enabled": False}}, ["2 masters is an even number"]),
+    ("no-external-masters", {"masters": {"deploy": False}}, ["masters.external: empty while masters.deploy=false"]),
+    ("deploy-and-external", {"masters": {"external": EXTERNAL3}}, ["not both"]),
+    ("duplicate-external-names", {"masters": {"deploy": False, "external": [EXTERNAL3[0], EXTERNAL3[1], EXTERNAL3[0]]}, "auth": {"enabled": False}}, ['masters.external[2].name: "r1" is used twice']),
+    ("password-in-external-url", {"masters": {"deploy": False, "external": [{"name": "a", "url": "redis://:hunter2@a:6379"}]}, "auth": {"enabled": False}}, ["masters.external[0].url: contains a password", "passwordSecret"]),
+    ("external-auth-without-password", {"masters": {"deploy": False, "external": EXTERNAL3}}, ["masters.external[0]: auth.enabled=true but no password is known"]),
+    ("pdb-breaks-quorum", {"masters": {"count": 5, "pdb": {"maxUnavailable": 3}}}, ["masters.pdb.maxUnavailable: 3", "use at most 2"]),
+]
+
+
+@pytest.mark.parametrize("values, words", [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
+def test_bad_values_are_refused_with_a_clear_message(chart, values, words):
+    with pytest.raises(helm_python.HelmError) as caught:
+        chart.render(values, name="rl", namespace="locks")
+    message = str(caught.value)
+    for word in words:
+        assert word in message, f"{word!r} not in the error:\n{message}"
+    assert "password" not in words or "hunter2" not in message
+
+
+def test_password_in_url_is_not_echoed_back(chart):
+    with pytest.raises(helm_python.HelmError) as caught:
+        chart.render(
+            {"masters": {"deploy": False, "external": [{"name": "a", "url": "redis://:hunter2@a:6379"}]}, "auth": {"enabled": False}},
+            name="rl",
+            namespace="locks",
+        )
+    assert "hunter2" not in str(caught.value)
+
+
+def test_template_checks_hold_without_the_schema(tmp_path):
+    """With no schema check (--skip-schema-validation, or a parent chart's
+    values slipping past it), the templates still refuse an even N."""
+    copy = tmp_path / "redlock-agent"
+    shutil.copytree(CHART, copy)
+    (copy / "values.schema.json").unlink()
+    with helm_python.Chart.load(copy) as unchecked:
+        with pytest.raises(helm_python.HelmError) as caught:
+            unchecked.render({"masters": {"count": 4}}, name="rl", namespace="locks")
+    assert "4 masters is an even number" in str(caught.value)
+
+
+def test_defaults_pass_the_schema(chart):
+    chart.validate_schema({})
+    chart.validate_schema(VALUES)
+
+
+# --- documentation ----------------------------------------------------------
+
+
+def leaf_paths(tree: Any, prefix: str = "") -> set[str]:
+    """Dotted paths of every value that is not a non-empty mapping."""
+    if isinstance(tree, dict) and tree:
+        out: set[str] = set()
+        for key, value in tree.items():
+            out |= leaf_paths(value, f"{prefix}.{key}" if prefix else key)
+        return out
+    return {prefix}
+
+
+PARAMS = re.findall(r"^\s*## @param (\S+) \S", VALUES_TEXT, re.M)
+
+
+def test_every_values_key_has_a_param_comment():
+    """Every value is documented by `## @param <path> <description>` on itself
+    or on the block that holds it (e.g. a resources map)."""
+    documented = set(PARAMS)
+    missing = [p for p in sorted(leaf_paths(VALUES)) if not any(p == d or p.startswith(d + ".") for d in documented)]
+    assert not missing, f"values without a ## @param comment: {missing}"
+
+
+def test_every_param_comment_names_a_real_key():
+    assert len(PARAMS) == len(set(PARAMS)), "a key is documented twice"
+    for path in PARAMS:
+        node: Any = VALUES
+        for part in path.split("."):
+            assert isinstance(node, dict) and part in node, f"## @param {path}: no such key in values.yaml"
+            node = node[part]
+
+
+def test_param_comment_sits_right_above_its_key():
+    lines = VALUES_TEXT.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\s*)## @param (\S+) ", line)
+        if not m:
+            continue
+        key = m.group(2).rsplit(".", 1)[-1]
+        following = next(l for l in lines[i + 1 :] if l.strip() and not l.strip().startswith("## @param"))
+        assert re.match(rf"^{m.group(1)}{re.escape(key)}:", following), f"line {i + 1}: @param {m.group(2)} is not above its key"
+
+
+def schema_nodes(node: dict, path: str = ""):
+    yield path, node
+    for key, sub in (node.get("properties") or {}).items():
+        yield from schema_nodes(sub, f"{path}.{key}" if path else key)
+    if isinstance(node.get("items"), dict) and node["items"].get("properties"):
+        yield from schema_nodes(node["items"], f"{path}[]")
+
+
+def test_schema_describes_every_property_and_is_strict_on_our_blocks():
+    for path, node in schema_nodes(SCHEMA):
+        assert node.get("description"), f"schema {path or '<root>'}: no description"
+        if "properties" in node:
+            assert node.get("additionalProperties") is False, f"schema {path or '<root>'}: not strict"
+
+
+def test_schema_and_values_have_the_same_keys():
+    """Each values.yaml key is in the schema, and the schema has no key values.yaml lacks."""
+
+    def walk(values: dict, schema: dict, path: str):
+        props = schema.get("properties")
+        if props is None:
+            return
+        assert set(values) == set(props), f"{path or '<root>'}: values {sorted(set(values) ^ set(props))} differ from the schema"
+        for key, value in values.items():
+            if isinstance(value, dict):
+                walk(value, props[key], f"{path}.{key}" if path else key)
+
+    walk(VALUES, SCHEMA, "")
