@@ -64,6 +64,109 @@ pub struct ReleaseResponse {
     pub released: bool,
 }
 
+/// Body of `POST /v1/locks/{resource}/hold`: a lock tied to this connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Ends the hold with `lost` (reason `max_hold`) after this long;
+    /// defaults to `lock.max_hold`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold_ms: Option<u64>,
+}
+
+/// One line of a hold's `application/x-ndjson` stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum HoldEvent {
+    /// First line: the lock is held.
+    Acquired {
+        token: String,
+        validity_ms: u64,
+        ttl_ms: u64,
+    },
+    /// Extended on a quorum; valid for `validity_ms` from now.
+    Renewed { validity_ms: u64 },
+    /// Last line, sent before the validity ends: stop using the lock.
+    /// `reason`: `renew_failed`, `no_quorum`, `max_hold` or `shutdown`.
+    Lost { reason: String },
+}
+
+/// One master's copy of a lock key in `GET /v1/locks`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeKey {
+    pub node: String,
+    /// `held` (same holder as the quorum), `missing`, `other` (a different
+    /// holder) or `unknown` (the master could not be read).
+    pub state: String,
+    /// TTL left on this master when read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pttl_ms: Option<u64>,
+}
+
+/// One lock key found on the masters, never with its token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    pub resource: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Time until fewer than a quorum of masters hold it (for locks held
+    /// through this agent: the validity it granted); absent without a quorum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validity_ms: Option<u64>,
+    /// One entry per configured master, in config order.
+    pub nodes: Vec<NodeKey>,
+    /// A quorum of masters hold the same value.
+    pub quorum_agrees: bool,
+    /// Granted through this agent (by acquire or a hold) and not released.
+    pub held_here: bool,
+    /// This agent's requests waiting for this resource.
+    pub waiters: u64,
+}
+
+/// 200 answer to `GET /v1/locks`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocksResponse {
+    pub quorum: usize,
+    /// Master names in config order (the columns of `nodes` in each lock).
+    pub masters: Vec<String>,
+    pub locks: Vec<LockInfo>,
+    /// More keys exist than were listed.
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+/// 200 answer to `POST /v1/locks/{resource}/force-release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForceReleaseResponse {
+    /// Masters on which a key was deleted.
+    pub deleted: usize,
+    /// Masters that could not be reached.
+    pub failed: Vec<String>,
+}
+
+/// 200 answer to `GET /v1/summary`: cumulative figures since start, for
+/// clients that compute rates and percentiles from two readings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryResponse {
+    pub version: String,
+    pub uptime_ms: u64,
+    /// Acquire answers by outcome (`acquired`, `taken`, `no_quorum`, `error`).
+    pub acquires: std::collections::BTreeMap<String, u64>,
+    /// Failures by reason, as in `redlock_failures_total`.
+    pub failures: std::collections::BTreeMap<String, u64>,
+    /// Acquire wait histogram: `(upper bound in seconds, cumulative count)`,
+    /// all outcomes together; the last bound is `+Inf` as `f64::MAX`.
+    pub wait_buckets: Vec<(f64, u64)>,
+    pub locks_held: u64,
+    pub waiters: u64,
+}
+
 /// State of one master as the agent sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
