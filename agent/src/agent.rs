@@ -12,6 +12,7 @@ use crate::health::{self, HealthSettings};
 use crate::metrics::Metrics;
 use crate::redlock::{Drift, Node, Redlock, Settings};
 use crate::scanner::{ScanSettings, Scanner};
+use crate::waiters::{self, Waiters};
 
 /// State shared by every request.
 #[derive(Debug)]
@@ -22,6 +23,7 @@ pub struct Agent {
     metrics: Arc<Metrics>,
     grants: Grants,
     scanner: Arc<Scanner>,
+    waiters: Arc<Waiters>,
 }
 
 /// Why the agent could not start.
@@ -61,6 +63,7 @@ impl Agent {
         }
         let settings = Settings {
             key_prefix: config.lock.key_prefix.clone(),
+            release_channel: format!("{}released", config.lock.key_prefix),
             drift: Drift::new(config.lock.drift_factor),
             retry_delay: config.lock.retry_delay,
             retry_jitter: config.lock.retry_jitter,
@@ -82,6 +85,7 @@ impl Agent {
             },
             Arc::clone(&metrics),
         ));
+        let waiters = Arc::new(Waiters::new(config.lock.key_prefix.clone(), Arc::clone(&metrics)));
         Ok(Agent {
             redlock: Redlock::new(nodes, settings, Arc::clone(&metrics)),
             config,
@@ -89,6 +93,7 @@ impl Agent {
             metrics,
             grants: Grants::default(),
             scanner,
+            waiters,
         })
     }
 
@@ -110,6 +115,10 @@ impl Agent {
 
     pub fn scanner(&self) -> &Scanner {
         &self.scanner
+    }
+
+    pub fn waiters(&self) -> &Waiters {
+        &self.waiters
     }
 
     /// The text exposition, with the gauges that mirror node and lock state
@@ -207,6 +216,14 @@ impl Bound {
             .map(|node| tokio::spawn(health::watch(Arc::clone(node), Arc::clone(&settings))))
             .collect();
         tasks.push(tokio::spawn(Arc::clone(&agent.scanner).run(nodes.to_vec())));
+        let channel = &agent.redlock().settings().release_channel;
+        for node in nodes {
+            tasks.push(tokio::spawn(waiters::listen(
+                Arc::clone(node),
+                channel.clone(),
+                Arc::clone(&agent.waiters),
+            )));
+        }
 
         let status = crate::api::routes::nodes_response(&agent);
         tracing::info!(

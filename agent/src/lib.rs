@@ -13,6 +13,8 @@
 //! - [`grants`]: the locks this agent granted, for the lock metrics.
 //! - [`metrics`]: every metric, defined in one place.
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
+//! - [`waiters`]: per-resource FIFO queues; only the head competes, woken by
+//!   releases here or, through pub/sub, on other agents.
 //! - [`api`]: HTTP routes ([`api::routes`]) and the listeners
 //!   ([`api::server`]); the wire types are in the `redlock-wire` crate.
 //! - [`agent`]: the shared state and `run`, which wires the rest together.
@@ -31,6 +33,7 @@ pub mod metrics;
 pub mod redlock;
 pub mod scanner;
 pub mod shutdown;
+pub mod waiters;
 
 pub use agent::{run, Agent, Bound};
 pub use config::Config;

@@ -16,6 +16,7 @@ use redlock_wire::{LeakedKey, LeaksResponse, NodeLeaks, MAX_LEAKED_KEYS_SHOWN};
 
 use crate::config::{LeakScanConfig, Repair};
 use crate::metrics::{unix_now, LeakKind, Metrics};
+use crate::redlock::node::KeyState;
 use crate::redlock::{Node, NodeError};
 
 /// What the scanner needs to know.
@@ -209,7 +210,7 @@ impl Scanner {
         let config = &self.settings.config;
         let mut cursor = 0;
         loop {
-            let (next, batch) = match node.scan_pttl(cursor, &pattern, config.count).await {
+            let (next, batch) = match node.scan_keys(cursor, &pattern, config.count).await {
                 Ok(answer) => answer,
                 Err(e) => {
                     scan.error = Some(e);
@@ -217,7 +218,7 @@ impl Scanner {
                     break;
                 }
             };
-            for (key, pttl) in batch {
+            for KeyState { key, pttl, .. } in batch {
                 if key == self.settings.marker_key || pttl == -2 {
                     continue; // the marker, or a key that expired meanwhile
                 }

@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::agent::Agent;
-use crate::metrics::{Failure, Metrics, Outcome};
+use crate::metrics::{Failure, Outcome};
 use crate::redlock::{token, Acquire, Extend, Resource, Token};
 
 /// Largest request body read.
@@ -332,22 +332,6 @@ async fn acquire(
     result
 }
 
-/// Counts a request as a waiter while it lives.
-struct Waiting<'a>(&'a Metrics);
-
-impl<'a> Waiting<'a> {
-    fn new(metrics: &'a Metrics) -> Waiting<'a> {
-        metrics.waiters.inc();
-        Waiting(metrics)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.waiters.dec();
-    }
-}
-
 async fn try_acquire(
     agent: &Agent,
     resource: Resource,
@@ -362,10 +346,9 @@ async fn try_acquire(
         }
     }
     let wait = Duration::from_millis(request.wait_ms.unwrap_or(0));
-    let _waiting = (!wait.is_zero()).then(|| Waiting::new(agent.metrics()));
     match agent
-        .redlock()
-        .acquire(&resource, ttl, request.owner.as_deref(), wait)
+        .waiters()
+        .acquire(agent.redlock(), &resource, ttl, request.owner.as_deref(), wait)
         .await
     {
         Acquire::Granted(grant) => {
@@ -449,6 +432,7 @@ async fn release(
         agent
             .grants()
             .released(resource.as_str(), token.as_str(), agent.metrics());
+        agent.waiters().released(resource.as_str());
     } else {
         agent.metrics().fail(Failure::ReleaseFailed);
     }

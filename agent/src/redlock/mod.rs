@@ -28,6 +28,9 @@ use crate::metrics::{Failure, Metrics, VoteLabel};
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub key_prefix: String,
+    /// Where the release script announces releases, so waiters on every
+    /// agent wake at once: `<key_prefix>released`.
+    pub release_channel: String,
     pub drift: Drift,
     pub retry_delay: Duration,
     pub retry_jitter: Duration,
@@ -123,6 +126,11 @@ impl Redlock {
         resource.key(&self.settings.key_prefix)
     }
 
+    /// At least a quorum of masters may take part in a lock right now.
+    pub fn quorum_usable(&self) -> bool {
+        self.nodes.iter().filter(|n| n.is_usable()).count() >= self.quorum
+    }
+
     fn usable(&self) -> Vec<Arc<Node>> {
         self.nodes
             .iter()
@@ -159,59 +167,48 @@ impl Redlock {
         )
     }
 
-    /// Acquires `resource` for `ttl`, retrying after a random delay while
-    /// `wait` lasts. A failed round is released on every master before the
-    /// next one.
-    pub async fn acquire(
-        &self,
-        resource: &Resource,
-        ttl: Duration,
-        owner: Option<&str>,
-        wait: Duration,
-    ) -> Acquire {
-        let deadline = Instant::now() + wait;
-        let key = self.key(resource);
-        loop {
-            let usable = self.usable();
-            if usable.len() < self.quorum {
-                return Acquire::NoQuorum(self.describe_unusable());
-            }
-            let token = Token::generate(owner);
-            let started = Instant::now();
-            let attempt = self.attempt(&usable, &key, &token, ttl).await;
-            let last = match attempt {
-                Attempt::Granted(validity) => {
-                    self.metrics
-                        .validity_at_grant
-                        .observe(validity.as_secs_f64() / ttl.as_secs_f64());
-                    return Acquire::Granted(Grant {
-                        token,
-                        ttl,
-                        validity,
-                        granted_at: Instant::now(),
-                    });
-                }
-                Attempt::ValidityExhausted => {
-                    self.metrics.fail(Failure::ValidityExhausted);
-                    Acquire::Taken
-                }
-                Attempt::Taken => Acquire::Taken,
-                Attempt::NoQuorum(message) => Acquire::NoQuorum(message),
-            };
-            // Undo the partial acquisition everywhere, including the masters
-            // that seemed not to answer: their SET may still have landed.
-            self.release_all(&key, &token).await;
-            tracing::debug!(%resource, elapsed = ?started.elapsed(), outcome = ?last, "acquire round failed");
-            let delay = self.retry_delay();
-            if Instant::now() + delay >= deadline {
-                return last;
-            }
-            tokio::time::sleep(delay).await;
+    /// One round of Redlock for `resource`: a fresh token, `SET NX PX` on
+    /// every usable master at once, granted on a quorum with validity left.
+    /// A failed round is released on every master before this returns.
+    /// Waiting and retrying are the caller's ([`crate::waiters`]).
+    pub async fn acquire_once(&self, resource: &Resource, ttl: Duration, owner: Option<&str>) -> Acquire {
+        let usable = self.usable();
+        if usable.len() < self.quorum {
+            return Acquire::NoQuorum(self.describe_unusable());
         }
+        let key = self.key(resource);
+        let token = Token::generate(owner);
+        let started = Instant::now();
+        let outcome = match self.attempt(&usable, &key, &token, ttl).await {
+            Attempt::Granted(validity) => {
+                self.metrics
+                    .validity_at_grant
+                    .observe(validity.as_secs_f64() / ttl.as_secs_f64());
+                return Acquire::Granted(Grant {
+                    token,
+                    ttl,
+                    validity,
+                    granted_at: Instant::now(),
+                });
+            }
+            Attempt::ValidityExhausted => {
+                self.metrics.fail(Failure::ValidityExhausted);
+                Acquire::Taken
+            }
+            Attempt::Taken => Acquire::Taken,
+            Attempt::NoQuorum(message) => Acquire::NoQuorum(message),
+        };
+        // Undo the partial acquisition everywhere, including the masters
+        // that seemed not to answer: their SET may still have landed.
+        self.release_all(&key, &token).await;
+        tracing::debug!(%resource, elapsed = ?started.elapsed(), ?outcome, "acquire round failed");
+        outcome
     }
 
-    fn retry_delay(&self) -> Duration {
-        let jitter = self.settings.retry_jitter.as_micros() as u64;
+    /// The pause before another round: `retry_delay` plus a random part of
+    /// `retry_jitter`, so contenders on different agents drift apart.
+    pub fn retry_delay(&self) -> Duration {
+        let jitter = u64::try_from(self.settings.retry_jitter.as_micros()).unwrap_or(u64::MAX);
         let extra = if jitter == 0 {
             0
         } else {
@@ -304,7 +301,10 @@ impl Redlock {
         let results = futures::future::join_all(
             self.nodes
                 .iter()
-                .map(|node| async move { node.release(key, token.as_str()).await }),
+                .map(|node| async move {
+                    node.release(key, token.as_str(), &self.settings.release_channel)
+                        .await
+                }),
         )
         .await;
         results

@@ -245,6 +245,11 @@ impl Node {
         self.timeout
     }
 
+    /// The master's client, for connections of another kind (pub/sub).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // Poisoning needs a panic while the lock is held; the critical
         // sections cannot panic, so recover the data rather than spread it.
@@ -456,11 +461,12 @@ impl Node {
     }
 
     /// Compare-and-delete. `Ok(true)` when this master held the token.
-    pub async fn release(&self, key: &str, value: &str) -> Result<bool, NodeError> {
+    pub async fn release(&self, key: &str, value: &str, channel: &str) -> Result<bool, NodeError> {
         self.request(Op::Release, |mut conn| async move {
             scripts::RELEASE
                 .key(key)
                 .arg(value)
+                .arg(channel)
                 .invoke_async::<i64>(&mut conn)
                 .await
         })
@@ -586,17 +592,17 @@ impl Node {
 }
 
 impl Node {
-    /// One `SCAN cursor MATCH pattern COUNT count`, then the PTTL of every
-    /// key it returned, in one pipeline.
+    /// One `SCAN cursor MATCH pattern COUNT count`, then the value and
+    /// PTTL of every key it returned, in one script call.
     ///
     /// # Errors
     /// When the master is not connected, does not answer in time, or fails.
-    pub async fn scan_pttl(
+    pub async fn scan_keys(
         &self,
         cursor: u64,
         pattern: &str,
         count: u64,
-    ) -> Result<(u64, Vec<(String, i64)>), NodeError> {
+    ) -> Result<(u64, Vec<KeyState>), NodeError> {
         let (next, keys): (u64, Vec<String>) = self
             .request(Op::Scan, |mut conn| async move {
                 redis::cmd("SCAN")
@@ -612,17 +618,47 @@ impl Node {
         if keys.is_empty() {
             return Ok((next, Vec::new()));
         }
-        let pipeline_keys = keys.clone();
-        let pttls: Vec<i64> = self
+        let script_keys = keys.clone();
+        let reply: Vec<redis::Value> = self
             .request(Op::Scan, |mut conn| async move {
-                let mut pipe = redis::pipe();
-                for key in &pipeline_keys {
-                    pipe.cmd("PTTL").arg(key);
+                let mut invocation = scripts::READ_KEYS.prepare_invoke();
+                for key in &script_keys {
+                    invocation.key(key);
                 }
-                pipe.query_async(&mut conn).await
+                invocation.invoke_async(&mut conn).await
             })
             .await?;
-        Ok((next, keys.into_iter().zip(pttls).collect()))
+        let states = keys
+            .into_iter()
+            .zip(reply.chunks(2))
+            .map(|(key, pair)| KeyState {
+                key,
+                value: match pair.first() {
+                    Some(redis::Value::BulkString(bytes)) => {
+                        Some(String::from_utf8_lossy(bytes).into_owned())
+                    }
+                    _ => None,
+                },
+                pttl: match pair.get(1) {
+                    Some(redis::Value::Int(n)) => *n,
+                    _ => -2,
+                },
+            })
+            .collect();
+        Ok((next, states))
+    }
+
+    /// `DEL key`, for an operator's force release. `Ok(true)` when a key
+    /// was deleted.
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or fails.
+    pub async fn delete(&self, key: &str) -> Result<bool, NodeError> {
+        self.request(Op::Release, |mut conn| async move {
+            redis::cmd("DEL").arg(key).query_async::<i64>(&mut conn).await
+        })
+        .await
+        .map(|n| n == 1)
     }
 
     /// `PEXPIRE key ms` on a key that has no TTL (the scanner's repair);
@@ -644,6 +680,16 @@ impl Node {
         .await
         .map(|n| n == 1)
     }
+}
+
+/// One key as a scan saw it on one master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyState {
+    pub key: String,
+    /// `None` when the key is gone or is not a string.
+    pub value: Option<String>,
+    /// Milliseconds left; -1 without TTL, -2 when the key is gone.
+    pub pttl: i64,
 }
 
 /// Parses `INFO` text into its `key:value` fields.

@@ -8,11 +8,15 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Delete the key if it still holds the token. Returns 1 or 0.
+/// Delete the key if it still holds the token, and announce the release
+/// (the key) on channel ARGV[2] so waiters on every agent wake at once.
+/// Returns 1 or 0.
 pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"if redis.call("get", KEYS[1]) == ARGV[1] then
-  return redis.call("del", KEYS[1])
+  redis.call("del", KEYS[1])
+  redis.call("publish", ARGV[2], KEYS[1])
+  return 1
 end
 return 0"#,
     )
@@ -25,5 +29,21 @@ pub static EXTEND: LazyLock<Script> = LazyLock::new(|| {
   return redis.call("pexpire", KEYS[1], ARGV[2])
 end
 return 0"#,
+    )
+});
+
+/// For every key in KEYS: its value (false when missing or not a string)
+/// and its PTTL, as a flat list. Read-only; used by the scanner and the
+/// locks list, which must not fail on a key of another type.
+pub static READ_KEYS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local out = {}
+for _, key in ipairs(KEYS) do
+  local value = redis.pcall("get", key)
+  if type(value) == "table" then value = false end
+  out[#out + 1] = value
+  out[#out + 1] = redis.call("pttl", key)
+end
+return out"#,
     )
 });
