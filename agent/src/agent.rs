@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use crate::redlock::{Drift, Node, Redlock, Settings};
 use crate::scanner::{ScanSettings, Scanner};
 use crate::waiters::{self, Waiters};
+use tokio_util::sync::CancellationToken;
 
 /// State shared by every request.
 #[derive(Debug)]
@@ -24,6 +25,9 @@ pub struct Agent {
     grants: Grants,
     scanner: Arc<Scanner>,
     waiters: Arc<Waiters>,
+    /// Cancelled when the agent starts to shut down: holds end with `lost`.
+    shutdown: CancellationToken,
+    started: std::time::Instant,
 }
 
 /// Why the agent could not start.
@@ -85,7 +89,10 @@ impl Agent {
             },
             Arc::clone(&metrics),
         ));
-        let waiters = Arc::new(Waiters::new(config.lock.key_prefix.clone(), Arc::clone(&metrics)));
+        let waiters = Arc::new(Waiters::new(
+            config.lock.key_prefix.clone(),
+            Arc::clone(&metrics),
+        ));
         Ok(Agent {
             redlock: Redlock::new(nodes, settings, Arc::clone(&metrics)),
             config,
@@ -94,6 +101,8 @@ impl Agent {
             grants: Grants::default(),
             scanner,
             waiters,
+            shutdown: CancellationToken::new(),
+            started: std::time::Instant::now(),
         })
     }
 
@@ -119,6 +128,15 @@ impl Agent {
 
     pub fn waiters(&self) -> &Waiters {
         &self.waiters
+    }
+
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    pub fn summary(&self) -> redlock_wire::SummaryResponse {
+        self.scrape(); // brings locks_held up to date
+        self.metrics.summary(self.started.elapsed())
     }
 
     /// The text exposition, with the gauges that mirror node and lock state
@@ -241,7 +259,13 @@ impl Bound {
             );
         }
 
-        server::serve(Arc::clone(&agent), socket, tcp, shutdown).await;
+        let token = agent.shutdown_token();
+        server::serve(Arc::clone(&agent), socket, tcp, async move {
+            shutdown.await;
+            // Holds end first (lost, then released), so the drain can finish.
+            token.cancel();
+        })
+        .await;
         for task in tasks {
             task.abort();
         }

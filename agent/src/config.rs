@@ -81,6 +81,9 @@ pub struct LockConfig {
     pub retry_delay: Duration,
     #[serde(serialize_with = "ser_duration")]
     pub retry_jitter: Duration,
+    /// Longest a hold may be renewed; also the largest `max_hold_ms`.
+    #[serde(serialize_with = "ser_duration")]
+    pub max_hold: Duration,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -703,6 +706,17 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
     let drift_factor: f64 = s.take("drift_factor", "a number").unwrap_or(0.01);
     let retry_delay = s.duration("retry_delay", Duration::from_millis(50));
     let retry_jitter = s.duration("retry_jitter", Duration::from_millis(50));
+    let max_hold = s.duration("max_hold", Duration::from_secs(3600));
+    if max_hold < default_ttl {
+        s.error(
+            "max_hold",
+            format!(
+                "{} is below lock.default_ttl ({}): a hold could not renew even once",
+                humantime::format_duration(max_hold),
+                humantime::format_duration(default_ttl)
+            ),
+        );
+    }
 
     if default_ttl.as_millis() < 1 {
         s.error("default_ttl", "must be at least 1ms");
@@ -747,6 +761,7 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
         drift_factor,
         retry_delay,
         retry_jitter,
+        max_hold,
     }
 }
 

@@ -59,6 +59,25 @@ impl Grants {
         }
     }
 
+    /// Validity left of the grant of `resource` whose token is `token`, if
+    /// this agent granted it and it has not run out.
+    pub fn holds(&self, resource: &str, token: &str, now: Instant) -> Option<std::time::Duration> {
+        self.lock()
+            .get(resource)
+            .filter(|e| e.token == token && e.valid_until > now)
+            .map(|e| e.valid_until - now)
+    }
+
+    /// Forgets the grant of `resource`, whatever its token (force release).
+    pub fn forget(&self, resource: &str, metrics: &Metrics) {
+        if let Some(entry) = self.lock().remove(resource) {
+            let end = Instant::now().min(entry.valid_until);
+            metrics
+                .hold_duration
+                .observe(end.duration_since(entry.granted_at).as_secs_f64());
+        }
+    }
+
     /// Drops grants whose validity ran out (recording their hold up to
     /// expiry) and returns how many are still held.
     pub fn sweep(&self, now: Instant, metrics: &Metrics) -> usize {

@@ -10,7 +10,10 @@
 //!   compare-and-set scripts, and [`redlock::node`], one master connection.
 //! - [`health`]: one task per master that connects, probes, detects restarts
 //!   and quarantines a master that came back (delayed restart); topology checks.
-//! - [`grants`]: the locks this agent granted, for the lock metrics.
+//! - [`grants`]: the locks this agent granted (for `/v1/locks` and metrics).
+//! - [`holds`]: locks tied to a client's connection: renewal, loss notices,
+//!   release when the connection closes.
+//! - [`locks`]: the lock keys on the masters (`/v1/locks`), force release.
 //! - [`metrics`]: every metric, defined in one place.
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
 //! - [`waiters`]: per-resource FIFO queues; only the head competes, woken by
@@ -19,6 +22,7 @@
 //!   ([`api::server`]); the wire types are in the `redlock-wire` crate.
 //! - [`agent`]: the shared state and `run`, which wires the rest together.
 //! - [`dev`]: local `redis-server` children for `redlock-agent dev` and tests.
+//! - [`lock_command`]: `redlock-agent lock -- cmd`, a client of the socket.
 //! - [`shutdown`]: signals that start a drain.
 //!
 //! Data flows one way: socket → routes → redlock → nodes → Redis, and back.
@@ -29,6 +33,9 @@ pub mod config;
 pub mod dev;
 pub mod grants;
 pub mod health;
+pub mod holds;
+pub mod lock_command;
+pub mod locks;
 pub mod metrics;
 pub mod redlock;
 pub mod scanner;

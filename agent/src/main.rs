@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use redlock_agent::config::{Config, LogFormat, EXIT_CONFIG};
 use redlock_agent::dev::{self, RedisServer};
+use redlock_agent::lock_command::{self, LockCommand};
+use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -47,11 +49,76 @@ enum Cmd {
         #[arg(long, default_value = "127.0.0.1:9187")]
         metrics: String,
     },
+    /// Run a command while holding a lock; release it when the command exits.
+    ///
+    /// Exits with the command's status, or: 75 not acquired within --wait
+    /// (the command did not run), 70 the lock was lost (the command got
+    /// SIGTERM, then SIGKILL after --kill-after), 69 no quorum or the agent
+    /// is unreachable, 64 bad usage, 126 the command could not start.
+    Lock {
+        /// The agent's socket.
+        #[arg(
+            long,
+            env = "REDLOCK_SOCKET",
+            default_value = "/run/redlock/agent.sock"
+        )]
+        socket: PathBuf,
+        /// Lock TTL (renewed while the command runs); default lock.default_ttl.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<Duration>,
+        /// How long to wait for the lock.
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+        wait: Duration,
+        /// Owner label shown to operators.
+        #[arg(long)]
+        owner: Option<String>,
+        /// Give up the lock (and stop the command) after this long.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        max_hold: Option<Duration>,
+        /// After SIGTERM on a lost lock, SIGKILL the command after this long.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        kill_after: Duration,
+        /// The resource to lock.
+        resource: String,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(EXIT_CONFIG as u8),
+            };
+        }
+    };
     match cli.command {
+        Some(Cmd::Lock {
+            socket,
+            ttl,
+            wait,
+            owner,
+            max_hold,
+            kill_after,
+            resource,
+            command,
+        }) => lock(LockCommand {
+            socket,
+            resource,
+            ttl,
+            wait,
+            owner,
+            max_hold,
+            kill_after,
+            command,
+        }),
         Some(Cmd::Check { config }) => check(&config),
         Some(Cmd::Dev {
             socket,
@@ -69,6 +136,23 @@ fn main() -> ExitCode {
                     ExitCode::from(EXIT_CONFIG as u8)
                 }
             }
+        }
+    }
+}
+
+fn lock(command: LockCommand) -> ExitCode {
+    // One thread: PR_SET_PDEATHSIG fires when the thread that spawned the
+    // command exits, so it must be the one that lives as long as we do.
+    // Cannot fail short of the OS refusing an epoll fd at start.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("start the tokio runtime");
+    match runtime.block_on(lock_command::run(command)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("redlock-agent lock: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

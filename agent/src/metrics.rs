@@ -195,6 +195,7 @@ pub struct Metrics {
     pub leak_scan_keys: IntCounter,
     pub leak_scan_last_success: Gauge,
     pub api_requests: IntCounterVec,
+    pub force_releases: IntCounter,
     pub build_info: IntGaugeVec,
 }
 
@@ -331,6 +332,11 @@ impl Metrics {
                 "API requests, by route and HTTP status code.",
                 &["route", "code"],
             ),
+            force_releases: IntCounter::new(
+                "redlock_force_releases_total",
+                "Locks deleted on every master by an operator's force release.",
+            )
+            .expect("valid counter"),
             build_info: gauge_vec("redlock_build_info", "Always 1; the agent's version as a label.", &["version"]),
         };
         m.register_all();
@@ -388,6 +394,7 @@ impl Metrics {
             Box::new(self.leak_scan_keys.clone()),
             Box::new(self.leak_scan_last_success.clone()),
             Box::new(self.api_requests.clone()),
+            Box::new(self.force_releases.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {
@@ -412,6 +419,45 @@ impl Metrics {
         self.node_request_duration
             .with_label_values(&[node, op.as_str()])
             .observe(took.as_secs_f64());
+    }
+
+    /// Cumulative figures for `GET /v1/summary`, read from the metrics
+    /// themselves so the two never disagree.
+    pub fn summary(&self, uptime: Duration) -> redlock_wire::SummaryResponse {
+        use prometheus::core::Metric;
+        let mut acquires = std::collections::BTreeMap::new();
+        let mut buckets: Vec<(f64, u64)> = Vec::new();
+        for outcome in Outcome::ALL {
+            let histogram = self.acquire_wait.with_label_values(&[outcome.as_str()]);
+            acquires.insert(outcome.as_str().to_string(), histogram.get_sample_count());
+            let proto = histogram.metric();
+            for (i, bucket) in proto.get_histogram().get_bucket().iter().enumerate() {
+                match buckets.get_mut(i) {
+                    Some(slot) => slot.1 += bucket.cumulative_count(),
+                    None => buckets.push((bucket.upper_bound(), bucket.cumulative_count())),
+                }
+            }
+        }
+        let total: u64 = acquires.values().sum();
+        buckets.push((f64::MAX, total));
+        let failures = Failure::ALL
+            .iter()
+            .map(|f| {
+                (
+                    f.as_str().to_string(),
+                    self.failures.with_label_values(&[f.as_str()]).get(),
+                )
+            })
+            .collect();
+        redlock_wire::SummaryResponse {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            uptime_ms: u64::try_from(uptime.as_millis()).unwrap_or(u64::MAX),
+            acquires,
+            failures,
+            wait_buckets: buckets,
+            locks_held: u64::try_from(self.locks_held.get()).unwrap_or(0),
+            waiters: u64::try_from(self.waiters.get()).unwrap_or(0),
+        }
     }
 
     /// The text exposition of every metric.

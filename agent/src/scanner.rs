@@ -5,7 +5,8 @@
 //! Kinds: `no_ttl` (PTTL -1: a deadlock), `ttl_over_max` (longer than
 //! `lock.max_ttl`: written around the agent), `minority` (on fewer than a
 //! quorum of masters on two scans in a row: debris of a partial
-//! acquisition). The scanner never deletes; with `repair: expire` it gives
+//! acquisition); each key is counted once, as the first kind that fits in
+//! that order. The scanner never deletes; with `repair: expire` it gives
 //! `no_ttl` keys a TTL of `lock.max_ttl`. The incarnation marker is skipped.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -165,15 +166,19 @@ impl Scanner {
     ) -> NodeLeaks {
         let max_ttl_ms = i64::try_from(self.settings.max_ttl.as_millis()).unwrap_or(i64::MAX);
         let mut leaked: BTreeSet<(LeakKind, &str, i64)> = BTreeSet::new();
+        // One kind per key, the most telling first: a key without TTL on one
+        // master is reported as no_ttl, not also as minority debris.
         for (key, &pttl) in &scan.keys {
-            if pttl == -1 {
-                leaked.insert((LeakKind::NoTtl, key, pttl));
+            let kind = if pttl == -1 {
+                LeakKind::NoTtl
             } else if pttl > max_ttl_ms {
-                leaked.insert((LeakKind::TtlOverMax, key, pttl));
-            }
-            if minority.contains(key) {
-                leaked.insert((LeakKind::Minority, key, pttl));
-            }
+                LeakKind::TtlOverMax
+            } else if minority.contains(key) {
+                LeakKind::Minority
+            } else {
+                continue;
+            };
+            leaked.insert((kind, key, pttl));
         }
         let count = |kind| leaked.iter().filter(|(k, _, _)| *k == kind).count() as u64;
         NodeLeaks {

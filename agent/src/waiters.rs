@@ -61,7 +61,9 @@ impl Waiters {
 
     /// Waiters queued for `resource`.
     pub fn count(&self, resource: &str) -> u64 {
-        self.lock().get(resource).map_or(0, |q| q.order.len() as u64)
+        self.lock()
+            .get(resource)
+            .map_or(0, |q| q.order.len() as u64)
     }
 
     /// Wakes the queue of `resource`: its lock was released.
@@ -79,7 +81,9 @@ impl Waiters {
     }
 
     fn join(&self, resource: &Resource) -> Ticket<'_> {
-        let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut queues = self.lock();
         let queue = queues
             .entry(resource.as_str().to_string())
@@ -152,7 +156,10 @@ impl Ticket<'_> {
     /// Waits for a wake-up until `until`; false when the time ran out.
     async fn changed_until(&mut self, until: Instant) -> bool {
         let left = until.saturating_duration_since(Instant::now());
-        matches!(tokio::time::timeout(left, self.wake.changed()).await, Ok(Ok(())))
+        matches!(
+            tokio::time::timeout(left, self.wake.changed()).await,
+            Ok(Ok(()))
+        )
     }
 }
 
@@ -194,8 +201,13 @@ pub async fn listen(node: Arc<Node>, channel: String, waiters: Arc<Waiters>) {
                 }
                 tracing::debug!(node = node.name(), "release channel closed; resubscribing");
             }
-            Ok(Err(e)) => tracing::debug!(node = node.name(), error = %e, "cannot subscribe to the release channel"),
-            Err(_) => tracing::debug!(node = node.name(), "subscribing to the release channel timed out"),
+            Ok(Err(e)) => {
+                tracing::debug!(node = node.name(), error = %e, "cannot subscribe to the release channel")
+            }
+            Err(_) => tracing::debug!(
+                node = node.name(),
+                "subscribing to the release channel timed out"
+            ),
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));

@@ -7,20 +7,23 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::Frame;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use redlock_wire::{
     AcquireRequest, AcquireResponse, ErrorBody, ErrorCode, ErrorResponse, ExtendRequest,
-    ExtendResponse, NodeStatus, NodesResponse, ReleaseRequest, ReleaseResponse,
+    ExtendResponse, HoldEvent, HoldRequest, NodeStatus, NodesResponse, ReleaseRequest,
+    ReleaseResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::agent::Agent;
 use crate::metrics::{Failure, Outcome};
-use crate::redlock::{token, Acquire, Extend, Resource, Token};
+use crate::redlock::{token, Acquire, Extend, Grant, Resource, Token};
+use crate::{holds, locks};
 
 /// Largest request body read.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -89,6 +92,8 @@ enum Route {
     Metrics,
     Nodes,
     Leaks,
+    Locks,
+    Summary,
     Lock(Resource, LockAction),
 }
 
@@ -97,6 +102,8 @@ enum LockAction {
     Acquire,
     Extend,
     Release,
+    Hold,
+    ForceRelease,
 }
 
 /// Entry point for every request on either listener.
@@ -126,10 +133,14 @@ fn route_label(path: &str) -> &'static str {
         "/metrics" => "metrics",
         "/v1/nodes" => "nodes",
         "/v1/leaks" => "leaks",
+        "/v1/locks" => "locks",
+        "/v1/summary" => "summary",
         _ if path.starts_with("/v1/locks/") => match path.rsplit('/').next() {
             Some("acquire") => "acquire",
             Some("extend") => "extend",
             Some("release") => "release",
+            Some("hold") => "hold",
+            Some("force-release") => "force_release",
             _ => "unknown",
         },
         _ => "unknown",
@@ -137,7 +148,7 @@ fn route_label(path: &str) -> &'static str {
 }
 
 async fn dispatch(
-    agent: &Agent,
+    agent: &Arc<Agent>,
     surface: Surface,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
@@ -175,6 +186,8 @@ async fn dispatch(
         }
         Route::Nodes => Ok(json(StatusCode::OK, &nodes_response(agent))),
         Route::Leaks => Ok(json(StatusCode::OK, &agent.scanner().report())),
+        Route::Locks => Ok(json(StatusCode::OK, &locks::list(agent).await)),
+        Route::Summary => Ok(json(StatusCode::OK, &agent.summary())),
         Route::Metrics => {
             let mut response = Response::new(Full::new(Bytes::from(agent.scrape())).boxed());
             response.headers_mut().insert(
@@ -189,6 +202,14 @@ async fn dispatch(
                 LockAction::Acquire => acquire(agent, resource, parse_body(&body, true)?).await,
                 LockAction::Extend => extend(agent, resource, parse_body(&body, false)?).await,
                 LockAction::Release => release(agent, resource, parse_body(&body, false)?).await,
+                LockAction::Hold => hold(agent, resource, parse_body(&body, true)?).await,
+                LockAction::ForceRelease => {
+                    let _: ForceReleaseRequest = parse_body(&body, true)?;
+                    Ok(json(
+                        StatusCode::OK,
+                        &locks::force_release(agent, &resource).await,
+                    ))
+                }
             }
         }
     }
@@ -209,6 +230,8 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
         _ if surface == Surface::Metrics => return Err(not_found()),
         "/v1/nodes" => return Ok((Route::Nodes, Method::GET)),
         "/v1/leaks" => return Ok((Route::Leaks, Method::GET)),
+        "/v1/locks" => return Ok((Route::Locks, Method::GET)),
+        "/v1/summary" => return Ok((Route::Summary, Method::GET)),
         _ => {}
     }
     let rest = path.strip_prefix("/v1/locks/").ok_or_else(not_found)?;
@@ -217,6 +240,8 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
         "acquire" => LockAction::Acquire,
         "extend" => LockAction::Extend,
         "release" => LockAction::Release,
+        "hold" => LockAction::Hold,
+        "force-release" => LockAction::ForceRelease,
         _ => return Err(not_found()),
     };
     if segment.contains('/') {
@@ -337,18 +362,44 @@ async fn try_acquire(
     resource: Resource,
     request: AcquireRequest,
 ) -> Result<Response<Body>, ApiError> {
-    let ttl = ttl(agent, request.ttl_ms)?;
-    if let Some(owner) = &request.owner {
-        if !token::valid_owner(owner) {
-            return Err(ApiError::invalid(
-                "owner must be 1 to 128 bytes of printable ASCII",
-            ));
-        }
+    let grant = grant(
+        agent,
+        &resource,
+        request.ttl_ms,
+        request.wait_ms,
+        request.owner.as_deref(),
+    )
+    .await?;
+    Ok(json(
+        StatusCode::OK,
+        &AcquireResponse {
+            resource: resource.to_string(),
+            validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
+            ttl_ms: millis(grant.ttl),
+            token: grant.token.into_string(),
+        },
+    ))
+}
+
+/// Validates the common fields of acquire and hold, waits for the lock,
+/// and records the grant.
+async fn grant(
+    agent: &Agent,
+    resource: &Resource,
+    ttl_ms: Option<u64>,
+    wait_ms: Option<u64>,
+    owner: Option<&str>,
+) -> Result<Grant, ApiError> {
+    let ttl = ttl(agent, ttl_ms)?;
+    if owner.is_some_and(|o| !token::valid_owner(o)) {
+        return Err(ApiError::invalid(
+            "owner must be 1 to 128 bytes of printable ASCII",
+        ));
     }
-    let wait = Duration::from_millis(request.wait_ms.unwrap_or(0));
+    let wait = Duration::from_millis(wait_ms.unwrap_or(0));
     match agent
         .waiters()
-        .acquire(agent.redlock(), &resource, ttl, request.owner.as_deref(), wait)
+        .acquire(agent.redlock(), resource, ttl, owner, wait)
         .await
     {
         Acquire::Granted(grant) => {
@@ -358,15 +409,7 @@ async fn try_acquire(
                 grant.granted_at,
                 grant.valid_until(),
             );
-            Ok(json(
-                StatusCode::OK,
-                &AcquireResponse {
-                    resource: resource.to_string(),
-                    validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
-                    ttl_ms: millis(grant.ttl),
-                    token: grant.token.into_string(),
-                },
-            ))
+            Ok(grant)
         }
         Acquire::Taken => {
             agent.metrics().fail(Failure::Taken);
@@ -381,6 +424,81 @@ async fn try_acquire(
             Err(no_quorum(message))
         }
     }
+}
+
+/// Empty body of `force-release`; present so unknown fields are refused.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForceReleaseRequest {}
+
+/// `POST /v1/locks/{resource}/hold`: a 200 NDJSON stream that stays open
+/// while the lock is held (see [`crate::holds`]).
+async fn hold(
+    agent: &Arc<Agent>,
+    resource: Resource,
+    request: HoldRequest,
+) -> Result<Response<Body>, ApiError> {
+    let ceiling = agent.config().lock.max_hold;
+    let max_hold = match request.max_hold_ms {
+        None => ceiling,
+        Some(0) => return Err(ApiError::invalid("max_hold_ms must be at least 1")),
+        Some(ms) if Duration::from_millis(ms) > ceiling => {
+            return Err(ApiError::invalid(format!(
+                "max_hold_ms is above lock.max_hold ({}ms): {ms}",
+                ceiling.as_millis()
+            )))
+        }
+        Some(ms) => Duration::from_millis(ms),
+    };
+    let started = Instant::now();
+    let result = grant(
+        agent,
+        &resource,
+        request.ttl_ms,
+        request.wait_ms,
+        request.owner.as_deref(),
+    )
+    .await;
+    let outcome = match &result {
+        Ok(_) => Outcome::Acquired,
+        Err(e) if e.code == ErrorCode::Taken => Outcome::Taken,
+        Err(e) if e.code == ErrorCode::NoQuorum => Outcome::NoQuorum,
+        Err(_) => Outcome::Error,
+    };
+    agent
+        .metrics()
+        .acquire_wait
+        .with_label_values(&[outcome.as_str()])
+        .observe(started.elapsed().as_secs_f64());
+    let grant = result?;
+
+    let (events, stream) = tokio::sync::mpsc::channel::<Bytes>(8);
+    let acquired = HoldEvent::Acquired {
+        token: grant.token.as_str().to_string(),
+        validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
+        ttl_ms: millis(grant.ttl),
+    };
+    // Cannot fail: the channel is new and has room.
+    events
+        .try_send(holds::line(&acquired))
+        .expect("room for the first event");
+    tokio::spawn(holds::run(
+        Arc::clone(agent),
+        resource,
+        grant,
+        max_hold,
+        events,
+    ));
+    let body = futures::stream::unfold(stream, |mut stream| async move {
+        let bytes = stream.recv().await?;
+        Some((Ok::<_, Infallible>(Frame::data(bytes)), stream))
+    });
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(body)));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    Ok(response)
 }
 
 async fn extend(

@@ -171,7 +171,12 @@ impl Redlock {
     /// every usable master at once, granted on a quorum with validity left.
     /// A failed round is released on every master before this returns.
     /// Waiting and retrying are the caller's ([`crate::waiters`]).
-    pub async fn acquire_once(&self, resource: &Resource, ttl: Duration, owner: Option<&str>) -> Acquire {
+    pub async fn acquire_once(
+        &self,
+        resource: &Resource,
+        ttl: Duration,
+        owner: Option<&str>,
+    ) -> Acquire {
         let usable = self.usable();
         if usable.len() < self.quorum {
             return Acquire::NoQuorum(self.describe_unusable());
@@ -298,14 +303,10 @@ impl Redlock {
     /// Compare-and-delete on every master with a connection. Returns how many
     /// masters still held the token.
     async fn release_all(&self, key: &str, token: &Token) -> usize {
-        let results = futures::future::join_all(
-            self.nodes
-                .iter()
-                .map(|node| async move {
-                    node.release(key, token.as_str(), &self.settings.release_channel)
-                        .await
-                }),
-        )
+        let results = futures::future::join_all(self.nodes.iter().map(|node| async move {
+            node.release(key, token.as_str(), &self.settings.release_channel)
+                .await
+        }))
         .await;
         results
             .into_iter()

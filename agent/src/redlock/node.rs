@@ -655,7 +655,10 @@ impl Node {
     /// When the master is not connected, does not answer in time, or fails.
     pub async fn delete(&self, key: &str) -> Result<bool, NodeError> {
         self.request(Op::Release, |mut conn| async move {
-            redis::cmd("DEL").arg(key).query_async::<i64>(&mut conn).await
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<i64>(&mut conn)
+                .await
         })
         .await
         .map(|n| n == 1)

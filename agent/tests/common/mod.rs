@@ -205,6 +205,74 @@ impl Drop for TestAgent {
     }
 }
 
+/// A hold: its answer's status and, on 200, its events as they arrive.
+/// Dropping it closes the connection, which ends the hold.
+pub struct Hold {
+    pub status: StatusCode,
+    pub error: Option<Value>,
+    body: Option<hyper::body::Incoming>,
+    buffer: Vec<u8>,
+}
+
+impl Hold {
+    /// The next NDJSON event, or `None` when the stream ended or `limit`
+    /// passed.
+    pub async fn next(&mut self, limit: Duration) -> Option<Value> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                return Some(serde_json::from_slice(&line).expect("an NDJSON line"));
+            }
+            let body = self.body.as_mut()?;
+            let frame = tokio::time::timeout_at(deadline.into(), body.frame())
+                .await
+                .ok()??
+                .ok()?;
+            if let Ok(data) = frame.into_data() {
+                self.buffer.extend_from_slice(&data);
+            }
+        }
+    }
+}
+
+impl TestAgent {
+    /// `POST /v1/locks/{resource}/hold` with `body`.
+    pub async fn hold(&self, resource: &str, body: Value) -> Hold {
+        let stream = UnixStream::connect(&self.socket).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let request = Request::post(format!("http://localhost/v1/locks/{resource}/hold"))
+            .header("host", "localhost")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status();
+        if status == StatusCode::OK {
+            assert_eq!(
+                response.headers().get("content-type").unwrap(),
+                "application/x-ndjson"
+            );
+            Hold {
+                status,
+                error: None,
+                body: Some(response.into_body()),
+                buffer: Vec::new(),
+            }
+        } else {
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            Hold {
+                status,
+                error: Some(serde_json::from_slice(&bytes).unwrap()),
+                body: None,
+                buffer: Vec::new(),
+            }
+        }
+    }
+}
+
 /// One HTTP/1.1 request on a fresh connection to a Unix socket.
 pub async fn request(
     socket: &Path,

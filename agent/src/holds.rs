@@ -1,0 +1,182 @@
+//! Holds: a lock tied to the client's connection. The agent renews it on a
+//! quorum every third of its TTL, tells the client `renewed`, and releases
+//! it on every master the moment the connection closes (the kernel tells us
+//! when the client process dies). If renewal fails, the client is told
+//! `lost` before the validity it was last given ends.
+//!
+//! ## Behavior
+//! - Renewal starts a third of the TTL after the last grant or renewal; a
+//!   failed renewal is retried after the retry delay.
+//! - `lost` is sent when renewals have failed until `margin` before the
+//!   validity ends, when `max_hold` is reached, or when the agent shuts down;
+//!   the lock is then released everywhere and the stream ends.
+//! - A closed connection releases at once; no event can be sent then.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redlock_wire::HoldEvent;
+use tokio::sync::mpsc;
+
+use crate::agent::Agent;
+use crate::metrics::Failure;
+use crate::redlock::{Extend, Grant, Resource};
+
+/// Why a hold ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The client closed the connection: released.
+    Closed,
+    /// Renewals failed until the margin before validity ran out.
+    RenewFailed,
+    /// Renewals failed for want of a quorum.
+    NoQuorum,
+    MaxHold,
+    Shutdown,
+}
+
+impl End {
+    fn reason(self) -> &'static str {
+        match self {
+            End::Closed => "closed",
+            End::RenewFailed => "renew_failed",
+            End::NoQuorum => "no_quorum",
+            End::MaxHold => "max_hold",
+            End::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// How long before the validity ends the client is told `lost`: enough to
+/// react, and more than the node timeout so a last renewal attempt fits.
+pub fn lost_margin(ttl: Duration, node_timeout: Duration) -> Duration {
+    (ttl / 10).max(node_timeout * 2).min(ttl / 2)
+}
+
+/// One NDJSON line.
+pub fn line(event: &HoldEvent) -> Bytes {
+    // Cannot fail: the events are plain strings and numbers.
+    let mut bytes = serde_json::to_vec(event).expect("hold events serialize");
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+/// Runs a granted hold until it ends, sending its events on `events`
+/// (the first, `acquired`, is already sent by the caller), and releases it.
+pub async fn run(
+    agent: Arc<Agent>,
+    resource: Resource,
+    grant: Grant,
+    max_hold: Duration,
+    events: mpsc::Sender<Bytes>,
+) -> End {
+    let redlock = agent.redlock();
+    let ttl = grant.ttl;
+    let renew_every = ttl / 3;
+    let margin = lost_margin(ttl, agent.config().lock.node_timeout);
+    let hold_until = grant.granted_at + max_hold;
+    let mut valid_until = grant.valid_until();
+    let mut next_renewal = grant.granted_at + renew_every;
+    let mut last_failure = End::RenewFailed;
+    let shutdown = agent.shutdown_token();
+
+    let end = loop {
+        let lost_at = valid_until.checked_sub(margin).unwrap_or(valid_until);
+        let wake = next_renewal.min(lost_at).min(hold_until);
+        tokio::select! {
+            () = events.closed() => break End::Closed,
+            () = shutdown.cancelled() => break End::Shutdown,
+            () = tokio::time::sleep_until(wake.into()) => {}
+        }
+        let now = Instant::now();
+        if now >= hold_until {
+            break End::MaxHold;
+        }
+        if now >= lost_at {
+            break last_failure;
+        }
+        match redlock.extend(&resource, &grant.token, ttl).await {
+            Extend::Extended { validity } => {
+                let now = Instant::now();
+                valid_until = now + validity;
+                next_renewal = now + renew_every;
+                agent
+                    .metrics()
+                    .extensions
+                    .with_label_values(&["extended"])
+                    .inc();
+                agent
+                    .grants()
+                    .extended(resource.as_str(), grant.token.as_str(), valid_until);
+                let renewed = HoldEvent::Renewed {
+                    validity_ms: u64::try_from(validity.as_millis()).unwrap_or(u64::MAX),
+                };
+                if events.send(line(&renewed)).await.is_err() {
+                    break End::Closed;
+                }
+            }
+            outcome => {
+                agent
+                    .metrics()
+                    .extensions
+                    .with_label_values(&["lost"])
+                    .inc();
+                last_failure = match outcome {
+                    Extend::NoQuorum(_) => End::NoQuorum,
+                    _ => End::RenewFailed,
+                };
+                tracing::debug!(%resource, ?outcome, "hold renewal failed; retrying until the margin");
+                next_renewal = Instant::now() + redlock.retry_delay();
+            }
+        }
+    };
+
+    if end != End::Closed {
+        agent.metrics().fail(Failure::Lost);
+        let lost = HoldEvent::Lost {
+            reason: end.reason().to_string(),
+        };
+        let _ = events.send(line(&lost)).await;
+        tracing::info!(%resource, reason = end.reason(), "hold lost");
+    }
+    let released = redlock.release(&resource, &grant.token).await;
+    agent
+        .grants()
+        .released(resource.as_str(), grant.token.as_str(), agent.metrics());
+    agent.waiters().released(resource.as_str());
+    tracing::debug!(%resource, reason = end.reason(), released, "hold ended");
+    end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_margin_leaves_room_to_react() {
+        let ms = Duration::from_millis;
+        assert_eq!(lost_margin(ms(10_000), ms(50)), ms(1_000));
+        assert_eq!(
+            lost_margin(ms(500), ms(50)),
+            ms(100),
+            "twice the node timeout"
+        );
+        assert_eq!(
+            lost_margin(ms(100), ms(50)),
+            ms(50),
+            "never more than half the TTL"
+        );
+    }
+
+    #[test]
+    fn events_are_one_json_object_per_line() {
+        let bytes = line(&HoldEvent::Lost {
+            reason: "max_hold".into(),
+        });
+        assert_eq!(
+            &bytes[..],
+            b"{\"event\":\"lost\",\"reason\":\"max_hold\"}\n"
+        );
+    }
+}

@@ -1,0 +1,260 @@
+//! `redlock-agent lock RESOURCE -- COMMAND...`: runs a command while holding
+//! a lock, for shell scripts and cron jobs.
+//!
+//! It takes a hold on the agent's socket, runs the command with
+//! `REDLOCK_RESOURCE`, `REDLOCK_TOKEN` and `REDLOCK_VALID_UNTIL_MS` (Unix
+//! time in ms) in its environment, and closes the hold when the command
+//! exits, which releases the lock. If the agent says the lock is lost (or
+//! the agent goes away), the command gets SIGTERM at once and SIGKILL after
+//! `--kill-after`. The command also gets SIGKILL if this process dies
+//! (PR_SET_PDEATHSIG), so it never runs on without the lock.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use redlock_wire::{ErrorResponse, HoldEvent, HoldRequest};
+use tokio::net::UnixStream;
+use tokio::process::Command;
+
+/// Exit statuses of `lock` itself (otherwise it exits with the command's).
+pub mod exit {
+    /// Bad arguments, or the agent refused the request as invalid.
+    pub const USAGE: u8 = 64;
+    /// No quorum of masters, or the agent could not be reached.
+    pub const UNAVAILABLE: u8 = 69;
+    /// The lock was lost while the command ran; the command was stopped.
+    pub const LOST: u8 = 70;
+    /// The lock was not acquired within `--wait`; the command did not run.
+    pub const NOT_ACQUIRED: u8 = 75;
+    /// The command could not be started.
+    pub const CANNOT_RUN: u8 = 126;
+}
+
+/// What `lock` was asked to do.
+#[derive(Debug, Clone)]
+pub struct LockCommand {
+    pub socket: PathBuf,
+    pub resource: String,
+    pub ttl: Option<Duration>,
+    pub wait: Duration,
+    pub owner: Option<String>,
+    pub max_hold: Option<Duration>,
+    pub kill_after: Duration,
+    pub command: Vec<String>,
+}
+
+/// Why `lock` stopped before or instead of the command's own exit.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("cannot reach the agent at {0}: {1}")]
+    Unreachable(PathBuf, String),
+    #[error("{resource} is held by another holder; not acquired within the wait")]
+    NotAcquired { resource: String },
+    #[error("no quorum of masters: {0}")]
+    NoQuorum(String),
+    #[error("the agent refused the request: {0}")]
+    Refused(String),
+    #[error("the lock on {resource} was lost ({reason}); the command was stopped")]
+    Lost { resource: String, reason: String },
+    #[error("cannot run {command:?}: {error}")]
+    CannotRun { command: String, error: String },
+}
+
+impl LockError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            LockError::Unreachable(..) | LockError::NoQuorum(_) => exit::UNAVAILABLE,
+            LockError::NotAcquired { .. } => exit::NOT_ACQUIRED,
+            LockError::Refused(_) => exit::USAGE,
+            LockError::Lost { .. } => exit::LOST,
+            LockError::CannotRun { .. } => exit::CANNOT_RUN,
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The exit code a shell would report for `status`.
+pub fn shell_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(255),
+        (None, None) => 1,
+    }
+}
+
+async fn connect(
+    socket: &Path,
+) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, LockError> {
+    let unreachable =
+        |e: &dyn std::fmt::Display| LockError::Unreachable(socket.to_path_buf(), e.to_string());
+    let stream = UnixStream::connect(socket)
+        .await
+        .map_err(|e| unreachable(&e))?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| unreachable(&e))?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+/// Takes the hold, runs the command, and returns its exit code.
+///
+/// # Errors
+/// When the lock is not acquired, is lost, or the command cannot start.
+pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
+    let mut sender = connect(&cmd.socket).await?;
+    let body = HoldRequest {
+        ttl_ms: cmd.ttl.map(ms),
+        wait_ms: Some(ms(cmd.wait)),
+        owner: cmd.owner.clone(),
+        max_hold_ms: cmd.max_hold.map(ms),
+    };
+    let path: String =
+        percent_encoding::utf8_percent_encode(&cmd.resource, percent_encoding::NON_ALPHANUMERIC)
+            .collect();
+    // Cannot fail: a fixed method, a percent-encoded path and a JSON body.
+    let request = Request::post(format!("http://localhost/v1/locks/{path}/hold"))
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(
+            serde_json::to_vec(&body).expect("serializable"),
+        )))
+        .expect("valid request");
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| LockError::Unreachable(cmd.socket.clone(), e.to_string()))?;
+    let status = response.status();
+    let mut body = response.into_body();
+    if status != StatusCode::OK {
+        let bytes = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let message = serde_json::from_slice::<ErrorResponse>(&bytes)
+            .map(|e| e.error.message)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
+        return Err(match status {
+            StatusCode::CONFLICT => LockError::NotAcquired {
+                resource: cmd.resource.clone(),
+            },
+            StatusCode::SERVICE_UNAVAILABLE => LockError::NoQuorum(message),
+            _ => LockError::Refused(message),
+        });
+    }
+
+    let mut lines = Lines::default();
+    let first = lines.next(&mut body).await;
+    let Some(HoldEvent::Acquired {
+        token, validity_ms, ..
+    }) = first
+    else {
+        return Err(LockError::Lost {
+            resource: cmd.resource.clone(),
+            reason: "the agent ended the hold before it began".into(),
+        });
+    };
+    let valid_until = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, ms)
+        .saturating_add(validity_ms);
+    let (program, args) = cmd
+        .command
+        .split_first()
+        .ok_or_else(|| LockError::CannotRun {
+            command: String::new(),
+            error: "no command given".into(),
+        })?;
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env("REDLOCK_RESOURCE", &cmd.resource)
+        .env("REDLOCK_TOKEN", &token)
+        .env("REDLOCK_VALID_UNTIL_MS", valid_until.to_string());
+    // SAFETY: prctl is async-signal-safe; it only sets a flag of the child.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let mut child = command.spawn().map_err(|e| LockError::CannotRun {
+        command: program.clone(),
+        error: e.to_string(),
+    })?;
+
+    let ended = loop {
+        tokio::select! {
+            status = child.wait() => break Ok(status),
+            event = lines.next(&mut body) => match event {
+                Some(HoldEvent::Renewed { .. } | HoldEvent::Acquired { .. }) => continue,
+                Some(HoldEvent::Lost { reason }) => break Err(reason),
+                None => break Err("the agent closed the hold".to_string()),
+            },
+        }
+    };
+    let reason = match ended {
+        Ok(status) => {
+            // Closing the connection ends the hold: the agent releases.
+            drop(body);
+            drop(sender);
+            let status = status.map_err(|e| LockError::CannotRun {
+                command: program.clone(),
+                error: e.to_string(),
+            })?;
+            return Ok(shell_code(status));
+        }
+        Err(reason) => reason,
+    };
+    // Lost: stop the command before its validity ends.
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    if tokio::time::timeout(cmd.kill_after, child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
+    Err(LockError::Lost {
+        resource: cmd.resource,
+        reason,
+    })
+}
+
+/// Splits a hold's body into NDJSON events.
+#[derive(Default)]
+struct Lines {
+    buffer: Vec<u8>,
+}
+
+impl Lines {
+    /// The next event; `None` when the stream ended, failed, or sent
+    /// something that is not an event.
+    async fn next(&mut self, body: &mut hyper::body::Incoming) -> Option<HoldEvent> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                return serde_json::from_slice(&line).ok();
+            }
+            let frame = body.frame().await?.ok()?;
+            if let Ok(data) = frame.into_data() {
+                self.buffer.extend_from_slice(&data);
+            }
+        }
+    }
+}
