@@ -5,10 +5,15 @@
 #   2. promtool test rules    tests/alerts.test.yaml: each alert fires and stays quiet
 #   3. check_dashboards.py    structure of the dashboard, rules, Grafana alerts, runbook
 #   4. promql.py              every expression parses in a real Prometheus
+#   5. e2e.py                 every expression returns series, and the leak and
+#                             node-down alerts fire, against the real agent on
+#                             real masters under a small workload
 #
 # Python tools live in a venv under target/venv-dashboards (made once, reused;
 # reinstalled when requirements.txt changes). Prometheus runs on a free loopback
 # port with a throwaway data dir and no targets, and is stopped on exit.
+# e2e.py starts its own redis-server masters, agent and Prometheus, and stops
+# them itself; it needs target/debug/redlock-agent, built here when missing.
 # Exits non-zero when any check fails.
 set -euo pipefail
 
@@ -90,10 +95,20 @@ promql_parse_check() {
     start_prometheus && "$py" "$tests/promql.py" --url "$prometheus_url"
 }
 
+e2e_check() {
+    local agent="$root/target/debug/redlock-agent"
+    if [ ! -x "$agent" ]; then
+        echo "==> building the agent: cargo build -p redlock-agent"
+        (cd "$root" && cargo build -p redlock-agent) || return 1
+    fi
+    "$py" "$tests/e2e.py" --agent "$agent"
+}
+
 check "promtool check rules" promtool check rules "$dashboards/alerts.rules.yaml"
 check "promtool test rules" promtool test rules "$tests/alerts.test.yaml"
 check "check_dashboards.py" "$py" "$tests/check_dashboards.py"
 check "promql parse check" promql_parse_check
+check "e2e.py" e2e_check
 
 total=$((${#passed[@]} + ${#failed[@]}))
 if [ "${#failed[@]}" -eq 0 ]; then

@@ -1,0 +1,978 @@
+//! The model, `update(action)` and the event loop.
+//!
+//! [`App`] holds everything on screen; [`App::update`] is the only way it
+//! changes, one [`Action`] at a time (a key, a client event, a clock tick, a
+//! resize). `update` does no I/O: what it wants from the agent it leaves in
+//! an outbox that [`run`] hands to the client task. Views read the model
+//! and draw; they never change it.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crossterm::event::{Event as TermEvent, EventStream, KeyCode, KeyEvent};
+use futures::StreamExt;
+use ratatui::DefaultTerminal;
+use tokio::sync::mpsc;
+
+use crate::client::{self, Command, Conn, Event, Update};
+use crate::keys::{self, Context, Key};
+use crate::state::filter::Filter;
+use crate::state::leaks::{LeakColumn, LeakReport, Leaks};
+use crate::state::locks::{LockColumn, LockRow, LockTable, Locks};
+use crate::state::nodes::{NodeColumn, Nodes, Quorum};
+use crate::state::summary::Summary;
+use crate::state::table::TableView;
+use crate::state::Known;
+use crate::view;
+
+/// How often the screen is redrawn when nothing else happens, so countdowns
+/// tick smoothly.
+pub const FRAME: Duration = Duration::from_millis(100);
+
+/// How long a flash message stays.
+pub const FLASH_FOR: Duration = Duration::from_secs(5);
+
+/// What the user asked for on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub socket: PathBuf,
+    pub refresh: Duration,
+    pub readonly: bool,
+}
+
+/// The table views, in Tab order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    Nodes,
+    Locks,
+    Leaks,
+}
+
+impl View {
+    pub const ALL: [View; 3] = [View::Nodes, View::Locks, View::Leaks];
+
+    fn context(self) -> Context {
+        match self {
+            View::Nodes => keys::NODES,
+            View::Locks => keys::LOCKS,
+            View::Leaks => keys::LEAKS,
+        }
+    }
+
+    fn step(self, by: isize) -> View {
+        let i = View::ALL.iter().position(|v| *v == self).unwrap_or(0) as isize;
+        View::ALL[(i + by).rem_euclid(View::ALL.len() as isize) as usize]
+    }
+}
+
+/// What has the keyboard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    Table,
+    /// The selected lock's detail pane.
+    Detail,
+    /// The help screen over `under` (Table or Detail).
+    Help {
+        scroll: u16,
+        under: Box<Mode>,
+    },
+    /// A dangerous action waiting for yes or no.
+    Confirm(Confirm),
+    Prompt(Prompt),
+}
+
+/// The force-release dialog: what is about to be deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confirm {
+    pub resource: String,
+    pub owner: Option<String>,
+    pub held_on: usize,
+    pub masters: usize,
+    /// Where to return: Table or Detail.
+    pub under: Box<Mode>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptKind {
+    /// `:` view switching.
+    Command,
+    /// `/` filtering, applied as typed.
+    Filter,
+}
+
+/// The `:` or `/` line being typed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    pub kind: PromptKind,
+    pub text: String,
+    /// Why the text is not a valid filter, while it is not.
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warn,
+    Error,
+}
+
+/// A message on the bottom line, gone after [`FLASH_FOR`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flash {
+    pub text: String,
+    pub level: Level,
+    pub until: Instant,
+}
+
+/// One step of the model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// A key from the terminal, looked up in the key table.
+    Key(KeyEvent),
+    /// An action from the key table, as if its key was pressed.
+    Do(keys::Action),
+    Client(Event),
+    Tick(Instant),
+    Resize(u16, u16),
+}
+
+/// The whole model.
+#[derive(Debug)]
+pub struct App {
+    pub settings: Settings,
+    pub conn: Conn,
+    pub view: View,
+    pub mode: Mode,
+    /// Set while paused: the instant the screen froze at.
+    pub paused: Option<Instant>,
+    /// The latest clock tick.
+    pub clock: Instant,
+    pub size: (u16, u16),
+    pub nodes: Nodes,
+    pub locks: Locks,
+    pub leaks: Leaks,
+    pub summary: Summary,
+    pub node_table: TableView<NodeColumn>,
+    pub lock_table: TableView<LockColumn>,
+    pub leak_table: TableView<LeakColumn>,
+    pub flash: Option<Flash>,
+    pub quit: bool,
+    /// Answers held back while paused, newest per endpoint.
+    held: Vec<(Instant, Update)>,
+    /// Commands for the client, taken by the event loop.
+    outbox: Vec<Command>,
+}
+
+impl App {
+    pub fn new(settings: Settings, now: Instant) -> App {
+        App {
+            settings,
+            conn: Conn::Connecting { attempt: 0 },
+            view: View::Nodes,
+            mode: Mode::Table,
+            paused: None,
+            clock: now,
+            size: (80, 24),
+            nodes: Nodes::default(),
+            locks: Locks::default(),
+            leaks: Leaks::default(),
+            summary: Summary::default(),
+            node_table: TableView::new(NodeColumn::Name),
+            lock_table: TableView::new(LockColumn::Resource),
+            leak_table: TableView::new(LeakColumn::Node),
+            flash: None,
+            quit: false,
+            held: Vec::new(),
+            outbox: Vec::new(),
+        }
+    }
+
+    /// The instant countdowns are shown at: frozen while paused.
+    pub fn now(&self) -> Instant {
+        self.paused.unwrap_or(self.clock)
+    }
+
+    /// The scopes of the key table that apply right now.
+    pub fn context(&self) -> Context {
+        match &self.mode {
+            Mode::Table => self.view.context(),
+            Mode::Detail => keys::DETAIL,
+            Mode::Help { .. } => keys::HELP,
+            Mode::Confirm(_) => keys::CONFIRM,
+            Mode::Prompt(_) => keys::PROMPT,
+        }
+    }
+
+    /// Commands for the client since the last call.
+    pub fn take_commands(&mut self) -> Vec<Command> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Is the lock detail pane on screen (perhaps under help or a dialog)?
+    pub fn detail_open(&self) -> bool {
+        match &self.mode {
+            Mode::Detail => true,
+            Mode::Help { under, .. } => **under == Mode::Detail,
+            Mode::Confirm(confirm) => *confirm.under == Mode::Detail,
+            _ => false,
+        }
+    }
+
+    /// The lock under the cursor in the locks view.
+    pub fn selected_lock(&self) -> Option<&LockRow> {
+        self.lock_table
+            .selected_row()
+            .and_then(|i| self.locks.rows().get(i))
+    }
+
+    /// Applies one action to the model.
+    pub fn update(&mut self, action: Action) {
+        match action {
+            Action::Key(event) => self.key(&event),
+            Action::Do(action) => self.act(action),
+            Action::Client(event) => self.client(event),
+            Action::Tick(now) => {
+                self.clock = now;
+                if self.flash.as_ref().is_some_and(|f| f.until <= now) {
+                    self.flash = None;
+                }
+            }
+            Action::Resize(width, height) => self.size = (width, height),
+        }
+    }
+
+    fn key(&mut self, event: &KeyEvent) {
+        let Some(key) = Key::from_event(event) else {
+            return;
+        };
+        if let Some(action) = keys::lookup(self.context(), key, self.settings.readonly) {
+            self.act(action);
+            return;
+        }
+        if let (Mode::Prompt(prompt), KeyCode::Char(c), false) =
+            (&mut self.mode, key.code, key.ctrl)
+        {
+            prompt.text.push(c);
+            self.prompt_changed();
+        }
+    }
+
+    /// Shows a message on the bottom line.
+    pub fn notify(&mut self, level: Level, text: impl Into<String>) {
+        self.flash(level, text);
+    }
+
+    fn flash(&mut self, level: Level, text: impl Into<String>) {
+        self.flash = Some(Flash {
+            text: text.into(),
+            level,
+            until: self.clock + FLASH_FOR,
+        });
+    }
+
+    /// Rows a page holds in the current table.
+    fn page(&self) -> usize {
+        view::page_rows(self).max(1)
+    }
+
+    fn act(&mut self, action: keys::Action) {
+        use keys::Action as A;
+        match action {
+            A::Quit => self.quit = true,
+            A::CommandPrompt => {
+                self.mode = Mode::Prompt(Prompt {
+                    kind: PromptKind::Command,
+                    text: String::new(),
+                    error: None,
+                });
+            }
+            A::FilterPrompt => {
+                let text = self
+                    .filter()
+                    .map(|f| f.text().to_string())
+                    .unwrap_or_default();
+                self.mode = Mode::Prompt(Prompt {
+                    kind: PromptKind::Filter,
+                    text,
+                    error: None,
+                });
+            }
+            A::ClearFilter => self.set_filter(None),
+            A::NextView => self.switch(self.view.step(1)),
+            A::PrevView => self.switch(self.view.step(-1)),
+            A::Up => self.move_by(-1),
+            A::Down => self.move_by(1),
+            A::PageUp => self.move_by(-(self.page() as isize)),
+            A::PageDown => self.move_by(self.page() as isize),
+            A::Top => self.move_by(isize::MIN),
+            A::Bottom => self.move_by(isize::MAX),
+            A::TogglePause => self.toggle_pause(),
+            A::Help => {
+                let under = std::mem::replace(&mut self.mode, Mode::Table);
+                self.mode = Mode::Help {
+                    scroll: 0,
+                    under: Box::new(under),
+                };
+            }
+            A::CloseHelp => self.back(),
+            A::OpenDetail => {
+                if self.view == View::Locks && self.selected_lock().is_some() {
+                    self.mode = Mode::Detail;
+                }
+            }
+            A::CloseDetail => self.mode = Mode::Table,
+            A::ForceRelease => self.ask_force_release(),
+            A::Confirm => {
+                if let Mode::Confirm(confirm) = &self.mode {
+                    let resource = confirm.resource.clone();
+                    self.back();
+                    if self.settings.readonly {
+                        return;
+                    }
+                    self.outbox.push(Command::ForceRelease(resource.clone()));
+                    self.flash(Level::Info, format!("force-releasing {resource}…"));
+                }
+            }
+            A::Cancel => {
+                self.back();
+                self.flash(Level::Info, "cancelled");
+            }
+            A::Submit => self.submit(),
+            A::CancelPrompt => {
+                if let Mode::Prompt(prompt) = &self.mode {
+                    if prompt.kind == PromptKind::Filter {
+                        self.set_filter(None);
+                    }
+                }
+                self.mode = Mode::Table;
+            }
+            A::DeleteChar => {
+                if let Mode::Prompt(prompt) = &mut self.mode {
+                    prompt.text.pop();
+                    self.prompt_changed();
+                }
+            }
+            A::SortNodes(column) => self.node_table.sort_by(column, &self.nodes),
+            A::SortLocks(column) => self.lock_table.sort_by(column, &self.locks),
+            A::SortLeaks(column) => self.leak_table.sort_by(column, &self.leaks),
+        }
+    }
+
+    /// Leaves a dialog or help for what was under it.
+    fn back(&mut self) {
+        self.mode = match std::mem::replace(&mut self.mode, Mode::Table) {
+            Mode::Help { under, .. } => *under,
+            Mode::Confirm(confirm) => *confirm.under,
+            _ => Mode::Table,
+        };
+        // The lock under a detail pane may be gone by now.
+        if self.mode == Mode::Detail && self.selected_lock().is_none() {
+            self.mode = Mode::Table;
+        }
+    }
+
+    fn ask_force_release(&mut self) {
+        if self.settings.readonly || self.view != View::Locks {
+            return;
+        }
+        let Some(lock) = self.selected_lock() else {
+            self.flash(Level::Warn, "no lock selected");
+            return;
+        };
+        let confirm = Confirm {
+            resource: lock.info.resource.clone(),
+            owner: lock.info.owner.clone(),
+            held_on: lock.held_on(),
+            masters: lock.keys.len(),
+            under: Box::new(std::mem::replace(&mut self.mode, Mode::Table)),
+        };
+        self.mode = Mode::Confirm(confirm);
+    }
+
+    fn switch(&mut self, view: View) {
+        self.view = view;
+        self.mode = Mode::Table;
+    }
+
+    fn move_by(&mut self, delta: isize) {
+        let page = self.page();
+        match (&mut self.mode, self.view) {
+            (Mode::Help { scroll, .. }, _) => {
+                *scroll = scroll.saturating_add_signed(delta.clamp(-100, 100) as i16);
+            }
+            (Mode::Table | Mode::Detail, View::Nodes) => {
+                self.node_table.move_by(delta, page, &self.nodes)
+            }
+            (Mode::Table | Mode::Detail, View::Locks) => {
+                self.lock_table.move_by(delta, page, &self.locks)
+            }
+            (Mode::Table | Mode::Detail, View::Leaks) => {
+                self.leak_table.move_by(delta, page, &self.leaks)
+            }
+            _ => {}
+        }
+    }
+
+    fn toggle_pause(&mut self) {
+        match self.paused {
+            None => self.paused = Some(self.clock),
+            Some(_) => {
+                self.paused = None;
+                for (at, update) in std::mem::take(&mut self.held) {
+                    self.apply(at, update);
+                }
+            }
+        }
+    }
+
+    /// The current view's filter.
+    pub fn filter(&self) -> Option<&Filter> {
+        match self.view {
+            View::Nodes => self.node_table.filter(),
+            View::Locks => self.lock_table.filter(),
+            View::Leaks => self.leak_table.filter(),
+        }
+    }
+
+    fn set_filter(&mut self, filter: Option<Filter>) {
+        match self.view {
+            View::Nodes => self.node_table.set_filter(filter, &self.nodes),
+            View::Locks => self.lock_table.set_filter(filter, &self.locks),
+            View::Leaks => self.leak_table.set_filter(filter, &self.leaks),
+        }
+    }
+
+    /// Live filtering: a valid pattern applies as it is typed.
+    fn prompt_changed(&mut self) {
+        let Mode::Prompt(prompt) = &mut self.mode else {
+            return;
+        };
+        if prompt.kind != PromptKind::Filter {
+            return;
+        }
+        match Filter::parse(&prompt.text) {
+            Ok(filter) => {
+                prompt.error = None;
+                self.set_filter(filter);
+            }
+            Err(e) => prompt.error = Some(e.to_string()),
+        }
+    }
+
+    fn submit(&mut self) {
+        let Mode::Prompt(prompt) = std::mem::replace(&mut self.mode, Mode::Table) else {
+            return;
+        };
+        match prompt.kind {
+            PromptKind::Filter => {
+                if let Some(error) = prompt.error {
+                    self.flash(Level::Error, error);
+                }
+            }
+            PromptKind::Command => self.command(prompt.text.trim()),
+        }
+    }
+
+    /// Runs a `:` command; a unique prefix will do (`:lo`, `:node`).
+    fn command(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        const COMMANDS: &[&str] = &["nodes", "locks", "leaks", "help", "quit", "q"];
+        let matches: Vec<&str> = COMMANDS
+            .iter()
+            .copied()
+            .filter(|c| *c == text || c.starts_with(text))
+            .collect();
+        let exact = COMMANDS.iter().find(|c| **c == text).copied();
+        let chosen = exact.or(match matches.as_slice() {
+            [only] => Some(*only),
+            _ => None,
+        });
+        match (chosen, matches.as_slice()) {
+            (Some(command), _) => match command {
+                "nodes" => self.switch(View::Nodes),
+                "locks" => self.switch(View::Locks),
+                "leaks" => self.switch(View::Leaks),
+                "help" => self.act(keys::Action::Help),
+                _ => self.quit = true,
+            },
+            (None, []) => self.flash(
+                Level::Error,
+                format!("unknown command :{text} (try :nodes, :locks, :leaks, :q)"),
+            ),
+            (None, many) => self.flash(
+                Level::Error,
+                format!(":{text} is ambiguous: {}", many.join(", ")),
+            ),
+        }
+    }
+
+    fn client(&mut self, event: Event) {
+        match event {
+            Event::Conn(conn) => {
+                if matches!(conn, Conn::Reconnecting { .. }) {
+                    self.forget_all();
+                }
+                self.conn = conn;
+            }
+            Event::Polled { at, update } => {
+                if self.paused.is_some() {
+                    self.held.retain(|(_, u)| {
+                        std::mem::discriminant(u) != std::mem::discriminant(&update)
+                    });
+                    self.held.push((at, update));
+                } else {
+                    self.apply(at, update);
+                }
+            }
+            Event::Released { resource, result } => match result {
+                Ok(released) if released.failed.is_empty() => self.flash(
+                    Level::Info,
+                    format!(
+                        "force-released {resource}: deleted on {} masters",
+                        released.deleted
+                    ),
+                ),
+                Ok(released) => self.flash(
+                    Level::Warn,
+                    format!(
+                        "force-released {resource} on {} masters; could not reach {}",
+                        released.deleted,
+                        released.failed.join(", ")
+                    ),
+                ),
+                Err(e) => self.flash(
+                    Level::Error,
+                    format!("force release of {resource} failed: {e}"),
+                ),
+            },
+        }
+    }
+
+    /// The connection dropped: no value shown may outlive it.
+    fn forget_all(&mut self) {
+        self.held.clear();
+        self.nodes.forget(Known::Unknown);
+        self.locks.forget(Known::Unknown);
+        self.leaks.forget(Known::Unknown);
+        self.summary.forget(Known::Unknown);
+        self.rebuild_tables();
+        if self.mode == Mode::Detail {
+            self.mode = Mode::Table;
+        }
+    }
+
+    fn rebuild_tables(&mut self) {
+        self.node_table.rebuild(&self.nodes);
+        self.lock_table.rebuild(&self.locks);
+        self.leak_table.rebuild(&self.leaks);
+    }
+
+    fn apply(&mut self, at: Instant, update: Update) {
+        match update {
+            Update::Nodes(Ok(response)) => self.nodes.apply(&response, at),
+            Update::Nodes(Err(e)) => self.nodes.forget(Known::<Quorum>::Failed(e)),
+            Update::Locks(Ok(response)) => self.locks.apply(&response, at),
+            Update::Locks(Err(e)) => self.locks.forget(Known::<LockTable>::Failed(e)),
+            Update::Leaks(Ok(response), wall_ms) => self.leaks.apply(&response, at, wall_ms),
+            Update::Leaks(Err(e), _) => self.leaks.forget(Known::<LeakReport>::Failed(e)),
+            Update::Summary(Ok(response)) => self.summary.apply(&response, at),
+            Update::Summary(Err(e)) => self.summary.forget(Known::Failed(e)),
+        }
+        self.rebuild_tables();
+    }
+}
+
+/// Runs the TUI until the user quits: spawns the client, then loops over
+/// terminal events, client events and frame ticks, drawing after each.
+///
+/// # Errors
+/// When the terminal cannot be read or drawn on, or the client task died.
+pub async fn run(terminal: &mut DefaultTerminal, settings: Settings) -> anyhow::Result<()> {
+    let (event_tx, mut events) = mpsc::channel(64);
+    let (command_tx, commands) = mpsc::channel(8);
+    let options = client::Options {
+        socket: settings.socket.clone(),
+        refresh: settings.refresh,
+        timeout: client::REQUEST_TIMEOUT,
+    };
+    let client = client::spawn(options, event_tx, commands);
+    let size = terminal.size()?;
+    let mut app = App::new(settings, Instant::now());
+    app.update(Action::Resize(size.width, size.height));
+    let mut terminal_events = EventStream::new();
+    let mut frames = tokio::time::interval(FRAME);
+    frames.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let result = loop {
+        if let Err(e) = terminal.draw(|frame| view::draw(frame, &app)) {
+            break Err(e.into());
+        }
+        let action = tokio::select! {
+            event = terminal_events.next() => match event {
+                Some(Ok(TermEvent::Key(key))) => Action::Key(key),
+                Some(Ok(TermEvent::Resize(width, height))) => Action::Resize(width, height),
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => break Err(e.into()),
+                None => break Ok(()),
+            },
+            event = events.recv() => match event {
+                Some(event) => Action::Client(event),
+                None => break Err(anyhow::anyhow!("the connection task ended unexpectedly")),
+            },
+            _ = frames.tick() => Action::Tick(Instant::now()),
+            _ = terminate.recv() => break Ok(()),
+            _ = hangup.recv() => break Ok(()),
+        };
+        app.update(action);
+        for command in app.take_commands() {
+            // The client drains commands between polls; a full queue means
+            // it is stuck on a slow agent, so say so rather than wait.
+            if command_tx.try_send(command).is_err() {
+                app.notify(
+                    Level::Error,
+                    "the connection is busy; nothing was sent, try again",
+                );
+            }
+        }
+        if app.quit {
+            break Ok(());
+        }
+    };
+    client.abort();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::locks::tests as lock_fixtures;
+    use crate::state::nodes::tests as node_fixtures;
+    use crossterm::event::KeyModifiers;
+    use redlock_wire::{ForceReleaseResponse, NodeState};
+
+    const MASTERS: &[&str] = &["r1", "r2", "r3"];
+
+    fn app(readonly: bool) -> (App, Instant) {
+        let t0 = Instant::now();
+        let mut app = App::new(
+            Settings {
+                socket: PathBuf::from("/tmp/agent.sock"),
+                refresh: Duration::from_secs(1),
+                readonly,
+            },
+            t0,
+        );
+        app.update(Action::Resize(120, 35));
+        app.update(Action::Client(Event::Conn(Conn::Connected)));
+        let nodes = node_fixtures::response(vec![
+            node_fixtures::status("r1", NodeState::Up),
+            node_fixtures::status("r2", NodeState::Up),
+            node_fixtures::status("r3", NodeState::Up),
+        ]);
+        app.update(Action::Client(Event::Polled {
+            at: t0,
+            update: Update::Nodes(Ok(nodes)),
+        }));
+        let locks = lock_fixtures::response(
+            vec![
+                lock_fixtures::lock("a", Some("me"), 30_000, MASTERS, MASTERS),
+                lock_fixtures::lock("b", Some("you"), 10_000, MASTERS, MASTERS),
+            ],
+            MASTERS,
+        );
+        app.update(Action::Client(Event::Polled {
+            at: t0,
+            update: Update::Locks(Ok(locks)),
+        }));
+        (app, t0)
+    }
+
+    fn press(app: &mut App, key: Key) {
+        let modifiers = if key.ctrl {
+            KeyModifiers::CONTROL
+        } else {
+            KeyModifiers::NONE
+        };
+        app.update(Action::Key(KeyEvent::new(key.code, modifiers)));
+    }
+
+    fn typed(app: &mut App, text: &str) {
+        for c in text.chars() {
+            press(app, Key::char(c));
+        }
+    }
+
+    fn enter(app: &mut App) {
+        press(app, Key::code(KeyCode::Enter));
+    }
+
+    /// Every binding of a dangerous action, in every context it is bound
+    /// in, opens a confirm dialog and sends nothing; only the dialog's yes
+    /// sends the command, and no sends nothing.
+    #[test]
+    fn every_dangerous_action_has_a_confirm_step() {
+        let dangerous: Vec<_> = keys::BINDINGS
+            .iter()
+            .filter(|b| b.action.is_dangerous())
+            .collect();
+        assert!(!dangerous.is_empty());
+        for binding in dangerous {
+            for key in binding.keys {
+                for answer in [Key::char('y'), Key::char('n'), Key::code(KeyCode::Esc)] {
+                    let (mut app, _) = app(false);
+                    app.update(Action::Do(keys::Action::NextView));
+                    if binding.scope == keys::Scope::Detail {
+                        enter(&mut app);
+                        assert_eq!(app.mode, Mode::Detail);
+                    }
+                    press(&mut app, *key);
+                    assert!(
+                        app.take_commands().is_empty(),
+                        "{} acted without asking",
+                        key.label()
+                    );
+                    let Mode::Confirm(confirm) = &app.mode else {
+                        panic!(
+                            "{} in {:?} did not ask: {:?}",
+                            key.label(),
+                            binding.scope,
+                            app.mode
+                        );
+                    };
+                    assert_eq!(confirm.resource, "a");
+                    assert_eq!(confirm.owner.as_deref(), Some("me"));
+                    // Keys of the view do nothing while the dialog is open.
+                    press(&mut app, Key::char('j'));
+                    press(&mut app, Key::char('q'));
+                    assert!(!app.quit);
+                    press(&mut app, answer);
+                    let sent = app.take_commands();
+                    if answer == Key::char('y') {
+                        assert_eq!(sent, [Command::ForceRelease("a".into())]);
+                    } else {
+                        assert!(sent.is_empty());
+                    }
+                    assert!(!matches!(app.mode, Mode::Confirm(_)));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn readonly_never_sends_a_force_release() {
+        let (mut app, _) = app(true);
+        app.update(Action::Do(keys::Action::NextView));
+        press(&mut app, Key::ctrl('d'));
+        assert_eq!(app.mode, Mode::Table);
+        // Even an action that bypasses the key table is refused.
+        app.update(Action::Do(keys::Action::ForceRelease));
+        app.update(Action::Do(keys::Action::Confirm));
+        assert!(app.take_commands().is_empty());
+        assert_eq!(app.mode, Mode::Table);
+    }
+
+    #[test]
+    fn release_outcomes_are_flashed() {
+        let (mut app, _) = app(false);
+        app.update(Action::Client(Event::Released {
+            resource: "a".into(),
+            result: Ok(ForceReleaseResponse {
+                deleted: 2,
+                failed: vec!["r3".into()],
+            }),
+        }));
+        let flash = app.flash.clone().unwrap();
+        assert_eq!(
+            flash.text,
+            "force-released a on 2 masters; could not reach r3"
+        );
+        assert_eq!(flash.level, Level::Warn);
+        app.update(Action::Tick(app.clock + FLASH_FOR));
+        assert_eq!(app.flash, None);
+    }
+
+    #[test]
+    fn colon_commands_switch_views_by_unique_prefix() {
+        let (mut app, _) = app(false);
+        typed(&mut app, ":locks");
+        enter(&mut app);
+        assert_eq!(app.view, View::Locks);
+        typed(&mut app, ":no");
+        enter(&mut app);
+        assert_eq!(app.view, View::Nodes);
+        typed(&mut app, ":leak");
+        enter(&mut app);
+        assert_eq!(app.view, View::Leaks);
+        typed(&mut app, ":l");
+        enter(&mut app);
+        assert_eq!(app.view, View::Leaks);
+        assert_eq!(
+            app.flash.as_ref().unwrap().text,
+            ":l is ambiguous: locks, leaks"
+        );
+        typed(&mut app, ":pods");
+        enter(&mut app);
+        assert!(app
+            .flash
+            .as_ref()
+            .unwrap()
+            .text
+            .starts_with("unknown command :pods"));
+        typed(&mut app, ":q");
+        enter(&mut app);
+        assert!(app.quit);
+    }
+
+    #[test]
+    fn tab_cycles_the_views_both_ways() {
+        let (mut app, _) = app(false);
+        press(&mut app, Key::code(KeyCode::Tab));
+        assert_eq!(app.view, View::Locks);
+        press(&mut app, Key::code(KeyCode::Tab));
+        press(&mut app, Key::code(KeyCode::Tab));
+        assert_eq!(app.view, View::Nodes);
+        press(&mut app, Key::code(KeyCode::BackTab));
+        assert_eq!(app.view, View::Leaks);
+    }
+
+    #[test]
+    fn the_filter_applies_as_typed_and_escape_clears_it() {
+        let (mut app, _) = app(false);
+        app.update(Action::Do(keys::Action::NextView));
+        typed(&mut app, "/^b");
+        assert_eq!(app.lock_table.order().len(), 1);
+        // An invalid pattern keeps the last valid one and says why.
+        typed(&mut app, "[");
+        assert_eq!(app.lock_table.order().len(), 1);
+        let Mode::Prompt(prompt) = &app.mode else {
+            panic!("{:?}", app.mode)
+        };
+        assert!(prompt.error.is_some());
+        press(&mut app, Key::code(KeyCode::Backspace));
+        enter(&mut app);
+        assert_eq!(app.filter().unwrap().text(), "^b");
+        // Reopening starts from the current filter.
+        press(&mut app, Key::char('/'));
+        let Mode::Prompt(prompt) = &app.mode else {
+            panic!()
+        };
+        assert_eq!(prompt.text, "^b");
+        press(&mut app, Key::code(KeyCode::Esc));
+        assert!(app.filter().is_none());
+        typed(&mut app, "/!^b");
+        enter(&mut app);
+        let shown: Vec<_> = app
+            .lock_table
+            .order()
+            .iter()
+            .map(|&i| app.locks.rows()[i].info.resource.clone())
+            .collect();
+        assert_eq!(shown, ["a"]);
+        press(&mut app, Key::code(KeyCode::Esc));
+        assert_eq!(app.lock_table.order().len(), 2);
+    }
+
+    #[test]
+    fn shift_letter_sorts_and_again_reverses() {
+        let (mut app, _) = app(false);
+        app.update(Action::Do(keys::Action::NextView));
+        let order = |app: &App| -> Vec<String> {
+            app.lock_table
+                .order()
+                .iter()
+                .map(|&i| app.locks.rows()[i].info.resource.clone())
+                .collect()
+        };
+        assert_eq!(order(&app), ["a", "b"]);
+        press(&mut app, Key::char('V'));
+        assert_eq!(order(&app), ["b", "a"], "shortest validity first");
+        press(&mut app, Key::char('V'));
+        assert_eq!(order(&app), ["a", "b"]);
+    }
+
+    #[test]
+    fn pause_freezes_countdowns_and_holds_updates_until_resumed() {
+        let (mut app, t0) = app(false);
+        app.update(Action::Tick(t0 + Duration::from_secs(1)));
+        press(&mut app, Key::char(' '));
+        assert_eq!(app.paused, Some(t0 + Duration::from_secs(1)));
+        app.update(Action::Tick(t0 + Duration::from_secs(5)));
+        assert_eq!(app.now(), t0 + Duration::from_secs(1));
+        let newer = lock_fixtures::response(
+            vec![lock_fixtures::lock("c", None, 5_000, MASTERS, MASTERS)],
+            MASTERS,
+        );
+        app.update(Action::Client(Event::Polled {
+            at: t0,
+            update: Update::Locks(Ok(newer)),
+        }));
+        assert_eq!(app.locks.rows().len(), 2, "held back while paused");
+        press(&mut app, Key::char(' '));
+        assert_eq!(app.locks.rows().len(), 1);
+        assert_eq!(app.now(), t0 + Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_dropped_connection_forgets_everything() {
+        let (mut app, t0) = app(false);
+        app.update(Action::Do(keys::Action::NextView));
+        enter(&mut app);
+        assert_eq!(app.mode, Mode::Detail);
+        app.update(Action::Client(Event::Conn(Conn::Reconnecting {
+            retry_at: t0 + Duration::from_secs(2),
+            attempt: 1,
+            error: "refused".into(),
+        })));
+        assert!(app.locks.rows().is_empty());
+        assert!(app.nodes.rows.iter().all(|r| r.status.is_none()));
+        assert_eq!(app.nodes.quorum, Known::Unknown);
+        assert_eq!(app.mode, Mode::Table);
+    }
+
+    #[test]
+    fn moves_page_and_jump() {
+        let (mut app, t0) = app(false);
+        let many = (0..100)
+            .map(|i| lock_fixtures::lock(&format!("k{i:03}"), None, 1_000, MASTERS, MASTERS))
+            .collect();
+        app.update(Action::Client(Event::Polled {
+            at: t0,
+            update: Update::Locks(Ok(lock_fixtures::response(many, MASTERS))),
+        }));
+        app.update(Action::Do(keys::Action::NextView));
+        let page = view::page_rows(&app);
+        assert!(page > 10, "{page}");
+        press(&mut app, Key::code(KeyCode::PageDown));
+        assert_eq!(app.lock_table.selected_position(), Some(page));
+        press(&mut app, Key::char('k'));
+        press(&mut app, Key::code(KeyCode::Up));
+        assert_eq!(app.lock_table.selected_position(), Some(page - 2));
+        press(&mut app, Key::char('G'));
+        assert_eq!(app.lock_table.selected_position(), Some(99));
+        press(&mut app, Key::code(KeyCode::PageUp));
+        assert_eq!(app.lock_table.selected_position(), Some(99 - page));
+        press(&mut app, Key::code(KeyCode::Home));
+        assert_eq!(app.lock_table.selected_position(), Some(0));
+    }
+
+    #[test]
+    fn help_opens_over_the_current_mode_and_closes_back_to_it() {
+        let (mut app, _) = app(false);
+        app.update(Action::Do(keys::Action::NextView));
+        enter(&mut app);
+        press(&mut app, Key::char('?'));
+        assert!(matches!(app.mode, Mode::Help { .. }));
+        assert!(app.detail_open());
+        press(&mut app, Key::char('j'));
+        press(&mut app, Key::char('q'));
+        assert!(!app.quit, "q closes help");
+        assert_eq!(app.mode, Mode::Detail);
+        press(&mut app, Key::code(KeyCode::Esc));
+        assert_eq!(app.mode, Mode::Table);
+        press(&mut app, Key::char('q'));
+        assert!(app.quit);
+    }
+}

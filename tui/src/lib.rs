@@ -1,0 +1,23 @@
+//! redlock-tui: a terminal console for redlock-agent, k9s-style. It polls
+//! an agent's socket and shows its masters, the lock keys on them, the
+//! leaked-key scanner's findings and a one-minute summary.
+//!
+//! # Layout
+//! - `main.rs`: command line, terminal setup and restore, the panic hook.
+//! - [`app`]: the model, `update(action)` and the event loop; the only
+//!   place that turns keys and client events into changes.
+//! - [`keys`]: the one key table; key handling, the hint bar, the help
+//!   screen and the README's key list are all read from it.
+//! - [`client`]: the connection to the agent as a state machine, in its own
+//!   task, talking to the app over channels.
+//! - [`state`]: pure data: rows, sort, filter, countdowns, summary rates.
+//! - [`view`]: render only: header, summary strip, nodes, locks, leaks,
+//!   help, confirm, and the theme every colour comes from.
+//!
+//! Data flows one way: client → app → state → view.
+
+pub mod app;
+pub mod client;
+pub mod keys;
+pub mod state;
+pub mod view;

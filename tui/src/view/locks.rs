@@ -1,0 +1,412 @@
+//! The locks view: one row per lock key found on the masters, a matrix of
+//! each master's copy (its TTL, `missing`, or `other` for a different
+//! holder), and the detail pane for the selected lock.
+
+use std::time::{Duration, Instant};
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Cell, Paragraph, Row};
+use ratatui::Frame;
+
+use crate::app::App;
+use crate::state::countdown::{fraction_left, urgency, Countdown};
+use crate::state::locks::{KeyState, LockColumn, LockRow};
+
+use super::fmt::{self, DASH};
+use super::{render_notice, render_table, theme, title_cell, view_block, why_unknown};
+
+/// Narrowest cell of the per-master matrix (`missing`).
+const MASTER_WIDTH: usize = 7;
+/// Cells of the countdown bars in the detail pane.
+const BAR_WIDTH: usize = 16;
+
+/// The table's and the detail pane's areas; the pane only when open.
+pub fn split(body: Rect, app: &App) -> (Rect, Rect) {
+    if !app.detail_open() {
+        return (body, Rect::new(body.x, body.bottom(), body.width, 0));
+    }
+    let wanted = app.locks.masters().len() as u16 + 8;
+    let [table, detail] = Layout::vertical([
+        Constraint::Min(0),
+        Constraint::Length(wanted.min(body.height)),
+    ])
+    .areas(body);
+    (table, detail)
+}
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let (table_area, detail_area) = split(area, app);
+    render_table_part(frame, table_area, app);
+    if detail_area.height > 0 {
+        render_detail(frame, detail_area, app);
+    }
+}
+
+fn render_table_part(frame: &mut Frame, area: Rect, app: &App) {
+    let locks = &app.locks;
+    let table = &app.lock_table;
+    let truncated = locks.table.get().is_some_and(|t| t.truncated);
+    let count = format!(
+        "{}/{}{}",
+        table.order().len(),
+        table.total(),
+        if truncated { "+" } else { "" }
+    );
+    let block = view_block(format!(" Locks [{count}] "));
+    if let Some(reason) = why_unknown(app, &locks.table) {
+        render_notice(
+            frame,
+            area,
+            block,
+            Line::from(Span::styled(reason, theme::WARN)),
+        );
+        return;
+    }
+    if table.total() == 0 {
+        let text = "no lock keys on the masters";
+        render_notice(
+            frame,
+            area,
+            block,
+            Line::from(Span::styled(text, theme::MUTED)),
+        );
+        return;
+    }
+    let masters = locks.masters();
+    let plan = Plan::fit(area.width.saturating_sub(2), masters);
+    let sort = table.sort();
+    let mut header = vec![title_cell("RESOURCE", LockColumn::Resource, sort)];
+    let mut widths = vec![Constraint::Min(plan.resource)];
+    if plan.owner {
+        header.push(title_cell("OWNER", LockColumn::Owner, sort));
+        widths.push(Constraint::Length(OWNER_WIDTH));
+    }
+    header.push(title_cell("VALIDITY", LockColumn::Validity, sort));
+    widths.push(Constraint::Length(VALIDITY_WIDTH));
+    if plan.matrix {
+        for master in masters {
+            header.push(Cell::from(master.clone()));
+            widths.push(Constraint::Length(plan.cell_width(master)));
+        }
+    }
+    header.push(title_cell("QUORUM", LockColumn::Quorum, sort));
+    widths.push(Constraint::Length(QUORUM_WIDTH));
+    if plan.waiters {
+        header.push(title_cell("WAIT", LockColumn::Waiters, sort));
+        widths.push(Constraint::Length(FLAG_WIDTH));
+    }
+    if plan.here {
+        header.push(title_cell("HERE", LockColumn::Here, sort));
+        widths.push(Constraint::Length(FLAG_WIDTH));
+    }
+    let now = app.now();
+    let rows = locks.rows();
+    render_table(frame, area, block, header, &widths, table, |i| {
+        row(&rows[i], now, plan)
+    });
+}
+
+/// Narrowest the resource column gets before other columns give way, and
+/// once nothing else can.
+const RESOURCE_MIN: u16 = 16;
+const RESOURCE_FLOOR: u16 = 10;
+const OWNER_WIDTH: u16 = 12;
+/// `VALIDITY` and its sort arrow.
+const VALIDITY_WIDTH: u16 = 9;
+const QUORUM_WIDTH: u16 = 7;
+const FLAG_WIDTH: u16 = 5;
+
+/// Which columns fit: on narrow screens the matrix cells shrink to five
+/// characters (`missing` becomes `miss`), then `HERE`, `WAIT` and `OWNER`
+/// go, then the resource column narrows, and last the matrix goes; the
+/// detail pane still shows it all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Narrowest resource column.
+    pub resource: u16,
+    pub owner: bool,
+    /// One column per master.
+    pub matrix: bool,
+    pub waiters: bool,
+    pub here: bool,
+    /// Narrowest matrix cell.
+    pub cell: u16,
+}
+
+impl Plan {
+    /// The widest plan that fits `width` (inside the borders).
+    pub fn fit(width: u16, masters: &[String]) -> Plan {
+        let full = Plan {
+            resource: RESOURCE_MIN,
+            owner: true,
+            matrix: true,
+            waiters: true,
+            here: true,
+            cell: MASTER_WIDTH as u16,
+        };
+        let narrow = Plan { cell: 5, ..full };
+        let no_here = Plan {
+            here: false,
+            ..narrow
+        };
+        let no_flags = Plan {
+            waiters: false,
+            ..no_here
+        };
+        let no_owner = Plan {
+            owner: false,
+            ..no_flags
+        };
+        let short = Plan {
+            resource: RESOURCE_FLOOR,
+            ..no_owner
+        };
+        let no_matrix = Plan {
+            matrix: false,
+            ..short
+        };
+        [full, narrow, no_here, no_flags, no_owner, short]
+            .into_iter()
+            .find(|plan| plan.width(masters) <= width)
+            .unwrap_or(no_matrix)
+    }
+
+    fn cell_width(&self, master: &str) -> u16 {
+        (master.chars().count() as u16).max(self.cell)
+    }
+
+    /// Width with the resource column at its minimum, spacing included.
+    fn width(&self, masters: &[String]) -> u16 {
+        let mut columns = vec![self.resource, VALIDITY_WIDTH, QUORUM_WIDTH];
+        if self.matrix {
+            columns.extend(masters.iter().map(|m| self.cell_width(m)));
+        }
+        for (on, width) in [
+            (self.owner, OWNER_WIDTH),
+            (self.waiters, FLAG_WIDTH),
+            (self.here, FLAG_WIDTH),
+        ] {
+            if on {
+                columns.push(width);
+            }
+        }
+        columns.iter().sum::<u16>() + columns.len() as u16 - 1
+    }
+}
+
+/// A countdown as text in its urgency colour.
+fn countdown(c: Countdown, full: Duration, now: Instant) -> Span<'static> {
+    let left = c.left(now);
+    Span::styled(fmt::duration(left), theme::urgency(urgency(left, full)))
+}
+
+/// One master's cell of the matrix, at most `width` wide.
+pub fn key_cell(key: &KeyState, full: Duration, now: Instant, width: u16) -> Span<'static> {
+    match key {
+        KeyState::Held(Some(ttl)) => countdown(*ttl, full, now),
+        KeyState::Held(None) => Span::styled("held", theme::OK),
+        KeyState::Missing if usize::from(width) < MASTER_WIDTH => {
+            Span::styled("miss", theme::MUTED)
+        }
+        KeyState::Missing => Span::styled("missing", theme::MUTED),
+        KeyState::Other(_) => Span::styled("other", theme::WARN),
+        KeyState::Unknown => Span::styled(DASH, theme::MUTED),
+    }
+}
+
+fn yes_no(value: bool, yes: ratatui::style::Style, no: ratatui::style::Style) -> Span<'static> {
+    if value {
+        Span::styled("yes", yes)
+    } else {
+        Span::styled("no", no)
+    }
+}
+
+fn row(lock: &LockRow, now: Instant, plan: Plan) -> Row<'static> {
+    let info = &lock.info;
+    let mut cells = vec![Cell::from(info.resource.clone())];
+    if plan.owner {
+        cells.push(Cell::from(
+            info.owner.clone().unwrap_or_else(|| DASH.to_string()),
+        ));
+    }
+    cells.push(Cell::from(lock.validity.map_or_else(
+        || Span::styled(DASH, theme::MUTED),
+        |v| countdown(v, lock.full, now),
+    )));
+    if plan.matrix {
+        cells.extend(
+            lock.keys
+                .iter()
+                .map(|k| Cell::from(key_cell(k, lock.full, now, plan.cell))),
+        );
+    }
+    cells.push(Cell::from(yes_no(
+        info.quorum_agrees,
+        theme::OK,
+        theme::CRIT,
+    )));
+    if plan.waiters {
+        let style = if info.waiters > 0 {
+            theme::WARN
+        } else {
+            theme::TEXT
+        };
+        cells.push(Cell::from(Span::styled(info.waiters.to_string(), style)));
+    }
+    if plan.here {
+        cells.push(Cell::from(yes_no(
+            info.held_here,
+            theme::INFO,
+            theme::MUTED,
+        )));
+    }
+    Row::new(cells)
+}
+
+fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
+    let now = app.now();
+    let Some(lock) = app.selected_lock() else {
+        let block = view_block(" Lock ".to_string());
+        let text = "the lock is gone (released or expired)";
+        render_notice(
+            frame,
+            area,
+            block,
+            Line::from(Span::styled(text, theme::MUTED)),
+        );
+        return;
+    };
+    let info = &lock.info;
+    let block = Block::bordered()
+        .border_style(theme::BORDER)
+        .title(Span::styled(
+            format!(" Lock {} ", info.resource),
+            theme::TITLE,
+        ));
+    let field = |name: &'static str| Span::styled(format!("{name:<10}"), theme::HEADING);
+    let mut lines = vec![Line::from(vec![
+        field("owner"),
+        Span::raw(info.owner.clone().unwrap_or_else(|| DASH.to_string())),
+    ])];
+    let mut validity = vec![field("validity")];
+    match lock.validity {
+        Some(v) => {
+            validity.push(countdown(v, lock.full, now));
+            validity.push(Span::raw(" "));
+            validity.push(Span::styled(
+                fmt::bar(fraction_left(v.left(now), lock.full), BAR_WIDTH),
+                theme::BAR,
+            ));
+        }
+        None => validity.push(Span::styled(
+            format!("{DASH} (no quorum holds it)"),
+            theme::CRIT,
+        )),
+    }
+    lines.push(Line::from(validity));
+    let quorum = app.locks.table.get().map_or(0, |t| t.quorum);
+    lines.push(Line::from(vec![
+        field("quorum"),
+        if info.quorum_agrees {
+            Span::styled("agrees", theme::OK)
+        } else {
+            Span::styled("does not agree", theme::CRIT)
+        },
+        Span::styled(
+            format!(
+                " · held on {} of {} masters · quorum {quorum}",
+                lock.held_on(),
+                lock.keys.len()
+            ),
+            theme::MUTED,
+        ),
+    ]));
+    lines.push(Line::from(vec![
+        field("here"),
+        Span::raw(if info.held_here {
+            "held through this agent"
+        } else {
+            "not held through this agent"
+        }),
+        Span::styled(format!(" · {} waiting here", info.waiters), theme::MUTED),
+    ]));
+    lines.push(Line::default());
+    let masters = app.locks.masters();
+    let width = masters.iter().map(|m| m.chars().count()).max().unwrap_or(0);
+    for (master, key) in masters.iter().zip(&lock.keys) {
+        let (state, ttl) = match key {
+            KeyState::Held(ttl) => ("held", *ttl),
+            KeyState::Missing => ("missing", None),
+            KeyState::Other(ttl) => ("other", *ttl),
+            KeyState::Unknown => (DASH, None),
+        };
+        let mut spans = vec![
+            Span::styled(format!("{master:<width$}  "), theme::TEXT),
+            Span::styled(
+                format!("{state:<8}"),
+                match key {
+                    KeyState::Held(_) => theme::OK,
+                    KeyState::Other(_) => theme::WARN,
+                    _ => theme::MUTED,
+                },
+            ),
+        ];
+        if let Some(ttl) = ttl {
+            spans.push(countdown(ttl, lock.full, now));
+            spans.push(Span::raw(" "));
+            spans.push(Span::styled(
+                fmt::bar(fraction_left(ttl.left(now), lock.full), BAR_WIDTH),
+                theme::BAR,
+            ));
+        }
+        lines.push(Line::from(spans));
+    }
+    frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn masters(n: usize) -> Vec<String> {
+        (1..=n).map(|i| format!("r{i}")).collect()
+    }
+
+    #[test]
+    fn columns_give_way_in_order_as_the_screen_narrows() {
+        let five = masters(5);
+        let at = |width| Plan::fit(width, &five);
+        let full = Plan {
+            resource: 16,
+            owner: true,
+            matrix: true,
+            waiters: true,
+            here: true,
+            cell: 7,
+        };
+        assert_eq!(at(118), full);
+        // 80 columns: five-wide cells, no WAIT or HERE, the owner kept.
+        let eighty = Plan {
+            cell: 5,
+            waiters: false,
+            here: false,
+            ..full
+        };
+        assert_eq!(at(78), eighty);
+        assert_eq!(
+            at(58),
+            Plan {
+                resource: 10,
+                owner: false,
+                ..eighty
+            }
+        );
+        assert!(!at(38).matrix);
+        assert!(!at(0).matrix, "the last plan when nothing fits");
+        // Long master names are never cut.
+        let long = vec!["redis-eu-1".to_string()];
+        assert_eq!(Plan::fit(200, &long).cell_width("redis-eu-1"), 10);
+    }
+}

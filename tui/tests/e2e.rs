@@ -1,0 +1,574 @@
+//! End to end: the real `redlock-tui` binary in a tmux pane, against a real
+//! `redlock-agent dev` and its three real `redis-server` masters.
+//!
+//! tmux gives the TUI a real terminal of 120x35; the test types with
+//! `send-keys` and reads the screen with `capture-pane -p`. Every wait is
+//! for a condition with a deadline. tmux (a private server), the agent,
+//! its masters and the restarted master are all cleaned up by guards, so a
+//! failing assertion leaves nothing behind; on failure the last screen and
+//! the agent's log are printed.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const WIDTH: u16 = 120;
+const HEIGHT: u16 = 35;
+const PROMPT: &str = "tui-e2e$ ";
+
+/// Waits for `check` to return `Some` before `timeout`, polling.
+fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<T>,
+    context: impl Fn() -> String,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                context()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn require(tool: &str, args: &[&str]) {
+    let found = Command::new(tool)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "{tool} is needed for this test; install it (apt-get install -y {tool})"
+    );
+}
+
+/// `redlock-agent` next to `redlock-tui`, built first so it matches the
+/// sources; an existing binary is used if the build fails (say, the agent
+/// is mid-edit), and the build's output is shown if there is none.
+fn agent_binary() -> PathBuf {
+    let tui = PathBuf::from(env!("CARGO_BIN_EXE_redlock-tui"));
+    let agent = tui.with_file_name("redlock-agent");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tui/ is in the workspace");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let mut build = Command::new(cargo);
+    build.current_dir(workspace).args([
+        "build",
+        "--quiet",
+        "-p",
+        "redlock-agent",
+        "--bin",
+        "redlock-agent",
+    ]);
+    if tui
+        .parent()
+        .and_then(Path::file_name)
+        .is_some_and(|d| d == "release")
+    {
+        build.arg("--release");
+    }
+    let output = build.output().expect("run cargo");
+    if !output.status.success() {
+        assert!(
+            agent.exists(),
+            "cannot build redlock-agent:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        eprintln!(
+            "warning: building redlock-agent failed; using the existing {}:\n{}",
+            agent.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    agent
+}
+
+fn signal(pid: u32, signal: libc::c_int) -> bool {
+    // SAFETY: kill(2) has no memory effects; a stale pid at worst fails.
+    unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
+}
+
+/// Is `pid` a live redis-server? Guards against killing a reused pid.
+fn is_redis(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|cmd| String::from_utf8_lossy(&cmd).contains("redis-server"))
+}
+
+/// One Redis command over a fresh connection; the raw reply.
+fn redis(port: u16, command: &str) -> std::io::Result<String> {
+    let mut stream =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(format!("{command}\r\n").as_bytes())?;
+    let mut reader = BufReader::new(stream);
+    let mut first = String::new();
+    reader.read_line(&mut first)?;
+    if let Some(len) = first.strip_prefix('$') {
+        let len: usize = len.trim().parse().map_err(std::io::Error::other)?;
+        let mut body = vec![0; len + 2];
+        reader.read_exact(&mut body)?;
+        return Ok(String::from_utf8_lossy(&body).to_string());
+    }
+    Ok(first)
+}
+
+/// The pid of the redis-server on `port`, from its own INFO.
+fn redis_pid(port: u16) -> u32 {
+    let info = redis(port, "INFO server").expect("INFO from a master");
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no process_id in INFO of port {port}:\n{info}"))
+}
+
+/// One HTTP/1.1 request over the agent's socket: (status, body).
+fn http(socket: &Path, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not HTTP: {answer:?}")))?;
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    Ok((status, body))
+}
+
+/// `redlock-agent dev` with three masters; stopped (SIGTERM, then SIGKILL)
+/// with its masters when dropped.
+struct Agent {
+    child: Child,
+    socket: PathBuf,
+    ports: Vec<u16>,
+    master_pids: Vec<u32>,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn start(dir: &Path) -> Agent {
+        let socket = dir.join("agent.sock");
+        let log = dir.join("agent.log");
+        let child = Command::new(agent_binary())
+            .args([
+                "dev",
+                "--masters",
+                "3",
+                "--metrics",
+                "127.0.0.1:0",
+                "--socket",
+            ])
+            .arg(&socket)
+            .env("REDLOCK_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("agent log file"))
+            .spawn()
+            .expect("start redlock-agent dev");
+        let mut agent = Agent {
+            child,
+            socket,
+            ports: Vec::new(),
+            master_pids: Vec::new(),
+            log,
+        };
+        // "redlock-agent dev: 3 masters on 127.0.0.1 ports 1, 2, 3; config ..."
+        let stdout = agent.child.stdout.take().expect("piped stdout");
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let first = lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the agent printed no ports\n{}", agent.log()));
+        agent.ports = first
+            .split_once(" ports ")
+            .and_then(|(_, rest)| rest.split(';').next())
+            .map(|ports| {
+                ports
+                    .split(", ")
+                    .filter_map(|p| p.trim().parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(agent.ports.len(), 3, "ports from {first:?}");
+        agent.master_pids = agent.ports.iter().map(|&p| redis_pid(p)).collect();
+        let socket = agent.socket.clone();
+        wait_for(
+            "the agent to serve /v1/nodes",
+            Duration::from_secs(30),
+            || {
+                http(&socket, "GET", "/v1/nodes", "")
+                    .ok()
+                    .filter(|(s, _)| *s == 200)
+            },
+            || agent.log(),
+        );
+        agent
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- agent log ---\n{}", self.log());
+        }
+        // SIGTERM drains and stops the masters it started.
+        signal(self.child.id(), libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for &pid in &self.master_pids {
+            if is_redis(pid) {
+                signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// A master started by the test in place of a killed one.
+struct Master(Child);
+
+impl Master {
+    fn start(port: u16, dir: &Path) -> Master {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(["--bind", "127.0.0.1", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let master = Master(child);
+        wait_for(
+            "the restarted master to answer PING",
+            Duration::from_secs(10),
+            || redis(port, "PING").ok().filter(|r| r.starts_with("+PONG")),
+            String::new,
+        );
+        master
+    }
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A private tmux server (its socket in the test's temp dir) with one
+/// 120x35 session running a plain shell.
+struct Tmux {
+    socket: PathBuf,
+}
+
+impl Tmux {
+    fn start(dir: &Path) -> Tmux {
+        let tmux = Tmux {
+            socket: dir.join("tmux.sock"),
+        };
+        // Bash sets its own PS1 over an inherited one; an rc file wins.
+        let rc = dir.join("bashrc");
+        std::fs::write(&rc, format!("PS1='{PROMPT}'\n")).expect("write the shell's rc file");
+        let shell = format!("bash --noprofile --rcfile '{}' -i", rc.display());
+        let status = Command::new("tmux")
+            .arg("-S")
+            .arg(&tmux.socket)
+            .args(["-f", "/dev/null", "new-session", "-d"])
+            .args([
+                "-x",
+                &WIDTH.to_string(),
+                "-y",
+                &HEIGHT.to_string(),
+                "-s",
+                "e2e",
+            ])
+            .arg(shell)
+            .status()
+            .expect("run tmux");
+        assert!(status.success(), "tmux new-session failed");
+        wait_for(
+            "the shell prompt",
+            Duration::from_secs(10),
+            || tmux.screen().contains(PROMPT.trim()).then_some(()),
+            || tmux.screen(),
+        );
+        tmux
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let output = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux");
+        String::from_utf8_lossy(&output.stdout).to_string()
+    }
+
+    /// Keys by tmux name: `Enter`, `Escape`, `C-d`, `q`.
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "e2e"];
+        args.extend_from_slice(keys);
+        self.tmux(&args);
+    }
+
+    /// Text typed as is.
+    fn type_text(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", "e2e", "-l", text]);
+    }
+
+    fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-t", "e2e"])
+    }
+
+    fn display(&self, format: &str) -> String {
+        self.tmux(&["display-message", "-p", "-t", "e2e", format])
+            .trim()
+            .to_string()
+    }
+
+    /// Waits until the screen passes `check`.
+    fn wait_until(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
+        wait_for(
+            what,
+            Duration::from_secs(20),
+            || {
+                let screen = self.screen();
+                check(&screen).then_some(screen)
+            },
+            || format!("--- screen ---\n{}", self.screen()),
+        )
+    }
+
+    fn wait_for_text(&self, text: &str) -> String {
+        self.wait_until(&format!("{text:?} on screen"), |s| s.contains(text))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- last screen ---\n{}", self.screen());
+        }
+        self.tmux(&["kill-server"]);
+    }
+}
+
+/// The table row of `name` (a master or a resource).
+fn row<'a>(screen: &'a str, name: &str) -> Option<&'a str> {
+    let prefix = format!("│{name} ");
+    screen.lines().find(|l| l.starts_with(&prefix))
+}
+
+fn words(line: &str) -> Vec<&str> {
+    line.trim_matches('│').split_whitespace().collect()
+}
+
+#[test]
+fn the_tui_follows_a_real_agent_and_restores_the_terminal() {
+    require("tmux", &["-V"]);
+    require("redis-server", &["--version"]);
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path());
+    let tmux = Tmux::start(dir.path());
+
+    let command = format!(
+        "'{}' --socket '{}' --refresh 250ms",
+        env!("CARGO_BIN_EXE_redlock-tui"),
+        agent.socket.display()
+    );
+    tmux.type_text(&command);
+    tmux.keys(&["Enter"]);
+
+    // Every master up, on the nodes view.
+    tmux.wait_until("three masters up", |s| {
+        s.contains("CONNECTED")
+            && s.contains("3/3 usable, quorum 2")
+            && ["r1", "r2", "r3"]
+                .iter()
+                .all(|m| row(s, m).is_some_and(|r| words(r).get(1) == Some(&"up")))
+    });
+    assert_eq!(
+        tmux.display("#{alternate_on}"),
+        "1",
+        "the TUI uses the alternate screen"
+    );
+
+    // A lock taken through the API shows with its resource and TTLs.
+    let (status, body) = http(
+        &agent.socket,
+        "POST",
+        "/v1/locks/e2e-demo/acquire",
+        r#"{"ttl_ms":30000,"owner":"e2e"}"#,
+    )
+    .expect("acquire over the socket");
+    assert_eq!(status, 200, "{body}");
+    tmux.type_text(":locks");
+    tmux.keys(&["Enter"]);
+    let ttl = regex::Regex::new(r"^\d+\.\ds$").unwrap();
+    let screen = tmux.wait_until("the lock with its TTLs", |s| {
+        row(s, "e2e-demo").is_some_and(|r| {
+            let w = words(r);
+            w.len() >= 9 && w[1] == "e2e" && w[2..6].iter().all(|c| ttl.is_match(c))
+        })
+    });
+    let header = screen
+        .lines()
+        .find(|l| l.contains("RESOURCE"))
+        .expect("the locks header");
+    assert_eq!(
+        &words(header)[..6],
+        ["RESOURCE↑", "OWNER", "VALIDITY", "r1", "r2", "r3"],
+        "{header}"
+    );
+    let lock = words(row(&screen, "e2e-demo").unwrap()).join(" ");
+    assert!(
+        lock.ends_with("yes 0 yes"),
+        "quorum agrees, no waiters, held here: {lock}"
+    );
+
+    // `/` filters by regex, `/!` inverts, Escape clears.
+    tmux.type_text("/^nomatch$");
+    tmux.keys(&["Enter"]);
+    tmux.wait_until("the filter to hide the lock", |s| {
+        s.contains("Locks [0/1]") && row(s, "e2e-demo").is_none()
+    });
+    tmux.keys(&["Escape"]);
+    tmux.wait_until("the filter to clear", |s| {
+        s.contains("Locks [1/1]") && row(s, "e2e-demo").is_some()
+    });
+    tmux.type_text("/!^e2e-");
+    tmux.keys(&["Enter"]);
+    tmux.wait_until("the inverted filter to hide the lock", |s| {
+        s.contains("Locks [0/1]")
+    });
+    tmux.keys(&["Escape"]);
+    tmux.wait_until("the filter to clear again", |s| s.contains("Locks [1/1]"));
+    tmux.type_text("/e2e-d");
+    tmux.keys(&["Enter"]);
+    tmux.wait_until("the filter to keep the lock", |s| {
+        s.contains("Locks [1/1]") && s.contains("filter /e2e-d") && row(s, "e2e-demo").is_some()
+    });
+
+    // Ctrl-d asks, naming the resource and its holder; `y` force-releases
+    // it through the agent.
+    tmux.keys(&["C-d"]);
+    tmux.wait_until("the confirm dialog", |s| {
+        s.contains("Force-release e2e-demo?") && s.contains("Holder: e2e · on 3 of 3 masters")
+    });
+    tmux.keys(&["y"]);
+    tmux.wait_until("the lock to be released", |s| {
+        s.contains("force-released e2e-demo: deleted on 3 masters") && row(s, "e2e-demo").is_none()
+    });
+
+    // `:nodes` switches back.
+    tmux.type_text(":nodes");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for_text("Nodes [3]");
+
+    // A master restarted without its data is quarantined.
+    let port = agent.ports[1];
+    let pid = redis_pid(port);
+    assert!(signal(pid, libc::SIGKILL), "kill the master on port {port}");
+    wait_for(
+        "the master's port to close",
+        Duration::from_secs(10),
+        || {
+            TcpStream::connect(("127.0.0.1", port))
+                .is_err()
+                .then_some(())
+        },
+        String::new,
+    );
+    let restarted_dir = dir.path().join("restarted");
+    std::fs::create_dir_all(&restarted_dir).unwrap();
+    let _restarted = Master::start(port, &restarted_dir);
+    let screen = tmux.wait_until("r2 quarantined", |s| {
+        row(s, "r2").is_some_and(|r| words(r).get(1) == Some(&"quarantined"))
+    });
+    assert!(screen.contains("2/3 usable, quorum 2"), "{screen}");
+
+    // `?` opens the help, Escape closes it.
+    tmux.keys(&["?"]);
+    tmux.wait_until("the help", |s| {
+        s.contains("Help · keys") && s.contains("force-release the lock")
+    });
+    tmux.keys(&["Escape"]);
+    tmux.wait_until("the help to close", |s| {
+        !s.contains("Help · keys") && s.contains("Nodes [3]")
+    });
+
+    // `q` quits and gives the shell its terminal back.
+    tmux.keys(&["q"]);
+    wait_for(
+        "the TUI to leave the alternate screen",
+        Duration::from_secs(10),
+        || (tmux.display("#{alternate_on}") == "0").then_some(()),
+        || tmux.screen(),
+    );
+    let screen = tmux.wait_until("the shell prompt after the TUI", |s| {
+        s.lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .is_some_and(|l| l.trim_end() == PROMPT.trim_end())
+    });
+    assert!(
+        !screen.contains("CONNECTED"),
+        "the TUI's screen is gone:\n{screen}"
+    );
+    assert_eq!(
+        tmux.display("#{cursor_flag}"),
+        "1",
+        "the cursor is visible again"
+    );
+    assert_eq!(tmux.display("#{pane_current_command}"), "bash");
+    // The shell reads lines again: the terminal left raw mode.
+    tmux.type_text("echo restored-$((40+2))");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for_text("\nrestored-42");
+}
