@@ -91,6 +91,7 @@ impl Agent {
         ));
         let waiters = Arc::new(Waiters::new(
             config.lock.key_prefix.clone(),
+            config.lock.max_waiters,
             Arc::clone(&metrics),
         ));
         Ok(Agent {
@@ -198,6 +199,7 @@ impl Bound {
         agent.health.masters_fresh = masters_fresh;
         let agent = Arc::new(agent);
         let config = agent.config();
+        server::raise_open_files_limit();
         let socket = SocketListener::bind(&config.socket.path, config.socket.mode).await?;
         let tcp = server::bind_tcp(config.metrics.listen).await?;
         Ok(Bound { agent, socket, tcp })

@@ -39,6 +39,11 @@ pub struct SocketConfig {
     /// Permission bits of the socket file.
     #[serde(serialize_with = "ser_mode")]
     pub mode: u32,
+    /// Open connections served at once; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Time a client has to send a whole request (headers and body).
+    #[serde(serialize_with = "ser_duration")]
+    pub request_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -84,6 +89,8 @@ pub struct LockConfig {
     /// Longest a hold may be renewed; also the largest `max_hold_ms`.
     #[serde(serialize_with = "ser_duration")]
     pub max_hold: Duration,
+    /// Requests waiting for locks on this agent at once, all resources.
+    pub max_waiters: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -525,8 +532,23 @@ fn read_socket(tree: Value, errors: &mut Vec<FieldError>) -> SocketConfig {
             0o660
         }
     };
+    let max_connections: usize = s
+        .take("max_connections", "a whole number")
+        .unwrap_or(16_384);
+    if max_connections == 0 {
+        s.error("max_connections", "must be at least 1");
+    }
+    let request_timeout = s.duration("request_timeout", Duration::from_secs(10));
+    if request_timeout.is_zero() {
+        s.error("request_timeout", "must be above zero");
+    }
     s.finish();
-    SocketConfig { path, mode }
+    SocketConfig {
+        path,
+        mode,
+        max_connections,
+        request_timeout,
+    }
 }
 
 fn read_metrics(tree: Value, errors: &mut Vec<FieldError>) -> MetricsConfig {
@@ -707,6 +729,7 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
     let retry_delay = s.duration("retry_delay", Duration::from_millis(50));
     let retry_jitter = s.duration("retry_jitter", Duration::from_millis(50));
     let max_hold = s.duration("max_hold", Duration::from_secs(3600));
+    let max_waiters: usize = s.take("max_waiters", "a whole number").unwrap_or(10_000);
     if max_hold < default_ttl {
         s.error(
             "max_hold",
@@ -762,6 +785,7 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
         retry_delay,
         retry_jitter,
         max_hold,
+        max_waiters,
     }
 }
 

@@ -182,6 +182,7 @@ pub struct Metrics {
     pub node_restarts: IntCounterVec,
     pub node_request_duration: HistogramVec,
     pub node_votes: IntCounterVec,
+    pub node_errors: IntCounterVec,
     pub quorum_size: IntGauge,
     pub usable_nodes: IntGauge,
     pub quorum_available: IntGauge,
@@ -274,6 +275,11 @@ impl Metrics {
                 "Answers of each master to SET NX during acquire (granted, taken, error, timeout).",
                 &["node", "vote"],
             ),
+            node_errors: counter_vec(
+                "redlock_node_errors_total",
+                "Failed requests to each master, by kind (timeout, not_connected, connection, auth, noperm, readonly, oom, wrongtype, script, other).",
+                &["node", "kind"],
+            ),
             quorum_size: IntGauge::new("redlock_quorum_size", "Masters needed for a lock: N/2+1 of the configured N.")
                 .expect("valid gauge"),
             usable_nodes: IntGauge::new(
@@ -364,6 +370,9 @@ impl Metrics {
             for kind in LeakKind::ALL {
                 m.leaked_keys.with_label_values(&[node, kind.as_str()]);
             }
+            for kind in crate::redlock::NodeError::KINDS {
+                m.node_errors.with_label_values(&[node, kind]);
+            }
             for detector in ["reconnect", "run_id", "uptime", "marker"] {
                 m.node_restarts.with_label_values(&[node, detector]);
             }
@@ -381,6 +390,7 @@ impl Metrics {
             Box::new(self.node_restarts.clone()),
             Box::new(self.node_request_duration.clone()),
             Box::new(self.node_votes.clone()),
+            Box::new(self.node_errors.clone()),
             Box::new(self.quorum_size.clone()),
             Box::new(self.usable_nodes.clone()),
             Box::new(self.quorum_available.clone()),

@@ -33,9 +33,17 @@ pub struct Waiters {
     // A std Mutex: short critical sections, never across an await.
     queues: Mutex<HashMap<String, Queue>>,
     next_id: std::sync::atomic::AtomicU64,
+    /// Waiters in every queue; changed only with `queues` locked.
+    total: std::sync::atomic::AtomicUsize,
+    max: usize,
     metrics: Arc<Metrics>,
     key_prefix: String,
 }
+
+/// `lock.max_waiters` requests already wait on this agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0} requests already wait for locks on this agent (lock.max_waiters)")]
+pub struct TooManyWaiters(pub usize);
 
 /// A place in a queue; leaving (drop) wakes the next waiter.
 struct Ticket<'a> {
@@ -46,10 +54,12 @@ struct Ticket<'a> {
 }
 
 impl Waiters {
-    pub fn new(key_prefix: String, metrics: Arc<Metrics>) -> Waiters {
+    pub fn new(key_prefix: String, max: usize, metrics: Arc<Metrics>) -> Waiters {
         Waiters {
             queues: Mutex::new(HashMap::new()),
             next_id: std::sync::atomic::AtomicU64::new(0),
+            total: std::sync::atomic::AtomicUsize::new(0),
+            max,
             metrics,
             key_prefix,
         }
@@ -80,11 +90,14 @@ impl Waiters {
         }
     }
 
-    fn join(&self, resource: &Resource) -> Ticket<'_> {
-        let id = self
-            .next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    fn join(&self, resource: &Resource) -> Result<Ticket<'_>, TooManyWaiters> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let id = self.next_id.fetch_add(1, Relaxed);
         let mut queues = self.lock();
+        if self.total.load(Relaxed) >= self.max {
+            return Err(TooManyWaiters(self.max));
+        }
+        self.total.fetch_add(1, Relaxed);
         let queue = queues
             .entry(resource.as_str().to_string())
             .or_insert_with(|| Queue {
@@ -94,16 +107,19 @@ impl Waiters {
         queue.order.push_back(id);
         let wake = queue.wake.subscribe();
         self.metrics.waiters.inc();
-        Ticket {
+        Ok(Ticket {
             waiters: self,
             resource: resource.as_str().to_string(),
             id,
             wake,
-        }
+        })
     }
 
     /// Acquires `resource`, waiting up to `wait` behind this agent's other
     /// waiters for it. `wait` zero is a single round that does not queue.
+    ///
+    /// # Errors
+    /// When `lock.max_waiters` requests already wait.
     pub async fn acquire(
         &self,
         redlock: &Redlock,
@@ -111,21 +127,38 @@ impl Waiters {
         ttl: Duration,
         owner: Option<&str>,
         wait: Duration,
-    ) -> Acquire {
+    ) -> Result<Acquire, TooManyWaiters> {
         if wait.is_zero() {
-            return redlock.acquire_once(resource, ttl, owner).await;
+            return Ok(redlock.acquire_once(resource, ttl, owner).await);
         }
         let deadline = Instant::now() + wait;
-        let mut ticket = self.join(resource);
+        let mut ticket = self.join(resource)?;
+        Ok(ticket
+            .wait_for_lock(redlock, resource, ttl, owner, deadline)
+            .await)
+    }
+}
+
+impl Ticket<'_> {
+    /// Competes for the lock whenever this ticket is the head of its queue
+    /// and something changed, until granted or `deadline`.
+    async fn wait_for_lock(
+        &mut self,
+        redlock: &Redlock,
+        resource: &Resource,
+        ttl: Duration,
+        owner: Option<&str>,
+        deadline: Instant,
+    ) -> Acquire {
         let mut last = Acquire::Taken;
         loop {
             // Only the head competes; the others wait for a change of head.
-            while !ticket.is_head() {
-                if !ticket.changed_until(deadline).await {
+            while !self.is_head() {
+                if !self.changed_until(deadline).await {
                     return last;
                 }
             }
-            ticket.wake.borrow_and_update();
+            self.wake.borrow_and_update();
             last = redlock.acquire_once(resource, ttl, owner).await;
             match last {
                 Acquire::Granted(_) => return last,
@@ -137,15 +170,13 @@ impl Waiters {
             // Wait for a release, or retry after a random delay in case the
             // lock expires instead (expiry publishes nothing).
             let retry = (Instant::now() + redlock.retry_delay()).min(deadline);
-            ticket.changed_until(retry).await;
+            self.changed_until(retry).await;
             if Instant::now() >= deadline {
                 return last;
             }
         }
     }
-}
 
-impl Ticket<'_> {
     fn is_head(&self) -> bool {
         self.waiters
             .lock()
@@ -169,6 +200,9 @@ impl Drop for Ticket<'_> {
         if let Some(queue) = queues.get_mut(&self.resource) {
             let was_head = queue.order.front() == Some(&self.id);
             queue.order.retain(|&id| id != self.id);
+            self.waiters
+                .total
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             if queue.order.is_empty() {
                 queues.remove(&self.resource);
             } else if was_head {

@@ -378,3 +378,103 @@ async fn truncated_requests_do_not_hurt_the_agent() {
     }
     agent.acquire_ok("a", json!({})).await;
 }
+
+/// The limits answer with their own codes: a waiter over
+/// `lock.max_waiters`, a body that does not arrive within
+/// `socket.request_timeout`, a connection over `socket.max_connections`.
+#[tokio::test]
+async fn limits_answer_with_clear_errors() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cluster = Cluster::start(1);
+    let agent = TestAgent::start_with(|socket| {
+        cluster
+            .config_yaml(socket, "lock:\n  max_waiters: 1\n")
+            .replacen("socket:\n", "socket:\n  request_timeout: 300ms\n", 1)
+    })
+    .await;
+
+    // Waiters: one waits behind a held lock; the second is refused.
+    agent.acquire_ok("w", json!({"ttl_ms": 10000})).await;
+    let socket = agent.socket.clone();
+    let first = tokio::spawn(async move {
+        common::request(
+            &socket,
+            Method::POST,
+            "/v1/locks/w/acquire",
+            Bytes::from(json!({"wait_ms": 3000}).to_string()),
+        )
+        .await
+    });
+    common::wait_for(
+        "the first waiter",
+        std::time::Duration::from_secs(5),
+        || async { agent.get("/v1/summary").await.unwrap().1["waiters"] == 1 },
+    )
+    .await;
+    let (status, body) = agent
+        .post("/v1/locks/w/acquire", json!({"wait_ms": 3000}))
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_waiters");
+    first.abort();
+
+    // A body that never completes: 408 after request_timeout.
+    let mut slow = tokio::net::UnixStream::connect(&agent.socket)
+        .await
+        .unwrap();
+    slow.write_all(b"POST /v1/locks/s/acquire HTTP/1.1\r\nhost: x\r\ncontent-length: 50\r\n\r\n{")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    slow.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    drop(agent);
+
+    // Connections: two held open, the third is refused with a JSON 503.
+    let agent = TestAgent::start_with(|socket| {
+        cluster
+            .config_yaml(socket, "")
+            .replacen("socket:\n", "socket:\n  max_connections: 2\n", 1)
+    })
+    .await;
+    // A connection that got an answer and stays open holds a slot. The
+    // first tries may still meet the start-up probe's connection.
+    async fn served(socket: &std::path::Path) -> Option<tokio::net::UnixStream> {
+        let mut stream = tokio::net::UnixStream::connect(socket).await.ok()?;
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .ok()?;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 512];
+        while !seen.ends_with(b"}\n") {
+            let n = stream.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            seen.extend_from_slice(&buf[..n]);
+        }
+        seen.starts_with(b"HTTP/1.1 200").then_some(stream)
+    }
+    let mut held = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while held.len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "two connections were never served"
+        );
+        if let Some(stream) = served(&agent.socket).await {
+            held.push(stream);
+        }
+    }
+    let mut third = tokio::net::UnixStream::connect(&agent.socket)
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    third.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap();
+    let json: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(json["error"]["code"], "too_many_connections", "{answer}");
+}

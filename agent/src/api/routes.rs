@@ -197,7 +197,7 @@ async fn dispatch(
             Ok(response)
         }
         Route::Lock(resource, action) => {
-            let body = read_body(request).await?;
+            let body = read_body(request, agent.config().socket.request_timeout).await?;
             match action {
                 LockAction::Acquire => acquire(agent, resource, parse_body(&body, true)?).await,
                 LockAction::Extend => extend(agent, resource, parse_body(&body, false)?).await,
@@ -261,7 +261,7 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
     Ok((Route::Lock(resource, action), Method::POST))
 }
 
-async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
+async fn read_body(request: Request<Incoming>, timeout: Duration) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -277,7 +277,18 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
         return Err(too_large());
     }
-    match Limited::new(request.into_body(), MAX_BODY).collect().await {
+    let collect = Limited::new(request.into_body(), MAX_BODY).collect();
+    let Ok(collected) = tokio::time::timeout(timeout, collect).await else {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            ErrorCode::RequestTimeout,
+            format!(
+                "the request body did not arrive within {}ms (socket.request_timeout)",
+                timeout.as_millis()
+            ),
+        ));
+    };
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(e) => Err(ApiError::invalid(format!(
@@ -397,11 +408,18 @@ async fn grant(
         ));
     }
     let wait = Duration::from_millis(wait_ms.unwrap_or(0));
-    match agent
+    let outcome = agent
         .waiters()
         .acquire(agent.redlock(), resource, ttl, owner, wait)
         .await
-    {
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::TooManyWaiters,
+                e.to_string(),
+            )
+        })?;
+    match outcome {
         Acquire::Granted(grant) => {
             agent.grants().granted(
                 resource.as_str(),

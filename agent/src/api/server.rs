@@ -10,10 +10,11 @@ use std::sync::Arc;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::routes::{self, Surface};
 use crate::agent::Agent;
@@ -102,16 +103,22 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(agent.config().socket.max_connections));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             accepted = socket.listener.accept() => match accepted {
-                Ok((stream, _)) => spawn_connection(&agent, &graceful, stream, Surface::Socket),
+                Ok((stream, _)) => match Arc::clone(&slots).try_acquire_owned() {
+                    Ok(slot) => spawn_connection(&agent, &graceful, stream, Surface::Socket, slot),
+                    Err(_) => refuse(stream, agent.config().socket.max_connections),
+                },
                 Err(e) => accept_failed(&e).await,
             },
+            // Probes and scrapes have their own small budget, so a full
+            // socket never makes the agent look dead to its orchestrator.
             accepted = tcp.accept() => match accepted {
-                Ok((stream, _)) => spawn_connection(&agent, &graceful, stream, Surface::Metrics),
+                Ok((stream, _)) => spawn_connection(&agent, &graceful, stream, Surface::Metrics, None),
                 Err(e) => accept_failed(&e).await,
             },
         }
@@ -138,19 +145,77 @@ async fn accept_failed(error: &io::Error) {
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
 }
 
-fn spawn_connection<S>(agent: &Arc<Agent>, graceful: &GracefulShutdown, stream: S, surface: Surface)
-where
+fn spawn_connection<S>(
+    agent: &Arc<Agent>,
+    graceful: &GracefulShutdown,
+    stream: S,
+    surface: Surface,
+    slot: impl Into<Option<OwnedSemaphorePermit>>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let slot = slot.into();
     let agent = Arc::clone(agent);
+    let timeout = agent.config().socket.request_timeout;
     let service = service_fn(move |request| routes::handle(Arc::clone(&agent), surface, request));
     let connection = http1::Builder::new()
         .keep_alive(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeout)
         .serve_connection(TokioIo::new(stream), service);
     let connection = graceful.watch(connection);
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "connection ended with an error");
         }
+        drop(slot);
     });
+}
+
+/// Answers a connection over `socket.max_connections` with a 503 and
+/// closes it, without reading its request.
+fn refuse(mut stream: tokio::net::UnixStream, limit: usize) {
+    use tokio::io::AsyncWriteExt;
+    tokio::spawn(async move {
+        let body = format!(
+            "{{\"error\":{{\"code\":\"too_many_connections\",\"message\":\"this agent serves at most {limit} connections (socket.max_connections)\"}}}}\n"
+        );
+        let response = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            stream.write_all(response.as_bytes()),
+        )
+        .await;
+        let _ = stream.shutdown().await;
+    });
+    tracing::debug!(limit, "connection refused: socket.max_connections reached");
+}
+
+/// Raises the soft limit on open files to the hard limit, so
+/// `socket.max_connections` is not cut short by a low default.
+pub fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                tracing::debug!(
+                    from = limit.rlim_cur,
+                    to = limit.rlim_max,
+                    "raised the open files limit"
+                );
+            }
+        }
+    }
 }

@@ -51,6 +51,20 @@ pub enum NodeError {
 }
 
 impl NodeError {
+    /// Every value of [`NodeError::kind`].
+    pub const KINDS: [&'static str; 10] = [
+        "timeout",
+        "not_connected",
+        "connection",
+        "auth",
+        "noperm",
+        "readonly",
+        "oom",
+        "wrongtype",
+        "script",
+        "other",
+    ];
+
     /// A closed label for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -179,6 +193,10 @@ struct Inner {
     seen: bool,
     /// A connection attempt failed since the last installed connection.
     unreachable: bool,
+    /// Error kinds logged since the last installed connection (bit per kind).
+    logged_kinds: u16,
+    /// The master understands `SET ... NX GET` (Redis 7.0 and later).
+    set_get: bool,
 }
 
 impl Inner {
@@ -231,6 +249,8 @@ impl Node {
                 persistence: None,
                 seen: false,
                 unreachable: false,
+                logged_kinds: 0,
+                set_get: false,
             }),
             wake: Notify::new(),
             metrics,
@@ -367,6 +387,7 @@ impl Node {
         let mut inner = self.lock();
         inner.conn = Some(conn);
         inner.unreachable = false;
+        inner.logged_kinds = 0;
     }
 
     /// The current connection, if any.
@@ -383,6 +404,25 @@ impl Node {
 
     fn record_error(&self, error: NodeError) -> NodeError {
         self.metrics.fail(Failure::NodeError);
+        self.metrics
+            .node_errors
+            .with_label_values(&[self.name.as_str(), error.kind()])
+            .inc();
+        let first_of_its_kind = {
+            let bit = 1u16
+                << NodeError::KINDS
+                    .iter()
+                    .position(|k| *k == error.kind())
+                    .unwrap_or(0);
+            let mut inner = self.lock();
+            let first = inner.logged_kinds & bit == 0;
+            inner.logged_kinds |= bit;
+            first
+        };
+        if first_of_its_kind {
+            // Once per kind until the next connection, not once per request.
+            tracing::warn!(node = %self.name, kind = error.kind(), error = %error, "master answered with an error");
+        }
         if error.drops_connection() {
             self.disconnect(&error);
             self.wake.notify_one();
@@ -439,24 +479,29 @@ impl Node {
         }
     }
 
-    /// `SET key value NX PX ttl`.
+    /// `SET key value NX PX ttl`, with `GET` where the master has it, so a
+    /// key of another type answers WRONGTYPE instead of looking taken.
     pub async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Vote {
+        let set_get = self.lock().set_get;
         let result = self
             .request(Op::Acquire, |mut conn| async move {
-                redis::cmd("SET")
-                    .arg(key)
-                    .arg(value)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl_ms(ttl))
-                    .query_async::<Option<String>>(&mut conn)
-                    .await
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(key).arg(value).arg("NX");
+                if set_get {
+                    cmd.arg("GET");
+                }
+                cmd.arg("PX").arg(ttl_ms(ttl));
+                cmd.query_async::<redis::Value>(&mut conn).await
             })
             .await;
-        match result {
-            Ok(Some(_)) => Vote::Granted,
-            Ok(None) => Vote::Taken,
-            Err(e) => Vote::Failed(e),
+        match (set_get, result) {
+            // With GET: nil = it was free and is ours; a value = taken.
+            (true, Ok(redis::Value::Nil)) => Vote::Granted,
+            (true, Ok(_)) => Vote::Taken,
+            // Without: OK = ours; nil = taken.
+            (false, Ok(redis::Value::Nil)) => Vote::Taken,
+            (false, Ok(_)) => Vote::Granted,
+            (_, Err(e)) => Vote::Failed(e),
         }
     }
 
@@ -510,6 +555,13 @@ impl Node {
         match reply {
             Ok(text) => {
                 let fields = info_fields(&text);
+                if let Some(major) = fields
+                    .get("redis_version")
+                    .and_then(|v| v.split('.').next())
+                    .and_then(|m| m.parse::<u32>().ok())
+                {
+                    self.lock().set_get = major >= 7;
+                }
                 let run_id = fields.get("run_id").cloned();
                 let uptime = fields.get("uptime_in_seconds").and_then(|v| v.parse().ok());
                 match (run_id, uptime) {

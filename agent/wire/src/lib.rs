@@ -292,6 +292,12 @@ pub enum ErrorCode {
     NotFound,
     MethodNotAllowed,
     ShuttingDown,
+    /// `socket.max_connections` open connections: this one is refused.
+    TooManyConnections,
+    /// `lock.max_waiters` requests already wait for locks on this agent.
+    TooManyWaiters,
+    /// The request did not arrive in full within `socket.request_timeout`.
+    RequestTimeout,
     Internal,
 }
 
@@ -308,6 +314,9 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::TooManyConnections => "too_many_connections",
+            ErrorCode::TooManyWaiters => "too_many_waiters",
+            ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Internal => "internal",
         }
     }
@@ -344,6 +353,9 @@ mod tests {
             ErrorCode::NotFound,
             ErrorCode::MethodNotAllowed,
             ErrorCode::ShuttingDown,
+            ErrorCode::TooManyConnections,
+            ErrorCode::TooManyWaiters,
+            ErrorCode::RequestTimeout,
             ErrorCode::Internal,
         ] {
             let json = serde_json::to_string(&code).unwrap();
