@@ -295,22 +295,9 @@ async fn percent_encoded_resources_are_decoded() {
 async fn metrics_listener_serves_probes_not_locks() {
     let cluster = Cluster::start(1);
     let agent = TestAgent::start(&cluster, "").await;
-    let base = format!("http://{}", agent.metrics);
-    let get = |path: &str| {
-        let url = format!("{base}{path}");
-        async move {
-            let stream = tokio::net::TcpStream::connect(agent.metrics).await.unwrap();
-            let (mut sender, conn) =
-                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                    .await
-                    .unwrap();
-            tokio::spawn(conn);
-            let request = hyper::Request::get(url)
-                .header("host", "localhost")
-                .body(http_body_util::Empty::<Bytes>::new())
-                .unwrap();
-            sender.send_request(request).await.unwrap().status()
-        }
+    let get = |path: &'static str| {
+        let agent = &agent;
+        async move { agent.get_tcp(path).await.0 }
     };
     assert_eq!(get("/healthz").await, StatusCode::OK);
     assert_eq!(get("/readyz").await, StatusCode::OK);

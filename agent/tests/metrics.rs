@@ -13,21 +13,9 @@ use serde_json::json;
 
 /// Scrapes the TCP metrics address.
 async fn scrape(agent: &TestAgent) -> String {
-    use http_body_util::BodyExt;
-    let stream = tokio::net::TcpStream::connect(agent.metrics).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let request = hyper::Request::get("/metrics")
-        .header("host", "localhost")
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
-    let response = sender.send_request(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    String::from_utf8(body.to_vec()).unwrap()
+    let (status, text) = agent.get_tcp("/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    text
 }
 
 /// `# TYPE` of every family in an exposition.

@@ -354,7 +354,14 @@ async fn acquire(
 ) -> Result<Response<Body>, ApiError> {
     let started = Instant::now();
     let result = try_acquire(agent, resource, request).await;
-    let outcome = match &result {
+    observe_wait(agent, started, &result);
+    result
+}
+
+/// Times an acquire or a hold's acquisition, from the request to the answer,
+/// into `redlock_acquire_wait_seconds{outcome}`.
+fn observe_wait<T>(agent: &Agent, started: Instant, result: &Result<T, ApiError>) {
+    let outcome = match result {
         Ok(_) => Outcome::Acquired,
         Err(e) if e.code == ErrorCode::Taken => Outcome::Taken,
         Err(e) if e.code == ErrorCode::NoQuorum => Outcome::NoQuorum,
@@ -365,7 +372,6 @@ async fn acquire(
         .acquire_wait
         .with_label_values(&[outcome.as_str()])
         .observe(started.elapsed().as_secs_f64());
-    result
 }
 
 async fn try_acquire(
@@ -477,17 +483,7 @@ async fn hold(
         request.owner.as_deref(),
     )
     .await;
-    let outcome = match &result {
-        Ok(_) => Outcome::Acquired,
-        Err(e) if e.code == ErrorCode::Taken => Outcome::Taken,
-        Err(e) if e.code == ErrorCode::NoQuorum => Outcome::NoQuorum,
-        Err(_) => Outcome::Error,
-    };
-    agent
-        .metrics()
-        .acquire_wait
-        .with_label_values(&[outcome.as_str()])
-        .observe(started.elapsed().as_secs_f64());
+    observe_wait(agent, started, &result);
     let grant = result?;
 
     let (events, stream) = tokio::sync::mpsc::channel::<Bytes>(8);

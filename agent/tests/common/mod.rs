@@ -172,6 +172,23 @@ impl TestAgent {
         json["token"].as_str().expect("token").to_string()
     }
 
+    /// `GET path` on the TCP metrics address: status and body text.
+    pub async fn get_tcp(&self, path: &str) -> (StatusCode, String) {
+        let stream = tokio::net::TcpStream::connect(self.metrics).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let request = Request::get(path)
+            .header("host", "localhost")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
     /// `GET /v1/nodes`.
     pub async fn nodes(&self) -> Value {
         self.get("/v1/nodes").await.expect("nodes").1
