@@ -49,6 +49,9 @@ impl Agent {
     /// # Errors
     /// When the redis crate refuses a master URL.
     pub fn new(config: Config) -> Result<Agent, StartError> {
+        // rediss:// masters use rustls with ring; installing the provider a
+        // second time (another agent in this process) is harmless.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let names: Vec<String> = config.masters.iter().map(|m| m.name.clone()).collect();
         let metrics = Arc::new(Metrics::new(&names));
         let mut nodes = Vec::with_capacity(config.masters.len());
@@ -56,7 +59,16 @@ impl Agent {
             let client = master
                 .url
                 .connection_info()
-                .and_then(redis::Client::open)
+                .and_then(|info| match &master.tls_ca {
+                    Some(ca) => redis::Client::build_with_tls(
+                        info,
+                        redis::TlsCertificates {
+                            client_tls: None,
+                            root_cert: Some(ca.clone()),
+                        },
+                    ),
+                    None => redis::Client::open(info),
+                })
                 .map_err(|source| StartError::Master { index, source })?;
             nodes.push(Arc::new(Node::new(
                 master.name.clone(),

@@ -70,6 +70,11 @@ pub struct LogConfig {
 pub struct MasterConfig {
     pub name: String,
     pub url: MasterUrl,
+    /// PEM CA certificates to trust for a `rediss://` master, instead of the
+    /// system's (for masters with certificates from a private CA).
+    pub tls_ca_file: Option<PathBuf>,
+    #[serde(skip)]
+    pub tls_ca: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -164,6 +169,11 @@ impl MasterUrl {
             return Err(format!("URL has no host: {:?}", url.to_string()));
         }
         Ok(url)
+    }
+
+    /// A `rediss://` URL.
+    pub fn is_tls(&self) -> bool {
+        self.url.scheme() == "rediss"
     }
 
     pub fn has_password(&self) -> bool {
@@ -619,6 +629,7 @@ fn read_masters(tree: Option<Value>, errors: &mut Vec<FieldError>) -> Vec<Master
         let url: Option<String> = s.take("url", "a redis:// or rediss:// URL");
         let password_file: Option<String> = s.take("password_file", "a file path");
         let password_env: Option<String> = s.take("password_env", "an environment variable name");
+        let tls_ca_file: Option<String> = s.take("tls_ca_file", "a file path");
         let name = match name {
             None => {
                 s.error("name", "required");
@@ -680,6 +691,20 @@ fn read_masters(tree: Option<Value>, errors: &mut Vec<FieldError>) -> Vec<Master
             },
             (None, None) => None,
         };
+        let tls_ca = match (&tls_ca_file, &url) {
+            (None, _) => None,
+            (Some(_), Some(url)) if !url.is_tls() => {
+                s.error("tls_ca_file", "only for rediss:// URLs");
+                None
+            }
+            (Some(file), _) => match std::fs::read(file) {
+                Ok(pem) => Some(pem),
+                Err(e) => {
+                    s.error("tls_ca_file", format!("cannot read {file:?}: {e}"));
+                    None
+                }
+            },
+        };
         s.finish();
         let (Some(name), Some(mut url)) = (name, url) else {
             continue;
@@ -694,7 +719,12 @@ fn read_masters(tree: Option<Value>, errors: &mut Vec<FieldError>) -> Vec<Master
             }
             url.set_password(&password);
         }
-        masters.push(MasterConfig { name, url });
+        masters.push(MasterConfig {
+            name,
+            url,
+            tls_ca_file: tls_ca_file.map(PathBuf::from),
+            tls_ca,
+        });
     }
     masters
 }
