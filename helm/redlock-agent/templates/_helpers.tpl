@@ -185,6 +185,8 @@ mounted Secret) or a password_env (an env var from a Secret).
 socket:
   path: {{ printf "%s/%s" $c.socket.dir $c.socket.name | quote }}
   mode: {{ $c.socket.mode | quote }}
+  max_connections: {{ int $c.socket.maxConnections }}
+  request_timeout: {{ $c.socket.requestTimeout | quote }}
 metrics:
   listen: {{ printf "%s:%d" $c.metrics.address (int $c.metrics.port) | quote }}
 log:
@@ -210,6 +212,8 @@ lock:
   drift_factor: {{ $c.lock.driftFactor }}
   retry_delay: {{ $c.lock.retryDelay | quote }}
   retry_jitter: {{ $c.lock.retryJitter | quote }}
+  max_hold: {{ $c.lock.maxHold | quote }}
+  max_waiters: {{ int $c.lock.maxWaiters }}
 health:
   interval: {{ $c.health.interval | quote }}
 delayed_restart:
