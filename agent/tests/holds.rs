@@ -393,3 +393,31 @@ async fn lock_command_stops_the_command_on_loss_and_skips_it_when_taken() {
     assert!(stderr.contains("lost"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "running\nTERM\n");
 }
+
+/// When the agent shuts down, a hold ends with `lost` (reason `shutdown`)
+/// and is released, so the drain does not wait on it.
+#[tokio::test]
+async fn shutdown_ends_holds_with_lost_and_releases_them() {
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(&cluster, LOCK).await;
+    let mut hold = agent.hold("draining", json!({"ttl_ms": 30000})).await;
+    assert_eq!(
+        hold.next(Duration::from_secs(5)).await.unwrap()["event"],
+        "acquired"
+    );
+    let stopped = tokio::spawn(agent.stop());
+    let lost = hold
+        .next(Duration::from_secs(5))
+        .await
+        .expect("a lost event");
+    assert_eq!(lost, json!({"event": "lost", "reason": "shutdown"}));
+    tokio::time::timeout(Duration::from_secs(5), stopped)
+        .await
+        .expect("the drain ends")
+        .unwrap();
+    assert_eq!(
+        cluster.get(0, "redlock:draining").await,
+        None,
+        "released on shutdown"
+    );
+}
