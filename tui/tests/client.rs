@@ -105,6 +105,7 @@ fn answer(request: &str) -> (&'static str, String) {
                         latency_ms: Some(0.3),
                         last_error: None,
                         quarantine_remaining_ms: 0,
+                        quarantine_ms: 0,
                         detector: None,
                         run_id: None,
                         uptime_s: None,

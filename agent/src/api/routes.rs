@@ -594,6 +594,7 @@ pub fn nodes_response(agent: &Agent) -> NodesResponse {
                 latency_ms: snap.latency.map(|d| d.as_micros() as f64 / 1000.0),
                 last_error: snap.last_error,
                 quarantine_remaining_ms: millis(snap.quarantine_remaining),
+                quarantine_ms: millis(snap.quarantine_len),
                 detector: snap.detector.map(|d| d.as_str().to_string()),
                 run_id: snap.identity.as_ref().map(|i| i.run_id.clone()),
                 uptime_s: snap.identity.as_ref().map(|i| i.uptime.as_secs()),

@@ -172,6 +172,8 @@ pub struct NodeSnapshot {
     pub connected: bool,
     /// Time left in quarantine (zero when not quarantined).
     pub quarantine_remaining: Duration,
+    /// The whole length of the current quarantine (zero when not quarantined).
+    pub quarantine_len: Duration,
     /// The detector behind the last quarantine.
     pub detector: Option<Detector>,
     pub identity: Option<Identity>,
@@ -183,6 +185,8 @@ pub struct NodeSnapshot {
 struct Inner {
     conn: Option<MultiplexedConnection>,
     quarantine_until: Option<Instant>,
+    /// How long the current quarantine lasts in all.
+    quarantine_len: Duration,
     detector: Option<Detector>,
     identity: Option<Identity>,
     latency: Option<Duration>,
@@ -241,6 +245,7 @@ impl Node {
             inner: Mutex::new(Inner {
                 conn: None,
                 quarantine_until: None,
+                quarantine_len: Duration::ZERO,
                 detector: None,
                 identity: None,
                 latency: None,
@@ -287,6 +292,11 @@ impl Node {
             quarantine_remaining: inner
                 .quarantine_until
                 .map_or(Duration::ZERO, |until| until.saturating_duration_since(now)),
+            quarantine_len: if inner.quarantine_until.is_some_and(|u| u > now) {
+                inner.quarantine_len
+            } else {
+                Duration::ZERO
+            },
             detector: inner.detector,
             identity: inner.identity.clone(),
             warnings: inner.warnings.clone(),
@@ -308,7 +318,10 @@ impl Node {
     /// quarantine never shortens an earlier one.
     pub(crate) fn quarantine(&self, until: Instant, detector: Detector) {
         let mut inner = self.lock();
-        inner.quarantine_until = Some(inner.quarantine_until.map_or(until, |u| u.max(until)));
+        if inner.quarantine_until.is_none_or(|u| u < until) {
+            inner.quarantine_until = Some(until);
+            inner.quarantine_len = until.saturating_duration_since(Instant::now());
+        }
         inner.detector = Some(detector);
     }
 

@@ -200,6 +200,10 @@ pub struct NodeStatus {
     /// 0 when not quarantined.
     #[serde(default)]
     pub quarantine_remaining_ms: u64,
+    /// The whole length of the current quarantine (0 when not quarantined),
+    /// the scale for a countdown.
+    #[serde(default)]
+    pub quarantine_ms: u64,
     /// The restart detector behind the last quarantine: `reconnect`,
     /// `run_id`, `uptime` or `marker`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -119,10 +119,16 @@ impl NodeRow {
         latency.push(status.latency_ms);
         let quarantine = (status.state == NodeState::Quarantined).then(|| {
             let left = Duration::from_millis(status.quarantine_remaining_ms);
-            let full = previous
-                .as_ref()
-                .and_then(|p| p.quarantine)
-                .map_or(left, |q| q.full.max(left));
+            // The agent says how long the quarantine is in all; an older
+            // agent does not, and then the longest remainder seen scales it.
+            let full = if status.quarantine_ms > 0 {
+                Duration::from_millis(status.quarantine_ms).max(left)
+            } else {
+                previous
+                    .as_ref()
+                    .and_then(|p| p.quarantine)
+                    .map_or(left, |q| q.full.max(left))
+            };
             Quarantine {
                 left: Countdown::new(left, read_at),
                 full,
@@ -219,6 +225,7 @@ pub(crate) mod tests {
             } else {
                 0
             },
+            quarantine_ms: 0,
             detector: (state == NodeState::Quarantined).then(|| "run_id".to_string()),
             run_id: Some(format!("{name}0123456789abcdef")),
             uptime_s: Some(3_600),
@@ -284,6 +291,19 @@ pub(crate) mod tests {
         // Back up: no quarantine, and the next one starts afresh.
         nodes.apply(&response(vec![status("r1", NodeState::Up)]), t1);
         assert_eq!(nodes.rows[0].quarantine, None);
+    }
+
+    #[test]
+    fn a_quarantine_seen_midway_is_scaled_by_the_agents_full_length() {
+        let mut nodes = Nodes::default();
+        let mut q = status("r1", NodeState::Quarantined);
+        q.quarantine_remaining_ms = 20_000;
+        q.quarantine_ms = 61_000;
+        nodes.apply(&response(vec![q]), Instant::now());
+        assert_eq!(
+            nodes.rows[0].quarantine.unwrap().full,
+            Duration::from_secs(61)
+        );
     }
 
     #[test]
