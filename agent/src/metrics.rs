@@ -122,6 +122,8 @@ pub enum Op {
 }
 
 impl Op {
+    pub const ALL: [Op; 5] = [Op::Acquire, Op::Extend, Op::Release, Op::Probe, Op::Scan];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Op::Acquire => "acquire",
@@ -478,6 +480,49 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut out)
             .expect("encode metrics");
         out
+    }
+}
+
+/// One master's series, looked up once so the request path does not hash
+/// label values on every vote.
+#[derive(Debug, Clone)]
+pub struct NodeSeries {
+    votes: [IntCounter; 4],
+    requests: [Histogram; 5],
+    errors: Vec<IntCounter>,
+}
+
+impl NodeSeries {
+    /// `kinds`: every error kind of the node, in a fixed order.
+    pub fn new(metrics: &Metrics, node: &str, kinds: &[&str]) -> NodeSeries {
+        NodeSeries {
+            votes: VoteLabel::ALL
+                .map(|v| metrics.node_votes.with_label_values(&[node, v.as_str()])),
+            requests: Op::ALL.map(|op| {
+                metrics
+                    .node_request_duration
+                    .with_label_values(&[node, op.as_str()])
+            }),
+            errors: kinds
+                .iter()
+                .map(|k| metrics.node_errors.with_label_values(&[node, k]))
+                .collect(),
+        }
+    }
+
+    pub fn vote(&self, vote: VoteLabel) {
+        self.votes[vote as usize].inc();
+    }
+
+    pub fn request(&self, op: Op, took: Duration) {
+        self.requests[op as usize].observe(took.as_secs_f64());
+    }
+
+    /// Counts an error of the kind at `index` in the `kinds` given to `new`.
+    pub fn error(&self, index: usize) {
+        if let Some(counter) = self.errors.get(index) {
+            counter.inc();
+        }
     }
 }
 

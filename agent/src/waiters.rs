@@ -25,6 +25,9 @@ use crate::redlock::{Acquire, Node, Redlock, Resource};
 struct Queue {
     order: VecDeque<u64>,
     wake: watch::Sender<u64>,
+    /// The last head left with the lock: the new head should wait for its
+    /// release rather than try at once and find it taken.
+    held: bool,
 }
 
 /// Every resource's queue of waiters on this agent.
@@ -51,6 +54,8 @@ struct Ticket<'a> {
     resource: String,
     id: u64,
     wake: watch::Receiver<u64>,
+    /// Leaving with the lock: the next head waits for its release.
+    granted: bool,
 }
 
 impl Waiters {
@@ -78,7 +83,8 @@ impl Waiters {
 
     /// Wakes the queue of `resource`: its lock was released.
     pub fn released(&self, resource: &str) {
-        if let Some(queue) = self.lock().get(resource) {
+        if let Some(queue) = self.lock().get_mut(resource) {
+            queue.held = false;
             queue.wake.send_modify(|g| *g += 1);
         }
     }
@@ -103,6 +109,7 @@ impl Waiters {
             .or_insert_with(|| Queue {
                 order: VecDeque::new(),
                 wake: watch::channel(0).0,
+                held: false,
             });
         queue.order.push_back(id);
         let wake = queue.wake.subscribe();
@@ -112,6 +119,7 @@ impl Waiters {
             resource: resource.as_str().to_string(),
             id,
             wake,
+            granted: false,
         })
     }
 
@@ -158,10 +166,23 @@ impl Ticket<'_> {
                     return last;
                 }
             }
+            if self.take_held_hint() {
+                // The previous head just got the lock: trying now would only
+                // find it taken. Wait for its release (or, should it expire
+                // instead, the retry delay).
+                let retry = (Instant::now() + redlock.retry_delay()).min(deadline);
+                self.changed_until(retry).await;
+                if Instant::now() >= deadline {
+                    return last;
+                }
+            }
             self.wake.borrow_and_update();
             last = redlock.acquire_once(resource, ttl, owner).await;
             match last {
-                Acquire::Granted(_) => return last,
+                Acquire::Granted(_) => {
+                    self.granted = true;
+                    return last;
+                }
                 // With no quorum usable there is nothing to wait for here;
                 // answer at once rather than hold the caller.
                 Acquire::NoQuorum(_) if !redlock.quorum_usable() => return last,
@@ -175,6 +196,14 @@ impl Ticket<'_> {
                 return last;
             }
         }
+    }
+
+    /// Whether the previous head left with the lock (and clears the hint).
+    fn take_held_hint(&self) -> bool {
+        self.waiters
+            .lock()
+            .get_mut(&self.resource)
+            .is_some_and(|q| std::mem::take(&mut q.held))
     }
 
     fn is_head(&self) -> bool {
@@ -206,6 +235,7 @@ impl Drop for Ticket<'_> {
             if queue.order.is_empty() {
                 queues.remove(&self.resource);
             } else if was_head {
+                queue.held = self.granted;
                 queue.wake.send_modify(|g| *g += 1);
             }
         }

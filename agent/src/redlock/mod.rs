@@ -249,7 +249,7 @@ impl Redlock {
         let mut failures: Vec<String> = Vec::new();
         while let Some((node, vote)) = votes.next().await {
             pending -= 1;
-            self.metrics.vote(node.name(), vote_label(&vote));
+            node.count_vote(vote_label(&vote));
             match vote {
                 Vote::Granted => granted += 1,
                 Vote::Taken => taken += 1,
@@ -263,10 +263,9 @@ impl Redlock {
                 // Let the stragglers finish on their own; their answers do
                 // not change the outcome.
                 if !votes.is_empty() {
-                    let metrics = Arc::clone(&self.metrics);
                     tokio::spawn(async move {
                         while let Some((node, vote)) = votes.next().await {
-                            metrics.vote(node.name(), vote_label(&vote));
+                            node.count_vote(vote_label(&vote));
                         }
                     });
                 }
@@ -280,7 +279,7 @@ impl Redlock {
             }
         }
         while let Some((node, vote)) = votes.next().await {
-            self.metrics.vote(node.name(), vote_label(&vote));
+            node.count_vote(vote_label(&vote));
             match vote {
                 Vote::Granted => granted += 1,
                 Vote::Taken => taken += 1,
@@ -300,24 +299,40 @@ impl Redlock {
         }
     }
 
-    /// Compare-and-delete on every master with a connection. Returns how many
-    /// masters still held the token.
-    async fn release_all(&self, key: &str, token: &Token) -> usize {
-        let results = futures::future::join_all(self.nodes.iter().map(|node| async move {
-            node.release(key, token.as_str(), &self.settings.release_channel)
-                .await
-        }))
-        .await;
-        results
-            .into_iter()
-            .filter(|r| matches!(r, Ok(true)))
-            .count()
+    /// Compare-and-delete on every master with a connection, all at once.
+    /// Returns as soon as a quorum has released (true) or cannot any more
+    /// (false); the other masters' answers are awaited in the background,
+    /// so a frozen master does not hold up the caller.
+    async fn release_all(&self, key: &str, token: &Token) -> bool {
+        let mut replies: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let node = Arc::clone(node);
+                let key = key.to_string();
+                let value = token.as_str().to_string();
+                let channel = self.settings.release_channel.clone();
+                async move { node.release(&key, &value, &channel).await }
+            })
+            .collect();
+        let (mut released, mut pending) = (0, self.nodes.len());
+        while let Some(reply) = replies.next().await {
+            pending -= 1;
+            released += usize::from(matches!(reply, Ok(true)));
+            if released >= self.quorum || released + pending < self.quorum {
+                break;
+            }
+        }
+        if !replies.is_empty() {
+            tokio::spawn(async move { while replies.next().await.is_some() {} });
+        }
+        released >= self.quorum
     }
 
     /// Releases on every master at once. True when a quorum still held the
     /// token (false: its validity had already run out, or it was never held).
     pub async fn release(&self, resource: &Resource, token: &Token) -> bool {
-        self.release_all(&self.key(resource), token).await >= self.quorum
+        self.release_all(&self.key(resource), token).await
     }
 
     /// Extends to a new `ttl` on every usable master; granted only when a

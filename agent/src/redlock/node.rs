@@ -20,7 +20,7 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKin
 use tokio::sync::Notify;
 
 use super::scripts;
-use crate::metrics::{Failure, Metrics, Op};
+use crate::metrics::{Failure, Metrics, NodeSeries, Op, VoteLabel};
 use redlock_wire::NodeState;
 
 /// How a request to one master failed, classified so callers can branch and
@@ -227,6 +227,7 @@ pub struct Node {
     /// Wakes the health task early after a request saw the connection fail.
     pub(crate) wake: Notify,
     metrics: Arc<Metrics>,
+    series: NodeSeries,
 }
 
 impl Node {
@@ -234,6 +235,7 @@ impl Node {
     /// [`Node::connect`] brings it up.
     pub fn new(name: String, client: Client, timeout: Duration, metrics: Arc<Metrics>) -> Node {
         Node {
+            series: NodeSeries::new(&metrics, &name, &NodeError::KINDS),
             name,
             client,
             timeout,
@@ -260,6 +262,11 @@ impl Node {
             wake: Notify::new(),
             metrics,
         }
+    }
+
+    /// Counts this master's answer to one acquire.
+    pub fn count_vote(&self, vote: VoteLabel) {
+        self.series.vote(vote);
     }
 
     pub fn name(&self) -> &str {
@@ -417,10 +424,11 @@ impl Node {
 
     fn record_error(&self, error: NodeError) -> NodeError {
         self.metrics.fail(Failure::NodeError);
-        self.metrics
-            .node_errors
-            .with_label_values(&[self.name.as_str(), error.kind()])
-            .inc();
+        let kind_index = NodeError::KINDS
+            .iter()
+            .position(|k| *k == error.kind())
+            .unwrap_or(0);
+        self.series.error(kind_index);
         let first_of_its_kind = {
             let bit = 1u16
                 << NodeError::KINDS
@@ -475,21 +483,18 @@ impl Node {
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
+        // The connection's own response timeout (the node timeout, set in
+        // `open`) bounds the request; no second timer is needed here.
         let started = Instant::now();
-        let result = tokio::time::timeout(self.timeout, op(conn)).await;
-        self.metrics
-            .node_request(&self.name, kind, started.elapsed());
-        match result {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => {
-                let error = match NodeError::classify(&e) {
-                    NodeError::Timeout(_) => NodeError::Timeout(self.timeout),
-                    other => other,
-                };
-                Err(self.record_error(error))
-            }
-            Err(_) => Err(self.record_error(NodeError::Timeout(self.timeout))),
-        }
+        let result = op(conn).await;
+        self.series.request(kind, started.elapsed());
+        result.map_err(|e| {
+            let error = match NodeError::classify(&e) {
+                NodeError::Timeout(_) => NodeError::Timeout(self.timeout),
+                other => other,
+            };
+            self.record_error(error)
+        })
     }
 
     /// `SET key value NX PX ttl`, with `GET` where the master has it, so a
