@@ -18,3 +18,6 @@ echo "== dashboards/tests/run.sh"
 bash dashboards/tests/run.sh
 echo "== helm/tests/run.sh"
 bash helm/tests/run.sh
+# The benchmark's smoke mode: it still runs; it measures nothing.
+echo "== bench/run.sh --smoke"
+bash bench/run.sh --smoke

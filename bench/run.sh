@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The benchmark: redlock-agent over its socket against the Redlock libraries
+# an application would embed (rslock, redlock, node-redlock, pottery), on the
+# same five local masters in one run. Installs what it needs. See README.md.
+#
+#   bench/run.sh             full run, about 10 minutes; the table is printed
+#                            and written to bench/results/
+#   bench/run.sh --smoke     a few seconds, the agent only; non-zero exit if
+#                            the agent's driver fails (tools/test.sh runs it)
+#   bench/run.sh --profile   perf profile of the agent under workload 1 at
+#                            64 clients, written to bench/results/
+#
+# Other arguments go to `redlock-bench run`, e.g. --duration 3s --warmup 500ms
+# or --peers agent,rslock.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tools/setup.sh
+# One target directory with the workspace: the crates both use build once.
+export CARGO_TARGET_DIR="$PWD/target"
+
+smoke=false profile=false
+for arg in "$@"; do
+  case "$arg" in
+    --smoke) smoke=true ;;
+    --profile) profile=true ;;
+  esac
+done
+
+if $smoke; then
+  # Debug builds: the smoke run checks that the benchmark still works, it
+  # measures nothing. tools/test.sh has built the agent already.
+  need_packages redis-server:redis-server
+  cargo build --quiet -p redlock-agent
+  cargo build --quiet --manifest-path bench/Cargo.toml
+  exec target/debug/redlock-bench run --agent-bin target/debug/redlock-agent "$@"
+fi
+
+need_packages redis-server:redis-server redis-benchmark:redis-tools node:nodejs npm:npm python3:python3
+$profile && need_packages perf:linux-perf
+# python3-venv has no command of its own to look for; name one that is
+# never there when venv cannot work.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_packages python3-venv-missing:python3-venv
+
+peers=()
+echo "== node-redlock (npm ci)" >&2
+if (cd bench/node && npm ci --no-audit --no-fund --loglevel=error >&2); then
+  peers+=(--node-driver bench/node/driver.mjs)
+else
+  echo "npm ci failed: node-redlock will show as n/a" >&2
+fi
+echo "== pottery (venv in bench/.venv)" >&2
+stamp=bench/.venv/requirements.txt
+if cmp -s bench/python/requirements.txt "$stamp" 2>/dev/null ||
+  { python3 -m venv bench/.venv >&2 &&
+    bench/.venv/bin/pip install --quiet --disable-pip-version-check -r bench/python/requirements.txt >&2 &&
+    cp bench/python/requirements.txt "$stamp"; }; then
+  peers+=(--python bench/.venv/bin/python --python-driver bench/python/driver.py)
+else
+  echo "pip install failed: pottery will show as n/a" >&2
+fi
+
+echo "== cargo build --release (the agent, then the benchmark with rslock and redlock)" >&2
+cargo build --quiet --release -p redlock-agent
+cargo build --quiet --release --manifest-path bench/Cargo.toml
+exec target/release/redlock-bench run --agent-bin target/release/redlock-agent "${peers[@]}" "$@"

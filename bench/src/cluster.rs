@@ -1,0 +1,405 @@
+//! The processes a run needs: five `redis-server` masters on free loopback
+//! ports (killable, freezable), and redlock-agent processes over them.
+//!
+//! ## Behavior
+//! - Every process is killed when its handle drops, so a failed run leaves
+//!   nothing behind; a frozen master is thawed first.
+//! - Logs go to files in the run's scratch directory and are printed when a
+//!   process fails to start.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// Commands that are not lock traffic: health probes, handshakes, the
+/// agent's pub/sub and our own INFO. Everything else a master counts
+/// (scripts' inner calls included) is charged to the locks.
+const NOT_LOCK_TRAFFIC: &[&str] = &[
+    "ping",
+    "info",
+    "hello",
+    "subscribe",
+    "unsubscribe",
+    "psubscribe",
+    "punsubscribe",
+    "select",
+    "auth",
+    "scan",
+    "dbsize",
+    "config",
+    "command",
+    "quit",
+    "client",
+];
+
+/// A port nothing listens on right now.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_for(what: &str, deadline: Duration, mut ready: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let until = Instant::now() + deadline;
+    while Instant::now() < until {
+        if ready() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("{what} not ready within {deadline:?}")
+}
+
+fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill(2) on a pid this process spawned and has not reaped.
+    unsafe {
+        libc::kill(child.id() as i32, signal);
+    }
+}
+
+/// One master's connection for our own queries, with short timeouts so a
+/// frozen master cannot hang the orchestrator.
+fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let conn = client.get_connection_with_timeout(Duration::from_millis(500))?;
+    conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+    Ok(conn)
+}
+
+/// The N masters of a run.
+pub struct Masters {
+    dir: PathBuf,
+    pub ports: Vec<u16>,
+    procs: Vec<Option<Child>>,
+    frozen: Vec<bool>,
+}
+
+impl Masters {
+    /// Starts `n` masters, no persistence, and waits until each answers PING.
+    ///
+    /// # Errors
+    /// When `redis-server` cannot be started or does not answer in 10 s.
+    pub fn start(n: usize, dir: &Path) -> anyhow::Result<Masters> {
+        let mut masters = Masters {
+            dir: dir.to_path_buf(),
+            ports: Vec::new(),
+            procs: Vec::new(),
+            frozen: vec![false; n],
+        };
+        for i in 0..n {
+            masters.ports.push(free_port()?);
+            masters.procs.push(None);
+            masters.spawn(i)?;
+        }
+        for i in 0..n {
+            masters.wait_up(i)?;
+        }
+        Ok(masters)
+    }
+
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let dir = self.dir.join(format!("r{}", i + 1));
+        fs::create_dir_all(&dir)?;
+        let port = self.ports[i];
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(dir.join("redis.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start redis-server (is it installed?)")?;
+        self.procs[i] = Some(child);
+        Ok(())
+    }
+
+    fn wait_up(&self, i: usize) -> anyhow::Result<()> {
+        let port = self.ports[i];
+        wait_for(
+            &format!("master r{} (port {port})", i + 1),
+            Duration::from_secs(10),
+            || {
+                connect(port)
+                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                    .is_ok()
+            },
+        )
+        .with_context(|| {
+            let log = fs::read_to_string(self.dir.join(format!("r{}/redis.log", i + 1)))
+                .unwrap_or_default();
+            format!("redis-server log:\n{log}")
+        })
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// SIGKILL: the master is gone, its port refuses connections.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.procs[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a killed master again, empty, on its port.
+    ///
+    /// # Errors
+    /// When it does not come back.
+    pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        self.kill(i);
+        self.spawn(i)?;
+        self.wait_up(i)
+    }
+
+    /// SIGSTOP: the master accepts connections (the kernel does) but never
+    /// answers.
+    pub fn freeze(&mut self, i: usize) {
+        if let Some(child) = &self.procs[i] {
+            signal(child, libc::SIGSTOP);
+            self.frozen[i] = true;
+        }
+    }
+
+    pub fn thaw(&mut self, i: usize) {
+        if let Some(child) = &self.procs[i] {
+            signal(child, libc::SIGCONT);
+            self.frozen[i] = false;
+        }
+    }
+
+    /// Lock commands executed so far, summed over every master that answers
+    /// (`INFO commandstats`, script-inner calls included). `None` when a
+    /// master cannot be asked (killed or frozen).
+    pub fn lock_commands(&self) -> Option<u64> {
+        let mut total = 0;
+        for (i, &port) in self.ports.iter().enumerate() {
+            if self.procs[i].is_none() || self.frozen[i] {
+                return None;
+            }
+            let info: String = connect(port)
+                .and_then(|mut c| redis::cmd("INFO").arg("commandstats").query(&mut c))
+                .ok()?;
+            total += count_lock_commands(&info);
+        }
+        Some(total)
+    }
+
+    /// `INFO server`'s `redis_version` of the first master.
+    pub fn redis_version(&self) -> String {
+        connect(self.ports[0])
+            .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c))
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("redis_version:").map(str::to_string))
+            })
+            .unwrap_or_else(|| "?".to_string())
+    }
+
+    /// Loads `script` on every master; returns its SHA.
+    ///
+    /// # Errors
+    /// When a master refuses it.
+    pub fn load_script(&self, script: &str) -> anyhow::Result<String> {
+        let mut sha = String::new();
+        for &port in &self.ports {
+            let mut conn = connect(port)?;
+            sha = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(script)
+                .query(&mut conn)?;
+        }
+        Ok(sha)
+    }
+}
+
+impl Drop for Masters {
+    fn drop(&mut self) {
+        for i in 0..self.procs.len() {
+            self.thaw(i);
+            self.kill(i);
+        }
+    }
+}
+
+/// Sums `calls=` of every `cmdstat_*` line that is lock traffic.
+fn count_lock_commands(info: &str) -> u64 {
+    info.lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter_map(|rest| {
+            let (name, stats) = rest.split_once(':')?;
+            let base = name.split('|').next().unwrap_or(name);
+            if NOT_LOCK_TRAFFIC.contains(&base) {
+                return None;
+            }
+            let calls = stats.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            calls.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// The agent's retry settings for a run.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentRetry {
+    pub delay_ms: u64,
+    pub jitter_ms: u64,
+}
+
+/// The per-node timeout every benchmark agent runs with (the default).
+pub const NODE_TIMEOUT_MS: u64 = 50;
+
+/// A redlock-agent process.
+pub struct Agent {
+    child: Option<Child>,
+    pub socket: PathBuf,
+    pub metrics: SocketAddr,
+    log: PathBuf,
+}
+
+impl Agent {
+    /// Writes a config for `masters` and starts the agent; waits until it
+    /// serves and sees every master usable.
+    ///
+    /// Delayed restart is off: the masters are started by this run (young,
+    /// so the agent would quarantine them), and the degraded workload
+    /// restarts one; quarantine is a safety feature with no place in a
+    /// throughput figure.
+    ///
+    /// # Errors
+    /// When it does not start, or does not see every master in 20 s.
+    pub fn start(
+        bin: &Path,
+        dir: &Path,
+        name: &str,
+        masters: &Masters,
+        retry: AgentRetry,
+    ) -> anyhow::Result<Agent> {
+        let socket = dir.join(format!("{name}.sock"));
+        let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let config = dir.join(format!("{name}.yaml"));
+        let mut yaml = format!(
+            "# Written by redlock-bench.\nsocket: {{path: {:?}}}\nmetrics: {{listen: \"{metrics}\"}}\nlog: {{level: warn}}\nmasters:\n",
+            socket.display().to_string()
+        );
+        for (i, url) in masters.urls().iter().enumerate() {
+            yaml.push_str(&format!("  - {{name: r{}, url: \"{url}\"}}\n", i + 1));
+        }
+        yaml.push_str(&format!(
+            "lock: {{default_ttl: 10s, max_ttl: 60s, node_timeout: {NODE_TIMEOUT_MS}ms, retry_delay: {}ms, retry_jitter: {}ms}}\n\
+             delayed_restart: {{enabled: false}}\n\
+             # No leak scan during a benchmark: its SCANs and scripts would count as lock traffic.\n\
+             leak_scan: {{interval: 1h}}\n",
+            retry.delay_ms, retry.jitter_ms
+        ));
+        fs::write(&config, yaml)?;
+        let log = dir.join(format!("{name}.log"));
+        let child = Command::new(bin)
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(dir.join(format!("{name}.out")))?)
+            .stderr(fs::File::create(&log)?)
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        let mut agent = Agent {
+            child: Some(child),
+            socket,
+            metrics,
+            log,
+        };
+        let n = masters.ports.len();
+        let log = agent.log.clone();
+        agent.wait_usable(n, Duration::from_secs(20)).map_err(|e| {
+            anyhow::anyhow!(
+                "{e}; its log:\n{}",
+                fs::read_to_string(&log).unwrap_or_default()
+            )
+        })?;
+        Ok(agent)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Waits until `/readyz` reports `n` usable masters.
+    ///
+    /// # Errors
+    /// When that does not happen in `deadline`.
+    pub fn wait_usable(&mut self, n: usize, deadline: Duration) -> anyhow::Result<()> {
+        let metrics = self.metrics;
+        let child = &mut self.child;
+        let mut exited = None;
+        let ready = wait_for("the agent", deadline, || {
+            if let Some(Ok(Some(status))) = child.as_mut().map(Child::try_wait) {
+                exited = Some(status);
+                return true;
+            }
+            http_get(metrics, "/readyz")
+                .ok()
+                .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok())
+                .is_some_and(|v| v["usable"].as_u64() == Some(n as u64))
+        });
+        match exited {
+            Some(status) => bail!("the agent exited: {status}"),
+            None => ready,
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(&child, libc::SIGTERM);
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A one-shot HTTP/1.0 GET; the body.
+fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_lock_commands;
+
+    #[test]
+    fn lock_commands_leave_out_probes_and_handshakes() {
+        let info = "# Commandstats\r\n\
+            cmdstat_set:calls=10,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_evalsha:calls=5,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_ping:calls=99,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_client|setinfo:calls=4,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n";
+        assert_eq!(count_lock_commands(info), 15);
+    }
+}

@@ -1,0 +1,153 @@
+//! The masters' own limit: `redis-benchmark` on all five masters at once,
+//! pipelined, sending what an agent cycle sends each master: `SET key token
+//! NX GET PX ttl` and the agent's release script by SHA.
+//!
+//! Two `redis-benchmark` processes per master (one per command, same
+//! request count, started together); a cycle needs both commands on every
+//! master, so the cycles/s the masters can serve is the slowest process's
+//! rate. The keys are random in a shared space, so about half the releases
+//! find their key (and delete and publish) and half do not: the mix is a
+//! little lighter than the agent's, which makes the limit generous and the
+//! agent's fraction of it conservative.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+use crate::cluster::Masters;
+
+const CLIENTS: &str = "25";
+const PIPELINE: &str = "16";
+const KEYSPACE: &str = "100000";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Limit {
+    /// Cycles per second all five masters served together.
+    pub cycles_per_s: f64,
+    /// Each process's requests per second (master, command, rps).
+    pub processes: Vec<(String, String, f64)>,
+    pub requests_per_process: u64,
+    pub wall_s: f64,
+    pub command_line: String,
+}
+
+/// Measures for about `duration` (after a 1 s calibration).
+///
+/// # Errors
+/// When the release script cannot be loaded or redis-benchmark fails.
+pub fn measure(
+    masters: &Masters,
+    duration: Duration,
+    release_script: &str,
+) -> anyhow::Result<Limit> {
+    if release_script.is_empty() {
+        bail!("cannot find the agent's release script in agent/src/redlock/scripts.rs");
+    }
+    let sha = masters.load_script(release_script)?;
+    // Calibrate: a small run to size the real one.
+    let probe = run_all(masters, &sha, 20_000)?;
+    let rate = probe
+        .processes
+        .iter()
+        .map(|p| p.2)
+        .fold(f64::INFINITY, f64::min);
+    let requests = ((rate * duration.as_secs_f64()) as u64).max(20_000);
+    run_all(masters, &sha, requests)
+}
+
+fn run_all(masters: &Masters, sha: &str, requests: u64) -> anyhow::Result<Limit> {
+    let n = requests.to_string();
+    let mut children = Vec::new();
+    let started = Instant::now();
+    let mut command_line = String::new();
+    for (i, port) in masters.ports.iter().enumerate() {
+        let key = format!("bench-limit-{i}:__rand_int__");
+        let commands: [(&str, Vec<String>); 2] = [
+            (
+                "set",
+                ["SET", &key, "token", "NX", "GET", "PX", "10000"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            (
+                "release",
+                ["EVALSHA", sha, "1", &key, "token", "bench-limit:released"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+        ];
+        for (what, args) in commands {
+            let mut command = Command::new("redis-benchmark");
+            command
+                .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+                .args([
+                    "-c", CLIENTS, "-P", PIPELINE, "-n", &n, "-r", KEYSPACE, "--csv",
+                ])
+                .args(&args);
+            if command_line.is_empty() {
+                command_line = format!(
+                    "redis-benchmark -p PORT -c {CLIENTS} -P {PIPELINE} -n {n} -r {KEYSPACE} --csv {}",
+                    args.join(" ")
+                );
+            }
+            let child = command
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("cannot start redis-benchmark (apt install redis-tools)")?;
+            children.push((format!("r{}", i + 1), what.to_string(), child));
+        }
+    }
+    let mut processes = Vec::new();
+    for (master, what, child) in children {
+        let output = child.wait_with_output()?;
+        if !output.status.success() {
+            bail!(
+                "redis-benchmark on {master} ({what}) failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let rps = parse_csv_rps(&String::from_utf8_lossy(&output.stdout)).with_context(|| {
+            format!("no rate in redis-benchmark's output for {master} ({what})")
+        })?;
+        processes.push((master, what, rps));
+    }
+    let wall_s = started.elapsed().as_secs_f64();
+    let cycles_per_s = processes.iter().map(|p| p.2).fold(f64::INFINITY, f64::min);
+    Ok(Limit {
+        cycles_per_s,
+        processes,
+        requests_per_process: requests,
+        wall_s,
+        command_line,
+    })
+}
+
+/// The `rps` column of redis-benchmark's `--csv` output.
+fn parse_csv_rps(text: &str) -> Option<f64> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header: Vec<String> = lines
+        .next()?
+        .split(',')
+        .map(|f| f.trim_matches('"').to_string())
+        .collect();
+    let column = header.iter().position(|h| h == "rps")?;
+    let row = lines.next()?;
+    // The test name may contain commas; count columns from the right.
+    let fields: Vec<&str> = row.rsplitn(header.len(), "\",\"").collect();
+    let from_right = header.len() - 1 - column;
+    fields.get(from_right)?.trim_matches('"').parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_the_rps_column() {
+        let csv = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\
+                   \"SET k:__rand_int__ token NX GET PX 10000\",\"123456.78\",\"1.000\",\"0.100\",\"0.900\",\"2.000\",\"3.000\",\"9.000\"\n";
+        assert_eq!(super::parse_csv_rps(csv), Some(123456.78));
+    }
+}

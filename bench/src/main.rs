@@ -1,0 +1,362 @@
+//! redlock-bench: the agent against the Redlock libraries an application
+//! would otherwise embed, on the same five masters, in one run.
+//!
+//! Layout:
+//! - `plan`: the run (masters, agents, every workload for every peer, faults)
+//! - `cluster`: the `redis-server` masters and the agent processes
+//! - `peers`: the peers and how each one's driver is started
+//! - `spec`: the driver protocol (a JSON spec in, a JSON report out)
+//! - `drive`: the Rust drivers (agent over its socket, `rslock`, `redlock`)
+//! - `stats`: percentiles, fairness, the hot-key tracker
+//! - `limit`: the masters' own limit with `redis-benchmark`
+//! - `profile`: `perf` on the agent under the 64-client uncontended load
+//! - `report`: the Markdown tables
+//!
+//! `bench/run.sh` installs the peers and runs `redlock-bench run`; see
+//! `bench/README.md`.
+
+mod cluster;
+mod drive;
+mod limit;
+mod peers;
+mod plan;
+mod profile;
+mod report;
+mod spec;
+mod stats;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+
+use crate::peers::{Drivers, Peer};
+use crate::spec::Spec;
+
+#[derive(Parser)]
+#[command(about = "Benchmark redlock-agent against Redlock libraries on the same masters")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the benchmark (or its smoke mode) and write the report.
+    Run(RunArgs),
+    /// Internal: run one Rust driver with a JSON spec; prints a JSON report.
+    Drive { spec: String },
+}
+
+#[derive(Parser)]
+struct RunArgs {
+    /// A few seconds, the agent only; exits non-zero if its driver fails.
+    #[arg(long)]
+    smoke: bool,
+    /// Measured window of each run.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "8s")]
+    duration: Duration,
+    /// Unmeasured warm-up before each window.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    warmup: Duration,
+    /// Peers to run, comma-separated (default: all; --smoke: agent).
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+    /// Workloads to run, comma-separated: w1, w2, w3, w4 (default: all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// The release build of the agent.
+    #[arg(long)]
+    agent_bin: PathBuf,
+    /// bench/node/driver.mjs, if node-redlock is installed.
+    #[arg(long)]
+    node_driver: Option<PathBuf>,
+    /// The venv's python, if pottery is installed.
+    #[arg(long, requires = "python_driver")]
+    python: Option<PathBuf>,
+    /// bench/python/driver.py.
+    #[arg(long)]
+    python_driver: Option<PathBuf>,
+    /// Where the report goes (scratch files go to OUT/scratch).
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+    /// Profile the agent with `perf` under workload 1 at 64 clients instead.
+    #[arg(long)]
+    profile: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Drive { spec } => drive(&spec).map(|()| ExitCode::SUCCESS),
+        Cmd::Run(args) => run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("redlock-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn drive(spec: &str) -> anyhow::Result<()> {
+    let spec: Spec = serde_json::from_str(spec).context("bad spec")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match spec.peer.as_str() {
+            "agent" => {
+                let socket = spec
+                    .socket
+                    .clone()
+                    .context("the agent driver needs a socket")?;
+                let mut clients = Vec::with_capacity(spec.clients);
+                for index in 0..spec.clients {
+                    clients.push(drive::agent::AgentClient::connect(&socket, index).await?);
+                }
+                let library = format!(
+                    "redlock-agent, HTTP/1.1 keep-alive on its Unix socket (hyper {} client)",
+                    env!("BENCH_VERSION_HYPER")
+                );
+                drive::run(spec, library, String::new(), clients).await
+            }
+            "rslock" => {
+                let (manager, settings) = drive::rslock::manager(&spec.masters, spec.tuned);
+                let clients = (0..spec.clients)
+                    .map(|_| drive::rslock::RslockClient {
+                        manager: manager.clone(),
+                    })
+                    .collect();
+                let library = format!(
+                    "rslock {} (redis-rs {}, tokio)",
+                    env!("BENCH_VERSION_RSLOCK"),
+                    newest(env!("BENCH_VERSION_REDIS"))
+                );
+                drive::run(spec, library, settings, clients).await
+            }
+            "redlock" => {
+                let (manager, settings) = drive::redlock_crate::manager(&spec.masters, spec.tuned);
+                let clients = (0..spec.clients)
+                    .map(|_| drive::redlock_crate::RedlockClient {
+                        manager: manager.clone(),
+                    })
+                    .collect();
+                let library = format!(
+                    "redlock {} (redis-rs {}, synchronous)",
+                    env!("BENCH_VERSION_REDLOCK"),
+                    oldest(env!("BENCH_VERSION_REDIS"))
+                );
+                drive::run(spec, library, settings, clients).await
+            }
+            other => bail!("no Rust driver for {other:?}"),
+        }
+    })
+}
+
+fn versions(list: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = list.split(',').collect();
+    v.sort_by_key(|s| {
+        s.split('.')
+            .map(|n| n.parse::<u64>().unwrap_or(0))
+            .collect::<Vec<_>>()
+    });
+    v
+}
+
+fn newest(list: &str) -> &str {
+    versions(list).last().copied().unwrap_or("?")
+}
+
+fn oldest(list: &str) -> &str {
+    versions(list).first().copied().unwrap_or("?")
+}
+
+fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let peers: Vec<Peer> = if args.peers.is_empty() {
+        if args.smoke {
+            vec![Peer::Agent]
+        } else {
+            Peer::ALL.to_vec()
+        }
+    } else {
+        args.peers
+            .iter()
+            .map(|name| Peer::parse(name).with_context(|| format!("unknown peer {name:?}")))
+            .collect::<anyhow::Result<_>>()?
+    };
+    let (duration, warmup) = if args.smoke {
+        (Duration::from_millis(1000), Duration::from_millis(300))
+    } else {
+        (args.duration, args.warmup)
+    };
+    for w in &args.only {
+        if !["w1", "w2", "w3", "w4"].contains(&w.as_str()) {
+            bail!("unknown workload {w:?}: use w1, w2, w3 or w4");
+        }
+    }
+    let drivers = Drivers {
+        exe: std::env::current_exe()?,
+        node: args.node_driver.clone(),
+        python: args.python.clone().zip(args.python_driver.clone()),
+    };
+    std::fs::create_dir_all(&args.out)?;
+    let scratch_root = args.out.join("scratch");
+    std::fs::create_dir_all(&scratch_root)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("run-")
+        .tempdir_in(&scratch_root)?;
+    let options = plan::Options {
+        smoke: args.smoke,
+        duration,
+        warmup,
+        peers: peers.clone(),
+        only: args.only.clone(),
+        agent_bin: args.agent_bin.clone(),
+        drivers,
+        scratch: scratch.path().to_path_buf(),
+    };
+    let env = environment(&args, &options);
+
+    if args.profile {
+        let text = profile::run(&options)?;
+        let path = args
+            .out
+            .join(format!("profile-{}.txt", env.date.replace(':', "")));
+        std::fs::write(&path, &text)?;
+        println!("{text}\nwritten to {}", path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let results = match plan::run(&options) {
+        Ok(results) => results,
+        Err(e) => {
+            // Keep the logs of a run that could not even start.
+            let kept = scratch.keep();
+            bail!("{e:#}\n(logs kept in {})", kept.display());
+        }
+    };
+    let markdown = report::render(&results, &env, &peers);
+    println!("\n{markdown}");
+    let name = if args.smoke {
+        "scratch/smoke".to_string()
+    } else {
+        format!("{}-{}core", env.date.replace(':', ""), env.cores)
+    };
+    let path = args.out.join(format!("{name}.md"));
+    std::fs::write(&path, &markdown)?;
+    std::fs::write(
+        args.out.join(format!("{name}.json")),
+        serde_json::to_string_pretty(&results)?,
+    )?;
+    if !args.smoke {
+        std::fs::write(args.out.join("latest.md"), &markdown)?;
+    }
+    eprintln!("written to {}", path.display());
+    if results.agent_failed {
+        let kept = scratch.keep();
+        eprintln!(
+            "redlock-bench: the agent's driver failed (logs kept in {})",
+            kept.display()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let text = if text.is_empty() {
+        String::from_utf8_lossy(&out.stderr).trim().to_string()
+    } else {
+        text
+    };
+    (!text.is_empty()).then(|| text.lines().next().unwrap_or_default().to_string())
+}
+
+fn environment(args: &RunArgs, options: &plan::Options) -> report::Environment {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .unwrap_or_else(|| "?".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = root.to_string_lossy();
+    let rev =
+        output("git", &["-C", &root, "rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "?".into());
+    let dirty = output(
+        "git",
+        &["-C", &root, "status", "--porcelain", "--", "agent"],
+    )
+    .is_some();
+    let agent_bin = args.agent_bin.to_string_lossy();
+    let agent = format!(
+        "{} (git {rev}{})",
+        output(&agent_bin, &["--version"]).unwrap_or_else(|| "?".into()),
+        if dirty {
+            ", with uncommitted changes in agent/"
+        } else {
+            ""
+        }
+    );
+    let mut tools = vec![
+        (
+            "redis-benchmark".to_string(),
+            output("redis-benchmark", &["--version"]).unwrap_or_else(|| "?".into()),
+        ),
+        (
+            "rustc".to_string(),
+            output("rustc", &["--version"]).unwrap_or_else(|| "?".into()),
+        ),
+    ];
+    if options.drivers.node.is_some() {
+        tools.push((
+            "node".into(),
+            output("node", &["--version"]).unwrap_or_else(|| "?".into()),
+        ));
+    }
+    if let Some((python, _)) = &options.drivers.python {
+        tools.push((
+            "python".into(),
+            output(&python.to_string_lossy(), &["--version"]).unwrap_or_else(|| "?".into()),
+        ));
+    }
+    let mut command = String::from("bench/run.sh");
+    if args.smoke {
+        command.push_str(" --smoke");
+    } else if options.duration != Duration::from_secs(8) || options.warmup != Duration::from_secs(1)
+    {
+        command.push_str(&format!(
+            " --duration {} --warmup {}",
+            humantime::format_duration(options.duration),
+            humantime::format_duration(options.warmup)
+        ));
+    }
+    if !args.only.is_empty() {
+        command.push_str(&format!(" --only {}", args.only.join(",")));
+    }
+    if !args.peers.is_empty() {
+        command.push_str(&format!(" --peers {}", args.peers.join(",")));
+    }
+    report::Environment {
+        date: output("date", &["-u", "+%Y-%m-%dT%H:%MZ"]).unwrap_or_else(|| "?".into()),
+        cores: std::thread::available_parallelism().map_or(0, usize::from),
+        cpu,
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map_or("?".into(), |s| s.trim().to_string()),
+        agent,
+        tools,
+        command,
+        duration_s: options.duration.as_secs_f64(),
+        warmup_s: options.warmup.as_secs_f64(),
+        smoke: options.smoke,
+    }
+}

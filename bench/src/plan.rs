@@ -1,0 +1,339 @@
+//! The run: start the masters and the agent, run every workload for every
+//! peer (the agent first in each), inject the faults, measure the masters'
+//! own limit, and hand the results to [`crate::report`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cluster::{Agent, AgentRetry, Masters};
+use crate::limit::{self, Limit};
+use crate::peers::{Drivers, Peer};
+use crate::spec::{Keys, Report, Spec};
+
+/// The agent's defaults (`lock.retry_delay`, `lock.retry_jitter`).
+pub const AGENT_DEFAULT: AgentRetry = AgentRetry {
+    delay_ms: 50,
+    jitter_ms: 50,
+};
+/// Tuned for a hot key, like every peer's tuned settings: a 10 ms retry.
+pub const AGENT_TUNED: AgentRetry = AgentRetry {
+    delay_ms: 10,
+    jitter_ms: 10,
+};
+
+pub const MASTERS: usize = 5;
+/// The master the degraded workload kills or freezes (r5).
+pub const VICTIM: usize = MASTERS - 1;
+pub const TTL_MS: u64 = 10_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    Killed,
+    Frozen,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "workload")]
+pub enum Workload {
+    Uncontended { clients: usize },
+    Hot { clients: usize, tuned: bool },
+    Degraded { fault: Fault, clients: usize },
+}
+
+impl Workload {
+    pub fn describe(self) -> String {
+        match self {
+            Workload::Uncontended { clients } => format!("uncontended, {clients} client(s)"),
+            Workload::Hot { clients, tuned } => {
+                format!(
+                    "hot key, {clients} clients, {}",
+                    if tuned { "tuned" } else { "defaults" }
+                )
+            }
+            Workload::Degraded { fault, clients } => {
+                format!("degraded ({fault:?}), {clients} client(s)")
+            }
+        }
+    }
+}
+
+/// One peer's run of one workload.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub workload: Workload,
+    pub peer: &'static str,
+    /// The report, or why there is none ("n/a: ...").
+    pub result: Result<Report, String>,
+    /// Lock commands the masters executed during the run (warm-up
+    /// included), when every master could be asked.
+    pub commands: Option<u64>,
+}
+
+impl Run {
+    pub fn commands_per_grant(&self) -> Option<f64> {
+        let report = self.result.as_ref().ok()?;
+        let commands = self.commands?;
+        (report.grants_total > 0).then(|| commands as f64 / report.grants_total as f64)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub smoke: bool,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub peers: Vec<Peer>,
+    /// w1..w4 to run; empty for all.
+    pub only: Vec<String>,
+    pub agent_bin: PathBuf,
+    pub drivers: Drivers,
+    pub scratch: PathBuf,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub runs: Vec<Run>,
+    pub limit: Option<Result<Limit, String>>,
+    pub redis_version: String,
+    pub agent_failed: bool,
+}
+
+impl Results {
+    pub fn find(&self, workload: Workload, peer: Peer) -> Option<&Run> {
+        self.runs
+            .iter()
+            .find(|r| r.workload == workload && r.peer == peer.name())
+    }
+}
+
+/// The workloads of a full run, in order. The smoke run has its own short list.
+pub fn workloads(smoke: bool) -> Vec<Workload> {
+    if smoke {
+        return vec![
+            Workload::Uncontended { clients: 1 },
+            Workload::Uncontended { clients: 8 },
+            Workload::Hot {
+                clients: 8,
+                tuned: false,
+            },
+        ];
+    }
+    let mut list = vec![
+        Workload::Uncontended { clients: 1 },
+        Workload::Uncontended { clients: 64 },
+    ];
+    for tuned in [false, true] {
+        for clients in [16, 64] {
+            list.push(Workload::Hot { clients, tuned });
+        }
+    }
+    for fault in [Fault::Killed, Fault::Frozen] {
+        list.push(Workload::Degraded { fault, clients: 1 });
+    }
+    list
+}
+
+/// Runs the whole plan.
+///
+/// # Errors
+/// When the masters or the agent cannot be started; a failing peer is a row
+/// in the table, not an error.
+pub fn run(options: &Options) -> anyhow::Result<Results> {
+    let mut masters = Masters::start(MASTERS, &options.scratch)?;
+    let redis_version = masters.redis_version();
+    eprintln!(
+        "masters: {} (redis {redis_version})",
+        masters.urls().join(" ")
+    );
+    let mut agent = Agent::start(
+        &options.agent_bin,
+        &options.scratch,
+        "agent",
+        &masters,
+        AGENT_DEFAULT,
+    )?;
+    let mut tuned_agent: Option<Agent> = None;
+    let mut results = Results {
+        runs: Vec::new(),
+        limit: None,
+        redis_version,
+        agent_failed: false,
+    };
+    let mut run_id = 0;
+    let wanted = |w: &str| options.only.is_empty() || options.only.iter().any(|o| o == w);
+    for workload in workloads(options.smoke) {
+        let id = match workload {
+            Workload::Uncontended { .. } => "w1",
+            Workload::Hot { .. } => "w2",
+            Workload::Degraded { .. } => "w3",
+        };
+        if !wanted(id) {
+            continue;
+        }
+        let (keys, clients, tuned) = match workload {
+            Workload::Uncontended { clients } => (Keys::Distinct, clients, false),
+            Workload::Hot { clients, tuned } => (Keys::Hot, clients, tuned),
+            Workload::Degraded { clients, .. } => (Keys::Distinct, clients, false),
+        };
+        if tuned && tuned_agent.is_none() {
+            tuned_agent = Some(Agent::start(
+                &options.agent_bin,
+                &options.scratch,
+                "agent-tuned",
+                &masters,
+                AGENT_TUNED,
+            )?);
+        }
+        for &peer in &options.peers {
+            run_id += 1;
+            let socket = if tuned {
+                tuned_agent.as_ref()
+            } else {
+                Some(&agent)
+            }
+            .map(|a| a.socket.display().to_string());
+            let spec = Spec {
+                peer: peer.name().to_string(),
+                masters: masters.urls(),
+                socket,
+                keys,
+                clients,
+                warmup_ms: options.warmup.as_millis() as u64,
+                duration_ms: options.duration.as_millis() as u64,
+                ttl_ms: TTL_MS,
+                resource_prefix: format!("bench{}-{run_id}", std::process::id()),
+                tuned,
+            };
+            eprint!("{:<40} {:<14} ", workload.describe(), peer.name());
+            if let Some(reason) = options.drivers.unavailable(peer) {
+                eprintln!("n/a: {reason}");
+                results.runs.push(Run {
+                    workload,
+                    peer: peer.name(),
+                    result: Err(reason),
+                    commands: None,
+                });
+                continue;
+            }
+            let before = masters.lock_commands();
+            // Generous: a stuck driver is killed after this and reported.
+            let timeout = options.warmup + options.duration + Duration::from_secs(30);
+            let mut result = match workload {
+                // The fault strikes as the window opens, after a healthy
+                // warm-up, while the client runs: as a master dies under a
+                // running application. The window sees the moment it happens.
+                Workload::Degraded { fault, .. } => {
+                    let mut inject = || match fault {
+                        Fault::Killed => masters.kill(VICTIM),
+                        Fault::Frozen => masters.freeze(VICTIM),
+                    };
+                    let at = options.warmup;
+                    options
+                        .drivers
+                        .run(peer, &spec, timeout, Some((at, &mut inject)))
+                }
+                _ => options.drivers.run(peer, &spec, timeout, None),
+            };
+            let after = masters.lock_commands();
+            if let Workload::Degraded { fault, .. } = workload {
+                match fault {
+                    Fault::Killed => masters.restart(VICTIM)?,
+                    Fault::Frozen => masters.thaw(VICTIM),
+                }
+                for a in [Some(&mut agent), tuned_agent.as_mut()]
+                    .into_iter()
+                    .flatten()
+                {
+                    a.wait_usable(MASTERS, Duration::from_secs(15))?;
+                }
+            }
+            if let Ok(report) = result.as_mut() {
+                if peer == Peer::Agent {
+                    let retry = if tuned { AGENT_TUNED } else { AGENT_DEFAULT };
+                    report.settings = format!(
+                        "{}: wait_ms to the window's end; woken by releases, else retry_delay {}ms + rand(0..{}ms)",
+                        if tuned { "tuned" } else { "defaults" },
+                        retry.delay_ms,
+                        retry.jitter_ms
+                    );
+                }
+            }
+            match &result {
+                Ok(r) => eprintln!(
+                    "{:>9.0} cycles/s  acquire p50 {:.2} ms  errors {}{}",
+                    r.cycles as f64 / r.window_s,
+                    r.acquire_ms.p50,
+                    r.errors,
+                    if r.stuck > 0 {
+                        format!("  stuck {}", r.stuck)
+                    } else {
+                        String::new()
+                    }
+                ),
+                Err(e) => eprintln!("FAILED: {}", e.lines().next().unwrap_or_default()),
+            }
+            if peer == Peer::Agent && agent_run_failed(workload, &result) {
+                results.agent_failed = true;
+                if let Err(e) = &result {
+                    eprintln!("{e}");
+                }
+            }
+            let commands = before.zip(after).map(|(b, a)| a.saturating_sub(b));
+            results.runs.push(Run {
+                workload,
+                peer: peer.name(),
+                result,
+                commands,
+            });
+        }
+        if !tuned {
+            tuned_agent = None;
+        }
+    }
+    drop(tuned_agent);
+    if !options.smoke && wanted("w4") {
+        eprintln!("limit: redis-benchmark on all {MASTERS} masters at once");
+        results.limit = Some(
+            limit::measure(&masters, options.duration, &agent_release_script())
+                .map_err(|e| format!("{e:#}")),
+        );
+    }
+    agent.wait_usable(MASTERS, Duration::from_secs(5)).ok();
+    drop(agent);
+    Ok(results)
+}
+
+/// Whether the agent's own run failed: no report, errors, no progress, two
+/// holders at once, or a client stuck. Degraded runs may see errors (the
+/// fault is the point) but must make progress.
+fn agent_run_failed(workload: Workload, result: &Result<Report, String>) -> bool {
+    let Ok(r) = result else { return true };
+    let degraded = matches!(workload, Workload::Degraded { .. });
+    r.cycles == 0 || r.overlaps > 0 || r.stuck > 0 || (!degraded && r.errors > 0)
+}
+
+/// The agent's release script, read from its source so the limit runs what
+/// the agent runs.
+fn agent_release_script() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src/redlock/scripts.rs");
+    let source = std::fs::read_to_string(&path).unwrap_or_default();
+    source
+        .split_once("pub static RELEASE")
+        .and_then(|(_, rest)| rest.split_once("r#\""))
+        .and_then(|(_, rest)| rest.split_once("\"#"))
+        .map(|(script, _)| script.to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_agent_release_script_is_found() {
+        let script = super::agent_release_script();
+        assert!(script.contains("redis.call(\"del\", KEYS[1])"), "{script}");
+    }
+}

@@ -1,0 +1,703 @@
+//! The Markdown report: a summary table (peers as rows, workloads as
+//! columns, each cell with its ratio to the agent), the targets with met or
+//! missed, one detail table per workload, and the environment.
+
+use std::fmt::Write;
+
+use crate::cluster::NODE_TIMEOUT_MS;
+use crate::peers::Peer;
+use crate::plan::{Fault, Results, Run, Workload};
+use crate::spec::Report;
+use crate::stats;
+
+/// The machine and the versions, for the header.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    pub date: String,
+    pub cores: usize,
+    pub cpu: String,
+    pub kernel: String,
+    pub agent: String,
+    pub tools: Vec<(String, String)>,
+    pub command: String,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub smoke: bool,
+}
+
+fn rate(r: &Report) -> f64 {
+    if r.window_s > 0.0 {
+        r.cycles as f64 / r.window_s
+    } else {
+        0.0
+    }
+}
+
+fn num(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn ratio(x: f64, agent: Option<f64>) -> String {
+    match agent {
+        Some(a) if a > 0.0 => {
+            let r = x / a;
+            if r >= 10.0 {
+                format!("{r:.0}×")
+            } else {
+                format!("{r:.2}×")
+            }
+        }
+        _ => "-".to_string(),
+    }
+}
+
+/// "n/a: why" for a missing result, in one line.
+fn na(run: Option<&Run>) -> String {
+    match run.map(|r| &r.result) {
+        None => "not run".to_string(),
+        Some(Ok(_)) => String::new(),
+        Some(Err(e)) => format!("n/a: {}", one_line(e)),
+    }
+}
+
+fn one_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default()
+        .trim();
+    let mut line = line.replace('|', "/");
+    if line.len() > 90 {
+        line.truncate(
+            line.char_indices()
+                .take_while(|(i, _)| *i < 90)
+                .last()
+                .map_or(0, |(i, c)| i + c.len_utf8()),
+        );
+        line.push('…');
+    }
+    line
+}
+
+/// What a run's failures look like in a cell, if any.
+fn trouble(r: &Report) -> String {
+    let mut parts = Vec::new();
+    if r.stuck > 0 {
+        parts.push(format!(
+            "{} of {} clients stuck (no timeout)",
+            r.stuck, r.clients
+        ));
+    }
+    if r.errors > 0 {
+        parts.push(format!(
+            "{} errors: {}",
+            r.errors,
+            one_line(r.error_sample.as_deref().unwrap_or("?"))
+        ));
+    }
+    if r.overlaps > 0 {
+        parts.push(format!("{} OVERLAPPING GRANTS", r.overlaps));
+    }
+    parts.join("; ")
+}
+
+/// A summary cell: the value, its ratio to the agent, and any failure.
+fn cell(
+    results: &Results,
+    workload: Workload,
+    peer: Peer,
+    value: impl Fn(&Report) -> Option<f64>,
+    unit: &str,
+) -> String {
+    let run = results.find(workload, peer);
+    let Some(Ok(report)) = run.map(|r| &r.result) else {
+        return na(run);
+    };
+    if report.cycles == 0 {
+        let why = trouble(report);
+        return if why.is_empty() {
+            "no grant".to_string()
+        } else {
+            format!("no grant ({why})")
+        };
+    }
+    let agent = results
+        .find(workload, Peer::Agent)
+        .and_then(|r| r.result.as_ref().ok())
+        .filter(|r| r.cycles > 0)
+        .and_then(&value);
+    let mut text = match value(report) {
+        Some(v) if peer == Peer::Agent => format!("{}{unit}", num(v)),
+        Some(v) => format!("{}{unit} ({})", num(v), ratio(v, agent)),
+        None if report.acquire_ms.count == 0 => "no grant in the window".to_string(),
+        None => "-".to_string(),
+    };
+    if report.errors > 0 {
+        let _ = write!(text, ", {} errors", report.errors);
+    }
+    if report.stuck > 0 {
+        let _ = write!(text, ", {} stuck", report.stuck);
+    }
+    text
+}
+
+fn handoff_p50(r: &Report) -> Option<f64> {
+    r.handoff_ms.as_ref().filter(|h| h.count > 0).map(|h| h.p50)
+}
+
+fn acquire_max(r: &Report) -> Option<f64> {
+    (r.acquire_ms.count > 0).then_some(r.acquire_ms.max)
+}
+
+fn hot(clients: usize, tuned: bool) -> Workload {
+    Workload::Hot { clients, tuned }
+}
+
+/// The whole report.
+pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
+    let mut md = String::new();
+    let title = if env.smoke {
+        "redlock-agent benchmark (smoke: agent only, not figures)"
+    } else {
+        "redlock-agent benchmark"
+    };
+    let _ = writeln!(md, "# {title}\n");
+    let _ = writeln!(
+        md,
+        "{} · {} cores ({}) · Linux {} · {} s per run after {} s warm-up · `{}`\n",
+        env.date,
+        env.cores,
+        env.cpu,
+        env.kernel,
+        num(env.duration_s),
+        num(env.warmup_s),
+        env.command
+    );
+    let _ = writeln!(
+        md,
+        "Five local masters (redis {}), shared by every peer in the same run; each driver runs alone \
+         in its own process. Ratios are to the agent in the same column: above 1× is more cycles/s \
+         for throughput, and slower for latency.\n",
+        results.redis_version
+    );
+
+    summary(&mut md, results, peers);
+    targets(&mut md, results);
+    uncontended(&mut md, results, peers);
+    hot_key(&mut md, results, peers);
+    degraded(&mut md, results, peers);
+    limit(&mut md, results);
+    environment(&mut md, results, env, peers);
+    md
+}
+
+/// A summary column: its title, workload, value and unit.
+type Column = (
+    &'static str,
+    Workload,
+    fn(&Report) -> Option<f64>,
+    &'static str,
+);
+
+fn summary(md: &mut String, results: &Results, peers: &[Peer]) {
+    let _ = writeln!(md, "## Summary\n");
+    let columns: Vec<Column> = vec![
+        (
+            "W1 uncontended, 1 client: cycles/s",
+            Workload::Uncontended { clients: 1 },
+            |r| Some(rate(r)),
+            "",
+        ),
+        (
+            "W1 uncontended, 64 clients: cycles/s",
+            Workload::Uncontended { clients: 64 },
+            |r| Some(rate(r)),
+            "",
+        ),
+        (
+            "W2 hot key, 16 clients, defaults: hand-off p50",
+            hot(16, false),
+            handoff_p50,
+            " ms",
+        ),
+        (
+            "W2 hot key, 64 clients, defaults: hand-off p50",
+            hot(64, false),
+            handoff_p50,
+            " ms",
+        ),
+        (
+            "W2 hot key, 16 clients, tuned: hand-off p50",
+            hot(16, true),
+            handoff_p50,
+            " ms",
+        ),
+        (
+            "W2 hot key, 64 clients, tuned: hand-off p50",
+            hot(64, true),
+            handoff_p50,
+            " ms",
+        ),
+        (
+            "W3 one master killed: acquire max",
+            Workload::Degraded {
+                fault: Fault::Killed,
+                clients: 1,
+            },
+            acquire_max,
+            " ms",
+        ),
+        (
+            "W3 one master frozen: acquire max",
+            Workload::Degraded {
+                fault: Fault::Frozen,
+                clients: 1,
+            },
+            acquire_max,
+            " ms",
+        ),
+    ];
+    let present: Vec<_> = columns
+        .into_iter()
+        .filter(|(_, w, _, _)| results.runs.iter().any(|r| r.workload == *w))
+        .collect();
+    let _ = write!(md, "| peer |");
+    for (name, ..) in &present {
+        let _ = write!(md, " {name} |");
+    }
+    let _ = write!(md, "\n|---|");
+    for _ in &present {
+        let _ = write!(md, "---|");
+    }
+    md.push('\n');
+    for &peer in peers {
+        let _ = write!(md, "| {} |", peer.label());
+        for (_, workload, value, unit) in &present {
+            let _ = write!(md, " {} |", cell(results, *workload, peer, value, unit));
+        }
+        md.push('\n');
+    }
+    if present
+        .iter()
+        .any(|(_, w, ..)| matches!(w, Workload::Hot { .. }))
+    {
+        let _ = writeln!(
+            md,
+            "\nHand-off counts the next grant to any client. A library whose releaser takes the lock straight \
+             back hands off mostly to itself: see W2's \"to another client\", max wait and Jain columns."
+        );
+    }
+    if let Some(Ok(limit)) = &results.limit {
+        let agent = results
+            .find(Workload::Uncontended { clients: 64 }, Peer::Agent)
+            .and_then(|r| r.result.as_ref().ok())
+            .map(rate);
+        if let Some(agent) = agent {
+            let _ = writeln!(
+                md,
+                "\nW4 limit: the masters served {} cycles/s under redis-benchmark; the agent's W1 64-client rate is {:.0}% of it.",
+                num(limit.cycles_per_s),
+                100.0 * agent / limit.cycles_per_s
+            );
+        }
+    }
+    md.push('\n');
+}
+
+fn status(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "**MISSED**",
+        None => "not measured",
+    }
+}
+
+fn targets(md: &mut String, results: &Results) {
+    let _ = writeln!(
+        md,
+        "## Targets\n\n| target | measured | status |\n|---|---|---|"
+    );
+    let report = |w: Workload, p: Peer| results.find(w, p).and_then(|r| r.result.as_ref().ok());
+    // W1
+    let w1 = Workload::Uncontended { clients: 64 };
+    let (agent, rslock) = (report(w1, Peer::Agent), report(w1, Peer::Rslock));
+    if agent.is_some() || rslock.is_some() {
+        let measured = match (agent, rslock) {
+            (Some(a), Some(r)) => format!(
+                "agent {} cycles/s, rslock {} cycles/s: {:.2}×",
+                num(rate(a)),
+                num(rate(r)),
+                rate(a) / rate(r).max(f64::MIN_POSITIVE)
+            ),
+            _ => "agent or rslock missing".to_string(),
+        };
+        let ratio = agent
+            .zip(rslock)
+            .map(|(a, r)| rate(a) / rate(r).max(f64::MIN_POSITIVE));
+        let _ = writeln!(
+            md,
+            "| W1, 64 clients: agent ≥ rslock in-process | {measured} | {} |",
+            status(ratio.map(|x| x >= 1.0))
+        );
+        let _ = writeln!(
+            md,
+            "| W1, 64 clients: aim 2× rslock | same | {} |",
+            status(ratio.map(|x| x >= 2.0))
+        );
+    }
+    // W2
+    for tuned in [false, true] {
+        for clients in [8, 16, 64] {
+            let Some(r) = report(hot(clients, tuned), Peer::Agent) else {
+                continue;
+            };
+            let which = if tuned { "tuned" } else { "defaults" };
+            let p50 = r.handoff_ms.as_ref().map(|h| h.p50);
+            let _ = writeln!(
+                md,
+                "| W2, {clients} clients, {which}: hand-off p50 < 5 ms | {} | {} |",
+                p50.map_or("-".into(), |p| format!("{} ms", num(p))),
+                status(p50.map(|p| p < 5.0))
+            );
+            let gap = r.longest_gap_ms.unwrap_or(f64::INFINITY);
+            let live = r.cycles > 0 && gap < 1000.0 && r.overlaps == 0;
+            let _ = writeln!(
+                md,
+                "| W2, {clients} clients, {which}: no livelock (a grant at least every second), no overlap | {} grants, longest gap {} ms, {} overlaps | {} |",
+                r.cycles,
+                num(gap),
+                r.overlaps,
+                status(Some(live))
+            );
+        }
+    }
+    // W3
+    let healthy = report(Workload::Uncontended { clients: 1 }, Peer::Agent);
+    let frozen = report(
+        Workload::Degraded {
+            fault: Fault::Frozen,
+            clients: 1,
+        },
+        Peer::Agent,
+    );
+    if let Some(f) = frozen {
+        let base = healthy.map_or(0.0, |h| h.acquire_ms.max);
+        let added = f.acquire_ms.max - base;
+        let _ = writeln!(
+            md,
+            "| W3, one master frozen: adds ≤ node_timeout ({NODE_TIMEOUT_MS} ms) to any acquire | acquire max {} ms vs {} ms healthy: +{} ms | {} |",
+            num(f.acquire_ms.max),
+            num(base),
+            num(added.max(0.0)),
+            status(Some(added <= NODE_TIMEOUT_MS as f64 && f.cycles > 0 && f.stuck == 0))
+        );
+    }
+    // W4
+    if let Some(limit) = &results.limit {
+        let agent = report(w1, Peer::Agent).map(rate);
+        let (measured, met) = match (limit, agent) {
+            (Ok(l), Some(a)) => (
+                format!(
+                    "{} of {} cycles/s: {:.0}%",
+                    num(a),
+                    num(l.cycles_per_s),
+                    100.0 * a / l.cycles_per_s
+                ),
+                Some(a / l.cycles_per_s >= 0.5),
+            ),
+            (Err(e), _) => (format!("n/a: {}", one_line(e)), None),
+            _ => ("no agent W1 run".into(), None),
+        };
+        let _ = writeln!(
+            md,
+            "| W4: agent ≥ half the masters' limit | {measured} | {} |",
+            status(met)
+        );
+    }
+    md.push('\n');
+}
+
+fn pct(p: &crate::spec::Percentiles) -> String {
+    if p.count == 0 {
+        return "-".to_string();
+    }
+    format!("{} / {} / {}", num(p.p50), num(p.p99), num(p.p999))
+}
+
+fn uncontended(md: &mut String, results: &Results, peers: &[Peer]) {
+    let runs: Vec<&Run> = results
+        .runs
+        .iter()
+        .filter(|r| matches!(r.workload, Workload::Uncontended { .. }))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## W1: uncontended (distinct keys)\n\nEach client locks its own resource, releases it, again. Latencies in ms, p50 / p99 / p99.9.\n\n\
+         | peer | clients | cycles/s | ×agent | acquire | acquire + release | Redis commands / grant | errors |\n|---|---|---|---|---|---|---|---|"
+    );
+    for clients in [1, 8, 64] {
+        let w = Workload::Uncontended { clients };
+        let agent = results
+            .find(w, Peer::Agent)
+            .and_then(|r| r.result.as_ref().ok())
+            .map(rate);
+        for &peer in peers {
+            let Some(run) = results.find(w, peer) else {
+                continue;
+            };
+            match &run.result {
+                Ok(r) => {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {clients} | {} | {} | {} | {} | {} | {} |",
+                        peer.name(),
+                        num(rate(r)),
+                        if peer == Peer::Agent {
+                            "1×".into()
+                        } else {
+                            ratio(rate(r), agent)
+                        },
+                        pct(&r.acquire_ms),
+                        pct(&r.cycle_ms),
+                        run.commands_per_grant().map_or("-".into(), num),
+                        trouble_or_zero(r)
+                    );
+                }
+                Err(_) => {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {clients} | {} | | | | | |",
+                        peer.name(),
+                        na(Some(run))
+                    );
+                }
+            }
+        }
+    }
+    md.push('\n');
+}
+
+fn trouble_or_zero(r: &Report) -> String {
+    let t = trouble(r);
+    if t.is_empty() {
+        "0".into()
+    } else {
+        t
+    }
+}
+
+fn hot_key(md: &mut String, results: &Results, peers: &[Peer]) {
+    let runs: Vec<&Run> = results
+        .runs
+        .iter()
+        .filter(|r| matches!(r.workload, Workload::Hot { .. }))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## W2: hot key\n\nEvery client locks the same resource, waits until it gets it, releases at once. \
+         Hand-off: from the holder starting its release to the next grant, in ms; \"to another client\" counts only \
+         grants to a client other than the releaser, and the share of hand-offs that did. Max wait: the longest \
+         acquire (waits cut at the window's end included). Jain: fairness of grants over clients (1 = equal). \
+         Wasted commands / grant: Redis commands per grant beyond the same peer's uncontended one-client cost.\n\n\
+         | peer | settings | clients | cycles/s | hand-off p50 / p99 | to another client p50 / p99 (share) | max wait | Jain | longest gap | commands / grant | wasted / grant | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for tuned in [false, true] {
+        for clients in [8, 16, 64] {
+            let w = hot(clients, tuned);
+            for &peer in peers {
+                let Some(run) = results.find(w, peer) else {
+                    continue;
+                };
+                let baseline = results
+                    .find(Workload::Uncontended { clients: 1 }, peer)
+                    .and_then(Run::commands_per_grant);
+                match &run.result {
+                    Ok(r) => {
+                        let handoff = r
+                            .handoff_ms
+                            .as_ref()
+                            .filter(|h| h.count > 0)
+                            .map_or("-".into(), |h| format!("{} / {}", num(h.p50), num(h.p99)));
+                        let other = match (&r.handoff_other_ms, &r.handoff_ms) {
+                            (Some(o), Some(all)) if o.count > 0 => format!(
+                                "{} / {} ({:.0}%)",
+                                num(o.p50),
+                                num(o.p99),
+                                100.0 * o.count as f64 / all.count.max(1) as f64
+                            ),
+                            _ => "-".into(),
+                        };
+                        let per_grant = run.commands_per_grant();
+                        let wasted = per_grant.zip(baseline).map(|(c, b)| (c - b).max(0.0));
+                        let _ = writeln!(
+                            md,
+                            "| {} | {} | {clients} | {} | {handoff} | {other} | {} ms | {} | {} ms | {} | {} | {} |",
+                            peer.name(),
+                            r.settings.replace('|', "/"),
+                            num(rate(r)),
+                            num(r.max_wait_ms),
+                            stats::jain(&r.per_client_grants).map_or("-".into(), |j| format!("{j:.3}")),
+                            r.longest_gap_ms.map_or("-".into(), num),
+                            per_grant.map_or("-".into(), num),
+                            wasted.map_or("-".into(), num),
+                            trouble_or_zero(r)
+                        );
+                    }
+                    Err(_) => {
+                        let _ = writeln!(
+                            md,
+                            "| {} | {} | {clients} | {} | | | | | | | | |",
+                            peer.name(),
+                            if tuned { "tuned" } else { "defaults" },
+                            na(Some(run))
+                        );
+                    }
+                }
+            }
+        }
+    }
+    md.push('\n');
+}
+
+fn degraded(md: &mut String, results: &Results, peers: &[Peer]) {
+    let runs: Vec<&Run> = results
+        .runs
+        .iter()
+        .filter(|r| matches!(r.workload, Workload::Degraded { .. }))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## W3: degraded (one client, distinct keys)\n\nMaster r5 is killed (SIGKILL: connections refused) or frozen \
+         (SIGSTOP: connections accepted, never answered) as the measured window opens, after a healthy warm-up, \
+         while the client runs; it is brought back after the run. Latencies in ms; the max includes the moment of \
+         the fault. \"healthy max\" is the same peer's W1 one-client acquire max.\n\n\
+         | peer | fault | cycles/s | acquire p50 / p99 / p99.9 | acquire max | healthy max | acquire + release p50 / p99 / max | errors, stuck |\n|---|---|---|---|---|---|---|---|"
+    );
+    for fault in [Fault::Killed, Fault::Frozen] {
+        let w = Workload::Degraded { fault, clients: 1 };
+        for &peer in peers {
+            let Some(run) = results.find(w, peer) else {
+                continue;
+            };
+            let healthy = results
+                .find(Workload::Uncontended { clients: 1 }, peer)
+                .and_then(|r| r.result.as_ref().ok())
+                .map(|r| r.acquire_ms.max);
+            let fault_name = match fault {
+                Fault::Killed => "killed",
+                Fault::Frozen => "frozen",
+            };
+            match &run.result {
+                Ok(r) => {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {fault_name} | {} | {} | {} | {} | {} | {} |",
+                        peer.name(),
+                        num(rate(r)),
+                        pct(&r.acquire_ms),
+                        if r.acquire_ms.count > 0 {
+                            num(r.acquire_ms.max)
+                        } else {
+                            "-".into()
+                        },
+                        healthy.map_or("-".into(), num),
+                        if r.cycle_ms.count > 0 {
+                            format!(
+                                "{} / {} / {}",
+                                num(r.cycle_ms.p50),
+                                num(r.cycle_ms.p99),
+                                num(r.cycle_ms.max)
+                            )
+                        } else {
+                            "-".into()
+                        },
+                        trouble_or_zero(r)
+                    );
+                }
+                Err(_) => {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {fault_name} | {} | | | | | |",
+                        peer.name(),
+                        na(Some(run))
+                    );
+                }
+            }
+        }
+    }
+    md.push('\n');
+}
+
+fn limit(md: &mut String, results: &Results) {
+    let Some(limit) = &results.limit else { return };
+    let _ = writeln!(md, "## W4: the masters' limit\n");
+    match limit {
+        Ok(l) => {
+            let _ = writeln!(
+                md,
+                "All five masters at once, two pipelined `redis-benchmark` processes each (the agent's `SET … NX GET PX` \
+                 and its release script by `EVALSHA`), {} requests per process, {:.1} s: **{} cycles/s** (the slowest \
+                 process). About half the releases find their key (random keys), so this limit is if anything generous.\n\n\
+                 `{}`\n\n| master | command | requests/s |\n|---|---|---|",
+                l.requests_per_process,
+                l.wall_s,
+                num(l.cycles_per_s),
+                l.command_line
+            );
+            for (master, what, rps) in &l.processes {
+                let _ = writeln!(md, "| {master} | {what} | {} |", num(*rps));
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(md, "n/a: {}", one_line(e));
+        }
+    }
+    md.push('\n');
+}
+
+fn environment(md: &mut String, results: &Results, env: &Environment, peers: &[Peer]) {
+    let _ = writeln!(
+        md,
+        "## Environment and versions\n\n| what | version |\n|---|---|"
+    );
+    let _ = writeln!(md, "| cores | {} ({}) |", env.cores, env.cpu);
+    let _ = writeln!(md, "| redlock-agent | {} |", env.agent);
+    let _ = writeln!(md, "| redis-server | {} |", results.redis_version);
+    for &peer in peers {
+        if peer == Peer::Agent {
+            continue;
+        }
+        let library = results
+            .runs
+            .iter()
+            .filter(|r| r.peer == peer.name())
+            .find_map(|r| r.result.as_ref().ok().map(|r| r.library.clone()))
+            .unwrap_or_else(|| na(results.runs.iter().find(|r| r.peer == peer.name())));
+        let _ = writeln!(md, "| {} | {} |", peer.name(), library);
+    }
+    for (tool, version) in &env.tools {
+        let _ = writeln!(md, "| {tool} | {version} |");
+    }
+    let _ = writeln!(
+        md,
+        "\nSettings: TTL 10 s for every peer; the agent with `node_timeout: {NODE_TIMEOUT_MS}ms` and \
+         `delayed_restart: {{enabled: false}}` (this run starts the masters itself and restarts one; quarantine \
+         would only keep the restarted master out, it has no place in a throughput figure). \"Tuned\" gives every \
+         peer a 10 ms retry delay (jitter 10 ms where it has one) and, where it has a retry budget, no limit.\n"
+    );
+}
