@@ -79,7 +79,7 @@ impl Agent {
         }
         let settings = Settings {
             key_prefix: config.lock.key_prefix.clone(),
-            release_channel: format!("{}released", config.lock.key_prefix),
+            key_prefix_channels: waiters::release_channel(&config.lock.key_prefix, ""),
             drift: Drift::new(config.lock.drift_factor),
             retry_delay: config.lock.retry_delay,
             retry_jitter: config.lock.retry_jitter,
@@ -248,11 +248,9 @@ impl Bound {
             .map(|node| tokio::spawn(health::watch(Arc::clone(node), Arc::clone(&settings))))
             .collect();
         tasks.push(tokio::spawn(Arc::clone(&agent.scanner).run(nodes.to_vec())));
-        let channel = &agent.redlock().settings().release_channel;
         for node in nodes {
             tasks.push(tokio::spawn(waiters::listen(
                 Arc::clone(node),
-                channel.clone(),
                 Arc::clone(&agent.waiters),
             )));
         }

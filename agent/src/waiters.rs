@@ -2,18 +2,23 @@
 //! only the head competes in Redlock, woken the moment a release is known.
 //!
 //! A release wakes the queue of its resource in two ways: a release through
-//! this agent wakes it directly, and the release script PUBLISHes the key on
-//! `<key_prefix>released` on every master, which every agent subscribes to
-//! ([`listen`]), so a release through another agent wakes this one too. A
-//! lock that expires instead of being released publishes nothing; for that
-//! the head also retries after `retry_delay` plus jitter.
+//! this agent wakes it directly, and the release script PUBLISHes on the
+//! resource's channel `<key_prefix>released:<resource>` on every master, to
+//! which an agent subscribes ([`listen`]) while it has waiters for that
+//! resource, so a release through another agent wakes this one too; with
+//! nobody waiting, nobody receives anything. A lock that expires instead of
+//! being released publishes nothing; for that the head also retries after
+//! `retry_delay` plus jitter.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Longest a first waiter waits for its release-channel subscriptions.
+const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
 
 use crate::metrics::Metrics;
 use crate::redlock::{Acquire, Node, Redlock, Resource};
@@ -40,7 +45,24 @@ pub struct Waiters {
     total: std::sync::atomic::AtomicUsize,
     max: usize,
     metrics: Arc<Metrics>,
-    key_prefix: String,
+    /// `<key_prefix>released:`, the prefix of every release channel.
+    channel_prefix: String,
+    /// One per master's listener: the channels to (un)subscribe as queues
+    /// come and go.
+    listeners: Mutex<Vec<mpsc::UnboundedSender<Change>>>,
+}
+
+/// A change in the release channels this agent needs.
+#[derive(Debug)]
+enum Change {
+    /// Subscribe, and say so on the sender once the master confirmed.
+    Subscribe(String, Option<oneshot::Sender<()>>),
+    Unsubscribe(String),
+}
+
+/// The release channel of `resource`; the release script publishes on it.
+pub fn release_channel(key_prefix: &str, resource: &str) -> String {
+    format!("{key_prefix}released:{resource}")
 }
 
 /// `lock.max_waiters` requests already wait on this agent.
@@ -66,8 +88,36 @@ impl Waiters {
             total: std::sync::atomic::AtomicUsize::new(0),
             max,
             metrics,
-            key_prefix,
+            channel_prefix: release_channel(&key_prefix, ""),
+            listeners: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Tells every master's listener to subscribe to `channel`; the
+    /// receivers resolve as each master confirms.
+    fn subscribe(&self, channel: &str) -> Vec<oneshot::Receiver<()>> {
+        let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        let mut confirmations = Vec::with_capacity(listeners.len());
+        listeners.retain(|l| {
+            let (done, confirmed) = oneshot::channel();
+            confirmations.push(confirmed);
+            l.send(Change::Subscribe(channel.to_string(), Some(done)))
+                .is_ok()
+        });
+        confirmations
+    }
+
+    fn unsubscribe(&self, channel: &str) {
+        let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        listeners.retain(|l| l.send(Change::Unsubscribe(channel.to_string())).is_ok());
+    }
+
+    /// The release channels of every resource with waiters.
+    fn wanted(&self) -> Vec<String> {
+        self.lock()
+            .keys()
+            .map(|r| format!("{}{r}", self.channel_prefix))
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
@@ -89,14 +139,20 @@ impl Waiters {
         }
     }
 
-    /// Wakes the queue of a lock key announced on the release channel.
-    fn released_key(&self, key: &str) {
-        if let Some(resource) = key.strip_prefix(self.key_prefix.as_str()) {
+    /// Wakes the queue whose release channel got a message.
+    fn released_on(&self, channel: &str) {
+        if let Some(resource) = channel.strip_prefix(self.channel_prefix.as_str()) {
             self.released(resource);
         }
     }
 
-    fn join(&self, resource: &Resource) -> Result<Ticket<'_>, TooManyWaiters> {
+    /// Queues a waiter for `resource`. The first waiter of a resource also
+    /// gets the confirmations of its release-channel subscriptions.
+    #[allow(clippy::type_complexity)]
+    fn join(
+        &self,
+        resource: &Resource,
+    ) -> Result<(Ticket<'_>, Vec<oneshot::Receiver<()>>), TooManyWaiters> {
         use std::sync::atomic::Ordering::Relaxed;
         let id = self.next_id.fetch_add(1, Relaxed);
         let mut queues = self.lock();
@@ -104,23 +160,28 @@ impl Waiters {
             return Err(TooManyWaiters(self.max));
         }
         self.total.fetch_add(1, Relaxed);
+        let mut confirmations = Vec::new();
         let queue = queues
             .entry(resource.as_str().to_string())
-            .or_insert_with(|| Queue {
-                order: VecDeque::new(),
-                wake: watch::channel(0).0,
-                held: false,
+            .or_insert_with(|| {
+                confirmations = self.subscribe(&format!("{}{resource}", self.channel_prefix));
+                Queue {
+                    order: VecDeque::new(),
+                    wake: watch::channel(0).0,
+                    held: false,
+                }
             });
         queue.order.push_back(id);
         let wake = queue.wake.subscribe();
         self.metrics.waiters.inc();
-        Ok(Ticket {
+        let ticket = Ticket {
             waiters: self,
             resource: resource.as_str().to_string(),
             id,
             wake,
             granted: false,
-        })
+        };
+        Ok((ticket, confirmations))
     }
 
     /// Acquires `resource`, waiting up to `wait` behind this agent's other
@@ -140,7 +201,11 @@ impl Waiters {
             return Ok(redlock.acquire_once(resource, ttl, owner).await);
         }
         let deadline = Instant::now() + wait;
-        let mut ticket = self.join(resource)?;
+        let (mut ticket, subscribed) = self.join(resource)?;
+        // Once the masters confirm the subscription, no release published
+        // after our first attempt can be missed. Bounded: a master that does
+        // not answer leaves only the retry delay as the fallback.
+        let _ = tokio::time::timeout(SUBSCRIBE_WAIT, futures::future::join_all(subscribed)).await;
         Ok(ticket
             .wait_for_lock(redlock, resource, ttl, owner, deadline)
             .await)
@@ -234,6 +299,8 @@ impl Drop for Ticket<'_> {
                 .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             if queue.order.is_empty() {
                 queues.remove(&self.resource);
+                let channel = format!("{}{}", self.waiters.channel_prefix, self.resource);
+                self.waiters.unsubscribe(&channel);
             } else if was_head {
                 queue.held = self.granted;
                 queue.wake.send_modify(|g| *g += 1);
@@ -243,34 +310,68 @@ impl Drop for Ticket<'_> {
     }
 }
 
-/// Subscribes to the release channel on one master, forever, and wakes the
-/// matching local queue on every message. Reconnects after failures with a
-/// capped backoff; returns only when aborted.
-pub async fn listen(node: Arc<Node>, channel: String, waiters: Arc<Waiters>) {
+/// Keeps one master's subscriptions to the release channels of the
+/// resources with waiters here, forever, and wakes the matching queue on
+/// every message. Reconnects after failures with a capped backoff, then
+/// subscribes again to every channel wanted; returns only when aborted.
+pub async fn listen(node: Arc<Node>, waiters: Arc<Waiters>) {
+    let (changes_tx, mut changes) = mpsc::unbounded_channel();
+    waiters
+        .listeners
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(changes_tx);
     let mut backoff = Duration::from_millis(100);
     loop {
-        let subscribed = async {
-            let mut pubsub = node.client().get_async_pubsub().await?;
-            pubsub.subscribe(&channel).await?;
-            Ok::<_, redis::RedisError>(pubsub)
+        let connected = async {
+            let pubsub = node.client().get_async_pubsub().await?;
+            let (mut sink, stream) = pubsub.split();
+            // Changes queued so far are covered by the full list below.
+            while changes.try_recv().is_ok() {}
+            for channel in waiters.wanted() {
+                sink.subscribe(&channel).await?;
+            }
+            Ok::<_, redis::RedisError>((sink, stream))
         };
-        match tokio::time::timeout(Duration::from_secs(2), subscribed).await {
-            Ok(Ok(pubsub)) => {
+        match tokio::time::timeout(Duration::from_secs(2), connected).await {
+            Ok(Ok((mut sink, mut stream))) => {
                 backoff = Duration::from_millis(100);
-                let mut messages = pubsub.into_on_message();
-                while let Some(message) = messages.next().await {
-                    if let Ok(key) = message.get_payload::<String>() {
-                        waiters.released_key(&key);
+                loop {
+                    tokio::select! {
+                        message = stream.next() => match message {
+                            Some(message) => waiters.released_on(message.get_channel_name()),
+                            None => break,
+                        },
+                        change = changes.recv() => {
+                            let done = match change {
+                                Some(Change::Subscribe(channel, confirm)) => {
+                                    let done = sink.subscribe(&channel).await;
+                                    if let (Ok(()), Some(confirm)) = (&done, confirm) {
+                                        let _ = confirm.send(());
+                                    }
+                                    done
+                                }
+                                Some(Change::Unsubscribe(channel)) => sink.unsubscribe(&channel).await,
+                                None => return,
+                            };
+                            if let Err(e) = done {
+                                tracing::debug!(node = node.name(), error = %e, "release channel (un)subscribe failed");
+                                break;
+                            }
+                        }
                     }
                 }
-                tracing::debug!(node = node.name(), "release channel closed; resubscribing");
+                tracing::debug!(
+                    node = node.name(),
+                    "release channels closed; subscribing again"
+                );
             }
             Ok(Err(e)) => {
-                tracing::debug!(node = node.name(), error = %e, "cannot subscribe to the release channel")
+                tracing::debug!(node = node.name(), error = %e, "cannot subscribe to the release channels")
             }
             Err(_) => tracing::debug!(
                 node = node.name(),
-                "subscribing to the release channel timed out"
+                "subscribing to the release channels timed out"
             ),
         }
         tokio::time::sleep(backoff).await;

@@ -28,9 +28,10 @@ use crate::metrics::{Failure, Metrics, VoteLabel};
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub key_prefix: String,
-    /// Where the release script announces releases, so waiters on every
-    /// agent wake at once: `<key_prefix>released`.
-    pub release_channel: String,
+    /// Prefix of the channels where the release script announces releases,
+    /// so waiters on every agent wake at once: `<key_prefix>released:`, and
+    /// the resource after it.
+    pub key_prefix_channels: String,
     pub drift: Drift,
     pub retry_delay: Duration,
     pub retry_jitter: Duration,
@@ -205,7 +206,7 @@ impl Redlock {
         };
         // Undo the partial acquisition everywhere, including the masters
         // that seemed not to answer: their SET may still have landed.
-        self.release_all(&key, &token).await;
+        self.release_all(resource, &token).await;
         tracing::debug!(%resource, elapsed = ?started.elapsed(), ?outcome, "acquire round failed");
         outcome
     }
@@ -303,7 +304,9 @@ impl Redlock {
     /// Returns as soon as a quorum has released (true) or cannot any more
     /// (false); the other masters' answers are awaited in the background,
     /// so a frozen master does not hold up the caller.
-    async fn release_all(&self, key: &str, token: &Token) -> bool {
+    async fn release_all(&self, resource: &Resource, token: &Token) -> bool {
+        let key = self.key(resource);
+        let key = key.as_str();
         let mut replies: FuturesUnordered<_> = self
             .nodes
             .iter()
@@ -311,7 +314,7 @@ impl Redlock {
                 let node = Arc::clone(node);
                 let key = key.to_string();
                 let value = token.as_str().to_string();
-                let channel = self.settings.release_channel.clone();
+                let channel = format!("{}{}", self.settings.key_prefix_channels, resource);
                 async move { node.release(&key, &value, &channel).await }
             })
             .collect();
@@ -332,7 +335,7 @@ impl Redlock {
     /// Releases on every master at once. True when a quorum still held the
     /// token (false: its validity had already run out, or it was never held).
     pub async fn release(&self, resource: &Resource, token: &Token) -> bool {
-        self.release_all(&self.key(resource), token).await
+        self.release_all(resource, token).await
     }
 
     /// Extends to a new `ttl` on every usable master; granted only when a

@@ -8,14 +8,15 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Delete the key if it still holds the token, and announce the release
-/// (the key) on channel ARGV[2] so waiters on every agent wake at once.
+/// Delete the key if it still holds the token, and announce the release on
+/// the resource's channel ARGV[2] so its waiters on every agent wake at
+/// once (publishing to a channel nobody listens on costs next to nothing).
 /// Returns 1 or 0.
 pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"if redis.call("get", KEYS[1]) == ARGV[1] then
   redis.call("del", KEYS[1])
-  redis.call("publish", ARGV[2], KEYS[1])
+  redis.call("publish", ARGV[2], "released")
   return 1
 end
 return 0"#,
