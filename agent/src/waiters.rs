@@ -185,7 +185,8 @@ impl Waiters {
     }
 
     /// Acquires `resource`, waiting up to `wait` behind this agent's other
-    /// waiters for it. `wait` zero is a single round that does not queue.
+    /// waiters for it. `wait` zero is a single round that does not queue; an
+    /// uncontended lock is one round too.
     ///
     /// # Errors
     /// When `lock.max_waiters` requests already wait.
@@ -197,10 +198,17 @@ impl Waiters {
         owner: Option<&str>,
         wait: Duration,
     ) -> Result<Acquire, TooManyWaiters> {
-        if wait.is_zero() {
-            return Ok(redlock.acquire_once(resource, ttl, owner).await);
-        }
         let deadline = Instant::now() + wait;
+        // No one waits here for this resource: try at once, and queue (and
+        // subscribe to its release channel) only if it is taken. With
+        // waiters, join the queue: newcomers do not overtake them.
+        if wait.is_zero() || !self.lock().contains_key(resource.as_str()) {
+            let first = redlock.acquire_once(resource, ttl, owner).await;
+            let hopeless = matches!(first, Acquire::NoQuorum(_)) && !redlock.quorum_usable();
+            if wait.is_zero() || matches!(first, Acquire::Granted(_)) || hopeless {
+                return Ok(first);
+            }
+        }
         let (mut ticket, subscribed) = self.join(resource)?;
         // Once the masters confirm the subscription, no release published
         // after our first attempt can be missed. Bounded: a master that does
