@@ -12,6 +12,11 @@ else
   cargo test --workspace --no-fail-fast
 fi
 
+# The fault suite's short mode (nemesis over every fault, then the control
+# run that must find violations), alone so the machine is quiet.
+echo "== faults: short mode"
+cargo test -q -p faults --test short -- --ignored --nocapture
+
 # Dashboards and alerts (promtool, a real Prometheus), then the Helm chart
 # (the real Helm engine, Kubernetes schemas); each makes its own venv.
 echo "== dashboards/tests/run.sh"

@@ -169,8 +169,10 @@ fn detect(
 
 fn went_down(node: &Node, was: NodeState, error: &crate::redlock::NodeError) {
     if was != NodeState::Down {
-        tracing::warn!(node = node.name(), error = %error, "node down");
+        // The error itself was logged (once per kind) where it happened.
+        tracing::warn!(node = node.name(), "node down");
     }
+    tracing::debug!(node = node.name(), error = %error, "probe failed");
     node.disconnect(error);
 }
 

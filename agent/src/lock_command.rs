@@ -5,8 +5,9 @@
 //! `REDLOCK_RESOURCE`, `REDLOCK_TOKEN` and `REDLOCK_VALID_UNTIL_MS` (Unix
 //! time in ms) in its environment, and closes the hold when the command
 //! exits, which releases the lock. If the agent says the lock is lost (or
-//! the agent goes away), the command gets SIGTERM at once and SIGKILL after
-//! `--kill-after`. The command also gets SIGKILL if this process dies
+//! the agent goes away, or no renewal arrives in time, as when the agent is
+//! frozen), the command gets SIGTERM at once and SIGKILL after
+//! `--kill-after`, but never later than the end of the last validity. The command also gets SIGKILL if this process dies
 //! (PR_SET_PDEATHSIG), so it never runs on without the lock.
 
 use std::path::{Path, PathBuf};
@@ -196,14 +197,28 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
         error: e.to_string(),
     })?;
 
+    // The command must never run past the validity the agent last gave:
+    // if no renewal (or loss notice) arrives in time, as when the agent is
+    // frozen, stop it on our own clock. Counted from arrival, which is
+    // after the agent measured it, so the margins below absorb the gap.
+    let mut valid_for = Duration::from_millis(validity_ms);
+    let mut valid_until = tokio::time::Instant::now() + valid_for;
     let ended = loop {
+        let term_at = valid_until - cmd.kill_after.min(valid_for / 3);
         tokio::select! {
             status = child.wait() => break Ok(status),
             event = lines.next(&mut body) => match event {
-                Some(HoldEvent::Renewed { .. } | HoldEvent::Acquired { .. }) => continue,
+                Some(HoldEvent::Renewed { validity_ms }) => {
+                    valid_for = Duration::from_millis(validity_ms);
+                    valid_until = tokio::time::Instant::now() + valid_for;
+                }
+                Some(HoldEvent::Acquired { .. }) => {}
                 Some(HoldEvent::Lost { reason }) => break Err(reason),
                 None => break Err("the agent closed the hold".to_string()),
             },
+            () = tokio::time::sleep_until(term_at) => {
+                break Err("no renewal arrived before the validity ran out".to_string());
+            }
         }
     };
     let reason = match ended {
@@ -219,12 +234,15 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
         }
         Err(reason) => reason,
     };
-    // Lost: stop the command before its validity ends.
+    // Lost: SIGTERM now, SIGKILL after --kill-after but never later than
+    // just before the validity ends.
     if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(pid, libc::SIGTERM) };
     }
-    if tokio::time::timeout(cmd.kill_after, child.wait())
+    let kill_at = (tokio::time::Instant::now() + cmd.kill_after)
+        .min(valid_until - (valid_for / 10).min(Duration::from_millis(50)));
+    if tokio::time::timeout_at(kill_at, child.wait())
         .await
         .is_err()
     {

@@ -23,16 +23,23 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
 use crate::metrics::Metrics;
 use crate::redlock::{Acquire, Node, Redlock, Resource};
 
-/// One resource's queue. `wake` carries a generation number: every release
-/// or change of head bumps it, and a waiter that saw the old number is
-/// woken, so no wake-up is lost between a check and a wait.
+/// One resource's queue. Each waiter has its own wake-up channel carrying
+/// a generation number: only the head is woken, by a release or when it
+/// becomes head, and no wake-up is lost between a check and a wait.
 #[derive(Debug)]
 struct Queue {
-    order: VecDeque<u64>,
-    wake: watch::Sender<u64>,
+    order: VecDeque<(u64, watch::Sender<u64>)>,
     /// The last head left with the lock: the new head should wait for its
     /// release rather than try at once and find it taken.
     held: bool,
+}
+
+impl Queue {
+    fn wake_head(&self) {
+        if let Some((_, wake)) = self.order.front() {
+            wake.send_modify(|g| *g += 1);
+        }
+    }
 }
 
 /// Every resource's queue of waiters on this agent.
@@ -135,7 +142,7 @@ impl Waiters {
     pub fn released(&self, resource: &str) {
         if let Some(queue) = self.lock().get_mut(resource) {
             queue.held = false;
-            queue.wake.send_modify(|g| *g += 1);
+            queue.wake_head();
         }
     }
 
@@ -167,12 +174,11 @@ impl Waiters {
                 confirmations = self.subscribe(&format!("{}{resource}", self.channel_prefix));
                 Queue {
                     order: VecDeque::new(),
-                    wake: watch::channel(0).0,
                     held: false,
                 }
             });
-        queue.order.push_back(id);
-        let wake = queue.wake.subscribe();
+        let (sender, wake) = watch::channel(0);
+        queue.order.push_back((id, sender));
         self.metrics.waiters.inc();
         let ticket = Ticket {
             waiters: self,
@@ -283,7 +289,7 @@ impl Ticket<'_> {
         self.waiters
             .lock()
             .get(&self.resource)
-            .is_some_and(|q| q.order.front() == Some(&self.id))
+            .is_some_and(|q| q.order.front().map(|(id, _)| *id) == Some(self.id))
     }
 
     /// Waits for a wake-up until `until`; false when the time ran out.
@@ -300,8 +306,8 @@ impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         let mut queues = self.waiters.lock();
         if let Some(queue) = queues.get_mut(&self.resource) {
-            let was_head = queue.order.front() == Some(&self.id);
-            queue.order.retain(|&id| id != self.id);
+            let was_head = queue.order.front().map(|(id, _)| *id) == Some(self.id);
+            queue.order.retain(|(id, _)| *id != self.id);
             self.waiters
                 .total
                 .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -311,7 +317,7 @@ impl Drop for Ticket<'_> {
                 self.waiters.unsubscribe(&channel);
             } else if was_head {
                 queue.held = self.granted;
-                queue.wake.send_modify(|g| *g += 1);
+                queue.wake_head();
             }
         }
         self.waiters.metrics.waiters.dec();

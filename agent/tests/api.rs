@@ -90,6 +90,13 @@ async fn bad_requests_get_json_errors_with_exact_codes() {
         (
             Method::POST,
             "/v1/locks/a/acquire".into(),
+            r#"{"ttl_ms": 99}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "ttl_out_of_range",
+        ),
+        (
+            Method::POST,
+            "/v1/locks/a/acquire".into(),
             r#"{"ttl_ms": 60001}"#.into(),
             StatusCode::BAD_REQUEST,
             "ttl_out_of_range",

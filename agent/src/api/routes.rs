@@ -321,12 +321,16 @@ fn ttl(agent: &Agent, ttl_ms: Option<u64>) -> Result<Duration, ApiError> {
         return Ok(lock.default_ttl);
     };
     let ttl = Duration::from_millis(ms);
-    if ms == 0 || ttl > lock.max_ttl {
+    // Below twice the node timeout a grant could have no validity left
+    // after a slow master and the drift allowance.
+    let min = (lock.node_timeout * 2).min(lock.max_ttl);
+    if ttl < min || ttl > lock.max_ttl {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::TtlOutOfRange,
             format!(
-                "ttl_ms must be between 1 and {} (lock.max_ttl): {ms}",
+                "ttl_ms must be between {} (twice lock.node_timeout) and {} (lock.max_ttl): {ms}",
+                min.as_millis(),
                 lock.max_ttl.as_millis()
             ),
         ));

@@ -390,6 +390,7 @@ impl Node {
     }
 
     fn unreachable(&self, error: NodeError) -> NodeError {
+        self.note_error(&error);
         let mut inner = self.lock();
         inner.unreachable = true;
         inner.last_error = Some(error.to_string());
@@ -422,7 +423,9 @@ impl Node {
         inner.last_error = Some(why.to_string());
     }
 
-    fn record_error(&self, error: NodeError) -> NodeError {
+    /// Counts an error by kind, and logs it the first time its kind shows
+    /// since the last connection was installed (not once per request).
+    fn note_error(&self, error: &NodeError) {
         self.metrics.fail(Failure::NodeError);
         let kind_index = NodeError::KINDS
             .iter()
@@ -430,20 +433,19 @@ impl Node {
             .unwrap_or(0);
         self.series.error(kind_index);
         let first_of_its_kind = {
-            let bit = 1u16
-                << NodeError::KINDS
-                    .iter()
-                    .position(|k| *k == error.kind())
-                    .unwrap_or(0);
+            let bit = 1u16 << kind_index;
             let mut inner = self.lock();
             let first = inner.logged_kinds & bit == 0;
             inner.logged_kinds |= bit;
             first
         };
         if first_of_its_kind {
-            // Once per kind until the next connection, not once per request.
             tracing::warn!(node = %self.name, kind = error.kind(), error = %error, "master answered with an error");
         }
+    }
+
+    fn record_error(&self, error: NodeError) -> NodeError {
+        self.note_error(&error);
         if error.drops_connection() {
             self.disconnect(&error);
             self.wake.notify_one();

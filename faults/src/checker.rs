@@ -1,0 +1,829 @@
+//! The checker: every critical section the clients run, on one monotonic
+//! clock, and what is wrong with them.
+//!
+//! A section is `(resource, client, token, validity window, entry, exit)`.
+//! Its validity window starts when the grant arrived and ends at the last
+//! `valid_until` the client was given (grant, extend or renewal, each
+//! counted from when its answer arrived, as the README tells clients), or
+//! earlier, when the client learned the lock was gone (`lost`, a refused
+//! extend, a broken hold stream). The part of the section inside that
+//! window is where the client *believed* it held the lock.
+//!
+//! Findings:
+//! - **safety violation**: the believed parts of two sections with
+//!   different tokens on the same resource overlap. This is what Redlock
+//!   promises never happens. Each violation also says whether it survives
+//!   a stricter client that counts validity from when it *sent* the
+//!   request, to tell a lock granted twice from an answer slow in transit.
+//! - **overrun**: a section went on past its validity. For holds the agent
+//!   should have said `lost` in time; for plain acquires it is the client's
+//!   own lateness (a pause, Kleppmann's GC scenario).
+//! - **leak**: a lock key still on a master after its section ended plus its
+//!   TTL (nobody released it and it did not expire: something renews it),
+//!   or a key without a TTL or with one above `max_ttl`. The key observer
+//!   ([`crate::observer`]) reports what it sees on the masters here.
+//!
+//! Sections of killed clients end when the harness sent SIGKILL: the
+//! process runs no code after it, and the command of a killed
+//! `redlock-agent lock` only sleeps until the kernel kills it too.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+use crate::clock::Mono;
+
+/// Which kind of client ran a section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientKind {
+    /// acquire, work, maybe extend, release; in the harness process.
+    Acquire,
+    /// A hold stream in the harness process.
+    Hold,
+    /// A hold in a child process (`faults hold-client`), killable.
+    ProcessHold,
+    /// `redlock-agent lock -- faults cs-child`, killable. Its command never
+    /// sees renewals, so its validity is "until told to stop".
+    LockCommand,
+}
+
+impl ClientKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientKind::Acquire => "acquire",
+            ClientKind::Hold => "hold",
+            ClientKind::ProcessHold => "process_hold",
+            ClientKind::LockCommand => "lock_command",
+        }
+    }
+
+    /// The agent renews these and must say `lost` before validity ends.
+    pub fn is_hold(self) -> bool {
+        matches!(self, ClientKind::Hold | ClientKind::ProcessHold)
+    }
+}
+
+/// How a section ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ending {
+    /// Released; `released` is the agent's answer.
+    Released { released: bool },
+    /// The release call could not reach the agent; the lock expires.
+    ReleaseUnanswered,
+    /// The hold ended by closing the connection.
+    Closed,
+    /// The agent said `lost` (or refused an extend) and the client stopped.
+    Lost { reason: String },
+    /// The hold stream broke without `lost` (agent killed) and the client stopped.
+    StreamBroken,
+    /// The client was killed with SIGKILL.
+    Killed,
+    /// Still running when the checker looked.
+    Open,
+}
+
+/// One lock key as the observer saw it on one master.
+#[derive(Debug, Clone, Copy)]
+pub struct Sighting<'a> {
+    pub master: &'a str,
+    pub resource: &'a str,
+    pub token: &'a str,
+    /// -1: no TTL.
+    pub pttl_ms: i64,
+    pub seen: Mono,
+}
+
+/// Identifies a section in the checker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct SectionId(pub usize);
+
+/// One critical section.
+#[derive(Debug, Clone, Serialize)]
+pub struct Section {
+    pub resource: String,
+    pub client: String,
+    pub kind: ClientKind,
+    pub agent: usize,
+    pub token: String,
+    pub ttl_ms: u64,
+    /// When the client sent the request that was granted.
+    pub requested: Mono,
+    /// When the grant arrived.
+    pub granted: Mono,
+    /// Last end of validity the client was told; `None`: not told (the
+    /// command of `redlock-agent lock`), valid until stopped.
+    pub valid_until: Option<Mono>,
+    /// `valid_until` as a client counting from its request would have it.
+    pub strict_valid_until: Option<Mono>,
+    /// When the client learned the lock was gone.
+    pub belief_end: Option<Mono>,
+    pub entry: Mono,
+    pub exit: Option<Mono>,
+    pub ending: Ending,
+}
+
+impl Section {
+    /// End of the window in which the client believed it held the lock.
+    fn believed_until(&self, strict: bool) -> Option<Mono> {
+        let valid = if strict {
+            self.strict_valid_until
+        } else {
+            self.valid_until
+        };
+        match (valid, self.belief_end) {
+            (Some(v), Some(b)) => Some(v.min(b)),
+            (v, b) => v.or(b),
+        }
+    }
+
+    /// The part of the section spent believing the lock held, if any.
+    fn believed_part(&self, now: Mono, strict: bool) -> Option<(Mono, Mono)> {
+        let start = self.entry.max(self.granted);
+        let exit = self.exit.unwrap_or(now);
+        let end = match self.believed_until(strict) {
+            Some(until) => exit.min(until),
+            None => exit,
+        };
+        (end > start).then_some((start, end))
+    }
+
+    fn brief(&self) -> String {
+        format!(
+            "{} ({}, agent a{}, token {}…) requested {} granted {} entry {} exit {} valid until {}{} ({})",
+            self.client,
+            self.kind.as_str(),
+            self.agent + 1,
+            &self.token[..self.token.len().min(8)],
+            self.requested,
+            self.granted,
+            self.entry,
+            self.exit.map_or("-".to_string(), |e| e.to_string()),
+            self.valid_until
+                .map_or("stopped".to_string(), |e| e.to_string()),
+            self.belief_end
+                .map_or(String::new(), |b| format!(", told lost at {b}")),
+            ending_text(&self.ending),
+        )
+    }
+}
+
+fn ending_text(ending: &Ending) -> String {
+    match ending {
+        Ending::Released { released } => format!("released={released}"),
+        Ending::ReleaseUnanswered => "release unanswered".into(),
+        Ending::Closed => "hold closed".into(),
+        Ending::Lost { reason } => format!("lost: {reason}"),
+        Ending::StreamBroken => "hold stream broke".into(),
+        Ending::Killed => "killed".into(),
+        Ending::Open => "open".into(),
+    }
+}
+
+/// Two clients inside the same resource at once, both believing they held it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Violation {
+    pub resource: String,
+    pub first: Section,
+    pub second: Section,
+    pub overlap_ms: f64,
+    /// The overlap remains when validity is counted from the request.
+    pub strict: bool,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "SAFETY VIOLATION on {:?}: {:.1}ms of overlap{}\n    first:  {}\n    second: {}",
+            self.resource,
+            self.overlap_ms,
+            if self.strict {
+                ""
+            } else {
+                " (only when validity is counted from the answer's arrival)"
+            },
+            self.first.brief(),
+            self.second.brief()
+        )
+    }
+}
+
+/// A section that went on past its validity.
+#[derive(Debug, Clone, Serialize)]
+pub struct Overrun {
+    pub section: Section,
+    pub by_ms: f64,
+    /// What else is known: the agent's own record of the loss, the
+    /// harness's lag at the time.
+    pub note: String,
+    /// Whose lateness it was, when the evidence says.
+    pub blame: Blame,
+}
+
+/// Who made a section overrun its validity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Blame {
+    /// Not known yet (or the evidence does not say).
+    Unknown,
+    /// The agent said `lost` in time (its log says when); the client
+    /// acted on it late.
+    Client,
+    /// The agent said `lost` after the validity it had given ended.
+    Agent,
+}
+
+impl fmt::Display for Overrun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "overran its validity by {:.1}ms{}: {}",
+            self.by_ms,
+            if self.section.kind.is_hold() {
+                " (a hold: the agent should have said lost in time)"
+            } else {
+                ""
+            },
+            self.section.brief()
+        )?;
+        if !self.note.is_empty() {
+            write!(f, "\n      {}", self.note)?;
+        }
+        Ok(())
+    }
+}
+
+/// A lock key that outlived its lock.
+#[derive(Debug, Clone, Serialize)]
+pub struct Leak {
+    pub master: String,
+    pub resource: String,
+    pub token: String,
+    pub pttl_ms: i64,
+    pub seen: Mono,
+    pub why: String,
+}
+
+impl fmt::Display for Leak {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "LEAK on {}: {:?} token {}… pttl {}ms at {}: {}",
+            self.master,
+            self.resource,
+            &self.token[..self.token.len().min(8)],
+            self.pttl_ms,
+            self.seen,
+            self.why
+        )
+    }
+}
+
+/// Everything the checker found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Findings {
+    pub sections: usize,
+    pub sections_by_kind: Vec<(String, usize)>,
+    pub violations: Vec<Violation>,
+    pub overruns: Vec<Overrun>,
+    pub leaks: Vec<Leak>,
+    /// Sections that overlapped outside their validity (one client no
+    /// longer believed it held the lock): allowed, and counted.
+    pub benign_overlaps: usize,
+    /// Lock keys the observer saw on the masters (one per key per scan).
+    pub sightings: u64,
+}
+
+impl Findings {
+    /// Holds that ran past their validity, unless the agent is known to
+    /// have said `lost` in time.
+    pub fn hold_overruns(&self) -> usize {
+        self.overruns
+            .iter()
+            .filter(|o| o.section.kind.is_hold() && o.blame != Blame::Client)
+            .count()
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    sections: Vec<Section>,
+    by_token: HashMap<String, usize>,
+    leaks: Vec<Leak>,
+    /// Tokens already reported as leaked, so one key is one finding.
+    leaked: std::collections::HashSet<(String, String)>,
+    /// First sighting of each (master, token) after its section ended.
+    seen_after_exit: HashMap<(String, String), Mono>,
+    /// Every sighting the observer reported.
+    sightings: u64,
+}
+
+/// Collects sections from every client, thread-safe.
+#[derive(Debug, Default)]
+pub struct Checker {
+    // A std Mutex: every critical section is a few pushes or field writes.
+    state: Mutex<State>,
+}
+
+/// A grant as a client saw it.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub resource: String,
+    pub client: String,
+    pub kind: ClientKind,
+    pub agent: usize,
+    pub token: String,
+    pub ttl_ms: u64,
+    pub requested: Mono,
+    pub granted: Mono,
+    /// `None` for clients that are never told (lock command).
+    pub validity_ms: Option<u64>,
+}
+
+impl Checker {
+    pub fn new() -> Checker {
+        Checker::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a grant and the client's entry into its section at `entry`.
+    pub fn enter(&self, grant: Grant, entry: Mono) -> SectionId {
+        let mut state = self.lock();
+        let id = state.sections.len();
+        state.by_token.insert(grant.token.clone(), id);
+        state.sections.push(Section {
+            valid_until: grant.validity_ms.map(|v| grant.granted.plus_ms(v)),
+            strict_valid_until: grant.validity_ms.map(|v| grant.requested.plus_ms(v)),
+            resource: grant.resource,
+            client: grant.client,
+            kind: grant.kind,
+            agent: grant.agent,
+            token: grant.token,
+            ttl_ms: grant.ttl_ms,
+            requested: grant.requested,
+            granted: grant.granted,
+            belief_end: None,
+            entry,
+            exit: None,
+            ending: Ending::Open,
+        });
+        SectionId(id)
+    }
+
+    /// An extend or renewal answered at `at` with `validity_ms`;
+    /// `requested` is when it was asked for (renewals: the same as `at`).
+    pub fn renewed(&self, id: SectionId, requested: Mono, at: Mono, validity_ms: u64) {
+        if let Some(s) = self.lock().sections.get_mut(id.0) {
+            s.valid_until = Some(at.plus_ms(validity_ms));
+            s.strict_valid_until = Some(requested.plus_ms(validity_ms));
+        }
+    }
+
+    /// The client learned at `at` that the lock is gone.
+    pub fn belief_ended(&self, id: SectionId, at: Mono) {
+        if let Some(s) = self.lock().sections.get_mut(id.0) {
+            s.belief_end = Some(s.belief_end.map_or(at, |b| b.min(at)));
+        }
+    }
+
+    /// The client left its section at `at`.
+    pub fn exit(&self, id: SectionId, at: Mono, ending: Ending) {
+        if let Some(s) = self.lock().sections.get_mut(id.0) {
+            if s.exit.is_none() {
+                s.exit = Some(at);
+                s.ending = ending;
+            }
+        }
+    }
+
+    /// Corrects how a section ended (a release answered after the exit).
+    pub fn ended(&self, id: SectionId, ending: Ending) {
+        if let Some(s) = self.lock().sections.get_mut(id.0) {
+            s.ending = ending;
+        }
+    }
+
+    /// Sections open now on `resource` with at least `left_ms` of validity.
+    pub fn inside(&self, resource: &str, left_ms: u64) -> usize {
+        let now = Mono::now();
+        self.lock()
+            .sections
+            .iter()
+            .filter(|s| s.resource == resource && s.exit.is_none())
+            .filter(|s| s.valid_until.is_none_or(|v| v > now.plus_ms(left_ms)))
+            .count()
+    }
+
+    /// Sections not exited yet.
+    pub fn open(&self) -> usize {
+        self.lock()
+            .sections
+            .iter()
+            .filter(|s| s.exit.is_none())
+            .count()
+    }
+
+    pub fn sections(&self) -> usize {
+        self.lock().sections.len()
+    }
+
+    /// The section of `token`, if a client reported it.
+    pub fn by_token(&self, token: &str) -> Option<Section> {
+        let state = self.lock();
+        state
+            .by_token
+            .get(token)
+            .and_then(|&i| state.sections.get(i))
+            .cloned()
+    }
+
+    /// The key observer saw `token` of `resource` on `master` at `seen`
+    /// with `pttl_ms` left (-1: no TTL). Records a leak when the key should
+    /// be gone: no TTL, a TTL above `max_ttl_ms`, or its section ended more
+    /// than its TTL plus `slack_ms` ago.
+    pub fn key_seen(&self, key: Sighting<'_>, max_ttl_ms: u64, slack_ms: u64) {
+        let Sighting {
+            master,
+            resource,
+            token,
+            pttl_ms,
+            seen,
+        } = key;
+        let mut state = self.lock();
+        state.sightings += 1;
+        let ended = state
+            .by_token
+            .get(token)
+            .and_then(|&i| state.sections.get(i))
+            .and_then(|s| Some((s.exit?, s.ttl_ms, ending_text(&s.ending))));
+        // A key that lands late (a SET queued behind a stalled link) is
+        // first seen after its section ended and then expires; a key that
+        // stays longer than its TTL after that first sighting is renewed
+        // by someone: a leak.
+        let first_after_exit = match ended {
+            Some((exit, _, _)) if seen > exit => Some(
+                *state
+                    .seen_after_exit
+                    .entry((master.to_string(), token.to_string()))
+                    .or_insert(seen),
+            ),
+            _ => None,
+        };
+        let why = if pttl_ms == -1 {
+            Some("no TTL: it never expires".to_string())
+        } else if pttl_ms > i64::try_from(max_ttl_ms).unwrap_or(i64::MAX) {
+            Some(format!("TTL above max_ttl ({max_ttl_ms}ms)"))
+        } else {
+            match (ended, first_after_exit) {
+                (Some((exit, ttl_ms, ending)), Some(first))
+                    if seen > first.plus_ms(ttl_ms + slack_ms) =>
+                {
+                    Some(format!(
+                        "its section ended {:.0}ms earlier ({ending}) and the key has stayed \
+                         {:.0}ms since, over its TTL of {ttl_ms}ms: neither released nor expired",
+                        seen.ms_after(exit),
+                        seen.ms_after(first),
+                    ))
+                }
+                _ => None,
+            }
+        };
+        if let Some(why) = why {
+            if state.leaked.insert((master.to_string(), token.to_string())) {
+                state.leaks.push(Leak {
+                    master: master.to_string(),
+                    resource: resource.to_string(),
+                    token: token.to_string(),
+                    pttl_ms,
+                    seen,
+                    why,
+                });
+            }
+        }
+    }
+
+    /// A key the final scan found after every lock must have ended.
+    pub fn key_left(&self, master: &str, resource: &str, token: &str, pttl_ms: i64, seen: Mono) {
+        let mut state = self.lock();
+        if state.leaked.insert((master.to_string(), token.to_string())) {
+            state.leaks.push(Leak {
+                master: master.to_string(),
+                resource: resource.to_string(),
+                token: token.to_string(),
+                pttl_ms,
+                seen,
+                why: "still there after every client stopped and max_ttl passed".into(),
+            });
+        }
+    }
+
+    /// Analyses every section as of `now` (open ones count as inside).
+    pub fn findings(&self, now: Mono) -> Findings {
+        let state = self.lock();
+        let mut findings = Findings {
+            sections: state.sections.len(),
+            leaks: state.leaks.clone(),
+            sightings: state.sightings,
+            ..Findings::default()
+        };
+        let mut kinds: HashMap<&'static str, usize> = HashMap::new();
+        for s in &state.sections {
+            *kinds.entry(s.kind.as_str()).or_default() += 1;
+        }
+        let mut kinds: Vec<(String, usize)> =
+            kinds.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
+        kinds.sort();
+        findings.sections_by_kind = kinds;
+
+        let mut by_resource: HashMap<&str, Vec<&Section>> = HashMap::new();
+        for s in &state.sections {
+            by_resource.entry(s.resource.as_str()).or_default().push(s);
+            // Overruns: the section went on past the validity it was told
+            // (stopping a moment after a `lost` notice is not one).
+            if let (Some(exit), Some(until)) = (s.exit, s.valid_until) {
+                if exit > until && s.entry < until {
+                    findings.overruns.push(Overrun {
+                        section: s.clone(),
+                        by_ms: exit.ms_after(until),
+                        note: String::new(),
+                        blame: Blame::Unknown,
+                    });
+                }
+            }
+        }
+        for (resource, sections) in by_resource {
+            let (violations, benign) = overlaps(resource, &sections, now);
+            findings.violations.extend(violations);
+            findings.benign_overlaps += benign;
+        }
+        findings.violations.sort_by_key(|v| v.second.entry);
+        findings
+    }
+}
+
+/// Pairs of sections of one resource whose believed parts overlap, and
+/// how many overlapped only outside them.
+fn overlaps(resource: &str, sections: &[&Section], now: Mono) -> (Vec<Violation>, usize) {
+    let mut by_entry: Vec<&Section> = sections.to_vec();
+    by_entry.sort_by_key(|s| s.entry);
+    let mut violations = Vec::new();
+    let mut benign = 0;
+    for (i, a) in by_entry.iter().enumerate() {
+        let a_exit = a.exit.unwrap_or(now);
+        for b in &by_entry[i + 1..] {
+            if b.entry >= a_exit {
+                break; // sorted by entry: no later section overlaps `a`
+            }
+            if a.token == b.token {
+                continue;
+            }
+            let overlap = |strict: bool| {
+                let (a0, a1) = a.believed_part(now, strict)?;
+                let (b0, b1) = b.believed_part(now, strict)?;
+                let (start, end) = (a0.max(b0), a1.min(b1));
+                (end > start).then(|| end.ms_after(start))
+            };
+            match overlap(false) {
+                Some(ms) => violations.push(Violation {
+                    resource: resource.to_string(),
+                    first: (*a).clone(),
+                    second: (*b).clone(),
+                    overlap_ms: ms,
+                    strict: overlap(true).is_some(),
+                }),
+                None => benign += 1,
+            }
+        }
+    }
+    (violations, benign)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Mono {
+        Mono(1_000_000_000).plus_ms(ms)
+    }
+
+    fn grant(client: &str, token: &str, granted: u64, validity: Option<u64>) -> Grant {
+        Grant {
+            resource: "r".into(),
+            client: client.into(),
+            kind: ClientKind::Acquire,
+            agent: 0,
+            token: token.into(),
+            ttl_ms: 1000,
+            requested: at(granted.saturating_sub(2)),
+            granted: at(granted),
+            validity_ms: validity,
+        }
+    }
+
+    #[test]
+    fn sequential_sections_are_fine() {
+        let c = Checker::new();
+        let a = c.enter(grant("a", "t1", 0, Some(900)), at(1));
+        c.exit(a, at(500), Ending::Released { released: true });
+        let b = c.enter(grant("b", "t2", 510, Some(900)), at(511));
+        c.exit(b, at(800), Ending::Released { released: true });
+        let f = c.findings(at(2000));
+        assert_eq!(
+            (f.sections, f.violations.len(), f.overruns.len()),
+            (2, 0, 0)
+        );
+        assert_eq!(f.benign_overlaps, 0);
+    }
+
+    #[test]
+    fn two_believed_holders_at_once_are_a_violation() {
+        let c = Checker::new();
+        let a = c.enter(grant("a", "t1", 0, Some(900)), at(1));
+        let b = c.enter(grant("b", "t2", 300, Some(900)), at(301));
+        c.exit(a, at(600), Ending::Released { released: true });
+        c.exit(b, at(700), Ending::Released { released: true });
+        let f = c.findings(at(2000));
+        assert_eq!(f.violations.len(), 1);
+        let v = &f.violations[0];
+        assert!((v.overlap_ms - 299.0).abs() < 1e-6, "{}", v.overlap_ms);
+        assert!(v.strict);
+        assert!(v.to_string().contains("SAFETY VIOLATION"), "{v}");
+    }
+
+    #[test]
+    fn overlap_after_the_first_lost_its_validity_is_benign_and_an_overrun() {
+        let c = Checker::new();
+        // a is valid until 400 but stays until 600; b enters at 450.
+        let a = c.enter(grant("a", "t1", 0, Some(400)), at(1));
+        let b = c.enter(grant("b", "t2", 450, Some(900)), at(450));
+        c.exit(a, at(600), Ending::Released { released: false });
+        c.exit(b, at(700), Ending::Released { released: true });
+        let f = c.findings(at(2000));
+        assert!(f.violations.is_empty());
+        assert_eq!(f.benign_overlaps, 1);
+        assert_eq!(f.overruns.len(), 1);
+        assert!((f.overruns[0].by_ms - 200.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_lost_notice_ends_belief_and_renewals_extend_it() {
+        let c = Checker::new();
+        let a = c.enter(grant("a", "t1", 0, Some(300)), at(1));
+        c.renewed(a, at(200), at(200), 300); // valid until 500
+        c.belief_ended(a, at(450)); // told lost at 450
+        c.exit(
+            a,
+            at(460),
+            Ending::Lost {
+                reason: "renew_failed".into(),
+            },
+        );
+        let b = c.enter(grant("b", "t2", 455, Some(900)), at(455));
+        c.exit(b, at(900), Ending::Released { released: true });
+        let f = c.findings(at(2000));
+        assert!(f.violations.is_empty(), "{:?}", f.violations);
+        assert_eq!(f.benign_overlaps, 1);
+        assert!(
+            f.overruns.is_empty(),
+            "stopping just after `lost` is in time"
+        );
+    }
+
+    #[test]
+    fn lock_commands_are_believed_until_they_stop_and_open_sections_count() {
+        let c = Checker::new();
+        let mut g = grant("cmd", "t1", 0, None);
+        g.kind = ClientKind::LockCommand;
+        let _open = c.enter(g, at(1));
+        let b = c.enter(grant("b", "t2", 5000, Some(900)), at(5000));
+        c.exit(b, at(5100), Ending::Released { released: true });
+        let f = c.findings(at(6000));
+        assert_eq!(f.violations.len(), 1, "the command never stopped");
+        assert!(f.overruns.is_empty(), "no validity known, no overrun");
+    }
+
+    #[test]
+    fn strictness_tells_a_slow_answer_from_a_double_grant() {
+        let c = Checker::new();
+        // Granted at 100 but requested at 0: valid until 500 from the
+        // answer, 400 from the request.
+        let mut g = grant("a", "t1", 100, Some(400));
+        g.requested = at(0);
+        let a = c.enter(g, at(100));
+        c.exit(a, at(480), Ending::Released { released: false });
+        let b = c.enter(grant("b", "t2", 450, Some(900)), at(450));
+        c.exit(b, at(900), Ending::Released { released: true });
+        let f = c.findings(at(2000));
+        assert_eq!(f.violations.len(), 1);
+        assert!(!f.violations[0].strict);
+    }
+
+    #[test]
+    fn keys_that_outlive_their_lock_are_leaks_once() {
+        let c = Checker::new();
+        let a = c.enter(grant("a", "t1", 0, Some(900)), at(1));
+        c.exit(a, at(100), Ending::Killed);
+        c.key_seen(
+            Sighting {
+                master: "r1",
+                resource: "r",
+                token: "t1",
+                pttl_ms: 500,
+                seen: at(900),
+            },
+            2000,
+            200,
+        ); // first seen after exit
+        assert!(c.findings(at(3000)).leaks.is_empty());
+        c.key_seen(
+            Sighting {
+                master: "r1",
+                resource: "r",
+                token: "t1",
+                pttl_ms: 500,
+                seen: at(1400),
+            },
+            2000,
+            200,
+        ); // within TTL of that
+        assert!(c.findings(at(3000)).leaks.is_empty());
+        c.key_seen(
+            Sighting {
+                master: "r1",
+                resource: "r",
+                token: "t1",
+                pttl_ms: 500,
+                seen: at(2200),
+            },
+            2000,
+            200,
+        ); // 1300ms > 1000+200
+        c.key_seen(
+            Sighting {
+                master: "r1",
+                resource: "r",
+                token: "t1",
+                pttl_ms: 400,
+                seen: at(2300),
+            },
+            2000,
+            200,
+        );
+        // A key that landed late and then expired is no leak.
+        let late = c.enter(grant("b", "t3", 0, Some(900)), at(1));
+        c.exit(late, at(100), Ending::Released { released: true });
+        c.key_seen(
+            Sighting {
+                master: "r3",
+                resource: "r",
+                token: "t3",
+                pttl_ms: 900,
+                seen: at(5000),
+            },
+            2000,
+            200,
+        );
+        c.key_seen(
+            Sighting {
+                master: "r3",
+                resource: "r",
+                token: "t3",
+                pttl_ms: 100,
+                seen: at(5800),
+            },
+            2000,
+            200,
+        );
+        c.key_seen(
+            Sighting {
+                master: "r2",
+                resource: "r",
+                token: "other",
+                pttl_ms: -1,
+                seen: at(10),
+            },
+            2000,
+            200,
+        );
+        c.key_seen(
+            Sighting {
+                master: "r2",
+                resource: "r",
+                token: "big",
+                pttl_ms: 5000,
+                seen: at(10),
+            },
+            2000,
+            200,
+        );
+        let f = c.findings(at(3000));
+        assert_eq!(f.leaks.len(), 3, "{:?}", f.leaks);
+    }
+}

@@ -1,0 +1,41 @@
+//! The fault suite of redlock-agent: real masters, real agents as child
+//! processes, real client processes, a nemesis that breaks them, and a
+//! checker that says whether Redlock's promise held.
+//!
+//! # Layout
+//! - [`clock`]: `CLOCK_MONOTONIC` readings shared with child processes.
+//! - [`http`]: a raw HTTP/1.1 client over the Unix socket (for the
+//!   fuzzer, and under [`client`]).
+//! - [`client`]: the socket API with the `redlock-wire` types.
+//! - [`proxy`]: the fault-injecting TCP proxy, one per agent-master link.
+//! - [`cluster`]: masters, links and agent processes of one run.
+//! - [`checker`]: critical sections on one clock; safety violations,
+//!   overruns, leaks.
+//! - [`observer`]: reads lock keys on the masters directly for the checker.
+//! - [`lag`]: the harness's own scheduling lag, to tell a paused client
+//!   from a late agent.
+//! - [`workload`]: the clients (in-process, and `faults hold-client` /
+//!   `redlock-agent lock` child processes) and their stats.
+//! - [`nemesis`]: the faults, alone and mixed, and recovery times.
+//! - [`run`]: the nemesis run and the control run, and their report.
+//! - [`openapi`]: `agent/openapi.yaml`, loaded and used to validate answers.
+//! - [`fuzz`]: request shapes for the fuzzer and the verdict on an answer.
+//! - [`load`]: many connections and many waiters; RSS from `/proc`.
+//!
+//! The binary (`cargo run -p faults -- --help`) runs the short mode, the
+//! long soak, the control run and the load figures.
+
+pub mod checker;
+pub mod client;
+pub mod clock;
+pub mod cluster;
+pub mod fuzz;
+pub mod http;
+pub mod lag;
+pub mod load;
+pub mod nemesis;
+pub mod observer;
+pub mod openapi;
+pub mod proxy;
+pub mod run;
+pub mod workload;

@@ -1,0 +1,235 @@
+//! `faults`: the fault suite's command line.
+//!
+//! ```sh
+//! cargo run -p faults -- short            # nemesis + control, about 2 minutes
+//! cargo run -p faults -- long --duration 30m --json soak.json
+//! cargo run -p faults -- control          # only the control run
+//! cargo run -p faults -- load             # 10,000 connections, 3,000 waiters
+//! ```
+//!
+//! Exit codes: 0 when every run passed, 1 when a run found a problem (or
+//! the control run found none), 2 when the suite could not run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use faults::run::{self, Options, Report};
+
+#[derive(Debug, Parser)]
+#[command(name = "faults", about = "Fault suite for redlock-agent")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// The short mode: a nemesis run, then the control run.
+    Short {
+        /// Length of the nemesis run.
+        #[arg(long, default_value = "50s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Also write the reports as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The long mode: a soak of the nemesis run.
+    Long {
+        #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Only the control run (delayed restart on, then off).
+    Control {
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Connections and waiters at scale, with the agent's RSS.
+    Load {
+        #[arg(long, default_value_t = 10_000)]
+        connections: usize,
+        #[arg(long, default_value_t = 3_000)]
+        waiters: usize,
+    },
+    /// A client process: one hold, events on stdout (used by the suite).
+    #[command(hide = true)]
+    HoldClient {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        resource: String,
+        #[arg(long)]
+        ttl_ms: u64,
+        #[arg(long)]
+        wait_ms: u64,
+        #[arg(long)]
+        hold_ms: u64,
+        #[arg(long)]
+        owner: String,
+    },
+    /// The command run under `redlock-agent lock` (used by the suite).
+    #[command(hide = true)]
+    CsChild {
+        #[arg(long)]
+        ms: u64,
+    },
+}
+
+fn seed(given: Option<u64>) -> u64 {
+    given.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    // Cannot fail short of the OS refusing threads at start.
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("start the tokio runtime")
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("faults"));
+    match cli.command {
+        Cmd::HoldClient {
+            socket,
+            resource,
+            ttl_ms,
+            wait_ms,
+            hold_ms,
+            owner,
+        } => {
+            // Cannot fail short of the OS refusing an epoll fd at start.
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("start the tokio runtime")
+                .block_on(faults::workload::run_hold_client(
+                    socket, resource, ttl_ms, wait_ms, hold_ms, owner,
+                ));
+            ExitCode::SUCCESS
+        }
+        Cmd::CsChild { ms } => {
+            faults::workload::run_cs_child(ms);
+            ExitCode::SUCCESS
+        }
+        Cmd::Short {
+            duration,
+            seed: s,
+            json,
+        } => {
+            let seed = seed(s);
+            runtime().block_on(async {
+                let mut reports = Vec::new();
+                let nemesis = Options::nemesis(duration, seed, me.clone());
+                let outcome = match run::nemesis(&nemesis).await {
+                    Ok(r) => {
+                        println!("{r}\n");
+                        reports.push(r);
+                        control(seed, &me, &mut reports).await
+                    }
+                    Err(e) => Err(e),
+                };
+                finish(outcome, &reports, json)
+            })
+        }
+        Cmd::Long {
+            duration,
+            seed: s,
+            json,
+        } => {
+            let seed = seed(s);
+            runtime().block_on(async {
+                let mut options = Options::nemesis(duration, seed, me.clone());
+                options.name = "nemesis (long)".into();
+                options.fault_ms = (1000, 5000);
+                let mut reports = Vec::new();
+                let outcome = run::nemesis(&options).await.map(|r| {
+                    println!("{r}\n");
+                    reports.push(r);
+                });
+                finish(outcome, &reports, json)
+            })
+        }
+        Cmd::Control { seed: s } => {
+            let seed = seed(s);
+            runtime().block_on(async {
+                let mut reports = Vec::new();
+                let outcome = control(seed, &me, &mut reports).await;
+                finish(outcome, &reports, None)
+            })
+        }
+        Cmd::Load {
+            connections,
+            waiters,
+        } => runtime().block_on(async {
+            match faults::load::run(&faults::load::LoadOptions {
+                connections,
+                waiters,
+            })
+            .await
+            {
+                Ok(report) => {
+                    println!("{report}");
+                    if report.problems().is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("faults load: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }),
+    }
+}
+
+/// Both control runs, printed; the second must find violations.
+async fn control(seed: u64, me: &std::path::Path, reports: &mut Vec<Report>) -> Result<(), String> {
+    for delayed_restart in [true, false] {
+        let options = Options::control(delayed_restart, seed, me.to_path_buf());
+        let report = run::control(&options, if delayed_restart { 2 } else { 4 }).await?;
+        println!("{report}\n");
+        reports.push(report);
+    }
+    Ok(())
+}
+
+fn finish(outcome: Result<(), String>, reports: &[Report], json: Option<PathBuf>) -> ExitCode {
+    if let Some(path) = json {
+        match serde_json::to_vec_pretty(reports) {
+            Ok(bytes) => {
+                if let Err(e) = std::fs::write(&path, bytes) {
+                    eprintln!("faults: cannot write {}: {e}", path.display());
+                }
+            }
+            Err(e) => eprintln!("faults: cannot serialize the reports: {e}"),
+        }
+    }
+    if let Err(e) = outcome {
+        eprintln!("faults: {e}");
+        return ExitCode::from(2);
+    }
+    let verdicts = faults::run::verdicts(reports);
+    for v in &verdicts {
+        println!("{v}");
+    }
+    if verdicts.iter().all(|v| v.starts_with("PASS")) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

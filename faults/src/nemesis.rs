@@ -1,0 +1,571 @@
+//! The nemesis: injects faults into the cluster, one kind at a time and
+//! mixed at random, heals them, and measures how long until locks are
+//! grantable again.
+//!
+//! A cycle: set the phase to `faulted`, inject, wait, heal, then probe
+//! every agent with a fresh resource until it grants (the recovery time),
+//! then a quiet gap. Liveness holds when every recovery takes at most
+//! `max_ttl + delayed_restart.extra` plus a margin.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use redlock_wire::AcquireRequest;
+use serde::Serialize;
+
+use crate::checker::{Checker, Ending};
+use crate::client::Answer;
+use crate::clock::Mono;
+use crate::cluster::Cluster;
+use crate::observer;
+use crate::proxy::LinkFault;
+use crate::workload::{Phase, PhaseFlag, Processes};
+
+/// Every fault the nemesis knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    /// SIGKILL a master; it comes back empty when healed.
+    KillMaster,
+    /// Kill a master and start it again at once, empty.
+    RestartMaster,
+    /// SIGSTOP a master; SIGCONT when healed.
+    FreezeMaster,
+    /// Delay the links from one agent to some masters.
+    LinkLatency,
+    /// Close and refuse the links from one agent to some masters.
+    LinkCut,
+    /// Stall the links from one agent to some masters (a silent partition).
+    LinkBlackhole,
+    /// SIGKILL an agent; started again when healed.
+    KillAgent,
+    /// SIGKILL a client process in the middle of a hold.
+    KillClient,
+    /// Restart a majority of the masters empty at once, while locks are held.
+    RestartMajority,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 9] = [
+        FaultKind::KillMaster,
+        FaultKind::RestartMaster,
+        FaultKind::FreezeMaster,
+        FaultKind::LinkLatency,
+        FaultKind::LinkCut,
+        FaultKind::LinkBlackhole,
+        FaultKind::KillAgent,
+        FaultKind::KillClient,
+        FaultKind::RestartMajority,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultKind::KillMaster => "kill_master",
+            FaultKind::RestartMaster => "restart_master",
+            FaultKind::FreezeMaster => "freeze_master",
+            FaultKind::LinkLatency => "link_latency",
+            FaultKind::LinkCut => "link_cut",
+            FaultKind::LinkBlackhole => "link_blackhole",
+            FaultKind::KillAgent => "kill_agent",
+            FaultKind::KillClient => "kill_client",
+            FaultKind::RestartMajority => "restart_majority",
+        }
+    }
+
+    fn targets_masters(self) -> bool {
+        matches!(
+            self,
+            FaultKind::KillMaster
+                | FaultKind::RestartMaster
+                | FaultKind::FreezeMaster
+                | FaultKind::RestartMajority
+        )
+    }
+}
+
+/// One fault as injected.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultRecord {
+    pub kind: FaultKind,
+    pub at: Mono,
+    pub detail: String,
+}
+
+/// How long one cycle took to grant again after healing.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recovery {
+    pub cycle: usize,
+    pub kinds: Vec<FaultKind>,
+    /// The faults as injected.
+    pub faults: Vec<String>,
+    /// Slowest agent's first grant after the heal; `None`: not within the limit.
+    pub after_ms: Option<f64>,
+    /// Each agent's first grant after the heal.
+    pub per_agent_ms: Vec<Option<f64>>,
+    /// Each agent's last refusal before it granted (why it was slow).
+    pub last_refusals: Vec<String>,
+}
+
+/// What the nemesis did and saw.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NemesisReport {
+    pub faults: Vec<FaultRecord>,
+    pub recoveries: Vec<Recovery>,
+    /// Client killed mid-hold until its token was gone from every master.
+    pub kill_release_ms: Vec<f64>,
+    pub liveness_bound_ms: u64,
+    pub liveness_failures: Vec<String>,
+    /// Faults that could not be injected (and why).
+    pub skipped: Vec<String>,
+}
+
+impl NemesisReport {
+    pub fn by_kind(&self) -> BTreeMap<FaultKind, usize> {
+        let mut out = BTreeMap::new();
+        for f in &self.faults {
+            *out.entry(f.kind).or_default() += 1;
+        }
+        out
+    }
+}
+
+/// What undoes an injected fault.
+#[derive(Debug)]
+enum Undo {
+    Nothing,
+    StartMaster(usize),
+    Thaw(usize),
+    ClearLinks(usize, Vec<usize>),
+    StartAgent(usize),
+}
+
+/// Locks must be grantable again within `max_ttl + delayed_restart.extra`
+/// plus this after every heal.
+pub const LIVENESS_MARGIN: Duration = Duration::from_secs(2);
+
+/// Faults that are over as soon as they are injected: nothing to heal.
+fn over_at_once(kinds: &[FaultKind]) -> bool {
+    !kinds.is_empty()
+        && kinds.iter().all(|k| {
+            matches!(
+                k,
+                FaultKind::RestartMaster | FaultKind::RestartMajority | FaultKind::KillClient
+            )
+        })
+}
+
+/// Injects faults into one cluster.
+pub struct Nemesis {
+    cluster: Arc<Cluster>,
+    checker: Arc<Checker>,
+    processes: Arc<Processes>,
+    phase: Arc<PhaseFlag>,
+    rng: StdRng,
+    pub report: NemesisReport,
+    cycle: usize,
+    /// Fault duration range, in ms.
+    pub fault_ms: (u64, u64),
+    /// Quiet gap after each recovery.
+    pub gap: Duration,
+    kill_release: Vec<tokio::task::JoinHandle<Option<f64>>>,
+}
+
+impl Nemesis {
+    pub fn new(
+        cluster: Arc<Cluster>,
+        checker: Arc<Checker>,
+        processes: Arc<Processes>,
+        phase: Arc<PhaseFlag>,
+        seed: u64,
+    ) -> Nemesis {
+        // The margin covers noticing the heal (a probe interval), a
+        // reconnect (up to ten node timeouts) and a loaded machine.
+        let bound = cluster.settings.quarantine() + LIVENESS_MARGIN;
+        Nemesis {
+            cluster,
+            checker,
+            processes,
+            phase,
+            rng: StdRng::seed_from_u64(seed),
+            report: NemesisReport {
+                liveness_bound_ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+                ..NemesisReport::default()
+            },
+            cycle: 0,
+            fault_ms: (800, 2000),
+            gap: Duration::from_millis(300),
+            kill_release: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, kind: FaultKind, detail: String) {
+        self.report.faults.push(FaultRecord {
+            kind,
+            at: Mono::now(),
+            detail,
+        });
+    }
+
+    /// `k` distinct masters not in `busy`, chosen at random.
+    fn pick_masters(&mut self, k: usize, busy: &mut Vec<usize>) -> Vec<usize> {
+        let free: Vec<usize> = (0..self.cluster.masters.len())
+            .filter(|i| !busy.contains(i))
+            .collect();
+        let picked: Vec<usize> = free
+            .choose_multiple(&mut self.rng, k.min(free.len()))
+            .copied()
+            .collect();
+        busy.extend(&picked);
+        picked
+    }
+
+    fn names(&self, masters: &[usize]) -> String {
+        masters
+            .iter()
+            .map(|&i| self.cluster.masters[i].name.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    async fn inject(
+        &mut self,
+        kind: FaultKind,
+        busy: &mut Vec<usize>,
+        agent_down: &mut bool,
+    ) -> Option<Undo> {
+        let agents = self.cluster.agents.len();
+        match kind {
+            FaultKind::KillMaster | FaultKind::RestartMaster | FaultKind::FreezeMaster => {
+                let Some(&j) = self.pick_masters(1, busy).first() else {
+                    self.report
+                        .skipped
+                        .push(format!("{}: no free master", kind.as_str()));
+                    return None;
+                };
+                let master = self.cluster.masters[j].clone();
+                let undo = match kind {
+                    FaultKind::KillMaster => {
+                        master.kill().await;
+                        Undo::StartMaster(j)
+                    }
+                    FaultKind::RestartMaster => {
+                        if let Err(e) = master.restart().await {
+                            self.report
+                                .skipped
+                                .push(format!("restart {}: {e}", master.name));
+                        }
+                        Undo::Nothing
+                    }
+                    _ => {
+                        if let Err(e) = master.freeze() {
+                            self.report
+                                .skipped
+                                .push(format!("freeze {}: {e}", master.name));
+                            return None;
+                        }
+                        Undo::Thaw(j)
+                    }
+                };
+                self.record(kind, master.name.clone());
+                Some(undo)
+            }
+            FaultKind::RestartMajority => {
+                let majority = self.cluster.masters.len() / 2 + 1;
+                let picked = self.pick_masters(majority, busy);
+                if picked.len() < majority {
+                    self.report
+                        .skipped
+                        .push("restart_majority: not enough free masters".into());
+                    return None;
+                }
+                let held = self.checker.open();
+                let restarts = picked.iter().map(|&j| {
+                    let m = self.cluster.masters[j].clone();
+                    async move { m.restart().await }
+                });
+                for r in futures::future::join_all(restarts).await {
+                    if let Err(e) = r {
+                        self.report.skipped.push(format!("restart_majority: {e}"));
+                    }
+                }
+                let detail = format!("{} ({held} sections open)", self.names(&picked));
+                self.record(kind, detail);
+                Some(Undo::Nothing)
+            }
+            FaultKind::LinkLatency | FaultKind::LinkCut | FaultKind::LinkBlackhole => {
+                let a = self.rng.random_range(0..agents);
+                let k = self
+                    .rng
+                    .random_range(1..=self.cluster.masters.len() / 2 + 1);
+                let mut none = Vec::new();
+                let masters = self.pick_masters(k, &mut none);
+                let fault = match kind {
+                    FaultKind::LinkLatency => {
+                        let ms = *[5u64, 20, 40, 80, 150].choose(&mut self.rng).unwrap_or(&20);
+                        LinkFault::Latency(Duration::from_millis(ms))
+                    }
+                    FaultKind::LinkCut => LinkFault::Cut,
+                    _ => LinkFault::Blackhole,
+                };
+                for &j in &masters {
+                    self.cluster.links[a][j].set(fault);
+                }
+                let detail = format!("a{} -> {} {fault:?}", a + 1, self.names(&masters));
+                self.record(kind, detail);
+                Some(Undo::ClearLinks(a, masters))
+            }
+            FaultKind::KillAgent => {
+                if *agent_down || agents < 2 {
+                    self.report
+                        .skipped
+                        .push("kill_agent: one agent is already down".into());
+                    return None;
+                }
+                let a = self.rng.random_range(0..agents);
+                self.cluster.agents[a].lock().await.kill();
+                *agent_down = true;
+                self.record(kind, format!("a{}", a + 1));
+                Some(Undo::StartAgent(a))
+            }
+            FaultKind::KillClient => {
+                // Wait a little for a client process to be inside a hold.
+                let deadline = Mono::now().plus_ms(2000);
+                let pick = self.rng.random_range(0..1000usize);
+                let found = loop {
+                    if let Some(found) = self.processes.inside(pick) {
+                        break Some(found);
+                    }
+                    if Mono::now() > deadline {
+                        break None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                };
+                let Some((pid, running)) = found else {
+                    self.report
+                        .skipped
+                        .push("kill_client: no client process inside a section".into());
+                    return None;
+                };
+                let killed_at = Mono::now();
+                // SAFETY: kill(2) on a child of this process (or a pid just
+                // reaped, which at worst fails with ESRCH).
+                let ok = unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) } == 0;
+                if !ok {
+                    self.report
+                        .skipped
+                        .push(format!("kill_client: pid {pid} gone"));
+                    return None;
+                }
+                self.processes.killed(pid);
+                if let Some((id, token)) = running.section {
+                    self.checker.exit(id, killed_at, Ending::Killed);
+                    let masters = self.cluster.masters.clone();
+                    let prefix = self.cluster.settings.key_prefix.clone();
+                    self.kill_release.push(tokio::spawn(async move {
+                        let deadline = killed_at.plus_ms(10_000);
+                        while Mono::now() < deadline {
+                            if !observer::token_present(&masters, &prefix, &token).await {
+                                return Some(Mono::now().ms_after(killed_at));
+                            }
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        None
+                    }));
+                }
+                self.record(
+                    kind,
+                    format!("{} ({}, pid {pid})", running.client, running.kind.as_str()),
+                );
+                Some(Undo::Nothing)
+            }
+        }
+    }
+
+    async fn heal(&mut self, undo: Undo) {
+        match undo {
+            Undo::Nothing => {}
+            Undo::StartMaster(j) => {
+                let m = self.cluster.masters[j].clone();
+                if let Err(e) = m.restart().await {
+                    self.report
+                        .liveness_failures
+                        .push(format!("{} did not come back: {e}", m.name));
+                }
+            }
+            Undo::Thaw(j) => {
+                let _ = self.cluster.masters[j].thaw();
+            }
+            Undo::ClearLinks(a, masters) => {
+                for j in masters {
+                    self.cluster.links[a][j].set(LinkFault::Clear);
+                }
+            }
+            Undo::StartAgent(a) => {
+                let mut agent = self.cluster.agents[a].lock().await;
+                let started = agent.start();
+                let ready = match started {
+                    Ok(()) => agent.wait_ready(Duration::from_secs(10)).await,
+                    Err(e) => Err(e.to_string()),
+                };
+                if let Err(e) = ready {
+                    self.report
+                        .liveness_failures
+                        .push(format!("a{} did not come back: {e}", a + 1));
+                }
+            }
+        }
+    }
+
+    /// One cycle with `kinds` at once.
+    pub async fn cycle(&mut self, kinds: &[FaultKind]) {
+        self.cycle += 1;
+        self.phase.set(Phase::Faulted);
+        let mut busy = Vec::new();
+        let mut agent_down = false;
+        let faults_before = self.report.faults.len();
+        let mut undos = Vec::new();
+        let mut injected = Vec::new();
+        for &kind in kinds {
+            if let Some(undo) = self.inject(kind, &mut busy, &mut agent_down).await {
+                undos.push(undo);
+                injected.push(kind);
+            }
+        }
+        // A restart is over once the masters run again: recovery from a
+        // cycle of restarts only is timed from then, not from the wait's end.
+        let injected_at = Mono::now();
+        let hold = self.rng.random_range(self.fault_ms.0..=self.fault_ms.1);
+        if !over_at_once(&injected) {
+            tokio::time::sleep(Duration::from_millis(hold)).await;
+        }
+        for undo in undos.into_iter().rev() {
+            self.heal(undo).await;
+        }
+        let healed = if over_at_once(&injected) {
+            injected_at
+        } else {
+            Mono::now()
+        };
+        self.phase.set(Phase::Recovering);
+        let probes = self.recovery(healed).await;
+        let per_agent_ms: Vec<Option<f64>> = probes.iter().map(|(t, _)| *t).collect();
+        let slowest = per_agent_ms
+            .iter()
+            .try_fold(0.0f64, |acc, t| t.map(|t| acc.max(t)));
+        let after = slowest.filter(|&ms| ms <= self.report.liveness_bound_ms as f64);
+        let faults: Vec<String> = self.report.faults[faults_before..]
+            .iter()
+            .map(|f| format!("{} {}", f.kind.as_str(), f.detail))
+            .collect();
+        let last_refusals = if after.is_none_or(|ms| ms > 1000.0) {
+            probes
+                .iter()
+                .enumerate()
+                .map(|(a, (_, why))| format!("a{}: {why}", a + 1))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if after.is_none() {
+            self.report.liveness_failures.push(format!(
+                "cycle {} ({}): no grant on every agent within {}ms of healing",
+                self.cycle,
+                injected
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join("+"),
+                self.report.liveness_bound_ms
+            ));
+        }
+        self.report.recoveries.push(Recovery {
+            cycle: self.cycle,
+            kinds: injected,
+            faults,
+            after_ms: after,
+            per_agent_ms,
+            last_refusals,
+        });
+        self.phase.set(Phase::Quiet);
+        tokio::time::sleep(self.gap).await;
+    }
+
+    /// Probes every agent with a fresh resource until each grants; the
+    /// slowest agent's time, or `None` past twice the bound.
+    async fn recovery(&self, healed: Mono) -> Vec<(Option<f64>, String)> {
+        let limit = healed.plus_ms(self.report.liveness_bound_ms * 2);
+        let clients = self.cluster.clients().await;
+        let cycle = self.cycle;
+        let probes = clients
+            .into_iter()
+            .enumerate()
+            .map(|(a, client)| async move {
+                let resource = format!("probe-{cycle}-a{}", a + 1);
+                let request = AcquireRequest {
+                    ttl_ms: Some(300),
+                    wait_ms: None,
+                    owner: Some("probe".into()),
+                };
+                let mut last = String::new();
+                while Mono::now() < limit {
+                    match client.acquire(&resource, &request).await {
+                        Ok(Answer::Ok(grant)) => {
+                            let at = Mono::now();
+                            let _ = client.release(&resource, &grant.token).await;
+                            return (Some(at.ms_after(healed)), last);
+                        }
+                        Ok(Answer::Refused { code, message, .. }) => {
+                            last = format!("{code}: {message}");
+                        }
+                        Err(e) => last = e.to_string(),
+                    }
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                (None, last)
+            });
+        futures::future::join_all(probes).await
+    }
+
+    /// Runs cycles until `until`: first each of `singles` on its own, then
+    /// random mixes of one to three of `pool`.
+    pub async fn run(&mut self, singles: &[FaultKind], pool: &[FaultKind], until: Mono) {
+        for &kind in singles {
+            if Mono::now() >= until {
+                break;
+            }
+            self.cycle(&[kind]).await;
+        }
+        while Mono::now() < until && !pool.is_empty() {
+            let n = self.rng.random_range(1..=3usize);
+            let mut kinds: Vec<FaultKind> = Vec::new();
+            let mut masters_faults = 0;
+            for _ in 0..n {
+                let kind = *pool.choose(&mut self.rng).unwrap_or(&pool[0]);
+                // At most one fault that takes masters away by majority.
+                if kind == FaultKind::RestartMajority && masters_faults > 0 {
+                    continue;
+                }
+                if kind.targets_masters() {
+                    masters_faults += 1;
+                }
+                if !kinds.contains(&kind) {
+                    kinds.push(kind);
+                }
+            }
+            self.cycle(&kinds).await;
+        }
+    }
+
+    /// Waits for the client-kill release measurements.
+    pub async fn finish(&mut self) {
+        for task in self.kill_release.drain(..) {
+            if let Ok(Some(ms)) = task.await {
+                self.report.kill_release_ms.push(ms);
+            }
+        }
+    }
+}

@@ -1,0 +1,841 @@
+//! Scenarios: the nemesis run (short or long) and the control run, each
+//! from a fresh cluster to a [`Report`].
+//!
+//! The control run proves the checker can see: the same restart of a
+//! majority of masters while locks are held, once with delayed restart on
+//! (no violation expected) and once off (violations expected). If the
+//! second finds nothing, the checker is blind and the suite fails.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::checker::{Checker, Findings};
+use crate::clock::Mono;
+use crate::cluster::{tail, AgentSettings, Cluster};
+use crate::lag::Lag;
+use crate::nemesis::{FaultKind, Nemesis, NemesisReport};
+use crate::observer;
+use crate::workload::{self, Ctx, Mix, PhaseFlag, Plan, Processes, Stats, StatsSnapshot};
+
+/// How a run is set up.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub name: String,
+    pub masters: usize,
+    pub agents: usize,
+    pub duration: Duration,
+    pub seed: u64,
+    pub settings: AgentSettings,
+    pub plan: Plan,
+    pub mix: Mix,
+    /// Faults run on their own first, in this order.
+    pub singles: Vec<FaultKind>,
+    /// Faults mixed at random afterwards.
+    pub pool: Vec<FaultKind>,
+    pub fault_ms: (u64, u64),
+    /// The `faults` binary, for client processes.
+    pub faults_bin: PathBuf,
+}
+
+impl Options {
+    /// The nemesis run: 5 masters, 3 agents, every fault alone then mixed.
+    pub fn nemesis(duration: Duration, seed: u64, faults_bin: PathBuf) -> Options {
+        Options {
+            name: "nemesis".into(),
+            masters: 5,
+            agents: 3,
+            duration,
+            seed,
+            settings: AgentSettings::default(),
+            plan: Plan {
+                resources: vec!["res-a".into(), "res-b".into(), "res-c".into()],
+                ttl_ms: (400, 1200),
+                hold_ttl_ms: (300, 900),
+                waits_ms: vec![0, 300, 1000],
+                work_share: (0.1, 0.7),
+                extend_chance: 0.25,
+                hold_ms: (100, 1500),
+                think_ms: (0, 50),
+            },
+            mix: Mix {
+                acquire: 6,
+                hold: 3,
+                process_hold: 2,
+                lock_command: 2,
+            },
+            singles: FaultKind::ALL.to_vec(),
+            pool: FaultKind::ALL.to_vec(),
+            fault_ms: (800, 2000),
+            faults_bin,
+        }
+    }
+
+    /// The control scenario: restart a majority empty while long locks
+    /// are held, with delayed restart as `delayed_restart` says.
+    pub fn control(delayed_restart: bool, seed: u64, faults_bin: PathBuf) -> Options {
+        let settings = AgentSettings {
+            default_ttl: Duration::from_secs(2),
+            max_ttl: Duration::from_secs(3),
+            delayed_restart,
+            ..AgentSettings::default()
+        };
+        Options {
+            name: format!(
+                "control (delayed_restart {})",
+                if delayed_restart { "on" } else { "off" }
+            ),
+            masters: 5,
+            agents: 2,
+            duration: Duration::from_secs(30),
+            seed,
+            settings,
+            plan: Plan {
+                resources: vec!["control".into()],
+                ttl_ms: (2500, 2500),
+                hold_ttl_ms: (600, 600),
+                waits_ms: vec![2500],
+                work_share: (0.7, 0.85),
+                extend_chance: 0.0,
+                hold_ms: (500, 500),
+                think_ms: (0, 10),
+            },
+            mix: Mix {
+                acquire: 4,
+                hold: 0,
+                process_hold: 0,
+                lock_command: 0,
+            },
+            singles: Vec::new(),
+            pool: Vec::new(),
+            fault_ms: (0, 0),
+            faults_bin,
+        }
+    }
+}
+
+/// What a run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub name: String,
+    pub seed: u64,
+    pub masters: usize,
+    pub agents: usize,
+    pub clients: usize,
+    pub resources: usize,
+    pub seconds: f64,
+    pub max_ttl_ms: u64,
+    pub quarantine_ms: u64,
+    pub delayed_restart: bool,
+    pub stats: StatsSnapshot,
+    pub nemesis: NemesisReport,
+    pub findings: Findings,
+    /// Keys the final scan found (each is also a leak).
+    pub keys_left: usize,
+    /// Lines of agent logs that show a panic.
+    pub agent_panics: Vec<String>,
+    /// The worst scheduling lag of the harness itself, in ms.
+    pub harness_lag_ms: f64,
+    /// Each agent: name, RSS at start and at the end (KiB), times started.
+    pub agent_rss: Vec<(String, u64, u64, u32)>,
+}
+
+impl Report {
+    /// Share of answered attempts that were `no_quorum`.
+    pub fn no_quorum_share(&self) -> f64 {
+        let t = self.stats.total();
+        if t.answered() == 0 {
+            0.0
+        } else {
+            t.no_quorum as f64 / t.answered() as f64
+        }
+    }
+
+    /// Whether the run passes: no violation, no hold overrun, no leak, no
+    /// liveness failure, no panic, no contract breach.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let f = &self.findings;
+        if !f.violations.is_empty() {
+            out.push(format!("{} safety violations", f.violations.len()));
+        }
+        if f.hold_overruns() > 0 {
+            out.push(format!(
+                "{} holds ran past their validity",
+                f.hold_overruns()
+            ));
+        }
+        if !f.leaks.is_empty() {
+            out.push(format!("{} leaked keys", f.leaks.len()));
+        }
+        if !self.nemesis.liveness_failures.is_empty() {
+            out.push(format!(
+                "{} liveness failures",
+                self.nemesis.liveness_failures.len()
+            ));
+        }
+        if !self.agent_panics.is_empty() {
+            out.push(format!("{} agent panics", self.agent_panics.len()));
+        }
+        if self.stats.total().malformed > 0 {
+            out.push(format!(
+                "{} answers broke the API contract",
+                self.stats.total().malformed
+            ));
+        }
+        out
+    }
+}
+
+fn pct(n: u64, d: u64) -> String {
+    if d == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", 100.0 * n as f64 / d as f64)
+    }
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = self.stats.total();
+        writeln!(
+            f,
+            "== {}: {} masters, {} agents, {} clients on {} resources, {:.1}s, seed {}",
+            self.name,
+            self.masters,
+            self.agents,
+            self.clients,
+            self.resources,
+            self.seconds,
+            self.seed
+        )?;
+        writeln!(
+            f,
+            "   max_ttl {}ms, quarantine {}ms, delayed_restart {}",
+            self.max_ttl_ms,
+            self.quarantine_ms,
+            if self.delayed_restart { "on" } else { "off" }
+        )?;
+        writeln!(
+            f,
+            "operations: {} requests; {} lock attempts: {} granted, {} taken, {} no_quorum, {} other refusals, {} agent unreachable, {} unanswered, {} malformed",
+            self.stats.operations(),
+            t.attempts,
+            t.granted,
+            t.taken,
+            t.no_quorum,
+            t.refused,
+            t.unreachable,
+            t.no_answer,
+            t.malformed
+        )?;
+        for (kind, c) in &self.stats.by_kind {
+            writeln!(
+                f,
+                "   {kind:<13} {:>6} attempts, {:>5} granted, {:>5} taken, {:>4} no_quorum",
+                c.attempts, c.granted, c.taken, c.no_quorum
+            )?;
+        }
+        let s = &self.stats;
+        writeln!(
+            f,
+            "   extends {} ({} lost), hold renewals {}, holds told lost {}, hold streams broken {}, releases {} ({} false, {} unanswered)",
+            s.extends, s.extends_lost, s.renewals, s.holds_lost, s.holds_broken, s.releases, s.releases_false, s.releases_unanswered
+        )?;
+        let by_kind = self.nemesis.by_kind();
+        if by_kind.is_empty() {
+            writeln!(f, "faults: none")?;
+        } else {
+            let list: Vec<String> = by_kind
+                .iter()
+                .map(|(k, n)| format!("{} {n}", k.as_str()))
+                .collect();
+            writeln!(
+                f,
+                "faults: {} injected: {}",
+                self.nemesis.faults.len(),
+                list.join(", ")
+            )?;
+        }
+        let fd = &self.findings;
+        let kinds: Vec<String> = fd
+            .sections_by_kind
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        writeln!(
+            f,
+            "checker: {} critical sections ({}); safety violations {}; overruns {} (holds {}); leaks {} ({} key sightings); overlaps outside validity {}",
+            fd.sections,
+            kinds.join(", "),
+            fd.violations.len(),
+            fd.overruns.len(),
+            fd.hold_overruns(),
+            fd.leaks.len(),
+            fd.sightings,
+            fd.benign_overlaps
+        )?;
+        for v in fd.violations.iter().take(5) {
+            writeln!(f, "   {v}")?;
+        }
+        if fd.violations.len() > 5 {
+            writeln!(f, "   ... {} more", fd.violations.len() - 5)?;
+        }
+        for o in fd.overruns.iter().take(5) {
+            writeln!(f, "   {o}")?;
+        }
+        for l in fd.leaks.iter().take(5) {
+            writeln!(f, "   {l}")?;
+        }
+        writeln!(
+            f,
+            "   harness scheduling lag: worst {:.0}ms",
+            self.harness_lag_ms
+        )?;
+        let rss: Vec<String> = self
+            .agent_rss
+            .iter()
+            .map(|(name, start, end, starts)| {
+                format!(
+                    "{name} {:.1} -> {:.1} MiB ({starts} starts)",
+                    *start as f64 / 1024.0,
+                    *end as f64 / 1024.0
+                )
+            })
+            .collect();
+        writeln!(f, "   agent RSS: {}", rss.join(", "))?;
+        let (mut n, mut down) = (0, 0);
+        let by_phase: Vec<String> = s
+            .quorum_readings
+            .iter()
+            .map(|(p, rn, rd)| {
+                n += rn;
+                down += rd;
+                format!("{p} {}", pct(*rd, *rn))
+            })
+            .collect();
+        let phases: Vec<String> = s
+            .by_phase
+            .iter()
+            .map(|(p, c)| format!("{p} {} of {}", pct(c.no_quorum, c.answered()), c.answered()))
+            .collect();
+        writeln!(
+            f,
+            "availability: no_quorum on {} of answered attempts ({}); by phase: {}",
+            pct(t.no_quorum, t.answered()),
+            t.answered(),
+            phases.join(", ")
+        )?;
+        writeln!(
+            f,
+            "   over time: agents saw no usable quorum in {} of {} /v1/nodes readings; by phase: {}",
+            pct(down, n),
+            n,
+            by_phase.join(", ")
+        )?;
+        let mut times: Vec<f64> = self
+            .nemesis
+            .recoveries
+            .iter()
+            .filter_map(|r| r.after_ms)
+            .collect();
+        times.sort_by(f64::total_cmp);
+        if !self.nemesis.recoveries.is_empty() {
+            writeln!(
+                f,
+                "recovery after heal: {} cycles, median {:.0}ms, p90 {:.0}ms, max {:.0}ms (bound {}ms); liveness failures {}",
+                self.nemesis.recoveries.len(),
+                quantile(&times, 0.5),
+                quantile(&times, 0.9),
+                times.last().copied().unwrap_or(0.0),
+                self.nemesis.liveness_bound_ms,
+                self.nemesis.liveness_failures.len()
+            )?;
+            let mut by_kind: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+            for r in &self.nemesis.recoveries {
+                if let (1, Some(ms)) = (r.kinds.len(), r.after_ms) {
+                    by_kind.entry(r.kinds[0].as_str()).or_default().push(ms);
+                }
+            }
+            let parts: Vec<String> = by_kind
+                .iter()
+                .map(|(k, v)| format!("{k} {:.0}ms", v.iter().copied().fold(0.0, f64::max)))
+                .collect();
+            if !parts.is_empty() {
+                writeln!(f, "   alone, worst: {}", parts.join(", "))?;
+            }
+        }
+        for failure in &self.nemesis.liveness_failures {
+            writeln!(f, "   LIVENESS: {failure}")?;
+        }
+        for r in &self.nemesis.recoveries {
+            if r.after_ms.is_none_or(|ms| ms > 1000.0) {
+                let times: Vec<String> = r
+                    .per_agent_ms
+                    .iter()
+                    .enumerate()
+                    .map(|(a, t)| match t {
+                        Some(ms) => format!("a{} {ms:.0}ms", a + 1),
+                        None => format!("a{} never", a + 1),
+                    })
+                    .collect();
+                writeln!(
+                    f,
+                    "   slow recovery, cycle {}: {} -> {}",
+                    r.cycle,
+                    r.faults.join(" + "),
+                    times.join(", ")
+                )?;
+                for why in &r.last_refusals {
+                    writeln!(f, "      {}", why.chars().take(300).collect::<String>())?;
+                }
+            }
+        }
+        if !self.nemesis.kill_release_ms.is_empty() {
+            let mut k = self.nemesis.kill_release_ms.clone();
+            k.sort_by(f64::total_cmp);
+            writeln!(
+                f,
+                "client killed mid-hold -> its key gone from every master: n={}, median {:.0}ms, max {:.0}ms",
+                k.len(),
+                quantile(&k, 0.5),
+                k.last().copied().unwrap_or(0.0)
+            )?;
+        }
+        if !self.nemesis.skipped.is_empty() {
+            writeln!(f, "   not injected: {}", self.nemesis.skipped.join("; "))?;
+        }
+        for p in &self.agent_panics {
+            writeln!(f, "   AGENT PANIC: {p}")?;
+        }
+        for m in &self.stats.malformed_samples {
+            writeln!(f, "   CONTRACT: {m}")?;
+        }
+        let problems = self.problems();
+        if problems.is_empty() {
+            write!(f, "result: ok")
+        } else {
+            write!(f, "result: {}", problems.join(", "))
+        }
+    }
+}
+
+/// An agent's `hold lost` log line, placed on the monotonic clock.
+#[derive(Debug, Clone)]
+struct LostNotice {
+    agent: usize,
+    resource: String,
+    reason: String,
+    at: Mono,
+}
+
+/// The `hold lost` lines of one agent's JSON log.
+fn hold_lost_lines(
+    log: &str,
+    agent: usize,
+    (wall0, mono0): (std::time::SystemTime, Mono),
+) -> Vec<LostNotice> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == "hold lost")
+        .filter_map(|l| {
+            let wall = humantime::parse_rfc3339(l["timestamp"].as_str()?).ok()?;
+            let at = match wall.duration_since(wall0) {
+                Ok(after) => mono0.plus(after),
+                Err(e) => Mono(mono0.0.saturating_sub(e.duration().as_nanos() as u64)),
+            };
+            Some(LostNotice {
+                agent,
+                resource: l["fields"]["resource"].as_str()?.to_string(),
+                reason: l["fields"]["reason"].as_str().unwrap_or("?").to_string(),
+                at,
+            })
+        })
+        .collect()
+}
+
+/// Says, for each hold overrun, when the agent logged the loss (after it
+/// sent `lost`) and how late the harness itself was then.
+fn attribute_overruns(findings: &mut Findings, notices: &[LostNotice], lag: &Lag) {
+    use crate::checker::Blame;
+    for o in &mut findings.overruns {
+        let s = &o.section;
+        let Some(until) = s.valid_until else { continue };
+        let exit = s.exit.unwrap_or(until);
+        let harness = lag.worst_between(Mono(until.0.saturating_sub(500_000_000)), exit);
+        let notice = notices.iter().find(|n| {
+            n.agent == s.agent
+                && n.resource == s.resource
+                && n.at >= s.granted
+                && n.at <= exit.plus_ms(2000)
+        });
+        let (blame, said) = match (s.kind.is_hold(), notice) {
+            (true, Some(n)) if n.at <= until => (
+                Blame::Client,
+                format!(
+                    "the agent logged `lost` ({}) {:.1}ms before the validity ended",
+                    n.reason,
+                    until.ms_after(n.at)
+                ),
+            ),
+            (true, Some(n)) => (
+                Blame::Agent,
+                format!(
+                    "the agent logged `lost` ({}) {:.1}ms after the validity ended",
+                    n.reason,
+                    n.at.ms_after(until)
+                ),
+            ),
+            (true, None) => (
+                Blame::Unknown,
+                "no `hold lost` in the agent's log while the hold was open".into(),
+            ),
+            (false, _) => (
+                Blame::Client,
+                "a plain acquire: the client's own timing".into(),
+            ),
+        };
+        o.blame = blame;
+        o.note = format!("{said}; harness lag up to {harness:.0}ms around then");
+    }
+}
+
+/// Everything a scenario runs with, shared by its tasks.
+struct Harness {
+    cluster: Arc<Cluster>,
+    checker: Arc<Checker>,
+    stats: Arc<Stats>,
+    phase: Arc<PhaseFlag>,
+    processes: Arc<Processes>,
+    stop: watch::Sender<bool>,
+    clients: Vec<tokio::task::JoinHandle<()>>,
+    observer: tokio::task::JoinHandle<()>,
+    lag: Arc<Lag>,
+    started: Mono,
+    /// A wall-clock reading and a monotonic one taken together, to place
+    /// agent log lines on the monotonic clock.
+    wall0: (std::time::SystemTime, Mono),
+    /// Each agent's RSS once serving, in KiB.
+    rss_start: Vec<u64>,
+}
+
+impl Harness {
+    async fn start(options: &Options) -> Result<Harness, String> {
+        let cluster = Arc::new(
+            Cluster::start(options.masters, options.agents, options.settings.clone()).await?,
+        );
+        // Agents quarantine masters whose uptime is below the quarantine at
+        // first sight: wait for them to take every master.
+        cluster
+            .wait_usable(
+                options.masters as u64,
+                options.settings.quarantine() + Duration::from_secs(5),
+            )
+            .await?;
+        let checker = Arc::new(Checker::new());
+        let stats = Arc::new(Stats::default());
+        let phase = Arc::new(PhaseFlag::default());
+        let processes = Arc::new(Processes::default());
+        let (stop, stop_rx) = watch::channel(false);
+        let max_ttl_ms = u64::try_from(options.settings.max_ttl.as_millis()).unwrap_or(u64::MAX);
+        let observer = tokio::spawn(observer::watch(
+            cluster.masters.clone(),
+            options.settings.key_prefix.clone(),
+            Arc::clone(&checker),
+            max_ttl_ms,
+            Duration::from_millis(250),
+            stop_rx.clone(),
+        ));
+        let ctx = Ctx {
+            checker: Arc::clone(&checker),
+            stats: Arc::clone(&stats),
+            phase: Arc::clone(&phase),
+            processes: Arc::clone(&processes),
+            stop: stop_rx,
+            plan: options.plan.clone(),
+            agent_bin: crate::cluster::agent_binary()?,
+            faults_bin: options.faults_bin.clone(),
+        };
+        // Availability over time: every agent's view of the quorum.
+        {
+            let clients = cluster.clients().await;
+            let stats = Arc::clone(&stats);
+            let phase = Arc::clone(&phase);
+            let mut stop = ctx.stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    for c in &clients {
+                        if let Ok((200, nodes)) = c.get_json("/v1/nodes").await {
+                            let available = nodes["available"].as_bool().unwrap_or(false);
+                            stats.quorum_reading(phase.get(), available);
+                        }
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                        _ = stop.changed() => return,
+                    }
+                }
+            });
+        }
+        let mut rss_start = Vec::new();
+        for agent in &cluster.agents {
+            rss_start.push(agent.lock().await.rss_kib().unwrap_or(0));
+        }
+        let lag = Arc::new(Lag::default());
+        tokio::spawn(crate::lag::watch(Arc::clone(&lag), ctx.stop.clone()));
+        let client_list = cluster.clients().await;
+        let clients = workload::spawn(&ctx, options.mix, &client_list, options.seed);
+        Ok(Harness {
+            cluster,
+            checker,
+            stats,
+            phase,
+            processes,
+            stop,
+            clients,
+            observer,
+            lag,
+            started: Mono::now(),
+            wall0: (std::time::SystemTime::now(), Mono::now()),
+            rss_start,
+        })
+    }
+
+    /// Stops the clients, heals everything, waits out every TTL, scans for
+    /// leftovers and builds the report.
+    async fn finish(self, options: &Options, nemesis: NemesisReport) -> Report {
+        let _ = self.stop.send(true);
+        for task in self.clients {
+            if tokio::time::timeout(Duration::from_secs(15), task)
+                .await
+                .is_err()
+            {
+                eprintln!("faults: a client did not stop in time");
+            }
+        }
+        let _ = self.observer.await;
+        let seconds = self.started.elapsed().as_secs_f64();
+        self.cluster.clear_links();
+        for m in &self.cluster.masters {
+            let _ = m.thaw();
+        }
+        for agent in &self.cluster.agents {
+            let mut agent = agent.lock().await;
+            if !agent.is_running() {
+                let _ = agent.start();
+                let _ = agent.wait_ready(Duration::from_secs(10)).await;
+            }
+        }
+        // Every lock has a TTL of at most max_ttl: past it, nothing may remain.
+        tokio::time::sleep(options.settings.max_ttl + Duration::from_millis(500)).await;
+        let keys_left = observer::final_scan(
+            &self.cluster.masters,
+            &options.settings.key_prefix,
+            &self.checker,
+        )
+        .await;
+        let mut agent_rss = Vec::new();
+        for (agent, start) in self.cluster.agents.iter().zip(&self.rss_start) {
+            let agent = agent.lock().await;
+            agent_rss.push((
+                agent.name.clone(),
+                *start,
+                agent.rss_kib().unwrap_or(0),
+                agent.starts,
+            ));
+        }
+        let mut agent_panics = Vec::new();
+        for agent in &self.cluster.agents {
+            let agent = agent.lock().await;
+            for line in agent.log_text().lines() {
+                if line.contains("panicked") {
+                    agent_panics.push(format!("{}: {line}", agent.name));
+                }
+            }
+        }
+        let mut findings = self.checker.findings(Mono::now());
+        let mut lost_notices = Vec::new();
+        for (a, agent) in self.cluster.agents.iter().enumerate() {
+            let text = agent.lock().await.log_text();
+            lost_notices.extend(hold_lost_lines(&text, a, self.wall0));
+        }
+        attribute_overruns(&mut findings, &lost_notices, &self.lag);
+        let mix = options.mix;
+        Report {
+            name: options.name.clone(),
+            seed: options.seed,
+            masters: options.masters,
+            agents: options.agents,
+            clients: mix.acquire + mix.hold + mix.process_hold + mix.lock_command,
+            resources: options.plan.resources.len(),
+            seconds,
+            max_ttl_ms: u64::try_from(options.settings.max_ttl.as_millis()).unwrap_or(0),
+            quarantine_ms: u64::try_from(options.settings.quarantine().as_millis()).unwrap_or(0),
+            delayed_restart: options.settings.delayed_restart,
+            stats: self.stats.snapshot(),
+            nemesis,
+            findings,
+            harness_lag_ms: self.lag.worst(),
+            agent_rss,
+            keys_left,
+            agent_panics,
+        }
+    }
+}
+
+/// The nemesis run.
+///
+/// # Errors
+/// When the cluster cannot be started.
+pub async fn nemesis(options: &Options) -> Result<Report, String> {
+    let harness = Harness::start(options).await?;
+    let mut nemesis = Nemesis::new(
+        Arc::clone(&harness.cluster),
+        Arc::clone(&harness.checker),
+        Arc::clone(&harness.processes),
+        Arc::clone(&harness.phase),
+        options.seed ^ 0x5eed,
+    );
+    nemesis.fault_ms = options.fault_ms;
+    let until = harness.started.plus(options.duration);
+    nemesis.run(&options.singles, &options.pool, until).await;
+    nemesis.finish().await;
+    let report = nemesis.report.clone();
+    Ok(harness.finish(options, report).await)
+}
+
+/// The control scenario: up to `rounds` restarts of a majority while a
+/// lock is held with time left; with delayed restart off it stops at the
+/// first violation.
+///
+/// # Errors
+/// When the cluster cannot be started.
+pub async fn control(options: &Options, rounds: usize) -> Result<Report, String> {
+    let harness = Harness::start(options).await?;
+    let resource = options.plan.resources[0].clone();
+    if !options.settings.delayed_restart {
+        // The leak detector must see too: a key without a TTL under the prefix.
+        // On the last master: the control restarts the first ones.
+        let last = harness.cluster.masters.len() - 1;
+        plant_leak(&harness.cluster.masters[last], &options.settings.key_prefix).await?;
+    }
+    let mut report = NemesisReport::default();
+    let majority: Vec<usize> = (0..options.masters / 2 + 1).collect();
+    for _ in 0..rounds {
+        // A holder with at least a second of validity left.
+        let deadline = Mono::now().plus_ms(10_000);
+        while harness.checker.inside(&resource, 1000) == 0 && Mono::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let held = harness.checker.inside(&resource, 0);
+        harness.phase.set(crate::workload::Phase::Faulted);
+        let restarts = majority.iter().map(|&j| {
+            let m = harness.cluster.masters[j].clone();
+            async move { m.restart().await }
+        });
+        for r in futures::future::join_all(restarts).await {
+            if let Err(e) = r {
+                report.skipped.push(format!("restart: {e}"));
+            }
+        }
+        let names: Vec<&str> = majority
+            .iter()
+            .map(|&j| harness.cluster.masters[j].name.as_str())
+            .collect();
+        report.faults.push(crate::nemesis::FaultRecord {
+            kind: FaultKind::RestartMajority,
+            at: Mono::now(),
+            detail: format!("{} while {held} held {resource}", names.join(",")),
+        });
+        // Let waiting clients try, and the old locks run out.
+        tokio::time::sleep(options.settings.quarantine() + Duration::from_millis(500)).await;
+        harness.phase.set(crate::workload::Phase::Quiet);
+        if !options.settings.delayed_restart
+            && !harness.checker.findings(Mono::now()).violations.is_empty()
+        {
+            break;
+        }
+    }
+    Ok(harness.finish(options, report).await)
+}
+
+/// `SET <prefix>planted-leak x` without a TTL on `master`.
+async fn plant_leak(master: &crate::cluster::Master, prefix: &str) -> Result<(), String> {
+    let client = redis::Client::open(master.url()).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    redis::cmd("SET")
+        .arg(format!("{prefix}{PLANTED}"))
+        .arg("planted-by-the-control-run")
+        .query_async::<()>(&mut conn)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The resource of the key the control run plants without a TTL.
+pub const PLANTED: &str = "planted-leak";
+
+/// Prints the end of every agent log; for failures.
+pub fn agent_logs(cluster: &Cluster) -> String {
+    let mut out = String::new();
+    for agent in &cluster.agents {
+        if let Ok(agent) = agent.try_lock() {
+            out.push_str(&format!(
+                "--- {} ---\n{}\n",
+                agent.name,
+                tail(&agent.log_text(), 30)
+            ));
+        }
+    }
+    out
+}
+
+/// One line per report: `PASS ...` or `FAIL ...`. A control run with
+/// delayed restart off passes only when it found violations.
+pub fn verdicts(reports: &[Report]) -> Vec<String> {
+    reports
+        .iter()
+        .map(|r| {
+            let control_off = r.name.starts_with("control") && !r.delayed_restart;
+            if control_off {
+                let n = r.findings.violations.len();
+                let planted = r.findings.leaks.iter().any(|l| l.resource == PLANTED);
+                match (n > 0, planted) {
+                    (true, true) => format!(
+                        "PASS {}: the checker saw {n} violations and the planted leak, as it must",
+                        r.name
+                    ),
+                    (false, _) => format!(
+                        "FAIL {}: no violation found; the checker cannot see a double grant",
+                        r.name
+                    ),
+                    (true, false) => format!(
+                        "FAIL {}: the planted key without a TTL was not reported as a leak",
+                        r.name
+                    ),
+                }
+            } else {
+                let problems = r.problems();
+                if problems.is_empty() {
+                    format!("PASS {}", r.name)
+                } else {
+                    format!("FAIL {}: {}", r.name, problems.join(", "))
+                }
+            }
+        })
+        .collect()
+}

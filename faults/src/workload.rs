@@ -1,0 +1,1033 @@
+//! The clients: each loops lock, critical section, release on a few shared
+//! resources and reports every section to the checker and every attempt
+//! to the stats.
+//!
+//! Four kinds, so each way of using the agent is under test:
+//! - [`ClientKind::Acquire`]: acquire (sometimes waiting), work for part of
+//!   the validity, sometimes extend, release. Stops before validity ends,
+//!   as a correct client does.
+//! - [`ClientKind::Hold`]: a hold stream; stops on `lost` or a broken stream.
+//! - [`ClientKind::ProcessHold`]: the same in a child process
+//!   (`faults hold-client`), so the nemesis can SIGKILL it mid-hold.
+//! - [`ClientKind::LockCommand`]: `redlock-agent lock -- faults cs-child`,
+//!   killable too.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redlock_wire::{AcquireRequest, HoldEvent, HoldRequest};
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::watch;
+
+use crate::checker::{Checker, ClientKind, Ending, Grant, SectionId};
+use crate::client::{Answer, Client, HoldNext};
+use crate::clock::Mono;
+use crate::http::HttpError;
+
+/// What the system is going through, for availability by phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Quiet = 0,
+    Faulted = 1,
+    Recovering = 2,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 3] = [Phase::Quiet, Phase::Faulted, Phase::Recovering];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Quiet => "quiet",
+            Phase::Faulted => "faulted",
+            Phase::Recovering => "recovering",
+        }
+    }
+
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            1 => Phase::Faulted,
+            2 => Phase::Recovering,
+            _ => Phase::Quiet,
+        }
+    }
+}
+
+/// The shared phase flag the nemesis sets.
+#[derive(Debug, Default)]
+pub struct PhaseFlag(AtomicU8);
+
+impl PhaseFlag {
+    pub fn set(&self, phase: Phase) {
+        self.0.store(phase as u8, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> Phase {
+        Phase::from_u8(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// How one lock attempt (acquire or hold) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Granted,
+    Taken,
+    NoQuorum,
+    /// Any other refusal (`too_many_waiters`, ...).
+    Refused,
+    /// The agent's socket did not accept the connection (agent down).
+    Unreachable,
+    /// Connected but no whole answer (agent killed mid-request, or slow).
+    NoAnswer,
+    /// An answer that breaks the API contract.
+    Malformed,
+}
+
+/// Attempt counts of one phase.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Counts {
+    pub attempts: u64,
+    pub granted: u64,
+    pub taken: u64,
+    pub no_quorum: u64,
+    pub refused: u64,
+    pub unreachable: u64,
+    pub no_answer: u64,
+    pub malformed: u64,
+}
+
+impl Counts {
+    fn add(&mut self, outcome: Outcome) {
+        self.attempts += 1;
+        match outcome {
+            Outcome::Granted => self.granted += 1,
+            Outcome::Taken => self.taken += 1,
+            Outcome::NoQuorum => self.no_quorum += 1,
+            Outcome::Refused => self.refused += 1,
+            Outcome::Unreachable => self.unreachable += 1,
+            Outcome::NoAnswer => self.no_answer += 1,
+            Outcome::Malformed => self.malformed += 1,
+        }
+    }
+
+    /// Attempts an agent answered (not unreachable, not unanswered).
+    pub fn answered(&self) -> u64 {
+        self.granted + self.taken + self.no_quorum + self.refused + self.malformed
+    }
+
+    pub fn merge(&mut self, other: &Counts) {
+        self.attempts += other.attempts;
+        self.granted += other.granted;
+        self.taken += other.taken;
+        self.no_quorum += other.no_quorum;
+        self.refused += other.refused;
+        self.unreachable += other.unreachable;
+        self.no_answer += other.no_answer;
+        self.malformed += other.malformed;
+    }
+}
+
+/// Everything the clients did, by phase and by kind.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StatsSnapshot {
+    pub by_phase: Vec<(String, Counts)>,
+    pub by_kind: Vec<(String, Counts)>,
+    pub extends: u64,
+    pub extends_lost: u64,
+    pub renewals: u64,
+    pub releases: u64,
+    pub releases_false: u64,
+    pub releases_unanswered: u64,
+    pub holds_lost: u64,
+    pub holds_broken: u64,
+    /// Contract breaches, with what was received (a few).
+    pub malformed_samples: Vec<String>,
+    pub refusal_codes: Vec<(String, u64)>,
+    /// `/v1/nodes` readings by phase: (readings, without a usable quorum).
+    pub quorum_readings: Vec<(String, u64, u64)>,
+}
+
+impl StatsSnapshot {
+    pub fn total(&self) -> Counts {
+        let mut total = Counts::default();
+        for (_, c) in &self.by_phase {
+            total.merge(c);
+        }
+        total
+    }
+
+    /// Requests made: attempts, extends and releases.
+    pub fn operations(&self) -> u64 {
+        self.total().attempts + self.extends + self.releases + self.releases_unanswered
+    }
+}
+
+/// Thread-safe stats.
+#[derive(Debug, Default)]
+pub struct Stats {
+    // A std Mutex: counter bumps only.
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    by_phase: HashMap<&'static str, Counts>,
+    by_kind: HashMap<&'static str, Counts>,
+    snapshot: StatsSnapshot,
+    codes: HashMap<String, u64>,
+    readings: HashMap<&'static str, (u64, u64)>,
+}
+
+impl Stats {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn attempt(&self, phase: Phase, kind: ClientKind, outcome: Outcome) {
+        let mut inner = self.lock();
+        inner
+            .by_phase
+            .entry(phase.as_str())
+            .or_default()
+            .add(outcome);
+        inner.by_kind.entry(kind.as_str()).or_default().add(outcome);
+    }
+
+    /// One `/v1/nodes` reading of one agent: a usable quorum or not.
+    pub fn quorum_reading(&self, phase: Phase, available: bool) {
+        let mut inner = self.lock();
+        let r = inner.readings.entry(phase.as_str()).or_default();
+        r.0 += 1;
+        r.1 += u64::from(!available);
+    }
+
+    fn code(&self, code: &str) {
+        *self.lock().codes.entry(code.to_string()).or_default() += 1;
+    }
+
+    fn malformed(&self, what: String) {
+        let mut inner = self.lock();
+        if inner.snapshot.malformed_samples.len() < 10 {
+            inner.snapshot.malformed_samples.push(what);
+        }
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut StatsSnapshot)) {
+        f(&mut self.lock().snapshot);
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let inner = self.lock();
+        let mut s = inner.snapshot.clone();
+        s.by_phase = Phase::ALL
+            .iter()
+            .map(|p| {
+                (
+                    p.as_str().to_string(),
+                    inner.by_phase.get(p.as_str()).cloned().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let mut kinds: Vec<(String, Counts)> = inner
+            .by_kind
+            .iter()
+            .map(|(k, c)| (k.to_string(), c.clone()))
+            .collect();
+        kinds.sort_by(|a, b| a.0.cmp(&b.0));
+        s.by_kind = kinds;
+        let mut codes: Vec<(String, u64)> =
+            inner.codes.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        codes.sort();
+        s.refusal_codes = codes;
+        s.quorum_readings = Phase::ALL
+            .iter()
+            .map(|p| {
+                let (n, down) = inner.readings.get(p.as_str()).copied().unwrap_or_default();
+                (p.as_str().to_string(), n, down)
+            })
+            .collect();
+        s
+    }
+}
+
+/// Running client processes the nemesis may kill.
+#[derive(Debug, Default)]
+pub struct Processes {
+    // A std Mutex: inserts and removals only.
+    inner: Mutex<HashMap<u32, Running>>,
+}
+
+/// A client process and the section it is in, if any.
+#[derive(Debug, Clone)]
+pub struct Running {
+    pub client: String,
+    pub kind: ClientKind,
+    pub section: Option<(SectionId, String)>,
+}
+
+impl Processes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Running>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn add(&self, pid: u32, running: Running) {
+        self.lock().insert(pid, running);
+    }
+
+    fn entered(&self, pid: u32, id: SectionId, token: String) {
+        if let Some(r) = self.lock().get_mut(&pid) {
+            r.section = Some((id, token));
+        }
+    }
+
+    fn left(&self, pid: u32) {
+        if let Some(r) = self.lock().get_mut(&pid) {
+            r.section = None;
+        }
+    }
+
+    fn remove(&self, pid: u32) {
+        self.lock().remove(&pid);
+    }
+
+    /// A process inside a section, chosen with `pick` among them.
+    pub fn inside(&self, pick: usize) -> Option<(u32, Running)> {
+        let map = self.lock();
+        let mut inside: Vec<(u32, Running)> = map
+            .iter()
+            .filter(|(_, r)| r.section.is_some())
+            .map(|(p, r)| (*p, r.clone()))
+            .collect();
+        inside.sort_by_key(|(p, _)| *p);
+        if inside.is_empty() {
+            None
+        } else {
+            Some(inside.swap_remove(pick % inside.len()))
+        }
+    }
+
+    /// Forgets the section of a killed process so its exit is not reported twice.
+    pub fn killed(&self, pid: u32) {
+        self.left(pid);
+    }
+}
+
+/// How clients choose what to ask for.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub resources: Vec<String>,
+    /// TTLs asked for, in ms (inclusive range).
+    pub ttl_ms: (u64, u64),
+    pub hold_ttl_ms: (u64, u64),
+    /// `wait_ms` values to choose from.
+    pub waits_ms: Vec<u64>,
+    /// Share of the validity a plain acquire's section may use.
+    pub work_share: (f64, f64),
+    /// How often an acquire client extends once mid-section.
+    pub extend_chance: f64,
+    /// How long holds are kept, in ms.
+    pub hold_ms: (u64, u64),
+    /// Pause between a client's attempts, in ms.
+    pub think_ms: (u64, u64),
+}
+
+/// What every client shares.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub checker: Arc<Checker>,
+    pub stats: Arc<Stats>,
+    pub phase: Arc<PhaseFlag>,
+    pub processes: Arc<Processes>,
+    pub stop: watch::Receiver<bool>,
+    pub plan: Plan,
+    pub agent_bin: PathBuf,
+    pub faults_bin: PathBuf,
+}
+
+impl Ctx {
+    fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    async fn sleep(&mut self, d: Duration) {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            () = tokio::time::sleep(d) => {}
+            _ = stop.changed() => {}
+        }
+    }
+
+    fn record(&self, kind: ClientKind, outcome: Outcome) {
+        self.stats.attempt(self.phase.get(), kind, outcome);
+    }
+
+    /// Classifies a refusal and records it.
+    fn refused(&self, kind: ClientKind, code: &str) -> Outcome {
+        self.stats.code(code);
+        let outcome = match code {
+            "taken" => Outcome::Taken,
+            "no_quorum" => Outcome::NoQuorum,
+            _ => Outcome::Refused,
+        };
+        self.record(kind, outcome);
+        outcome
+    }
+
+    fn failed(&self, kind: ClientKind, e: &HttpError, what: &str) -> Outcome {
+        let outcome = match e {
+            HttpError::Connect(_) => Outcome::Unreachable,
+            HttpError::Malformed(m) => {
+                self.stats.malformed(format!("{what}: {m}"));
+                Outcome::Malformed
+            }
+            _ => Outcome::NoAnswer,
+        };
+        self.record(kind, outcome);
+        outcome
+    }
+}
+
+fn between(rng: &mut StdRng, (lo, hi): (u64, u64)) -> u64 {
+    if hi <= lo {
+        lo
+    } else {
+        rng.random_range(lo..=hi)
+    }
+}
+
+/// Backoff after a failed attempt, so a down agent is not hammered.
+fn backoff(outcome: Outcome) -> Duration {
+    match outcome {
+        Outcome::Unreachable | Outcome::NoAnswer => Duration::from_millis(100),
+        Outcome::NoQuorum | Outcome::Refused | Outcome::Malformed => Duration::from_millis(50),
+        Outcome::Taken | Outcome::Granted => Duration::ZERO,
+    }
+}
+
+/// An acquire client until stop.
+pub async fn acquire_client(mut ctx: Ctx, name: String, agent: usize, client: Client, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let kind = ClientKind::Acquire;
+    while !ctx.stopped() {
+        let resource = ctx.plan.resources[rng.random_range(0..ctx.plan.resources.len())].clone();
+        let ttl_ms = between(&mut rng, ctx.plan.ttl_ms);
+        let wait_ms = ctx.plan.waits_ms[rng.random_range(0..ctx.plan.waits_ms.len())];
+        let request = AcquireRequest {
+            ttl_ms: Some(ttl_ms),
+            wait_ms: Some(wait_ms),
+            owner: Some(name.clone()),
+        };
+        let requested = Mono::now();
+        let outcome = match client.acquire(&resource, &request).await {
+            Ok(Answer::Ok(grant)) => {
+                let granted = Mono::now();
+                ctx.record(kind, Outcome::Granted);
+                let id = ctx.checker.enter(
+                    Grant {
+                        resource: resource.clone(),
+                        client: name.clone(),
+                        kind,
+                        agent,
+                        token: grant.token.clone(),
+                        ttl_ms,
+                        requested,
+                        granted,
+                        validity_ms: Some(grant.validity_ms),
+                    },
+                    granted,
+                );
+                work(
+                    &mut ctx,
+                    &mut rng,
+                    &client,
+                    &resource,
+                    &grant.token,
+                    id,
+                    granted,
+                    grant.validity_ms,
+                    ttl_ms,
+                )
+                .await;
+                Outcome::Granted
+            }
+            Ok(Answer::Refused { code, .. }) => ctx.refused(kind, &code),
+            Err(e) => ctx.failed(kind, &e, "acquire"),
+        };
+        let pause = backoff(outcome) + Duration::from_millis(between(&mut rng, ctx.plan.think_ms));
+        ctx.sleep(pause).await;
+    }
+}
+
+/// The section of an acquire client: work within the validity, maybe
+/// extend once, release.
+#[allow(clippy::too_many_arguments)]
+async fn work(
+    ctx: &mut Ctx,
+    rng: &mut StdRng,
+    client: &Client,
+    resource: &str,
+    token: &str,
+    id: SectionId,
+    granted: Mono,
+    validity_ms: u64,
+    ttl_ms: u64,
+) {
+    // A correct client stops a safety margin before its validity ends.
+    let margin = |v: u64| (v / 10).max(30);
+    let mut valid_until = granted.plus_ms(validity_ms);
+    let share = rng.random_range(ctx.plan.work_share.0..=ctx.plan.work_share.1);
+    let mut end = granted
+        .plus_ms((validity_ms as f64 * share) as u64)
+        .min(Mono(
+            valid_until
+                .0
+                .saturating_sub(margin(validity_ms) * 1_000_000),
+        ));
+    let mut ending = None;
+    if rng.random_bool(ctx.plan.extend_chance) {
+        sleep_until(end.0.saturating_sub(end.0.saturating_sub(granted.0) / 2)).await;
+        ctx.stats.bump(|s| s.extends += 1);
+        let asked = Mono::now();
+        match client.extend(resource, token, Some(ttl_ms)).await {
+            Ok(Answer::Ok(extended)) => {
+                let at = Mono::now();
+                ctx.checker.renewed(id, asked, at, extended.validity_ms);
+                valid_until = at.plus_ms(extended.validity_ms);
+                let more = (extended.validity_ms as f64 * share / 2.0) as u64;
+                end = at.plus_ms(more).min(Mono(
+                    valid_until
+                        .0
+                        .saturating_sub(margin(extended.validity_ms) * 1_000_000),
+                ));
+            }
+            Ok(Answer::Refused { code, .. }) => {
+                let at = Mono::now();
+                ctx.stats.code(&code);
+                if code == "lost" {
+                    ctx.stats.bump(|s| s.extends_lost += 1);
+                    ctx.checker.belief_ended(id, at);
+                    ending = Some(Ending::Lost {
+                        reason: "extend refused: lost".into(),
+                    });
+                    end = at;
+                }
+                // no_quorum: the lock is still ours until valid_until.
+            }
+            Err(_) => {} // unanswered: keep to the old validity
+        }
+    }
+    sleep_until(end.0).await;
+    let exit = Mono::now();
+    ctx.checker.exit(
+        id,
+        exit,
+        ending.clone().unwrap_or(Ending::ReleaseUnanswered),
+    );
+    match client.release(resource, token).await {
+        Ok(Answer::Ok(r)) => {
+            ctx.stats.bump(|s| {
+                s.releases += 1;
+                s.releases_false += u64::from(!r.released);
+            });
+            if ending.is_none() {
+                ctx.checker.ended(
+                    id,
+                    Ending::Released {
+                        released: r.released,
+                    },
+                );
+            }
+        }
+        _ => ctx.stats.bump(|s| s.releases_unanswered += 1),
+    }
+}
+
+async fn sleep_until(mono_ns: u64) {
+    let left = Mono(mono_ns).since(Mono::now());
+    if !left.is_zero() {
+        tokio::time::sleep(left).await;
+    }
+}
+
+/// A hold client (in this process) until stop.
+pub async fn hold_client(mut ctx: Ctx, name: String, agent: usize, client: Client, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let kind = ClientKind::Hold;
+    while !ctx.stopped() {
+        let resource = ctx.plan.resources[rng.random_range(0..ctx.plan.resources.len())].clone();
+        let ttl_ms = between(&mut rng, ctx.plan.hold_ttl_ms);
+        let wait_ms = ctx.plan.waits_ms[rng.random_range(0..ctx.plan.waits_ms.len())];
+        let hold_ms = between(&mut rng, ctx.plan.hold_ms);
+        let request = HoldRequest {
+            ttl_ms: Some(ttl_ms),
+            wait_ms: Some(wait_ms),
+            owner: Some(name.clone()),
+            max_hold_ms: None,
+        };
+        let requested = Mono::now();
+        let outcome = match client.hold(&resource, &request).await {
+            Ok(Answer::Ok(mut stream)) => match stream.next().await {
+                HoldNext::Event(HoldEvent::Acquired {
+                    token, validity_ms, ..
+                }) => {
+                    let granted = Mono::now();
+                    ctx.record(kind, Outcome::Granted);
+                    let id = ctx.checker.enter(
+                        Grant {
+                            resource: resource.clone(),
+                            client: name.clone(),
+                            kind,
+                            agent,
+                            token,
+                            ttl_ms,
+                            requested,
+                            granted,
+                            validity_ms: Some(validity_ms),
+                        },
+                        granted,
+                    );
+                    let end = granted.plus_ms(hold_ms);
+                    let ending = loop {
+                        let left = end.since(Mono::now());
+                        tokio::select! {
+                            () = tokio::time::sleep(left) => break Ending::Closed,
+                            next = stream.next() => {
+                                let at = Mono::now();
+                                match next {
+                                    HoldNext::Event(HoldEvent::Renewed { validity_ms }) => {
+                                        ctx.stats.bump(|s| s.renewals += 1);
+                                        ctx.checker.renewed(id, at, at, validity_ms);
+                                    }
+                                    HoldNext::Event(HoldEvent::Lost { reason }) => {
+                                        ctx.stats.bump(|s| s.holds_lost += 1);
+                                        ctx.checker.belief_ended(id, at);
+                                        break Ending::Lost { reason };
+                                    }
+                                    HoldNext::Event(HoldEvent::Acquired { .. }) => {
+                                        ctx.stats.malformed("hold: a second acquired event".into());
+                                    }
+                                    HoldNext::Ended | HoldNext::Broken(_) => {
+                                        ctx.stats.bump(|s| s.holds_broken += 1);
+                                        ctx.checker.belief_ended(id, at);
+                                        break Ending::StreamBroken;
+                                    }
+                                }
+                            }
+                        }
+                    };
+                    ctx.checker.exit(id, Mono::now(), ending);
+                    drop(stream); // closing the connection releases
+                    Outcome::Granted
+                }
+                HoldNext::Event(other) => {
+                    ctx.stats.malformed(format!("hold: first event {other:?}"));
+                    ctx.record(kind, Outcome::Malformed);
+                    Outcome::Malformed
+                }
+                HoldNext::Ended | HoldNext::Broken(_) => {
+                    ctx.record(kind, Outcome::NoAnswer);
+                    Outcome::NoAnswer
+                }
+            },
+            Ok(Answer::Refused { code, .. }) => ctx.refused(kind, &code),
+            Err(e) => ctx.failed(kind, &e, "hold"),
+        };
+        let pause = backoff(outcome) + Duration::from_millis(between(&mut rng, ctx.plan.think_ms));
+        ctx.sleep(pause).await;
+    }
+}
+
+/// A client that runs one hold per child process (`faults hold-client`) or
+/// one `redlock-agent lock` per child process, until stop.
+pub async fn process_client(
+    mut ctx: Ctx,
+    name: String,
+    kind: ClientKind,
+    agent: usize,
+    socket: PathBuf,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    while !ctx.stopped() {
+        let resource = ctx.plan.resources[rng.random_range(0..ctx.plan.resources.len())].clone();
+        let ttl_ms = between(&mut rng, ctx.plan.hold_ttl_ms);
+        let wait_ms = ctx.plan.waits_ms[rng.random_range(0..ctx.plan.waits_ms.len())];
+        let hold_ms = between(&mut rng, ctx.plan.hold_ms);
+        let mut command = match kind {
+            ClientKind::LockCommand => {
+                let mut c = tokio::process::Command::new(&ctx.agent_bin);
+                c.arg("lock")
+                    .arg("--socket")
+                    .arg(&socket)
+                    .arg("--ttl")
+                    .arg(format!("{ttl_ms}ms"))
+                    .arg("--wait")
+                    .arg(format!("{wait_ms}ms"))
+                    .arg("--kill-after")
+                    .arg("100ms")
+                    .arg("--owner")
+                    .arg(&name)
+                    .arg(&resource)
+                    .arg("--")
+                    .arg(&ctx.faults_bin)
+                    .arg("cs-child")
+                    .arg("--ms")
+                    .arg(hold_ms.to_string());
+                c
+            }
+            _ => {
+                let mut c = tokio::process::Command::new(&ctx.faults_bin);
+                c.arg("hold-client")
+                    .arg("--socket")
+                    .arg(&socket)
+                    .arg("--resource")
+                    .arg(&resource)
+                    .arg("--ttl-ms")
+                    .arg(ttl_ms.to_string())
+                    .arg("--wait-ms")
+                    .arg(wait_ms.to_string())
+                    .arg("--hold-ms")
+                    .arg(hold_ms.to_string())
+                    .arg("--owner")
+                    .arg(&name);
+                c
+            }
+        };
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let requested = Mono::now();
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                ctx.stats
+                    .malformed(format!("cannot start a {} client: {e}", kind.as_str()));
+                ctx.sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        ctx.processes.add(
+            pid,
+            Running {
+                client: name.clone(),
+                kind,
+                section: None,
+            },
+        );
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let err_text = tokio::spawn(async move {
+            let mut text = String::new();
+            if let Some(mut e) = stderr {
+                use tokio::io::AsyncReadExt;
+                let _ = e.read_to_string(&mut text).await;
+            }
+            text
+        });
+        let mut section: Option<SectionId> = None;
+        let mut outcome: Option<Outcome> = None;
+        if let Some(out) = stdout {
+            let mut lines = BufReader::new(out).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let words: Vec<&str> = line.split(' ').collect();
+                let at = words
+                    .get(1)
+                    .and_then(|w| Mono::from_wire(w))
+                    .unwrap_or_else(Mono::now);
+                match words.first().copied() {
+                    Some("acquired" | "enter") => {
+                        let token = words.get(2).unwrap_or(&"?").to_string();
+                        let validity_ms = match kind {
+                            ClientKind::LockCommand => None,
+                            _ => words.get(3).and_then(|w| w.parse().ok()),
+                        };
+                        let requested = words
+                            .get(4)
+                            .and_then(|w| Mono::from_wire(w))
+                            .unwrap_or(requested);
+                        outcome = Some(Outcome::Granted);
+                        ctx.record(kind, Outcome::Granted);
+                        let id = ctx.checker.enter(
+                            Grant {
+                                resource: resource.clone(),
+                                client: name.clone(),
+                                kind,
+                                agent,
+                                token: token.clone(),
+                                ttl_ms,
+                                requested,
+                                granted: at,
+                                validity_ms,
+                            },
+                            at,
+                        );
+                        ctx.processes.entered(pid, id, token);
+                        section = Some(id);
+                    }
+                    Some("renewed") => {
+                        if let (Some(id), Some(v)) =
+                            (section, words.get(2).and_then(|w| w.parse().ok()))
+                        {
+                            ctx.stats.bump(|s| s.renewals += 1);
+                            ctx.checker.renewed(id, at, at, v);
+                        }
+                    }
+                    Some("lost") => {
+                        if let Some(id) = section {
+                            ctx.stats.bump(|s| s.holds_lost += 1);
+                            ctx.checker.belief_ended(id, at);
+                        }
+                    }
+                    Some("exit") => {
+                        if let Some(id) = section {
+                            let why = words.get(2).copied().unwrap_or("done");
+                            let ending = match why {
+                                "done" => Ending::Closed,
+                                "broken" => {
+                                    ctx.stats.bump(|s| s.holds_broken += 1);
+                                    ctx.checker.belief_ended(id, at);
+                                    Ending::StreamBroken
+                                }
+                                other => Ending::Lost {
+                                    reason: other.to_string(),
+                                },
+                            };
+                            if why == "sigterm" {
+                                ctx.checker.belief_ended(id, at);
+                            }
+                            ctx.checker.exit(id, at, ending);
+                        }
+                        ctx.processes.left(pid);
+                    }
+                    Some("refused") => {
+                        let code = words.get(2).copied().unwrap_or("?");
+                        outcome = Some(ctx.refused(kind, code));
+                    }
+                    Some("unreachable") => outcome = Some(Outcome::Unreachable),
+                    Some("noanswer") => outcome = Some(Outcome::NoAnswer),
+                    _ => {}
+                }
+            }
+        }
+        let status = child.wait().await;
+        ctx.processes.remove(pid);
+        let stderr = err_text.await.unwrap_or_default();
+        let outcome = match outcome {
+            // Recorded when they were read.
+            Some(
+                o @ (Outcome::Granted | Outcome::Taken | Outcome::NoQuorum | Outcome::Refused),
+            ) => o,
+            Some(o) => {
+                ctx.record(kind, o);
+                o
+            }
+            None => {
+                // The lock command says why on its exit code and stderr.
+                use std::os::unix::process::ExitStatusExt;
+                let code = status.as_ref().ok().and_then(|s| s.code());
+                let killed = status.as_ref().ok().and_then(|s| s.signal()).is_some();
+                match code {
+                    Some(75) => ctx.refused(kind, "taken"),
+                    Some(69) if stderr.contains("no quorum") => ctx.refused(kind, "no_quorum"),
+                    Some(69) => {
+                        ctx.record(kind, Outcome::Unreachable);
+                        Outcome::Unreachable
+                    }
+                    _ if killed => Outcome::NoAnswer,
+                    _ => {
+                        ctx.record(kind, Outcome::NoAnswer);
+                        Outcome::NoAnswer
+                    }
+                }
+            }
+        };
+        let pause = backoff(outcome) + Duration::from_millis(between(&mut rng, ctx.plan.think_ms));
+        ctx.sleep(pause).await;
+    }
+}
+
+/// `faults hold-client`: one hold, reported on stdout as lines of
+/// `<event> <mono_ns> ...`, for [`process_client`].
+///
+/// Lines: `acquired <t> <token> <validity_ms> <requested_t>`,
+/// `renewed <t> <validity_ms>`, `lost <t> <reason>`,
+/// `exit <t> done|broken|<lost reason>`, `refused <t> <code>`,
+/// `unreachable <t>`, `noanswer <t>`. `exit` is printed before the
+/// connection closes, so it precedes the release.
+pub async fn run_hold_client(
+    socket: PathBuf,
+    resource: String,
+    ttl_ms: u64,
+    wait_ms: u64,
+    hold_ms: u64,
+    owner: String,
+) {
+    use std::io::Write;
+    let say = |line: String| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    };
+    let client = Client::new(socket);
+    let request = HoldRequest {
+        ttl_ms: Some(ttl_ms),
+        wait_ms: Some(wait_ms),
+        owner: Some(owner),
+        max_hold_ms: None,
+    };
+    let requested = Mono::now();
+    match client.hold(&resource, &request).await {
+        Ok(Answer::Ok(mut stream)) => match stream.next().await {
+            HoldNext::Event(HoldEvent::Acquired {
+                token, validity_ms, ..
+            }) => {
+                let granted = Mono::now();
+                say(format!(
+                    "acquired {} {token} {validity_ms} {}",
+                    granted.to_wire(),
+                    requested.to_wire()
+                ));
+                let end = granted.plus_ms(hold_ms);
+                let why = loop {
+                    tokio::select! {
+                        () = tokio::time::sleep(end.since(Mono::now())) => break "done".to_string(),
+                        next = stream.next() => match next {
+                            HoldNext::Event(HoldEvent::Renewed { validity_ms }) => {
+                                say(format!("renewed {} {validity_ms}", Mono::now().to_wire()));
+                            }
+                            HoldNext::Event(HoldEvent::Lost { reason }) => {
+                                say(format!("lost {} {reason}", Mono::now().to_wire()));
+                                break reason;
+                            }
+                            HoldNext::Event(HoldEvent::Acquired { .. }) => {}
+                            HoldNext::Ended | HoldNext::Broken(_) => break "broken".to_string(),
+                        }
+                    }
+                };
+                say(format!("exit {} {why}", Mono::now().to_wire()));
+                drop(stream);
+            }
+            _ => say(format!("noanswer {}", Mono::now().to_wire())),
+        },
+        Ok(Answer::Refused { code, .. }) => {
+            say(format!("refused {} {code}", Mono::now().to_wire()))
+        }
+        Err(e) if e.is_unreachable() => say(format!("unreachable {}", Mono::now().to_wire())),
+        Err(_) => say(format!("noanswer {}", Mono::now().to_wire())),
+    }
+}
+
+static TERMINATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_sigterm(_: libc::c_int) {
+    TERMINATED.store(true, Ordering::SeqCst);
+}
+
+/// `faults cs-child --ms N`: the command `redlock-agent lock` runs. Prints
+/// `enter <t> <token>`, works (sleeps) for `ms` or until SIGTERM (the lock
+/// was lost), prints `exit <t> done|sigterm`.
+pub fn run_cs_child(ms: u64) {
+    use std::io::Write;
+    // SAFETY: the handler only stores to an atomic, which is
+    // async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            on_sigterm as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        )
+    };
+    let token = std::env::var("REDLOCK_TOKEN").unwrap_or_else(|_| "?".into());
+    let entry = Mono::now();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "enter {} {token}", entry.to_wire());
+    let _ = out.flush();
+    let end = entry.plus_ms(ms);
+    let why = loop {
+        if TERMINATED.load(Ordering::SeqCst) {
+            break "sigterm";
+        }
+        if Mono::now() >= end {
+            break "done";
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let _ = writeln!(out, "exit {} {why}", Mono::now().to_wire());
+    let _ = out.flush();
+}
+
+/// Spawns one task per client as `counts` says, spread over the agents.
+#[derive(Debug, Clone, Copy)]
+pub struct Mix {
+    pub acquire: usize,
+    pub hold: usize,
+    pub process_hold: usize,
+    pub lock_command: usize,
+}
+
+/// Starts the clients; they run until `ctx.stop` turns true.
+pub fn spawn(
+    ctx: &Ctx,
+    mix: Mix,
+    clients: &[Client],
+    seed: u64,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    let mut n = 0usize;
+    let next = |n: &mut usize| {
+        *n += 1;
+        (*n - 1) % clients.len()
+    };
+    for i in 0..mix.acquire {
+        let a = next(&mut n);
+        tasks.push(tokio::spawn(acquire_client(
+            ctx.clone(),
+            format!("acq{}", i + 1),
+            a,
+            clients[a].clone(),
+            seed.wrapping_add(n as u64),
+        )));
+    }
+    for i in 0..mix.hold {
+        let a = next(&mut n);
+        tasks.push(tokio::spawn(hold_client(
+            ctx.clone(),
+            format!("hold{}", i + 1),
+            a,
+            clients[a].clone(),
+            seed.wrapping_add(n as u64),
+        )));
+    }
+    for i in 0..mix.process_hold {
+        let a = next(&mut n);
+        tasks.push(tokio::spawn(process_client(
+            ctx.clone(),
+            format!("phold{}", i + 1),
+            ClientKind::ProcessHold,
+            a,
+            clients[a].socket().to_path_buf(),
+            seed.wrapping_add(n as u64),
+        )));
+    }
+    for i in 0..mix.lock_command {
+        let a = next(&mut n);
+        tasks.push(tokio::spawn(process_client(
+            ctx.clone(),
+            format!("lockcmd{}", i + 1),
+            ClientKind::LockCommand,
+            a,
+            clients[a].socket().to_path_buf(),
+            seed.wrapping_add(n as u64),
+        )));
+    }
+    tasks
+}

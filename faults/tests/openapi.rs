@@ -1,0 +1,259 @@
+//! `agent/openapi.yaml` against the code: it parses as OpenAPI 3.1, its
+//! schemas are JSON Schema 2020-12, it lists every error code the wire
+//! crate has, and real wire values validate against their schemas.
+
+use std::collections::BTreeSet;
+
+use faults::openapi::{self, Spec};
+use redlock_wire::*;
+use serde_json::{json, Value};
+
+fn spec() -> Spec {
+    Spec::load(&openapi::default_path()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Every `ErrorCode`; a new variant fails to compile here until it is
+/// listed, and then this test until the document lists it too.
+fn every_code() -> Vec<ErrorCode> {
+    use ErrorCode::*;
+    let all = vec![
+        Taken,
+        NoQuorum,
+        Lost,
+        InvalidRequest,
+        InvalidResource,
+        TtlOutOfRange,
+        BodyTooLarge,
+        NotFound,
+        MethodNotAllowed,
+        ShuttingDown,
+        TooManyConnections,
+        TooManyWaiters,
+        RequestTimeout,
+        Internal,
+    ];
+    for code in &all {
+        match code {
+            Taken | NoQuorum | Lost | InvalidRequest | InvalidResource | TtlOutOfRange
+            | BodyTooLarge | NotFound | MethodNotAllowed | ShuttingDown | TooManyConnections
+            | TooManyWaiters | RequestTimeout | Internal => {}
+        }
+    }
+    all
+}
+
+/// The document's error codes are exactly the wire crate's.
+#[test]
+fn the_document_lists_every_error_code() {
+    let s = spec();
+    let listed: BTreeSet<String> = s.doc()["components"]["schemas"]["ErrorCode"]["enum"]
+        .as_array()
+        .expect("ErrorCode enum")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let wire: BTreeSet<String> = every_code()
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .collect();
+    assert_eq!(listed, wire);
+}
+
+fn check(s: &Spec, name: &str, value: impl serde::Serialize) {
+    let value: Value = serde_json::to_value(value).unwrap();
+    s.validate_component(name, &value)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
+/// Values of every wire type, all optional fields set, validate against
+/// their schemas (which refuse undocumented fields): the document does
+/// not lag behind the code.
+#[test]
+fn wire_values_match_their_schemas() {
+    let s = spec();
+    let token = "0123456789abcdef0123456789abcdef01234567.billing";
+    check(
+        &s,
+        "AcquireRequest",
+        AcquireRequest {
+            ttl_ms: Some(1),
+            wait_ms: Some(0),
+            owner: Some("o".into()),
+        },
+    );
+    check(
+        &s,
+        "AcquireResponse",
+        AcquireResponse {
+            resource: "r".into(),
+            token: token.into(),
+            validity_ms: 9,
+            ttl_ms: 10,
+        },
+    );
+    check(
+        &s,
+        "ExtendRequest",
+        ExtendRequest {
+            token: token.into(),
+            ttl_ms: Some(5),
+        },
+    );
+    check(
+        &s,
+        "ExtendResponse",
+        ExtendResponse {
+            validity_ms: 1,
+            ttl_ms: 2,
+        },
+    );
+    check(
+        &s,
+        "ReleaseRequest",
+        ReleaseRequest {
+            token: token.into(),
+        },
+    );
+    check(&s, "ReleaseResponse", ReleaseResponse { released: false });
+    check(
+        &s,
+        "HoldRequest",
+        HoldRequest {
+            ttl_ms: Some(1),
+            wait_ms: Some(2),
+            owner: Some("o".into()),
+            max_hold_ms: Some(3),
+        },
+    );
+    check(
+        &s,
+        "HoldEvent",
+        HoldEvent::Acquired {
+            token: token.into(),
+            validity_ms: 1,
+            ttl_ms: 2,
+        },
+    );
+    check(&s, "HoldEvent", HoldEvent::Renewed { validity_ms: 1 });
+    for reason in ["renew_failed", "no_quorum", "max_hold", "shutdown"] {
+        check(
+            &s,
+            "HoldEvent",
+            HoldEvent::Lost {
+                reason: reason.into(),
+            },
+        );
+    }
+    check(
+        &s,
+        "ForceReleaseResponse",
+        ForceReleaseResponse {
+            deleted: 5,
+            failed: vec!["r1".into()],
+        },
+    );
+    check(
+        &s,
+        "NodesResponse",
+        NodesResponse {
+            quorum: 3,
+            usable: 4,
+            available: true,
+            nodes: vec![NodeStatus {
+                name: "r1".into(),
+                state: NodeState::Quarantined,
+                latency_ms: Some(0.2),
+                last_error: Some("x".into()),
+                quarantine_remaining_ms: 5,
+                quarantine_ms: 10,
+                detector: Some("run_id".into()),
+                run_id: Some("abc".into()),
+                uptime_s: Some(3),
+                persistence: Some("none".into()),
+                warnings: vec!["w".into()],
+            }],
+        },
+    );
+    check(
+        &s,
+        "LocksResponse",
+        LocksResponse {
+            quorum: 3,
+            masters: vec!["r1".into()],
+            locks: vec![LockInfo {
+                resource: "r".into(),
+                owner: Some("o".into()),
+                validity_ms: Some(5),
+                nodes: vec![NodeKey {
+                    node: "r1".into(),
+                    state: "held".into(),
+                    pttl_ms: Some(4),
+                }],
+                quorum_agrees: true,
+                held_here: false,
+                waiters: 2,
+            }],
+            truncated: false,
+        },
+    );
+    check(
+        &s,
+        "LeaksResponse",
+        LeaksResponse {
+            scans: 1,
+            interval_ms: 30000,
+            repair: "none".into(),
+            nodes: vec![NodeLeaks {
+                node: "r1".into(),
+                scanned_at_ms: 1,
+                duration_ms: 2,
+                keys_scanned: 3,
+                error: Some("e".into()),
+                no_ttl: 1,
+                ttl_over_max: 0,
+                minority: 0,
+                repaired: 0,
+                keys: vec![LeakedKey {
+                    resource: "r".into(),
+                    kind: "no_ttl".into(),
+                    pttl_ms: Some(1),
+                }],
+            }],
+        },
+    );
+    check(
+        &s,
+        "SummaryResponse",
+        SummaryResponse {
+            version: "0.1.0".into(),
+            uptime_ms: 5,
+            acquires: [("acquired".to_string(), 1)].into_iter().collect(),
+            failures: [("taken".to_string(), 2)].into_iter().collect(),
+            wait_buckets: vec![(0.5, 1), (f64::MAX, 2)],
+            locks_held: 0,
+            waiters: 0,
+        },
+    );
+    for code in every_code() {
+        check(
+            &s,
+            "ErrorResponse",
+            ErrorResponse {
+                error: ErrorBody {
+                    code,
+                    message: "m".into(),
+                },
+            },
+        );
+    }
+    check(&s, "Health", json!({"status": "ok"}));
+    check(
+        &s,
+        "Ready",
+        json!({"ready": false, "usable": 2, "quorum": 3}),
+    );
+    // And the strictness is real.
+    assert!(s
+        .validate_component("ReleaseResponse", &json!({"released": true, "extra": 1}))
+        .is_err());
+}

@@ -1,0 +1,98 @@
+//! The short mode: a nemesis run over every fault (alone, then mixed) with
+//! the checker watching, then the control run that proves the checker can
+//! see a double grant. `tools/test.sh` runs it on its own, after the other
+//! tests, so the machine is quiet:
+//!
+//! ```sh
+//! cargo test -p faults --test short -- --ignored --nocapture
+//! ```
+//!
+//! `FAULTS_DURATION` (e.g. `90s`) sets the nemesis run's length, `FAULTS_SEED`
+//! its seed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use faults::run::{self, Options};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn faults_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_faults"))
+}
+
+/// Every fault alone and mixed: no safety violation, no hold past its
+/// validity, no leaked key, locks grantable again within max_ttl plus a
+/// margin after every heal; then the control run: the same restart of a
+/// majority finds nothing with delayed restart on, and violations with it off.
+#[test]
+#[ignore = "the short mode (about two minutes); tools/test.sh runs it after the other tests"]
+fn short_mode_finds_no_violation_and_the_control_run_finds_some() {
+    let duration = std::env::var("FAULTS_DURATION")
+        .ok()
+        .and_then(|d| humantime::parse_duration(&d).ok())
+        .unwrap_or(Duration::from_secs(50));
+    let seed = std::env::var("FAULTS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(7, |d| d.as_secs())
+        });
+    let rt = runtime();
+    let mut reports = Vec::new();
+    let nemesis = rt
+        .block_on(run::nemesis(&Options::nemesis(
+            duration,
+            seed,
+            faults_bin(),
+        )))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{nemesis}\n");
+    reports.push(nemesis);
+    for delayed_restart in [true, false] {
+        let options = Options::control(delayed_restart, seed, faults_bin());
+        let report = rt
+            .block_on(run::control(&options, if delayed_restart { 2 } else { 4 }))
+            .unwrap_or_else(|e| panic!("{e}"));
+        println!("{report}\n");
+        reports.push(report);
+    }
+    let verdicts = run::verdicts(&reports);
+    for v in &verdicts {
+        println!("{v}");
+    }
+    let failed: Vec<&String> = verdicts.iter().filter(|v| !v.starts_with("PASS")).collect();
+    assert!(failed.is_empty(), "{failed:#?} (seed {seed})");
+}
+
+/// The control scenario alone, quickly: with delayed restart off, restarting
+/// a majority while a lock is held lets a second client in, and the
+/// checker says so.
+#[test]
+fn the_checker_sees_a_double_grant_when_delayed_restart_is_off() {
+    let rt = runtime();
+    let options = Options::control(false, 11, faults_bin());
+    let report = rt
+        .block_on(run::control(&options, 4))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    assert!(
+        !report.findings.violations.is_empty(),
+        "the control run found no violation: the checker is blind\n{report}"
+    );
+    assert!(
+        report
+            .findings
+            .leaks
+            .iter()
+            .any(|l| l.resource == faults::run::PLANTED),
+        "the planted key without a TTL was not seen as a leak\n{report}"
+    );
+}
