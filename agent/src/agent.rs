@@ -79,7 +79,7 @@ impl Agent {
         }
         let settings = Settings {
             key_prefix: config.lock.key_prefix.clone(),
-            key_prefix_channels: waiters::release_channel(&config.lock.key_prefix, ""),
+            release_channel_prefix: waiters::release_channel(&config.lock.key_prefix, ""),
             drift: Drift::new(config.lock.drift_factor),
             retry_delay: config.lock.retry_delay,
             retry_jitter: config.lock.retry_jitter,

@@ -31,7 +31,7 @@ pub struct Settings {
     /// Prefix of the channels where the release script announces releases,
     /// so waiters on every agent wake at once: `<key_prefix>released:`, and
     /// the resource after it.
-    pub key_prefix_channels: String,
+    pub release_channel_prefix: String,
     pub drift: Drift,
     pub retry_delay: Duration,
     pub retry_jitter: Duration,
@@ -314,7 +314,7 @@ impl Redlock {
                 let node = Arc::clone(node);
                 let key = key.to_string();
                 let value = token.as_str().to_string();
-                let channel = format!("{}{}", self.settings.key_prefix_channels, resource);
+                let channel = format!("{}{}", self.settings.release_channel_prefix, resource);
                 async move { node.release(&key, &value, &channel).await }
             })
             .collect();
