@@ -148,14 +148,21 @@ impl Agent {
     }
 
     pub fn summary(&self) -> redlock_wire::SummaryResponse {
-        self.scrape(); // brings locks_held up to date
+        self.sweep_grants();
         self.metrics.summary(self.started.elapsed())
+    }
+
+    /// Forgets expired grants and sets `redlock_locks_held`.
+    fn sweep_grants(&self) {
+        let held = self.grants.sweep(std::time::Instant::now(), &self.metrics);
+        self.metrics
+            .locks_held
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
     }
 
     /// The text exposition, with the gauges that mirror node and lock state
     /// computed now.
     pub fn scrape(&self) -> Vec<u8> {
-        let now = std::time::Instant::now();
         let m = &self.metrics;
         let mut usable = 0;
         for node in self.redlock.nodes() {
@@ -176,8 +183,7 @@ impl Agent {
             .set(i64::try_from(usable).unwrap_or(i64::MAX));
         m.quorum_available
             .set(i64::from(usable >= self.redlock.quorum()));
-        let held = self.grants.sweep(now, m);
-        m.locks_held.set(i64::try_from(held).unwrap_or(i64::MAX));
+        self.sweep_grants();
         m.encode()
     }
 }
@@ -238,9 +244,13 @@ impl Bound {
         let nodes = agent.redlock().nodes();
         let settings = Arc::new(agent.health.clone());
         futures::future::join_all(nodes.iter().map(|n| health::probe(n, &settings))).await;
-        for (node, shared) in nodes.iter().zip(health::shared_servers(nodes)) {
-            if !shared.is_empty() {
-                tracing::warn!(node = node.name(), same_as = ?shared, "two configured masters reach the same server; its votes count twice");
+        for node in crate::api::routes::nodes_response(&agent).nodes {
+            if let Some(warning) = node
+                .warnings
+                .iter()
+                .find(|w| w.starts_with("same server as"))
+            {
+                tracing::warn!(node = %node.name, warning = %warning, "two configured masters reach one server");
             }
         }
         let mut tasks: Vec<_> = nodes

@@ -207,12 +207,9 @@ async fn check_topology(node: &Node, conn: &MultiplexedConnection, settings: &He
 }
 
 /// For each node, the other configured nodes that reach the same server
-/// (same `run_id`): their votes would count twice.
-pub fn shared_servers(nodes: &[Arc<Node>]) -> Vec<Vec<String>> {
-    let run_ids: Vec<Option<String>> = nodes
-        .iter()
-        .map(|n| n.snapshot().identity.map(|i| i.run_id))
-        .collect();
+/// (same `run_id`): their votes would count twice. `run_ids[i]` belongs to
+/// `names[i]`.
+pub fn shared_servers(names: &[&str], run_ids: &[Option<&str>]) -> Vec<Vec<String>> {
     run_ids
         .iter()
         .enumerate()
@@ -221,7 +218,7 @@ pub fn shared_servers(nodes: &[Arc<Node>]) -> Vec<Vec<String>> {
                 .iter()
                 .enumerate()
                 .filter(|&(j, theirs)| j != i && mine.is_some() && theirs == mine)
-                .map(|(j, _)| nodes[j].name().to_string())
+                .map(|(j, _)| names[j].to_string())
                 .collect()
         })
         .collect()

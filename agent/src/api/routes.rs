@@ -14,7 +14,7 @@ use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use redlock_wire::{
     AcquireRequest, AcquireResponse, ErrorBody, ErrorCode, ErrorResponse, ExtendRequest,
-    ExtendResponse, HoldEvent, HoldRequest, NodeStatus, NodesResponse, ReleaseRequest,
+    ExtendResponse, HoldEvent, HoldRequest, NodeState, NodeStatus, NodesResponse, ReleaseRequest,
     ReleaseResponse,
 };
 use serde::de::DeserializeOwned;
@@ -577,13 +577,21 @@ async fn release(
 /// `GET /v1/nodes` from the nodes' snapshots.
 pub fn nodes_response(agent: &Agent) -> NodesResponse {
     let redlock = agent.redlock();
-    let shared = crate::health::shared_servers(redlock.nodes());
-    let nodes: Vec<NodeStatus> = redlock
-        .nodes()
+    // One snapshot per node: the shared-server check, the states and the
+    // usable count all read the same moment.
+    let snaps: Vec<_> = redlock.nodes().iter().map(|n| n.snapshot()).collect();
+    let names: Vec<&str> = redlock.nodes().iter().map(|n| n.name()).collect();
+    let run_ids: Vec<Option<&str>> = snaps
         .iter()
+        .map(|s| s.identity.as_ref().map(|i| i.run_id.as_str()))
+        .collect();
+    let shared = crate::health::shared_servers(&names, &run_ids);
+    let usable = snaps.iter().filter(|s| s.state == NodeState::Up).count();
+    let nodes: Vec<NodeStatus> = names
+        .iter()
+        .zip(snaps.iter().cloned())
         .zip(shared)
-        .map(|(node, shared)| {
-            let snap = node.snapshot();
+        .map(|((name, snap), shared)| {
             let mut warnings = snap.warnings;
             if !shared.is_empty() {
                 warnings.push(format!(
@@ -592,7 +600,7 @@ pub fn nodes_response(agent: &Agent) -> NodesResponse {
                 ));
             }
             NodeStatus {
-                name: node.name().to_string(),
+                name: name.to_string(),
                 state: snap.state,
                 latency_ms: snap.latency.map(|d| d.as_micros() as f64 / 1000.0),
                 last_error: snap.last_error,
@@ -606,7 +614,6 @@ pub fn nodes_response(agent: &Agent) -> NodesResponse {
             }
         })
         .collect();
-    let usable = redlock.nodes().iter().filter(|n| n.is_usable()).count();
     NodesResponse {
         quorum: redlock.quorum(),
         usable,
