@@ -122,9 +122,13 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
             Ok(None) => {}
             Ok(Some(marker)) => {
                 detected = Some(match detected {
-                    Some(other) if other.1 >= marker.1 => other,
+                    Some(other) if other.1 > marker.1 => other,
                     _ => marker,
                 });
+            }
+            Err(NodeError::Timeout(after)) if !node.probe_timed_out() => {
+                tracing::debug!(node = node.name(), ?after, "marker read late; trying again");
+                return;
             }
             Err(e) => {
                 went_down(node, was, &e);

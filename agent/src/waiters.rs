@@ -34,7 +34,7 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
 pub const RETRIES_PER_SECOND: f64 = 1000.0;
 
 use crate::metrics::Metrics;
-use crate::redlock::{Acquire, Node, Redlock, Resource};
+use crate::redlock::{Acquire, Node, Redlock, Resource, Token};
 
 /// One resource's queue. Each waiter has its own wake-up channel carrying
 /// a generation number: only the head is woken, by a release or when it
@@ -272,11 +272,14 @@ impl Waiters {
         wait: Duration,
     ) -> Result<Acquire, WaitError> {
         let deadline = Instant::now() + wait;
+        // One token for every round of this request (see
+        // [`Redlock::acquire_once`]).
+        let token = Token::generate(owner);
         // No one waits here for this resource: try at once, and queue (and
         // subscribe to its release channel) only if it is taken. With
         // waiters, join the queue: newcomers do not overtake them.
         if wait.is_zero() || !self.lock().contains_key(resource.as_str()) {
-            let first = redlock.acquire_once(resource, ttl, owner).await;
+            let first = redlock.acquire_once(resource, ttl, &token).await;
             let hopeless = matches!(first, Acquire::NoQuorum(_)) && !redlock.quorum_usable();
             if wait.is_zero() || matches!(first, Acquire::Granted(_)) || hopeless {
                 return Ok(first);
@@ -288,7 +291,7 @@ impl Waiters {
         // not answer leaves only the retry delay as the fallback.
         let _ = tokio::time::timeout(SUBSCRIBE_WAIT, futures::future::join_all(subscribed)).await;
         ticket
-            .wait_for_lock(redlock, resource, ttl, owner, deadline)
+            .wait_for_lock(redlock, resource, ttl, &token, deadline)
             .await
     }
 }
@@ -301,7 +304,7 @@ impl Ticket<'_> {
         redlock: &Redlock,
         resource: &Resource,
         ttl: Duration,
-        owner: Option<&str>,
+        token: &Token,
         deadline: Instant,
     ) -> Result<Acquire, WaitError> {
         let mut last = Acquire::Taken;
@@ -327,7 +330,7 @@ impl Ticket<'_> {
                 }
             }
             self.wake.borrow_and_update();
-            last = redlock.acquire_once(resource, ttl, owner).await;
+            last = redlock.acquire_once(resource, ttl, token).await;
             match last {
                 Acquire::Granted(_) => {
                     self.granted = true;

@@ -91,6 +91,14 @@ enum Attempt {
     NoQuorum(String),
 }
 
+/// Acquire rounds one agent runs at once; more wait for a turn. Without a
+/// bound, a burst of thousands of requests puts thousands of votes on each
+/// master's connection at once, every vote times out behind the others
+/// (the node timeout starts when a vote is sent), every round fails and is
+/// retried: overload turned into failure. Each round's timing starts after
+/// its turn, so waiting here never eats into a lock's validity.
+pub const MAX_ROUNDS_IN_FLIGHT: usize = 128;
+
 /// Redlock over a fixed set of masters.
 ///
 /// The quorum is N/2+1 of the configured N, whatever state the nodes are in:
@@ -101,6 +109,7 @@ pub struct Redlock {
     quorum: usize,
     settings: Settings,
     metrics: Arc<Metrics>,
+    rounds: tokio::sync::Semaphore,
 }
 
 impl Redlock {
@@ -114,6 +123,7 @@ impl Redlock {
             quorum,
             settings,
             metrics,
+            rounds: tokio::sync::Semaphore::new(MAX_ROUNDS_IN_FLIGHT),
         }
     }
 
@@ -198,26 +208,25 @@ impl Redlock {
     /// every usable master at once, granted on a quorum with validity left.
     /// A failed round is released on every master before this returns.
     /// Waiting and retrying are the caller's ([`crate::waiters`]).
-    pub async fn acquire_once(
-        &self,
-        resource: &Resource,
-        ttl: Duration,
-        owner: Option<&str>,
-    ) -> Acquire {
+    ///
+    /// Every round of one request uses the same `token`, so a key an earlier
+    /// round left behind counts for this one instead of blocking it.
+    pub async fn acquire_once(&self, resource: &Resource, ttl: Duration, token: &Token) -> Acquire {
+        // The semaphore is never closed, so a permit always comes.
+        let _turn = self.rounds.acquire().await;
         let usable = self.usable();
         if usable.len() < self.quorum {
             return Acquire::NoQuorum(self.describe_unusable());
         }
         let key = self.key(resource);
-        let token = Token::generate(owner);
         let started = Instant::now();
-        let outcome = match self.attempt(&usable, &key, &token, ttl).await {
+        let outcome = match self.attempt(&usable, &key, token, ttl).await {
             Attempt::Granted(validity) => {
                 self.metrics
                     .validity_at_grant
                     .observe(validity.as_secs_f64() / ttl.as_secs_f64());
                 return Acquire::Granted(Grant {
-                    token,
+                    token: token.clone(),
                     ttl,
                     validity,
                     granted_at: Instant::now(),
@@ -232,7 +241,7 @@ impl Redlock {
         };
         // Undo the partial acquisition everywhere, including the masters
         // that seemed not to answer: their SET may still have landed.
-        self.release_all(resource, &token).await;
+        self.release_all(resource, token).await;
         tracing::debug!(%resource, elapsed = ?started.elapsed(), ?outcome, "acquire round failed");
         outcome
     }
@@ -385,7 +394,21 @@ impl Redlock {
     /// Decides as soon as the outcome is certain: a quorum extended, or so
     /// many masters no longer hold the token that no quorum ever can.
     pub async fn extend(&self, resource: &Resource, token: &Token, ttl: Duration) -> Extend {
+        // A quarantined master cannot help: it takes no extends, and any key
+        // of this lock on it expires before its quarantine (longer than any
+        // TTL) ends. Neither can a duplicate.
+        let may_hold = self
+            .nodes
+            .iter()
+            .zip(self.duplicates())
+            .filter(|(n, duplicate)| {
+                duplicate.is_none() && n.state() != redlock_wire::NodeState::Quarantined
+            })
+            .count();
         let usable = self.usable();
+        if may_hold < self.quorum {
+            return Extend::Lost;
+        }
         if usable.len() < self.quorum {
             return Extend::NoQuorum(self.describe_unusable());
         }
@@ -399,21 +422,19 @@ impl Redlock {
             })
             .collect();
         let (mut extended, mut not_held) = (0, 0);
-        // Masters that may still hold the token: all but those that said no.
-        let configured = self.nodes.len();
         while let Some(reply) = replies.next().await {
             match reply {
                 Ok(Extension::Extended) => extended += 1,
                 Ok(Extension::NotHeld | Extension::LostState) => not_held += 1,
                 Err(_) => {}
             }
-            if extended >= self.quorum || configured - not_held < self.quorum {
+            if extended >= self.quorum || may_hold - not_held < self.quorum {
                 break;
             }
         }
         let elapsed = started.elapsed();
         drop(replies);
-        if configured - not_held < self.quorum {
+        if may_hold - not_held < self.quorum {
             return Extend::Lost;
         }
         if extended < self.quorum {

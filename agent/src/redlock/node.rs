@@ -645,6 +645,9 @@ impl Node {
         self.series.request(kind, started.elapsed());
         result.map_err(|e| {
             let error = match NodeError::classify(&e) {
+                NodeError::Timeout(_) if kind == Op::Probe => {
+                    NodeError::Timeout(self.probe_timeout())
+                }
                 NodeError::Timeout(_) => NodeError::Timeout(self.timeout),
                 other => other,
             };
@@ -765,10 +768,8 @@ impl Node {
         conn: &MultiplexedConnection,
     ) -> Result<(Duration, Option<Identity>), NodeError> {
         let start = Instant::now();
-        let mut probe_conn = conn.clone();
-        probe_conn.set_response_timeout(self.probe_timeout());
         let reply = self
-            .request_on(Op::Probe, probe_conn, |mut conn| async move {
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
                 redis::pipe()
                     .cmd("INFO")
                     .arg("server")
@@ -818,6 +819,13 @@ impl Node {
         self.connect_timeout
     }
 
+    /// A handle on `conn` whose requests are bounded by the probe timeout.
+    fn probe_conn(&self, conn: &MultiplexedConnection) -> MultiplexedConnection {
+        let mut conn = conn.clone();
+        conn.set_response_timeout(self.probe_timeout());
+        conn
+    }
+
     /// The whole `INFO` as key/value pairs, for topology checks. `None` when
     /// an ACL refuses it.
     ///
@@ -828,7 +836,7 @@ impl Node {
         conn: &MultiplexedConnection,
     ) -> Result<Option<HashMap<String, String>>, NodeError> {
         match self
-            .request_on(Op::Probe, conn.clone(), |mut conn| async move {
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
                 redis::cmd("INFO").query_async::<String>(&mut conn).await
             })
             .await
@@ -842,7 +850,7 @@ impl Node {
     /// `CONFIG GET` of one parameter; `None` when refused or unknown.
     pub async fn config_get(&self, conn: &MultiplexedConnection, name: &str) -> Option<String> {
         let reply = self
-            .request_on(Op::Probe, conn.clone(), |mut conn| async move {
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
                 redis::cmd("CONFIG")
                     .arg("GET")
                     .arg(name)
@@ -862,7 +870,7 @@ impl Node {
     /// When the master does not answer in time or refuses the read.
     pub async fn marker_present(&self, conn: &MultiplexedConnection) -> Result<bool, NodeError> {
         let key = self.marker_key.as_str();
-        self.request_on(Op::Probe, conn.clone(), |mut conn| async move {
+        self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
             redis::cmd("EXISTS")
                 .arg(key)
                 .query_async::<i64>(&mut conn)
@@ -878,7 +886,7 @@ impl Node {
     /// When the master does not answer in time or refuses the write.
     pub(crate) async fn write_marker(&self, conn: &MultiplexedConnection) -> Result<(), NodeError> {
         let key = self.marker_key.as_str();
-        self.request_on(Op::Probe, conn.clone(), |mut conn| async move {
+        self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
             redis::cmd("SET")
                 .arg(key)
                 .arg("redlock-agent incarnation marker")
