@@ -122,7 +122,7 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
             Ok(None) => {}
             Ok(Some(marker)) => {
                 detected = Some(match detected {
-                    Some(other) if other.1 > marker.1 => other,
+                    Some(other) if other.1 >= marker.1 => other,
                     _ => marker,
                 });
             }

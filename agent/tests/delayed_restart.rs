@@ -219,10 +219,14 @@ async fn uptime_detector_quarantines_young_masters_at_agent_start() {
         .iter()
         .filter(|n| n["state"] == "quarantined")
         .collect();
-    // On a slow machine some may already be old enough; most are not.
+    // On a slow machine some may already be old enough; most are not. A
+    // master that is a second old and has no incarnation marker yet is
+    // quarantined for the whole period by the marker detector instead (the
+    // longer of the two wins).
+    let detected_young = |d: &Value| d == "uptime" || d == "marker";
     if !young.is_empty() {
         for n in &young {
-            assert_eq!(n["detector"], "uptime", "{n}");
+            assert!(detected_young(&n["detector"]), "{n}");
             assert!(
                 n["quarantine_remaining_ms"].as_u64().unwrap() <= 3000,
                 "{n}"
@@ -234,7 +238,8 @@ async fn uptime_detector_quarantines_young_masters_at_agent_start() {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(
-            message.contains("quarantined for") && message.contains("uptime"),
+            message.contains("quarantined for")
+                && (message.contains("uptime") || message.contains("marker")),
             "{message}"
         );
     }

@@ -147,6 +147,18 @@ async fn a_master_first_seen_without_marker_is_quarantined_once() {
     let cluster = Cluster::start(3);
     let first = TestAgent::start(&cluster, SHORT).await;
     first.stop().await;
+    // Old enough that the uptime detector alone would quarantine for less
+    // than the whole period: the missing marker must make it the whole.
+    wait_for("r1 up for a second", Duration::from_secs(5), || async {
+        let mut conn = cluster.redis(0).await;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        !info.contains("uptime_in_seconds:0\r")
+    })
+    .await;
     flush(&cluster, 0, "FLUSHALL").await;
     let agent = TestAgent::start_cautious(&cluster, SHORT).await;
     let nodes = agent.nodes().await;

@@ -458,7 +458,12 @@ impl Node {
     /// # Errors
     /// When the master does not take the write; the node stays quarantined.
     pub(crate) async fn readmit(&self, conn: &MultiplexedConnection) -> Result<(), NodeError> {
-        self.write_marker(conn).await?;
+        // Present already: another agent's quarantine ended first, or a
+        // replica has its master's (its votes fail READONLY anyway). Only
+        // write it when missing, so a read-only master can be readmitted.
+        if !self.marker_present(conn).await? {
+            self.write_marker(conn).await?;
+        }
         let mut inner = self.lock();
         inner.readmit = false;
         Ok(())
