@@ -74,6 +74,13 @@ fn check_accepts_valid_configs_and_redacts_secrets() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{}: {stderr}", file.display());
         assert!(!stdout.contains("s3cret"), "{stdout}");
+        assert!(!stderr.contains("s3cret"), "{stderr}");
+        if std::fs::read_to_string(&file).unwrap().contains("s3cret") {
+            assert!(
+                stdout.contains(":***@"),
+                "the password shows as ***: {stdout}"
+            );
+        }
         assert!(stdout.contains("max_ttl"), "{stdout}");
     }
 }
@@ -226,4 +233,38 @@ fn sigterm_drains_in_flight_requests() {
         "the in-flight waiter was answered: {answer}"
     );
     assert!(child.wait().unwrap().success());
+}
+
+/// Start-up refuses, like `check`, two masters that reach one server, with
+/// exit 64 before binding, naming both.
+#[test]
+fn run_refuses_one_server_listed_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("a.sock");
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "socket: {{path: {:?}}}\nmasters:\n  - {{name: r1, url: \"redis://localhost:7001\"}}\n  - {{name: r2, url: \"redis://:pw-secret@127.0.0.1:7001/2\"}}\n  - {{name: r3, url: \"redis://127.0.0.1:7003\"}}\n",
+            socket.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("masters[1].url: r2 reaches the same server as masters[0].url (r1)"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("masters[2]"),
+        "r3 is another server: {stderr}"
+    );
+    assert!(!stderr.contains("pw-secret"), "{stderr}");
+    assert!(!socket.exists());
 }

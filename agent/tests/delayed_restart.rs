@@ -308,7 +308,7 @@ async fn topology_warnings_for_replicas_shared_servers_and_eviction() {
         &["--maxmemory-policy", "allkeys-lru"],
     )
     .unwrap();
-    let agent = TestAgent::start_with(|socket| {
+    let agent = TestAgent::start_sharing_servers(|socket| {
         // config_yaml ends with the masters list, so entries appended land in it.
         let mut yaml = cluster.config_yaml(socket, "");
         yaml.push_str(&format!(
