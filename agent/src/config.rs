@@ -860,6 +860,9 @@ pub enum AddressCheck {
 /// of them at once.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A host's addresses, or why it has none.
+type Resolved = Result<Vec<SocketAddr>, String>;
+
 /// One master's URL, as the same-server check sees it.
 #[derive(Debug, Clone)]
 struct Endpoint {
@@ -885,7 +888,7 @@ impl Endpoint {
 /// not resolve.
 fn check_same_server(
     endpoints: &[Endpoint],
-    resolve: &dyn Fn(&[(String, u16)]) -> Vec<Result<Vec<SocketAddr>, String>>,
+    resolve: &dyn Fn(&[(String, u16)]) -> Vec<Resolved>,
     errors: &mut Vec<FieldError>,
 ) {
     let targets: Vec<(String, u16)> = endpoints.iter().map(|e| (e.host.clone(), e.port)).collect();
@@ -952,8 +955,8 @@ fn canonical(addr: SocketAddr) -> SocketAddr {
 /// Resolves every `(host, port)` with the system resolver, in parallel,
 /// giving up on those not answered within [`RESOLVE_TIMEOUT`] (their lookup
 /// thread is left to finish on its own). IP literals need no lookup.
-fn resolve_all(targets: &[(String, u16)]) -> Vec<Result<Vec<SocketAddr>, String>> {
-    let mut results: Vec<Option<Result<Vec<SocketAddr>, String>>> = vec![None; targets.len()];
+fn resolve_all(targets: &[(String, u16)]) -> Vec<Resolved> {
+    let mut results: Vec<Option<Resolved>> = vec![None; targets.len()];
     let (tx, rx) = std::sync::mpsc::channel();
     let mut pending = 0;
     for (i, (host, port)) in targets.iter().enumerate() {
@@ -1349,7 +1352,7 @@ lock:
 
     #[test]
     fn names_that_share_any_address_collide_and_unresolved_names_are_reported() {
-        let resolve = |targets: &[(String, u16)]| -> Vec<Result<Vec<SocketAddr>, String>> {
+        let resolve = |targets: &[(String, u16)]| -> Vec<Resolved> {
             targets
                 .iter()
                 .map(|(host, port)| {
