@@ -268,3 +268,146 @@ fn run_refuses_one_server_listed_twice() {
     assert!(!stderr.contains("pw-secret"), "{stderr}");
     assert!(!socket.exists());
 }
+
+/// A config for an agent on `socket`; its master need not run, since the
+/// socket is bound before any master is contacted.
+fn socket_config(dir: &Path, socket: &Path) -> PathBuf {
+    let config = dir.join("socket-test.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "socket: {{path: {:?}}}\nmetrics: {{listen: \"127.0.0.1:0\"}}\nmasters:\n  - {{name: r1, url: \"redis://127.0.0.1:1\"}}\n",
+            socket.display().to_string()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// Runs the agent on `config` and waits for it to exit (killing it after
+/// `limit`, which fails the test): its exit code and stderr.
+fn run_to_exit(config: &Path, limit: Duration) -> (Option<i32>, String) {
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the agent did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    (status.code(), stderr)
+}
+
+/// A regular file, a directory or a symbolic link (dangling or not) at
+/// socket.path is left alone: the agent exits 1 naming the path and what
+/// is there.
+#[test]
+fn run_leaves_anything_but_a_socket_at_the_socket_path_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "precious").unwrap();
+    let directory = dir.path().join("dir");
+    std::fs::create_dir(&directory).unwrap();
+    let dangling = dir.path().join("dangling");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+
+    for (path, what) in [
+        (&file, "a regular file"),
+        (&directory, "a directory"),
+        (&dangling, "a symbolic link"),
+        (&link, "a symbolic link"),
+    ] {
+        let config = socket_config(dir.path(), path);
+        let (code, stderr) = run_to_exit(&config, Duration::from_secs(30));
+        assert_eq!(code, Some(1), "{}: {stderr}", path.display());
+        let expected = format!(
+            "socket.path {}: {what} is there, not a socket; remove it or choose another path",
+            path.display()
+        );
+        assert!(
+            stderr.contains(&expected),
+            "missing {expected:?} in:\n{stderr}"
+        );
+        assert!(
+            !stderr.contains("stale"),
+            "{}: nothing was replaced: {stderr}",
+            path.display()
+        );
+        let meta = std::fs::symlink_metadata(path).unwrap();
+        assert_eq!(
+            meta.file_type().is_symlink(),
+            what == "a symbolic link",
+            "{} is still what it was",
+            path.display()
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
+    assert!(directory.is_dir());
+    assert_eq!(
+        std::fs::read_link(&dangling).unwrap(),
+        dir.path().join("nowhere")
+    );
+}
+
+/// A socket another process listens on is refused (exit 1); a socket file
+/// nobody answers on is replaced, and the agent serves there.
+#[test]
+fn run_replaces_only_a_socket_nobody_answers_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let config = socket_config(dir.path(), &socket);
+
+    let live = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let (code, stderr) = run_to_exit(&config, Duration::from_secs(30));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "another agent is already listening on {}",
+            socket.display()
+        )),
+        "{stderr}"
+    );
+    assert!(socket.exists(), "the live socket is kept");
+
+    drop(live); // the file stays, with nobody behind it
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not take over the stale socket"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the agent exited instead of replacing the stale socket"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let answer = curl_like(
+        &socket,
+        "GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    );
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    sigterm(child.id());
+    assert!(child.wait().unwrap().success());
+}
