@@ -356,11 +356,20 @@ impl Config {
     /// # Errors
     /// Every problem at once, each with its field path.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_with(path, AddressCheck::Resolve)
+    }
+
+    /// As [`Config::load`], with the masters' addresses checked as `check`
+    /// says.
+    ///
+    /// # Errors
+    /// Every problem at once, each with its field path.
+    pub fn load_with(path: &Path, check: AddressCheck) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Config::from_yaml(&text)
+        Config::from_yaml_with(&text, check)
     }
 
     /// Parses and validates YAML text.
@@ -850,7 +859,8 @@ pub enum AddressCheck {
     /// server's vote would count twice toward a quorum. A host that does
     /// not resolve is refused too, since it cannot be compared.
     Resolve,
-    /// Neither resolve nor compare: only for tests of the run-time
+    /// Neither resolve nor compare: for `check --offline` (a file checked
+    /// away from the network it will run in) and for tests of the run-time
     /// detection of two masters behind one server, which need such a
     /// configuration to start.
     Skip,
@@ -862,6 +872,10 @@ pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A host's addresses, or why it has none.
 type Resolved = Result<Vec<SocketAddr>, String>;
+
+/// Resolves `(host, port)` pairs, one answer each in order: [`resolve_all`],
+/// or a fixed table in unit tests.
+type Resolver = dyn Fn(&[(String, u16)]) -> Vec<Resolved>;
 
 /// One master's URL, as the same-server check sees it.
 #[derive(Debug, Clone)]
@@ -886,11 +900,7 @@ impl Endpoint {
 /// shared address on the same port, whatever the spelling (`localhost`,
 /// `127.0.0.1`, `[::1]`) or the database number; and every host that does
 /// not resolve.
-fn check_same_server(
-    endpoints: &[Endpoint],
-    resolve: &dyn Fn(&[(String, u16)]) -> Vec<Resolved>,
-    errors: &mut Vec<FieldError>,
-) {
+fn check_same_server(endpoints: &[Endpoint], resolve: &Resolver, errors: &mut Vec<FieldError>) {
     let targets: Vec<(String, u16)> = endpoints.iter().map(|e| (e.host.clone(), e.port)).collect();
     let resolved = resolve(&targets);
     let mut seen: Vec<(&Endpoint, HashSet<SocketAddr>)> = Vec::new();

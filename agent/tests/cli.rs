@@ -411,3 +411,40 @@ fn run_replaces_only_a_socket_nobody_answers_on() {
     sigterm(child.id());
     assert!(child.wait().unwrap().success());
 }
+
+/// `check` reports a host that does not resolve; `check --offline` (a file
+/// checked away from its network) skips resolution and comparison.
+#[test]
+fn check_offline_skips_resolving_the_masters() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        "masters:\n  - {name: r1, url: \"redis://redis-1.invalid:6379\"}\n  - {name: r2, url: \"redis://redis-2.invalid:6379\"}\n  - {name: r3, url: \"redis://redis-3.invalid:6379\"}\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    for i in 0..3 {
+        assert!(
+            stderr.contains(&format!(
+                "masters[{i}].url: cannot resolve \"redis-{}.invalid\"",
+                i + 1
+            )),
+            "{stderr}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["check", "--offline", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("ok (3 masters, quorum 2)"), "{stderr}");
+}
