@@ -448,3 +448,43 @@ fn check_offline_skips_resolving_the_masters() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("ok (3 masters, quorum 2)"), "{stderr}");
 }
+
+/// A password in a master URL shows nowhere in the agent's logs, text or
+/// JSON, at debug level, while its master is unreachable (so connection
+/// errors are logged too).
+#[test]
+fn logs_never_show_a_master_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "socket: {{path: {:?}}}\nmetrics: {{listen: \"127.0.0.1:0\"}}\nlog: {{level: debug}}\nmasters:\n  - {{name: r1, url: \"redis://agent:pw-secret@127.0.0.1:1/0\"}}\n",
+            socket.display().to_string()
+        ),
+    )
+    .unwrap();
+    for format in ["text", "json"] {
+        let mut child = Command::new(BIN)
+            .args(["--log-format", format, "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_file(&socket, Duration::from_secs(30));
+        let answer = curl_like(
+            &socket,
+            "POST /v1/locks/x/acquire HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+        );
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        sigterm(child.id());
+        assert!(child.wait().unwrap().success());
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(stderr.contains("serving"), "{format}: {stderr}");
+        assert!(stderr.contains("r1"), "{format}: {stderr}");
+        assert!(!stderr.contains("pw-secret"), "{format}: {stderr}");
+    }
+}
