@@ -110,12 +110,14 @@ fn run_with_a_bad_config_exits_64_before_binding() {
     assert_eq!(out.status.code(), Some(64), "no --config is a usage error");
 }
 
-fn wait_for_file(path: &Path, limit: Duration) {
+/// Waits until the agent accepts connections on `path`: the file alone is
+/// not enough, since it appears at bind(2), before listen(2).
+fn wait_for_socket(path: &Path, limit: Duration) {
     let deadline = Instant::now() + limit;
-    while !path.exists() {
+    while std::os::unix::net::UnixStream::connect(path).is_err() {
         assert!(
             Instant::now() < deadline,
-            "{} did not appear",
+            "nobody answers on {}",
             path.display()
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -149,7 +151,7 @@ fn dev_serves_locks_on_real_masters_and_stops_cleanly() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for_file(&socket, Duration::from_secs(30));
+    wait_for_socket(&socket, Duration::from_secs(30));
     let answer = curl_like(
         &socket,
         "POST /v1/locks/demo/acquire HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
@@ -211,7 +213,7 @@ fn sigterm_drains_in_flight_requests() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for_file(&socket, Duration::from_secs(30));
+    wait_for_socket(&socket, Duration::from_secs(30));
     // Hold the resource, then ask again with a wait, so a request is in flight.
     let first = curl_like(
         &socket,
@@ -473,7 +475,7 @@ fn logs_never_show_a_master_password() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        wait_for_file(&socket, Duration::from_secs(30));
+        wait_for_socket(&socket, Duration::from_secs(30));
         let answer = curl_like(
             &socket,
             "POST /v1/locks/x/acquire HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
