@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -846,7 +846,7 @@ fn read_masters(
         });
     }
     if check == AddressCheck::Resolve {
-        check_same_server(&endpoints, &resolve_all, errors);
+        check_same_server(&endpoints, &resolve_all, &local_addresses(), errors);
     }
     masters
 }
@@ -900,13 +900,18 @@ impl Endpoint {
 /// shared address on the same port, whatever the spelling (`localhost`,
 /// `127.0.0.1`, `[::1]`) or the database number; and every host that does
 /// not resolve.
-fn check_same_server(endpoints: &[Endpoint], resolve: &Resolver, errors: &mut Vec<FieldError>) {
+fn check_same_server(
+    endpoints: &[Endpoint],
+    resolve: &Resolver,
+    local: &HashSet<IpAddr>,
+    errors: &mut Vec<FieldError>,
+) {
     let targets: Vec<(String, u16)> = endpoints.iter().map(|e| (e.host.clone(), e.port)).collect();
     let resolved = resolve(&targets);
     let mut seen: Vec<(&Endpoint, HashSet<SocketAddr>)> = Vec::new();
     for (endpoint, addrs) in endpoints.iter().zip(resolved) {
         let addrs: HashSet<SocketAddr> = match addrs {
-            Ok(addrs) => addrs.into_iter().map(canonical).collect(),
+            Ok(addrs) => addrs.into_iter().map(|a| canonical(a, local)).collect(),
             Err(why) => {
                 errors.push(FieldError {
                     path: endpoint.path.clone(),
@@ -928,7 +933,7 @@ fn check_same_server(endpoints: &[Endpoint], resolve: &Resolver, errors: &mut Ve
         }
         if let Some(addr) = at {
             let host = if addr.ip().is_loopback() {
-                format!("loopback port {}", addr.port())
+                format!("this machine's port {}", addr.port())
             } else {
                 addr.to_string()
             };
@@ -947,19 +952,56 @@ fn check_same_server(endpoints: &[Endpoint], resolve: &Resolver, errors: &mut Ve
 }
 
 /// The address a connection really reaches: an IPv4-mapped IPv6 address is
-/// its IPv4 address, and every loopback or unspecified address is one host
-/// (a redis-server listens on both `127.0.0.1` and `::1` by default).
-fn canonical(addr: SocketAddr) -> SocketAddr {
+/// its IPv4 address, and every loopback or unspecified address, and every
+/// address of this machine (`local`), is one host: a redis-server listens
+/// on all of them by default.
+fn canonical(addr: SocketAddr, local: &HashSet<IpAddr>) -> SocketAddr {
     let ip = match addr.ip() {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         ip => ip,
     };
-    let ip = if ip.is_loopback() || ip.is_unspecified() {
+    let ip = if ip.is_loopback() || ip.is_unspecified() || local.contains(&ip) {
         IpAddr::V4(Ipv4Addr::LOCALHOST)
     } else {
         ip
     };
     SocketAddr::new(ip, addr.port())
+}
+
+/// The IP addresses of this machine's interfaces (empty if they cannot be
+/// listed), so that `redis://<this host's address>:P` and
+/// `redis://127.0.0.1:P` are seen as one server.
+fn local_addresses() -> HashSet<IpAddr> {
+    let mut local = HashSet::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs(3) gives a linked list that stays valid until
+    // freeifaddrs(3); it is only read in between, each ifa_addr through the
+    // sockaddr type its sa_family names.
+    unsafe {
+        if libc::getifaddrs(&mut head) != 0 {
+            return local;
+        }
+        let mut entry = head;
+        while !entry.is_null() {
+            let addr = (*entry).ifa_addr;
+            if !addr.is_null() {
+                match i32::from((*addr).sa_family) {
+                    libc::AF_INET => {
+                        let v4 = &*addr.cast::<libc::sockaddr_in>();
+                        local.insert(IpAddr::V4(Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr))));
+                    }
+                    libc::AF_INET6 => {
+                        let v6 = &*addr.cast::<libc::sockaddr_in6>();
+                        local.insert(IpAddr::V6(Ipv6Addr::from(v6.sin6_addr.s6_addr)));
+                    }
+                    _ => {}
+                }
+            }
+            entry = (*entry).ifa_next;
+        }
+        libc::freeifaddrs(head);
+    }
+    local
 }
 
 /// Resolves every `(host, port)` with the system resolver, in parallel,
@@ -1337,11 +1379,11 @@ lock:
 ";
         let errors = errors_of(yaml);
         let expected = [
-            "masters[1].url: b reaches the same server as masters[0].url (a) (loopback port 7001)",
-            "masters[2].url: c reaches the same server as masters[0].url (a), masters[1].url (b) (loopback port 7001)",
+            "masters[1].url: b reaches the same server as masters[0].url (a) (this machine's port 7001)",
+            "masters[2].url: c reaches the same server as masters[0].url (a), masters[1].url (b) (this machine's port 7001)",
             "masters[3].url: d reaches the same server as masters[0].url (a), masters[1].url (b), masters[2].url (c)",
             "masters[4].url: e reaches the same server as masters[0].url (a), masters[1].url (b), masters[2].url (c), masters[3].url (d)",
-            "masters[7].url: h reaches the same server as masters[6].url (g) (loopback port 6379)",
+            "masters[7].url: h reaches the same server as masters[6].url (g) (this machine's port 6379)",
         ];
         assert_eq!(errors.len(), expected.len(), "{errors:#?}");
         for (error, line) in errors.iter().zip(expected) {
@@ -1387,7 +1429,7 @@ lock:
             endpoint(4, "nowhere", 6379),
         ];
         let mut errors = Vec::new();
-        check_same_server(&endpoints, &resolve, &mut errors);
+        check_same_server(&endpoints, &resolve, &HashSet::new(), &mut errors);
         let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
         assert_eq!(
             errors,
@@ -1398,6 +1440,48 @@ lock:
                  server: name not known",
             ]
         );
+    }
+
+    #[test]
+    fn this_machines_addresses_are_one_host_with_loopback() {
+        let local: HashSet<IpAddr> = ["192.0.2.7".parse().unwrap(), "fd00::7".parse().unwrap()]
+            .into_iter()
+            .collect();
+        let loopback: SocketAddr = "127.0.0.1:6379".parse().unwrap();
+        for addr in [
+            "192.0.2.7:6379",
+            "[fd00::7]:6379",
+            "[::1]:6379",
+            "127.0.0.5:6379",
+            "[::ffff:127.0.0.1]:6379",
+            "0.0.0.0:6379",
+        ] {
+            assert_eq!(canonical(addr.parse().unwrap(), &local), loopback, "{addr}");
+        }
+        let other: SocketAddr = "192.0.2.8:6379".parse().unwrap();
+        assert_eq!(canonical(other, &local), other);
+        assert_eq!(
+            canonical("[::ffff:192.0.2.8]:6379".parse().unwrap(), &local),
+            other
+        );
+
+        // The real list has loopback, and any other address of this
+        // machine collides with 127.0.0.1.
+        let real = local_addresses();
+        assert!(real.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)), "{real:?}");
+        if let Some(ip) = real.iter().find(|ip| !ip.is_loopback()) {
+            let yaml = format!(
+                "masters:\n  - {{name: a, url: \"redis://127.0.0.1:7001\"}}\n  - {{name: b, url: \"redis://{}:7001\"}}\n",
+                SocketAddr::new(*ip, 7001).to_string().rsplit_once(':').unwrap().0
+            );
+            let errors = errors_of(&yaml);
+            assert_eq!(errors.len(), 1, "{yaml}: {errors:?}");
+            assert!(
+                errors[0]
+                    .starts_with("masters[1].url: b reaches the same server as masters[0].url (a)"),
+                "{errors:?}"
+            );
+        }
     }
 
     #[test]
