@@ -2,7 +2,7 @@
 //! `redlock-agent dev`, and the harness the integration tests use.
 //!
 //! ## Behavior
-//! - Each master runs `redis-server` on a free this machine's port with no
+//! - Each master runs `redis-server` on a free loopback port with no
 //!   persistence, in its own directory, logging to a file there.
 //! - A master is killed (SIGKILL) when its [`RedisServer`] is dropped; if the
 //!   thread is panicking (a failing test) its log is printed first.
