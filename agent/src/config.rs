@@ -144,6 +144,29 @@ const DEFAULT_REDIS_PORT: u16 = 6379;
 /// The one query parameter the redis client reads from a TCP URL.
 const READ_QUERY_KEY: &str = "protocol";
 
+/// Query parameter names shown in messages; any other name is shown as
+/// `***`, since a misplaced password could sit there too.
+const NAMED_QUERY_KEYS: &[&str] = &[
+    READ_QUERY_KEY,
+    "password",
+    "pass",
+    "passwd",
+    "pwd",
+    "auth",
+    "user",
+    "username",
+    "db",
+];
+
+/// A query parameter's name as messages show it.
+fn shown_query_key(key: &str) -> &str {
+    if NAMED_QUERY_KEYS.contains(&key) {
+        key
+    } else {
+        "***"
+    }
+}
+
 /// A `redis://` or `rediss://` URL whose password never shows in `Debug`,
 /// `Display` or serialized output, neither from the userinfo nor from the
 /// query.
@@ -195,7 +218,8 @@ impl MasterUrl {
                 _ => "the redis client reads only ?protocol= from the query",
             };
             return Err(format!(
-                "query parameter {key:?} is not used: {hint}: {:?}",
+                "query parameter {:?} is not used: {hint}: {:?}",
+                shown_query_key(&key),
                 url.to_string()
             ));
         }
@@ -224,6 +248,12 @@ impl MasterUrl {
         self.url.password().is_some()
     }
 
+    /// A user name without a password: the redis client then sends no
+    /// AUTH at all, so the connection would silently be the default user.
+    fn has_user_without_password(&self) -> bool {
+        !self.url.username().is_empty() && !self.has_password()
+    }
+
     fn set_password(&mut self, password: &str) {
         // Cannot fail: `parse` accepted only URLs with a host.
         self.url
@@ -247,6 +277,10 @@ impl fmt::Display for MasterUrl {
         if shown.password().is_some() {
             // Cannot fail: the URL has a host.
             let _ = shown.set_password(Some("***"));
+        } else if !shown.username().is_empty() {
+            // `redis://secret@host`: a password where the user goes
+            // (refused by `read_masters`, shown in its message).
+            let _ = shown.set_username("***");
         }
         // Query values other than `protocol` may be secrets (`?password=`,
         // refused by `parse` but shown in its error message).
@@ -259,7 +293,7 @@ impl fmt::Display for MasterUrl {
                     } else {
                         "***".into()
                     };
-                    (k.into_owned(), v)
+                    (shown_query_key(&k).to_string(), v)
                 })
                 .collect();
             shown.query_pairs_mut().clear().extend_pairs(pairs);
@@ -297,8 +331,8 @@ fn redact_str(raw: &str) -> String {
         let pairs: Vec<String> = query
             .split('&')
             .map(|pair| match pair.split_once('=') {
-                Some((key, _)) => format!("{key}=***"),
-                None => pair.to_string(),
+                Some((key, _)) => format!("{}=***", shown_query_key(key)),
+                None => "***".to_string(),
             })
             .collect();
         shown.push('?');
@@ -838,6 +872,18 @@ fn read_masters(
             }
             url.set_password(&password);
         }
+        if url.has_user_without_password() {
+            errors.push(FieldError {
+                path: format!("{path}.url"),
+                message: format!(
+                    "names a user but no password, so the redis client would not log in as it; \
+                     give the password in the URL (redis://USER:PASSWORD@host), password_file or \
+                     password_env, or write redis://:PASSWORD@host if this was the password: {:?}",
+                    url.to_string()
+                ),
+            });
+            continue;
+        }
         masters.push(MasterConfig {
             name,
             url,
@@ -1320,6 +1366,46 @@ lock:
             "redis://u:hunter2@127.0.0.1:6379?user=u",
             "http://127.0.0.1?password=hunter2",
             "redis://127.0.0.1:port?password=hunter2",
+        ] {
+            let errors = errors_of(&format!("masters:\n  - {{name: r1, url: {url:?}}}\n"));
+            assert_eq!(errors.len(), 1, "{url}: {errors:?}");
+            assert!(!errors[0].contains("hunter2"), "{errors:?}");
+        }
+    }
+
+    #[test]
+    fn a_user_without_a_password_is_refused_and_not_shown() {
+        let yaml = "masters:\n  - {name: r1, url: \"redis://hunter2@127.0.0.1:6379\"}\n";
+        let errors = errors_of(yaml);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("masters[0].url: names a user but no password"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].contains("\"redis://***@127.0.0.1:6379\""),
+            "{errors:?}"
+        );
+        assert!(!errors[0].contains("hunter2"), "{errors:?}");
+
+        // With the password from the environment, the user is used.
+        let yaml =
+            "masters:\n  - {name: r1, url: \"redis://agent@127.0.0.1:6379\", password_env: PATH}\n";
+        let config = Config::from_yaml(yaml).unwrap();
+        let info = config.masters[0].url.connection_info().unwrap();
+        assert_eq!(info.redis_settings().username(), Some("agent"));
+        assert_eq!(
+            config.masters[0].url.to_string(),
+            "redis://agent:***@127.0.0.1:6379"
+        );
+    }
+
+    #[test]
+    fn unknown_query_names_are_not_shown_either() {
+        for url in [
+            "redis://127.0.0.1:6379?hunter2",
+            "redis://127.0.0.1:6379?hunter2=x",
+            "redis://127.0.0.1:port?hunter2",
         ] {
             let errors = errors_of(&format!("masters:\n  - {{name: r1, url: {url:?}}}\n"));
             assert_eq!(errors.len(), 1, "{url}: {errors:?}");
