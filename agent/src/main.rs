@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use redlock_agent::config::{Config, LogFormat, EXIT_CONFIG};
+use redlock_agent::config::{AddressCheck, Config, LogFormat, EXIT_CONFIG};
 use redlock_agent::dev::{self, RedisServer};
 use redlock_agent::lock_command::{self, LockCommand};
 use std::time::Duration;
@@ -40,6 +40,10 @@ enum Cmd {
     Check {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
+        /// Do not resolve the masters' hosts, so do not compare their
+        /// addresses: to check a file away from the network it will run in.
+        #[arg(long)]
+        offline: bool,
     },
     /// Start local redis-server masters and run the agent on them.
     Dev {
@@ -123,7 +127,14 @@ fn main() -> ExitCode {
             kill_after,
             command,
         }),
-        Some(Cmd::Check { config }) => check(&config),
+        Some(Cmd::Check { config, offline }) => check(
+            &config,
+            if offline {
+                AddressCheck::Skip
+            } else {
+                AddressCheck::Resolve
+            },
+        ),
         Some(Cmd::Dev {
             socket,
             masters,
@@ -131,7 +142,7 @@ fn main() -> ExitCode {
         }) => dev_cluster(&socket, masters, &metrics, cli.log_format),
         None => {
             match cli.config {
-                Some(path) => match load(&path) {
+                Some(path) => match load(&path, AddressCheck::Resolve) {
                     Ok(config) => serve(config, cli.log_format),
                     Err(code) => code,
                 },
@@ -161,8 +172,8 @@ fn lock(command: LockCommand) -> ExitCode {
     }
 }
 
-fn load(path: &Path) -> Result<Config, ExitCode> {
-    Config::load(path).map_err(|e| {
+fn load(path: &Path, check: AddressCheck) -> Result<Config, ExitCode> {
+    Config::load_with(path, check).map_err(|e| {
         eprintln!(
             "redlock-agent: {} is not a usable config:\n{e}",
             path.display()
@@ -171,8 +182,8 @@ fn load(path: &Path) -> Result<Config, ExitCode> {
     })
 }
 
-fn check(path: &Path) -> ExitCode {
-    match load(path) {
+fn check(path: &Path, addresses: AddressCheck) -> ExitCode {
+    match load(path, addresses) {
         Ok(config) => {
             // Cannot fail: the config holds only strings, numbers and bools.
             let yaml = serde_saphyr::to_string(&config).expect("config serializes");
@@ -277,7 +288,7 @@ fn dev_cluster(socket: &Path, count: usize, metrics: &str, format: Option<LogFor
         );
         return ExitCode::FAILURE;
     }
-    let config = match load(&config_path) {
+    let config = match load(&config_path, AddressCheck::Resolve) {
         Ok(config) => config,
         Err(code) => return code,
     };

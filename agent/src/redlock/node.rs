@@ -975,20 +975,26 @@ impl Node {
         .map(|n| n == 1)
     }
 
-    /// `PEXPIRE key ms` on a key that has no TTL (the scanner's repair);
-    /// `Ok(true)` when a TTL was set.
+    /// `PEXPIRE key ms` on a key that has no TTL and still holds `value`
+    /// (the scanner's repair, which reads the value first); `Ok(true)` when
+    /// a TTL was set.
     ///
     /// # Errors
     /// When the master is not connected, does not answer in time, or fails.
-    pub async fn expire_if_persistent(&self, key: &str, ttl: Duration) -> Result<bool, NodeError> {
-        // PEXPIRE ... NX (Redis 7) sets a TTL only where there is none, so a
-        // key re-acquired since the scan keeps its own.
+    pub async fn expire_if_unchanged(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<bool, NodeError> {
+        // One script: the value and the missing TTL are checked where the
+        // TTL is set, so nothing written since the scan is touched.
         self.request(Op::Scan, |mut conn| async move {
-            redis::cmd("PEXPIRE")
-                .arg(key)
+            scripts::EXPIRE_IF_UNCHANGED
+                .key(key)
+                .arg(value)
                 .arg(ttl_ms(ttl))
-                .arg("NX")
-                .query_async::<i64>(&mut conn)
+                .invoke_async::<i64>(&mut conn)
                 .await
         })
         .await

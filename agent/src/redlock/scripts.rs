@@ -84,3 +84,16 @@ end
 return out"#,
     )
 });
+
+/// The scanner's repair: give the key a TTL (ARGV[2], ms) only if it still
+/// holds the value the scan read (ARGV[1], a token) and still has no TTL,
+/// so a key rewritten since the scan (by an application, or re-acquired)
+/// is left alone. Returns 1 or 0.
+pub static EXPIRE_IF_UNCHANGED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"if redis.pcall("get", KEYS[1]) == ARGV[1] and redis.call("pttl", KEYS[1]) == -1 then
+  return redis.call("pexpire", KEYS[1], ARGV[2])
+end
+return 0"#,
+    )
+});
