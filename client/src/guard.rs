@@ -6,8 +6,10 @@
 //!   deadline on every `renewed`.
 //! - The lock counts as lost, once and for good, when the agent says
 //!   `lost`, when the hold's connection ends without a notice, or when no
-//!   renewal arrived by a tenth of the last validity before its end, on
-//!   this process's clock (the agent or its host is frozen).
+//!   renewal arrived by a twentieth of the last validity before its end, on
+//!   this process's clock (the agent or its host is frozen). The agent
+//!   sends `lost` at least a tenth of the TTL before the end, so its notice
+//!   comes first whenever it is alive.
 //! - Dropping the guard closes the hold's connection: the agent releases
 //!   the lock on every master. [`LockGuard::release`] releases through the
 //!   API first, to learn whether a quorum still held it.
@@ -34,7 +36,7 @@ pub enum LostReason {
     /// agent stopped or crashed.
     Disconnected(String),
     /// No renewal arrived before the end of the last validity (less a
-    /// tenth of it), counted on this process's clock.
+    /// twentieth of it), counted on this process's clock.
     Expired,
 }
 
@@ -169,7 +171,7 @@ async fn watch_hold(mut hold: Hold, state: watch::Sender<State>) {
     let mut valid_until = hold.valid_until;
     let lost = loop {
         let deadline = valid_until
-            .checked_sub(valid_for / 10)
+            .checked_sub(valid_for / 20)
             .unwrap_or(valid_until);
         tokio::select! {
             event = hold.next_event() => match event {

@@ -235,7 +235,7 @@ async fn a_hold_streams_renewals_and_releases_when_dropped() {
 async fn a_guard_hears_of_an_operator_force_release() {
     let s = setup().await;
     let options = HoldOptions::new()
-        .ttl(Duration::from_millis(900))
+        .ttl(Duration::from_secs(2))
         .owner("report");
     let guard = s.client.lock("nightly", &options).await.unwrap();
     let lost = guard.lost();

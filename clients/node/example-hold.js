@@ -7,7 +7,7 @@
 //
 //   curl --unix-socket ./redlock.sock -X POST localhost/v1/locks/nightly-report/force-release
 //
-// and this prints the loss notice within about a TTL (1 s here) and exits 1.
+// and this prints the loss notice within about a TTL (2 s here) and exits 1.
 
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Client, LockLostError } = require('./redlock-client.js');
@@ -15,7 +15,7 @@ const { Client, LockLostError } = require('./redlock-client.js');
 async function main(socketPath, resource) {
   const client = new Client(socketPath);
   try {
-    await client.using(resource, { ttlMs: 1000, waitMs: 5000, owner: 'example' }, async (lock, signal) => {
+    await client.using(resource, { ttlMs: 2000, waitMs: 5000, owner: 'example' }, async (lock, signal) => {
       console.log(`held ${resource}, valid for ${lock.validityMs} ms, renewed by the agent`);
       for (let step = 0; step < 600; step++) {
         await sleep(100, undefined, { signal }); // one step of the work; aborts on loss

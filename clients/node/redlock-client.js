@@ -15,7 +15,7 @@
  * for as long as its connection is open: the agent renews it and streams
  * NDJSON events; the Hold's `signal` (an AbortSignal) aborts with a
  * LockLostError when the agent says `lost`, when the connection ends
- * without a notice, or when no renewal arrived by a tenth of the last
+ * without a notice, or when no renewal arrived by a twentieth of the last
  * validity before its end (on this process's monotonic clock). using()
  * wraps a hold around a function and rejects with LockLostError if the lock
  * was lost while it ran.
@@ -428,11 +428,11 @@ class Hold extends EventEmitter {
     this._req.destroy();
   }
 
-  // Lost when no renewal arrived by a tenth of the last validity before its
+  // Lost when no renewal arrived by a twentieth of the last validity before its
   // end (the agent or its host is frozen).
   _arm() {
     clearTimeout(this._timer);
-    const left = this.validUntil - this.validityMs / 10 - performance.now();
+    const left = this.validUntil - this.validityMs / 20 - performance.now();
     this._timer = setTimeout(() => this._lose('expired'), Math.max(0, left));
   }
 

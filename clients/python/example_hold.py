@@ -6,7 +6,7 @@ Then, from another shell, play the operator and take the lock away:
 
     curl --unix-socket ./redlock.sock -X POST localhost/v1/locks/nightly-report/force-release
 
-and this prints the loss notice within about a TTL (1 s here) and exits 1.
+and this prints the loss notice within about a TTL (2 s here) and exits 1.
 """
 
 import sys
@@ -18,7 +18,7 @@ from redlock_client import Client, LockLost
 def main(socket_path, resource):
     client = Client(socket_path)
     try:
-        with client.hold(resource, ttl_ms=1000, wait_ms=5000, owner="example") as lock:
+        with client.hold(resource, ttl_ms=2000, wait_ms=5000, owner="example") as lock:
             print("held %s, valid for %d ms, renewed by the agent" % (resource, lock.validity_ms), flush=True)
             for step in range(600):
                 lock.check()  # raises LockLost once the lock is lost

@@ -403,11 +403,11 @@ class Hold:
                 return
 
     def _watch(self):
-        # Lost when no renewal arrived by a tenth of the last validity
+        # Lost when no renewal arrived by a twentieth of the last validity
         # before its end (the agent or its host is frozen).
         while not self._closed.is_set() and not self.lost.is_set():
             with self._lock:
-                deadline = self.valid_until - self.validity_ms / 10000.0
+                deadline = self.valid_until - self.validity_ms / 20000.0
             left = deadline - time.monotonic()
             if left <= 0:
                 self._mark_lost("expired")

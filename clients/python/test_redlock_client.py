@@ -196,7 +196,7 @@ class ClientTest(unittest.TestCase):
         c = self.client
         heard = []
         with self.assertRaises(LockLost) as raised:
-            with c.hold("py-nightly", ttl_ms=900, on_lost=heard.append) as lock:
+            with c.hold("py-nightly", ttl_ms=2000, on_lost=heard.append) as lock:
                 forced = c.force_release("py-nightly")
                 self.assertEqual(forced["deleted"], 3)
                 self.assertTrue(lock.wait_lost(DEADLINE), "no loss notice")

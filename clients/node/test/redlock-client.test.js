@@ -166,7 +166,7 @@ test('a hold renews and releases when using() ends', async () => {
 test("a hold's signal aborts when an operator force-releases the lock", async () => {
   let heard = null;
   await assert.rejects(
-    client.using('js-nightly', { ttlMs: 900 }, async (lock, signal) => {
+    client.using('js-nightly', { ttlMs: 2000 }, async (lock, signal) => {
       lock.on('lost', (e) => (heard = e));
       const forced = await client.forceRelease('js-nightly');
       assert.equal(forced.deleted, 3);
