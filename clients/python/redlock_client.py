@@ -309,6 +309,7 @@ class Hold:
         self._conn = conn
         self._response = response
         self._closed = threading.Event()
+        self._conn_closed = False
         self._lock = threading.Lock()
         self._reader = threading.Thread(
             target=self._read, name="redlock-hold-%s" % resource, daemon=True
@@ -359,12 +360,23 @@ class Hold:
         if self._closed.is_set():
             return
         self._closed.set()
+        sock = self._conn.sock
         try:
-            # shutdown wakes the reader thread blocked in recv at once.
-            if self._conn.sock is not None:
-                self._conn.sock.shutdown(socket.SHUT_RDWR)
+            # Wakes the reader thread blocked in recv at once; it closes the
+            # connection itself (closing it under its feet breaks
+            # http.client), unless it has already ended.
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        if not self._reader.is_alive():
+            self._close_conn()
+
+    def _close_conn(self):
+        with self._lock:
+            if self._conn_closed:
+                return
+            self._conn_closed = True
         self._conn.close()
 
     def _mark_lost(self, reason):
@@ -378,6 +390,12 @@ class Hold:
             self._on_lost(LockLost(self.resource, reason))
 
     def _read(self):
+        try:
+            self._read_events()
+        finally:
+            self._close_conn()
+
+    def _read_events(self):
         sock = self._conn.sock
         if sock is not None:
             # Renewals come every third of the TTL; the watchdog, not a
@@ -386,8 +404,9 @@ class Hold:
         while not self._closed.is_set():
             try:
                 event = _event(self._response.readline())
-            except (OSError, ValueError, http.client.HTTPException) as e:
-                self._mark_lost("disconnected (%s)" % e)
+            except Exception as e:  # noqa: BLE001 - any failure ends the hold
+                # After close() this is the shutdown we caused: not a loss.
+                self._mark_lost("disconnected (%s: %s)" % (type(e).__name__, e))
                 return
             if event is None:
                 self._mark_lost("disconnected")

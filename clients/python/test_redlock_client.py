@@ -204,6 +204,8 @@ class ClientTest(unittest.TestCase):
                 with self.assertRaises(LockLost):
                     lock.check()
         self.assertEqual(raised.exception.reason, "renew_failed")
+        # on_lost runs on the reader thread, just after `lost` is set.
+        wait_for("the on_lost callback", lambda: heard)
         self.assertEqual([e.reason for e in heard], ["renew_failed"])
 
     def test_the_hold_example_prints_the_loss_notice(self):
