@@ -293,7 +293,12 @@ fn parameter_names(doc: &Value, op: &Value) -> BTreeSet<String> {
         .as_array()
         .into_iter()
         .flatten()
-        .map(|p| deref(doc, p)["name"].as_str().unwrap_or_default().to_string())
+        .map(|p| {
+            deref(doc, p)["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
         .collect()
 }
 
@@ -368,6 +373,9 @@ fn links_name_real_operations_parameters_and_fields() {
         "acquire -> hold",
         "extend -> release: $request.body#/token",
     ] {
-        assert!(walked.contains(expected), "missing link {expected}: {walked:?}");
+        assert!(
+            walked.contains(expected),
+            "missing link {expected}: {walked:?}"
+        );
     }
 }
