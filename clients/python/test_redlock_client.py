@@ -101,6 +101,12 @@ class ClientTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.agent.stop()
 
+    def setUp(self):
+        # On a loaded machine a master may miss a 50 ms probe and count as
+        # down for a moment (the agent then answers no_quorum, rightly);
+        # each test starts from a usable quorum.
+        wait_for("a usable quorum", lambda: self.client.nodes()["available"])
+
     def test_acquire_extend_release_round_trip(self):
         c = self.client
         grant = c.acquire("py-orders-42", ttl_ms=10_000, owner="billing-worker-3")
@@ -207,6 +213,21 @@ class ClientTest(unittest.TestCase):
         # on_lost runs on the reader thread, just after `lost` is set.
         wait_for("the on_lost callback", lambda: heard)
         self.assertEqual([e.reason for e in heard], ["renew_failed"])
+
+    def test_a_hold_stops_on_its_own_clock_when_the_agent_is_frozen(self):
+        # SIGSTOP: the agent keeps its socket but sends nothing, so neither
+        # a renewal nor a loss notice arrives; the client's own deadline
+        # (a twentieth of the validity before its end) must end the lock.
+        with self.assertRaises(LockLost), self.client.hold("py-frozen", ttl_ms=1000) as lock:
+            self.agent.process.send_signal(signal.SIGSTOP)
+            try:
+                self.assertTrue(lock.wait_lost(DEADLINE), "no local expiry")
+            finally:
+                self.agent.process.send_signal(signal.SIGCONT)
+            self.assertEqual(lock.lost_reason, "expired")
+            lock.check()
+        # The agent answers again.
+        wait_for("the agent to answer", lambda: self.client.nodes()["available"])
 
     def test_the_hold_example_prints_the_loss_notice(self):
         example = subprocess.Popen(

@@ -7,7 +7,7 @@
 // The agent binary is $REDLOCK_AGENT, or target/debug/redlock-agent of this
 // repository (`cargo build -p redlock-agent`).
 
-const { test, before, after } = require('node:test');
+const { test, before, beforeEach, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
@@ -35,6 +35,19 @@ async function waitFor(what, condition) {
   while (!(await condition())) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await sleep(20);
+  }
+}
+
+/** `promise`, or a failure naming `what` after DEADLINE_MS. */
+async function within(what, promise) {
+  let timer;
+  const deadline = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), DEADLINE_MS);
+  });
+  try {
+    return await Promise.race([promise, deadline]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -68,6 +81,13 @@ before(async () => {
       throw e;
     }
   });
+});
+
+// On a loaded machine a master may miss a 50 ms probe and count as down for
+// a moment (the agent then answers no_quorum, rightly); each test starts
+// from a usable quorum.
+beforeEach(async () => {
+  await waitFor('a usable quorum', async () => (await client.nodes()).available);
 });
 
 after(async () => {
@@ -170,7 +190,7 @@ test("a hold's signal aborts when an operator force-releases the lock", async ()
       lock.on('lost', (e) => (heard = e));
       const forced = await client.forceRelease('js-nightly');
       assert.equal(forced.deleted, 3);
-      const reason = await lock.lost();
+      const reason = await within('the loss notice', lock.lost());
       assert.ok(signal.aborted);
       assert.equal(signal.reason, reason);
       assert.equal(lock.lostReason, 'renew_failed');
@@ -181,6 +201,26 @@ test("a hold's signal aborts when an operator force-releases the lock", async ()
   assert.ok(heard instanceof LockLostError);
 });
 
+test('a hold stops on its own clock when the agent is frozen', async () => {
+  // SIGSTOP: the agent keeps its socket but sends nothing, so neither a
+  // renewal nor a loss notice arrives; the client's own deadline (a
+  // twentieth of the validity before its end) must abort the signal.
+  await assert.rejects(
+    client.using('js-frozen', { ttlMs: 1000 }, async (lock, signal) => {
+      agent.kill('SIGSTOP');
+      try {
+        await within('the local expiry', lock.lost());
+      } finally {
+        agent.kill('SIGCONT');
+      }
+      assert.ok(signal.aborted);
+      assert.equal(lock.lostReason, 'expired');
+    }),
+    (e) => e instanceof LockLostError && e.reason === 'expired',
+  );
+  await waitFor('the agent to answer', async () => (await client.nodes()).available);
+});
+
 test('the hold example prints the loss notice', async () => {
   const example = spawn(process.execPath, [path.join(__dirname, '..', 'example-hold.js'), socket, 'js-example'], {
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -189,10 +229,10 @@ test('the hold example prints the loss notice', async () => {
   const lines = readline.createInterface({ input: example.stdout });
   const iterator = lines[Symbol.asyncIterator]();
   try {
-    const first = await iterator.next();
+    const first = await within('the example to hold', iterator.next());
     assert.match(first.value, /^held js-example/);
     await client.forceRelease('js-example');
-    const next = await iterator.next();
+    const next = await within('the loss notice', iterator.next());
     assert.equal(next.value, 'stopped: the lock on js-example was lost: renew_failed');
     assert.equal(await exited, 1);
   } finally {
