@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -46,13 +47,14 @@ func startAgent(t *testing.T) string {
 	c := newClient(socket)
 	end := time.Now().Add(deadline)
 	for {
-		var nodes struct{ Available bool }
+		var nodes struct {
+			Available bool `json:"available"`
+		}
 		resp, err := c.Get("http://agent/v1/nodes")
 		if err == nil {
-			data, _ := io.ReadAll(resp.Body)
+			err = json.NewDecoder(resp.Body).Decode(&nodes)
 			resp.Body.Close()
-			if strings.Contains(string(data), `"available":true`) {
-				_ = nodes
+			if err == nil && nodes.Available {
 				return socket
 			}
 		}
