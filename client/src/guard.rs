@@ -191,3 +191,58 @@ async fn watch_hold(mut hold: Hold, state: watch::Sender<State>) {
     state.send_modify(|s| s.lost = Some(lost));
     // `hold` drops here: its connection closes and the agent releases.
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HoldOptions;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A frozen agent: it grants the hold, then sends nothing more while
+    /// keeping the connection open (the real agent under SIGSTOP, which the
+    /// Python and Node tests use; an in-process agent cannot be frozen).
+    /// The guard must call the lock lost on its own clock.
+    #[tokio::test]
+    async fn a_silent_agent_is_lost_on_the_clients_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("frozen.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the client closed before its request");
+                head.extend_from_slice(&buf[..n]);
+            }
+            let line =
+                b"{\"event\":\"acquired\",\"token\":\"t\",\"validity_ms\":300,\"ttl_ms\":300}\n";
+            let mut answer =
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n"
+                    .to_vec();
+            answer.extend_from_slice(format!("{:x}\r\n", line.len()).as_bytes());
+            answer.extend_from_slice(line);
+            answer.extend_from_slice(b"\r\n");
+            stream.write_all(&answer).await.unwrap();
+            // Silent from here on; the connection stays open until the test ends.
+            let _ = rx.await;
+            drop(stream);
+        });
+        let client = Client::new(&socket);
+        let guard = client
+            .lock(
+                "frozen",
+                &HoldOptions::new().ttl(Duration::from_millis(300)),
+            )
+            .await
+            .unwrap();
+        let reason = tokio::time::timeout(Duration::from_secs(15), guard.lost())
+            .await
+            .expect("the guard gave up on its own");
+        assert_eq!(reason, LostReason::Expired);
+        assert!(guard.is_lost());
+        let _ = tx.send(());
+    }
+}
