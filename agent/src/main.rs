@@ -249,6 +249,52 @@ fn serve_with(config: Config, format: Option<LogFormat>, masters_fresh: bool) ->
     }
 }
 
+/// `text` as one shell word: as it is when it is plain, else single-quoted.
+fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-:+=@%,".contains(&b));
+    if plain {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// What `dev` prints to try: commands with full paths, to paste from any
+/// directory (the TUI's when it was built beside this binary).
+fn dev_commands(socket: &Path) -> String {
+    let s = shell_word(&socket.display().to_string());
+    let mut out = format!(
+        "Try it, from any directory:\n  \
+         curl --unix-socket {s} -X POST localhost/v1/locks/demo/acquire -d '{{\"ttl_ms\": 10000}}'\n  \
+         curl --unix-socket {s} localhost/v1/nodes\n"
+    );
+    let exe = std::env::current_exe().ok();
+    if let Some(exe) = &exe {
+        let agent = shell_word(&exe.display().to_string());
+        out.push_str(&format!(
+            "  {agent} lock --socket {s} --ttl 10s report -- sh -c 'echo \"holding $REDLOCK_RESOURCE\"'\n"
+        ));
+        let tui = exe.with_file_name("redlock-tui");
+        if tui.is_file() {
+            out.push_str(&format!(
+                "  {} --socket {s}\n",
+                shell_word(&tui.display().to_string())
+            ));
+        }
+        if let Some(dir) = exe.parent() {
+            out.push_str(&format!(
+                "\nTo type them without the path: export PATH={}:\"$PATH\"\n",
+                shell_word(&dir.display().to_string())
+            ));
+        }
+    }
+    out.push_str("\nCtrl-C stops the agent and every master.\n");
+    out
+}
+
 fn dev_cluster(socket: &Path, count: usize, metrics: &str, format: Option<LogFormat>) -> ExitCode {
     if count == 0 {
         eprintln!("redlock-agent dev: --masters must be at least 1");
@@ -294,13 +340,10 @@ fn dev_cluster(socket: &Path, count: usize, metrics: &str, format: Option<LogFor
     };
     let ports: Vec<String> = masters.iter().map(|m| m.port().to_string()).collect();
     println!(
-        "redlock-agent dev: {count} masters on 127.0.0.1 ports {}; config {}\n\n\
-         Try it:\n  curl --unix-socket {} -X POST localhost/v1/locks/demo/acquire -d '{{\"ttl_ms\": 10000}}'\n  \
-         curl --unix-socket {} localhost/v1/nodes\n\nCtrl-C stops the agent and every master.\n",
+        "redlock-agent dev: {count} masters on 127.0.0.1 ports {}; config {}\n\n{}",
         ports.join(", "),
         config_path.display(),
-        socket.display(),
-        socket.display(),
+        dev_commands(&socket),
     );
     let code = serve_with(config, format, true);
     drop(masters);

@@ -194,6 +194,80 @@ fn dev_serves_locks_on_real_masters_and_stops_cleanly() {
     }
 }
 
+/// The commands `redlock-agent dev` prints work when pasted into a shell
+/// from another directory: full paths, quoted where the path needs it (the
+/// socket's directory name here has a space).
+#[test]
+fn dev_prints_commands_that_work_when_pasted() {
+    use std::io::BufRead;
+    let dir = tempfile::Builder::new()
+        .prefix("dev paste ")
+        .tempdir()
+        .unwrap();
+    let socket = dir.path().join("agent.sock");
+    let mut child = Command::new(BIN)
+        .args([
+            "dev",
+            "--masters",
+            "3",
+            "--metrics",
+            "127.0.0.1:0",
+            "--socket",
+        ])
+        .arg(&socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut printed = Vec::new();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let last = line.starts_with("Ctrl-C stops");
+        printed.push(line);
+        if last {
+            break;
+        }
+    }
+    wait_for_socket(&socket, Duration::from_secs(30));
+    let commands: Vec<&String> = printed.iter().filter(|l| l.starts_with("  ")).collect();
+    assert!(commands.len() >= 3, "{printed:#?}");
+    let mut outputs = Vec::new();
+    for command in &commands {
+        let first = command.split_whitespace().next().unwrap();
+        if first.contains("redlock-tui") {
+            // Interactive: only check that it names the built binary.
+            let path = first.trim_matches('\'');
+            assert!(
+                Path::new(path).is_absolute() && Path::new(path).is_file(),
+                "{command}"
+            );
+            continue;
+        }
+        let output = Command::new("sh")
+            .arg("-c")
+            .arg(command.trim())
+            .current_dir("/")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{command}: {output:?}");
+        outputs.push(text);
+    }
+    let all = outputs.join("\n");
+    assert!(all.contains("\"token\""), "the acquire: {all}");
+    assert!(all.contains("\"usable\":3"), "the nodes: {all}");
+    assert!(all.contains("holding report"), "the lock command: {all}");
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("To type them without the path: export PATH=")),
+        "{printed:#?}"
+    );
+    sigterm(child.id());
+    assert!(child.wait().unwrap().success());
+}
+
 /// A request waiting for a lock when SIGTERM arrives is answered at once
 /// with 503 `shutting_down` (the lock it waits for is held far longer than
 /// the drain), and the agent still exits cleanly.
