@@ -298,10 +298,15 @@ pub fn topology_warnings(info: &HashMap<String, String>) -> Vec<String> {
                 .to_string(),
         );
     }
+    // Lock keys all have a TTL, so volatile-* policies evict them first;
+    // only noeviction keeps them (a full master then refuses new locks).
+    let limited = info
+        .get("maxmemory")
+        .is_some_and(|m| m.parse::<u64>().map_or(true, |m| m > 0));
     if let Some(policy) = info.get("maxmemory_policy") {
-        if policy.starts_with("allkeys-") {
+        if policy.starts_with("allkeys-") || (limited && policy != "noeviction") {
             warnings.push(format!(
-                "maxmemory-policy {policy} may evict lock keys; use noeviction or a volatile-* policy"
+                "maxmemory-policy {policy} may evict lock keys; use noeviction (an eviction quarantines the master)"
             ));
         }
     }

@@ -254,3 +254,63 @@ async fn thousands_of_waiters_are_not_turned_into_no_quorum() {
     let nodes = agent.nodes().await;
     assert_eq!(nodes["usable"], 5, "{nodes}");
 }
+
+/// A master that evicts keys (a memory limit with a volatile policy, which
+/// picks keys with a TTL: lock keys first) is quarantined by the `eviction`
+/// detector once its `evicted_keys` grows, and warned about up front.
+#[tokio::test]
+async fn a_master_that_evicts_keys_is_quarantined() {
+    let cluster = Cluster::start(2);
+    let evicting = redlock_agent::dev::RedisServer::start_with(
+        cluster.dir.path(),
+        "evicting",
+        &["--maxmemory", "4mb", "--maxmemory-policy", "volatile-lru"],
+    )
+    .unwrap();
+    let agent = TestAgent::start_with(|socket| {
+        // config_yaml ends with the masters list: add one, then the rest.
+        let mut yaml = cluster.config_yaml(socket, "");
+        yaml.push_str(&format!(
+            "  - name: evicting\n    url: {}\n",
+            evicting.url()
+        ));
+        yaml.push_str(SHORT);
+        yaml
+    })
+    .await;
+    let nodes = agent.nodes().await;
+    assert_eq!(node(&nodes, "evicting")["state"], "up", "{nodes}");
+    assert!(
+        node(&nodes, "evicting")["warnings"]
+            .to_string()
+            .contains("volatile-lru may evict lock keys"),
+        "{nodes}"
+    );
+    // Fill it past its limit with keys that have a TTL, as locks do.
+    let mut conn = redis::Client::open(evicting.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let value = "x".repeat(1024);
+    for batch in 0..20 {
+        let mut pipe = redis::pipe();
+        for i in 0..500 {
+            pipe.cmd("SET")
+                .arg(format!("filler:{batch}:{i}"))
+                .arg(&value)
+                .arg("EX")
+                .arg(600)
+                .ignore();
+        }
+        let _: () = pipe.query_async(&mut conn).await.unwrap();
+    }
+    wait_for(
+        "the eviction quarantine",
+        Duration::from_secs(5),
+        || async { node(&agent.nodes().await, "evicting")["detector"] == "eviction" },
+    )
+    .await;
+    let nodes = agent.nodes().await;
+    assert_eq!(node(&nodes, "evicting")["state"], "quarantined", "{nodes}");
+}
