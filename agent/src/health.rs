@@ -36,9 +36,7 @@ use redlock_wire::NodeState;
 use crate::redlock::node::{Detector, Identity};
 use crate::redlock::{Node, NodeError};
 
-/// Suffix of the incarnation marker key, after the key prefix. The space
-/// cannot occur in a resource name, so the marker never collides with a lock.
-pub const MARKER_SUFFIX: &str = " incarnation";
+pub use crate::redlock::node::{MARKER_SUFFIX, WITNESS_SUFFIX};
 
 /// What the health tasks need from the config.
 #[derive(Debug, Clone)]
@@ -169,9 +167,15 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
             "node answers"
         );
     }
+    if node.needs_witness() {
+        if let Err(e) = node.write_witness(&conn).await {
+            tracing::debug!(node = node.name(), error = %e, "quarantine witness not written; trying again");
+        }
+    }
     if node.readmit_due() {
         match node.readmit(&conn).await {
-            Ok(()) => tracing::info!(
+            Ok(false) => {}
+            Ok(true) => tracing::info!(
                 node = node.name(),
                 "quarantine over: incarnation marker rewritten, the node takes part in locks again"
             ),

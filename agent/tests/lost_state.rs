@@ -314,3 +314,58 @@ async fn a_master_that_evicts_keys_is_quarantined() {
     let nodes = agent.nodes().await;
     assert_eq!(node(&nodes, "evicting")["state"], "quarantined", "{nodes}");
 }
+
+/// The quarantine witness: while this agent waits out r1's lost keys,
+/// another agent readmits r1 (here: the marker written directly, as that
+/// agent would) and r1 loses its keys again. When this agent's period runs
+/// out, the marker is missing again; its witness, which the second loss
+/// removed, says the loss came after its quarantine began, so it must not
+/// write the marker: the quarantine starts over, then ends normally.
+#[tokio::test]
+async fn a_second_loss_during_the_quarantine_starts_it_over() {
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(&cluster, SHORT).await;
+    flush(&cluster, 0, "FLUSHALL").await;
+    wait_for(
+        "the quarantine witness on r1",
+        Duration::from_secs(5),
+        || async {
+            let mut conn = cluster.redis(0).await;
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("redlock:* quarantine witness")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            keys.len() == 1
+        },
+    )
+    .await;
+    let mut conn = cluster.redis(0).await;
+    let _: () = redis::cmd("SET")
+        .arg(MARKER)
+        .arg("written by another agent's readmission")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    flush(&cluster, 0, "FLUSHALL").await;
+    let restarts = r#"redlock_node_restarts_detected_total{detector="marker",node="r1"}"#;
+    wait_for(
+        "the quarantine to start over",
+        Duration::from_secs(10),
+        || async {
+            let (_, metrics) = agent.get_tcp("/metrics").await;
+            metrics.contains(&format!("{restarts} 2"))
+        },
+    )
+    .await;
+    let nodes = agent.nodes().await;
+    assert_eq!(node(&nodes, "r1")["state"], "quarantined", "{nodes}");
+    agent.wait_usable(3).await;
+    assert!(cluster.get(0, MARKER).await.is_some(), "marker rewritten");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("redlock:* quarantine witness")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "witness removed on readmission: {keys:?}");
+}

@@ -97,3 +97,19 @@ end
 return 0"#,
     )
 });
+
+/// Readmission after a quarantine (KEYS[1] the incarnation marker, KEYS[2]
+/// this agent's quarantine witness): when the witness the agent wrote as
+/// its quarantine began is still there, the master lost nothing since, so
+/// the marker is written and the witness removed (1). When the witness is
+/// gone, the master lost its keys again during the quarantine, possibly
+/// after another agent had already readmitted it: nothing is written (0),
+/// and the quarantine starts over. ARGV[1]: the marker's value.
+pub static READMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"if redis.call("exists", KEYS[2]) == 0 then return 0 end
+redis.call("del", KEYS[2])
+redis.call("set", KEYS[1], ARGV[1])
+return 1"#,
+    )
+});
