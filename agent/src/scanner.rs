@@ -234,8 +234,11 @@ impl Scanner {
                 }
             };
             for KeyState { key, value, pttl } in batch {
-                if key == self.settings.marker_key || pttl == -2 {
-                    continue; // the marker, or a key that expired meanwhile
+                if key == self.settings.marker_key
+                    || key.ends_with(crate::health::WITNESS_SUFFIX)
+                    || pttl == -2
+                {
+                    continue; // the agents' own keys, or a key that expired meanwhile
                 }
                 self.metrics.leak_scan_keys.inc();
                 let Some(value) = value.filter(|v| is_token_shaped(v)) else {
