@@ -42,6 +42,9 @@ enum Cmd {
         config: PathBuf,
     },
     /// Start local redis-server masters and run the agent on them.
+    ///
+    /// The admin socket (force release, for redlock-tui) is beside the
+    /// socket: NAME-admin.sock for NAME.sock.
     Dev {
         /// Where the agent listens.
         #[arg(long, default_value = "./redlock.sock")]
@@ -285,11 +288,13 @@ fn dev_cluster(socket: &Path, count: usize, metrics: &str, format: Option<LogFor
     println!(
         "redlock-agent dev: {count} masters on 127.0.0.1 ports {}; config {}\n\n\
          Try it:\n  curl --unix-socket {} -X POST localhost/v1/locks/demo/acquire -d '{{\"ttl_ms\": 10000}}'\n  \
-         curl --unix-socket {} localhost/v1/nodes\n\nCtrl-C stops the agent and every master.\n",
+         curl --unix-socket {} localhost/v1/nodes\n  \
+         redlock-tui --socket {}\n\nCtrl-C stops the agent and every master.\n",
         ports.join(", "),
         config_path.display(),
         socket.display(),
         socket.display(),
+        config.admin.socket.path.display(),
     );
     let code = serve_with(config, format, true);
     drop(masters);

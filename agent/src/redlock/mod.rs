@@ -35,6 +35,9 @@ pub struct Settings {
     pub drift: Drift,
     pub retry_delay: Duration,
     pub retry_jitter: Duration,
+    /// `agent.name`, written into every lock value after the random part
+    /// (see [`token`]) so any agent can say which one holds a lock.
+    pub agent_name: Option<String>,
 }
 
 /// A lock this agent acquired.
@@ -183,7 +186,7 @@ impl Redlock {
             return Acquire::NoQuorum(self.describe_unusable());
         }
         let key = self.key(resource);
-        let token = Token::generate(owner);
+        let token = Token::generate(self.settings.agent_name.as_deref(), owner);
         let started = Instant::now();
         let outcome = match self.attempt(&usable, &key, &token, ttl).await {
             Attempt::Granted(validity) => {
