@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/setup.sh
-need_packages redis-server:redis-server promtool:prometheus tmux:tmux curl:curl
+need_packages redis-server:redis-server promtool:prometheus tmux:tmux curl:curl openssl:openssl
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast

@@ -1210,6 +1210,66 @@ lock:
     }
 
     #[test]
+    fn access_and_admin_defaults() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert!(config.socket.allow_uids.is_empty() && config.socket.allow_gids.is_empty());
+        assert_eq!(config.socket.max_connections_per_uid, 12_288);
+        assert_eq!(
+            config.admin.socket.path,
+            PathBuf::from("/run/redlock/admin.sock")
+        );
+        assert_eq!(config.admin.socket.mode, 0o600);
+        assert!(crate::redlock::token::valid_agent(&config.agent.name));
+        assert_eq!(
+            default_admin_path(Path::new("/tmp/x/a1.sock")),
+            PathBuf::from("/tmp/x/a1-admin.sock")
+        );
+        let yaml = format!(
+            "{MINIMAL}socket: {{max_connections: 8, allow_uids: [1000], allow_gids: [10]}}\nagent: {{name: pod-7}}\n"
+        );
+        let config = Config::from_yaml(&yaml).unwrap();
+        assert_eq!(config.socket.max_connections_per_uid, 6);
+        assert_eq!(config.socket.allow_uids, [1000]);
+        assert_eq!(config.socket.allow_gids, [10]);
+        assert_eq!(config.agent.name, "pod-7");
+    }
+
+    #[test]
+    fn access_admin_and_tls_problems_are_reported_with_their_paths() {
+        let yaml = r#"
+agent: {name: "host.example"}
+socket: {path: /s/agent.sock, max_connections: 4, max_connections_per_uid: 5, allow_uids: ["root"]}
+admin: {socket: {path: /s/agent.sock, mode: 600}, allow_uids: 0, extra: 1}
+masters:
+  - {name: r1, url: "redis://a:1", tls_cert_file: /nonexistent/c.pem, tls_key_file: /nonexistent/k.pem}
+  - {name: r2, url: "rediss://b:1", tls_cert_file: /nonexistent/c.pem}
+"#;
+        let errors = errors_of(yaml);
+        let expected = [
+            "socket.max_connections_per_uid: 5 is above socket.max_connections (4)",
+            "socket.allow_uids: expected a list of numeric uids, found a list",
+            "admin.allow_uids: expected a list of numeric uids, found a number 0",
+            "admin.extra: unknown key",
+            "admin.socket.path: must differ from socket.path",
+            "admin.socket.mode: expected a quoted octal string like \"0600\", found a number 600",
+            "masters[0].tls_cert_file: only for rediss:// URLs",
+            "masters[1].tls_key_file: required with tls_cert_file",
+        ];
+        for line in expected {
+            assert!(
+                errors.iter().any(|e| e == line),
+                "missing {line:?} in {errors:#?}"
+            );
+        }
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("agent.name: use 1 to 64")),
+            "{errors:#?}"
+        );
+    }
+
+    #[test]
     fn the_example_config_loads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config.example.yaml");
         let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
