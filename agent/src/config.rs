@@ -963,9 +963,17 @@ fn read_agent(tree: Value, errors: &mut Vec<FieldError>) -> AgentConfig {
     AgentConfig { name }
 }
 
-/// The host name's first label, cut to what an agent name allows;
+/// `$REDLOCK_AGENT_NAME` (the Helm chart sets the pod name there), else
+/// the host name; its first label, cut to what an agent name allows;
 /// `agent` when there is none.
 pub fn default_agent_name() -> String {
+    if let Some(name) = std::env::var("REDLOCK_AGENT_NAME")
+        .ok()
+        .map(|n| agent_name_from(&n))
+        .filter(|n| !n.is_empty())
+    {
+        return name;
+    }
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most `len` bytes into the buffer given.
     let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
@@ -975,19 +983,24 @@ pub fn default_agent_name() -> String {
     } else {
         String::new()
     };
-    let name: String = host
-        .split('.')
-        .next()
-        .unwrap_or("")
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
-        .take(64)
-        .collect();
+    let name = agent_name_from(&host);
     if name.is_empty() {
         "agent".to_string()
     } else {
         name
     }
+}
+
+/// The first label of a host or pod name, keeping only what agent names
+/// allow, at most 64 characters.
+fn agent_name_from(host: &str) -> String {
+    host.split('.')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        .take(64)
+        .collect()
 }
 
 /// The admin socket's default path: beside `socket.path`, `admin.sock` for

@@ -39,7 +39,7 @@ struct Cli {
         long,
         value_name = "PATH",
         default_value = "/run/redlock/admin.sock",
-        env = "REDLOCK_SOCKET"
+        env = "REDLOCK_ADMIN_SOCKET"
     )]
     socket: PathBuf,
     /// How often to poll the agent, e.g. 500ms, 1s, 5s.
