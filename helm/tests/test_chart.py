@@ -436,13 +436,10 @@ def test_auth_off_means_no_password_anywhere(render):
 def test_notes_say_how_to_check_the_agent_and_open_the_tui(default):
     notes = default.notes
     assert "/healthz" in notes and "/readyz" in notes
-    assert (
-        f"kubectl -n {NAMESPACE} exec -it deployment/{DEMO} -c redlock-agent -- \\\n"
-        "    redlock-tui --socket /run/redlock/agent.sock"
-    ) in notes
+    assert f"kubectl -n {NAMESPACE} exec -it deployment/{DEMO} -c redlock-agent -- redlock-tui\n" in notes
     assert "--unix-socket /run/redlock/agent.sock" in notes
 
 
 def test_notes_without_demo_still_show_the_tui(render):
     notes = render({"demo": {"enabled": False}}).notes
-    assert "-c redlock-agent -- redlock-tui --socket /run/redlock/agent.sock" in notes
+    assert "-c redlock-agent -- redlock-tui\n" in notes
