@@ -342,7 +342,7 @@ fn spawn_connection<S>(
 /// Answers a refused connection with one JSON error (`status` like
 /// `"403 Forbidden"`) and closes it, without reading its request.
 fn reject(mut stream: UnixStream, status: &'static str, code: &'static str, message: String) {
-    use tokio::io::AsyncWriteExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     tokio::spawn(async move {
         let body = serde_json::json!({"error": {"code": code, "message": message}});
         let body = format!("{body}\n");
@@ -356,8 +356,25 @@ fn reject(mut stream: UnixStream, status: &'static str, code: &'static str, mess
         )
         .await;
         let _ = stream.shutdown().await;
+        // Closing with the request unread would reset the connection and
+        // could lose the answer on its way; read (and drop) what the client
+        // sends until it closes, briefly and boundedly.
+        let drain = async {
+            let mut buf = [0u8; 4096];
+            let mut left = REJECT_DRAIN_BYTES;
+            while left > 0 {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), drain).await;
     });
 }
+
+/// Most bytes of a refused connection's request read before closing it.
+const REJECT_DRAIN_BYTES: usize = 64 * 1024;
 
 /// Raises the soft limit on open files to the hard limit, so
 /// `socket.max_connections` is not cut short by a low default.
