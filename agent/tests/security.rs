@@ -135,9 +135,8 @@ async fn force_release_only_on_the_admin_socket_and_only_for_listed_uids() {
     );
     let (status, body) = agent.post(path, json!({})).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
-    assert_eq!(
+    assert!(
         cluster.get(0, "redlock:victim").await.is_some(),
-        true,
         "nothing was deleted"
     );
 
