@@ -159,7 +159,6 @@ async fn dispatch(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let (route, allowed) = route(surface, request.uri().path())?;
-    check_surface(agent, surface, &route)?;
     let holder = peer.map(|p| Holder {
         pid: p.pid,
         uid: p.uid,
@@ -182,6 +181,7 @@ async fn dispatch(
         );
         return Ok(response);
     }
+    check_surface(agent, surface, &route)?;
     match route {
         Route::Healthz => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
         Route::Readyz => {
