@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the agent on 5 real local
-# masters (redlock-agent dev) with its socket at ./redlock.sock.
+# masters (redlock-agent dev) with its socket at ./redlock.sock and its
+# admin socket (force release, redlock-tui) at ./redlock-admin.sock.
 # Extra arguments go to `redlock-agent dev` (see --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."

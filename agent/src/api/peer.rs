@@ -75,6 +75,7 @@ pub struct UidShares {
 }
 
 impl UidShares {
+    /// Shares of `limit` connections per uid (`socket.max_connections_per_uid`).
     pub fn new(limit: usize) -> Arc<UidShares> {
         Arc::new(UidShares {
             limit,
@@ -82,6 +83,7 @@ impl UidShares {
         })
     }
 
+    /// Connections one uid may hold at once.
     pub fn limit(&self) -> usize {
         self.limit
     }
