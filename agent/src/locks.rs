@@ -150,6 +150,11 @@ pub async fn list(agent: &Agent) -> LocksResponse {
     }
 }
 
+/// A uid or pid for the log; `-` when unknown.
+fn show_id(id: Option<u32>) -> String {
+    id.map_or_else(|| "-".to_string(), |id| id.to_string())
+}
+
 /// The value of `key` on `node`, if it is connected and answers in time.
 async fn read_value(node: &Node, key: &str) -> Option<String> {
     let mut conn = node.connection()?;
@@ -198,12 +203,12 @@ pub async fn force_release(
         %resource,
         deleted,
         failed = ?failed,
-        caller_uid = ?caller.map(|c| c.uid),
-        caller_pid = ?caller.and_then(|c| c.pid),
+        caller_uid = %show_id(caller.map(|c| c.uid)),
+        caller_pid = %show_id(caller.and_then(|c| c.pid)),
         holder_agent = token::agent_of(value).unwrap_or("-"),
         holder_owner = token::owner_of(value).unwrap_or("-"),
-        holder_uid = ?process.map(|p| p.uid),
-        holder_pid = ?process.and_then(|p| p.pid),
+        holder_uid = %show_id(process.map(|p| p.uid)),
+        holder_pid = %show_id(process.and_then(|p| p.pid)),
         "force release by an operator"
     );
     agent.metrics().force_releases.inc();

@@ -170,13 +170,26 @@ impl Gate {
                        status: &'static str,
                        code: &'static str,
                        message: String| {
-            tracing::warn!(
-                listener = self.listener(),
-                reason = reason.as_str(),
-                uid = ?uid,
-                pid = ?pid,
-                "connection refused: {message}"
-            );
+            // Forbidden peers are worth an operator's attention; a client
+            // over its connection budget could flood the log, so those go
+            // to debug (the counter shows them).
+            if reason == Refusal::Forbidden {
+                tracing::warn!(
+                    listener = self.listener(),
+                    reason = reason.as_str(),
+                    uid = %show_id(uid),
+                    pid = %show_id(pid),
+                    "connection refused: {message}"
+                );
+            } else {
+                tracing::debug!(
+                    listener = self.listener(),
+                    reason = reason.as_str(),
+                    uid = %show_id(uid),
+                    pid = %show_id(pid),
+                    "connection refused: {message}"
+                );
+            }
             agent
                 .metrics()
                 .connections_refused
@@ -246,6 +259,11 @@ impl Gate {
             },
         ))
     }
+}
+
+/// A uid or pid for the log; `-` when the kernel did not say.
+fn show_id(id: Option<u32>) -> String {
+    id.map_or_else(|| "-".to_string(), |id| id.to_string())
 }
 
 /// Serves the listeners until `shutdown` resolves, then stops accepting
