@@ -335,3 +335,111 @@ async fn locks_show_the_holding_process_and_agent() {
         .await;
     assert_eq!(body["released"], true);
 }
+
+/// The real binary, logging JSON to a file: a forbidden peer is logged
+/// with its uid and pid, and a force release with the caller's uid and pid
+/// and the holder it removed (agent, owner, uid, pid).
+#[tokio::test]
+async fn refusals_and_force_releases_are_logged_with_who() {
+    require_root();
+    let cluster = Cluster::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("agent.sock");
+    let config = dir.path().join("config.yaml");
+    let yaml = cluster
+        .config_yaml(
+            &socket,
+            &format!(
+                // The masters are fresh: no quarantine for their low uptime.
+                "agent:\n  name: logged\nadmin:\n  allow_uids: [{NOBODY}]\n  socket:\n    mode: \"0666\"\ndelayed_restart:\n  enabled: false\n"
+            ),
+        )
+        .replace("level: debug", "level: info")
+        .replacen(
+            "socket:\n",
+            &format!("socket:\n  mode: \"0666\"\n  allow_uids: [0, {STRANGER}]\n"),
+            1,
+        );
+    std::fs::write(&config, yaml).unwrap();
+    let log = dir.path().join("agent.log");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlock-agent"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--log-format", "json"])
+        .env_remove("REDLOCK_LOG")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let admin = dir.path().join("admin.sock");
+    common::wait_for("the agent to serve", Duration::from_secs(10), || async {
+        matches!(
+            common::request(&socket, hyper::Method::GET, "/healthz", bytes::Bytes::new()).await,
+            Ok((StatusCode::OK, _))
+        )
+    })
+    .await;
+
+    // A forbidden peer.
+    let (status, _) = curl_as(NOBODY, &socket, "GET", "/v1/nodes", "").await;
+    assert_eq!(status, 403);
+    // This process takes a lock; nobody force-releases it on the admin socket.
+    let (status, body) = common::request(
+        &socket,
+        hyper::Method::POST,
+        "/v1/locks/logged/acquire",
+        bytes::Bytes::from(json!({"owner": "billing", "ttl_ms": 30000}).to_string()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) =
+        curl_as(NOBODY, &admin, "POST", "/v1/locks/logged/force-release", "").await;
+    assert_eq!(status, 200, "{body}");
+
+    let lines = || -> Vec<Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let find = |message: &str| {
+        lines().into_iter().find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(message))
+        })
+    };
+    common::wait_for("both log lines", Duration::from_secs(10), || async {
+        find("connection refused").is_some() && find("force release by an operator").is_some()
+    })
+    .await;
+    let refused = find("connection refused").unwrap();
+    assert_eq!(refused["fields"]["uid"], NOBODY.to_string(), "{refused}");
+    assert!(
+        refused["fields"]["pid"]
+            .as_str()
+            .unwrap()
+            .parse::<u32>()
+            .is_ok(),
+        "{refused}"
+    );
+    let released = find("force release by an operator").unwrap();
+    let f = &released["fields"];
+    assert_eq!(f["caller_uid"], NOBODY.to_string(), "{released}");
+    assert!(
+        f["caller_pid"].as_str().unwrap().parse::<u32>().is_ok(),
+        "{released}"
+    );
+    assert_eq!(f["holder_agent"], "logged", "{released}");
+    assert_eq!(f["holder_owner"], "billing", "{released}");
+    assert_eq!(f["holder_uid"], "0", "{released}");
+    assert_eq!(
+        f["holder_pid"],
+        std::process::id().to_string(),
+        "{released}"
+    );
+    let _ = child.kill().await;
+}
