@@ -329,6 +329,23 @@ fn ttls_count_down_smoothly_and_turn_to_warning_colours() {
 }
 
 #[test]
+fn the_detail_pane_names_the_holding_process_of_a_lock_held_here() {
+    let (mut app, _) = app();
+    app.update(Action::Do(crate::keys::Action::NextView));
+    key(&mut app, KeyCode::Enter);
+    let screen = shot(&app);
+    assert!(
+        contains(&screen, "┌ Lock orders:42 ─"),
+        "{}",
+        screen.join("\n")
+    );
+    assert!(contains(
+        &screen,
+        "│holder    agent pod-a · pid 4242 · uid 1000 · gid 1001"
+    ));
+}
+
+#[test]
 fn enter_opens_the_detail_pane_of_the_selected_lock() {
     let (mut app, _) = app();
     app.update(Action::Do(crate::keys::Action::NextView));
