@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds the agent and the TUI, and runs the agent
 # on 5 real local masters (redlock-agent dev) with its socket at
-# ./redlock.sock. It prints commands to try, with full paths.
+# ./redlock.sock and its admin socket (force release, redlock-tui) at
+# ./redlock-admin.sock. It prints commands to try, with full paths.
 # Extra arguments go to `redlock-agent dev` (see --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/setup.sh
 need_packages redis-server:redis-server promtool:prometheus tmux:tmux curl:curl \
-  python3:python3 node:nodejs
+  openssl:openssl python3:python3 node:nodejs
 # The Go example runs only where a Go toolchain is (Debian's golang-go
 # installs in about 20 s); without one it is skipped, saying so.
 need_packages go:golang-go || echo "golang-go could not be installed" >&2

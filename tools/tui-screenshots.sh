@@ -31,7 +31,7 @@ done
 # A lock left on two masters only (partial acquisition debris).
 port=$(sed -n 's/.*ports \([0-9]*\), \([0-9]*\),.*/\1 \2/p' "$work/dev.out")
 for p in $port; do redis-cli -p "$p" SET redlock:import-batch stale PX 45000 >/dev/null; done
-tmux_ new-session -d -x 120 -y 32 "target/debug/redlock-tui --socket $sock"
+tmux_ new-session -d -x 120 -y 32 "target/debug/redlock-tui --socket $work/admin.sock"
 sleep 3
 shot() {
   tmux_ capture-pane -e -p | aha --black --title redlock-tui >"$work/$1.html"

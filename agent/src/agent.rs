@@ -87,15 +87,22 @@ impl Agent {
             let client = master
                 .url
                 .connection_info()
-                .and_then(|info| match &master.tls_ca {
-                    Some(ca) => redis::Client::build_with_tls(
+                .and_then(|info| {
+                    if master.tls_ca.is_none() && master.tls_client.is_none() {
+                        return redis::Client::open(info);
+                    }
+                    redis::Client::build_with_tls(
                         info,
                         redis::TlsCertificates {
-                            client_tls: None,
-                            root_cert: Some(ca.clone()),
+                            client_tls: master.tls_client.as_ref().map(|c| {
+                                redis::ClientTlsConfig {
+                                    client_cert: c.cert.clone(),
+                                    client_key: c.key.clone(),
+                                }
+                            }),
+                            root_cert: master.tls_ca.clone(),
                         },
-                    ),
-                    None => redis::Client::open(info),
+                    )
                 })
                 .map_err(|source| StartError::Master { index, source })?;
             nodes.push(Arc::new(Node::new(
@@ -111,6 +118,7 @@ impl Agent {
             drift: Drift::new(config.lock.drift_factor),
             retry_delay: config.lock.retry_delay,
             retry_jitter: config.lock.retry_jitter,
+            agent_name: Some(config.agent.name.clone()),
         };
         let health = HealthSettings {
             interval: config.health.interval,
@@ -223,6 +231,7 @@ impl Agent {
 pub struct Bound {
     agent: Arc<Agent>,
     socket: SocketListener,
+    admin: SocketListener,
     tcp: tokio::net::TcpListener,
 }
 
@@ -249,8 +258,15 @@ impl Bound {
         let config = agent.config();
         server::raise_open_files_limit();
         let socket = SocketListener::bind(&config.socket.path, config.socket.mode).await?;
+        let admin =
+            SocketListener::bind(&config.admin.socket.path, config.admin.socket.mode).await?;
         let tcp = server::bind_tcp(config.metrics.listen).await?;
-        Ok(Bound { agent, socket, tcp })
+        Ok(Bound {
+            agent,
+            socket,
+            admin,
+            tcp,
+        })
     }
 
     pub fn agent(&self) -> &Arc<Agent> {
@@ -270,7 +286,12 @@ impl Bound {
     /// Probes every master once, starts the health tasks, serves until
     /// `shutdown` resolves, then drains.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let Bound { agent, socket, tcp } = self;
+        let Bound {
+            agent,
+            socket,
+            admin,
+            tcp,
+        } = self;
         let nodes = agent.redlock().nodes();
         let settings = Arc::new(agent.health.clone());
         futures::future::join_all(nodes.iter().map(|n| health::probe(n, &settings))).await;
@@ -298,6 +319,8 @@ impl Bound {
         let status = crate::api::routes::nodes_response(&agent);
         tracing::info!(
             socket = %socket.path().display(),
+            admin_socket = %admin.path().display(),
+            agent_name = %agent.config().agent.name,
             metrics = %tcp.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             masters = agent.redlock().nodes().len(),
             usable = status.usable,
@@ -312,7 +335,7 @@ impl Bound {
         }
 
         let token = agent.shutdown_token();
-        server::serve(Arc::clone(&agent), socket, tcp, async move {
+        server::serve(Arc::clone(&agent), socket, admin, tcp, async move {
             shutdown.await;
             // Holds end first (lost, then released), so the drain can finish.
             token.cancel();

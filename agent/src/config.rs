@@ -22,7 +22,9 @@ pub const EXIT_CONFIG: i32 = 64;
 /// The agent's whole configuration, validated.
 #[derive(Debug, Clone, Serialize)]
 pub struct Config {
+    pub agent: AgentConfig,
     pub socket: SocketConfig,
+    pub admin: AdminConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
     pub masters: Vec<MasterConfig>,
@@ -44,6 +46,36 @@ pub struct SocketConfig {
     /// Time a client has to send a whole request (headers and body).
     #[serde(serialize_with = "ser_duration")]
     pub request_timeout: Duration,
+    /// Peer uids (from `SO_PEERCRED`) admitted; with `allow_gids`, empty
+    /// both means the file mode alone decides.
+    pub allow_uids: Vec<u32>,
+    /// Peer primary gids admitted (supplementary groups are not seen).
+    pub allow_gids: Vec<u32>,
+    /// Open connections one uid may have, so one peer cannot take every slot.
+    pub max_connections_per_uid: usize,
+}
+
+/// This agent as others see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentConfig {
+    /// Written into every lock value this agent sets, so `/v1/locks` on any
+    /// agent can say which one holds a lock. Default: the host name.
+    pub name: String,
+}
+
+/// The admin socket: read-only views and force release, nothing else.
+#[derive(Debug, Clone, Serialize)]
+pub struct AdminConfig {
+    pub socket: AdminSocketConfig,
+    /// Peer uids admitted; empty means the file mode alone decides.
+    pub allow_uids: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AdminSocketConfig {
+    pub path: PathBuf,
+    #[serde(serialize_with = "ser_mode")]
+    pub mode: u32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -75,6 +107,25 @@ pub struct MasterConfig {
     pub tls_ca_file: Option<PathBuf>,
     #[serde(skip)]
     pub tls_ca: Option<Vec<u8>>,
+    /// PEM client certificate and key, for masters that require client
+    /// certificates (`tls-auth-clients yes`); both or neither.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    #[serde(skip)]
+    pub tls_client: Option<TlsClient>,
+}
+
+/// A client certificate and its key, PEM. The key never prints.
+#[derive(Clone)]
+pub struct TlsClient {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+impl fmt::Debug for TlsClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TlsClient { cert: set, key: set }")
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -564,6 +615,8 @@ fn show(value: &Value) -> String {
 
 fn read_config(tree: Value, check: AddressCheck, errors: &mut Vec<FieldError>) -> Option<Config> {
     let mut top = Section::new("", tree, errors);
+    let agent_tree = top.raw("agent");
+    let admin_tree = top.raw("admin");
     let socket_tree = top.raw("socket");
     let metrics_tree = top.raw("metrics");
     let log_tree = top.raw("log");
@@ -576,6 +629,8 @@ fn read_config(tree: Value, check: AddressCheck, errors: &mut Vec<FieldError>) -
     top.finish();
 
     let socket = read_socket(socket_tree.unwrap_or(Value::Null), errors);
+    let agent = read_agent(agent_tree.unwrap_or(Value::Null), errors);
+    let admin = read_admin(admin_tree.unwrap_or(Value::Null), &socket.path, errors);
     let metrics = read_metrics(metrics_tree.unwrap_or(Value::Null), errors);
     let log = read_log(log_tree.unwrap_or(Value::Null), errors);
     let masters = read_masters(masters_tree, check, errors);
@@ -627,7 +682,9 @@ fn read_config(tree: Value, check: AddressCheck, errors: &mut Vec<FieldError>) -
     s.finish();
 
     Some(Config {
+        agent,
         socket,
+        admin,
         metrics,
         log,
         masters,
@@ -681,12 +738,35 @@ fn read_socket(tree: Value, errors: &mut Vec<FieldError>) -> SocketConfig {
     if request_timeout.is_zero() {
         s.error("request_timeout", "must be above zero");
     }
+    let allow_uids = s
+        .take("allow_uids", "a list of numeric uids")
+        .unwrap_or_default();
+    let allow_gids = s
+        .take("allow_gids", "a list of numeric gids")
+        .unwrap_or_default();
+    // Three quarters by default: one uid always leaves room for others.
+    let max_connections_per_uid = s
+        .take("max_connections_per_uid", "a whole number")
+        .unwrap_or_else(|| (max_connections * 3).div_ceil(4).max(1));
+    if max_connections_per_uid == 0 {
+        s.error("max_connections_per_uid", "must be at least 1");
+    } else if max_connections_per_uid > max_connections.max(1) {
+        s.error(
+            "max_connections_per_uid",
+            format!(
+                "{max_connections_per_uid} is above socket.max_connections ({max_connections})"
+            ),
+        );
+    }
     s.finish();
     SocketConfig {
         path,
         mode,
         max_connections,
         request_timeout,
+        allow_uids,
+        allow_gids,
+        max_connections_per_uid,
     }
 }
 
@@ -765,6 +845,8 @@ fn read_masters(
         let password_file: Option<String> = s.take("password_file", "a file path");
         let password_env: Option<String> = s.take("password_env", "an environment variable name");
         let tls_ca_file: Option<String> = s.take("tls_ca_file", "a file path");
+        let tls_cert_file: Option<String> = s.take("tls_cert_file", "a file path");
+        let tls_key_file: Option<String> = s.take("tls_key_file", "a file path");
         let name = match name {
             None => {
                 s.error("name", "required");
@@ -849,6 +931,7 @@ fn read_masters(
                 }
             },
         };
+        let tls_client = read_tls_client(&mut s, url.as_ref(), &tls_cert_file, &tls_key_file);
         s.finish();
         if let Some(url) = &url {
             let (host, port) = url.endpoint();
@@ -889,6 +972,9 @@ fn read_masters(
             url,
             tls_ca_file: tls_ca_file.map(PathBuf::from),
             tls_ca,
+            tls_cert_file: tls_cert_file.map(PathBuf::from),
+            tls_key_file: tls_key_file.map(PathBuf::from),
+            tls_client,
         });
     }
     if check == AddressCheck::Resolve {
@@ -1108,6 +1194,45 @@ fn resolve_all(targets: &[(String, u16)]) -> Vec<Resolved> {
         .collect()
 }
 
+/// The client certificate of one master: both files or neither, only for
+/// `rediss://`.
+fn read_tls_client(
+    s: &mut Section<'_>,
+    url: Option<&MasterUrl>,
+    cert_file: &Option<String>,
+    key_file: &Option<String>,
+) -> Option<TlsClient> {
+    let (cert_file, key_file) = match (cert_file, key_file) {
+        (None, None) => return None,
+        (Some(_), None) => {
+            s.error("tls_key_file", "required with tls_cert_file");
+            return None;
+        }
+        (None, Some(_)) => {
+            s.error("tls_cert_file", "required with tls_key_file");
+            return None;
+        }
+        (Some(cert), Some(key)) => (cert, key),
+    };
+    if url.is_some_and(|url| !url.is_tls()) {
+        s.error("tls_cert_file", "only for rediss:// URLs");
+        return None;
+    }
+    let mut read = |key: &str, file: &str| match std::fs::read(file) {
+        Ok(pem) => Some(pem),
+        Err(e) => {
+            s.error(key, format!("cannot read {file:?}: {e}"));
+            None
+        }
+    };
+    let cert = read("tls_cert_file", cert_file);
+    let key = read("tls_key_file", key_file);
+    Some(TlsClient {
+        cert: cert?,
+        key: key?,
+    })
+}
+
 fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
@@ -1201,6 +1326,134 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
         retry_jitter,
         max_hold,
         max_waiters,
+    }
+}
+
+fn read_agent(tree: Value, errors: &mut Vec<FieldError>) -> AgentConfig {
+    let mut s = Section::new("agent", tree, errors);
+    let name = match s.take::<String>("name", "a string") {
+        None => default_agent_name(),
+        Some(name) if crate::redlock::token::valid_agent(&name) => name,
+        Some(name) => {
+            s.error(
+                "name",
+                format!(
+                    "use 1 to 64 letters, digits, '-' or '_' ('.' and '@' separate the parts of a lock value): {name:?}"
+                ),
+            );
+            default_agent_name()
+        }
+    };
+    s.finish();
+    AgentConfig { name }
+}
+
+/// `$REDLOCK_AGENT_NAME` (the Helm chart sets the pod name there), else
+/// the host name; its first label, cut to what an agent name allows;
+/// `agent` when there is none.
+pub fn default_agent_name() -> String {
+    if let Some(name) = std::env::var("REDLOCK_AGENT_NAME")
+        .ok()
+        .map(|n| agent_name_from(&n))
+        .filter(|n| !n.is_empty())
+    {
+        return name;
+    }
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `len` bytes into the buffer given.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let host = if ok {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let name = agent_name_from(&host);
+    if name.is_empty() {
+        "agent".to_string()
+    } else {
+        name
+    }
+}
+
+/// The first label of a host or pod name, keeping only what agent names
+/// allow, at most 64 characters.
+fn agent_name_from(host: &str) -> String {
+    host.split('.')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        .take(64)
+        .collect()
+}
+
+/// The admin socket's default path: beside `socket.path`, `admin.sock` for
+/// `agent.sock` (so `/run/redlock/admin.sock` by default), else
+/// `NAME-admin.sock` for `NAME.sock`, so agents sharing a directory never
+/// share an admin socket.
+pub fn default_admin_path(socket: &Path) -> PathBuf {
+    let stem = socket
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = if stem == "agent" || stem.is_empty() {
+        "admin.sock".to_string()
+    } else {
+        format!("{stem}-admin.sock")
+    };
+    socket.with_file_name(name)
+}
+
+/// A quoted octal file mode like `"0600"`.
+fn mode_field(s: &mut Section<'_>, key: &str, default: u32) -> u32 {
+    match s.raw(key) {
+        None => default,
+        Some(Value::String(text)) => match u32::from_str_radix(text.trim(), 8) {
+            Ok(mode) if mode <= 0o777 => mode,
+            _ => {
+                s.error(
+                    key,
+                    format!("not an octal file mode like \"0600\": {text:?}"),
+                );
+                default
+            }
+        },
+        Some(other) => {
+            s.error(
+                key,
+                format!(
+                    "expected a quoted octal string like \"0600\", found {}",
+                    show(&other)
+                ),
+            );
+            default
+        }
+    }
+}
+
+fn read_admin(tree: Value, socket_path: &Path, errors: &mut Vec<FieldError>) -> AdminConfig {
+    let mut s = Section::new("admin", tree, errors);
+    let socket_tree = s.raw("socket");
+    let allow_uids = s
+        .take("allow_uids", "a list of numeric uids")
+        .unwrap_or_default();
+    s.finish();
+    let mut s = Section::new("admin.socket", socket_tree.unwrap_or(Value::Null), errors);
+    let path = s
+        .take::<String>("path", "a file path")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| default_admin_path(socket_path));
+    if path.as_os_str().is_empty() {
+        s.error("path", "must not be empty");
+    } else if path == socket_path {
+        s.error("path", "must differ from socket.path");
+    }
+    let mode = mode_field(&mut s, "mode", 0o600);
+    s.finish();
+    AdminConfig {
+        socket: AdminSocketConfig { path, mode },
+        allow_uids,
     }
 }
 
@@ -1583,6 +1836,66 @@ lock:
         assert_eq!(errors.len(), 1);
         assert!(errors[0].starts_with("not valid YAML"), "{errors:?}");
         assert!(errors[0].contains("line"), "{errors:?}");
+    }
+
+    #[test]
+    fn access_and_admin_defaults() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert!(config.socket.allow_uids.is_empty() && config.socket.allow_gids.is_empty());
+        assert_eq!(config.socket.max_connections_per_uid, 12_288);
+        assert_eq!(
+            config.admin.socket.path,
+            PathBuf::from("/run/redlock/admin.sock")
+        );
+        assert_eq!(config.admin.socket.mode, 0o600);
+        assert!(crate::redlock::token::valid_agent(&config.agent.name));
+        assert_eq!(
+            default_admin_path(Path::new("/tmp/x/a1.sock")),
+            PathBuf::from("/tmp/x/a1-admin.sock")
+        );
+        let yaml = format!(
+            "{MINIMAL}socket: {{max_connections: 8, allow_uids: [1000], allow_gids: [10]}}\nagent: {{name: pod-7}}\n"
+        );
+        let config = Config::from_yaml(&yaml).unwrap();
+        assert_eq!(config.socket.max_connections_per_uid, 6);
+        assert_eq!(config.socket.allow_uids, [1000]);
+        assert_eq!(config.socket.allow_gids, [10]);
+        assert_eq!(config.agent.name, "pod-7");
+    }
+
+    #[test]
+    fn access_admin_and_tls_problems_are_reported_with_their_paths() {
+        let yaml = r#"
+agent: {name: "host.example"}
+socket: {path: /s/agent.sock, max_connections: 4, max_connections_per_uid: 5, allow_uids: ["root"]}
+admin: {socket: {path: /s/agent.sock, mode: 600}, allow_uids: 0, extra: 1}
+masters:
+  - {name: r1, url: "redis://a:1", tls_cert_file: /nonexistent/c.pem, tls_key_file: /nonexistent/k.pem}
+  - {name: r2, url: "rediss://b:1", tls_cert_file: /nonexistent/c.pem}
+"#;
+        let errors = errors_of(yaml);
+        let expected = [
+            "socket.max_connections_per_uid: 5 is above socket.max_connections (4)",
+            "socket.allow_uids: expected a list of numeric uids, found a list",
+            "admin.allow_uids: expected a list of numeric uids, found a number 0",
+            "admin.extra: unknown key",
+            "admin.socket.path: must differ from socket.path",
+            "admin.socket.mode: expected a quoted octal string like \"0600\", found a number 600",
+            "masters[0].tls_cert_file: only for rediss:// URLs",
+            "masters[1].tls_key_file: required with tls_cert_file",
+        ];
+        for line in expected {
+            assert!(
+                errors.iter().any(|e| e == line),
+                "missing {line:?} in {errors:#?}"
+            );
+        }
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("agent.name: use 1 to 64")),
+            "{errors:#?}"
+        );
     }
 
     #[test]

@@ -15,6 +15,16 @@ struct Entry {
     token: String,
     granted_at: Instant,
     valid_until: Instant,
+    holder: Option<Holder>,
+}
+
+/// The process that asked for a grant, as the kernel reported it when it
+/// connected (`SO_PEERCRED`); shown in `/v1/locks` for locks held here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: Option<u32>,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// Grants by resource; at most one valid grant per resource can exist.
@@ -29,15 +39,32 @@ impl Grants {
         self.by_resource.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn granted(&self, resource: &str, token: &str, granted_at: Instant, valid_until: Instant) {
+    pub fn granted(
+        &self,
+        resource: &str,
+        token: &str,
+        granted_at: Instant,
+        valid_until: Instant,
+        holder: Option<Holder>,
+    ) {
         self.lock().insert(
             resource.to_string(),
             Entry {
                 token: token.to_string(),
                 granted_at,
                 valid_until,
+                holder,
             },
         );
+    }
+
+    /// Who asked for the grant of `resource` whose token is `token`, if
+    /// this agent granted it and knows the peer.
+    pub fn holder(&self, resource: &str, token: &str) -> Option<Holder> {
+        self.lock()
+            .get(resource)
+            .filter(|e| e.token == token)
+            .and_then(|e| e.holder)
     }
 
     pub fn extended(&self, resource: &str, token: &str, valid_until: Instant) {

@@ -12,16 +12,20 @@
 //!   and lost keys (the incarnation marker, evictions), quarantines such a
 //!   master (delayed restart) and readmits it by rewriting the marker;
 //!   topology checks.
-//! - [`grants`]: the locks this agent granted (for `/v1/locks` and metrics).
+//! - [`grants`]: the locks this agent granted and the process that asked
+//!   for each (for `/v1/locks` and metrics).
 //! - [`holds`]: locks tied to a client's connection: renewal, loss notices,
 //!   release when the connection closes.
-//! - [`locks`]: the lock keys on the masters (`/v1/locks`), force release.
+//! - [`locks`]: the lock keys on the masters (`/v1/locks`), force release
+//!   (admin socket only).
 //! - [`metrics`]: every metric, defined in one place.
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
 //! - [`waiters`]: per-resource FIFO queues; only the head competes, woken by
 //!   releases here or, through pub/sub, on other agents.
-//! - [`api`]: HTTP routes ([`api::routes`]) and the listeners
-//!   ([`api::server`]); the wire types are in the `redlock-wire` crate.
+//! - [`api`]: HTTP routes ([`api::routes`]), the listeners
+//!   ([`api::server`]: the application socket, the admin socket, metrics)
+//!   and peer credentials with who may connect ([`api::peer`]); the wire
+//!   types are in the `redlock-wire` crate.
 //! - [`agent`]: the shared state and `run`, which wires the rest together.
 //! - [`dev`]: local `redis-server` children for `redlock-agent dev` and tests.
 //! - [`lock_command`]: `redlock-agent lock -- cmd`, a client of the socket.

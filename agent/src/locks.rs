@@ -1,5 +1,6 @@
 //! The lock keys on the masters as operators see them: `GET /v1/locks`
-//! (every key under the prefix, per-master TTLs, never a token) and the
+//! (every key under the prefix, per-master TTLs, the holding agent's name
+//! and, for locks held here, the holding process; never a token) and the
 //! operator's force release.
 
 use std::collections::{BTreeMap, HashMap};
@@ -8,6 +9,7 @@ use std::time::Instant;
 use redlock_wire::{ForceReleaseResponse, LockInfo, LocksResponse, NodeKey};
 
 use crate::agent::Agent;
+use crate::grants::Holder;
 use crate::health::MARKER_SUFFIX;
 use crate::redlock::node::KeyState;
 use crate::redlock::{token, Node, Resource};
@@ -106,6 +108,7 @@ pub async fn list(agent: &Agent) -> LocksResponse {
                 })
                 .collect();
             let held_here = agent.grants().holds(&resource, holder, now);
+            let process = held_here.and_then(|_| agent.grants().holder(&resource, holder));
             // Until fewer than a quorum hold it: the quorum-th longest TTL
             // among the holder's copies, less the drift allowance.
             let mut ttls: Vec<u64> = node_keys
@@ -126,6 +129,10 @@ pub async fn list(agent: &Agent) -> LocksResponse {
                 });
             LockInfo {
                 owner: token::owner_of(holder).map(str::to_string),
+                agent: token::agent_of(holder).map(str::to_string),
+                pid: process.and_then(|p| p.pid),
+                uid: process.map(|p| p.uid),
+                gid: process.map(|p| p.gid),
                 validity_ms,
                 quorum_agrees: agreeing >= quorum,
                 held_here: held_here.is_some(),
@@ -143,11 +150,44 @@ pub async fn list(agent: &Agent) -> LocksResponse {
     }
 }
 
+/// A uid or pid for the log; `-` when unknown.
+fn show_id(id: Option<u32>) -> String {
+    id.map_or_else(|| "-".to_string(), |id| id.to_string())
+}
+
+/// The value of `key` on `node`, if it is connected and answers in time.
+async fn read_value(node: &Node, key: &str) -> Option<String> {
+    let mut conn = node.connection()?;
+    let mut get = redis::cmd("GET");
+    get.arg(key);
+    let get = get.query_async::<Option<String>>(&mut conn);
+    tokio::time::timeout(node.timeout(), get).await.ok()?.ok()?
+}
+
 /// Deletes the lock key of `resource` on every master, whoever holds it.
-/// For operators clearing a stuck lock; logged and counted.
-pub async fn force_release(agent: &Agent, resource: &Resource) -> ForceReleaseResponse {
+/// For operators clearing a stuck lock (only on the admin socket); logged
+/// with the caller and the holder it removed, and counted.
+pub async fn force_release(
+    agent: &Agent,
+    resource: &Resource,
+    caller: Option<Holder>,
+) -> ForceReleaseResponse {
     let redlock = agent.redlock();
     let key = redlock.key(resource);
+    // The holder, for the log: the value most masters hold.
+    let values =
+        futures::future::join_all(redlock.nodes().iter().map(|n| read_value(n, &key))).await;
+    let mut votes: HashMap<&str, usize> = HashMap::new();
+    for value in values.iter().flatten() {
+        *votes.entry(value.as_str()).or_default() += 1;
+    }
+    let removed = votes
+        .iter()
+        .max_by_key(|&(value, count)| (*count, *value))
+        .map(|(value, _)| (*value).to_string());
+    let process = removed
+        .as_deref()
+        .and_then(|value| agent.grants().holder(resource.as_str(), value));
     let results = futures::future::join_all(redlock.nodes().iter().map(|n| n.delete(&key))).await;
     let mut deleted = 0;
     let mut failed = Vec::new();
@@ -158,7 +198,19 @@ pub async fn force_release(agent: &Agent, resource: &Resource) -> ForceReleaseRe
             Err(_) => failed.push(node.name().to_string()),
         }
     }
-    tracing::warn!(%resource, deleted, failed = ?failed, "force release by an operator");
+    let value = removed.as_deref().unwrap_or("");
+    tracing::warn!(
+        %resource,
+        deleted,
+        failed = ?failed,
+        caller_uid = %show_id(caller.map(|c| c.uid)),
+        caller_pid = %show_id(caller.and_then(|c| c.pid)),
+        holder_agent = token::agent_of(value).unwrap_or("-"),
+        holder_owner = token::owner_of(value).unwrap_or("-"),
+        holder_uid = %show_id(process.map(|p| p.uid)),
+        holder_pid = %show_id(process.and_then(|p| p.pid)),
+        "force release by an operator"
+    );
     agent.metrics().force_releases.inc();
     agent.grants().forget(resource.as_str(), agent.metrics());
     agent.waiters().released(resource.as_str());

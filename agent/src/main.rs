@@ -46,6 +46,9 @@ enum Cmd {
         offline: bool,
     },
     /// Start local redis-server masters and run the agent on them.
+    ///
+    /// The admin socket (force release, for redlock-tui) is beside the
+    /// socket: NAME-admin.sock for NAME.sock.
     Dev {
         /// Where the agent listens.
         #[arg(long, default_value = "./redlock.sock")]
@@ -264,8 +267,9 @@ fn shell_word(text: &str) -> String {
 
 /// What `dev` prints to try: commands with full paths, to paste from any
 /// directory (the TUI's when it was built beside this binary).
-fn dev_commands(socket: &Path) -> String {
+fn dev_commands(socket: &Path, admin: &Path) -> String {
     let s = shell_word(&socket.display().to_string());
+    let a = shell_word(&admin.display().to_string());
     let mut out = format!(
         "Try it, from any directory:\n  \
          curl --unix-socket {s} -X POST localhost/v1/locks/demo/acquire -d '{{\"ttl_ms\": 10000}}'\n  \
@@ -280,7 +284,7 @@ fn dev_commands(socket: &Path) -> String {
         let tui = exe.with_file_name("redlock-tui");
         if tui.is_file() {
             out.push_str(&format!(
-                "  {} --socket {s}\n",
+                "  {} --socket {a}\n",
                 shell_word(&tui.display().to_string())
             ));
         }
@@ -343,7 +347,7 @@ fn dev_cluster(socket: &Path, count: usize, metrics: &str, format: Option<LogFor
         "redlock-agent dev: {count} masters on 127.0.0.1 ports {}; config {}\n\n{}",
         ports.join(", "),
         config_path.display(),
-        dev_commands(&socket),
+        dev_commands(&socket, &config.admin.socket.path),
     );
     let code = serve_with(config, format, true);
     drop(masters);

@@ -56,6 +56,37 @@ impl Failure {
     }
 }
 
+/// Why a connection was refused before its first request was read, for
+/// `redlock_connections_refused_total{listener, reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The peer's uid and gid are in neither allow list.
+    Forbidden,
+    /// `socket.max_connections` (or the admin socket's budget) was reached.
+    MaxConnections,
+    /// The peer's uid already has `socket.max_connections_per_uid` open.
+    MaxConnectionsPerUid,
+}
+
+impl Refusal {
+    pub const ALL: [Refusal; 3] = [
+        Refusal::Forbidden,
+        Refusal::MaxConnections,
+        Refusal::MaxConnectionsPerUid,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Forbidden => "forbidden",
+            Refusal::MaxConnections => "max_connections",
+            Refusal::MaxConnectionsPerUid => "max_connections_per_uid",
+        }
+    }
+}
+
+/// The Unix listeners, for the `listener` label.
+pub const LISTENERS: [&str; 2] = ["app", "admin"];
+
 /// How an acquire request ended, for `redlock_acquire_wait_seconds{outcome}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -199,6 +230,7 @@ pub struct Metrics {
     pub leak_scan_last_success: Gauge,
     pub api_requests: IntCounterVec,
     pub force_releases: IntCounter,
+    pub connections_refused: IntCounterVec,
     pub build_info: IntGaugeVec,
 }
 
@@ -345,6 +377,11 @@ impl Metrics {
                 "Locks deleted on every master by an operator's force release.",
             )
             .expect("valid counter"),
+            connections_refused: counter_vec(
+                "redlock_connections_refused_total",
+                "Connections to a Unix socket answered and closed before any request, by listener (app, admin) and reason (forbidden, max_connections, max_connections_per_uid).",
+                &["listener", "reason"],
+            ),
             build_info: gauge_vec("redlock_build_info", "Always 1; the agent's version as a label.", &["version"]),
         };
         m.register_all();
@@ -358,6 +395,12 @@ impl Metrics {
         }
         for failure in Failure::ALL {
             m.failures.with_label_values(&[failure.as_str()]);
+        }
+        for listener in LISTENERS {
+            for refusal in Refusal::ALL {
+                m.connections_refused
+                    .with_label_values(&[listener, refusal.as_str()]);
+            }
         }
         for result in ["extended", "lost"] {
             m.extensions.with_label_values(&[result]);
@@ -407,6 +450,7 @@ impl Metrics {
             Box::new(self.leak_scan_last_success.clone()),
             Box::new(self.api_requests.clone()),
             Box::new(self.force_releases.clone()),
+            Box::new(self.connections_refused.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {

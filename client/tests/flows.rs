@@ -18,6 +18,8 @@ const DEADLINE: Duration = Duration::from_secs(15);
 struct Setup {
     client: Client,
     socket: PathBuf,
+    /// On the admin socket, where force release is served.
+    admin: Client,
     _stop: oneshot::Sender<()>,
     _masters: Vec<RedisServer>,
     _dir: tempfile::TempDir,
@@ -31,6 +33,7 @@ async fn setup() -> Setup {
     let socket = dir.path().join("agent.sock");
     let yaml = redlock_agent::dev::config_yaml(&socket, "127.0.0.1:0", &masters);
     let config = Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    let admin = config.admin.socket.path.clone();
     // The masters were started empty just now: no quarantine for them.
     let bound = Bound::bind_with(config, true)
         .await
@@ -46,6 +49,7 @@ async fn setup() -> Setup {
     .await;
     Setup {
         client,
+        admin: Client::new(&admin),
         socket,
         _stop: stop,
         _masters: masters,
@@ -243,7 +247,7 @@ async fn a_guard_hears_of_an_operator_force_release() {
     wait_for("a renewal", || async { guard.valid_until() > first }).await;
     assert!(!guard.is_lost());
 
-    let forced = s.client.force_release("nightly").await.unwrap();
+    let forced = s.admin.force_release("nightly").await.unwrap();
     assert_eq!(forced.deleted, 3, "{forced:?}");
     let reason = tokio::time::timeout(DEADLINE, lost)
         .await

@@ -6,7 +6,7 @@
 // It acquires, extends and releases a lock, then holds it (the agent renews
 // it) and works until the lock is lost. Take it away as an operator would:
 //
-//	curl --unix-socket ./redlock.sock -X POST localhost/v1/locks/nightly-report/force-release
+//	curl --unix-socket ./redlock-admin.sock -X POST localhost/v1/locks/nightly-report/force-release
 //
 // and it prints the loss notice within about a TTL (2 s here) and exits 1.
 package main

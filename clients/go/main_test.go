@@ -99,8 +99,10 @@ func TestExample(t *testing.T) {
 		t.Fatalf("first line %q: %v", first, err)
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	// Force release is served only on the admin socket, beside the agent's.
+	admin := newClient(filepath.Join(filepath.Dir(socket), "admin.sock"))
 	var forced struct{ Deleted int }
-	if err := post(c, lockURL("go-example", "force-release"), map[string]interface{}{}, &forced); err != nil || forced.Deleted != 3 {
+	if err := post(admin, lockURL("go-example", "force-release"), map[string]interface{}{}, &forced); err != nil || forced.Deleted != 3 {
 		t.Fatalf("force release: %+v %v", forced, err)
 	}
 	select {

@@ -96,6 +96,8 @@ class ClientTest(unittest.TestCase):
     def setUpClass(cls):
         cls.agent = Agent()
         cls.client = Client(cls.agent.socket)
+        # Force release is served only on the admin socket, beside it.
+        cls.admin = Client(os.path.join(os.path.dirname(cls.agent.socket), "admin.sock"))
 
     @classmethod
     def tearDownClass(cls):
@@ -203,7 +205,7 @@ class ClientTest(unittest.TestCase):
         heard = []
         with self.assertRaises(LockLost) as raised:
             with c.hold("py-nightly", ttl_ms=2000, on_lost=heard.append) as lock:
-                forced = c.force_release("py-nightly")
+                forced = self.admin.force_release("py-nightly")
                 self.assertEqual(forced["deleted"], 3)
                 self.assertTrue(lock.wait_lost(DEADLINE), "no loss notice")
                 self.assertEqual(lock.lost_reason, "renew_failed")
@@ -238,7 +240,7 @@ class ClientTest(unittest.TestCase):
         try:
             first = example.stdout.readline()
             self.assertTrue(first.startswith("held py-example"), first)
-            self.client.force_release("py-example")
+            self.admin.force_release("py-example")
             rest = example.communicate(timeout=DEADLINE)[0]
         finally:
             if example.poll() is None:

@@ -30,13 +30,14 @@ fn every_code() -> Vec<ErrorCode> {
         TooManyConnections,
         TooManyWaiters,
         RequestTimeout,
+        Forbidden,
         Internal,
     ];
     for code in &all {
         match code {
             Taken | NoQuorum | Lost | InvalidRequest | InvalidResource | TtlOutOfRange
             | BodyTooLarge | NotFound | MethodNotAllowed | ShuttingDown | TooManyConnections
-            | TooManyWaiters | RequestTimeout | Internal => {}
+            | TooManyWaiters | RequestTimeout | Forbidden | Internal => {}
         }
     }
     all
@@ -71,7 +72,7 @@ fn check(s: &Spec, name: &str, value: impl serde::Serialize) {
 #[test]
 fn wire_values_match_their_schemas() {
     let s = spec();
-    let token = "0123456789abcdef0123456789abcdef01234567.billing";
+    let token = "0123456789abcdef0123456789abcdef01234567@pod-0.billing";
     check(
         &s,
         "AcquireRequest",
@@ -190,8 +191,12 @@ fn wire_values_match_their_schemas() {
                     pttl_ms: Some(4),
                 }],
                 quorum_agrees: true,
-                held_here: false,
+                held_here: true,
                 waiters: 2,
+                agent: Some("pod-0".into()),
+                pid: Some(42),
+                uid: Some(1000),
+                gid: Some(1000),
             }],
             truncated: false,
         },

@@ -99,6 +99,9 @@ def test_app_chart_embeds_the_sidecar(app_chart, native):
     assert where == ("initContainers" if native else "containers")
     _, app = find_container(spec, "shop")
     assert {e["name"]: e["value"] for e in app["env"]}["REDLOCK_SOCKET"] == "/run/redlock/agent.sock"
+    # The admin socket's volume is the agent's alone.
+    assert any(m["name"] == "redlock-admin" for m in agent["volumeMounts"])
+    assert all(m["name"] != "redlock-admin" for m in app.get("volumeMounts", []))
 
     # The names the sidecar refers to are the ones the dependency rendered.
     volumes = {v["name"]: v for v in spec["volumes"]}

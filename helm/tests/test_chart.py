@@ -88,6 +88,37 @@ def test_app_and_agent_share_the_socket_volume(render, native):
     assert spec["securityContext"]["fsGroup"] == agent["securityContext"]["runAsGroup"]
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native", "classic"])
+def test_admin_socket_is_on_a_volume_only_the_agent_mounts(render, native):
+    """Force release is served on the admin socket only; its emptyDir is
+    mounted in the agent container and nowhere else, so the application
+    cannot reach it, while `kubectl exec ... -c redlock-agent -- redlock-tui`
+    finds it through REDLOCK_ADMIN_SOCKET. The agent is named after its pod."""
+    r = render({"sidecar": {"native": native}})
+    spec = pod_spec(r.get("Deployment", DEMO))
+    _, agent = find_container(spec, "redlock-agent")
+    _, app = find_container(spec, "app")
+    config = r.agent_config()
+    admin_path = config["admin"]["socket"]["path"]
+    assert admin_path == "/run/redlock-admin/admin.sock"
+    assert config["admin"]["socket"]["mode"] == "0600"
+    admin_dir = admin_path.rsplit("/", 1)[0]
+
+    assert "emptyDir" in volume(spec, "redlock-admin")
+    assert mount(agent, "redlock-admin")["mountPath"] == admin_dir
+    app_mounts = app.get("volumeMounts", [])
+    assert all(m["name"] != "redlock-admin" for m in app_mounts), app_mounts
+    assert all(
+        not admin_dir.startswith(m["mountPath"].rstrip("/") + "/") and m["mountPath"] != admin_dir
+        for m in app_mounts
+    ), f"the app container mounts the admin socket's directory: {app_mounts}"
+    assert all("REDLOCK_ADMIN_SOCKET" != e["name"] for e in app.get("env", []))
+
+    env = {e["name"]: e for e in agent["env"]}
+    assert env["REDLOCK_ADMIN_SOCKET"]["value"] == admin_path
+    assert env["REDLOCK_AGENT_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
 def test_socket_path_follows_values(render):
     r = render({"config": {"socket": {"dir": "/var/run/locks", "name": "rl.sock"}}})
     spec = pod_spec(r.get("Deployment", DEMO))
@@ -378,7 +409,7 @@ def test_existing_secret_with_env_delivery(render):
     assert not r.of_kind("Secret")
     spec = pod_spec(r.get("Deployment", DEMO))
     _, agent = find_container(spec, "redlock-agent")
-    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in agent["env"] if "valueFrom" in e}
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in agent["env"] if "secretKeyRef" in e.get("valueFrom", {})}
     assert "redlock-secrets" not in [v["name"] for v in spec["volumes"]]
     for m in r.agent_config()["masters"]:
         assert "password_file" not in m
@@ -405,13 +436,10 @@ def test_auth_off_means_no_password_anywhere(render):
 def test_notes_say_how_to_check_the_agent_and_open_the_tui(default):
     notes = default.notes
     assert "/healthz" in notes and "/readyz" in notes
-    assert (
-        f"kubectl -n {NAMESPACE} exec -it deployment/{DEMO} -c redlock-agent -- \\\n"
-        "    redlock-tui --socket /run/redlock/agent.sock"
-    ) in notes
+    assert f"kubectl -n {NAMESPACE} exec -it deployment/{DEMO} -c redlock-agent -- redlock-tui\n" in notes
     assert "--unix-socket /run/redlock/agent.sock" in notes
 
 
 def test_notes_without_demo_still_show_the_tui(render):
     notes = render({"demo": {"enabled": False}}).notes
-    assert "-c redlock-agent -- redlock-tui --socket /run/redlock/agent.sock" in notes
+    assert "-c redlock-agent -- redlock-tui\n" in notes

@@ -54,6 +54,9 @@ REFUSED = [
     ("password-in-external-url", {"masters": {"deploy": False, "external": [{"name": "a", "url": "redis://:hunter2@a:6379"}]}, "auth": {"enabled": False}}, ["masters.external[0].url: contains a password", "passwordSecret"]),
     ("external-auth-without-password", {"masters": {"deploy": False, "external": EXTERNAL3}}, ["masters.external[0]: auth.enabled=true but no password is known"]),
     ("pdb-breaks-quorum", {"masters": {"count": 5, "pdb": {"maxUnavailable": 3}}}, ["masters.pdb.maxUnavailable: 3", "use at most 2"]),
+    ("admin-socket-in-the-shared-dir", {"config": {"admin": {"socket": {"dir": "/run/redlock"}}}}, ["config.admin.socket.dir: must differ from config.socket.dir"]),
+    ("admin-socket-under-the-shared-dir", {"config": {"admin": {"socket": {"dir": "/run/redlock/admin"}}}}, ["config.admin.socket.dir: must not be inside config.socket.dir"]),
+    ("allow-uids-not-numbers", {"config": {"socket": {"allowUids": ["app"]}}}, ["/config/socket/allowUids/0"]),
 ]
 
 

@@ -33,12 +33,13 @@ const REFRESH_RANGE: (Duration, Duration) =
     about = "Admin console for redlock-agent: nodes, locks, leaks and a summary, live"
 )]
 struct Cli {
-    /// The agent's Unix socket.
+    /// The agent's admin socket (admin.socket.path): the only one that
+    /// serves force release. The application socket works for viewing.
     #[arg(
         long,
         value_name = "PATH",
-        default_value = "/run/redlock/agent.sock",
-        env = "REDLOCK_SOCKET"
+        default_value = "/run/redlock/admin.sock",
+        env = "REDLOCK_ADMIN_SOCKET"
     )]
     socket: PathBuf,
     /// How often to poll the agent, e.g. 500ms, 1s, 5s.

@@ -164,6 +164,8 @@ fn http(socket: &Path, method: &str, path: &str, body: &str) -> std::io::Result<
 struct Agent {
     child: Child,
     socket: PathBuf,
+    /// The admin socket `redlock-agent dev` makes beside `agent.sock`.
+    admin: PathBuf,
     ports: Vec<u16>,
     master_pids: Vec<u32>,
     log: PathBuf,
@@ -191,6 +193,7 @@ impl Agent {
             .expect("start redlock-agent dev");
         let mut agent = Agent {
             child,
+            admin: socket.with_file_name("admin.sock"),
             socket,
             ports: Vec::new(),
             master_pids: Vec::new(),
@@ -420,7 +423,7 @@ fn the_tui_follows_a_real_agent_and_restores_the_terminal() {
     let command = format!(
         "'{}' --socket '{}' --refresh 250ms",
         env!("CARGO_BIN_EXE_redlock-tui"),
-        agent.socket.display()
+        agent.admin.display()
     );
     tmux.type_text(&command);
     tmux.keys(&["Enter"]);
@@ -448,6 +451,15 @@ fn the_tui_follows_a_real_agent_and_restores_the_terminal() {
     )
     .expect("acquire over the socket");
     assert_eq!(status, 200, "{body}");
+    // This process asked: the agent saw its pid; the lock names the agent.
+    let pid = std::process::id();
+    let (_, locks) = http(&agent.socket, "GET", "/v1/locks", "").expect("/v1/locks");
+    let agent_name = regex::Regex::new(r#""agent":"([A-Za-z0-9_-]+)""#)
+        .unwrap()
+        .captures(&locks)
+        .unwrap_or_else(|| panic!("an agent name in {locks}"))[1]
+        .to_string();
+    assert!(locks.contains(&format!("\"pid\":{pid}")), "{locks}");
     tmux.type_text(":locks");
     tmux.keys(&["Enter"]);
     let ttl = regex::Regex::new(r"^\d+\.\ds$").unwrap();
@@ -466,10 +478,11 @@ fn the_tui_follows_a_real_agent_and_restores_the_terminal() {
         ["RESOURCE↑", "OWNER", "VALIDITY", "r1", "r2", "r3"],
         "{header}"
     );
+    assert!(words(header).contains(&"HOLDER"), "{header}");
     let lock = words(row(&screen, "e2e-demo").unwrap()).join(" ");
     assert!(
-        lock.ends_with("yes 0 yes"),
-        "quorum agrees, no waiters, held here: {lock}"
+        lock.ends_with(&format!("yes 0 yes {agent_name}/{pid}")),
+        "quorum agrees, no waiters, held here, by this process: {lock}"
     );
 
     // `/` filters by regex, `/!` inverts, Escape clears.
@@ -495,8 +508,16 @@ fn the_tui_follows_a_real_agent_and_restores_the_terminal() {
         s.contains("Locks [1/1]") && s.contains("filter /e2e-d") && row(s, "e2e-demo").is_some()
     });
 
+    // Enter opens the detail: the holder's agent, pid, uid and gid.
+    tmux.keys(&["Enter"]);
+    // SAFETY: getuid/getgid cannot fail and touch no memory.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    tmux.wait_for_text(&format!(
+        "holder    agent {agent_name} · pid {pid} · uid {uid} · gid {gid}"
+    ));
+
     // Ctrl-d asks, naming the resource and its holder; `y` force-releases
-    // it through the agent.
+    // it through the agent's admin socket.
     tmux.keys(&["C-d"]);
     tmux.wait_until("the confirm dialog", |s| {
         s.contains("Force-release e2e-demo?") && s.contains("Holder: e2e · on 3 of 3 masters")
@@ -506,7 +527,8 @@ fn the_tui_follows_a_real_agent_and_restores_the_terminal() {
         s.contains("force-released e2e-demo: deleted on 3 masters") && row(s, "e2e-demo").is_none()
     });
 
-    // `:nodes` switches back.
+    // Escape leaves the detail; `:nodes` switches back.
+    tmux.keys(&["Escape"]);
     tmux.type_text(":nodes");
     tmux.keys(&["Enter"]);
     tmux.wait_for_text("Nodes [3]");

@@ -1,6 +1,9 @@
-//! The HTTP/JSON API: routes on the Unix socket (locks, nodes, probes) and
-//! on the TCP metrics listener (probes, metrics). Wire types live in the
+//! The HTTP/JSON API: routes on the application socket (locks, views,
+//! probes), on the admin socket (views, force release) and on the TCP
+//! metrics listener (probes, metrics); peer credentials and who may connect
+//! ([`peer`]). Wire types live in the
 //! `redlock-wire` crate so clients can use them without the server.
 
+pub mod peer;
 pub mod routes;
 pub mod server;

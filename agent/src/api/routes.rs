@@ -20,7 +20,9 @@ use redlock_wire::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::peer::Peer;
 use crate::agent::Agent;
+use crate::grants::Holder;
 use crate::metrics::{Failure, Outcome};
 use crate::redlock::{token, Acquire, Extend, Grant, Resource, Token};
 use crate::waiters::WaitError;
@@ -34,10 +36,12 @@ pub const MAX_BODY: usize = 64 * 1024;
 pub type Body = BoxBody<Bytes, Infallible>;
 
 /// Which listener a request came in on. The TCP listener serves probes and
-/// metrics only; locks are taken on the Unix socket.
+/// metrics only; locks are taken on the application socket; force release
+/// is served only on the admin socket; the read-only views on both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Surface {
     Socket,
+    Admin,
     Metrics,
 }
 
@@ -111,10 +115,11 @@ enum LockAction {
 pub async fn handle(
     agent: Arc<Agent>,
     surface: Surface,
+    peer: Option<Peer>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let label = route_label(request.uri().path());
-    let response = match dispatch(&agent, surface, request).await {
+    let response = match dispatch(&agent, surface, peer, request).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     };
@@ -151,9 +156,15 @@ fn route_label(path: &str) -> &'static str {
 async fn dispatch(
     agent: &Arc<Agent>,
     surface: Surface,
+    peer: Option<Peer>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let (route, allowed) = route(surface, request.uri().path())?;
+    let holder = peer.map(|p| Holder {
+        pid: p.pid,
+        uid: p.uid,
+        gid: p.gid,
+    });
     if request.method() != allowed {
         let mut response = ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -171,6 +182,7 @@ async fn dispatch(
         );
         return Ok(response);
     }
+    check_surface(agent, surface, &route)?;
     match route {
         Route::Healthz => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
         Route::Readyz => {
@@ -200,19 +212,46 @@ async fn dispatch(
         Route::Lock(resource, action) => {
             let body = read_body(request, agent.config().socket.request_timeout).await?;
             match action {
-                LockAction::Acquire => acquire(agent, resource, parse_body(&body, true)?).await,
+                LockAction::Acquire => {
+                    acquire(agent, resource, holder, parse_body(&body, true)?).await
+                }
                 LockAction::Extend => extend(agent, resource, parse_body(&body, false)?).await,
                 LockAction::Release => release(agent, resource, parse_body(&body, false)?).await,
-                LockAction::Hold => hold(agent, resource, parse_body(&body, true)?).await,
+                LockAction::Hold => hold(agent, resource, holder, parse_body(&body, true)?).await,
                 LockAction::ForceRelease => {
                     let _: ForceReleaseRequest = parse_body(&body, true)?;
                     Ok(json(
                         StatusCode::OK,
-                        &locks::force_release(agent, &resource).await,
+                        &locks::force_release(agent, &resource, holder).await,
                     ))
                 }
             }
         }
+    }
+}
+
+/// Force release only on the admin socket; lock operations only on the
+/// application socket.
+fn check_surface(agent: &Agent, surface: Surface, route: &Route) -> Result<(), ApiError> {
+    let forbidden = |message: String| {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            ErrorCode::Forbidden,
+            message,
+        ))
+    };
+    match (surface, route) {
+        (Surface::Socket, Route::Lock(_, LockAction::ForceRelease)) => forbidden(format!(
+            "force-release is served only on the admin socket ({}, admin.socket.path)",
+            agent.config().admin.socket.path.display()
+        )),
+        (Surface::Admin, Route::Lock(_, action)) if !matches!(action, LockAction::ForceRelease) => {
+            forbidden(format!(
+                "locks are taken on the application socket ({}, socket.path); the admin socket serves views and force-release",
+                agent.config().socket.path.display()
+            ))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -354,10 +393,11 @@ fn millis(d: Duration) -> u64 {
 async fn acquire(
     agent: &Agent,
     resource: Resource,
+    holder: Option<Holder>,
     request: AcquireRequest,
 ) -> Result<Response<Body>, ApiError> {
     let started = Instant::now();
-    let result = try_acquire(agent, resource, request).await;
+    let result = try_acquire(agent, resource, holder, request).await;
     observe_wait(agent, started, &result);
     result
 }
@@ -381,11 +421,13 @@ fn observe_wait<T>(agent: &Agent, started: Instant, result: &Result<T, ApiError>
 async fn try_acquire(
     agent: &Agent,
     resource: Resource,
+    holder: Option<Holder>,
     request: AcquireRequest,
 ) -> Result<Response<Body>, ApiError> {
     let grant = grant(
         agent,
         &resource,
+        holder,
         request.ttl_ms,
         request.wait_ms,
         request.owner.as_deref(),
@@ -407,6 +449,7 @@ async fn try_acquire(
 async fn grant(
     agent: &Agent,
     resource: &Resource,
+    holder: Option<Holder>,
     ttl_ms: Option<u64>,
     wait_ms: Option<u64>,
     owner: Option<&str>,
@@ -436,6 +479,7 @@ async fn grant(
                 grant.token.as_str(),
                 grant.granted_at,
                 grant.valid_until(),
+                holder,
             );
             Ok(grant)
         }
@@ -464,6 +508,7 @@ struct ForceReleaseRequest {}
 async fn hold(
     agent: &Arc<Agent>,
     resource: Resource,
+    holder: Option<Holder>,
     request: HoldRequest,
 ) -> Result<Response<Body>, ApiError> {
     let ceiling = agent.config().lock.max_hold;
@@ -482,6 +527,7 @@ async fn hold(
     let result = grant(
         agent,
         &resource,
+        holder,
         request.ttl_ms,
         request.wait_ms,
         request.owner.as_deref(),

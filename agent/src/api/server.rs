@@ -1,6 +1,12 @@
-//! The listeners: the Unix socket the application talks to and the TCP
-//! address for probes and metrics, both served by hyper (HTTP/1.1), both
-//! drained gracefully on shutdown.
+//! The listeners: the Unix socket the application talks to, the admin
+//! socket operators use, and the TCP address for probes and metrics, all
+//! served by hyper (HTTP/1.1), all drained gracefully on shutdown.
+//!
+//! Every Unix connection is checked before its first request is read: the
+//! peer's credentials against the allow lists ([`super::peer`]), then the
+//! connection budgets. A refused connection gets one JSON error answer and
+//! is closed; each refusal is logged with the peer's uid and pid and counted
+//! in `redlock_connections_refused_total`.
 
 use std::future::Future;
 use std::io;
@@ -16,8 +22,14 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::peer::{Allow, Peer, UidShares, UidSlot};
 use super::routes::{self, Surface};
 use crate::agent::Agent;
+use crate::metrics::Refusal;
+
+/// Connections the admin socket serves at once. Its own budget, so an
+/// application that fills `socket.max_connections` never locks operators out.
+pub const ADMIN_MAX_CONNECTIONS: usize = 64;
 
 /// Why a listener could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -170,36 +182,208 @@ pub async fn bind_tcp(addr: std::net::SocketAddr) -> Result<TcpListener, BindErr
         .map_err(|source| BindError::Tcp { addr, source })
 }
 
-/// Serves both listeners until `shutdown` resolves, then stops accepting
+/// What admits connections on one Unix listener.
+struct Gate {
+    surface: Surface,
+    allow: Allow,
+    slots: Arc<Semaphore>,
+    max_connections: usize,
+    /// The per-uid share; the admin socket has none.
+    shares: Option<Arc<UidShares>>,
+}
+
+/// The slots one admitted connection holds until it ends.
+struct Slots {
+    _global: OwnedSemaphorePermit,
+    _uid: Option<UidSlot>,
+}
+
+impl Gate {
+    fn app(agent: &Agent) -> Gate {
+        let socket = &agent.config().socket;
+        Gate {
+            surface: Surface::Socket,
+            allow: Allow::new(&socket.allow_uids, &socket.allow_gids),
+            slots: Arc::new(Semaphore::new(socket.max_connections)),
+            max_connections: socket.max_connections,
+            shares: Some(UidShares::new(socket.max_connections_per_uid)),
+        }
+    }
+
+    fn admin(agent: &Agent) -> Gate {
+        Gate {
+            surface: Surface::Admin,
+            allow: Allow::new(&agent.config().admin.allow_uids, &[]),
+            slots: Arc::new(Semaphore::new(ADMIN_MAX_CONNECTIONS)),
+            max_connections: ADMIN_MAX_CONNECTIONS,
+            shares: None,
+        }
+    }
+
+    fn listener(&self) -> &'static str {
+        match self.surface {
+            Surface::Admin => "admin",
+            _ => "app",
+        }
+    }
+
+    /// Checks a new connection; on refusal answers it and returns `None`.
+    fn admit(
+        &self,
+        agent: &Agent,
+        stream: UnixStream,
+    ) -> Option<(UnixStream, Option<Peer>, Slots)> {
+        let peer = match Peer::of(&stream) {
+            Ok(peer) => Some(peer),
+            Err(e) => {
+                tracing::warn!(listener = self.listener(), error = %e, "cannot read the peer's credentials");
+                None
+            }
+        };
+        let (uid, pid) = (peer.map(|p| p.uid), peer.and_then(|p| p.pid));
+        let refused = |reason: Refusal,
+                       stream: UnixStream,
+                       status: &'static str,
+                       code: &'static str,
+                       message: String| {
+            // Forbidden peers are worth an operator's attention; a client
+            // over its connection budget could flood the log, so those go
+            // to debug (the counter shows them).
+            if reason == Refusal::Forbidden {
+                tracing::warn!(
+                    listener = self.listener(),
+                    reason = reason.as_str(),
+                    uid = %show_id(uid),
+                    pid = %show_id(pid),
+                    "connection refused: {message}"
+                );
+            } else {
+                tracing::debug!(
+                    listener = self.listener(),
+                    reason = reason.as_str(),
+                    uid = %show_id(uid),
+                    pid = %show_id(pid),
+                    "connection refused: {message}"
+                );
+            }
+            agent
+                .metrics()
+                .connections_refused
+                .with_label_values(&[self.listener(), reason.as_str()])
+                .inc();
+            reject(stream, status, code, message);
+            None
+        };
+        if !self.allow.admits(peer.as_ref()) {
+            let setting = match self.surface {
+                Surface::Admin => "admin.allow_uids",
+                _ => "socket.allow_uids and socket.allow_gids",
+            };
+            let who = peer.map_or_else(
+                || "a peer whose credentials are unknown".to_string(),
+                |p| format!("uid {} (gid {})", p.uid, p.gid),
+            );
+            return refused(
+                Refusal::Forbidden,
+                stream,
+                "403 Forbidden",
+                "forbidden",
+                format!("{who} may not use this socket ({setting})"),
+            );
+        }
+        let Ok(global) = Arc::clone(&self.slots).try_acquire_owned() else {
+            let setting = match self.surface {
+                Surface::Admin => "the admin socket's limit",
+                _ => "socket.max_connections",
+            };
+            return refused(
+                Refusal::MaxConnections,
+                stream,
+                "503 Service Unavailable",
+                "too_many_connections",
+                format!(
+                    "this socket serves at most {} connections ({setting})",
+                    self.max_connections
+                ),
+            );
+        };
+        let uid_slot = match (&self.shares, peer) {
+            (Some(shares), Some(peer)) => match shares.try_take(peer.uid) {
+                Some(slot) => Some(slot),
+                None => {
+                    return refused(
+                        Refusal::MaxConnectionsPerUid,
+                        stream,
+                        "503 Service Unavailable",
+                        "too_many_connections",
+                        format!(
+                            "uid {} already has {} connections open, the most one uid may have (socket.max_connections_per_uid)",
+                            peer.uid,
+                            shares.limit()
+                        ),
+                    )
+                }
+            },
+            _ => None,
+        };
+        Some((
+            stream,
+            peer,
+            Slots {
+                _global: global,
+                _uid: uid_slot,
+            },
+        ))
+    }
+}
+
+/// A uid or pid for the log; `-` when the kernel did not say.
+fn show_id(id: Option<u32>) -> String {
+    id.map_or_else(|| "-".to_string(), |id| id.to_string())
+}
+
+/// Serves the listeners until `shutdown` resolves, then stops accepting
 /// and waits up to `grace` for in-flight requests.
 pub async fn serve(
     agent: Arc<Agent>,
     socket: SocketListener,
+    admin: SocketListener,
     tcp: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(agent.config().socket.max_connections));
+    let app_gate = Gate::app(&agent);
+    let admin_gate = Gate::admin(&agent);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             accepted = socket.listener.accept() => match accepted {
-                Ok((stream, _)) => match Arc::clone(&slots).try_acquire_owned() {
-                    Ok(slot) => spawn_connection(&agent, &graceful, stream, Surface::Socket, slot),
-                    Err(_) => refuse(stream, agent.config().socket.max_connections),
-                },
+                Ok((stream, _)) => {
+                    if let Some((stream, peer, slots)) = app_gate.admit(&agent, stream) {
+                        spawn_connection(&agent, &graceful, stream, Surface::Socket, peer, Some(slots));
+                    }
+                }
+                Err(e) => accept_failed(&e).await,
+            },
+            accepted = admin.listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    if let Some((stream, peer, slots)) = admin_gate.admit(&agent, stream) {
+                        spawn_connection(&agent, &graceful, stream, Surface::Admin, peer, Some(slots));
+                    }
+                }
                 Err(e) => accept_failed(&e).await,
             },
             // Probes and scrapes have their own small budget, so a full
             // socket never makes the agent look dead to its orchestrator.
             accepted = tcp.accept() => match accepted {
-                Ok((stream, _)) => spawn_connection(&agent, &graceful, stream, Surface::Metrics, None),
+                Ok((stream, _)) => spawn_connection(&agent, &graceful, stream, Surface::Metrics, None, None),
                 Err(e) => accept_failed(&e).await,
             },
         }
     }
     drop(socket);
+    drop(admin);
     drop(tcp);
     let grace = agent.config().shutdown.grace;
     tracing::info!(connections = graceful.count(), ?grace, "draining");
@@ -226,14 +410,15 @@ fn spawn_connection<S>(
     graceful: &GracefulShutdown,
     stream: S,
     surface: Surface,
-    slot: impl Into<Option<OwnedSemaphorePermit>>,
+    peer: Option<Peer>,
+    slot: Option<Slots>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let slot = slot.into();
     let agent = Arc::clone(agent);
     let timeout = agent.config().socket.request_timeout;
-    let service = service_fn(move |request| routes::handle(Arc::clone(&agent), surface, request));
+    let service =
+        service_fn(move |request| routes::handle(Arc::clone(&agent), surface, peer, request));
     let connection = http1::Builder::new()
         .keep_alive(true)
         .timer(TokioTimer::new())
@@ -248,16 +433,15 @@ fn spawn_connection<S>(
     });
 }
 
-/// Answers a connection over `socket.max_connections` with a 503 and
-/// closes it, without reading its request.
-fn refuse(mut stream: tokio::net::UnixStream, limit: usize) {
-    use tokio::io::AsyncWriteExt;
+/// Answers a refused connection with one JSON error (`status` like
+/// `"403 Forbidden"`) and closes it, without reading its request.
+fn reject(mut stream: UnixStream, status: &'static str, code: &'static str, message: String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     tokio::spawn(async move {
-        let body = format!(
-            "{{\"error\":{{\"code\":\"too_many_connections\",\"message\":\"this agent serves at most {limit} connections (socket.max_connections)\"}}}}\n"
-        );
+        let body = serde_json::json!({"error": {"code": code, "message": message}});
+        let body = format!("{body}\n");
         let response = format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         );
         let _ = tokio::time::timeout(
@@ -266,9 +450,25 @@ fn refuse(mut stream: tokio::net::UnixStream, limit: usize) {
         )
         .await;
         let _ = stream.shutdown().await;
+        // Closing with the request unread would reset the connection and
+        // could lose the answer on its way; read (and drop) what the client
+        // sends until it closes, briefly and boundedly.
+        let drain = async {
+            let mut buf = [0u8; 4096];
+            let mut left = REJECT_DRAIN_BYTES;
+            while left > 0 {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), drain).await;
     });
-    tracing::debug!(limit, "connection refused: socket.max_connections reached");
 }
+
+/// Most bytes of a refused connection's request read before closing it.
+const REJECT_DRAIN_BYTES: usize = 64 * 1024;
 
 /// Raises the soft limit on open files to the hard limit, so
 /// `socket.max_connections` is not cut short by a low default.

@@ -35,6 +35,9 @@ pub struct Settings {
     pub drift: Drift,
     pub retry_delay: Duration,
     pub retry_jitter: Duration,
+    /// `agent.name`, written into every lock value after the random part
+    /// (see [`token`]) so any agent can say which one holds a lock.
+    pub agent_name: Option<String>,
 }
 
 /// A lock this agent acquired.

@@ -83,6 +83,9 @@ impl Cluster {
 /// The agent running in-process; stopped when dropped.
 pub struct TestAgent {
     pub socket: PathBuf,
+    /// The admin socket (force release), `admin.sock` beside `socket`
+    /// unless the config says otherwise.
+    pub admin: PathBuf,
     pub metrics: std::net::SocketAddr,
     pub config: Config,
     stop: Option<oneshot::Sender<()>>,
@@ -141,6 +144,7 @@ impl TestAgent {
             let _ = stopped.await;
         }));
         let agent = TestAgent {
+            admin: config.admin.socket.path.clone(),
             socket,
             metrics,
             config,
@@ -178,6 +182,18 @@ impl TestAgent {
 
     pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.request(Method::POST, path, &body.to_string()).await
+    }
+
+    /// `POST path` on the admin socket.
+    pub async fn admin_post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        request(
+            &self.admin,
+            Method::POST,
+            path,
+            Bytes::from(body.to_string()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("POST {path} on the admin socket: {e}"))
     }
 
     /// Acquires and returns the token, panicking on anything but 200.

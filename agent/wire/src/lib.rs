@@ -125,6 +125,18 @@ pub struct LockInfo {
     pub quorum_agrees: bool,
     /// Granted through this agent (by acquire or a hold) and not released.
     pub held_here: bool,
+    /// `agent.name` of the agent that granted it, read from the lock's value
+    /// (absent for values written by agents before this field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The requesting process as the kernel reported it (`SO_PEERCRED`)
+    /// when it connected; only for locks held through this agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
     /// This agent's requests waiting for this resource.
     pub waiters: u64,
 }
@@ -306,6 +318,9 @@ pub enum ErrorCode {
     TooManyWaiters,
     /// The request did not arrive in full within `socket.request_timeout`.
     RequestTimeout,
+    /// The peer may not use this socket or this route on it (`socket.allow_uids`,
+    /// `admin.allow_uids`, force-release off the admin socket).
+    Forbidden,
     Internal,
 }
 
@@ -325,6 +340,7 @@ impl ErrorCode {
             ErrorCode::TooManyConnections => "too_many_connections",
             ErrorCode::TooManyWaiters => "too_many_waiters",
             ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::Forbidden => "forbidden",
             ErrorCode::Internal => "internal",
         }
     }
@@ -364,6 +380,7 @@ mod tests {
             ErrorCode::TooManyConnections,
             ErrorCode::TooManyWaiters,
             ErrorCode::RequestTimeout,
+            ErrorCode::Forbidden,
             ErrorCode::Internal,
         ] {
             let json = serde_json::to_string(&code).unwrap();

@@ -56,6 +56,7 @@ let socket;
 let agent;
 let agentLog = '';
 let client;
+let admin;
 
 before(async () => {
   const bin = process.env.REDLOCK_AGENT || path.join(ROOT, 'target', 'debug', 'redlock-agent');
@@ -72,6 +73,8 @@ before(async () => {
   agent.stdout.on('data', (d) => (agentLog += d));
   agent.stderr.on('data', (d) => (agentLog += d));
   client = new Client(socket);
+  // Force release is served only on the admin socket, beside it.
+  admin = new Client(path.join(dir, 'admin.sock'));
   await waitFor('the agent and a usable quorum', async () => {
     if (agent.exitCode !== null) throw new Error(`the agent exited:\n${agentLog}`);
     try {
@@ -188,7 +191,7 @@ test("a hold's signal aborts when an operator force-releases the lock", async ()
   await assert.rejects(
     client.using('js-nightly', { ttlMs: 2000 }, async (lock, signal) => {
       lock.on('lost', (e) => (heard = e));
-      const forced = await client.forceRelease('js-nightly');
+      const forced = await admin.forceRelease('js-nightly');
       assert.equal(forced.deleted, 3);
       const reason = await within('the loss notice', lock.lost());
       assert.ok(signal.aborted);
@@ -231,7 +234,7 @@ test('the hold example prints the loss notice', async () => {
   try {
     const first = await within('the example to hold', iterator.next());
     assert.match(first.value, /^held js-example/);
-    await client.forceRelease('js-example');
+    await admin.forceRelease('js-example');
     const next = await within('the loss notice', iterator.next());
     assert.equal(next.value, 'stopped: the lock on js-example was lost: renew_failed');
     assert.equal(await exited, 1);

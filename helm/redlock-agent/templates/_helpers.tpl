@@ -182,11 +182,21 @@ mounted Secret) or a password_env (an env var from a Secret).
 */}}
 {{- define "redlock-agent.config" -}}
 {{- $c := .Values.config -}}
+# agent.name is left to REDLOCK_AGENT_NAME, which the sidecar sets to the pod name.
+agent: {}
 socket:
   path: {{ printf "%s/%s" $c.socket.dir $c.socket.name | quote }}
   mode: {{ $c.socket.mode | quote }}
   max_connections: {{ int $c.socket.maxConnections }}
   request_timeout: {{ $c.socket.requestTimeout | quote }}
+  allow_uids: {{ $c.socket.allowUids | toJson }}
+  allow_gids: {{ $c.socket.allowGids | toJson }}
+  max_connections_per_uid: {{ int $c.socket.maxConnectionsPerUid }}
+admin:
+  socket:
+    path: {{ printf "%s/%s" $c.admin.socket.dir $c.admin.socket.name | quote }}
+    mode: {{ $c.admin.socket.mode | quote }}
+  allow_uids: {{ $c.admin.allowUids | toJson }}
 metrics:
   listen: {{ printf "%s:%d" $c.metrics.address (int $c.metrics.port) | quote }}
 log:

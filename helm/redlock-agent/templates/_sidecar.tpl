@@ -96,6 +96,12 @@ as JSON (templates can only return strings). Use with `| fromJson`.
 {{- printf "%s/%s" $s.Values.config.socket.dir $s.Values.config.socket.name -}}
 {{- end -}}
 
+{{/* The path of the admin socket, inside the agent container only. */}}
+{{- define "redlock-agent.sidecar.adminSocketPath" -}}
+{{- $s := include "redlock-agent.sidecar.parse" . | fromJson -}}
+{{- printf "%s/%s" $s.Values.config.admin.socket.dir $s.Values.config.admin.socket.name -}}
+{{- end -}}
+
 {{/* Non-empty when the agent runs as a native sidecar (an initContainer). */}}
 {{- define "redlock-agent.sidecar.native" -}}
 {{- $s := include "redlock-agent.sidecar.parse" . | fromJson -}}
@@ -111,6 +117,12 @@ as JSON (templates can only return strings). Use with `| fromJson`.
 {{- $masters := include "redlock-agent.masterList" $s | fromYamlArray -}}
 {{- $withSecrets := false -}}
 {{- range $masters }}{{ if .secretName }}{{ $withSecrets = true }}{{ end }}{{ end -}}
+{{- if eq (clean $c.admin.socket.dir) (clean $c.socket.dir) -}}
+{{- fail "config.admin.socket.dir: must differ from config.socket.dir, which the application container mounts" -}}
+{{- end -}}
+{{- if hasPrefix (printf "%s/" (clean $c.socket.dir)) (clean $c.admin.socket.dir) -}}
+{{- fail "config.admin.socket.dir: must not be inside config.socket.dir, which the application container mounts" -}}
+{{- end -}}
 - name: redlock-agent
   image: {{ include "redlock-agent.image" (dict "image" $v.image "appVersion" $s.Chart.AppVersion) | quote }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
@@ -126,6 +138,10 @@ as JSON (templates can only return strings). Use with `| fromJson`.
       containerPort: {{ int $c.metrics.port }}
       protocol: TCP
   {{- $env := list -}}
+  {{- /* The pod name as agent.name, in every lock value this agent sets. */ -}}
+  {{- $env = append $env (dict "name" "REDLOCK_AGENT_NAME" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name"))) -}}
+  {{- /* Where redlock-tui, run in this container, finds the admin socket. */ -}}
+  {{- $env = append $env (dict "name" "REDLOCK_ADMIN_SOCKET" "value" (include "redlock-agent.sidecar.adminSocketPath" .)) -}}
   {{- if eq $v.auth.agentDelivery "env" -}}
   {{- range $i, $m := $masters -}}
   {{- if $m.secretName -}}
@@ -190,6 +206,9 @@ as JSON (templates can only return strings). Use with `| fromJson`.
   volumeMounts:
     - name: redlock-socket
       mountPath: {{ $c.socket.dir }}
+    # The admin socket: mounted here and nowhere else.
+    - name: redlock-admin
+      mountPath: {{ $c.admin.socket.dir }}
     - name: redlock-config
       mountPath: /etc/redlock
       readOnly: true
@@ -221,6 +240,11 @@ as JSON (templates can only return strings). Use with `| fromJson`.
 {{- $masters := include "redlock-agent.masterList" $s | fromYamlArray -}}
 # The agent's socket, shared with the application.
 - name: redlock-socket
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+# The admin socket (force release); only the agent container mounts it.
+- name: redlock-admin
   emptyDir:
     medium: Memory
     sizeLimit: 1Mi

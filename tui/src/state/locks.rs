@@ -225,6 +225,10 @@ pub(crate) mod tests {
             quorum_agrees: held.len() > masters.len() / 2,
             held_here: false,
             waiters: 0,
+            agent: None,
+            pid: None,
+            uid: None,
+            gid: None,
         }
     }
 

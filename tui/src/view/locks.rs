@@ -26,7 +26,7 @@ pub fn split(body: Rect, app: &App) -> (Rect, Rect) {
     if !app.detail_open() {
         return (body, Rect::new(body.x, body.bottom(), body.width, 0));
     }
-    let wanted = app.locks.masters().len() as u16 + 8;
+    let wanted = app.locks.masters().len() as u16 + 9;
     let [table, detail] = Layout::vertical([
         Constraint::Min(0),
         Constraint::Length(wanted.min(body.height)),
@@ -100,6 +100,10 @@ fn render_table_part(frame: &mut Frame, area: Rect, app: &App) {
         header.push(title_cell("HERE", LockColumn::Here, sort));
         widths.push(Constraint::Length(FLAG_WIDTH));
     }
+    if plan.holder {
+        header.push(Cell::from("HOLDER"));
+        widths.push(Constraint::Length(HOLDER_WIDTH));
+    }
     let now = app.now();
     let rows = locks.rows();
     render_table(frame, area, block, header, &widths, table, |i| {
@@ -116,8 +120,10 @@ const OWNER_WIDTH: u16 = 12;
 const VALIDITY_WIDTH: u16 = 9;
 const QUORUM_WIDTH: u16 = 7;
 const FLAG_WIDTH: u16 = 5;
+/// `agent/pid`: a pod name and a pid fit; longer names are cut.
+const HOLDER_WIDTH: u16 = 22;
 
-/// Which columns fit: on narrow screens the matrix cells shrink to five
+/// Which columns fit: on narrow screens `HOLDER` goes first, the matrix cells shrink to five
 /// characters (`missing` becomes `miss`), then `HERE`, `WAIT` and `OWNER`
 /// go, then the resource column narrows, and last the matrix goes; the
 /// detail pane still shows it all.
@@ -130,6 +136,8 @@ pub struct Plan {
     pub matrix: bool,
     pub waiters: bool,
     pub here: bool,
+    /// The holding agent and, for locks held here, the holder's pid.
+    pub holder: bool,
     /// Narrowest matrix cell.
     pub cell: u16,
 }
@@ -143,9 +151,17 @@ impl Plan {
             matrix: true,
             waiters: true,
             here: true,
+            holder: true,
             cell: MASTER_WIDTH as u16,
         };
-        let narrow = Plan { cell: 5, ..full };
+        let no_holder = Plan {
+            holder: false,
+            ..full
+        };
+        let narrow = Plan {
+            cell: 5,
+            ..no_holder
+        };
         let no_here = Plan {
             here: false,
             ..narrow
@@ -166,7 +182,7 @@ impl Plan {
             matrix: false,
             ..short
         };
-        [full, narrow, no_here, no_flags, no_owner, short]
+        [full, no_holder, narrow, no_here, no_flags, no_owner, short]
             .into_iter()
             .find(|plan| plan.width(masters) <= width)
             .unwrap_or(no_matrix)
@@ -186,6 +202,7 @@ impl Plan {
             (self.owner, OWNER_WIDTH),
             (self.waiters, FLAG_WIDTH),
             (self.here, FLAG_WIDTH),
+            (self.holder, HOLDER_WIDTH),
         ] {
             if on {
                 columns.push(width);
@@ -262,7 +279,36 @@ fn row(lock: &LockRow, now: Instant, plan: Plan) -> Row<'static> {
             theme::MUTED,
         )));
     }
+    if plan.holder {
+        cells.push(Cell::from(holder_cell(info)));
+    }
     Row::new(cells)
+}
+
+/// `agent/pid`, `agent` alone for locks held through other agents, `-`
+/// when the value names no agent.
+pub fn holder_cell(info: &redlock_wire::LockInfo) -> Span<'static> {
+    match (&info.agent, info.pid) {
+        (Some(agent), Some(pid)) => Span::raw(format!("{agent}/{pid}")),
+        (Some(agent), None) => Span::raw(agent.clone()),
+        (None, Some(pid)) => Span::raw(format!("{DASH}/{pid}")),
+        (None, None) => Span::styled(DASH, theme::MUTED),
+    }
+}
+
+/// The detail pane's holder line: agent, then pid, uid and gid when the
+/// lock is held through this agent.
+pub fn holder_text(info: &redlock_wire::LockInfo) -> String {
+    let mut parts = vec![format!("agent {}", info.agent.as_deref().unwrap_or(DASH))];
+    for (name, value) in [("pid", info.pid), ("uid", info.uid), ("gid", info.gid)] {
+        if let Some(value) = value {
+            parts.push(format!("{name} {value}"));
+        }
+    }
+    if info.pid.is_none() && !info.held_here {
+        parts.push("process known only to that agent".to_string());
+    }
+    parts.join(" · ")
 }
 
 fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
@@ -286,10 +332,13 @@ fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
             theme::TITLE,
         ));
     let field = |name: &'static str| Span::styled(format!("{name:<10}"), theme::HEADING);
-    let mut lines = vec![Line::from(vec![
-        field("owner"),
-        Span::raw(info.owner.clone().unwrap_or_else(|| DASH.to_string())),
-    ])];
+    let mut lines = vec![
+        Line::from(vec![
+            field("owner"),
+            Span::raw(info.owner.clone().unwrap_or_else(|| DASH.to_string())),
+        ]),
+        Line::from(vec![field("holder"), Span::raw(holder_text(info))]),
+    ];
     let mut validity = vec![field("validity")];
     match lock.validity {
         Some(v) => {
@@ -384,14 +433,23 @@ mod tests {
             matrix: true,
             waiters: true,
             here: true,
+            holder: true,
             cell: 7,
         };
-        assert_eq!(at(118), full);
+        assert_eq!(at(122), full);
+        assert_eq!(
+            at(118),
+            Plan {
+                holder: false,
+                ..full
+            }
+        );
         // 80 columns: five-wide cells, no WAIT or HERE, the owner kept.
         let eighty = Plan {
             cell: 5,
             waiters: false,
             here: false,
+            holder: false,
             ..full
         };
         assert_eq!(at(78), eighty);

@@ -59,7 +59,12 @@ fn app_at(t0: Instant, readonly: bool) -> App {
         lock_fixtures::lock("orders:42", Some("billing"), 30_000, MASTERS, MASTERS);
     everywhere.held_here = true;
     everywhere.waiters = 2;
-    let minority = lock_fixtures::lock("stray", None, 8_000, &["r1"], MASTERS);
+    everywhere.agent = Some("pod-a".to_string());
+    everywhere.pid = Some(4242);
+    everywhere.uid = Some(1000);
+    everywhere.gid = Some(1001);
+    let mut minority = lock_fixtures::lock("stray", None, 8_000, &["r1"], MASTERS);
+    minority.agent = Some("pod-b".to_string());
     polled(
         &mut app,
         t0,
@@ -253,7 +258,7 @@ fn locks_view_shows_the_matrix_for_full_and_partial_locks() {
     let header = line_with(&screen, "RESOURCE");
     assert!(header.starts_with("│RESOURCE↑ "), "{header}");
     for column in [
-        "OWNER", "VALIDITY", "r1", "r2", "r3", "QUORUM", "WAIT", "HERE",
+        "OWNER", "VALIDITY", "r1", "r2", "r3", "QUORUM", "WAIT", "HERE", "HOLDER",
     ] {
         assert!(header.contains(column), "{column} in {header}");
     }
@@ -274,13 +279,14 @@ fn locks_view_shows_the_matrix_for_full_and_partial_locks() {
             "30.0s",
             "yes",
             "2",
-            "yes"
+            "yes",
+            "pod-a/4242"
         ]
     );
     // Only on r1: missing elsewhere, no quorum, no validity.
     assert_eq!(
         words(line_with(&screen, "stray")),
-        ["stray", "-", "-", "8.0s", "missing", "missing", "no", "0", "no"]
+        ["stray", "-", "-", "8.0s", "missing", "missing", "no", "0", "no", "pod-b"]
     );
 }
 
@@ -323,6 +329,23 @@ fn ttls_count_down_smoothly_and_turn_to_warning_colours() {
 }
 
 #[test]
+fn the_detail_pane_names_the_holding_process_of_a_lock_held_here() {
+    let (mut app, _) = app();
+    app.update(Action::Do(crate::keys::Action::NextView));
+    key(&mut app, KeyCode::Enter);
+    let screen = shot(&app);
+    assert!(
+        contains(&screen, "┌ Lock orders:42 ─"),
+        "{}",
+        screen.join("\n")
+    );
+    assert!(contains(
+        &screen,
+        "│holder    agent pod-a · pid 4242 · uid 1000 · gid 1001"
+    ));
+}
+
+#[test]
 fn enter_opens_the_detail_pane_of_the_selected_lock() {
     let (mut app, _) = app();
     app.update(Action::Do(crate::keys::Action::NextView));
@@ -331,6 +354,10 @@ fn enter_opens_the_detail_pane_of_the_selected_lock() {
     let screen = shot(&app);
     assert!(contains(&screen, "┌ Lock stray ─"), "{}", screen.join("\n"));
     assert!(contains(&screen, "│owner     -"));
+    assert!(contains(
+        &screen,
+        "│holder    agent pod-b · process known only to that agent"
+    ));
     assert!(contains(&screen, "│validity  - (no quorum holds it)"));
     assert!(contains(
         &screen,
