@@ -25,6 +25,8 @@ pub struct Agent {
     grants: Grants,
     scanner: Arc<Scanner>,
     waiters: Arc<Waiters>,
+    /// Turns for operator listings (`GET /v1/locks`).
+    listings: crate::locks::Listings,
     /// Cancelled when the agent starts to shut down: holds end with `lost`.
     shutdown: CancellationToken,
     started: std::time::Instant,
@@ -98,6 +100,7 @@ impl Agent {
                 marker_key: health.marker_key.clone(),
                 max_ttl: config.lock.max_ttl,
                 quorum: config.quorum(),
+                masters: names.clone(),
             },
             Arc::clone(&metrics),
         ));
@@ -114,6 +117,7 @@ impl Agent {
             grants: Grants::default(),
             scanner,
             waiters,
+            listings: crate::locks::Listings::default(),
             shutdown: CancellationToken::new(),
             started: std::time::Instant::now(),
         })
@@ -141,6 +145,10 @@ impl Agent {
 
     pub fn waiters(&self) -> &Waiters {
         &self.waiters
+    }
+
+    pub fn listings(&self) -> &crate::locks::Listings {
+        &self.listings
     }
 
     pub fn shutdown_token(&self) -> CancellationToken {

@@ -377,6 +377,10 @@ impl Node {
                 .prepare_invoke()
                 .load_async(&mut conn)
                 .await?;
+            scripts::READ_KEYS
+                .prepare_invoke()
+                .load_async(&mut conn)
+                .await?;
             Ok::<_, RedisError>(conn)
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
@@ -700,24 +704,85 @@ impl Node {
                 invocation.invoke_async(&mut conn).await
             })
             .await?;
-        let states = keys
-            .into_iter()
-            .zip(reply.chunks(2))
-            .map(|(key, pair)| KeyState {
-                key,
-                value: match pair.first() {
-                    Some(redis::Value::BulkString(bytes)) => {
-                        Some(String::from_utf8_lossy(bytes).into_owned())
-                    }
-                    _ => None,
-                },
-                pttl: match pair.get(1) {
-                    Some(redis::Value::Int(n)) => *n,
-                    _ => -2,
-                },
+        Ok((next, key_states(keys.into_iter(), &reply)))
+    }
+
+    /// Runs one operator read (`SCAN`, `READ_KEYS`) on a clone of the
+    /// connection whose response timeout is `timeout`: an operator's listing
+    /// may take longer than a lock vote, and a slow answer must come back as
+    /// an error, never as "no keys".
+    async fn read_request<T, F, Fut>(&self, timeout: Duration, op: F) -> Result<T, NodeError>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let Some(mut conn) = self.connection() else {
+            return Err(NodeError::NotConnected);
+        };
+        conn.set_response_timeout(timeout);
+        let started = Instant::now();
+        let result = op(conn).await;
+        self.series.request(Op::Scan, started.elapsed());
+        result.map_err(|e| {
+            let error = match NodeError::classify(&e) {
+                NodeError::Timeout(_) => NodeError::Timeout(timeout),
+                other => other,
+            };
+            self.record_error(error)
+        })
+    }
+
+    /// One `SCAN cursor MATCH pattern COUNT count`: the next cursor and the
+    /// key names, nothing else (the operator listing reads values only for
+    /// the page it answers).
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer within `timeout`,
+    /// or fails.
+    pub async fn scan_names(
+        &self,
+        cursor: u64,
+        pattern: &str,
+        count: u64,
+        timeout: Duration,
+    ) -> Result<(u64, Vec<String>), NodeError> {
+        self.read_request(timeout, |mut conn| async move {
+            redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(count)
+                .query_async(&mut conn)
+                .await
+        })
+        .await
+    }
+
+    /// The value and PTTL of every key in `keys`, in one script call (one
+    /// round trip). Keys that are gone answer `pttl: -2`.
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer within `timeout`,
+    /// or fails.
+    pub async fn read_keys(
+        &self,
+        keys: &[String],
+        timeout: Duration,
+    ) -> Result<Vec<KeyState>, NodeError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let reply: Vec<redis::Value> = self
+            .read_request(timeout, |mut conn| async move {
+                let mut invocation = scripts::READ_KEYS.prepare_invoke();
+                for key in keys {
+                    invocation.key(key);
+                }
+                invocation.invoke_async(&mut conn).await
             })
-            .collect();
-        Ok((next, states))
+            .await?;
+        Ok(key_states(keys.iter().cloned(), &reply))
     }
 
     /// `DEL key`, for an operator's force release. `Ok(true)` when a key
@@ -765,6 +830,29 @@ pub struct KeyState {
     pub value: Option<String>,
     /// Milliseconds left; -1 without TTL, -2 when the key is gone.
     pub pttl: i64,
+}
+
+/// Pairs key names with `READ_KEYS`'s flat `value, pttl, value, pttl, …`
+/// reply; a key without its pair reads as gone.
+fn key_states(keys: impl Iterator<Item = String>, reply: &[redis::Value]) -> Vec<KeyState> {
+    let mut pairs = reply.chunks(2);
+    keys.map(|key| {
+        let pair = pairs.next().unwrap_or(&[]);
+        KeyState {
+            key,
+            value: match pair.first() {
+                Some(redis::Value::BulkString(bytes)) => {
+                    Some(String::from_utf8_lossy(bytes).into_owned())
+                }
+                _ => None,
+            },
+            pttl: match pair.get(1) {
+                Some(redis::Value::Int(n)) => *n,
+                _ => -2,
+            },
+        }
+    })
+    .collect()
 }
 
 /// Parses `INFO` text into its `key:value` fields.

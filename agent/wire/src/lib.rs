@@ -129,16 +129,56 @@ pub struct LockInfo {
     pub waiters: u64,
 }
 
-/// 200 answer to `GET /v1/locks`.
+/// 200 answer to `GET /v1/locks?prefix=&cursor=&limit=`: one page of the
+/// lock keys whose resource starts with `prefix`, in resource-name order.
+///
+/// Paging: each page lists the names strictly after `cursor`, so a walk
+/// that passes each page's `next_cursor` to the next call never lists a
+/// resource twice, and lists every resource whose key stays on a master
+/// that could be read for the whole walk exactly once. Keys created or
+/// deleted during the walk appear at most once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocksResponse {
     pub quorum: usize,
     /// Master names in config order (the columns of `nodes` in each lock).
     pub masters: Vec<String>,
     pub locks: Vec<LockInfo>,
-    /// More keys exist than were listed.
+    /// More keys exist than were listed: `next_cursor` is set.
     #[serde(default)]
     pub truncated: bool,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// Distinct lock keys under the prefix on the masters that were read.
+    #[serde(default)]
+    pub total: u64,
+    /// Keys `SCAN` returned over all masters for this answer: the work done.
+    #[serde(default)]
+    pub scanned: u64,
+    /// Masters that could not be read (down, timed out, failed); their
+    /// columns say `unknown`. Never empty when `partial` is true.
+    #[serde(default)]
+    pub unread: Vec<String>,
+    /// Some masters could not be read: a lock may be missing from the page
+    /// or shown on fewer masters than hold it.
+    #[serde(default)]
+    pub partial: bool,
+}
+
+/// 200 answer to `GET /v1/locks/{resource}`: one lock, read from every
+/// master at once (one round trip each).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockResponse {
+    pub quorum: usize,
+    /// Master names in config order (the columns of `lock.nodes`).
+    pub masters: Vec<String>,
+    pub lock: LockInfo,
+    /// Masters that could not be read; their column says `unknown`.
+    #[serde(default)]
+    pub unread: Vec<String>,
+    /// Some masters could not be read.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 /// 200 answer to `POST /v1/locks/{resource}/force-release`.
@@ -277,6 +317,13 @@ pub struct LeaksResponse {
     /// `none` or `expire`.
     pub repair: String,
     pub nodes: Vec<NodeLeaks>,
+    /// Masters the last scan could not read (their `error` says why), or
+    /// every master before the first scan ends.
+    #[serde(default)]
+    pub unread: Vec<String>,
+    /// The report does not cover every master: `unread` is not empty.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 /// Machine-readable error codes. The set only grows.
@@ -302,6 +349,8 @@ pub enum ErrorCode {
     TooManyWaiters,
     /// The request did not arrive in full within `socket.request_timeout`.
     RequestTimeout,
+    /// Too many operator listings at once; retry after `Retry-After`.
+    Busy,
     Internal,
 }
 
@@ -321,6 +370,7 @@ impl ErrorCode {
             ErrorCode::TooManyConnections => "too_many_connections",
             ErrorCode::TooManyWaiters => "too_many_waiters",
             ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::Busy => "busy",
             ErrorCode::Internal => "internal",
         }
     }
@@ -360,6 +410,7 @@ mod tests {
             ErrorCode::TooManyConnections,
             ErrorCode::TooManyWaiters,
             ErrorCode::RequestTimeout,
+            ErrorCode::Busy,
             ErrorCode::Internal,
         ] {
             let json = serde_json::to_string(&code).unwrap();
