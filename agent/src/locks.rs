@@ -8,14 +8,17 @@
 //! `partial`; with fewer than a quorum read the answer is an error, never a
 //! list that looks complete.
 //!
-//! Cost per listing: `SCAN … COUNT 1000` over every master for the names
-//! (about one command per thousand keys per master), then one `READ_KEYS`
+//! Cost per listing: `SCAN … COUNT 5000` over every master for the names
+//! (one command per 5,000 keys per master), then one `READ_KEYS`
 //! call per master for the page's keys. At most [`MAX_LISTINGS`] listings
 //! run at once per agent, so operators cannot pile scans onto the masters.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
 
 use redlock_wire::{ForceReleaseResponse, LockInfo, LockResponse, LocksResponse, NodeKey};
 use tokio::sync::Semaphore;
@@ -42,23 +45,71 @@ pub const MAX_SCAN_KEYS: usize = 1_000_000;
 /// lock.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// `SCAN … COUNT` of a listing.
-const SCAN_COUNT: u64 = 1000;
+const SCAN_COUNT: u64 = 5000;
 /// Keys per `READ_KEYS` call, so one script never blocks a master long.
 const READ_CHUNK: usize = 1000;
 /// Longest `cursor` accepted (a resource name is at most 256 bytes).
 const MAX_CURSOR_LEN: usize = 512;
 
-/// The agent's turnstile for listings.
+/// Operator reads' own resources: turns for listings, and one reader
+/// connection per master (see [`Node::open_reader`]), opened on first use
+/// and dropped after any error.
 #[derive(Debug)]
 pub struct Listings {
     permits: Semaphore,
+    // A std Mutex: held only to clone or replace a connection handle.
+    readers: Mutex<HashMap<usize, MultiplexedConnection>>,
 }
 
 impl Default for Listings {
     fn default() -> Listings {
         Listings {
             permits: Semaphore::new(MAX_LISTINGS),
+            readers: Mutex::new(HashMap::new()),
         }
+    }
+}
+
+impl Listings {
+    fn readers(&self) -> std::sync::MutexGuard<'_, HashMap<usize, MultiplexedConnection>> {
+        // Poisoning needs a panic while held; clone and insert cannot panic.
+        self.readers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Master `index`'s reader connection, opened if there is none.
+    async fn reader(&self, index: usize, node: &Node) -> Result<MultiplexedConnection, NodeError> {
+        if let Some(conn) = self.readers().get(&index).cloned() {
+            return Ok(conn);
+        }
+        let conn = node
+            .open_reader(READ_TIMEOUT)
+            .await
+            .map_err(with_read_timeout)?;
+        self.readers().insert(index, conn.clone());
+        Ok(conn)
+    }
+
+    /// Runs `read` on master `index`'s reader; an error drops the reader so
+    /// the next read opens a fresh one.
+    async fn read<T, F, Fut>(&self, index: usize, node: &Node, read: F) -> Result<T, NodeError>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = Result<T, NodeError>>,
+    {
+        let conn = self.reader(index, node).await?;
+        let result = read(conn).await.map_err(with_read_timeout);
+        if result.is_err() {
+            self.readers().remove(&index);
+        }
+        result
+    }
+}
+
+/// A reader's timeouts are [`READ_TIMEOUT`]; the redis error does not say.
+fn with_read_timeout(error: NodeError) -> NodeError {
+    match error {
+        NodeError::Timeout(_) => NodeError::Timeout(READ_TIMEOUT),
+        other => other,
     }
 }
 
@@ -181,6 +232,7 @@ pub fn escape_glob(text: &str) -> String {
 /// One master's names under the pattern, and how many keys `SCAN` returned.
 async fn scan_node(
     node: &Node,
+    conn: MultiplexedConnection,
     pattern: &str,
     marker: &str,
 ) -> Result<(Vec<String>, u64), ReadFailure> {
@@ -189,9 +241,9 @@ async fn scan_node(
     let mut cursor = 0;
     loop {
         let (next, batch) = node
-            .scan_names(cursor, pattern, SCAN_COUNT, READ_TIMEOUT)
+            .scan_names(&conn, cursor, pattern, SCAN_COUNT)
             .await
-            .map_err(ReadFailure::Node)?;
+            .map_err(|e| ReadFailure::Node(with_read_timeout(e)))?;
         scanned += batch.len() as u64;
         names.extend(batch.into_iter().filter(|k| k != marker));
         if names.len() > MAX_SCAN_KEYS {
@@ -223,10 +275,14 @@ impl std::fmt::Display for ReadFailure {
 }
 
 /// The page's keys on one master, in chunks of [`READ_CHUNK`].
-async fn read_node(node: &Node, keys: &[String]) -> Result<HashMap<String, KeyState>, NodeError> {
+async fn read_node(
+    node: &Node,
+    conn: MultiplexedConnection,
+    keys: &[String],
+) -> Result<HashMap<String, KeyState>, NodeError> {
     let mut states = HashMap::with_capacity(keys.len());
     for chunk in keys.chunks(READ_CHUNK) {
-        for state in node.read_keys(chunk, READ_TIMEOUT).await? {
+        for state in node.read_keys(&conn, chunk).await? {
             if state.pttl != -2 && state.value.is_some() {
                 states.insert(state.key.clone(), state);
             }
@@ -275,8 +331,19 @@ pub async fn list(agent: &Agent, query: &ListQuery) -> Result<LocksResponse, Rea
     let marker = format!("{key_prefix}{MARKER_SUFFIX}");
     let pattern = format!("{}*", escape_glob(&format!("{key_prefix}{}", query.prefix)));
     let nodes = redlock.nodes();
-    let scans =
-        futures::future::join_all(nodes.iter().map(|n| scan_node(n, &pattern, &marker))).await;
+    let listings = agent.listings();
+    let scans = futures::future::join_all(nodes.iter().enumerate().map(|(i, node)| {
+        let (pattern, marker) = (&pattern, &marker);
+        async move {
+            let conn = listings.reader(i, node).await.map_err(ReadFailure::Node)?;
+            let scan = scan_node(node, conn, pattern, marker).await;
+            if scan.is_err() {
+                listings.readers().remove(&i);
+            }
+            scan
+        }
+    }))
+    .await;
 
     let mut all: BTreeSet<&str> = BTreeSet::new();
     let mut scanned = 0;
@@ -303,16 +370,22 @@ pub async fn list(agent: &Agent, query: &ListQuery) -> Result<LocksResponse, Rea
     let total = all.len() as u64;
 
     let readable: Vec<bool> = scans.iter().map(Result::is_ok).collect();
-    let reads = futures::future::join_all(nodes.iter().zip(&readable).map(|(node, ok)| {
-        let window = &window;
-        async move {
-            if *ok {
-                Some(read_node(node, window).await)
-            } else {
-                None
+    let reads = futures::future::join_all(nodes.iter().zip(&readable).enumerate().map(
+        |(i, (node, ok))| {
+            let window = &window;
+            async move {
+                if *ok {
+                    Some(
+                        listings
+                            .read(i, node, |conn| read_node(node, conn, window))
+                            .await,
+                    )
+                } else {
+                    None
+                }
             }
-        }
-    }))
+        },
+    ))
     .await;
     let per_node: Vec<Option<HashMap<String, KeyState>>> = nodes
         .iter()
@@ -384,8 +457,14 @@ pub async fn get(agent: &Agent, resource: &Resource) -> Result<LockResponse, Rea
     let key = redlock.key(resource);
     let keys = [key.clone()];
     let nodes = redlock.nodes();
-    let reads =
-        futures::future::join_all(nodes.iter().map(|n| n.read_keys(&keys, READ_TIMEOUT))).await;
+    let listings = agent.listings();
+    let reads = futures::future::join_all(nodes.iter().enumerate().map(|(i, node)| {
+        let keys = &keys;
+        listings.read(i, node, move |conn| async move {
+            node.read_keys(&conn, keys).await
+        })
+    }))
+    .await;
     let states: Vec<Option<Option<KeyState>>> = nodes
         .iter()
         .zip(reads)

@@ -377,10 +377,6 @@ impl Node {
                 .prepare_invoke()
                 .load_async(&mut conn)
                 .await?;
-            scripts::READ_KEYS
-                .prepare_invoke()
-                .load_async(&mut conn)
-                .await?;
             Ok::<_, RedisError>(conn)
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
@@ -707,29 +703,59 @@ impl Node {
         Ok((next, key_states(keys.into_iter(), &reply)))
     }
 
-    /// Runs one operator read (`SCAN`, `READ_KEYS`) on a clone of the
-    /// connection whose response timeout is `timeout`: an operator's listing
-    /// may take longer than a lock vote, and a slow answer must come back as
-    /// an error, never as "no keys".
-    async fn read_request<T, F, Fut>(&self, timeout: Duration, op: F) -> Result<T, NodeError>
+    /// Opens a connection of its own for operator reads (listings, lock
+    /// lookups), whose response timeout is `timeout`.
+    ///
+    /// ## Behavior
+    /// - Large `SCAN` replies on it never queue ahead of votes and probes,
+    ///   which keep the node's shared connection.
+    /// - Health does not watch it: failing to open it or a timeout on it
+    ///   never changes the node's state. A node without its shared
+    ///   connection (`down`) is not tried at all.
+    ///
+    /// # Errors
+    /// When the node is down, or the master cannot be reached in time.
+    pub async fn open_reader(&self, timeout: Duration) -> Result<MultiplexedConnection, NodeError> {
+        if self.connection().is_none() {
+            return Err(NodeError::NotConnected);
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(timeout));
+        let attempt = async {
+            let mut conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            scripts::READ_KEYS
+                .prepare_invoke()
+                .load_async(&mut conn)
+                .await?;
+            Ok::<_, RedisError>(conn)
+        };
+        match tokio::time::timeout(self.connect_timeout, attempt).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(NodeError::classify(&e)),
+            Err(_) => Err(NodeError::Timeout(self.connect_timeout)),
+        }
+    }
+
+    /// Runs one operator read on a reader connection (see
+    /// [`Node::open_reader`]); a slow answer comes back as an error, never
+    /// as "no keys".
+    async fn read_request<T, F, Fut>(
+        &self,
+        conn: &MultiplexedConnection,
+        op: F,
+    ) -> Result<T, NodeError>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        let Some(mut conn) = self.connection() else {
-            return Err(NodeError::NotConnected);
-        };
-        conn.set_response_timeout(timeout);
         let started = Instant::now();
-        let result = op(conn).await;
+        let result = op(conn.clone()).await;
         self.series.request(Op::Scan, started.elapsed());
-        result.map_err(|e| {
-            let error = match NodeError::classify(&e) {
-                NodeError::Timeout(_) => NodeError::Timeout(timeout),
-                other => other,
-            };
-            self.record_error(error)
-        })
+        result.map_err(|e| NodeError::classify(&e))
     }
 
     /// One `SCAN cursor MATCH pattern COUNT count`: the next cursor and the
@@ -737,16 +763,15 @@ impl Node {
     /// the page it answers).
     ///
     /// # Errors
-    /// When the master is not connected, does not answer within `timeout`,
-    /// or fails.
+    /// When the master does not answer in time on `conn`, or fails.
     pub async fn scan_names(
         &self,
+        conn: &MultiplexedConnection,
         cursor: u64,
         pattern: &str,
         count: u64,
-        timeout: Duration,
     ) -> Result<(u64, Vec<String>), NodeError> {
-        self.read_request(timeout, |mut conn| async move {
+        self.read_request(conn, |mut conn| async move {
             redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
@@ -763,18 +788,17 @@ impl Node {
     /// round trip). Keys that are gone answer `pttl: -2`.
     ///
     /// # Errors
-    /// When the master is not connected, does not answer within `timeout`,
-    /// or fails.
+    /// When the master does not answer in time on `conn`, or fails.
     pub async fn read_keys(
         &self,
+        conn: &MultiplexedConnection,
         keys: &[String],
-        timeout: Duration,
     ) -> Result<Vec<KeyState>, NodeError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let reply: Vec<redis::Value> = self
-            .read_request(timeout, |mut conn| async move {
+            .read_request(conn, |mut conn| async move {
                 let mut invocation = scripts::READ_KEYS.prepare_invoke();
                 for key in keys {
                     invocation.key(key);
