@@ -216,7 +216,7 @@ async fn a_hundred_thousand_locks_on_five_masters() {
                 let mut pipe = redis::pipe();
                 for i in (10_001..20_000).step_by(2).skip(round % 50).step_by(50) {
                     let key = format!("{prefix}{}", resource(i));
-                    if round % 2 == 0 {
+                    if round.is_multiple_of(2) {
                         pipe.cmd("DEL").arg(&key).ignore();
                     } else {
                         pipe.cmd("SET")

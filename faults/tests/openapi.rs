@@ -30,13 +30,14 @@ fn every_code() -> Vec<ErrorCode> {
         TooManyConnections,
         TooManyWaiters,
         RequestTimeout,
+        Busy,
         Internal,
     ];
     for code in &all {
         match code {
             Taken | NoQuorum | Lost | InvalidRequest | InvalidResource | TtlOutOfRange
             | BodyTooLarge | NotFound | MethodNotAllowed | ShuttingDown | TooManyConnections
-            | TooManyWaiters | RequestTimeout | Internal => {}
+            | TooManyWaiters | RequestTimeout | Busy | Internal => {}
         }
     }
     all
@@ -193,7 +194,35 @@ fn wire_values_match_their_schemas() {
                 held_here: false,
                 waiters: 2,
             }],
-            truncated: false,
+            truncated: true,
+            next_cursor: Some("r".into()),
+            total: 7,
+            scanned: 35,
+            unread: vec!["r2".into()],
+            partial: true,
+        },
+    );
+    check(
+        &s,
+        "LockResponse",
+        LockResponse {
+            quorum: 3,
+            masters: vec!["r1".into()],
+            lock: LockInfo {
+                resource: "r".into(),
+                owner: None,
+                validity_ms: None,
+                nodes: vec![NodeKey {
+                    node: "r1".into(),
+                    state: "unknown".into(),
+                    pttl_ms: None,
+                }],
+                quorum_agrees: false,
+                held_here: false,
+                waiters: 0,
+            },
+            unread: vec!["r1".into()],
+            partial: true,
         },
     );
     check(
@@ -219,6 +248,8 @@ fn wire_values_match_their_schemas() {
                     pttl_ms: Some(1),
                 }],
             }],
+            unread: vec!["r1".into()],
+            partial: true,
         },
     );
     check(
