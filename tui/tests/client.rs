@@ -131,6 +131,8 @@ fn answer(request: &str) -> (&'static str, String) {
                 interval_ms: 60_000,
                 repair: "none".into(),
                 nodes: Vec::new(),
+                unread: Vec::new(),
+                partial: false,
             }),
         ),
         "GET /v1/summary" => (
