@@ -192,7 +192,10 @@ impl App {
             leak_table: TableView::new(LeakColumn::Node),
             flash: None,
             quit: false,
-            query: Query::default(),
+            query: Query {
+                list: false,
+                ..Query::default()
+            },
             detail: Known::Unknown,
             held: Vec::new(),
             outbox: Vec::new(),
@@ -438,6 +441,7 @@ impl App {
         self.view = view;
         self.mode = Mode::Table;
         self.close_detail();
+        self.query.list = view == View::Locks;
     }
 
     fn move_by(&mut self, delta: isize) {
@@ -676,7 +680,11 @@ impl App {
 pub async fn run(terminal: &mut DefaultTerminal, settings: Settings) -> anyhow::Result<()> {
     let (event_tx, mut events) = mpsc::channel(64);
     let (command_tx, commands) = mpsc::channel(8);
-    let (query_tx, query) = tokio::sync::watch::channel(Query::default());
+    // The app starts on the nodes view: no listing until the locks view.
+    let (query_tx, query) = tokio::sync::watch::channel(Query {
+        list: false,
+        ..Query::default()
+    });
     let options = client::Options {
         socket: settings.socket.clone(),
         refresh: settings.refresh,
@@ -973,10 +981,12 @@ mod tests {
     #[test]
     fn the_locks_filter_asks_the_agent_for_its_literal_start() {
         let (mut app, _) = app(false);
+        assert!(!app.query.list, "no listing off the locks view");
         typed(&mut app, "/job");
         assert_eq!(app.query.prefix, "", "only the locks view asks the agent");
         press(&mut app, Key::code(KeyCode::Esc));
         app.update(Action::Do(keys::Action::NextView));
+        assert!(app.query.list);
         typed(&mut app, "/^job-01");
         assert_eq!(app.query.prefix, "job-01");
         press(&mut app, Key::code(KeyCode::Backspace));

@@ -72,6 +72,9 @@ pub struct Query {
     pub limit: usize,
     /// The lock whose detail is open: asked by name every poll.
     pub detail: Option<String>,
+    /// Ask `/v1/locks` at all: only while the locks view is on screen, so
+    /// a TUI left on another view does not scan the masters every poll.
+    pub list: bool,
 }
 
 impl Default for Query {
@@ -80,6 +83,7 @@ impl Default for Query {
             prefix: String::new(),
             limit: DEFAULT_LIMIT,
             detail: None,
+            list: true,
         }
     }
 }
@@ -449,7 +453,9 @@ impl Client {
             ));
         }
         ask!("/v1/nodes", Update::Nodes);
-        ask!(query.locks_path(), Update::Locks);
+        if query.list {
+            ask!(query.locks_path(), Update::Locks);
+        }
         let wall_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -587,6 +593,7 @@ mod tests {
             prefix: "orders/4".into(),
             limit: 2000,
             detail: None,
+            list: true,
         };
         assert_eq!(query.locks_path(), "/v1/locks?prefix=orders%2F4&limit=2000");
         assert_eq!(lock_path("a b/c"), "/v1/locks/a%20b%2Fc");
