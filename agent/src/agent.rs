@@ -55,7 +55,7 @@ impl Agent {
         // second time (another agent in this process) is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let names: Vec<String> = config.masters.iter().map(|m| m.name.clone()).collect();
-        let metrics = Arc::new(Metrics::new(&names));
+        let metrics = Arc::new(Metrics::with_wait_ceiling(&names, config.lock.max_hold));
         let mut nodes = Vec::with_capacity(config.masters.len());
         for (index, master) in config.masters.iter().enumerate() {
             let client = master

@@ -261,6 +261,9 @@ fn wire_values_match_their_schemas() {
             acquires: [("acquired".to_string(), 1)].into_iter().collect(),
             failures: [("taken".to_string(), 2)].into_iter().collect(),
             wait_buckets: vec![(0.5, 1), (f64::MAX, 2)],
+            waits: [("taken".to_string(), vec![(0.5, 0), (f64::MAX, 1)])]
+                .into_iter()
+                .collect(),
             locks_held: 0,
             waiters: 0,
         },

@@ -203,6 +203,12 @@ pub struct SummaryResponse {
     /// Acquire wait histogram: `(upper bound in seconds, cumulative count)`,
     /// all outcomes together; the last bound is `+Inf` as `f64::MAX`.
     pub wait_buckets: Vec<(f64, u64)>,
+    /// The same histogram per outcome (`acquired`, `taken`, `no_quorum`,
+    /// `error`), so a long `taken` wait never passes for a slow grant. The
+    /// last finite bound is the agent's `lock.max_hold`; a quantile in the
+    /// `+Inf` bucket is only known to be above it.
+    #[serde(default)]
+    pub waits: std::collections::BTreeMap<String, Vec<(f64, u64)>>,
     pub locks_held: u64,
     pub waiters: u64,
 }
