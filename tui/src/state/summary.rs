@@ -243,8 +243,7 @@ pub fn wait_quantile(buckets: &[(f64, u64)], q: f64) -> Option<Wait> {
     let observed = buckets.last()?.1;
     let finite = buckets
         .iter()
-        .filter(|(b, _)| b.is_finite() && *b != f64::MAX)
-        .last()
+        .rfind(|(b, _)| b.is_finite() && *b != f64::MAX)
         .copied();
     let rank = q.clamp(0.0, 1.0) * observed as f64;
     let value = quantile(buckets, q)?;
