@@ -35,6 +35,8 @@ pub struct Agent {
     grants: Grants,
     scanner: Arc<Scanner>,
     waiters: Arc<Waiters>,
+    /// Turns for operator listings (`GET /v1/locks`).
+    listings: crate::locks::Listings,
     /// Cancelled when the agent starts to shut down: holds end with `lost`.
     shutdown: CancellationToken,
     started: std::time::Instant,
@@ -63,7 +65,7 @@ impl Agent {
         // second time (another agent in this process) is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let names: Vec<String> = config.masters.iter().map(|m| m.name.clone()).collect();
-        let metrics = Arc::new(Metrics::new(&names));
+        let metrics = Arc::new(Metrics::with_wait_ceiling(&names, config.lock.max_hold));
         let marker_key = format!("{}{}", config.lock.key_prefix, health::MARKER_SUFFIX);
         let marker_check = !marker_check_disabled();
         if !marker_check {
@@ -134,6 +136,7 @@ impl Agent {
                 marker_key: health.marker_key.clone(),
                 max_ttl: config.lock.max_ttl,
                 quorum: config.quorum(),
+                masters: names.clone(),
             },
             Arc::clone(&metrics),
         ));
@@ -152,6 +155,7 @@ impl Agent {
             grants: Grants::default(),
             scanner,
             waiters,
+            listings: crate::locks::Listings::default(),
             shutdown,
             started: std::time::Instant::now(),
         })
@@ -179,6 +183,10 @@ impl Agent {
 
     pub fn waiters(&self) -> &Waiters {
         &self.waiters
+    }
+
+    pub fn listings(&self) -> &crate::locks::Listings {
+        &self.listings
     }
 
     pub fn shutdown_token(&self) -> CancellationToken {

@@ -16,8 +16,10 @@
 //!   for each (for `/v1/locks` and metrics).
 //! - [`holds`]: locks tied to a client's connection: renewal, loss notices,
 //!   release when the connection closes.
-//! - [`locks`]: the lock keys on the masters (`/v1/locks`), force release
-//!   (admin socket only).
+//! - [`locks`]: the lock keys on the masters as operators read them:
+//!   `/v1/locks` (prefix, cursor paging, masters it could not read),
+//!   `/v1/locks/{resource}`, on reader connections apart from the lock
+//!   path; force release (admin socket only).
 //! - [`metrics`]: every metric, defined in one place.
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
 //! - [`waiters`]: per-resource FIFO queues; only the head competes, woken by

@@ -1,152 +1,582 @@
 //! The lock keys on the masters as operators see them: `GET /v1/locks`
-//! (every key under the prefix, per-master TTLs, the holding agent's name
-//! and, for locks held here, the holding process; never a token) and the
+//! (one page of the keys under a prefix, per-master TTLs, the holding
+//! agent's name and, for locks held here, the holding process; never a
+//! token), `GET /v1/locks/{resource}` (one lock from every master at once),
+//! and the
 //! operator's force release.
+//!
+//! Operator answers are never silently wrong: a master that cannot be read
+//! (down, timed out, failed) is named in `unread` and the answer says
+//! `partial`; with fewer than a quorum read the answer is an error, never a
+//! list that looks complete.
+//!
+//! Cost per listing: `SCAN … COUNT 5000` over every master for the names
+//! (one command per 5,000 keys per master), then one `READ_KEYS`
+//! call per master for the page's keys. At most [`MAX_LISTINGS`] listings
+//! run at once per agent, so operators cannot pile scans onto the masters.
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::Instant;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use redlock_wire::{ForceReleaseResponse, LockInfo, LocksResponse, NodeKey};
+use redis::aio::MultiplexedConnection;
+
+use redlock_wire::{ForceReleaseResponse, LockInfo, LockResponse, LocksResponse, NodeKey};
+use tokio::sync::Semaphore;
 
 use crate::agent::Agent;
 use crate::grants::Holder;
 use crate::health::MARKER_SUFFIX;
 use crate::redlock::node::KeyState;
-use crate::redlock::{token, Node, Resource};
+use crate::redlock::{token, Node, NodeError, Resource};
 
-/// Most locks listed in one answer.
+/// Locks listed in one page when the caller does not say.
 pub const MAX_LOCKS: usize = 1000;
-/// Most keys read from one master for one answer.
-const MAX_KEYS_PER_NODE: usize = 10_000;
+/// Largest `limit` a caller may ask for.
+pub const MAX_LIMIT: usize = 5000;
+/// Listings that may scan the masters at once on one agent.
+pub const MAX_LISTINGS: usize = 2;
+/// How long a listing waits for its turn before answering `429 busy`.
+pub const LISTING_QUEUE_WAIT: Duration = Duration::from_secs(1);
+/// Most matching keys one listing walks on one master; beyond, that master
+/// counts as unread (an answer built from part of it would look complete).
+pub const MAX_SCAN_KEYS: usize = 1_000_000;
+/// Response timeout of one operator read. Longer than a lock vote's
+/// `node_timeout`: a `SCAN` of a thousand keys or a page's `READ_KEYS` may
+/// take a few milliseconds more under load, and an operator waits, not a
+/// lock.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// `SCAN … COUNT` of a listing.
+const SCAN_COUNT: u64 = 5000;
+/// Keys per `READ_KEYS` call, so one script never blocks a master long.
+const READ_CHUNK: usize = 1000;
+/// Longest `cursor` accepted (a resource name is at most 256 bytes).
+const MAX_CURSOR_LEN: usize = 512;
 
-/// One master's keys under the prefix, or why they could not be read.
-async fn read_node(node: &Node, pattern: &str) -> Result<(HashMap<String, KeyState>, bool), ()> {
-    let mut keys = HashMap::new();
-    let mut cursor = 0;
-    loop {
-        let (next, batch) = node.scan_keys(cursor, pattern, 500).await.map_err(|_| ())?;
-        for state in batch {
-            if state.pttl != -2 && state.value.is_some() {
-                keys.insert(state.key.clone(), state);
+/// Operator reads' own resources: turns for listings, and one reader
+/// connection per master (see [`Node::open_reader`]), opened on first use
+/// and dropped after any error.
+#[derive(Debug)]
+pub struct Listings {
+    permits: Semaphore,
+    // A std Mutex: held only to clone or replace a connection handle.
+    readers: Mutex<HashMap<usize, MultiplexedConnection>>,
+}
+
+impl Default for Listings {
+    fn default() -> Listings {
+        Listings {
+            permits: Semaphore::new(MAX_LISTINGS),
+            readers: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Listings {
+    fn readers(&self) -> std::sync::MutexGuard<'_, HashMap<usize, MultiplexedConnection>> {
+        // Poisoning needs a panic while held; clone and insert cannot panic.
+        self.readers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Master `index`'s reader connection, opened if there is none.
+    async fn reader(&self, index: usize, node: &Node) -> Result<MultiplexedConnection, NodeError> {
+        if let Some(conn) = self.readers().get(&index).cloned() {
+            return Ok(conn);
+        }
+        let conn = node
+            .open_reader(READ_TIMEOUT)
+            .await
+            .map_err(with_read_timeout)?;
+        self.readers().insert(index, conn.clone());
+        Ok(conn)
+    }
+
+    /// Runs `read` on master `index`'s reader; an error drops the reader so
+    /// the next read opens a fresh one.
+    async fn read<T, F, Fut>(&self, index: usize, node: &Node, read: F) -> Result<T, NodeError>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = Result<T, NodeError>>,
+    {
+        let conn = self.reader(index, node).await?;
+        let result = read(conn).await.map_err(with_read_timeout);
+        if result.is_err() {
+            self.readers().remove(&index);
+        }
+        result
+    }
+}
+
+/// A reader's timeouts are [`READ_TIMEOUT`]; the redis error does not say.
+fn with_read_timeout(error: NodeError) -> NodeError {
+    match error {
+        NodeError::Timeout(_) => NodeError::Timeout(READ_TIMEOUT),
+        other => other,
+    }
+}
+
+/// What `GET /v1/locks` asks for, from its query string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Resources that start with this; empty for all.
+    pub prefix: String,
+    /// List names strictly after this one (the previous page's
+    /// `next_cursor`).
+    pub cursor: Option<String>,
+    pub limit: usize,
+}
+
+impl Default for ListQuery {
+    fn default() -> ListQuery {
+        ListQuery {
+            prefix: String::new(),
+            cursor: None,
+            limit: MAX_LOCKS,
+        }
+    }
+}
+
+/// Why a query string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    #[error("unknown query parameter {0:?}; use prefix, cursor, limit")]
+    Unknown(String),
+    #[error("{0} is not valid percent-encoded UTF-8")]
+    Encoding(&'static str),
+    #[error("limit must be a whole number from 1 to {MAX_LIMIT}: {0:?}")]
+    Limit(String),
+    #[error("cursor is longer than {MAX_CURSOR_LEN} bytes")]
+    Cursor,
+    #[error("prefix has byte {0:#04x} at offset {1}; use visible ASCII without *?[]\\")]
+    Prefix(u8, usize),
+}
+
+impl ListQuery {
+    /// Parses `prefix=…&cursor=…&limit=…` (each optional, percent-encoded).
+    ///
+    /// # Errors
+    /// On an unknown or repeated-meaningless parameter, bad encoding, a
+    /// limit out of range, or a prefix a resource name could not start with.
+    pub fn parse(query: Option<&str>) -> Result<ListQuery, QueryError> {
+        let mut parsed = ListQuery::default();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let decode = |what: &'static str| {
+                percent_encoding::percent_decode_str(value)
+                    .decode_utf8()
+                    .map(|v| v.into_owned())
+                    .map_err(|_| QueryError::Encoding(what))
+            };
+            match name {
+                "prefix" => {
+                    let prefix = decode("prefix")?;
+                    if let Some((i, b)) = prefix
+                        .bytes()
+                        .enumerate()
+                        .find(|&(_, b)| !b.is_ascii_graphic() || b"*?[]\\".contains(&b))
+                    {
+                        return Err(QueryError::Prefix(b, i));
+                    }
+                    parsed.prefix = prefix;
+                }
+                "cursor" => {
+                    let cursor = decode("cursor")?;
+                    if cursor.len() > MAX_CURSOR_LEN {
+                        return Err(QueryError::Cursor);
+                    }
+                    parsed.cursor = Some(cursor).filter(|c| !c.is_empty());
+                }
+                "limit" => {
+                    parsed.limit = value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=MAX_LIMIT).contains(n))
+                        .ok_or_else(|| QueryError::Limit(value.to_string()))?;
+                }
+                other => return Err(QueryError::Unknown(other.to_string())),
             }
         }
-        if next == 0 {
-            return Ok((keys, false));
+        Ok(parsed)
+    }
+}
+
+/// Why a listing or a lookup has no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadError {
+    /// [`MAX_LISTINGS`] listings are running and none ended in time.
+    #[error("{MAX_LISTINGS} listings are already scanning the masters; retry in a second")]
+    Busy,
+    /// Too few masters answered for the answer to mean anything.
+    #[error("only {read} of {masters} masters could be read (unread: {}); a quorum of {quorum} is needed", unread.join(", "))]
+    TooFewRead {
+        read: usize,
+        masters: usize,
+        quorum: usize,
+        unread: Vec<String>,
+    },
+    /// `GET /v1/locks/{resource}`: no master that was read has the key.
+    #[error("no master has a lock key for {0}")]
+    NotFound(String),
+}
+
+/// `*?[]\` in a `SCAN MATCH` pattern match literally once escaped.
+pub fn escape_glob(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
         }
-        if keys.len() >= MAX_KEYS_PER_NODE {
-            return Ok((keys, true));
+        out.push(c);
+    }
+    out
+}
+
+/// One master's names under the pattern, and how many keys `SCAN` returned.
+async fn scan_node(
+    node: &Node,
+    conn: MultiplexedConnection,
+    pattern: &str,
+    marker: &str,
+) -> Result<(Vec<String>, u64), ReadFailure> {
+    let mut names = Vec::new();
+    let mut scanned = 0u64;
+    let mut cursor = 0;
+    loop {
+        let (next, batch) = node
+            .scan_names(&conn, cursor, pattern, SCAN_COUNT)
+            .await
+            .map_err(|e| ReadFailure::Node(with_read_timeout(e)))?;
+        scanned += batch.len() as u64;
+        // The agents' own keys (the marker, quarantine witnesses) are not locks.
+        names.extend(
+            batch
+                .into_iter()
+                .filter(|k| k != marker && !k.ends_with(crate::health::WITNESS_SUFFIX)),
+        );
+        if names.len() > MAX_SCAN_KEYS {
+            return Err(ReadFailure::TooManyKeys);
+        }
+        if next == 0 {
+            return Ok((names, scanned));
         }
         cursor = next;
     }
 }
 
-/// `GET /v1/locks`: every lock key found on the masters.
-pub async fn list(agent: &Agent) -> LocksResponse {
-    let redlock = agent.redlock();
-    let prefix = &redlock.settings().key_prefix;
-    let marker = format!("{prefix}{MARKER_SUFFIX}");
-    let pattern = format!("{prefix}*");
-    let nodes = redlock.nodes();
-    let reads = futures::future::join_all(nodes.iter().map(|n| read_node(n, &pattern))).await;
-    let mut truncated = false;
-    // key -> per node: Some(state) when read and present.
-    let mut found: BTreeMap<&str, Vec<Option<&KeyState>>> = BTreeMap::new();
-    for (i, read) in reads.iter().enumerate() {
-        if let Ok((keys, cut)) = read {
-            truncated |= cut;
-            for (key, state) in keys {
-                if *key == marker {
-                    continue;
-                }
-                found
-                    .entry(key.as_str())
-                    .or_insert_with(|| vec![None; nodes.len()])[i] = Some(state);
+/// Why one master is in `unread`.
+#[derive(Debug)]
+enum ReadFailure {
+    Node(NodeError),
+    TooManyKeys,
+}
+
+impl std::fmt::Display for ReadFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadFailure::Node(e) => e.fmt(f),
+            ReadFailure::TooManyKeys => {
+                write!(f, "more than {MAX_SCAN_KEYS} keys under the prefix")
             }
         }
     }
-    if found.len() > MAX_LOCKS {
-        truncated = true;
+}
+
+/// The page's keys on one master, in chunks of [`READ_CHUNK`].
+async fn read_node(
+    node: &Node,
+    conn: MultiplexedConnection,
+    keys: &[String],
+) -> Result<HashMap<String, KeyState>, NodeError> {
+    let mut states = HashMap::with_capacity(keys.len());
+    for chunk in keys.chunks(READ_CHUNK) {
+        for state in node.read_keys(&conn, chunk).await? {
+            if state.pttl != -2 && state.value.is_some() {
+                states.insert(state.key.clone(), state);
+            }
+        }
     }
-    let quorum = redlock.quorum();
-    let drift = redlock.settings().drift;
-    let now = Instant::now();
-    let locks = found
-        .into_iter()
-        .take(MAX_LOCKS)
-        .map(|(key, per_node)| {
-            let resource = key.strip_prefix(prefix.as_str()).unwrap_or(key).to_string();
-            // The holder is the value most masters agree on.
-            let mut votes: HashMap<&str, usize> = HashMap::new();
-            for state in per_node.iter().flatten() {
-                if let Some(value) = state.value.as_deref() {
-                    *votes.entry(value).or_default() += 1;
+    Ok(states)
+}
+
+/// Fails with [`ReadError::TooFewRead`] when fewer than a quorum of masters
+/// answered; else the names of those that did not.
+fn check_read(agent: &Agent, read: &[bool]) -> Result<Vec<String>, ReadError> {
+    let redlock = agent.redlock();
+    let unread: Vec<String> = redlock
+        .nodes()
+        .iter()
+        .zip(read)
+        .filter(|(_, ok)| !**ok)
+        .map(|(n, _)| n.name().to_string())
+        .collect();
+    let count = read.iter().filter(|ok| **ok).count();
+    if count < redlock.quorum() {
+        return Err(ReadError::TooFewRead {
+            read: count,
+            masters: read.len(),
+            quorum: redlock.quorum(),
+            unread,
+        });
+    }
+    Ok(unread)
+}
+
+/// `GET /v1/locks`: one page of the lock keys under `query.prefix`.
+///
+/// # Errors
+/// [`ReadError::Busy`] when other listings hold every turn,
+/// [`ReadError::TooFewRead`] when fewer than a quorum of masters answered.
+pub async fn list(agent: &Agent, query: &ListQuery) -> Result<LocksResponse, ReadError> {
+    let _turn = tokio::time::timeout(LISTING_QUEUE_WAIT, agent.listings().permits.acquire())
+        .await
+        .map_err(|_| ReadError::Busy)?
+        // Cannot fail: the semaphore is never closed.
+        .expect("the listings semaphore stays open");
+    let started = Instant::now();
+    let redlock = agent.redlock();
+    let key_prefix = &redlock.settings().key_prefix;
+    let marker = format!("{key_prefix}{MARKER_SUFFIX}");
+    let pattern = format!("{}*", escape_glob(&format!("{key_prefix}{}", query.prefix)));
+    let nodes = redlock.nodes();
+    let listings = agent.listings();
+    let scans = futures::future::join_all(nodes.iter().enumerate().map(|(i, node)| {
+        let (pattern, marker) = (&pattern, &marker);
+        async move {
+            let conn = listings.reader(i, node).await.map_err(ReadFailure::Node)?;
+            let scan = scan_node(node, conn, pattern, marker).await;
+            if scan.is_err() {
+                listings.readers().remove(&i);
+            }
+            scan
+        }
+    }))
+    .await;
+
+    let mut all: BTreeSet<&str> = BTreeSet::new();
+    let mut scanned = 0;
+    for (node, scan) in nodes.iter().zip(&scans) {
+        match scan {
+            Ok((names, count)) => {
+                scanned += count;
+                all.extend(names.iter().map(String::as_str));
+            }
+            Err(e) => {
+                tracing::warn!(node = node.name(), error = %e, "listing could not read a master")
+            }
+        }
+    }
+    let after = query.cursor.as_ref().map(|c| format!("{key_prefix}{c}"));
+    let lower = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+    let mut window: Vec<String> = all
+        .range::<str, _>((lower, Bound::Unbounded))
+        .take(query.limit + 1)
+        .map(|k| k.to_string())
+        .collect();
+    let more = window.len() > query.limit;
+    window.truncate(query.limit);
+    let total = all.len() as u64;
+
+    let readable: Vec<bool> = scans.iter().map(Result::is_ok).collect();
+    let reads = futures::future::join_all(nodes.iter().zip(&readable).enumerate().map(
+        |(i, (node, ok))| {
+            let window = &window;
+            async move {
+                if *ok {
+                    Some(
+                        listings
+                            .read(i, node, |conn| read_node(node, conn, window))
+                            .await,
+                    )
+                } else {
+                    None
                 }
             }
-            let (holder, agreeing) = votes
+        },
+    ))
+    .await;
+    let per_node: Vec<Option<HashMap<String, KeyState>>> = nodes
+        .iter()
+        .zip(reads)
+        .map(|(node, read)| match read {
+            Some(Ok(states)) => Some(states),
+            Some(Err(e)) => {
+                tracing::warn!(node = node.name(), error = %e, "listing could not read a master");
+                None
+            }
+            None => None,
+        })
+        .collect();
+    let read: Vec<bool> = per_node.iter().map(Option::is_some).collect();
+    let unread = check_read(agent, &read)?;
+
+    let now = Instant::now();
+    let locks = window
+        .iter()
+        .filter_map(|key| {
+            let states: Vec<Option<Option<&KeyState>>> = per_node
                 .iter()
-                .max_by_key(|&(value, count)| (*count, *value))
-                .map(|(v, c)| (*v, *c))
-                .unwrap_or(("", 0));
-            let node_keys: Vec<NodeKey> = nodes
-                .iter()
-                .zip(&per_node)
-                .zip(&reads)
-                .map(|((node, state), read)| {
-                    let (state, pttl_ms) = match (read, state) {
-                        (Err(()), _) => ("unknown", None),
-                        (Ok(_), None) => ("missing", None),
-                        (Ok(_), Some(s)) if s.value.as_deref() == Some(holder) => {
-                            ("held", u64::try_from(s.pttl).ok())
-                        }
-                        (Ok(_), Some(s)) => ("other", u64::try_from(s.pttl).ok()),
-                    };
-                    NodeKey {
-                        node: node.name().to_string(),
-                        state: state.to_string(),
-                        pttl_ms,
-                    }
-                })
+                .map(|n| n.as_ref().map(|states| states.get(key)))
                 .collect();
-            let held_here = agent.grants().holds(&resource, holder, now);
-            let process = held_here.and_then(|_| agent.grants().holder(&resource, holder));
-            // Until fewer than a quorum hold it: the quorum-th longest TTL
-            // among the holder's copies, less the drift allowance.
-            let mut ttls: Vec<u64> = node_keys
-                .iter()
-                .filter(|k| k.state == "held")
-                .filter_map(|k| k.pttl_ms)
-                .collect();
-            ttls.sort_unstable_by(|a, b| b.cmp(a));
-            let validity_ms = held_here
-                .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
-                .or_else(|| {
-                    let ttl = *ttls.get(quorum - 1)?;
-                    let ttl = std::time::Duration::from_millis(ttl);
-                    Some(
-                        u64::try_from(ttl.saturating_sub(drift.allowance(ttl)).as_millis())
-                            .unwrap_or(0),
-                    )
-                });
-            LockInfo {
-                owner: token::owner_of(holder).map(str::to_string),
-                agent: token::agent_of(holder).map(str::to_string),
-                pid: process.and_then(|p| p.pid),
-                uid: process.map(|p| p.uid),
-                gid: process.map(|p| p.gid),
-                validity_ms,
-                quorum_agrees: agreeing >= quorum,
-                held_here: held_here.is_some(),
-                waiters: agent.waiters().count(&resource),
-                nodes: node_keys,
-                resource,
+            // Gone everywhere since the scan: not listed, but the page
+            // still covers its name (the cursor moves past it).
+            if states.iter().all(|s| !matches!(s, Some(Some(_)))) {
+                return None;
+            }
+            let resource = key.strip_prefix(key_prefix.as_str()).unwrap_or(key);
+            Some(lock_info(agent, resource, &states, now))
+        })
+        .collect();
+    let next_cursor = if more {
+        window
+            .last()
+            .map(|k| k.strip_prefix(key_prefix.as_str()).unwrap_or(k).to_string())
+    } else {
+        None
+    };
+    tracing::debug!(
+        prefix = %query.prefix,
+        scanned,
+        total,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "listed locks"
+    );
+    Ok(LocksResponse {
+        quorum: redlock.quorum(),
+        masters: nodes.iter().map(|n| n.name().to_string()).collect(),
+        locks,
+        truncated: next_cursor.is_some(),
+        next_cursor,
+        total,
+        scanned,
+        partial: !unread.is_empty(),
+        unread,
+    })
+}
+
+/// `GET /v1/locks/{resource}`: one lock, one `READ_KEYS` per master, all
+/// masters at once.
+///
+/// # Errors
+/// [`ReadError::TooFewRead`] when fewer than a quorum of masters answered,
+/// [`ReadError::NotFound`] when none of those that did has the key.
+pub async fn get(agent: &Agent, resource: &Resource) -> Result<LockResponse, ReadError> {
+    let redlock = agent.redlock();
+    let key = redlock.key(resource);
+    let keys = [key.clone()];
+    let nodes = redlock.nodes();
+    let listings = agent.listings();
+    let reads = futures::future::join_all(nodes.iter().enumerate().map(|(i, node)| {
+        let keys = &keys;
+        listings.read(i, node, move |conn| async move {
+            node.read_keys(&conn, keys).await
+        })
+    }))
+    .await;
+    let states: Vec<Option<Option<KeyState>>> = nodes
+        .iter()
+        .zip(reads)
+        .map(|(node, read)| match read {
+            Ok(states) => Some(
+                states
+                    .into_iter()
+                    .find(|s| s.key == key && s.pttl != -2 && s.value.is_some()),
+            ),
+            Err(e) => {
+                tracing::warn!(node = node.name(), error = %e, "lock lookup could not read a master");
+                None
             }
         })
         .collect();
-    LocksResponse {
-        quorum,
+    let read: Vec<bool> = states.iter().map(Option::is_some).collect();
+    let unread = check_read(agent, &read)?;
+    if states.iter().all(|s| !matches!(s, Some(Some(_)))) {
+        return Err(ReadError::NotFound(resource.to_string()));
+    }
+    let borrowed: Vec<Option<Option<&KeyState>>> = states
+        .iter()
+        .map(|s| s.as_ref().map(Option::as_ref))
+        .collect();
+    Ok(LockResponse {
+        quorum: redlock.quorum(),
         masters: nodes.iter().map(|n| n.name().to_string()).collect(),
-        locks,
-        truncated,
+        lock: lock_info(agent, resource.as_str(), &borrowed, Instant::now()),
+        partial: !unread.is_empty(),
+        unread,
+    })
+}
+
+/// One lock from its key on each master: `None` = the master could not be
+/// read, `Some(None)` = read and missing.
+fn lock_info(
+    agent: &Agent,
+    resource: &str,
+    per_node: &[Option<Option<&KeyState>>],
+    now: Instant,
+) -> LockInfo {
+    let redlock = agent.redlock();
+    let quorum = redlock.quorum();
+    let drift = redlock.settings().drift;
+    // The holder is the value most masters agree on.
+    let mut votes: HashMap<&str, usize> = HashMap::new();
+    for state in per_node.iter().flatten().flatten() {
+        if let Some(value) = state.value.as_deref() {
+            *votes.entry(value).or_default() += 1;
+        }
+    }
+    let (holder, agreeing) = votes
+        .iter()
+        .max_by_key(|&(value, count)| (*count, *value))
+        .map(|(v, c)| (*v, *c))
+        .unwrap_or(("", 0));
+    let node_keys: Vec<NodeKey> = redlock
+        .nodes()
+        .iter()
+        .zip(per_node)
+        .map(|(node, state)| {
+            let (state, pttl_ms) = match state {
+                None => ("unknown", None),
+                Some(None) => ("missing", None),
+                Some(Some(s)) if s.value.as_deref() == Some(holder) => {
+                    ("held", u64::try_from(s.pttl).ok())
+                }
+                Some(Some(s)) => ("other", u64::try_from(s.pttl).ok()),
+            };
+            NodeKey {
+                node: node.name().to_string(),
+                state: state.to_string(),
+                pttl_ms,
+            }
+        })
+        .collect();
+    let held_here = agent.grants().holds(resource, holder, now);
+    let process = held_here.and_then(|_| agent.grants().holder(resource, holder));
+    // Until fewer than a quorum hold it: the quorum-th longest TTL among the
+    // holder's copies, less the drift allowance.
+    let mut ttls: Vec<u64> = node_keys
+        .iter()
+        .filter(|k| k.state == "held")
+        .filter_map(|k| k.pttl_ms)
+        .collect();
+    ttls.sort_unstable_by(|a, b| b.cmp(a));
+    let validity_ms = held_here
+        .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+        .or_else(|| {
+            let ttl = Duration::from_millis(*ttls.get(quorum - 1)?);
+            Some(u64::try_from(ttl.saturating_sub(drift.allowance(ttl)).as_millis()).unwrap_or(0))
+        });
+    LockInfo {
+        owner: token::owner_of(holder).map(str::to_string),
+        agent: token::agent_of(holder).map(str::to_string),
+        pid: process.and_then(|p| p.pid),
+        uid: process.map(|p| p.uid),
+        gid: process.map(|p| p.gid),
+        validity_ms,
+        quorum_agrees: agreeing >= quorum,
+        held_here: held_here.is_some(),
+        waiters: agent.waiters().count(resource),
+        nodes: node_keys,
+        resource: resource.to_string(),
     }
 }
 
@@ -215,4 +645,49 @@ pub async fn force_release(
     agent.grants().forget(resource.as_str(), agent.metrics());
     agent.waiters().released(resource.as_str());
     ForceReleaseResponse { deleted, failed }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_characters_are_escaped() {
+        assert_eq!(escape_glob("lock:a"), "lock:a");
+        assert_eq!(escape_glob("l[1]*?\\"), "l\\[1\\]\\*\\?\\\\");
+    }
+
+    #[test]
+    fn queries_parse_with_defaults_and_decoding() {
+        assert_eq!(ListQuery::parse(None).unwrap(), ListQuery::default());
+        let q = ListQuery::parse(Some("prefix=orders%2F4&cursor=orders%2F41&limit=50")).unwrap();
+        assert_eq!(q.prefix, "orders/4");
+        assert_eq!(q.cursor.as_deref(), Some("orders/41"));
+        assert_eq!(q.limit, 50);
+        assert_eq!(ListQuery::parse(Some("cursor=")).unwrap().cursor, None);
+    }
+
+    #[test]
+    fn bad_queries_say_what_is_wrong() {
+        assert_eq!(
+            ListQuery::parse(Some("limit=0")).unwrap_err(),
+            QueryError::Limit("0".into())
+        );
+        assert!(matches!(
+            ListQuery::parse(Some(&format!("limit={}", MAX_LIMIT + 1))),
+            Err(QueryError::Limit(_))
+        ));
+        assert_eq!(
+            ListQuery::parse(Some("page=2")).unwrap_err(),
+            QueryError::Unknown("page".into())
+        );
+        assert_eq!(
+            ListQuery::parse(Some("prefix=a%2A")).unwrap_err(),
+            QueryError::Prefix(b'*', 1)
+        );
+        assert_eq!(
+            ListQuery::parse(Some("prefix=%FF")).unwrap_err(),
+            QueryError::Encoding("prefix")
+        );
+    }
 }

@@ -190,10 +190,24 @@ impl LeakKind {
     }
 }
 
-/// Buckets from 0.5ms to 30s.
+/// Wait buckets from 0.5ms up; [`wait_buckets`] cuts them at the ceiling.
 const WAIT_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0,
 ];
+
+/// The longest wait the default config allows a hold (`lock.max_hold`).
+pub const DEFAULT_WAIT_CEILING: Duration = Duration::from_secs(3600);
+
+/// The wait buckets up to `ceiling` (the agent's `lock.max_hold`), which is
+/// the last finite bound: a long wait lands in a bucket that says how long,
+/// not in `+Inf` above 30s.
+pub fn wait_buckets(ceiling: Duration) -> Vec<f64> {
+    let top = ceiling.as_secs_f64().max(WAIT_BUCKETS[0]);
+    let mut buckets: Vec<f64> = WAIT_BUCKETS.iter().copied().filter(|b| *b < top).collect();
+    buckets.push(top);
+    buckets
+}
 const NODE_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
@@ -262,13 +276,18 @@ impl Metrics {
     /// every closed label value present from the start (at zero), so
     /// dashboards and alerts see them before the first event.
     pub fn new(nodes: &[String]) -> Metrics {
+        Metrics::with_wait_ceiling(nodes, DEFAULT_WAIT_CEILING)
+    }
+
+    /// As [`Metrics::new`], with acquire-wait buckets up to `ceiling`.
+    pub fn with_wait_ceiling(nodes: &[String], ceiling: Duration) -> Metrics {
         let m = Metrics {
             registry: Registry::new(),
             acquire_wait: histogram_vec(
                 "redlock_acquire_wait_seconds",
                 "Time from an acquire request to its answer, waiting included, by outcome.",
                 &["outcome"],
-                WAIT_BUCKETS,
+                &wait_buckets(ceiling),
             ),
             failures: counter_vec(
                 "redlock_failures_total",
@@ -483,16 +502,22 @@ impl Metrics {
         use prometheus::core::Metric;
         let mut acquires = std::collections::BTreeMap::new();
         let mut buckets: Vec<(f64, u64)> = Vec::new();
+        let mut waits = std::collections::BTreeMap::new();
         for outcome in Outcome::ALL {
             let histogram = self.acquire_wait.with_label_values(&[outcome.as_str()]);
-            acquires.insert(outcome.as_str().to_string(), histogram.get_sample_count());
+            let count = histogram.get_sample_count();
+            acquires.insert(outcome.as_str().to_string(), count);
             let proto = histogram.metric();
+            let mut own: Vec<(f64, u64)> = Vec::new();
             for (i, bucket) in proto.get_histogram().get_bucket().iter().enumerate() {
+                own.push((bucket.upper_bound(), bucket.cumulative_count()));
                 match buckets.get_mut(i) {
                     Some(slot) => slot.1 += bucket.cumulative_count(),
                     None => buckets.push((bucket.upper_bound(), bucket.cumulative_count())),
                 }
             }
+            own.push((f64::MAX, count));
+            waits.insert(outcome.as_str().to_string(), own);
         }
         let total: u64 = acquires.values().sum();
         buckets.push((f64::MAX, total));
@@ -511,6 +536,7 @@ impl Metrics {
             acquires,
             failures,
             wait_buckets: buckets,
+            waits,
             locks_held: u64::try_from(self.locks_held.get()).unwrap_or(0),
             waiters: u64::try_from(self.waiters.get()).unwrap_or(0),
         }
@@ -575,4 +601,45 @@ pub fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_buckets_end_at_the_ceiling() {
+        let buckets = wait_buckets(Duration::from_secs(3600));
+        assert_eq!(buckets.first(), Some(&0.0005));
+        assert_eq!(buckets.last(), Some(&3600.0));
+        assert!(buckets.contains(&60.0));
+        let short = wait_buckets(Duration::from_secs(45));
+        assert_eq!(&short[short.len() - 2..], [30.0, 45.0]);
+        assert!(buckets.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    /// A 60s wait that ended `taken` is counted under `taken` only, in a
+    /// bucket that says how long, not in `+Inf` above 30s.
+    #[test]
+    fn the_summary_keeps_waits_apart_by_outcome() {
+        let metrics = Metrics::with_wait_ceiling(&["r1".to_string()], Duration::from_secs(3600));
+        metrics
+            .acquire_wait
+            .with_label_values(&["taken"])
+            .observe(60.0);
+        metrics
+            .acquire_wait
+            .with_label_values(&["acquired"])
+            .observe(0.002);
+        let summary = metrics.summary(Duration::from_secs(1));
+        let taken = &summary.waits["taken"];
+        let first_with = taken.iter().find(|(_, n)| *n == 1).unwrap();
+        assert_eq!(first_with.0, 60.0);
+        assert_eq!(taken.last(), Some(&(f64::MAX, 1)));
+        assert!(summary.waits["acquired"]
+            .iter()
+            .find(|(_, n)| *n == 1)
+            .is_some_and(|(le, _)| *le == 0.0025));
+        assert_eq!(summary.waits["no_quorum"].last(), Some(&(f64::MAX, 0)));
+    }
 }

@@ -36,6 +36,9 @@ pub struct ScanSettings {
     pub marker_key: String,
     pub max_ttl: Duration,
     pub quorum: usize,
+    /// Master names in config order: all of them are `unread` until the
+    /// first scan ends.
+    pub masters: Vec<String>,
 }
 
 /// One master's keys from one scan.
@@ -72,6 +75,8 @@ impl Scanner {
             }
             .to_string(),
             nodes: Vec::new(),
+            unread: settings.masters.clone(),
+            partial: true,
         };
         Scanner {
             settings,
@@ -163,6 +168,14 @@ impl Scanner {
         }
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         last.scans += 1;
+        // A master that could not be read reports no leaks: say so, so an
+        // empty report never looks like a clean one.
+        last.unread = reports
+            .iter()
+            .filter(|r| r.error.is_some())
+            .map(|r| r.node.clone())
+            .collect();
+        last.partial = !last.unread.is_empty();
         last.nodes = reports;
     }
 

@@ -191,21 +191,29 @@ impl Spec {
 
     /// The operation `method target` reaches, routed as the agent routes:
     /// on the raw path, `{resource}` standing for everything between
-    /// `/v1/locks/` and the last `/` (a raw `/` inside is `invalid_resource`).
+    /// `/v1/locks/` and the last `/` (a raw `/` inside is `invalid_resource`),
+    /// or for the last segment when the template ends with it. The longest
+    /// matching template wins (`/v1/locks/{resource}/acquire` over
+    /// `/v1/locks/{resource}`).
     pub fn route(&self, method: &str, target: &str) -> Route {
         let path = target_path(target);
         let paths = self.doc["paths"].as_object();
-        let template = paths.into_iter().flatten().find_map(|(template, _)| {
-            let matches = match template.split_once("{resource}") {
+        let template = paths
+            .into_iter()
+            .flatten()
+            .filter(|(template, _)| match template.split_once("{resource}") {
+                Some((before, "")) => {
+                    path.starts_with(before) && !path[before.len()..].contains('/')
+                }
                 Some((before, after)) => {
                     path.len() >= before.len() + after.len()
                         && path.starts_with(before)
                         && path.ends_with(after)
                 }
-                None => path == template,
-            };
-            matches.then(|| template.clone())
-        });
+                None => path == template.as_str(),
+            })
+            .map(|(template, _)| template.clone())
+            .max_by_key(String::len);
         let Some(template) = template else {
             return Route::Unknown;
         };

@@ -57,6 +57,8 @@ fn path() -> impl Strategy<Value = String> {
     let fixed = prop::sample::select(vec![
         "/v1/nodes",
         "/v1/locks",
+        "/v1/locks/fuzz-lock",
+        "/v1/locks/a%2Fb",
         "/v1/leaks",
         "/v1/summary",
         "/healthz",
@@ -71,7 +73,12 @@ fn path() -> impl Strategy<Value = String> {
         "/v1/nodes/..",
     ])
     .prop_map(str::to_string);
-    let query = prop_oneof![8 => Just(String::new()), 1 => Just("?a=1&b".to_string())];
+    let query = prop_oneof![
+        8 => Just(String::new()),
+        1 => Just("?a=1&b".to_string()),
+        1 => prop::sample::select(vec!["?prefix=fuzz&limit=2", "?limit=0", "?cursor=%FF", "?prefix=a*"])
+            .prop_map(str::to_string),
+    ];
     let absolute = prop_oneof![9 => Just(""), 1 => Just("http://localhost")];
     (prop_oneof![4 => lock, 1 => fixed], query, absolute).prop_map(|(p, q, a)| format!("{a}{p}{q}"))
 }

@@ -31,13 +31,14 @@ fn every_code() -> Vec<ErrorCode> {
         TooManyWaiters,
         RequestTimeout,
         Forbidden,
+        Busy,
         Internal,
     ];
     for code in &all {
         match code {
             Taken | NoQuorum | Lost | InvalidRequest | InvalidResource | TtlOutOfRange
             | BodyTooLarge | NotFound | MethodNotAllowed | ShuttingDown | TooManyConnections
-            | TooManyWaiters | RequestTimeout | Forbidden | Internal => {}
+            | TooManyWaiters | RequestTimeout | Forbidden | Busy | Internal => {}
         }
     }
     all
@@ -198,7 +199,39 @@ fn wire_values_match_their_schemas() {
                 uid: Some(1000),
                 gid: Some(1000),
             }],
-            truncated: false,
+            truncated: true,
+            next_cursor: Some("r".into()),
+            total: 7,
+            scanned: 35,
+            unread: vec!["r2".into()],
+            partial: true,
+        },
+    );
+    check(
+        &s,
+        "LockResponse",
+        LockResponse {
+            quorum: 3,
+            masters: vec!["r1".into()],
+            lock: LockInfo {
+                resource: "r".into(),
+                owner: None,
+                validity_ms: None,
+                nodes: vec![NodeKey {
+                    node: "r1".into(),
+                    state: "unknown".into(),
+                    pttl_ms: None,
+                }],
+                quorum_agrees: false,
+                held_here: false,
+                waiters: 0,
+                agent: None,
+                pid: None,
+                uid: None,
+                gid: None,
+            },
+            unread: vec!["r1".into()],
+            partial: true,
         },
     );
     check(
@@ -224,6 +257,8 @@ fn wire_values_match_their_schemas() {
                     pttl_ms: Some(1),
                 }],
             }],
+            unread: vec!["r1".into()],
+            partial: true,
         },
     );
     check(
@@ -235,6 +270,9 @@ fn wire_values_match_their_schemas() {
             acquires: [("acquired".to_string(), 1)].into_iter().collect(),
             failures: [("taken".to_string(), 2)].into_iter().collect(),
             wait_buckets: vec![(0.5, 1), (f64::MAX, 2)],
+            waits: [("taken".to_string(), vec![(0.5, 0), (f64::MAX, 1)])]
+                .into_iter()
+                .collect(),
             locks_held: 0,
             waiters: 0,
         },

@@ -15,6 +15,7 @@ from conftest import CHART, FULLNAME, REPO, find_container, pod_spec
 COPIES = {
     "alerts.rules.yaml": REPO / "dashboards" / "alerts.rules.yaml",
     "redlock-agent.json": REPO / "dashboards" / "redlock-agent.json",
+    "RUNBOOK.md": REPO / "dashboards" / "RUNBOOK.md",
 }
 ON = {"monitoring": {"podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}}}
 
@@ -58,6 +59,25 @@ def test_prometheusrule_carries_the_source_rules(monitored):
     (rule,) = monitored.of_kind("PrometheusRule")
     assert rule["metadata"]["name"] == FULLNAME
     assert rule["spec"]["groups"] == source["groups"]
+
+
+def test_runbook_urls_point_at_the_shipped_runbook_or_the_configured_base(monitored, render):
+    runbook = chart_copy_text("RUNBOOK.md")
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", runbook, re.M)}
+    (rule,) = monitored.of_kind("PrometheusRule")
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert alerts
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        assert url == f"RUNBOOK.md#{alert['alert'].lower()}", url
+        assert url.split("#")[1] in anchors, f"{url}: no such heading in files/RUNBOOK.md"
+    based = render({**ON, "monitoring": {**ON["monitoring"], "runbookBaseUrl": "https://wiki.example/redlock/"}})
+    (rule,) = based.of_kind("PrometheusRule")
+    for group in rule["spec"]["groups"]:
+        for alert in (r for r in group["rules"] if "alert" in r):
+            assert alert["annotations"]["runbook_url"] == (
+                f"https://wiki.example/redlock/RUNBOOK.md#{alert['alert'].lower()}"
+            )
 
 
 def test_dashboard_configmap_carries_the_source_json(monitored):

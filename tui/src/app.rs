@@ -14,11 +14,11 @@ use futures::StreamExt;
 use ratatui::DefaultTerminal;
 use tokio::sync::mpsc;
 
-use crate::client::{self, Command, Conn, Event, Update};
+use crate::client::{self, Command, Conn, Event, Query, Update};
 use crate::keys::{self, Context, Key};
 use crate::state::filter::Filter;
 use crate::state::leaks::{LeakColumn, LeakReport, Leaks};
-use crate::state::locks::{LockColumn, LockRow, LockTable, Locks};
+use crate::state::locks::{LockColumn, LockDetail, LockRow, LockTable, Locks};
 use crate::state::nodes::{NodeColumn, Nodes, Quorum};
 use crate::state::summary::Summary;
 use crate::state::table::TableView;
@@ -28,6 +28,11 @@ use crate::view;
 /// How often the screen is redrawn when nothing else happens, so countdowns
 /// tick smoothly.
 pub const FRAME: Duration = Duration::from_millis(100);
+
+/// Locks the agent lists more each time the cursor nears the end of the
+/// loaded ones, and the most the view asks for.
+pub const LOCKS_PAGE: usize = 1000;
+pub const MAX_LOCKS: usize = 5000;
 
 /// How long a flash message stays.
 pub const FLASH_FOR: Duration = Duration::from_secs(5);
@@ -157,6 +162,11 @@ pub struct App {
     pub leak_table: TableView<LeakColumn>,
     pub flash: Option<Flash>,
     pub quit: bool,
+    /// What the client asks `/v1/locks` for: the locks filter's literal
+    /// start as the agent's prefix, how many to list, the open detail.
+    pub query: Query,
+    /// The agent's answer about the lock in the detail pane.
+    pub detail: Known<LockDetail>,
     /// Answers held back while paused, newest per endpoint.
     held: Vec<(Instant, Update)>,
     /// Commands for the client, taken by the event loop.
@@ -182,6 +192,11 @@ impl App {
             leak_table: TableView::new(LeakColumn::Node),
             flash: None,
             quit: false,
+            query: Query {
+                list: false,
+                ..Query::default()
+            },
+            detail: Known::Unknown,
             held: Vec::new(),
             outbox: Vec::new(),
         }
@@ -223,6 +238,30 @@ impl App {
         self.lock_table
             .selected_row()
             .and_then(|i| self.locks.rows().get(i))
+    }
+
+    /// The lock the detail pane shows: the agent's answer about it by name,
+    /// else its row in the table until that answer comes.
+    pub fn detail_lock(&self) -> Option<&LockRow> {
+        let name = self.query.detail.as_deref()?;
+        match &self.detail {
+            Known::Known(detail) if detail.row.info.resource == name => Some(&detail.row),
+            _ => self.locks.find(name),
+        }
+    }
+
+    /// Opens the detail pane on `resource`, asked of the agent by name.
+    fn open_detail(&mut self, resource: String) {
+        if self.query.detail.as_deref() != Some(resource.as_str()) {
+            self.detail = Known::Unknown;
+        }
+        self.query.detail = Some(resource);
+        self.mode = Mode::Detail;
+    }
+
+    fn close_detail(&mut self) {
+        self.query.detail = None;
+        self.detail = Known::Unknown;
     }
 
     /// Applies one action to the model.
@@ -316,11 +355,16 @@ impl App {
             }
             A::CloseHelp => self.back(),
             A::OpenDetail => {
-                if self.view == View::Locks && self.selected_lock().is_some() {
-                    self.mode = Mode::Detail;
+                if self.view == View::Locks {
+                    if let Some(lock) = self.selected_lock() {
+                        self.open_detail(lock.info.resource.clone());
+                    }
                 }
             }
-            A::CloseDetail => self.mode = Mode::Table,
+            A::CloseDetail => {
+                self.mode = Mode::Table;
+                self.close_detail();
+            }
             A::ForceRelease => self.ask_force_release(),
             A::Confirm => {
                 if let Mode::Confirm(confirm) = &self.mode {
@@ -365,9 +409,8 @@ impl App {
             Mode::Confirm(confirm) => *confirm.under,
             _ => Mode::Table,
         };
-        // The lock under a detail pane may be gone by now.
-        if self.mode == Mode::Detail && self.selected_lock().is_none() {
-            self.mode = Mode::Table;
+        if self.mode != Mode::Detail {
+            self.close_detail();
         }
     }
 
@@ -375,7 +418,12 @@ impl App {
         if self.settings.readonly || self.view != View::Locks {
             return;
         }
-        let Some(lock) = self.selected_lock() else {
+        let lock = if self.mode == Mode::Detail {
+            self.detail_lock()
+        } else {
+            self.selected_lock()
+        };
+        let Some(lock) = lock else {
             self.flash(Level::Warn, "no lock selected");
             return;
         };
@@ -392,6 +440,8 @@ impl App {
     fn switch(&mut self, view: View) {
         self.view = view;
         self.mode = Mode::Table;
+        self.close_detail();
+        self.query.list = view == View::Locks;
     }
 
     fn move_by(&mut self, delta: isize) {
@@ -404,12 +454,24 @@ impl App {
                 self.node_table.move_by(delta, page, &self.nodes)
             }
             (Mode::Table | Mode::Detail, View::Locks) => {
-                self.lock_table.move_by(delta, page, &self.locks)
+                self.lock_table.move_by(delta, page, &self.locks);
+                self.page_in();
             }
             (Mode::Table | Mode::Detail, View::Leaks) => {
                 self.leak_table.move_by(delta, page, &self.leaks)
             }
             _ => {}
+        }
+    }
+
+    /// Near the end of the locks the agent listed, and it has more: ask
+    /// for another page's worth from the next poll on.
+    fn page_in(&mut self) {
+        let truncated = self.locks.table.get().is_some_and(|t| t.truncated);
+        let position = self.lock_table.selected_position().unwrap_or(0);
+        let loaded = self.locks.rows().len();
+        if truncated && position + self.page() >= loaded && self.query.limit < MAX_LOCKS {
+            self.query.limit = (self.query.limit + LOCKS_PAGE).min(MAX_LOCKS);
         }
     }
 
@@ -437,7 +499,19 @@ impl App {
     fn set_filter(&mut self, filter: Option<Filter>) {
         match self.view {
             View::Nodes => self.node_table.set_filter(filter, &self.nodes),
-            View::Locks => self.lock_table.set_filter(filter, &self.locks),
+            View::Locks => {
+                // The agent filters by the pattern's literal start, so a
+                // name among 100,000 comes back in one small page.
+                let prefix = filter
+                    .as_ref()
+                    .and_then(Filter::server_prefix)
+                    .unwrap_or_default();
+                if prefix != self.query.prefix {
+                    self.query.prefix = prefix;
+                    self.query.limit = client::DEFAULT_LIMIT;
+                }
+                self.lock_table.set_filter(filter, &self.locks);
+            }
             View::Leaks => self.leak_table.set_filter(filter, &self.leaks),
         }
     }
@@ -561,6 +635,7 @@ impl App {
         if self.mode == Mode::Detail {
             self.mode = Mode::Table;
         }
+        self.close_detail();
     }
 
     fn rebuild_tables(&mut self) {
@@ -575,6 +650,19 @@ impl App {
             Update::Nodes(Err(e)) => self.nodes.forget(Known::<Quorum>::Failed(e)),
             Update::Locks(Ok(response)) => self.locks.apply(&response, at),
             Update::Locks(Err(e)) => self.locks.forget(Known::<LockTable>::Failed(e)),
+            Update::Lock(resource, reply) => {
+                // An answer for a pane since closed or moved is dropped.
+                if self.query.detail.as_deref() == Some(resource.as_str()) {
+                    self.detail = match reply {
+                        Ok(response) => Known::Known(LockDetail::from_response(
+                            &response,
+                            self.detail.get(),
+                            at,
+                        )),
+                        Err(e) => Known::Failed(e),
+                    };
+                }
+            }
             Update::Leaks(Ok(response), wall_ms) => self.leaks.apply(&response, at, wall_ms),
             Update::Leaks(Err(e), _) => self.leaks.forget(Known::<LeakReport>::Failed(e)),
             Update::Summary(Ok(response)) => self.summary.apply(&response, at),
@@ -592,12 +680,17 @@ impl App {
 pub async fn run(terminal: &mut DefaultTerminal, settings: Settings) -> anyhow::Result<()> {
     let (event_tx, mut events) = mpsc::channel(64);
     let (command_tx, commands) = mpsc::channel(8);
+    // The app starts on the nodes view: no listing until the locks view.
+    let (query_tx, query) = tokio::sync::watch::channel(Query {
+        list: false,
+        ..Query::default()
+    });
     let options = client::Options {
         socket: settings.socket.clone(),
         refresh: settings.refresh,
         timeout: client::REQUEST_TIMEOUT,
     };
-    let client = client::spawn(options, event_tx, commands);
+    let client = client::spawn_with_query(options, event_tx, commands, query);
     let size = terminal.size()?;
     let mut app = App::new(settings, Instant::now());
     app.update(Action::Resize(size.width, size.height));
@@ -627,6 +720,14 @@ pub async fn run(terminal: &mut DefaultTerminal, settings: Settings) -> anyhow::
             _ = hangup.recv() => break Ok(()),
         };
         app.update(action);
+        // Never blocks: the client sees the latest query when it next looks.
+        query_tx.send_if_modified(|query| {
+            let changed = *query != app.query;
+            if changed {
+                *query = app.query.clone();
+            }
+            changed
+        });
         for command in app.take_commands() {
             // The client drains commands between polls; a full queue means
             // it is stuck on a slow agent, so say so rather than wait.
@@ -873,6 +974,87 @@ mod tests {
         assert_eq!(shown, ["a"]);
         press(&mut app, Key::code(KeyCode::Esc));
         assert_eq!(app.lock_table.order().len(), 2);
+    }
+
+    /// The locks filter's literal start becomes the agent's prefix; an
+    /// inverted filter asks for everything; Escape clears it.
+    #[test]
+    fn the_locks_filter_asks_the_agent_for_its_literal_start() {
+        let (mut app, _) = app(false);
+        assert!(!app.query.list, "no listing off the locks view");
+        typed(&mut app, "/job");
+        assert_eq!(app.query.prefix, "", "only the locks view asks the agent");
+        press(&mut app, Key::code(KeyCode::Esc));
+        app.update(Action::Do(keys::Action::NextView));
+        assert!(app.query.list);
+        typed(&mut app, "/^job-01");
+        assert_eq!(app.query.prefix, "job-01");
+        press(&mut app, Key::code(KeyCode::Backspace));
+        assert_eq!(app.query.prefix, "job-0");
+        press(&mut app, Key::code(KeyCode::Esc));
+        assert_eq!(app.query.prefix, "");
+        typed(&mut app, "/!^job");
+        assert_eq!(app.query.prefix, "");
+    }
+
+    /// Enter on a row asks the agent for that lock by name; its answer
+    /// fills the pane; Escape stops asking.
+    #[test]
+    fn the_detail_pane_asks_for_its_lock_by_name() {
+        let (mut app, t0) = app(false);
+        app.update(Action::Do(keys::Action::NextView));
+        enter(&mut app);
+        assert_eq!(app.mode, Mode::Detail);
+        assert_eq!(app.query.detail.as_deref(), Some("a"));
+        let mut lock = lock_fixtures::lock("a", Some("them"), 9_000, &["r1", "r2"], MASTERS);
+        lock.nodes[2].state = "unknown".into();
+        let response = redlock_wire::LockResponse {
+            quorum: 2,
+            masters: MASTERS.iter().map(|m| m.to_string()).collect(),
+            lock,
+            unread: vec!["r3".into()],
+            partial: true,
+        };
+        app.update(Action::Client(Event::Polled {
+            at: t0,
+            update: Update::Lock("a".into(), Ok(response.clone())),
+        }));
+        let shown = app.detail_lock().unwrap();
+        assert_eq!(
+            shown.info.owner.as_deref(),
+            Some("them"),
+            "the agent's answer wins"
+        );
+        assert_eq!(app.detail.get().unwrap().unread, ["r3"]);
+        // An answer for another lock is not shown.
+        app.update(Action::Client(Event::Polled {
+            at: t0,
+            update: Update::Lock("b".into(), Ok(response)),
+        }));
+        assert_eq!(app.detail_lock().unwrap().info.resource, "a");
+        press(&mut app, Key::code(KeyCode::Esc));
+        assert_eq!(app.mode, Mode::Table);
+        assert_eq!(app.query.detail, None);
+    }
+
+    /// Scrolling to the end of a truncated list asks for another page.
+    #[test]
+    fn scrolling_to_the_end_pages_in_more_locks() {
+        let (mut app, t0) = app(false);
+        let many = (0..100)
+            .map(|i| lock_fixtures::lock(&format!("k{i:03}"), None, 1_000, MASTERS, MASTERS))
+            .collect();
+        let mut response = lock_fixtures::response(many, MASTERS);
+        response.truncated = true;
+        app.update(Action::Client(Event::Polled {
+            at: t0,
+            update: Update::Locks(Ok(response)),
+        }));
+        app.update(Action::Do(keys::Action::NextView));
+        press(&mut app, Key::char('j'));
+        assert_eq!(app.query.limit, client::DEFAULT_LIMIT);
+        press(&mut app, Key::char('G'));
+        assert_eq!(app.query.limit, client::DEFAULT_LIMIT + LOCKS_PAGE);
     }
 
     #[test]

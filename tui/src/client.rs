@@ -11,7 +11,13 @@
 //! - One HTTP/1.1 connection over the Unix socket, kept open across polls.
 //!   Every `refresh` it asks `/v1/nodes`, `/v1/locks`, `/v1/leaks` and
 //!   `/v1/summary` in turn and sends each answer as soon as it arrives, so a
-//!   slow endpoint does not hold back the others.
+//!   slow endpoint does not hold back the others. `/v1/locks` carries the
+//!   app's [`Query`] (the server-side prefix and how many locks to list),
+//!   and while a lock's detail is open `/v1/locks/{resource}` is asked
+//!   first.
+//! - A new [`Query`] polls at once: a poll under way (say, a slow listing
+//!   of 100,000 keys) is abandoned and its connection replaced, which also
+//!   stops the listing on the agent.
 //! - A request that fails on the socket (refused, reset, closed, or no
 //!   answer within [`REQUEST_TIMEOUT`]) drops the connection; the next
 //!   attempt waits by capped exponential [`Backoff`], reset on success.
@@ -32,12 +38,12 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use redlock_wire::{
-    ErrorResponse, ForceReleaseResponse, LeaksResponse, LocksResponse, NodesResponse,
+    ErrorResponse, ForceReleaseResponse, LeaksResponse, LockResponse, LocksResponse, NodesResponse,
     SummaryResponse,
 };
 use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// Longest wait for the socket to accept or for one answer.
@@ -53,6 +59,61 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'_')
     .remove(b'~');
+
+/// Locks the agent lists when the app does not ask for more (its default).
+pub const DEFAULT_LIMIT: usize = 1000;
+
+/// What the app wants of `/v1/locks`, changed as the user types and scrolls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    /// Only resources that start with this (the agent filters); "" for all.
+    pub prefix: String,
+    /// How many locks to list.
+    pub limit: usize,
+    /// The lock whose detail is open: asked by name every poll.
+    pub detail: Option<String>,
+    /// Ask `/v1/locks` at all: only while the locks view is on screen, so
+    /// a TUI left on another view does not scan the masters every poll.
+    pub list: bool,
+}
+
+impl Default for Query {
+    fn default() -> Query {
+        Query {
+            prefix: String::new(),
+            limit: DEFAULT_LIMIT,
+            detail: None,
+            list: true,
+        }
+    }
+}
+
+impl Query {
+    /// `/v1/locks` with the prefix and limit, percent-encoded; the bare
+    /// path for the agent's defaults.
+    pub fn locks_path(&self) -> String {
+        let mut params = Vec::new();
+        if !self.prefix.is_empty() {
+            params.push(format!(
+                "prefix={}",
+                utf8_percent_encode(&self.prefix, SEGMENT)
+            ));
+        }
+        if self.limit != DEFAULT_LIMIT {
+            params.push(format!("limit={}", self.limit));
+        }
+        if params.is_empty() {
+            "/v1/locks".to_string()
+        } else {
+            format!("/v1/locks?{}", params.join("&"))
+        }
+    }
+}
+
+/// The path of one lock's detail, percent-encoded.
+pub fn lock_path(resource: &str) -> String {
+    format!("/v1/locks/{}", utf8_percent_encode(resource, SEGMENT))
+}
 
 /// Where the connection stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +182,8 @@ pub type Reply<T> = Result<T, String>;
 pub enum Update {
     Nodes(Reply<NodesResponse>),
     Locks(Reply<LocksResponse>),
+    /// `GET /v1/locks/{resource}` for the open detail pane.
+    Lock(String, Reply<LockResponse>),
     /// With the wall clock (Unix ms) when it was asked, for scan ages.
     Leaks(Reply<LeaksResponse>, u64),
     Summary(Reply<SummaryResponse>),
@@ -184,17 +247,30 @@ pub struct Options {
     pub timeout: Duration,
 }
 
-/// Starts the client task on the current tokio runtime.
+/// Starts the client task on the current tokio runtime, with the default
+/// [`Query`] for good.
 pub fn spawn(
     options: Options,
     events: mpsc::Sender<Event>,
     commands: mpsc::Receiver<Command>,
+) -> JoinHandle<()> {
+    let (_, query) = watch::channel(Query::default());
+    spawn_with_query(options, events, commands, query)
+}
+
+/// Starts the client task; every change of `query` polls at once.
+pub fn spawn_with_query(
+    options: Options,
+    events: mpsc::Sender<Event>,
+    commands: mpsc::Receiver<Command>,
+    query: watch::Receiver<Query>,
 ) -> JoinHandle<()> {
     tokio::spawn(
         Client {
             options,
             events,
             commands,
+            query,
         }
         .run(),
     )
@@ -204,6 +280,14 @@ struct Client {
     options: Options,
     events: mpsc::Sender<Event>,
     commands: mpsc::Receiver<Command>,
+    query: watch::Receiver<Query>,
+}
+
+/// Resolves when `query` changes; never once its sender is gone.
+async fn changed(query: &mut watch::Receiver<Query>) {
+    if query.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// The app is gone: stop.
@@ -280,9 +364,16 @@ impl Client {
     async fn serve(&mut self, mut connection: Connection) -> Result<Stop, ClientError> {
         let mut tick = tokio::time::interval(self.options.refresh);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut query = self.query.clone();
+        query.mark_unchanged();
+        let mut again = false;
         loop {
-            tokio::select! {
+            if std::mem::take(&mut again) {
+                tick.reset();
+            } else {
+                tokio::select! {
                 _ = tick.tick() => {}
+                () = changed(&mut query) => tick.reset(),
                 command = self.commands.recv() => match command {
                     None => return Ok(Stop),
                     Some(Command::ForceRelease(resource)) => {
@@ -304,19 +395,45 @@ impl Client {
                         tick.reset();
                     }
                 },
+                }
             }
-            if let Err(Stop) = self.poll(&mut connection).await? {
-                return Ok(Stop);
+            let asked = query.borrow_and_update().clone();
+            let finished = {
+                let poll = self.poll(&mut connection, &asked);
+                tokio::pin!(poll);
+                tokio::select! {
+                    result = &mut poll => Some(result),
+                    () = changed(&mut query) => None,
+                }
+            };
+            match finished {
+                Some(result) => {
+                    if let Err(Stop) = result? {
+                        return Ok(Stop);
+                    }
+                }
+                None => {
+                    // The answer under way is for an old query: drop its
+                    // connection (the agent stops the listing) and ask
+                    // again on a fresh one.
+                    connection =
+                        Connection::open(&self.options.socket, self.options.timeout).await?;
+                    again = true;
+                }
             }
         }
     }
 
-    /// One round over the four endpoints.
-    async fn poll(&mut self, connection: &mut Connection) -> Result<Result<(), Stop>, ClientError> {
+    /// One round over the four endpoints (five with a detail open).
+    async fn poll(
+        &self,
+        connection: &mut Connection,
+        query: &Query,
+    ) -> Result<Result<(), Stop>, ClientError> {
         macro_rules! ask {
-            ($path:literal, $wrap:expr) => {{
+            ($path:expr, $wrap:expr) => {{
                 let at = Instant::now();
-                let reply = connection.request(Method::GET, $path).await?;
+                let reply = connection.request(Method::GET, &$path).await?;
                 if self
                     .send(Event::Polled {
                         at,
@@ -329,8 +446,16 @@ impl Client {
                 }
             }};
         }
+        if let Some(resource) = &query.detail {
+            ask!(lock_path(resource), |reply| Update::Lock(
+                resource.clone(),
+                reply
+            ));
+        }
         ask!("/v1/nodes", Update::Nodes);
-        ask!("/v1/locks", Update::Locks);
+        if query.list {
+            ask!(query.locks_path(), Update::Locks);
+        }
         let wall_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -459,6 +584,19 @@ mod tests {
             force_release_path("a-b_c.d~e"),
             "/v1/locks/a-b_c.d~e/force-release"
         );
+    }
+
+    #[test]
+    fn locks_paths_carry_the_query_only_when_it_differs() {
+        assert_eq!(Query::default().locks_path(), "/v1/locks");
+        let query = Query {
+            prefix: "orders/4".into(),
+            limit: 2000,
+            detail: None,
+            list: true,
+        };
+        assert_eq!(query.locks_path(), "/v1/locks?prefix=orders%2F4&limit=2000");
+        assert_eq!(lock_path("a b/c"), "/v1/locks/a%20b%2Fc");
     }
 
     #[test]

@@ -131,6 +131,8 @@ fn answer(request: &str) -> (&'static str, String) {
                 interval_ms: 60_000,
                 repair: "none".into(),
                 nodes: Vec::new(),
+                unread: Vec::new(),
+                partial: false,
             }),
         ),
         "GET /v1/summary" => (
@@ -140,6 +142,7 @@ fn answer(request: &str) -> (&'static str, String) {
                 uptime_ms: 1_000,
                 acquires: Default::default(),
                 failures: Default::default(),
+                waits: Default::default(),
                 wait_buckets: vec![(0.1, 0), (f64::MAX, 0)],
                 locks_held: 0,
                 waiters: 0,

@@ -126,6 +126,22 @@ fn redis(port: u16, command: &str) -> std::io::Result<String> {
     Ok(first)
 }
 
+/// One Redis command in RESP (any bytes in its arguments) over a fresh
+/// connection, waiting up to `timeout`; the first line of the reply.
+fn redis_args(port: u16, args: &[&str], timeout: Duration) -> std::io::Result<String> {
+    let mut stream =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(timeout))?;
+    let mut command = format!("*{}\r\n", args.len());
+    for arg in args {
+        command.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(command.as_bytes())?;
+    let mut first = String::new();
+    BufReader::new(stream).read_line(&mut first)?;
+    Ok(first)
+}
+
 /// The pid of the redis-server on `port`, from its own INFO.
 fn redis_pid(port: u16) -> u32 {
     let info = redis(port, "INFO server").expect("INFO from a master");
@@ -159,7 +175,7 @@ fn http(socket: &Path, method: &str, path: &str, body: &str) -> std::io::Result<
     Ok((status, body))
 }
 
-/// `redlock-agent dev` with three masters; stopped (SIGTERM, then SIGKILL)
+/// `redlock-agent dev` with its masters; stopped (SIGTERM, then SIGKILL)
 /// with its masters when dropped.
 struct Agent {
     child: Child,
@@ -172,14 +188,14 @@ struct Agent {
 }
 
 impl Agent {
-    fn start(dir: &Path) -> Agent {
+    fn start(dir: &Path, masters: usize) -> Agent {
         let socket = dir.join("agent.sock");
         let log = dir.join("agent.log");
         let child = Command::new(agent_binary())
             .args([
                 "dev",
                 "--masters",
-                "3",
+                &masters.to_string(),
                 "--metrics",
                 "127.0.0.1:0",
                 "--socket",
@@ -222,7 +238,7 @@ impl Agent {
                     .collect()
             })
             .unwrap_or_default();
-        assert_eq!(agent.ports.len(), 3, "ports from {first:?}");
+        assert_eq!(agent.ports.len(), masters, "ports from {first:?}");
         agent.master_pids = agent.ports.iter().map(|&p| redis_pid(p)).collect();
         let socket = agent.socket.clone();
         wait_for(
@@ -417,7 +433,7 @@ fn the_tui_follows_a_real_agent_and_restores_the_terminal() {
     require("tmux", &["-V"]);
     require("redis-server", &["--version"]);
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::start(dir.path());
+    let agent = Agent::start(dir.path(), 3);
     let tmux = Tmux::start(dir.path());
 
     let command = format!(
@@ -485,11 +501,14 @@ fn the_tui_follows_a_real_agent_and_restores_the_terminal() {
         "quorum agrees, no waiters, held here, by this process: {lock}"
     );
 
-    // `/` filters by regex, `/!` inverts, Escape clears.
+    // `/` filters by regex (the agent by its literal start), `/!` inverts,
+    // Escape clears.
     tmux.type_text("/^nomatch$");
     tmux.keys(&["Enter"]);
     tmux.wait_until("the filter to hide the lock", |s| {
-        s.contains("Locks [0/1]") && row(s, "e2e-demo").is_none()
+        s.contains("Locks [0/0]")
+            && s.contains("no lock keys start with \"nomatch\"")
+            && row(s, "e2e-demo").is_none()
     });
     tmux.keys(&["Escape"]);
     tmux.wait_until("the filter to clear", |s| {
@@ -593,4 +612,114 @@ fn the_tui_follows_a_real_agent_and_restores_the_terminal() {
     tmux.type_text("echo restored-$((40+2))");
     tmux.keys(&["Enter"]);
     tmux.wait_for_text("\nrestored-42");
+}
+
+/// Lock keys written on every master of the scale test.
+const KEYS: usize = 100_000;
+
+/// `KEYS` lock keys `redlock:job-000000` … on the master at `port`, with
+/// token-shaped values (`<40 hex>.owner-<i mod 7>`), in server-side loops
+/// of 10,000 so no single call blocks the master long.
+fn fill(port: u16) {
+    const SCRIPT: &str = r#"for i = tonumber(ARGV[1]), tonumber(ARGV[2]) - 1 do
+  redis.call("set", "redlock:" .. string.format("job-%06d", i),
+    string.format("%040x", i) .. ".owner-" .. (i % 7), "px", 600000)
+end"#;
+    for start in (0..KEYS).step_by(10_000) {
+        let end = (start + 10_000).to_string();
+        let reply = redis_args(
+            port,
+            &["EVAL", SCRIPT, "0", &start.to_string(), &end],
+            Duration::from_secs(30),
+        )
+        .expect("EVAL on a master");
+        assert!(reply.starts_with("$-1"), "EVAL answered {reply:?}");
+    }
+}
+
+/// Issue 18's scale: 100,000 lock keys on 5 real masters. Typing a
+/// resource name in the locks view's filter shows that lock (the agent
+/// filters by prefix), and Enter on it opens its detail, asked of the
+/// agent by name: owner, quorum, and each master's copy.
+#[test]
+fn the_tui_finds_one_lock_among_a_hundred_thousand() {
+    require("tmux", &["-V"]);
+    require("redis-server", &["--version"]);
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), 5);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for &port in &agent.ports {
+            scope.spawn(move || fill(port));
+        }
+    });
+    eprintln!(
+        "wrote {KEYS} keys on each of 5 masters in {:?}",
+        started.elapsed()
+    );
+    // The writes may have made a probe time out: wait for every master.
+    wait_for(
+        "five usable masters",
+        Duration::from_secs(30),
+        || {
+            http(&agent.socket, "GET", "/v1/nodes", "")
+                .ok()
+                .filter(|(_, body)| body.contains("\"usable\":5"))
+        },
+        || agent.log(),
+    );
+
+    let tmux = Tmux::start(dir.path());
+    let command = format!(
+        "'{}' --socket '{}' --refresh 1s",
+        env!("CARGO_BIN_EXE_redlock-tui"),
+        agent.socket.display()
+    );
+    tmux.type_text(&command);
+    tmux.keys(&["Enter"]);
+    tmux.wait_until("five masters up", |s| s.contains("5/5 usable, quorum 3"));
+    tmux.type_text(":locks");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for_text("Locks [");
+
+    let typed = Instant::now();
+    tmux.type_text("/job-054321");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_until("the named lock in the table", |s| {
+        row(s, "job-054321").is_some() && s.contains("Locks [1/1]")
+    });
+    let found = typed.elapsed();
+    assert!(screen.contains("agent prefix \"job-054321\""), "{screen}");
+    let lock = words(row(&screen, "job-054321").unwrap()).join(" ");
+    assert!(
+        lock.starts_with(&format!("job-054321 owner-{} ", 54_321 % 7)),
+        "{lock}"
+    );
+
+    // Enter on it: the detail pane, from GET /v1/locks/job-054321.
+    let opened = Instant::now();
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_until("the lock's detail", |s| {
+        s.contains("Lock job-054321")
+            && s.contains("agrees")
+            && s.contains("held on 5 of 5 masters · quorum 3")
+    });
+    let detail = opened.elapsed();
+    for master in ["r1", "r2", "r3", "r4", "r5"] {
+        assert!(
+            screen
+                .lines()
+                .any(|l| words(l).starts_with(&[master, "held"])),
+            "{master} holds it:\n{screen}"
+        );
+    }
+    eprintln!("typed name to row on screen: {found:?}; Enter to detail: {detail:?}");
+    tmux.keys(&["Escape"]);
+    tmux.keys(&["q"]);
+    wait_for(
+        "the TUI to leave the alternate screen",
+        Duration::from_secs(10),
+        || (tmux.display("#{alternate_on}") == "0").then_some(()),
+        || tmux.screen(),
+    );
 }

@@ -10,7 +10,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::Frame;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use redlock_wire::{
     AcquireRequest, AcquireResponse, ErrorBody, ErrorCode, ErrorResponse, ExtendRequest,
@@ -67,13 +67,20 @@ impl ApiError {
     }
 
     pub fn into_response(self) -> Response<Body> {
+        let busy = self.code == ErrorCode::Busy;
         let body = ErrorResponse {
             error: ErrorBody {
                 code: self.code,
                 message: self.message,
             },
         };
-        json(self.status, &body)
+        let mut response = json(self.status, &body);
+        if busy {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
     }
 }
 
@@ -99,6 +106,8 @@ enum Route {
     Leaks,
     Locks,
     Summary,
+    /// `GET /v1/locks/{resource}`: one lock in full.
+    LockInfo(Resource),
     Lock(Resource, LockAction),
 }
 
@@ -141,6 +150,7 @@ fn route_label(path: &str) -> &'static str {
         "/v1/leaks" => "leaks",
         "/v1/locks" => "locks",
         "/v1/summary" => "summary",
+        _ if path.starts_with("/v1/locks/") && path.matches('/').count() == 3 => "lock",
         _ if path.starts_with("/v1/locks/") => match path.rsplit('/').next() {
             Some("acquire") => "acquire",
             Some("extend") => "extend",
@@ -199,7 +209,16 @@ async fn dispatch(
         }
         Route::Nodes => Ok(json(StatusCode::OK, &nodes_response(agent))),
         Route::Leaks => Ok(json(StatusCode::OK, &agent.scanner().report())),
-        Route::Locks => Ok(json(StatusCode::OK, &locks::list(agent).await)),
+        Route::Locks => {
+            let query = locks::ListQuery::parse(request.uri().query())
+                .map_err(|e| ApiError::invalid(e.to_string()))?;
+            let answer = locks::list(agent, &query).await.map_err(read_error)?;
+            Ok(json(StatusCode::OK, &answer))
+        }
+        Route::LockInfo(resource) => {
+            let answer = locks::get(agent, &resource).await.map_err(read_error)?;
+            Ok(json(StatusCode::OK, &answer))
+        }
         Route::Summary => Ok(json(StatusCode::OK, &agent.summary())),
         Route::Metrics => {
             let mut response = Response::new(Full::new(Bytes::from(agent.scrape())).boxed());
@@ -275,7 +294,9 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
         _ => {}
     }
     let rest = path.strip_prefix("/v1/locks/").ok_or_else(not_found)?;
-    let (segment, action) = rest.rsplit_once('/').ok_or_else(not_found)?;
+    let Some((segment, action)) = rest.rsplit_once('/') else {
+        return Ok((Route::LockInfo(resource(rest)?), Method::GET));
+    };
     let action = match action {
         "acquire" => LockAction::Acquire,
         "extend" => LockAction::Extend,
@@ -291,14 +312,31 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
             "a resource is one path segment; percent-encode '/' as %2F",
         ));
     }
-    let resource = Resource::from_path_segment(segment).map_err(|e| {
+    Ok((Route::Lock(resource(segment)?, action), Method::POST))
+}
+
+/// The resource named by one percent-encoded path segment.
+fn resource(segment: &str) -> Result<Resource, ApiError> {
+    Resource::from_path_segment(segment).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::InvalidResource,
             e.to_string(),
         )
-    })?;
-    Ok((Route::Lock(resource, action), Method::POST))
+    })
+}
+
+/// An operator read that has no answer: 429 with `Retry-After` when busy,
+/// 503 when too few masters answered, 404 for a lock no master has.
+fn read_error(error: locks::ReadError) -> ApiError {
+    let (status, code) = match &error {
+        locks::ReadError::Busy => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::Busy),
+        locks::ReadError::TooFewRead { .. } => {
+            (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum)
+        }
+        locks::ReadError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+    };
+    ApiError::new(status, code, error.to_string())
 }
 
 async fn read_body(request: Request<Incoming>, timeout: Duration) -> Result<Bytes, ApiError> {

@@ -141,16 +141,56 @@ pub struct LockInfo {
     pub waiters: u64,
 }
 
-/// 200 answer to `GET /v1/locks`.
+/// 200 answer to `GET /v1/locks?prefix=&cursor=&limit=`: one page of the
+/// lock keys whose resource starts with `prefix`, in resource-name order.
+///
+/// Paging: each page lists the names strictly after `cursor`, so a walk
+/// that passes each page's `next_cursor` to the next call never lists a
+/// resource twice, and lists every resource whose key stays on a master
+/// that could be read for the whole walk exactly once. Keys created or
+/// deleted during the walk appear at most once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocksResponse {
     pub quorum: usize,
     /// Master names in config order (the columns of `nodes` in each lock).
     pub masters: Vec<String>,
     pub locks: Vec<LockInfo>,
-    /// More keys exist than were listed.
+    /// More keys exist than were listed: `next_cursor` is set.
     #[serde(default)]
     pub truncated: bool,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// Distinct lock keys under the prefix on the masters that were read.
+    #[serde(default)]
+    pub total: u64,
+    /// Keys `SCAN` returned over all masters for this answer: the work done.
+    #[serde(default)]
+    pub scanned: u64,
+    /// Masters that could not be read (down, timed out, failed); their
+    /// columns say `unknown`. Never empty when `partial` is true.
+    #[serde(default)]
+    pub unread: Vec<String>,
+    /// Some masters could not be read: a lock may be missing from the page
+    /// or shown on fewer masters than hold it.
+    #[serde(default)]
+    pub partial: bool,
+}
+
+/// 200 answer to `GET /v1/locks/{resource}`: one lock, read from every
+/// master at once (one round trip each).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockResponse {
+    pub quorum: usize,
+    /// Master names in config order (the columns of `lock.nodes`).
+    pub masters: Vec<String>,
+    pub lock: LockInfo,
+    /// Masters that could not be read; their column says `unknown`.
+    #[serde(default)]
+    pub unread: Vec<String>,
+    /// Some masters could not be read.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 /// 200 answer to `POST /v1/locks/{resource}/force-release`.
@@ -175,6 +215,12 @@ pub struct SummaryResponse {
     /// Acquire wait histogram: `(upper bound in seconds, cumulative count)`,
     /// all outcomes together; the last bound is `+Inf` as `f64::MAX`.
     pub wait_buckets: Vec<(f64, u64)>,
+    /// The same histogram per outcome (`acquired`, `taken`, `no_quorum`,
+    /// `error`), so a long `taken` wait never passes for a slow grant. The
+    /// last finite bound is the agent's `lock.max_hold`; a quantile in the
+    /// `+Inf` bucket is only known to be above it.
+    #[serde(default)]
+    pub waits: std::collections::BTreeMap<String, Vec<(f64, u64)>>,
     pub locks_held: u64,
     pub waiters: u64,
 }
@@ -293,6 +339,13 @@ pub struct LeaksResponse {
     /// `none` or `expire`.
     pub repair: String,
     pub nodes: Vec<NodeLeaks>,
+    /// Masters the last scan could not read (their `error` says why), or
+    /// every master before the first scan ends.
+    #[serde(default)]
+    pub unread: Vec<String>,
+    /// The report does not cover every master: `unread` is not empty.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 /// Machine-readable error codes. The set only grows.
@@ -321,6 +374,8 @@ pub enum ErrorCode {
     /// The peer may not use this socket or this route on it (`socket.allow_uids`,
     /// `admin.allow_uids`, force-release off the admin socket).
     Forbidden,
+    /// Too many operator listings at once; retry after `Retry-After`.
+    Busy,
     Internal,
 }
 
@@ -341,6 +396,7 @@ impl ErrorCode {
             ErrorCode::TooManyWaiters => "too_many_waiters",
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::Busy => "busy",
             ErrorCode::Internal => "internal",
         }
     }
@@ -381,6 +437,7 @@ mod tests {
             ErrorCode::TooManyWaiters,
             ErrorCode::RequestTimeout,
             ErrorCode::Forbidden,
+            ErrorCode::Busy,
             ErrorCode::Internal,
         ] {
             let json = serde_json::to_string(&code).unwrap();

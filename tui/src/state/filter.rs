@@ -81,6 +81,45 @@ impl Filter {
     pub fn inverted(&self) -> bool {
         self.invert
     }
+
+    /// The literal start every match must begin with, for the agent's
+    /// `prefix` filter in the locks view: the characters after an optional
+    /// `^` up to the first regex construct (a quantifier also drops the
+    /// character it applies to). `None` for an inverted filter or one with
+    /// an alternation, which a prefix cannot express.
+    ///
+    /// The agent compares case-sensitively; the regex then narrows the page
+    /// it sends (smart-case as usual).
+    pub fn server_prefix(&self) -> Option<String> {
+        let pattern = self.text.strip_prefix('!').unwrap_or(&self.text);
+        if self.invert || pattern.contains('|') {
+            return None;
+        }
+        let mut prefix = String::new();
+        let mut chars = pattern.strip_prefix('^').unwrap_or(pattern).chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '?' | '*' | '{' => {
+                    prefix.pop();
+                    break;
+                }
+                '\\' => match chars.next() {
+                    Some(e) if e.is_ascii_punctuation() => prefix.push(e),
+                    _ => break,
+                },
+                c if c.is_ascii_alphanumeric() || "-_:/@=,%~#&'<>;\"`!".contains(c) => {
+                    prefix.push(c)
+                }
+                _ => break,
+            }
+        }
+        // A quantifier right after the literal part makes its last
+        // character optional too.
+        if matches!(chars.next(), Some('?' | '*' | '{')) {
+            prefix.pop();
+        }
+        Some(prefix).filter(|p| !p.is_empty())
+    }
 }
 
 #[cfg(test)]
@@ -123,6 +162,21 @@ mod tests {
         let inverted = Filter::parse("!billing").unwrap().unwrap();
         assert!(!inverted.keeps(["orders:1", "billing"]));
         assert!(inverted.keeps(["orders:1", "web"]));
+    }
+
+    #[test]
+    fn server_prefixes_are_the_literal_start() {
+        let prefix = |text: &str| Filter::parse(text).unwrap().unwrap().server_prefix();
+        assert_eq!(prefix("job-012345").as_deref(), Some("job-012345"));
+        assert_eq!(prefix("^orders:4").as_deref(), Some("orders:4"));
+        assert_eq!(prefix("orders\\.eu.x").as_deref(), Some("orders.eu"));
+        assert_eq!(prefix("ab?c").as_deref(), Some("a"));
+        assert_eq!(prefix("ab*").as_deref(), Some("a"));
+        assert_eq!(prefix("ab+").as_deref(), Some("ab"));
+        assert_eq!(prefix("^nomatch$").as_deref(), Some("nomatch"));
+        assert_eq!(prefix(".x"), None);
+        assert_eq!(prefix("a|b"), None);
+        assert_eq!(prefix("!^e2e-"), None);
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub struct LeakReport {
     pub repair: String,
     pub nodes: Vec<Scan>,
     pub rows: Vec<LeakRow>,
+    /// Masters the last scan could not read: their leaks are not counted.
+    pub unread: Vec<String>,
 }
 
 /// Columns the leaked-keys table sorts by.
@@ -109,6 +111,7 @@ impl Leaks {
             repair: response.repair.clone(),
             nodes,
             rows,
+            unread: response.unread.clone(),
         });
     }
 
@@ -178,6 +181,8 @@ pub(crate) mod tests {
             scans: 3,
             interval_ms: 60_000,
             repair: "none".to_string(),
+            unread: Vec::new(),
+            partial: false,
             nodes: vec![
                 node(
                     "r1",

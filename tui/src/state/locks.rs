@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use redlock_wire::{LockInfo, LocksResponse};
+use redlock_wire::{LockInfo, LockResponse, LocksResponse};
 
 use super::countdown::Countdown;
 use super::filter::Filter;
@@ -67,6 +67,69 @@ pub struct LockTable {
     pub rows: Vec<LockRow>,
     /// The agent listed only some of the keys.
     pub truncated: bool,
+    /// Lock keys under the prefix on the masters the agent read.
+    pub total: u64,
+    /// Masters the agent could not read: the list may miss locks.
+    pub unread: Vec<String>,
+}
+
+/// An answer to `GET /v1/locks/{resource}`: the detail pane's lock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockDetail {
+    pub quorum: usize,
+    pub masters: Vec<String>,
+    pub row: LockRow,
+    /// Masters the agent could not read.
+    pub unread: Vec<String>,
+}
+
+/// One lock's row from its wire form, its TTLs counted from `read_at`;
+/// `seen` is the longest TTL seen for it before.
+fn row_of(info: &LockInfo, masters: &[String], seen: Duration, read_at: Instant) -> LockRow {
+    let keys: Vec<KeyState> = masters
+        .iter()
+        .map(|master| {
+            info.nodes
+                .iter()
+                .find(|key| &key.node == master)
+                .map_or(KeyState::Unknown, |key| {
+                    KeyState::from_wire(&key.state, key.pttl_ms, read_at)
+                })
+        })
+        .collect();
+    let longest = info
+        .nodes
+        .iter()
+        .filter_map(|k| k.pttl_ms)
+        .chain(info.validity_ms)
+        .max()
+        .map_or(Duration::ZERO, Duration::from_millis);
+    LockRow {
+        info: info.clone(),
+        validity: info.validity_ms.map(|ms| Countdown::from_ms(ms, read_at)),
+        keys,
+        full: seen.max(longest),
+    }
+}
+
+impl LockDetail {
+    /// Takes in an answer to `GET /v1/locks/{resource}` requested at
+    /// `read_at`; `previous` keeps the colour scale across polls.
+    pub fn from_response(
+        response: &LockResponse,
+        previous: Option<&LockDetail>,
+        read_at: Instant,
+    ) -> LockDetail {
+        let seen = previous
+            .filter(|p| p.row.info.resource == response.lock.resource)
+            .map_or(Duration::ZERO, |p| p.row.full);
+        LockDetail {
+            quorum: response.quorum,
+            masters: response.masters.clone(),
+            row: row_of(&response.lock, &response.masters, seen, read_at),
+            unread: response.unread.clone(),
+        }
+    }
 }
 
 /// Columns the locks table sorts by.
@@ -105,34 +168,10 @@ impl Locks {
             .locks
             .iter()
             .map(|info| {
-                let keys: Vec<KeyState> = response
-                    .masters
-                    .iter()
-                    .map(|master| {
-                        info.nodes
-                            .iter()
-                            .find(|key| &key.node == master)
-                            .map_or(KeyState::Unknown, |key| {
-                                KeyState::from_wire(&key.state, key.pttl_ms, read_at)
-                            })
-                    })
-                    .collect();
-                let longest = info
-                    .nodes
-                    .iter()
-                    .filter_map(|k| k.pttl_ms)
-                    .chain(info.validity_ms)
-                    .max()
-                    .map_or(Duration::ZERO, Duration::from_millis);
                 let seen = self.full.get(&info.resource).copied().unwrap_or_default();
-                let row_full = seen.max(longest);
-                full.insert(info.resource.clone(), row_full);
-                LockRow {
-                    info: info.clone(),
-                    validity: info.validity_ms.map(|ms| Countdown::from_ms(ms, read_at)),
-                    keys,
-                    full: row_full,
-                }
+                let row = row_of(info, &response.masters, seen, read_at);
+                full.insert(info.resource.clone(), row.full);
+                row
             })
             .collect();
         self.full = full;
@@ -141,6 +180,8 @@ impl Locks {
             masters: response.masters.clone(),
             rows,
             truncated: response.truncated,
+            total: response.total,
+            unread: response.unread.clone(),
         });
     }
 
@@ -234,6 +275,11 @@ pub(crate) mod tests {
 
     pub(crate) fn response(locks: Vec<LockInfo>, masters: &[&str]) -> LocksResponse {
         LocksResponse {
+            next_cursor: None,
+            total: locks.len() as u64,
+            scanned: locks.len() as u64,
+            unread: Vec::new(),
+            partial: false,
             quorum: masters.len() / 2 + 1,
             masters: masters.iter().map(|m| m.to_string()).collect(),
             locks,

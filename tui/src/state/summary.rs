@@ -109,6 +109,38 @@ impl Summary {
         quantile(&delta, q).map(Duration::from_secs_f64)
     }
 
+    /// As [`Summary::wait_quantile`], every outcome together, shown honestly.
+    pub fn wait_all(&self, q: f64) -> Option<Wait> {
+        let (first, last) = self.span()?;
+        let delta = bucket_delta(&first.summary.wait_buckets, &last.summary.wait_buckets)?;
+        wait_quantile(&delta, q)
+    }
+
+    /// Whether the agent reports waits per outcome.
+    pub fn has_outcome_waits(&self) -> bool {
+        self.latest().is_some_and(|s| !s.waits.is_empty())
+    }
+
+    /// The `q` quantile of the waits that ended in `outcome` over the
+    /// window, as it can honestly be shown; `None` when none ended so or
+    /// the agent does not report waits per outcome.
+    pub fn wait_of(&self, outcome: &str, q: f64) -> Option<Wait> {
+        let (first, last) = self.span()?;
+        let delta = bucket_delta(
+            first.summary.waits.get(outcome)?,
+            last.summary.waits.get(outcome)?,
+        )?;
+        wait_quantile(&delta, q)
+    }
+
+    /// Waits that ended in `outcome` over the window.
+    pub fn answered(&self, outcome: &str) -> u64 {
+        self.span().map_or(0, |(first, last)| {
+            count(&last.summary.acquires, outcome)
+                .saturating_sub(count(&first.summary.acquires, outcome))
+        })
+    }
+
     /// Failures per reason over the window, most frequent first, zeros left out.
     pub fn failures(&self) -> Vec<(String, u64)> {
         let Some((first, last)) = self.span() else {
@@ -196,6 +228,34 @@ pub fn bucket_delta(earlier: &[(f64, u64)], later: &[(f64, u64)]) -> Option<Vec<
     })
 }
 
+/// A wait quantile as it can honestly be shown.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Wait {
+    /// Interpolated inside a bucket.
+    Within(Duration),
+    /// In the open bucket: only known to be above this bound.
+    Above(Duration),
+}
+
+/// As [`quantile`], but a quantile in the open (`+Inf`) bucket is
+/// [`Wait::Above`] the highest finite bound rather than equal to it.
+pub fn wait_quantile(buckets: &[(f64, u64)], q: f64) -> Option<Wait> {
+    let observed = buckets.last()?.1;
+    let finite = buckets
+        .iter()
+        .rfind(|(b, _)| b.is_finite() && *b != f64::MAX)
+        .copied();
+    let rank = q.clamp(0.0, 1.0) * observed as f64;
+    let value = quantile(buckets, q)?;
+    match finite {
+        // More than the rank lie above the highest finite bound.
+        Some((bound, below)) if (below as f64) < rank && below < observed => {
+            Some(Wait::Above(Duration::from_secs_f64(bound)))
+        }
+        _ => Some(Wait::Within(Duration::from_secs_f64(value))),
+    }
+}
+
 /// The `q` quantile (`0.0..=1.0`) of a cumulative histogram of
 /// `(upper bound, count)` buckets, interpolating linearly inside the bucket
 /// as Prometheus' `histogram_quantile` does. A quantile that falls in the
@@ -260,10 +320,64 @@ pub(crate) mod tests {
                 ("timeout".to_string(), 1),
             ]
             .into(),
+            waits: BTreeMap::new(),
             wait_buckets,
             locks_held: 2,
             waiters: 1,
         }
+    }
+
+    /// A 60s wait that ended `taken` lands above a 30s top bound: it is
+    /// shown as "above 30s", not as 30s; waits per outcome stay apart.
+    #[test]
+    fn waits_above_the_top_bound_are_only_known_to_be_above_it() {
+        let buckets = [(1.0, 0), (30.0, 0), (f64::MAX, 1)];
+        assert_eq!(
+            wait_quantile(&buckets, 0.5),
+            Some(Wait::Above(Duration::from_secs(30)))
+        );
+        let buckets = [(1.0, 1), (30.0, 2), (f64::MAX, 2)];
+        assert!(matches!(
+            wait_quantile(&buckets, 0.99),
+            Some(Wait::Within(_))
+        ));
+
+        let t0 = Instant::now();
+        let mut summary = Summary::default();
+        let mut first = reading(1_000, 0, 0, [0; 4], 0);
+        first.waits = [
+            (
+                "acquired".to_string(),
+                vec![(0.001, 0), (30.0, 0), (f64::MAX, 0)],
+            ),
+            (
+                "taken".to_string(),
+                vec![(0.001, 0), (30.0, 0), (f64::MAX, 0)],
+            ),
+        ]
+        .into();
+        let mut second = first.clone();
+        second.uptime_ms = 61_000;
+        second.acquires.insert("acquired".into(), 10);
+        second.acquires.insert("taken".into(), 1);
+        second.waits.insert(
+            "acquired".into(),
+            vec![(0.001, 10), (30.0, 10), (f64::MAX, 10)],
+        );
+        second
+            .waits
+            .insert("taken".into(), vec![(0.001, 0), (30.0, 0), (f64::MAX, 1)]);
+        summary.apply(&first, t0);
+        summary.apply(&second, t0 + Duration::from_secs(60));
+        assert!(
+            matches!(summary.wait_of("acquired", 0.99), Some(Wait::Within(d)) if d <= Duration::from_millis(1))
+        );
+        assert_eq!(
+            summary.wait_of("taken", 0.5),
+            Some(Wait::Above(Duration::from_secs(30)))
+        );
+        assert_eq!(summary.answered("taken"), 1);
+        assert_eq!(summary.wait_of("no_quorum", 0.5), None);
     }
 
     #[test]

@@ -94,7 +94,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         table.total()
     ));
     if table.total() == 0 {
-        let text = "no leaked keys";
+        let text = if report.unread.is_empty() {
+            "no leaked keys".to_string()
+        } else {
+            format!(
+                "no leaked keys on the masters scanned; {} could not be scanned",
+                report.unread.join(", ")
+            )
+        };
         render_notice(
             frame,
             keys_area,

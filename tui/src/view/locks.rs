@@ -12,6 +12,7 @@ use ratatui::Frame;
 use crate::app::App;
 use crate::state::countdown::{fraction_left, urgency, Countdown};
 use crate::state::locks::{KeyState, LockColumn, LockRow};
+use crate::state::Known;
 
 use super::fmt::{self, DASH};
 use super::{render_notice, render_table, theme, title_cell, view_block, why_unknown};
@@ -26,7 +27,12 @@ pub fn split(body: Rect, app: &App) -> (Rect, Rect) {
     if !app.detail_open() {
         return (body, Rect::new(body.x, body.bottom(), body.width, 0));
     }
-    let wanted = app.locks.masters().len() as u16 + 9;
+    let masters = app
+        .detail
+        .get()
+        .map_or(0, |d| d.masters.len())
+        .max(app.locks.masters().len());
+    let wanted = masters as u16 + 9;
     let [table, detail] = Layout::vertical([
         Constraint::Min(0),
         Constraint::Length(wanted.min(body.height)),
@@ -46,14 +52,29 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
 fn render_table_part(frame: &mut Frame, area: Rect, app: &App) {
     let locks = &app.locks;
     let table = &app.lock_table;
-    let truncated = locks.table.get().is_some_and(|t| t.truncated);
+    let listed = locks.table.get();
+    let truncated = listed.is_some_and(|t| t.truncated);
     let count = format!(
         "{}/{}{}",
         table.order().len(),
         table.total(),
         if truncated { "+" } else { "" }
     );
-    let block = view_block(format!(" Locks [{count}] "));
+    let mut title = format!(" Locks [{count}] ");
+    if let Some(listed) = listed.filter(|t| t.truncated) {
+        title.push_str(&format!("of {} ", listed.total));
+    }
+    if !app.query.prefix.is_empty() {
+        title.push_str(&format!("· agent prefix {:?} ", app.query.prefix));
+    }
+    let mut block = view_block(title);
+    if let Some(listed) = listed.filter(|t| !t.unread.is_empty()) {
+        // Never a list that looks complete when it is not.
+        block = block.title(Span::styled(
+            format!(" partial: {} unread ", listed.unread.join(", ")),
+            theme::WARN,
+        ));
+    }
     if let Some(reason) = why_unknown(app, &locks.table) {
         render_notice(
             frame,
@@ -64,7 +85,11 @@ fn render_table_part(frame: &mut Frame, area: Rect, app: &App) {
         return;
     }
     if table.total() == 0 {
-        let text = "no lock keys on the masters";
+        let text = if app.query.prefix.is_empty() {
+            "no lock keys on the masters".to_string()
+        } else {
+            format!("no lock keys start with {:?}", app.query.prefix)
+        };
         render_notice(
             frame,
             area,
@@ -313,24 +338,37 @@ pub fn holder_text(info: &redlock_wire::LockInfo) -> String {
 
 fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
     let now = app.now();
-    let Some(lock) = app.selected_lock() else {
-        let block = view_block(" Lock ".to_string());
-        let text = "the lock is gone (released or expired)";
-        render_notice(
-            frame,
-            area,
-            block,
-            Line::from(Span::styled(text, theme::MUTED)),
-        );
+    let name = app.query.detail.as_deref().unwrap_or_default();
+    let Some(lock) = app.detail_lock() else {
+        let block = view_block(format!(" Lock {name} "));
+        let (text, style) = match &app.detail {
+            Known::Failed(e) if e.contains(" 404 ") => (
+                "no master has this lock (released, expired, or never taken)".to_string(),
+                theme::MUTED,
+            ),
+            Known::Failed(e) => (e.clone(), theme::WARN),
+            _ => ("asking the agent…".to_string(), theme::MUTED),
+        };
+        render_notice(frame, area, block, Line::from(Span::styled(text, style)));
         return;
     };
     let info = &lock.info;
-    let block = Block::bordered()
+    let detail = app
+        .detail
+        .get()
+        .filter(|d| d.row.info.resource == info.resource);
+    let mut block = Block::bordered()
         .border_style(theme::BORDER)
         .title(Span::styled(
             format!(" Lock {} ", info.resource),
             theme::TITLE,
         ));
+    if let Some(detail) = detail.filter(|d| !d.unread.is_empty()) {
+        block = block.title(Span::styled(
+            format!(" partial: {} unread ", detail.unread.join(", ")),
+            theme::WARN,
+        ));
+    }
     let field = |name: &'static str| Span::styled(format!("{name:<10}"), theme::HEADING);
     let mut lines = vec![
         Line::from(vec![
@@ -355,7 +393,10 @@ fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
         )),
     }
     lines.push(Line::from(validity));
-    let quorum = app.locks.table.get().map_or(0, |t| t.quorum);
+    let quorum = detail.map_or_else(
+        || app.locks.table.get().map_or(0, |t| t.quorum),
+        |d| d.quorum,
+    );
     lines.push(Line::from(vec![
         field("quorum"),
         if info.quorum_agrees {
@@ -382,7 +423,7 @@ fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled(format!(" · {} waiting here", info.waiters), theme::MUTED),
     ]));
     lines.push(Line::default());
-    let masters = app.locks.masters();
+    let masters = detail.map_or_else(|| app.locks.masters(), |d| d.masters.as_slice());
     let width = masters.iter().map(|m| m.chars().count()).max().unwrap_or(0);
     for (master, key) in masters.iter().zip(&lock.keys) {
         let (state, ttl) = match key {

@@ -7,7 +7,7 @@ use ratatui::widgets::{Paragraph, Sparkline};
 use ratatui::Frame;
 
 use crate::app::App;
-use crate::state::summary::Summary;
+use crate::state::summary::{Summary, Wait};
 
 use super::{fmt, theme};
 
@@ -53,14 +53,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         spark_u64(&series, acquires.width),
     );
 
-    let p50 = wait(summary, 0.5);
-    let p99 = wait(summary, 0.99);
-    let text = Line::from(vec![
-        label("wait p50 "),
-        Span::styled(p50, theme::TEXT),
-        label("  p99 "),
-        Span::styled(p99, theme::TEXT),
-    ]);
+    let text = wait_line(summary, waits.width);
     // p99 per interval, in microseconds; gaps where nothing was acquired.
     let series: Vec<Option<u64>> = summary
         .wait_series(0.99)
@@ -76,11 +69,57 @@ fn label(text: &'static str) -> Span<'static> {
     Span::styled(text, theme::HEADING)
 }
 
-fn wait(summary: &Summary, q: f64) -> String {
-    summary.wait_quantile(q).map_or_else(
-        || fmt::DASH.to_string(),
-        |d| fmt::millis(d.as_secs_f64() * 1_000.0),
-    )
+/// A wait as it can honestly be shown: `1.2ms`, or `>30s` when it lies
+/// above the highest bucket bound.
+fn shown(wait: Option<Wait>) -> String {
+    match wait {
+        None => fmt::DASH.to_string(),
+        Some(Wait::Within(d)) => fmt::millis(d.as_secs_f64() * 1_000.0),
+        Some(Wait::Above(d)) => format!(">{}", fmt::coarse(d)),
+    }
+}
+
+/// `wait p50 X  p99 Y` of granted acquires (every outcome from an agent
+/// that does not report them apart), then the p99 of `taken` and
+/// `no_quorum` waits seen in the window (`taken p99 Z`, or `taken Z` when
+/// short of room), each only if it fits whole.
+fn wait_line(summary: &Summary, width: u16) -> Line<'static> {
+    let by_outcome = summary.has_outcome_waits();
+    let (p50, p99) = if by_outcome {
+        (
+            summary.wait_of("acquired", 0.5),
+            summary.wait_of("acquired", 0.99),
+        )
+    } else {
+        (summary.wait_all(0.5), summary.wait_all(0.99))
+    };
+    let mut spans = vec![
+        label("wait p50 "),
+        Span::styled(shown(p50), theme::TEXT),
+        label("  p99 "),
+        Span::styled(shown(p99), theme::TEXT),
+    ];
+    if by_outcome {
+        let mut used: usize = spans.iter().map(|s| s.content.chars().count()).sum();
+        for outcome in ["taken", "no_quorum"] {
+            if summary.answered(outcome) == 0 {
+                continue;
+            }
+            // `taken p99 X`, or `taken X` (still its p99) when short of room.
+            let value = shown(summary.wait_of(outcome, 0.99));
+            let fits = [
+                format!("  {outcome} p99 {value}"),
+                format!(" {outcome} {value}"),
+            ]
+            .into_iter()
+            .find(|text| used + text.chars().count() <= usize::from(width));
+            if let Some(text) = fits {
+                used += text.chars().count();
+                spans.push(Span::styled(text, theme::MUTED));
+            }
+        }
+    }
+    Line::from(spans)
 }
 
 /// A figure on the first line and its sparkline on the second.
@@ -123,24 +162,36 @@ fn render_failures(frame: &mut Frame, area: Rect, summary: &Summary) {
         frame.render_widget(Paragraph::new(text), area);
         return;
     }
-    let shown = failures.len().min(MAX_REASONS);
-    let columns = Layout::horizontal(vec![Constraint::Ratio(1, shown as u32); shown])
-        .spacing(1)
-        .split(area);
-    for (i, ((reason, count), column)) in failures.iter().zip(columns.iter()).enumerate() {
-        let mut text = Vec::new();
-        if i == 0 {
-            text.push(label("failures/1m "));
+    // Whole `reason count` items only, as many as fit with room for
+    // `+N more`: a reason is never cut in half.
+    let width = usize::from(area.width);
+    let lead = "failures/1m ";
+    let mut text = vec![label(lead)];
+    let mut used = lead.len();
+    let mut listed = 0;
+    for (i, (reason, count)) in failures.iter().enumerate().take(MAX_REASONS) {
+        let item = format!("{}{reason} {count}", if i == 0 { "" } else { "  " });
+        let rest = failures.len() - i - 1;
+        let more = if rest > 0 {
+            format!(" +{rest} more").len()
+        } else {
+            0
+        };
+        if used + item.len() + more > width {
+            break;
         }
-        text.push(Span::styled(format!("{reason} {count}"), theme::CRIT));
-        if i == shown - 1 && failures.len() > shown {
-            text.push(Span::styled(
-                format!(" +{} more", failures.len() - shown),
-                theme::MUTED,
-            ));
-        }
-        let series = summary.failure_series(reason);
-        let spark = spark_u64(&series, column.width).style(theme::SPARK_FAILURE);
-        figure(frame, *column, Line::from(text), spark);
+        used += item.len();
+        text.push(Span::styled(item, theme::CRIT));
+        listed += 1;
     }
+    if listed < failures.len() {
+        text.push(Span::styled(
+            format!(" +{} more", failures.len() - listed),
+            theme::MUTED,
+        ));
+    }
+    // The sparkline follows the most frequent reason.
+    let series = summary.failure_series(&failures[0].0);
+    let spark = spark_u64(&series, area.width).style(theme::SPARK_FAILURE);
+    figure(frame, area, Line::from(text), spark);
 }

@@ -473,6 +473,58 @@ fn summary_strip_shows_rate_percentiles_and_failures() {
     assert!(strip.contains("failures/1m no_quorum 2"), "{strip}");
 }
 
+/// Issue 18's header: one 60s wait that ended `taken`, above the 30s top
+/// bound, and failures `node_error` and `taken` at 120 columns. The wait
+/// shows as `>30s` under its own outcome (not as a 30s grant), and no
+/// failure reason is cut in half.
+#[test]
+fn the_strip_shows_long_waits_honestly_and_never_cuts_a_word() {
+    let t0 = Instant::now();
+    let mut app = App::new(settings(false), t0);
+    app.update(Action::Resize(120, 35));
+    app.update(Action::Client(Event::Conn(Conn::Connected)));
+    let waits =
+        |acquired: u64, taken: u64| -> std::collections::BTreeMap<String, Vec<(f64, u64)>> {
+            [
+                (
+                    "acquired".to_string(),
+                    vec![(0.001, acquired), (30.0, acquired), (f64::MAX, acquired)],
+                ),
+                (
+                    "taken".to_string(),
+                    vec![(0.001, 0), (30.0, 0), (f64::MAX, taken)],
+                ),
+            ]
+            .into()
+        };
+    let mut before = summary_fixtures::reading(1_000, 0, 0, [0, 0, 0, 0], 0);
+    before.waits = waits(0, 0);
+    let mut after = summary_fixtures::reading(61_000, 5, 1, [5, 0, 0, 1], 0);
+    after.waits = waits(5, 1);
+    after.failures = [("node_error".to_string(), 3), ("taken".to_string(), 1)].into();
+    polled(
+        &mut app,
+        t0 - Duration::from_secs(60),
+        Update::Summary(Ok(before)),
+    );
+    polled(&mut app, t0, Update::Summary(Ok(after)));
+    app.update(Action::Tick(t0));
+    let screen = shot(&app);
+    let strip = &screen[2];
+    assert!(strip.contains("wait p50 0.50ms  p99 0.99ms"), "{strip}");
+    assert!(strip.contains("0.99ms taken >30s"), "{strip}");
+    assert!(
+        strip.contains("failures/1m node_error 3  taken 1"),
+        "{strip}"
+    );
+    for word in strip.split_whitespace() {
+        assert!(
+            !["node_er", "node_e", "tak", "take"].contains(&word),
+            "a cut word in {strip}"
+        );
+    }
+}
+
 #[test]
 fn a_dropped_connection_leaves_dashes_not_stale_numbers() {
     let (mut app, t0) = app();
