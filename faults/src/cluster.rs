@@ -505,7 +505,9 @@ pub async fn wait_in_sync(master: u16, replica: u16) -> Result<u64, String> {
                 .and_then(|v| v.parse().ok())
                 .ok_or("the master reports no master_repl_offset")?;
             let info = replication(replica).await?;
-            let link = info_field(&info, "master_link_status").unwrap_or("?").to_string();
+            let link = info_field(&info, "master_link_status")
+                .unwrap_or("?")
+                .to_string();
             let done: u64 = info_field(&info, "slave_repl_offset")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);

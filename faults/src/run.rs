@@ -67,8 +67,14 @@ pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, u
     vec![
         (Options::control(true, seed, faults_bin.to_path_buf()), 2),
         (Options::control(false, seed, faults_bin.to_path_buf()), 4),
-        (Options::flush_control(true, seed, faults_bin.to_path_buf()), 2),
-        (Options::flush_control(false, seed, faults_bin.to_path_buf()), 4),
+        (
+            Options::flush_control(true, seed, faults_bin.to_path_buf()),
+            2,
+        ),
+        (
+            Options::flush_control(false, seed, faults_bin.to_path_buf()),
+            4,
+        ),
     ]
 }
 
@@ -833,8 +839,7 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
         // Let waiting clients try, and the old locks run out.
         tokio::time::sleep(options.settings.quarantine() + Duration::from_millis(500)).await;
         harness.phase.set(crate::workload::Phase::Quiet);
-        if !control.protected && !harness.checker.findings(Mono::now()).violations.is_empty()
-        {
+        if !control.protected && !harness.checker.findings(Mono::now()).violations.is_empty() {
             break;
         }
     }
