@@ -10,10 +10,20 @@ use crate::config::Config;
 use crate::grants::Grants;
 use crate::health::{self, HealthSettings};
 use crate::metrics::Metrics;
-use crate::redlock::{Drift, Node, Redlock, Settings};
+use crate::redlock::{Drift, Node, NodeSettings, Redlock, Settings};
 use crate::scanner::{ScanSettings, Scanner};
 use crate::waiters::{self, Waiters};
 use tokio_util::sync::CancellationToken;
+
+/// The test-only switch that turns the in-vote marker check off, so a
+/// control run can show the fault suite's checker finding the double grant
+/// it prevents. An environment variable, not a config key: no deployment
+/// should be able to turn it off by accident.
+pub const MARKER_SWITCH: &str = "REDLOCK_TEST_NO_MARKER_CHECK";
+
+fn marker_check_disabled() -> bool {
+    std::env::var_os(MARKER_SWITCH).is_some_and(|v| v == "1")
+}
 
 /// State shared by every request.
 #[derive(Debug)]
@@ -54,6 +64,24 @@ impl Agent {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let names: Vec<String> = config.masters.iter().map(|m| m.name.clone()).collect();
         let metrics = Arc::new(Metrics::new(&names));
+        let marker_key = format!("{}{}", config.lock.key_prefix, health::MARKER_SUFFIX);
+        let marker_check = !marker_check_disabled();
+        if !marker_check {
+            tracing::warn!(
+                "{MARKER_SWITCH} is set: votes do not check the incarnation marker, and a master \
+                 that loses its keys can grant a lock twice; for control runs of the tests only"
+            );
+        }
+        let node_settings = NodeSettings {
+            timeout: config.lock.node_timeout,
+            marker_key: marker_key.clone(),
+            marker_check,
+            quarantine: if config.delayed_restart.enabled {
+                config.quarantine()
+            } else {
+                std::time::Duration::ZERO
+            },
+        };
         let mut nodes = Vec::with_capacity(config.masters.len());
         for (index, master) in config.masters.iter().enumerate() {
             let client = master
@@ -73,7 +101,7 @@ impl Agent {
             nodes.push(Arc::new(Node::new(
                 master.name.clone(),
                 client,
-                config.lock.node_timeout,
+                node_settings.clone(),
                 Arc::clone(&metrics),
             )));
         }
@@ -88,7 +116,7 @@ impl Agent {
             interval: config.health.interval,
             quarantine: config.quarantine(),
             delayed_restart: config.delayed_restart.enabled,
-            marker_key: format!("{}{}", config.lock.key_prefix, health::MARKER_SUFFIX),
+            marker_key,
             masters_fresh: false,
         };
         let scanner = Arc::new(Scanner::new(
@@ -101,10 +129,12 @@ impl Agent {
             },
             Arc::clone(&metrics),
         ));
+        let shutdown = CancellationToken::new();
         let waiters = Arc::new(Waiters::new(
             config.lock.key_prefix.clone(),
             config.lock.max_waiters,
             Arc::clone(&metrics),
+            shutdown.clone(),
         ));
         Ok(Agent {
             redlock: Redlock::new(nodes, settings, Arc::clone(&metrics)),
@@ -114,7 +144,7 @@ impl Agent {
             grants: Grants::default(),
             scanner,
             waiters,
-            shutdown: CancellationToken::new(),
+            shutdown,
             started: std::time::Instant::now(),
         })
     }
@@ -165,10 +195,10 @@ impl Agent {
     pub fn scrape(&self) -> Vec<u8> {
         let m = &self.metrics;
         let mut usable = 0;
-        for node in self.redlock.nodes() {
+        for (node, duplicate) in self.redlock.nodes().iter().zip(self.redlock.duplicates()) {
             let snap = node.snapshot();
             let state = snap.state;
-            usable += usize::from(state == redlock_wire::NodeState::Up);
+            usable += usize::from(state == redlock_wire::NodeState::Up && duplicate.is_none());
             m.node_up
                 .with_label_values(&[node.name()])
                 .set(i64::from(state != redlock_wire::NodeState::Down));
@@ -244,13 +274,13 @@ impl Bound {
         let nodes = agent.redlock().nodes();
         let settings = Arc::new(agent.health.clone());
         futures::future::join_all(nodes.iter().map(|n| health::probe(n, &settings))).await;
-        for node in crate::api::routes::nodes_response(&agent).nodes {
-            if let Some(warning) = node
-                .warnings
-                .iter()
-                .find(|w| w.starts_with("same server as"))
-            {
-                tracing::warn!(node = %node.name, warning = %warning, "two configured masters reach one server");
+        for (node, duplicate) in nodes.iter().zip(agent.redlock().duplicates()) {
+            if let Some(first) = duplicate {
+                tracing::warn!(
+                    node = node.name(),
+                    same_as = nodes[first].name(),
+                    "two configured masters reach one server (same run_id): counted once"
+                );
             }
         }
         let mut tasks: Vec<_> = nodes

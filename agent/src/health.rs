@@ -12,8 +12,19 @@
 //! - `uptime`: at first sight (agent start) the master has been up for less
 //!   than the quarantine period; the agent cannot know what it missed and
 //!   quarantines it for the remainder.
-//! - `marker`: when an ACL refuses `INFO`, an incarnation marker key without
-//!   TTL under the key prefix; if it is gone, the master lost its data.
+//! - `marker`: every master carries an incarnation marker key without TTL
+//!   under the key prefix. The vote and extend scripts check it atomically
+//!   (a master without it never counts, see [`crate::redlock::node`]), and
+//!   every probe reads it, so a master that lost its keys while its process
+//!   lived on (FLUSHALL, FLUSHDB, a replica promoted behind its address, an
+//!   old snapshot restored) is quarantined like a restart.
+//! - `eviction`: `INFO stats` counted evicted keys since the last probe.
+//!
+//! The marker is written only when a quarantine ends, by the agent that kept
+//! the master out for the whole period (and at first sight of masters this
+//! process started empty). Any agent that later finds it may trust the
+//! master's keys: every lock it held before it lost them has expired. A
+//! master first seen without a marker is quarantined once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +34,7 @@ use redis::aio::MultiplexedConnection;
 use redlock_wire::NodeState;
 
 use crate::redlock::node::{Detector, Identity};
-use crate::redlock::Node;
+use crate::redlock::{Node, NodeError};
 
 /// Suffix of the incarnation marker key, after the key prefix. The space
 /// cannot occur in a resource name, so the marker never collides with a lock.
@@ -43,11 +54,16 @@ pub struct HealthSettings {
     pub masters_fresh: bool,
 }
 
-/// Probes `node` forever; returns only when the task is aborted.
+/// Probes `node` forever, and at the moment its quarantine runs out;
+/// returns only when the task is aborted.
 pub async fn watch(node: Arc<Node>, settings: Arc<HealthSettings>) {
     loop {
+        let next = Instant::now() + settings.interval;
+        let wake = node
+            .quarantine_until()
+            .map_or(next, |until| until.min(next));
         tokio::select! {
-            () = tokio::time::sleep(settings.interval) => {}
+            () = tokio::time::sleep_until(wake.into()) => {}
             () = node.wake.notified() => {}
         }
         probe(&node, &settings).await;
@@ -63,6 +79,13 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
     if let Some(conn) = node.connection() {
         match node.probe_identity(&conn).await {
             Ok(reply) => answer = Some((conn, false, reply)),
+            // One late answer is the agent's own backlog as often as a dead
+            // master: lock requests are bounded on their own, so keep the
+            // connection until a second probe in a row times out.
+            Err(NodeError::Timeout(after)) if !node.probe_timed_out() => {
+                tracing::debug!(node = node.name(), ?after, "probe late; trying again");
+                return;
+            }
             // The old connection is gone; try a new one right away, so a
             // restart faster than the interval is seen as such.
             Err(e) => node.disconnect(&e),
@@ -85,26 +108,34 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
         }
     };
     let first_sight = node.first_sight();
-    let detected = match &identity {
-        Some(now) => detect(
+    let mut detected = identity.as_ref().and_then(|now| {
+        detect(
             before.as_ref(),
             now,
             first_sight,
             node.was_unreachable(),
             settings,
-        ),
-        None => match node.check_marker(&conn, &settings.marker_key).await {
-            Ok(true) => None,
-            Ok(false) if first_sight && settings.masters_fresh => None,
-            // Gone, or never written: either way the agent cannot tell what
-            // the master lost, so it waits out every lock it may have held.
-            Ok(false) => Some((Detector::Marker, settings.quarantine)),
+        )
+    });
+    if node.marker_checked() {
+        match check_marker(node, &conn, first_sight, settings).await {
+            Ok(None) => {}
+            Ok(Some(marker)) => {
+                detected = Some(match detected {
+                    Some(other) if other.1 > marker.1 => other,
+                    _ => marker,
+                });
+            }
+            Err(NodeError::Timeout(after)) if !node.probe_timed_out() => {
+                tracing::debug!(node = node.name(), ?after, "marker read late; trying again");
+                return;
+            }
             Err(e) => {
                 went_down(node, was, &e);
                 return;
             }
-        },
-    };
+        }
+    }
     if let Some((detector, duration)) = detected {
         if settings.delayed_restart {
             tracing::warn!(
@@ -112,24 +143,25 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
                 detector = detector.as_str(),
                 quarantine = ?duration,
                 run_id = identity.as_ref().map(|i| i.run_id.as_str()),
-                "restart detected: quarantined, no locks on it until its old keys have expired"
+                "lost keys possible (restart or lost state detected): quarantined, no locks on it until its old keys have expired"
             );
             node.quarantine(Instant::now() + duration, detector);
-            node.restart_detected(detector);
         } else {
             tracing::warn!(
                 node = node.name(),
                 detector = detector.as_str(),
-                "restart detected; delayed_restart is off, so it takes part in locks at once"
+                "restart or lost state detected; delayed_restart is off, so it takes part in locks at once"
             );
-            node.restart_detected(detector);
+            // A zero-length quarantine: the marker is rewritten below.
+            node.quarantine(Instant::now(), detector);
         }
+        node.restart_detected(detector);
     }
     node.set_identity(identity.clone());
     node.record_probe(latency);
     if reconnected {
         check_topology(node, &conn, settings).await;
-        node.install(conn);
+        node.install(conn.clone());
         tracing::info!(
             node = node.name(),
             ?latency,
@@ -137,6 +169,49 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
             "node answers"
         );
     }
+    if node.readmit_due() {
+        match node.readmit(&conn).await {
+            Ok(()) => tracing::info!(
+                node = node.name(),
+                "quarantine over: incarnation marker rewritten, the node takes part in locks again"
+            ),
+            Err(e) => {
+                tracing::debug!(node = node.name(), error = %e, "marker rewrite failed; still quarantined");
+            }
+        }
+    }
+}
+
+/// Reads the incarnation marker. `Some` when it is missing and the node
+/// must be quarantined for it; a node already waiting for readmission is
+/// not quarantined again, and masters this process started empty get their
+/// marker at first sight.
+async fn check_marker(
+    node: &Node,
+    conn: &MultiplexedConnection,
+    first_sight: bool,
+    settings: &HealthSettings,
+) -> Result<Option<(Detector, Duration)>, NodeError> {
+    if node.marker_present(conn).await? {
+        return Ok(None);
+    }
+    if first_sight && settings.masters_fresh {
+        return Ok(match node.write_marker(conn).await {
+            Ok(()) => None,
+            // Connected, but it refuses the write (a replica, OOM, an ACL):
+            // it cannot take part in locks, and stays out until it can.
+            Err(e) if !matches!(e, NodeError::Timeout(_) | NodeError::Connection(_)) => {
+                Some((Detector::Marker, settings.quarantine))
+            }
+            Err(e) => return Err(e),
+        });
+    }
+    if node.readmit_pending() {
+        return Ok(None);
+    }
+    // Gone, or never written: either way the agent cannot tell what the
+    // master lost, so it waits out every lock it may have held.
+    Ok(Some((Detector::Marker, settings.quarantine)))
 }
 
 /// Which detector fires, and for how long the node must stay out.
@@ -162,6 +237,14 @@ fn detect(
                 Detector::RunId
             };
             Some((detector, settings.quarantine))
+        }
+        Some(before)
+            if before
+                .evicted_keys
+                .zip(now.evicted_keys)
+                .is_some_and(|(b, n)| n > b) =>
+        {
+            Some((Detector::Eviction, settings.quarantine))
         }
         _ => None,
     }
@@ -204,24 +287,6 @@ async fn check_topology(node: &Node, conn: &MultiplexedConnection, settings: &He
         tracing::warn!(node = node.name(), warning = %warning, "topology");
     }
     node.set_topology(warnings, persistence);
-}
-
-/// For each node, the other configured nodes that reach the same server
-/// (same `run_id`): their votes would count twice. `run_ids[i]` belongs to
-/// `names[i]`.
-pub fn shared_servers(names: &[&str], run_ids: &[Option<&str>]) -> Vec<Vec<String>> {
-    run_ids
-        .iter()
-        .enumerate()
-        .map(|(i, mine)| {
-            run_ids
-                .iter()
-                .enumerate()
-                .filter(|&(j, theirs)| j != i && mine.is_some() && theirs == mine)
-                .map(|(j, _)| names[j].to_string())
-                .collect()
-        })
-        .collect()
 }
 
 /// Warnings from one master's `INFO`.
@@ -274,6 +339,7 @@ mod tests {
         Identity {
             run_id: run_id.into(),
             uptime: Duration::from_secs(uptime),
+            evicted_keys: Some(0),
         }
     }
 

@@ -7,9 +7,11 @@
 //! ## Behavior
 //! - Renewal starts a third of the TTL after the last grant or renewal; a
 //!   failed renewal is retried after the retry delay.
-//! - `lost` is sent when renewals have failed until `margin` before the
-//!   validity ends, when `max_hold` is reached, or when the agent shuts down;
-//!   the lock is then released everywhere and the stream ends.
+//! - `lost` is sent at once when a renewal shows that no quorum can hold
+//!   the token any more (gone or another token on too many masters); when
+//!   renewals have failed otherwise (timeouts, no quorum) until `margin`
+//!   before the validity ends; when `max_hold` is reached; or when the agent
+//!   shuts down. The lock is then released everywhere and the stream ends.
 //! - A closed connection releases at once; no event can be sent then.
 
 use std::sync::Arc;
@@ -115,6 +117,17 @@ pub async fn run(
                 if events.send(line(&renewed)).await.is_err() {
                     break End::Closed;
                 }
+            }
+            Extend::Lost => {
+                // Too many masters no longer hold the token for any quorum
+                // to: another client may hold the lock already. Say so now,
+                // not at the end of the validity.
+                agent
+                    .metrics()
+                    .extensions
+                    .with_label_values(&["lost"])
+                    .inc();
+                break End::RenewFailed;
             }
             outcome => {
                 agent

@@ -8,7 +8,13 @@
 //! resource, so a release through another agent wakes this one too; with
 //! nobody waiting, nobody receives anything. A lock that expires instead of
 //! being released publishes nothing; for that the head also retries after
-//! `retry_delay` plus jitter.
+//! `retry_delay` plus jitter, within a budget shared by every queue of the
+//! agent ([`RETRIES_PER_SECOND`]), so thousands of waiters on distinct
+//! resources do not flood the masters. Rounds woken by a release are never
+//! held back.
+//!
+//! When the agent shuts down, every waiter answers at once
+//! ([`WaitError::ShuttingDown`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -16,12 +22,19 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
 
 /// Longest a first waiter waits for its release-channel subscriptions.
 const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
 
+/// Timer-driven retries (a lock that may have expired; no release was
+/// heard) allowed per second across every queue of one agent. A round is N
+/// votes and, when it fails, N releases: at most about 10,000 commands a
+/// second on five masters, whatever the number of waiters.
+pub const RETRIES_PER_SECOND: f64 = 1000.0;
+
 use crate::metrics::Metrics;
-use crate::redlock::{Acquire, Node, Redlock, Resource};
+use crate::redlock::{Acquire, Node, Redlock, Resource, Token};
 
 /// One resource's queue. Each waiter has its own wake-up channel carrying
 /// a generation number: only the head is woken, by a release or when it
@@ -57,6 +70,57 @@ pub struct Waiters {
     /// One per master's listener: the channels to (un)subscribe as queues
     /// come and go.
     listeners: Mutex<Vec<mpsc::UnboundedSender<Change>>>,
+    /// Cancelled when the agent shuts down: every waiter answers at once.
+    shutdown: CancellationToken,
+    retries: RetryBudget,
+}
+
+/// A token bucket for timer-driven retries: [`RETRIES_PER_SECOND`], with a
+/// burst of as many.
+#[derive(Debug)]
+struct RetryBudget {
+    // A std Mutex: a few arithmetic operations, never across an await.
+    state: Mutex<(f64, Instant)>,
+}
+
+impl RetryBudget {
+    fn new() -> RetryBudget {
+        RetryBudget {
+            state: Mutex::new((RETRIES_PER_SECOND, Instant::now())),
+        }
+    }
+
+    /// Takes one retry if the budget has one.
+    fn try_take(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let (tokens, last) = *state;
+        let tokens = (tokens + now.duration_since(last).as_secs_f64() * RETRIES_PER_SECOND)
+            .min(RETRIES_PER_SECOND);
+        let taken = tokens >= 1.0;
+        *state = (if taken { tokens - 1.0 } else { tokens }, now);
+        taken
+    }
+}
+
+/// Why a request got no answer from Redlock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WaitError {
+    /// `lock.max_waiters` requests already wait on this agent.
+    #[error("{0} requests already wait for locks on this agent (lock.max_waiters)")]
+    TooManyWaiters(usize),
+    /// The agent is shutting down; the request may go to another agent.
+    #[error("the agent is shutting down")]
+    ShuttingDown,
+}
+
+/// How a wait for a wake-up ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// A release, or this ticket became the head.
+    Changed,
+    TimedOut,
+    ShuttingDown,
 }
 
 /// A change in the release channels this agent needs.
@@ -72,11 +136,6 @@ pub fn release_channel(key_prefix: &str, resource: &str) -> String {
     format!("{key_prefix}released:{resource}")
 }
 
-/// `lock.max_waiters` requests already wait on this agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("{0} requests already wait for locks on this agent (lock.max_waiters)")]
-pub struct TooManyWaiters(pub usize);
-
 /// A place in a queue; leaving (drop) wakes the next waiter.
 struct Ticket<'a> {
     waiters: &'a Waiters,
@@ -88,8 +147,15 @@ struct Ticket<'a> {
 }
 
 impl Waiters {
-    pub fn new(key_prefix: String, max: usize, metrics: Arc<Metrics>) -> Waiters {
+    pub fn new(
+        key_prefix: String,
+        max: usize,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> Waiters {
         Waiters {
+            shutdown,
+            retries: RetryBudget::new(),
             queues: Mutex::new(HashMap::new()),
             next_id: std::sync::atomic::AtomicU64::new(0),
             total: std::sync::atomic::AtomicUsize::new(0),
@@ -159,12 +225,12 @@ impl Waiters {
     fn join(
         &self,
         resource: &Resource,
-    ) -> Result<(Ticket<'_>, Vec<oneshot::Receiver<()>>), TooManyWaiters> {
+    ) -> Result<(Ticket<'_>, Vec<oneshot::Receiver<()>>), WaitError> {
         use std::sync::atomic::Ordering::Relaxed;
         let id = self.next_id.fetch_add(1, Relaxed);
         let mut queues = self.lock();
         if self.total.load(Relaxed) >= self.max {
-            return Err(TooManyWaiters(self.max));
+            return Err(WaitError::TooManyWaiters(self.max));
         }
         self.total.fetch_add(1, Relaxed);
         let mut confirmations = Vec::new();
@@ -195,7 +261,8 @@ impl Waiters {
     /// uncontended lock is one round too.
     ///
     /// # Errors
-    /// When `lock.max_waiters` requests already wait.
+    /// When `lock.max_waiters` requests already wait, or the agent shuts
+    /// down while this one waits.
     pub async fn acquire(
         &self,
         redlock: &Redlock,
@@ -203,13 +270,16 @@ impl Waiters {
         ttl: Duration,
         owner: Option<&str>,
         wait: Duration,
-    ) -> Result<Acquire, TooManyWaiters> {
+    ) -> Result<Acquire, WaitError> {
         let deadline = Instant::now() + wait;
+        // One token for every round of this request (see
+        // [`Redlock::acquire_once`]).
+        let token = Token::generate(owner);
         // No one waits here for this resource: try at once, and queue (and
         // subscribe to its release channel) only if it is taken. With
         // waiters, join the queue: newcomers do not overtake them.
         if wait.is_zero() || !self.lock().contains_key(resource.as_str()) {
-            let first = redlock.acquire_once(resource, ttl, owner).await;
+            let first = redlock.acquire_once(resource, ttl, &token).await;
             let hopeless = matches!(first, Acquire::NoQuorum(_)) && !redlock.quorum_usable();
             if wait.is_zero() || matches!(first, Acquire::Granted(_)) || hopeless {
                 return Ok(first);
@@ -220,9 +290,9 @@ impl Waiters {
         // after our first attempt can be missed. Bounded: a master that does
         // not answer leaves only the retry delay as the fallback.
         let _ = tokio::time::timeout(SUBSCRIBE_WAIT, futures::future::join_all(subscribed)).await;
-        Ok(ticket
-            .wait_for_lock(redlock, resource, ttl, owner, deadline)
-            .await)
+        ticket
+            .wait_for_lock(redlock, resource, ttl, &token, deadline)
+            .await
     }
 }
 
@@ -234,15 +304,17 @@ impl Ticket<'_> {
         redlock: &Redlock,
         resource: &Resource,
         ttl: Duration,
-        owner: Option<&str>,
+        token: &Token,
         deadline: Instant,
-    ) -> Acquire {
+    ) -> Result<Acquire, WaitError> {
         let mut last = Acquire::Taken;
         loop {
             // Only the head competes; the others wait for a change of head.
             while !self.is_head() {
-                if !self.changed_until(deadline).await {
-                    return last;
+                match self.changed_until(deadline).await {
+                    Wake::Changed => {}
+                    Wake::TimedOut => return Ok(last),
+                    Wake::ShuttingDown => return Err(WaitError::ShuttingDown),
                 }
             }
             if self.take_held_hint() {
@@ -250,29 +322,40 @@ impl Ticket<'_> {
                 // find it taken. Wait for its release (or, should it expire
                 // instead, the retry delay).
                 let retry = (Instant::now() + redlock.retry_delay()).min(deadline);
-                self.changed_until(retry).await;
+                if self.changed_until(retry).await == Wake::ShuttingDown {
+                    return Err(WaitError::ShuttingDown);
+                }
                 if Instant::now() >= deadline {
-                    return last;
+                    return Ok(last);
                 }
             }
             self.wake.borrow_and_update();
-            last = redlock.acquire_once(resource, ttl, owner).await;
+            last = redlock.acquire_once(resource, ttl, token).await;
             match last {
                 Acquire::Granted(_) => {
                     self.granted = true;
-                    return last;
+                    return Ok(last);
                 }
                 // With no quorum usable there is nothing to wait for here;
                 // answer at once rather than hold the caller.
-                Acquire::NoQuorum(_) if !redlock.quorum_usable() => return last,
+                Acquire::NoQuorum(_) if !redlock.quorum_usable() => return Ok(last),
                 Acquire::Taken | Acquire::NoQuorum(_) => {}
             }
             // Wait for a release, or retry after a random delay in case the
-            // lock expires instead (expiry publishes nothing).
-            let retry = (Instant::now() + redlock.retry_delay()).min(deadline);
-            self.changed_until(retry).await;
-            if Instant::now() >= deadline {
-                return last;
+            // lock expires instead (expiry publishes nothing); such a retry
+            // needs the agent's retry budget, a release never does.
+            loop {
+                let retry = (Instant::now() + redlock.retry_delay()).min(deadline);
+                let wake = self.changed_until(retry).await;
+                if wake == Wake::ShuttingDown {
+                    return Err(WaitError::ShuttingDown);
+                }
+                if Instant::now() >= deadline {
+                    return Ok(last);
+                }
+                if wake == Wake::Changed || self.waiters.retries.try_take() {
+                    break;
+                }
             }
         }
     }
@@ -292,13 +375,17 @@ impl Ticket<'_> {
             .is_some_and(|q| q.order.front().map(|(id, _)| *id) == Some(self.id))
     }
 
-    /// Waits for a wake-up until `until`; false when the time ran out.
-    async fn changed_until(&mut self, until: Instant) -> bool {
+    /// Waits for a wake-up until `until`, or for the agent's shutdown.
+    async fn changed_until(&mut self, until: Instant) -> Wake {
         let left = until.saturating_duration_since(Instant::now());
-        matches!(
-            tokio::time::timeout(left, self.wake.changed()).await,
-            Ok(Ok(()))
-        )
+        let shutdown = self.waiters.shutdown.clone();
+        tokio::select! {
+            () = shutdown.cancelled() => Wake::ShuttingDown,
+            changed = tokio::time::timeout(left, self.wake.changed()) => match changed {
+                Ok(Ok(())) => Wake::Changed,
+                _ => Wake::TimedOut,
+            },
+        }
     }
 }
 

@@ -290,8 +290,10 @@ async fn marker_detector_works_where_info_is_refused() {
     assert_eq!(node(&agent.nodes().await, "r2")["detector"], "marker");
 }
 
-/// Topology checks: a replica, two URLs reaching one server, an evicting
-/// memory policy, and the persistence mode, in `/v1/nodes`.
+/// Topology checks: a replica, two URLs reaching one server (here one
+/// server listening on two loopback addresses, as behind a proxy or a NAT),
+/// an evicting memory policy, and the persistence mode, in `/v1/nodes`. The
+/// second URL of one server is `duplicate`: it never counts toward a quorum.
 #[tokio::test]
 async fn topology_warnings_for_replicas_shared_servers_and_eviction() {
     let cluster = Cluster::start(1);
@@ -308,13 +310,20 @@ async fn topology_warnings_for_replicas_shared_servers_and_eviction() {
         &["--maxmemory-policy", "allkeys-lru"],
     )
     .unwrap();
+    let twice = redlock_agent::dev::RedisServer::start_with(
+        cluster.dir.path(),
+        "twice",
+        &["--bind", "127.0.0.1", "127.0.0.2"],
+    )
+    .unwrap();
     let agent = TestAgent::start_with(|socket| {
         // config_yaml ends with the masters list, so entries appended land in it.
         let mut yaml = cluster.config_yaml(socket, "");
         yaml.push_str(&format!(
-            "  - name: replica\n    url: {}\n  - name: evicting\n    url: {}\n  - name: r1-again\n    url: redis://localhost:{primary}\n",
+            "  - name: replica\n    url: {}\n  - name: evicting\n    url: {}\n  - name: twice\n    url: redis://127.0.0.1:{port}\n  - name: twice-again\n    url: redis://127.0.0.2:{port}\n",
             replica.url(),
-            evicting.url()
+            evicting.url(),
+            port = twice.port(),
         ));
         yaml
     })
@@ -326,13 +335,13 @@ async fn topology_warnings_for_replicas_shared_servers_and_eviction() {
         "{nodes}"
     );
     assert!(warnings("evicting").contains("allkeys-lru"), "{nodes}");
+    assert_eq!(node(&nodes, "twice")["state"], "up", "{nodes}");
+    assert_eq!(node(&nodes, "twice-again")["state"], "duplicate", "{nodes}");
     assert!(
-        warnings("r1").contains("same server as r1-again"),
+        warnings("twice-again").contains("same server as twice"),
         "{nodes}"
     );
-    assert!(
-        warnings("r1-again").contains("same server as r1"),
-        "{nodes}"
-    );
+    // r1, evicting and twice count; the replica cannot, twice-again is twice.
+    assert_eq!(nodes["usable"], 3, "{nodes}");
     assert_eq!(node(&nodes, "r1")["persistence"], "none", "{nodes}");
 }

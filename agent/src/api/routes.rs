@@ -23,6 +23,7 @@ use serde::Serialize;
 use crate::agent::Agent;
 use crate::metrics::{Failure, Outcome};
 use crate::redlock::{token, Acquire, Extend, Grant, Resource, Token};
+use crate::waiters::WaitError;
 use crate::{holds, locks};
 
 /// Largest request body read.
@@ -422,11 +423,11 @@ async fn grant(
         .acquire(agent.redlock(), resource, ttl, owner, wait)
         .await
         .map_err(|e| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::TooManyWaiters,
-                e.to_string(),
-            )
+            let code = match e {
+                WaitError::TooManyWaiters(_) => ErrorCode::TooManyWaiters,
+                WaitError::ShuttingDown => ErrorCode::ShuttingDown,
+            };
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, e.to_string())
         })?;
     match outcome {
         Acquire::Granted(grant) => {
@@ -540,7 +541,7 @@ async fn extend(
                 },
             ))
         }
-        Extend::Lost => {
+        Extend::Lost | Extend::Failed => {
             metrics.extensions.with_label_values(&["lost"]).inc();
             metrics.fail(Failure::ExtendFailed);
             Err(ApiError::new(
@@ -577,31 +578,27 @@ async fn release(
 /// `GET /v1/nodes` from the nodes' snapshots.
 pub fn nodes_response(agent: &Agent) -> NodesResponse {
     let redlock = agent.redlock();
-    // One snapshot per node: the shared-server check, the states and the
-    // usable count all read the same moment.
-    let snaps: Vec<_> = redlock.nodes().iter().map(|n| n.snapshot()).collect();
-    let names: Vec<&str> = redlock.nodes().iter().map(|n| n.name()).collect();
-    let run_ids: Vec<Option<&str>> = snaps
+    let nodes: Vec<NodeStatus> = redlock
+        .nodes()
         .iter()
-        .map(|s| s.identity.as_ref().map(|i| i.run_id.as_str()))
-        .collect();
-    let shared = crate::health::shared_servers(&names, &run_ids);
-    let usable = snaps.iter().filter(|s| s.state == NodeState::Up).count();
-    let nodes: Vec<NodeStatus> = names
-        .iter()
-        .zip(snaps.iter().cloned())
-        .zip(shared)
-        .map(|((name, snap), shared)| {
+        .zip(redlock.duplicates())
+        .map(|(node, duplicate)| {
+            let snap = node.snapshot();
             let mut warnings = snap.warnings;
-            if !shared.is_empty() {
-                warnings.push(format!(
-                    "same server as {}: its votes count twice",
-                    shared.join(", ")
-                ));
-            }
+            let state = match duplicate {
+                Some(first) => {
+                    warnings.push(format!(
+                        "same server as {} (same run_id): counted once, as {}",
+                        redlock.nodes()[first].name(),
+                        redlock.nodes()[first].name()
+                    ));
+                    NodeState::Duplicate
+                }
+                None => snap.state,
+            };
             NodeStatus {
-                name: name.to_string(),
-                state: snap.state,
+                name: node.name().to_string(),
+                state,
                 latency_ms: snap.latency.map(|d| d.as_micros() as f64 / 1000.0),
                 last_error: snap.last_error,
                 quarantine_remaining_ms: millis(snap.quarantine_remaining),
@@ -614,6 +611,7 @@ pub fn nodes_response(agent: &Agent) -> NodesResponse {
             }
         })
         .collect();
+    let usable = nodes.iter().filter(|n| n.state == NodeState::Up).count();
     NodesResponse {
         quorum: redlock.quorum(),
         usable,

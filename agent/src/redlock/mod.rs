@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use futures::stream::{FuturesUnordered, StreamExt};
 use rand::Rng;
 
-pub use node::{Node, NodeError, Vote};
+pub use node::{Extension, Node, NodeError, NodeSettings, Vote};
 pub use resource::{Resource, ResourceError};
 pub use token::Token;
 pub use validity::Drift;
@@ -70,8 +70,14 @@ pub enum Extend {
     Extended {
         validity: Duration,
     },
-    /// Not extended on a quorum in time: the lock may be someone else's now.
+    /// More than N minus quorum masters answered that they do not hold the
+    /// token (gone, another token, or the master lost its keys): no quorum
+    /// can hold it again, the lock is gone for good.
     Lost,
+    /// Not extended on a quorum this time (timeouts, errors, or too slowly
+    /// for any validity to be left); the lock may still be held until the
+    /// validity given before.
+    Failed,
     NoQuorum(String),
 }
 
@@ -85,6 +91,14 @@ enum Attempt {
     NoQuorum(String),
 }
 
+/// Acquire rounds one agent runs at once; more wait for a turn. Without a
+/// bound, a burst of thousands of requests puts thousands of votes on each
+/// master's connection at once, every vote times out behind the others
+/// (the node timeout starts when a vote is sent), every round fails and is
+/// retried: overload turned into failure. Each round's timing starts after
+/// its turn, so waiting here never eats into a lock's validity.
+pub const MAX_ROUNDS_IN_FLIGHT: usize = 128;
+
 /// Redlock over a fixed set of masters.
 ///
 /// The quorum is N/2+1 of the configured N, whatever state the nodes are in:
@@ -95,6 +109,7 @@ pub struct Redlock {
     quorum: usize,
     settings: Settings,
     metrics: Arc<Metrics>,
+    rounds: tokio::sync::Semaphore,
 }
 
 impl Redlock {
@@ -108,6 +123,7 @@ impl Redlock {
             quorum,
             settings,
             metrics,
+            rounds: tokio::sync::Semaphore::new(MAX_ROUNDS_IN_FLIGHT),
         }
     }
 
@@ -129,29 +145,49 @@ impl Redlock {
 
     /// At least a quorum of masters may take part in a lock right now.
     pub fn quorum_usable(&self) -> bool {
-        self.nodes.iter().filter(|n| n.is_usable()).count() >= self.quorum
+        self.usable().len() >= self.quorum
     }
 
+    /// For each node, the earlier configured node that reaches the same
+    /// server (the same `run_id`: a proxy, a NAT, two spellings of one
+    /// address), if any. Only the first of such a group counts toward any
+    /// quorum; the others are `duplicate`.
+    pub fn duplicates(&self) -> Vec<Option<usize>> {
+        let ids: Vec<Option<u64>> = self.nodes.iter().map(|n| n.server_id()).collect();
+        duplicates_of(&ids)
+    }
+
+    /// The nodes that may vote now: usable, and not a duplicate of another.
     fn usable(&self) -> Vec<Arc<Node>> {
+        let duplicates = self.duplicates();
         self.nodes
             .iter()
-            .filter(|n| n.is_usable())
-            .cloned()
+            .zip(duplicates)
+            .filter(|(n, duplicate)| duplicate.is_none() && n.is_usable())
+            .map(|(n, _)| Arc::clone(n))
             .collect()
     }
 
     /// Says which nodes cannot be used and why, for `no_quorum` answers.
     pub fn describe_unusable(&self) -> String {
-        let usable = self.nodes.iter().filter(|n| n.is_usable()).count();
+        let usable = self.usable().len();
         let mut parts = Vec::new();
-        for node in &self.nodes {
+        for (node, duplicate) in self.nodes.iter().zip(self.duplicates()) {
+            if let Some(first) = duplicate {
+                parts.push(format!(
+                    "{} duplicate of {} (same run_id: one server, counted once)",
+                    node.name(),
+                    self.nodes[first].name()
+                ));
+                continue;
+            }
             if node.is_usable() {
                 continue;
             }
             let snap = node.snapshot();
             let why = match (snap.state, snap.detector, snap.last_error) {
                 (redlock_wire::NodeState::Quarantined, detector, _) => format!(
-                    "quarantined for {}ms more (restart detected by {})",
+                    "quarantined for {}ms more (lost keys possible, detected by {})",
                     snap.quarantine_remaining.as_millis(),
                     detector.map_or("?", |d| d.as_str())
                 ),
@@ -172,26 +208,25 @@ impl Redlock {
     /// every usable master at once, granted on a quorum with validity left.
     /// A failed round is released on every master before this returns.
     /// Waiting and retrying are the caller's ([`crate::waiters`]).
-    pub async fn acquire_once(
-        &self,
-        resource: &Resource,
-        ttl: Duration,
-        owner: Option<&str>,
-    ) -> Acquire {
+    ///
+    /// Every round of one request uses the same `token`, so a key an earlier
+    /// round left behind counts for this one instead of blocking it.
+    pub async fn acquire_once(&self, resource: &Resource, ttl: Duration, token: &Token) -> Acquire {
+        // The semaphore is never closed, so a permit always comes.
+        let _turn = self.rounds.acquire().await;
         let usable = self.usable();
         if usable.len() < self.quorum {
             return Acquire::NoQuorum(self.describe_unusable());
         }
         let key = self.key(resource);
-        let token = Token::generate(owner);
         let started = Instant::now();
-        let outcome = match self.attempt(&usable, &key, &token, ttl).await {
+        let outcome = match self.attempt(&usable, &key, token, ttl).await {
             Attempt::Granted(validity) => {
                 self.metrics
                     .validity_at_grant
                     .observe(validity.as_secs_f64() / ttl.as_secs_f64());
                 return Acquire::Granted(Grant {
-                    token,
+                    token: token.clone(),
                     ttl,
                     validity,
                     granted_at: Instant::now(),
@@ -206,7 +241,7 @@ impl Redlock {
         };
         // Undo the partial acquisition everywhere, including the masters
         // that seemed not to answer: their SET may still have landed.
-        self.release_all(resource, &token).await;
+        self.release_all(resource, token).await;
         tracing::debug!(%resource, elapsed = ?started.elapsed(), ?outcome, "acquire round failed");
         outcome
     }
@@ -254,6 +289,10 @@ impl Redlock {
             match vote {
                 Vote::Granted => granted += 1,
                 Vote::Taken => taken += 1,
+                Vote::LostState => failures.push(format!(
+                    "{} (incarnation marker missing: it lost its keys; quarantined)",
+                    node.name()
+                )),
                 Vote::Failed(e) => {
                     tracing::debug!(node = node.name(), error = %e, "acquire vote failed");
                     failures.push(format!("{} ({e})", node.name()));
@@ -284,10 +323,14 @@ impl Redlock {
             match vote {
                 Vote::Granted => granted += 1,
                 Vote::Taken => taken += 1,
-                Vote::Failed(_) => {}
+                Vote::LostState | Vote::Failed(_) => {}
             }
         }
-        if granted + taken < self.quorum {
+        if granted + taken < self.quorum && !self.quorum_usable() {
+            // Votes quarantined masters (a lost marker): say which and for
+            // how long, as an acquire that finds too few usable would.
+            Attempt::NoQuorum(self.describe_unusable())
+        } else if granted + taken < self.quorum {
             Attempt::NoQuorum(format!(
                 "{} of {} masters answered, quorum is {}; failed: {}",
                 granted + taken,
@@ -307,9 +350,17 @@ impl Redlock {
     async fn release_all(&self, resource: &Resource, token: &Token) -> bool {
         let key = self.key(resource);
         let key = key.as_str();
-        let mut replies: FuturesUnordered<_> = self
+        // One server reached twice releases once and counts once.
+        let targets: Vec<&Arc<Node>> = self
             .nodes
             .iter()
+            .zip(self.duplicates())
+            .filter(|(_, duplicate)| duplicate.is_none())
+            .map(|(node, _)| node)
+            .collect();
+        let mut pending = targets.len();
+        let mut replies: FuturesUnordered<_> = targets
+            .into_iter()
             .map(|node| {
                 let node = Arc::clone(node);
                 let key = key.to_string();
@@ -318,7 +369,7 @@ impl Redlock {
                 async move { node.release(&key, &value, &channel).await }
             })
             .collect();
-        let (mut released, mut pending) = (0, self.nodes.len());
+        let mut released = 0;
         while let Some(reply) = replies.next().await {
             pending -= 1;
             released += usize::from(matches!(reply, Ok(true)));
@@ -340,8 +391,24 @@ impl Redlock {
 
     /// Extends to a new `ttl` on every usable master; granted only when a
     /// quorum held the token and validity is left after the round trip.
+    /// Decides as soon as the outcome is certain: a quorum extended, or so
+    /// many masters no longer hold the token that no quorum ever can.
     pub async fn extend(&self, resource: &Resource, token: &Token, ttl: Duration) -> Extend {
+        // A quarantined master cannot help: it takes no extends, and any key
+        // of this lock on it expires before its quarantine (longer than any
+        // TTL) ends. Neither can a duplicate.
+        let may_hold = self
+            .nodes
+            .iter()
+            .zip(self.duplicates())
+            .filter(|(n, duplicate)| {
+                duplicate.is_none() && n.state() != redlock_wire::NodeState::Quarantined
+            })
+            .count();
         let usable = self.usable();
+        if may_hold < self.quorum {
+            return Extend::Lost;
+        }
         if usable.len() < self.quorum {
             return Extend::NoQuorum(self.describe_unusable());
         }
@@ -354,25 +421,42 @@ impl Redlock {
                 async move { node.extend(key, token.as_str(), ttl).await }
             })
             .collect();
-        let mut extended = 0;
+        let (mut extended, mut not_held) = (0, 0);
         while let Some(reply) = replies.next().await {
-            if matches!(reply, Ok(true)) {
-                extended += 1;
-                if extended >= self.quorum {
-                    break;
-                }
+            match reply {
+                Ok(Extension::Extended) => extended += 1,
+                Ok(Extension::NotHeld | Extension::LostState) => not_held += 1,
+                Err(_) => {}
+            }
+            if extended >= self.quorum || may_hold - not_held < self.quorum {
+                break;
             }
         }
         let elapsed = started.elapsed();
         drop(replies);
-        if extended < self.quorum {
+        if may_hold - not_held < self.quorum {
             return Extend::Lost;
+        }
+        if extended < self.quorum {
+            return Extend::Failed;
         }
         match self.settings.drift.validity(ttl, elapsed) {
             Some(validity) => Extend::Extended { validity },
-            None => Extend::Lost,
+            None => Extend::Failed,
         }
     }
+}
+
+/// For each id, the index of the first earlier equal id (see
+/// [`Redlock::duplicates`]); unknown ids (`None`) are never duplicates.
+fn duplicates_of(ids: &[Option<u64>]) -> Vec<Option<usize>> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let id = (*id)?;
+            ids[..i].iter().position(|other| *other == Some(id))
+        })
+        .collect()
 }
 
 fn vote_label(vote: &Vote) -> VoteLabel {
@@ -380,6 +464,19 @@ fn vote_label(vote: &Vote) -> VoteLabel {
         Vote::Granted => VoteLabel::Granted,
         Vote::Taken => VoteLabel::Taken,
         Vote::Failed(NodeError::Timeout(_)) => VoteLabel::Timeout,
-        Vote::Failed(_) => VoteLabel::Error,
+        Vote::LostState | Vote::Failed(_) => VoteLabel::Error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duplicates_of;
+
+    #[test]
+    fn only_the_first_of_one_server_counts() {
+        assert_eq!(
+            duplicates_of(&[Some(1), Some(2), Some(1), None, None, Some(2)]),
+            vec![None, None, Some(0), None, None, Some(1)]
+        );
     }
 }

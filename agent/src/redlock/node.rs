@@ -127,7 +127,36 @@ pub enum Vote {
     Granted,
     /// The key exists: someone else holds the lock on this master.
     Taken,
+    /// The master's incarnation marker is gone: it lost its keys (a flush,
+    /// a failover, a restart) and its word on any lock is worthless until
+    /// every lock it may have held has expired. Never counts.
+    LostState,
     Failed(NodeError),
+}
+
+/// One master's answer to a compare-and-pexpire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extension {
+    /// The key held the token and has its new TTL.
+    Extended,
+    /// The key is gone or holds another token.
+    NotHeld,
+    /// The incarnation marker is gone (see [`Vote::LostState`]).
+    LostState,
+}
+
+/// What a node needs to know about the incarnation marker and quarantine.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// Bound on every lock request.
+    pub timeout: Duration,
+    /// `<key_prefix> incarnation`: present while the master may be trusted.
+    pub marker_key: String,
+    /// Check the marker in every vote and extension. Off only through the
+    /// test switch `REDLOCK_TEST_NO_MARKER_CHECK`, for control runs.
+    pub marker_check: bool,
+    /// `max_ttl + delayed_restart.extra`, or zero with delayed restart off.
+    pub quarantine: Duration,
 }
 
 /// Which restart detector put a node in quarantine.
@@ -140,8 +169,12 @@ pub enum Detector {
     RunId,
     /// At first sight its uptime was below the quarantine period.
     Uptime,
-    /// `INFO` is refused (ACL) and the incarnation marker key is gone.
+    /// The incarnation marker key is gone (a flush, a failover, a restart
+    /// no other detector saw): seen by a probe or inside a vote.
     Marker,
+    /// `INFO` counted evicted keys since the last probe: lock keys may be
+    /// among them.
+    Eviction,
 }
 
 impl Detector {
@@ -151,6 +184,7 @@ impl Detector {
             Detector::RunId => "run_id",
             Detector::Uptime => "uptime",
             Detector::Marker => "marker",
+            Detector::Eviction => "eviction",
         }
     }
 }
@@ -160,6 +194,8 @@ impl Detector {
 pub struct Identity {
     pub run_id: String,
     pub uptime: Duration,
+    /// `evicted_keys` from `INFO stats`, where the master reports it.
+    pub evicted_keys: Option<u64>,
 }
 
 /// What the agent knows about a master; read by `/v1/nodes` and the quorum
@@ -201,14 +237,22 @@ struct Inner {
     logged_kinds: u16,
     /// The master understands `SET ... NX GET` (Redis 7.0 and later).
     set_get: bool,
+    /// A quarantine that ends only once this agent has rewritten the
+    /// incarnation marker (see [`Node::readmit`]), even after its time ran out.
+    readmit: bool,
+    /// Probes that timed out in a row.
+    probe_timeouts: u32,
+    /// A hash of `identity.run_id`, for the duplicate check on every request.
+    server_id: Option<u64>,
 }
 
 impl Inner {
-    /// `down` without a connection, `quarantined` until its end, else `up`.
+    /// `down` without a connection; `quarantined` until its end and, with
+    /// the marker checked, until the marker has been rewritten; else `up`.
     fn state(&self, now: Instant) -> NodeState {
         match (&self.conn, self.quarantine_until) {
             (None, _) => NodeState::Down,
-            (Some(_), Some(until)) if until > now => NodeState::Quarantined,
+            (Some(_), Some(until)) if until > now || self.readmit => NodeState::Quarantined,
             (Some(_), _) => NodeState::Up,
         }
     }
@@ -221,6 +265,9 @@ pub struct Node {
     client: Client,
     timeout: Duration,
     connect_timeout: Duration,
+    marker_key: String,
+    marker_check: bool,
+    quarantine: Duration,
     // A std Mutex: every critical section is a few field reads or writes and
     // never spans an await.
     inner: Mutex<Inner>,
@@ -233,12 +280,21 @@ pub struct Node {
 impl Node {
     /// A node that is not connected yet (state `down`); the health task or
     /// [`Node::connect`] brings it up.
-    pub fn new(name: String, client: Client, timeout: Duration, metrics: Arc<Metrics>) -> Node {
+    pub fn new(
+        name: String,
+        client: Client,
+        settings: NodeSettings,
+        metrics: Arc<Metrics>,
+    ) -> Node {
+        let timeout = settings.timeout;
         Node {
             series: NodeSeries::new(&metrics, &name, &NodeError::KINDS),
             name,
             client,
             timeout,
+            marker_key: settings.marker_key,
+            marker_check: settings.marker_check,
+            quarantine: settings.quarantine,
             // Connecting includes TCP, TLS and the handshake; allow more than
             // one request's worth, but keep it short so a frozen master is
             // noticed quickly. Only the health task waits on it.
@@ -258,6 +314,9 @@ impl Node {
                 unreachable: false,
                 logged_kinds: 0,
                 set_get: false,
+                readmit: false,
+                probe_timeouts: 0,
+                server_id: None,
             }),
             wake: Notify::new(),
             metrics,
@@ -321,8 +380,9 @@ impl Node {
         self.state() == NodeState::Up
     }
 
-    /// Keeps the node out of acquire and extend until `until`. A later
-    /// quarantine never shortens an earlier one.
+    /// Keeps the node out of acquire and extend until `until` and, with the
+    /// marker checked, until [`Node::readmit`] has rewritten the marker. A
+    /// later quarantine never shortens an earlier one.
     pub(crate) fn quarantine(&self, until: Instant, detector: Detector) {
         let mut inner = self.lock();
         if inner.quarantine_until.is_none_or(|u| u < until) {
@@ -330,6 +390,86 @@ impl Node {
             inner.quarantine_len = until.saturating_duration_since(Instant::now());
         }
         inner.detector = Some(detector);
+        inner.readmit |= self.marker_check;
+    }
+
+    /// The master answered a vote or an extension without its marker: it
+    /// lost its keys while this agent was connected. Quarantined at once,
+    /// without waiting for a probe; the health task is woken so a zero-length
+    /// quarantine (delayed restart off) readmits it promptly.
+    fn lost_state(&self) {
+        let newly = {
+            let inner = self.lock();
+            !(inner.readmit || inner.quarantine_until.is_some_and(|u| u > Instant::now()))
+        };
+        if newly {
+            tracing::warn!(
+                node = %self.name,
+                quarantine = ?self.quarantine,
+                "incarnation marker missing in a vote: the master lost its keys; quarantined"
+            );
+            self.quarantine(Instant::now() + self.quarantine, Detector::Marker);
+            self.restart_detected(Detector::Marker);
+        }
+        self.wake.notify_one();
+    }
+
+    /// The quarantine's time has run out and the marker must be rewritten
+    /// before the node counts again.
+    pub(crate) fn readmit_due(&self) -> bool {
+        let inner = self.lock();
+        inner.readmit && inner.quarantine_until.is_none_or(|u| u <= Instant::now())
+    }
+
+    /// The node waits for its marker to be rewritten (its quarantine's time
+    /// may or may not have run out).
+    pub(crate) fn readmit_pending(&self) -> bool {
+        self.lock().readmit
+    }
+
+    /// A hash of the master's `run_id`, when a probe has read it: two nodes
+    /// with the same one are one server.
+    pub fn server_id(&self) -> Option<u64> {
+        self.lock().server_id
+    }
+
+    /// When the current quarantine's time runs out, if one is running.
+    pub(crate) fn quarantine_until(&self) -> Option<Instant> {
+        let inner = self.lock();
+        inner.quarantine_until.filter(|u| *u > Instant::now())
+    }
+
+    /// Whether the marker is checked (false only under the test switch).
+    pub fn marker_checked(&self) -> bool {
+        self.marker_check
+    }
+
+    /// The incarnation marker's key on this master.
+    pub fn marker_key(&self) -> &str {
+        &self.marker_key
+    }
+
+    /// Ends a quarantine whose time ran out: rewrites the marker first, so
+    /// every agent that sees it from now on may trust this master's keys.
+    /// Only an agent that kept the master out for the whole period does
+    /// this; every lock the master may have held before it lost its keys has
+    /// expired by then.
+    ///
+    /// # Errors
+    /// When the master does not take the write; the node stays quarantined.
+    pub(crate) async fn readmit(&self, conn: &MultiplexedConnection) -> Result<(), NodeError> {
+        self.write_marker(conn).await?;
+        let mut inner = self.lock();
+        inner.readmit = false;
+        Ok(())
+    }
+
+    /// Counts one more probe timeout and says whether it is the second in a
+    /// row: one late answer under the agent's own load is not a dead master.
+    pub(crate) fn probe_timed_out(&self) -> bool {
+        let mut inner = self.lock();
+        inner.probe_timeouts += 1;
+        inner.probe_timeouts >= 2
     }
 
     pub(crate) fn restart_detected(&self, detector: Detector) {
@@ -340,7 +480,15 @@ impl Node {
     }
 
     pub(crate) fn set_identity(&self, identity: Option<Identity>) {
-        self.lock().identity = identity;
+        use std::hash::{Hash, Hasher};
+        let server_id = identity.as_ref().map(|i| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            i.run_id.hash(&mut hasher);
+            hasher.finish()
+        });
+        let mut inner = self.lock();
+        inner.identity = identity;
+        inner.server_id = server_id;
     }
 
     pub(crate) fn set_topology(&self, warnings: Vec<String>, persistence: Option<String>) {
@@ -374,6 +522,10 @@ impl Node {
                 .load_async(&mut conn)
                 .await?;
             scripts::EXTEND
+                .prepare_invoke()
+                .load_async(&mut conn)
+                .await?;
+            scripts::ACQUIRE
                 .prepare_invoke()
                 .load_async(&mut conn)
                 .await?;
@@ -459,6 +611,7 @@ impl Node {
         let mut inner = self.lock();
         inner.latency = Some(latency);
         inner.last_error = None;
+        inner.probe_timeouts = 0;
     }
 
     /// Runs one request on the node's connection, bounded by the node timeout.
@@ -492,6 +645,9 @@ impl Node {
         self.series.request(kind, started.elapsed());
         result.map_err(|e| {
             let error = match NodeError::classify(&e) {
+                NodeError::Timeout(_) if kind == Op::Probe => {
+                    NodeError::Timeout(self.probe_timeout())
+                }
                 NodeError::Timeout(_) => NodeError::Timeout(self.timeout),
                 other => other,
             };
@@ -499,10 +655,36 @@ impl Node {
         })
     }
 
-    /// `SET key value NX PX ttl`, with `GET` where the master has it, so a
-    /// key of another type answers WRONGTYPE instead of looking taken.
+    /// The vote: `SET key value NX PX ttl` inside the script that checks the
+    /// incarnation marker (see [`scripts::ACQUIRE`]); a plain `SET` only
+    /// under the test switch. With `GET` where the master has it, so a key
+    /// of another type answers WRONGTYPE instead of looking taken.
     pub async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Vote {
         let set_get = self.lock().set_get;
+        if self.marker_check {
+            let marker = self.marker_key.as_str();
+            let result = self
+                .request(Op::Acquire, |mut conn| async move {
+                    scripts::ACQUIRE
+                        .key(key)
+                        .key(marker)
+                        .arg(value)
+                        .arg(ttl_ms(ttl))
+                        .arg(if set_get { "1" } else { "0" })
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                })
+                .await;
+            return match result {
+                Ok(1) => Vote::Granted,
+                Ok(-1) => {
+                    self.lost_state();
+                    Vote::LostState
+                }
+                Ok(_) => Vote::Taken,
+                Err(e) => Vote::Failed(e),
+            };
+        }
         let result = self
             .request(Op::Acquire, |mut conn| async move {
                 let mut cmd = redis::cmd("SET");
@@ -539,22 +721,45 @@ impl Node {
         .map(|n| n == 1)
     }
 
-    /// Compare-and-pexpire. `Ok(true)` when this master held the token.
-    pub async fn extend(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, NodeError> {
-        self.request(Op::Extend, |mut conn| async move {
-            scripts::EXTEND
-                .key(key)
-                .arg(value)
-                .arg(ttl_ms(ttl))
-                .invoke_async::<i64>(&mut conn)
-                .await
+    /// Compare-and-pexpire, checking the incarnation marker in the same
+    /// script.
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or fails.
+    pub async fn extend(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<Extension, NodeError> {
+        let marker = self.marker_key.as_str();
+        let check = if self.marker_check { "1" } else { "0" };
+        let reply = self
+            .request(Op::Extend, |mut conn| async move {
+                scripts::EXTEND
+                    .key(key)
+                    .key(marker)
+                    .arg(value)
+                    .arg(ttl_ms(ttl))
+                    .arg(check)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(match reply {
+            1 => Extension::Extended,
+            -1 => {
+                self.lost_state();
+                Extension::LostState
+            }
+            _ => Extension::NotHeld,
         })
-        .await
-        .map(|n| n == 1)
     }
 
-    /// `INFO server`, timed: the process identity, or `None` when an ACL
-    /// refuses INFO. Used by the health task.
+    /// `INFO server` and `INFO stats`, timed: the process identity, or
+    /// `None` when an ACL refuses INFO. Used by the health task, with a
+    /// longer bound than lock requests ([`Node::probe_timeout`]): a probe
+    /// queued behind the agent's own burst of requests is late, not failed.
     ///
     /// # Errors
     /// When the master does not answer in time or the connection fails.
@@ -564,17 +769,20 @@ impl Node {
     ) -> Result<(Duration, Option<Identity>), NodeError> {
         let start = Instant::now();
         let reply = self
-            .request_on(Op::Probe, conn.clone(), |mut conn| async move {
-                redis::cmd("INFO")
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+                redis::pipe()
+                    .cmd("INFO")
                     .arg("server")
-                    .query_async::<String>(&mut conn)
+                    .cmd("INFO")
+                    .arg("stats")
+                    .query_async::<(String, String)>(&mut conn)
                     .await
             })
             .await;
         let latency = start.elapsed();
         match reply {
-            Ok(text) => {
-                let fields = info_fields(&text);
+            Ok((server, stats)) => {
+                let fields = info_fields(&server);
                 if let Some(major) = fields
                     .get("redis_version")
                     .and_then(|v| v.split('.').next())
@@ -584,20 +792,38 @@ impl Node {
                 }
                 let run_id = fields.get("run_id").cloned();
                 let uptime = fields.get("uptime_in_seconds").and_then(|v| v.parse().ok());
+                let evicted_keys = info_fields(&stats)
+                    .get("evicted_keys")
+                    .and_then(|v| v.parse().ok());
                 match (run_id, uptime) {
                     (Some(run_id), Some(secs)) => Ok((
                         latency,
                         Some(Identity {
                             run_id,
                             uptime: Duration::from_secs(secs),
+                            evicted_keys,
                         }),
                     )),
                     _ => Ok((latency, None)),
                 }
             }
             Err(NodeError::NoPerm(_)) => Ok((latency, None)),
+            Err(NodeError::Timeout(_)) => Err(NodeError::Timeout(self.probe_timeout())),
             Err(e) => Err(e),
         }
+    }
+
+    /// The bound on a health probe: the connect timeout (ten node timeouts,
+    /// 200ms to 2s).
+    pub fn probe_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// A handle on `conn` whose requests are bounded by the probe timeout.
+    fn probe_conn(&self, conn: &MultiplexedConnection) -> MultiplexedConnection {
+        let mut conn = conn.clone();
+        conn.set_response_timeout(self.probe_timeout());
+        conn
     }
 
     /// The whole `INFO` as key/value pairs, for topology checks. `None` when
@@ -610,7 +836,7 @@ impl Node {
         conn: &MultiplexedConnection,
     ) -> Result<Option<HashMap<String, String>>, NodeError> {
         match self
-            .request_on(Op::Probe, conn.clone(), |mut conn| async move {
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
                 redis::cmd("INFO").query_async::<String>(&mut conn).await
             })
             .await
@@ -624,7 +850,7 @@ impl Node {
     /// `CONFIG GET` of one parameter; `None` when refused or unknown.
     pub async fn config_get(&self, conn: &MultiplexedConnection, name: &str) -> Option<String> {
         let reply = self
-            .request_on(Op::Probe, conn.clone(), |mut conn| async move {
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
                 redis::cmd("CONFIG")
                     .arg("GET")
                     .arg(name)
@@ -636,30 +862,38 @@ impl Node {
         reply.into_iter().nth(1)
     }
 
-    /// Writes the incarnation marker if it is missing; `Ok(true)` when it
-    /// was already there (the master kept its data).
+    /// Whether the incarnation marker is there. Read-only: a probe never
+    /// writes the marker, only [`Node::readmit`] does (and the first sight
+    /// of masters this process started empty).
+    ///
+    /// # Errors
+    /// When the master does not answer in time or refuses the read.
+    pub async fn marker_present(&self, conn: &MultiplexedConnection) -> Result<bool, NodeError> {
+        let key = self.marker_key.as_str();
+        self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+            redis::cmd("EXISTS")
+                .arg(key)
+                .query_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(|n| n == 1)
+    }
+
+    /// Writes the incarnation marker. No TTL: it must outlive every lock.
     ///
     /// # Errors
     /// When the master does not answer in time or refuses the write.
-    pub async fn check_marker(
-        &self,
-        conn: &MultiplexedConnection,
-        key: &str,
-    ) -> Result<bool, NodeError> {
-        // SET NX GET: one round trip that says whether it existed and
-        // writes it if not. No TTL: it must outlive every lock.
-        let previous = self
-            .request_on(Op::Probe, conn.clone(), |mut conn| async move {
-                redis::cmd("SET")
-                    .arg(key)
-                    .arg("redlock-agent incarnation marker")
-                    .arg("NX")
-                    .arg("GET")
-                    .query_async::<Option<String>>(&mut conn)
-                    .await
-            })
-            .await?;
-        Ok(previous.is_some())
+    pub(crate) async fn write_marker(&self, conn: &MultiplexedConnection) -> Result<(), NodeError> {
+        let key = self.marker_key.as_str();
+        self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+            redis::cmd("SET")
+                .arg(key)
+                .arg("redlock-agent incarnation marker")
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await
     }
 }
 

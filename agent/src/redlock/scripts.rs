@@ -23,10 +23,46 @@ return 0"#,
     )
 });
 
-/// Set a new TTL (ARGV[2], ms) if the key still holds the token. Returns 1 or 0.
+/// The vote: `SET NX PX` of the token, but only while the master still has
+/// its incarnation marker (KEYS[2]). Checking the marker in the same script
+/// as the write makes the check atomic with the vote: a master that lost its
+/// keys (FLUSHALL, failover, a restart) has lost the marker too, and answers
+/// -1 without writing anything, so its vote can never count.
+///
+/// A key that already holds this very token was written by an earlier round
+/// of the same request (whose release did not arrive in time): it gets the
+/// new TTL and counts as granted, exactly as if it had been set now, so a
+/// request is never blocked by its own debris.
+///
+/// ARGV: token, ttl in ms, "1" to use `SET ... GET` (Redis 7), so a key of
+/// another type answers WRONGTYPE instead of looking taken.
+/// Returns 1 (granted), 0 (taken) or -1 (marker missing).
+pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"if redis.call("exists", KEYS[2]) == 0 then return -1 end
+local previous
+if ARGV[3] == "1" then
+  previous = redis.call("set", KEYS[1], ARGV[1], "NX", "GET", "PX", ARGV[2])
+  if not previous then return 1 end
+else
+  if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end
+  previous = redis.call("get", KEYS[1])
+end
+if previous == ARGV[1] then
+  redis.call("pexpire", KEYS[1], ARGV[2])
+  return 1
+end
+return 0"#,
+    )
+});
+
+/// Set a new TTL (ARGV[2], ms) if the key still holds the token and, when
+/// ARGV[3] is "1", the master still has its incarnation marker (KEYS[2]).
+/// Returns 1 (extended), 0 (not held) or -1 (marker missing).
 pub static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"if redis.call("get", KEYS[1]) == ARGV[1] then
+        r#"if ARGV[3] == "1" and redis.call("exists", KEYS[2]) == 0 then return -1 end
+if redis.call("get", KEYS[1]) == ARGV[1] then
   return redis.call("pexpire", KEYS[1], ARGV[2])
 end
 return 0"#,

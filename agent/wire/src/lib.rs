@@ -174,6 +174,9 @@ pub enum NodeState {
     Up,
     Down,
     Quarantined,
+    /// Reaches the same server as an earlier configured master (same
+    /// `run_id`): it never counts toward a quorum.
+    Duplicate,
 }
 
 impl NodeState {
@@ -182,6 +185,7 @@ impl NodeState {
             NodeState::Up => "up",
             NodeState::Down => "down",
             NodeState::Quarantined => "quarantined",
+            NodeState::Duplicate => "duplicate",
         }
     }
 }

@@ -147,13 +147,14 @@ impl NodeRow {
     }
 }
 
-/// Healthy first, then quarantined, then down, then unknown.
+/// Healthy first, then quarantined, then duplicates, then down, then unknown.
 fn state_rank(state: Option<NodeState>) -> u8 {
     match state {
         Some(NodeState::Up) => 0,
         Some(NodeState::Quarantined) => 1,
-        Some(NodeState::Down) => 2,
-        None => 3,
+        Some(NodeState::Duplicate) => 2,
+        Some(NodeState::Down) => 3,
+        None => 4,
     }
 }
 

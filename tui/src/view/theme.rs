@@ -61,7 +61,8 @@ pub fn node_state(state: Option<NodeState>) -> Style {
     match state {
         Some(NodeState::Up) => OK,
         Some(NodeState::Quarantined) => WARN,
-        Some(NodeState::Down) => CRIT,
+        // Counts for nothing: as bad as down for the quorum.
+        Some(NodeState::Down | NodeState::Duplicate) => CRIT,
         None => MUTED,
     }
 }

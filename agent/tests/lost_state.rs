@@ -1,0 +1,244 @@
+//! Masters that lose their keys without restarting (FLUSHALL, FLUSHDB), on
+//! real masters: the in-vote incarnation marker keeps them from ever
+//! counting, quarantines them like a restart, and readmits them by
+//! rewriting the marker once every lock they held has expired. Also: a hold
+//! learns at once that its lock is gone, and thousands of waiters on a
+//! healthy quorum are not turned into `no_quorum` by the agent's own load.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{wait_for, Cluster, TestAgent};
+use hyper::StatusCode;
+use serde_json::{json, Value};
+
+/// Short TTLs so a quarantine (max_ttl + extra = 2.5s) passes quickly.
+const SHORT: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 100ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 500ms\n";
+
+const MARKER: &str = "redlock: incarnation";
+
+fn node<'a>(nodes: &'a Value, name: &str) -> &'a Value {
+    nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == name)
+        .unwrap_or_else(|| panic!("no node {name} in {nodes}"))
+}
+
+async fn flush(cluster: &Cluster, i: usize, command: &str) {
+    let mut conn = cluster.redis(i).await;
+    let _: () = redis::cmd(command).query_async(&mut conn).await.unwrap();
+}
+
+/// The issue's scenario: A holds `fl`; FLUSHALL on 3 of 5 masters; agent B
+/// (same masters, its own socket) is refused while A's lock may be valid,
+/// with `no_quorum` naming the `marker` quarantine; A's extend answers
+/// `lost`; once the quarantine is over, the marker is back and B gets it.
+#[tokio::test]
+async fn flushall_on_a_majority_never_grants_twice() {
+    let cluster = Cluster::start(5);
+    let a = TestAgent::start(&cluster, SHORT).await;
+    let b = TestAgent::start(&cluster, SHORT).await;
+    for i in 0..5 {
+        assert!(
+            cluster.get(i, MARKER).await.is_some(),
+            "marker on r{}",
+            i + 1
+        );
+    }
+    let asked = Instant::now();
+    let (status, grant) = a
+        .post(
+            "/v1/locks/fl/acquire",
+            json!({"ttl_ms": 2000, "owner": "A"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let a_valid_until = asked + Duration::from_millis(grant["validity_ms"].as_u64().unwrap());
+    for i in 0..3 {
+        flush(&cluster, i, "FLUSHALL").await;
+    }
+
+    // Until A's lock is surely gone, every B attempt is refused.
+    let mut messages = Vec::new();
+    while Instant::now() < a_valid_until + Duration::from_millis(100) {
+        let (status, body) = b.post("/v1/locks/fl/acquire", json!({"owner": "B"})).await;
+        assert_ne!(
+            status,
+            StatusCode::OK,
+            "B was granted fl while A held it: {body}"
+        );
+        assert_eq!(body["error"]["code"], "no_quorum", "{body}");
+        messages.push(body["error"]["message"].as_str().unwrap().to_string());
+    }
+    assert!(
+        messages.iter().any(|m| m.contains("marker")),
+        "no_quorum names the marker: {messages:?}"
+    );
+
+    let (status, body) = a
+        .post(
+            "/v1/locks/fl/extend",
+            json!({"token": grant["token"], "ttl_ms": 2000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "lost", "{body}");
+
+    for agent in [&a, &b] {
+        let nodes = agent.nodes().await;
+        for name in ["r1", "r2", "r3"] {
+            let n = node(&nodes, name);
+            assert_eq!(n["detector"], "marker", "{nodes}");
+        }
+    }
+    let (_, metrics) = b.get_tcp("/metrics").await;
+    assert!(
+        metrics.contains(r#"redlock_node_restarts_detected_total{detector="marker",node="r1"} 1"#),
+        "{metrics}"
+    );
+
+    // The quarantine ends only with the marker rewritten; then B wins.
+    b.wait_usable(5).await;
+    for i in 0..3 {
+        assert!(
+            cluster.get(i, MARKER).await.is_some(),
+            "marker back on r{}",
+            i + 1
+        );
+    }
+    let (status, body) = b
+        .post(
+            "/v1/locks/fl/acquire",
+            json!({"owner": "B", "wait_ms": 3000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(Instant::now() > a_valid_until);
+}
+
+/// FLUSHDB on one master while nobody asks for locks: the probe finds the
+/// marker gone and quarantines it; locks go on over the other four, and the
+/// master counts again after the period.
+#[tokio::test]
+async fn flushdb_on_one_master_is_seen_by_the_probe() {
+    let cluster = Cluster::start(5);
+    let agent = TestAgent::start(&cluster, SHORT).await;
+    flush(&cluster, 1, "FLUSHDB").await;
+    wait_for("r2 quarantined", Duration::from_secs(5), || async {
+        let nodes = agent.nodes().await;
+        node(&nodes, "r2")["state"] == "quarantined"
+    })
+    .await;
+    let nodes = agent.nodes().await;
+    assert_eq!(node(&nodes, "r2")["detector"], "marker", "{nodes}");
+    assert_eq!(nodes["usable"], 4, "{nodes}");
+    agent.acquire_ok("still-works", json!({})).await;
+    agent.wait_usable(5).await;
+    assert!(cluster.get(1, MARKER).await.is_some(), "marker rewritten");
+}
+
+/// A master first seen without its marker (a deployment's first start, or
+/// data lost while no agent ran) is quarantined once, then readmitted.
+#[tokio::test]
+async fn a_master_first_seen_without_marker_is_quarantined_once() {
+    let cluster = Cluster::start(3);
+    let first = TestAgent::start(&cluster, SHORT).await;
+    first.stop().await;
+    flush(&cluster, 0, "FLUSHALL").await;
+    let agent = TestAgent::start_cautious(&cluster, SHORT).await;
+    let nodes = agent.nodes().await;
+    assert_eq!(node(&nodes, "r1")["state"], "quarantined", "{nodes}");
+    assert_eq!(node(&nodes, "r1")["detector"], "marker", "{nodes}");
+    agent.wait_usable(3).await;
+    assert!(cluster.get(0, MARKER).await.is_some());
+}
+
+/// A hold whose key is deleted from a majority is told `lost` at its next
+/// renewal, not at the end of the validity it was given: the renewal sees
+/// that no quorum can hold the token any more.
+#[tokio::test]
+async fn a_hold_learns_at_once_that_a_majority_lost_its_key() {
+    let cluster = Cluster::start(5);
+    let agent = TestAgent::start(&cluster, "lock:\n  max_ttl: 60s\n").await;
+    let mut hold = agent.hold("gone", json!({"ttl_ms": 9000})).await;
+    let acquired = hold.next(Duration::from_secs(5)).await.expect("acquired");
+    let granted_at = Instant::now();
+    assert_eq!(acquired["event"], "acquired", "{acquired}");
+    let validity = Duration::from_millis(acquired["validity_ms"].as_u64().unwrap());
+    for i in 0..3 {
+        let mut conn = cluster.redis(i).await;
+        let _: () = redis::cmd("DEL")
+            .arg("redlock:gone")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let lost = hold
+        .next(validity)
+        .await
+        .expect("an event before validity ends");
+    assert_eq!(lost["event"], "lost", "{lost}");
+    assert_eq!(lost["reason"], "renew_failed", "{lost}");
+    // The old behaviour sent `lost` only a margin (a tenth of the TTL)
+    // before the validity ended; the renewal comes at a third of it.
+    assert!(
+        Instant::now() < granted_at + validity - Duration::from_millis(900),
+        "lost came at the first failed renewal"
+    );
+}
+
+/// Thousands of waiters on distinct resources, each held elsewhere until
+/// its key expires, against healthy masters: the agent's own load must not
+/// mark masters down, so every waiter gets its lock within `wait_ms`
+/// instead of `no_quorum`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_waiters_are_not_turned_into_no_quorum() {
+    const WAITERS: usize = 2000;
+    let cluster = Cluster::start(5);
+    let agent =
+        std::sync::Arc::new(TestAgent::start(&cluster, "lock:\n  max_waiters: 5000\n").await);
+    for i in 0..5 {
+        let mut conn = cluster.redis(i).await;
+        let mut pipe = redis::pipe();
+        for r in 0..WAITERS {
+            pipe.cmd("SET")
+                .arg(format!("redlock:w{r}"))
+                .arg("0123456789abcdef0123456789abcdef01234567.elsewhere")
+                .arg("PX")
+                .arg(2000)
+                .ignore();
+        }
+        let _: () = pipe.query_async(&mut conn).await.unwrap();
+    }
+    let tasks: Vec<_> = (0..WAITERS)
+        .map(|r| {
+            let agent = std::sync::Arc::clone(&agent);
+            tokio::spawn(async move {
+                agent
+                    .post(
+                        &format!("/v1/locks/w{r}/acquire"),
+                        json!({"wait_ms": 60000, "ttl_ms": 30000}),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for task in tasks {
+        let (status, body) = task.await.unwrap();
+        if status != StatusCode::OK {
+            refused.push(body);
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of {WAITERS} waiters refused, first: {:?}",
+        refused.len(),
+        refused.first()
+    );
+    let nodes = agent.nodes().await;
+    assert_eq!(nodes["usable"], 5, "{nodes}");
+}
