@@ -119,7 +119,7 @@ pub struct AgentSettings {
 /// The agent's test-only switch that turns the in-vote incarnation marker
 /// check off (not a config key, so no deployment can turn it off by
 /// mistake). Removed from every agent's environment unless asked for.
-pub const NO_MARKER_CHECK_ENV: &str = "REDLOCK_TEST_NO_MARKER_CHECK";
+pub const NO_MARKER_CHECK_ENV: &str = redlock_agent::agent::MARKER_SWITCH;
 
 impl Default for AgentSettings {
     fn default() -> AgentSettings {
