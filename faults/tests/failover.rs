@@ -174,6 +174,10 @@ async fn a_replica_promoted_behind_a_masters_address_is_quarantined() {
         "a quarantine names its detector: {r1_seen:?}"
     );
     assert!(r1_seen.quarantine_ms > 0, "{r1_seen:?}");
+    println!(
+        "r1 quarantined for {}ms, detector {detector}",
+        r1_seen.quarantine_ms
+    );
     assert_eq!(seen.usable, 2, "{seen:#?}");
 
     // r2 goes: only r3 and the quarantined r1 remain. r1 must not count.
