@@ -64,7 +64,8 @@ struct RunArgs {
     /// Peers to run, comma-separated (default: all; --smoke: agent).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// Workloads to run, comma-separated: w1, w2, w3, w4 (default: all).
+    /// Workloads to run, comma-separated: w1, w2, w3, w4, w5 (default: all).
+    /// w5 (the marker check's cost) runs for the agent only.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The release build of the agent.
@@ -194,8 +195,11 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         (args.duration, args.warmup)
     };
     for w in &args.only {
-        if !["w1", "w2", "w3", "w4"].contains(&w.as_str()) {
-            bail!("unknown workload {w:?}: use w1, w2, w3 or w4");
+        if !plan::WORKLOAD_IDS.contains(&w.as_str()) {
+            bail!(
+                "unknown workload {w:?}: use {}",
+                plan::WORKLOAD_IDS.join(", ")
+            );
         }
     }
     let drivers = Drivers {

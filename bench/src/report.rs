@@ -190,6 +190,7 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     summary(&mut md, results, peers);
     targets(&mut md, results);
     uncontended(&mut md, results, peers);
+    marker_check(&mut md, results);
     hot_key(&mut md, results, peers);
     degraded(&mut md, results, peers);
     limit(&mut md, results);
@@ -291,6 +292,26 @@ fn summary(md: &mut String, results: &Results, peers: &[Peer]) {
             md,
             "\nHand-off counts the next grant to any client. A library whose releaser takes the lock straight \
              back hands off mostly to itself: see W2's \"to another client\", max wait and Jain columns."
+        );
+    }
+    let costs: Vec<String> = [1, 8, 64]
+        .into_iter()
+        .filter_map(|clients| {
+            let (off, on) = marker_runs(results, clients)?;
+            Some(format!(
+                "{} at {clients} client(s) ({} vs {} cycles/s)",
+                ratio(rate(on), Some(rate(off))),
+                num(rate(on)),
+                num(rate(off))
+            ))
+        })
+        .collect();
+    if !costs.is_empty() {
+        let _ = writeln!(
+            md,
+            "
+W5 in-vote marker check, uncontended throughput with it on / off (plain `SET NX`): {}.",
+            costs.join(", ")
         );
     }
     if let Some(Ok(limit)) = &results.limit {
@@ -479,6 +500,77 @@ fn uncontended(md: &mut String, results: &Results, peers: &[Peer]) {
                         peer.name(),
                         na(Some(run))
                     );
+                }
+            }
+        }
+    }
+    md.push('\n');
+}
+
+/// W5's pair of reports for `clients`: the marker check off, then on.
+fn marker_runs(results: &Results, clients: usize) -> Option<(&Report, &Report)> {
+    let report = |check| {
+        results
+            .find(Workload::MarkerCheck { clients, check }, Peer::Agent)
+            .and_then(|r| r.result.as_ref().ok())
+            .filter(|r| r.cycles > 0)
+    };
+    report(false).zip(report(true))
+}
+
+fn marker_check(md: &mut String, results: &Results) {
+    if !results
+        .runs
+        .iter()
+        .any(|r| matches!(r.workload, Workload::MarkerCheck { .. }))
+    {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## W5: the in-vote marker check\n\nW1 for the agent only, through two agents over the same masters, one right \
+         after the other: one started with `REDLOCK_TEST_NO_MARKER_CHECK=1` (its test-only switch: the vote is a plain \
+         `SET NX PX`, as before the check existed) and one as deployed (the vote is a script that checks the \
+         incarnation marker and sets the key in one step). Latencies in ms, p50 / p99 / p99.9; ratios are on / off. \
+         Redis commands count the script's inner calls.\n\n\
+         | clients | marker check | cycles/s | on / off | acquire | acquire + release | Redis commands / grant | errors |\n|---|---|---|---|---|---|---|---|"
+    );
+    for clients in [1, 8, 64] {
+        let off = results
+            .find(
+                Workload::MarkerCheck {
+                    clients,
+                    check: false,
+                },
+                Peer::Agent,
+            )
+            .and_then(|r| r.result.as_ref().ok())
+            .map(rate);
+        for check in [false, true] {
+            let Some(run) = results.find(Workload::MarkerCheck { clients, check }, Peer::Agent)
+            else {
+                continue;
+            };
+            let which = if check { "on" } else { "off" };
+            match &run.result {
+                Ok(r) => {
+                    let _ = writeln!(
+                        md,
+                        "| {clients} | {which} | {} | {} | {} | {} | {} | {} |",
+                        num(rate(r)),
+                        if check {
+                            ratio(rate(r), off)
+                        } else {
+                            "1×".into()
+                        },
+                        pct(&r.acquire_ms),
+                        pct(&r.cycle_ms),
+                        run.commands_per_grant().map_or("-".into(), num),
+                        trouble_or_zero(r)
+                    );
+                }
+                Err(_) => {
+                    let _ = writeln!(md, "| {clients} | {which} | {} | | | | | |", na(Some(run)));
                 }
             }
         }
