@@ -793,3 +793,51 @@ fn environment(md: &mut String, results: &Results, env: &Environment, peers: &[P
          peer a 10 ms retry delay (jitter 10 ms where it has one) and, where it has a retry budget, no limit.\n"
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marker_run(check: bool, cycles: u64, commands: u64) -> Run {
+        Run {
+            workload: Workload::MarkerCheck { clients: 1, check },
+            peer: Peer::Agent.name(),
+            result: Ok(Report {
+                peer: "agent".into(),
+                clients: 1,
+                window_s: 2.0,
+                cycles,
+                grants_total: cycles,
+                ..Report::default()
+            }),
+            commands: Some(commands),
+        }
+    }
+
+    /// W5 shows both runs, the ratio on / off in the summary and its table,
+    /// and the commands per grant of each.
+    #[test]
+    fn the_marker_check_cost_is_a_ratio_of_two_runs() {
+        let results = Results {
+            runs: vec![
+                marker_run(false, 800, 20_000),
+                marker_run(true, 600, 21_000),
+            ],
+            limit: None,
+            redis_version: "7".into(),
+            agent_failed: false,
+        };
+        let md = render(&results, &Environment::default(), &[Peer::Agent]);
+        assert!(
+            md.contains(
+                "with it on / off (plain `SET NX`): 0.75× at 1 client(s) (300 vs 400 cycles/s)"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("## W5: the in-vote marker check"), "{md}");
+        assert!(md.contains("| 1 | off | 400 | 1× |"), "{md}");
+        assert!(md.contains("| 1 | on | 300 | 0.75× |"), "{md}");
+        assert!(md.contains("| 25.0 | 0 |"), "commands per grant off: {md}");
+        assert!(md.contains("| 35.0 | 0 |"), "commands per grant on: {md}");
+    }
+}
