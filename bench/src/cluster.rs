@@ -208,6 +208,21 @@ impl Masters {
             .unwrap_or_else(|| "?".to_string())
     }
 
+    /// `SET key value` on every master.
+    ///
+    /// # Errors
+    /// When a master refuses it.
+    pub fn set_everywhere(&self, key: &str, value: &str) -> anyhow::Result<()> {
+        for &port in &self.ports {
+            let mut conn = connect(port)?;
+            redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .query::<()>(&mut conn)?;
+        }
+        Ok(())
+    }
+
     /// Loads `script` on every master; returns its SHA.
     ///
     /// # Errors

@@ -360,8 +360,13 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
     if !options.smoke && wanted("w4") {
         eprintln!("limit: redis-benchmark on all {MASTERS} masters at once");
         results.limit = Some(
-            limit::measure(&masters, options.duration, &agent_release_script())
-                .map_err(|e| format!("{e:#}")),
+            limit::measure(
+                &masters,
+                options.duration,
+                &agent_script("ACQUIRE"),
+                &agent_script("RELEASE"),
+            )
+            .map_err(|e| format!("{e:#}")),
         );
     }
     agent.wait_usable(MASTERS, Duration::from_secs(5)).ok();
@@ -378,13 +383,13 @@ fn agent_run_failed(workload: Workload, result: &Result<Report, String>) -> bool
     r.cycles == 0 || r.overlaps > 0 || r.stuck > 0 || (!degraded && r.errors > 0)
 }
 
-/// The agent's release script, read from its source so the limit runs what
-/// the agent runs.
-fn agent_release_script() -> String {
+/// One of the agent's scripts (`ACQUIRE`, `RELEASE`), read from its
+/// source so the limit runs what the agent runs; empty when not found.
+fn agent_script(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src/redlock/scripts.rs");
     let source = std::fs::read_to_string(&path).unwrap_or_default();
     source
-        .split_once("pub static RELEASE")
+        .split_once(&format!("pub static {name}:"))
         .and_then(|(_, rest)| rest.split_once("r#\""))
         .and_then(|(_, rest)| rest.split_once("\"#"))
         .map(|(script, _)| script.to_string())
@@ -394,8 +399,17 @@ fn agent_release_script() -> String {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_agent_release_script_is_found() {
-        let script = super::agent_release_script();
-        assert!(script.contains("redis.call(\"del\", KEYS[1])"), "{script}");
+    fn the_agent_scripts_are_found() {
+        let release = super::agent_script("RELEASE");
+        assert!(
+            release.contains("redis.call(\"del\", KEYS[1])"),
+            "{release}"
+        );
+        let acquire = super::agent_script("ACQUIRE");
+        assert!(
+            acquire.contains("redis.call(\"exists\", KEYS[2])"),
+            "{acquire}"
+        );
+        assert!(acquire.contains("\"NX\", \"GET\", \"PX\""), "{acquire}");
     }
 }

@@ -742,9 +742,11 @@ fn limit(md: &mut String, results: &Results) {
         Ok(l) => {
             let _ = writeln!(
                 md,
-                "All five masters at once, two pipelined `redis-benchmark` processes each (the agent's `SET … NX GET PX` \
-                 and its release script by `EVALSHA`), {} requests per process, {:.1} s: **{} cycles/s** (the slowest \
-                 process). About half the releases find their key (random keys), so this limit is if anything generous.\n\n\
+                "All five masters at once, two pipelined `redis-benchmark` processes each (the agent's acquire script, \
+                 marker check and `SET … NX GET PX`, and its release script, both by `EVALSHA`), {} requests per process, \
+                 {:.1} s: **{} cycles/s** (the slowest process). The keys are random: about half the releases find their \
+                 key, and an acquire that finds its key (one token for all) renews it where the agent's would stop; an \
+                 estimate, not a bound.\n\n\
                  `{}`\n\n| master | command | requests/s |\n|---|---|---|",
                 l.requests_per_process,
                 l.wall_s,
