@@ -245,8 +245,17 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let markdown = report::render(&results, &env, &peers);
     println!("\n{markdown}");
+    // A partial run (some workloads or peers) is not a result to keep: it
+    // goes to scratch/ and leaves latest.md alone.
+    let partial = !args.only.is_empty() || !args.peers.is_empty();
     let name = if args.smoke {
         "scratch/smoke".to_string()
+    } else if partial {
+        format!(
+            "scratch/{}-{}core-partial",
+            env.date.replace(':', ""),
+            env.cores
+        )
     } else {
         format!("{}-{}core", env.date.replace(':', ""), env.cores)
     };
@@ -256,7 +265,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         args.out.join(format!("{name}.json")),
         serde_json::to_string_pretty(&results)?,
     )?;
-    if !args.smoke {
+    if !args.smoke && !partial {
         std::fs::write(args.out.join("latest.md"), &markdown)?;
     }
     eprintln!("written to {}", path.display());
