@@ -4,12 +4,32 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/setup.sh
-need_packages redis-server:redis-server promtool:prometheus tmux:tmux curl:curl
+need_packages redis-server:redis-server promtool:prometheus tmux:tmux curl:curl \
+  python3:python3 node:nodejs
+# The Go example runs only where a Go toolchain is (Debian's golang-go
+# installs in about 20 s); without one it is skipped, saying so.
+need_packages go:golang-go || echo "golang-go could not be installed" >&2
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast
 else
   cargo test --workspace --no-fail-fast
+fi
+
+# The clients: the Rust crate's doc examples (nextest does not run
+# doctests), then the Python, Node.js and Go clients' tests, each against a
+# real agent on real masters (`redlock-agent dev`, built by the run above).
+echo "== clients"
+cargo test -q --doc -p redlock-client
+cargo build -q -p redlock-agent
+target="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+export REDLOCK_AGENT="${target:-$PWD/target}/debug/redlock-agent"
+(cd clients/python && python3 -m unittest -v 2>&1)
+(cd clients/node && node --test test/redlock-client.test.js)
+if command -v go >/dev/null 2>&1; then
+  (cd clients/go && go vet . && go test -count=1 -v .)
+else
+  echo "go not found: the Go example was not built or run (see clients/README.md)"
 fi
 
 # The fault suite's short mode (nemesis over every fault, then the control

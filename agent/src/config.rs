@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -138,16 +138,50 @@ pub struct ShutdownConfig {
     pub grace: Duration,
 }
 
+/// The port the redis client uses when a URL names none.
+const DEFAULT_REDIS_PORT: u16 = 6379;
+
+/// The one query parameter the redis client reads from a TCP URL.
+const READ_QUERY_KEY: &str = "protocol";
+
+/// Query parameter names shown in messages; any other name is shown as
+/// `***`, since a misplaced password could sit there too.
+const NAMED_QUERY_KEYS: &[&str] = &[
+    READ_QUERY_KEY,
+    "password",
+    "pass",
+    "passwd",
+    "pwd",
+    "auth",
+    "user",
+    "username",
+    "db",
+];
+
+/// A query parameter's name as messages show it.
+fn shown_query_key(key: &str) -> &str {
+    if NAMED_QUERY_KEYS.contains(&key) {
+        key
+    } else {
+        "***"
+    }
+}
+
 /// A `redis://` or `rediss://` URL whose password never shows in `Debug`,
-/// `Display` or serialized output.
+/// `Display` or serialized output, neither from the userinfo nor from the
+/// query.
 #[derive(Clone)]
 pub struct MasterUrl {
     url: url::Url,
 }
 
 impl MasterUrl {
-    /// Parses and checks the scheme; the error says what is wrong with the
-    /// value, with any password redacted.
+    /// Parses and checks the scheme and the query; the error says what is
+    /// wrong with the value, with any password redacted.
+    ///
+    /// The redis client reads only `protocol` from the query of a TCP URL:
+    /// a `?password=` would be silently ignored (the master answers NOAUTH
+    /// at run time), so every other parameter is refused here.
     pub fn parse(raw: &str) -> Result<MasterUrl, String> {
         let url = url::Url::parse(raw).map_err(|e| {
             format!(
@@ -168,7 +202,41 @@ impl MasterUrl {
         if url.url.host_str().is_none_or(str::is_empty) {
             return Err(format!("URL has no host: {:?}", url.to_string()));
         }
+        for (key, _) in url.url.query_pairs() {
+            let hint = match key.as_ref() {
+                READ_QUERY_KEY => continue,
+                "password" | "pass" | "passwd" | "pwd" | "auth" => {
+                    "the redis client ignores a password in the query; put it in the URL \
+                     (redis://:PASSWORD@host or redis://USER:PASSWORD@host), or use \
+                     password_file or password_env"
+                }
+                "user" | "username" => {
+                    "the redis client ignores a user in the query; put it in the URL \
+                     (redis://USER:PASSWORD@host)"
+                }
+                "db" => "the redis client ignores db in the query; put the number in the path (redis://host:6379/2)",
+                _ => "the redis client reads only ?protocol= from the query",
+            };
+            return Err(format!(
+                "query parameter {:?} is not used: {hint}: {:?}",
+                shown_query_key(&key),
+                url.to_string()
+            ));
+        }
         Ok(url)
+    }
+
+    /// The host and port the redis client connects to (6379 when the URL
+    /// names none); an IPv6 host comes without brackets.
+    pub fn endpoint(&self) -> (String, u16) {
+        let host = match self.url.host() {
+            Some(url::Host::Ipv6(ip)) => ip.to_string(),
+            Some(url::Host::Ipv4(ip)) => ip.to_string(),
+            Some(url::Host::Domain(name)) => name.to_string(),
+            // `parse` accepted only URLs with a host.
+            None => String::new(),
+        };
+        (host, self.url.port().unwrap_or(DEFAULT_REDIS_PORT))
     }
 
     /// A `rediss://` URL.
@@ -178,6 +246,12 @@ impl MasterUrl {
 
     pub fn has_password(&self) -> bool {
         self.url.password().is_some()
+    }
+
+    /// A user name without a password: the redis client then sends no
+    /// AUTH at all, so the connection would silently be the default user.
+    fn has_user_without_password(&self) -> bool {
+        !self.url.username().is_empty() && !self.has_password()
     }
 
     fn set_password(&mut self, password: &str) {
@@ -203,6 +277,26 @@ impl fmt::Display for MasterUrl {
         if shown.password().is_some() {
             // Cannot fail: the URL has a host.
             let _ = shown.set_password(Some("***"));
+        } else if !shown.username().is_empty() {
+            // `redis://secret@host`: a password where the user goes
+            // (refused by `read_masters`, shown in its message).
+            let _ = shown.set_username("***");
+        }
+        // Query values other than `protocol` may be secrets (`?password=`,
+        // refused by `parse` but shown in its error message).
+        if shown.query().is_some() {
+            let pairs: Vec<(String, String)> = shown
+                .query_pairs()
+                .map(|(k, v)| {
+                    let v = if k == READ_QUERY_KEY {
+                        v.into_owned()
+                    } else {
+                        "***".into()
+                    };
+                    (shown_query_key(&k).to_string(), v)
+                })
+                .collect();
+            shown.query_pairs_mut().clear().extend_pairs(pairs);
         }
         f.write_str(shown.as_str())
     }
@@ -220,14 +314,31 @@ impl Serialize for MasterUrl {
     }
 }
 
-/// Best-effort redaction of a string that did not parse as a URL.
+/// Best-effort redaction of a string that did not parse as a URL: the
+/// userinfo and every query value.
 fn redact_str(raw: &str) -> String {
-    match (raw.find("://"), raw.rfind('@')) {
+    let (base, query) = match raw.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (raw, None),
+    };
+    let mut shown = match (base.find("://"), base.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}***{}", &raw[..scheme_end + 3], &raw[at..])
+            format!("{}***{}", &base[..scheme_end + 3], &base[at..])
         }
-        _ => raw.to_string(),
+        _ => base.to_string(),
+    };
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) => format!("{}=***", shown_query_key(key)),
+                None => "***".to_string(),
+            })
+            .collect();
+        shown.push('?');
+        shown.push_str(&pairs.join("&"));
     }
+    shown
 }
 
 fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -279,11 +390,20 @@ impl Config {
     /// # Errors
     /// Every problem at once, each with its field path.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_with(path, AddressCheck::Resolve)
+    }
+
+    /// As [`Config::load`], with the masters' addresses checked as `check`
+    /// says.
+    ///
+    /// # Errors
+    /// Every problem at once, each with its field path.
+    pub fn load_with(path: &Path, check: AddressCheck) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Config::from_yaml(&text)
+        Config::from_yaml_with(&text, check)
     }
 
     /// Parses and validates YAML text.
@@ -291,6 +411,15 @@ impl Config {
     /// # Errors
     /// Every problem at once, each with its field path.
     pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml_with(text, AddressCheck::Resolve)
+    }
+
+    /// As [`Config::from_yaml`], with the masters' addresses checked as
+    /// `check` says.
+    ///
+    /// # Errors
+    /// Every problem at once, each with its field path.
+    pub fn from_yaml_with(text: &str, check: AddressCheck) -> Result<Config, ConfigError> {
         let tree: Value = if text.trim().is_empty() {
             Value::Null
         } else {
@@ -302,7 +431,7 @@ impl Config {
             })?
         };
         let mut errors = Vec::new();
-        let config = read_config(tree, &mut errors);
+        let config = read_config(tree, check, &mut errors);
         match config {
             Some(config) if errors.is_empty() => Ok(config),
             _ => Err(ConfigError::Invalid(errors)),
@@ -433,7 +562,7 @@ fn show(value: &Value) -> String {
     }
 }
 
-fn read_config(tree: Value, errors: &mut Vec<FieldError>) -> Option<Config> {
+fn read_config(tree: Value, check: AddressCheck, errors: &mut Vec<FieldError>) -> Option<Config> {
     let mut top = Section::new("", tree, errors);
     let socket_tree = top.raw("socket");
     let metrics_tree = top.raw("metrics");
@@ -449,7 +578,7 @@ fn read_config(tree: Value, errors: &mut Vec<FieldError>) -> Option<Config> {
     let socket = read_socket(socket_tree.unwrap_or(Value::Null), errors);
     let metrics = read_metrics(metrics_tree.unwrap_or(Value::Null), errors);
     let log = read_log(log_tree.unwrap_or(Value::Null), errors);
-    let masters = read_masters(masters_tree, errors);
+    let masters = read_masters(masters_tree, check, errors);
     let lock = read_lock(lock_tree.unwrap_or(Value::Null), errors);
 
     let mut s = Section::new("health", health_tree.unwrap_or(Value::Null), errors);
@@ -596,7 +725,11 @@ fn read_log(tree: Value, errors: &mut Vec<FieldError>) -> LogConfig {
     LogConfig { format, level }
 }
 
-fn read_masters(tree: Option<Value>, errors: &mut Vec<FieldError>) -> Vec<MasterConfig> {
+fn read_masters(
+    tree: Option<Value>,
+    check: AddressCheck,
+    errors: &mut Vec<FieldError>,
+) -> Vec<MasterConfig> {
     let items = match tree {
         None => {
             errors.push(FieldError {
@@ -622,6 +755,8 @@ fn read_masters(tree: Option<Value>, errors: &mut Vec<FieldError>) -> Vec<Master
     }
     let mut seen = HashSet::new();
     let mut masters = Vec::new();
+    // Every URL that parsed, named or not, for the same-server check.
+    let mut endpoints: Vec<Endpoint> = Vec::new();
     for (i, item) in items.into_iter().enumerate() {
         let path = format!("masters[{i}]");
         let mut s = Section::new(&path, item, errors);
@@ -654,7 +789,16 @@ fn read_masters(tree: Option<Value>, errors: &mut Vec<FieldError>) -> Vec<Master
                 None
             }
             Some(raw) => match MasterUrl::parse(&raw) {
-                Ok(url) => Some(url),
+                Ok(url) => match url.connection_info() {
+                    Ok(_) => Some(url),
+                    Err(e) => {
+                        s.error(
+                            "url",
+                            format!("refused by the redis client ({e}): {:?}", url.to_string()),
+                        );
+                        None
+                    }
+                },
                 Err(message) => {
                     s.error("url", message);
                     None
@@ -706,6 +850,15 @@ fn read_masters(tree: Option<Value>, errors: &mut Vec<FieldError>) -> Vec<Master
             },
         };
         s.finish();
+        if let Some(url) = &url {
+            let (host, port) = url.endpoint();
+            endpoints.push(Endpoint {
+                path: format!("{path}.url"),
+                name: name.clone(),
+                host,
+                port,
+            });
+        }
         let (Some(name), Some(mut url)) = (name, url) else {
             continue;
         };
@@ -719,6 +872,18 @@ fn read_masters(tree: Option<Value>, errors: &mut Vec<FieldError>) -> Vec<Master
             }
             url.set_password(&password);
         }
+        if url.has_user_without_password() {
+            errors.push(FieldError {
+                path: format!("{path}.url"),
+                message: format!(
+                    "names a user but no password, so the redis client would not log in as it; \
+                     give the password in the URL (redis://USER:PASSWORD@host), password_file or \
+                     password_env, or write redis://:PASSWORD@host if this was the password: {:?}",
+                    url.to_string()
+                ),
+            });
+            continue;
+        }
         masters.push(MasterConfig {
             name,
             url,
@@ -726,7 +891,221 @@ fn read_masters(tree: Option<Value>, errors: &mut Vec<FieldError>) -> Vec<Master
             tls_ca,
         });
     }
+    if check == AddressCheck::Resolve {
+        check_same_server(&endpoints, &resolve_all, &local_addresses(), errors);
+    }
     masters
+}
+
+/// How parsing treats the masters' addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressCheck {
+    /// Resolve every master's host (bounded by [`RESOLVE_TIMEOUT`]) and
+    /// refuse two masters that reach the same address and port: one
+    /// server's vote would count twice toward a quorum. A host that does
+    /// not resolve is refused too, since it cannot be compared.
+    Resolve,
+    /// Neither resolve nor compare: for `check --offline` (a file checked
+    /// away from the network it will run in) and for tests of the run-time
+    /// detection of two masters behind one server, which need such a
+    /// configuration to start.
+    Skip,
+}
+
+/// The longest the same-server check waits for host names to resolve, all
+/// of them at once.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A host's addresses, or why it has none.
+type Resolved = Result<Vec<SocketAddr>, String>;
+
+/// Resolves `(host, port)` pairs, one answer each in order: [`resolve_all`],
+/// or a fixed table in unit tests.
+type Resolver = dyn Fn(&[(String, u16)]) -> Vec<Resolved>;
+
+/// One master's URL, as the same-server check sees it.
+#[derive(Debug, Clone)]
+struct Endpoint {
+    /// `masters[i].url`
+    path: String,
+    name: Option<String>,
+    host: String,
+    port: u16,
+}
+
+impl Endpoint {
+    fn describe(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{} ({name})", self.path),
+            None => self.path.clone(),
+        }
+    }
+}
+
+/// Reports, on the later of each pair, two masters whose hosts resolve to a
+/// shared address on the same port, whatever the spelling (`localhost`,
+/// `127.0.0.1`, `[::1]`) or the database number; and every host that does
+/// not resolve.
+fn check_same_server(
+    endpoints: &[Endpoint],
+    resolve: &Resolver,
+    local: &HashSet<IpAddr>,
+    errors: &mut Vec<FieldError>,
+) {
+    let targets: Vec<(String, u16)> = endpoints.iter().map(|e| (e.host.clone(), e.port)).collect();
+    let resolved = resolve(&targets);
+    let mut seen: Vec<(&Endpoint, HashSet<SocketAddr>)> = Vec::new();
+    for (endpoint, addrs) in endpoints.iter().zip(resolved) {
+        let addrs: HashSet<SocketAddr> = match addrs {
+            Ok(addrs) => addrs.into_iter().map(|a| canonical(a, local)).collect(),
+            Err(why) => {
+                errors.push(FieldError {
+                    path: endpoint.path.clone(),
+                    message: format!(
+                        "cannot resolve {:?} to check that no two masters are one server: {why}",
+                        endpoint.host
+                    ),
+                });
+                continue;
+            }
+        };
+        let mut shared: Vec<String> = Vec::new();
+        let mut at: Option<SocketAddr> = None;
+        for (earlier, earlier_addrs) in &seen {
+            if let Some(addr) = earlier_addrs.intersection(&addrs).min() {
+                shared.push(earlier.describe());
+                at.get_or_insert(*addr);
+            }
+        }
+        if let Some(addr) = at {
+            let host = if addr.ip().is_loopback() {
+                format!("this machine's port {}", addr.port())
+            } else {
+                addr.to_string()
+            };
+            errors.push(FieldError {
+                path: endpoint.path.clone(),
+                message: format!(
+                    "{} reaches the same server as {} ({host}): its vote would count twice \
+                     toward a quorum; list each server once",
+                    endpoint.name.as_deref().unwrap_or("this master"),
+                    shared.join(", "),
+                ),
+            });
+        }
+        seen.push((endpoint, addrs));
+    }
+}
+
+/// The address a connection really reaches: an IPv4-mapped IPv6 address is
+/// its IPv4 address, and every loopback or unspecified address, and every
+/// address of this machine (`local`), is one host: a redis-server listens
+/// on all of them by default.
+fn canonical(addr: SocketAddr, local: &HashSet<IpAddr>) -> SocketAddr {
+    let ip = match addr.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        ip => ip,
+    };
+    let ip = if ip.is_loopback() || ip.is_unspecified() || local.contains(&ip) {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        ip
+    };
+    SocketAddr::new(ip, addr.port())
+}
+
+/// The IP addresses of this machine's interfaces (empty if they cannot be
+/// listed), so that `redis://<this host's address>:P` and
+/// `redis://127.0.0.1:P` are seen as one server.
+fn local_addresses() -> HashSet<IpAddr> {
+    let mut local = HashSet::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs(3) gives a linked list that stays valid until
+    // freeifaddrs(3); it is only read in between, each ifa_addr through the
+    // sockaddr type its sa_family names.
+    unsafe {
+        if libc::getifaddrs(&mut head) != 0 {
+            return local;
+        }
+        let mut entry = head;
+        while !entry.is_null() {
+            let addr = (*entry).ifa_addr;
+            if !addr.is_null() {
+                match i32::from((*addr).sa_family) {
+                    libc::AF_INET => {
+                        let v4 = &*addr.cast::<libc::sockaddr_in>();
+                        local.insert(IpAddr::V4(Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr))));
+                    }
+                    libc::AF_INET6 => {
+                        let v6 = &*addr.cast::<libc::sockaddr_in6>();
+                        local.insert(IpAddr::V6(Ipv6Addr::from(v6.sin6_addr.s6_addr)));
+                    }
+                    _ => {}
+                }
+            }
+            entry = (*entry).ifa_next;
+        }
+        libc::freeifaddrs(head);
+    }
+    local
+}
+
+/// Resolves every `(host, port)` with the system resolver, in parallel,
+/// giving up on those not answered within [`RESOLVE_TIMEOUT`] (their lookup
+/// thread is left to finish on its own). IP literals need no lookup.
+fn resolve_all(targets: &[(String, u16)]) -> Vec<Resolved> {
+    let mut results: Vec<Option<Resolved>> = vec![None; targets.len()];
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut pending = 0;
+    for (i, (host, port)) in targets.iter().enumerate() {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            results[i] = Some(Ok(vec![SocketAddr::new(ip, *port)]));
+            continue;
+        }
+        let tx = tx.clone();
+        let target = (host.clone(), *port);
+        let spawned = std::thread::Builder::new()
+            .name("resolve".into())
+            .spawn(move || {
+                let answer = target
+                    .to_socket_addrs()
+                    .map(Iterator::collect)
+                    .map_err(|e| e.to_string());
+                let _ = tx.send((i, answer));
+            });
+        match spawned {
+            Ok(_) => pending += 1,
+            Err(e) => results[i] = Some(Err(format!("cannot start a lookup: {e}"))),
+        }
+    }
+    let deadline = std::time::Instant::now() + RESOLVE_TIMEOUT;
+    while pending > 0 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, answer)) => {
+                results[i] = Some(answer.and_then(|addrs: Vec<SocketAddr>| {
+                    if addrs.is_empty() {
+                        Err("no addresses".to_string())
+                    } else {
+                        Ok(addrs)
+                    }
+                }));
+                pending -= 1;
+            }
+            Err(_) => break,
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| {
+                Err(format!(
+                    "no answer within {}",
+                    humantime::format_duration(RESOLVE_TIMEOUT)
+                ))
+            })
+        })
+        .collect()
 }
 
 fn valid_name(name: &str) -> bool {
@@ -741,7 +1120,13 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
     let key_prefix: String = s
         .take("key_prefix", "a string")
         .unwrap_or_else(|| "redlock:".to_string());
-    if key_prefix
+    if key_prefix.is_empty() {
+        s.error(
+            "key_prefix",
+            "must not be empty: the scanner and /v1/locks would take every key on the masters \
+             for a lock key; use e.g. \"redlock:\"",
+        );
+    } else if key_prefix
         .bytes()
         .any(|b| matches!(b, b'*' | b'?' | b'[' | b']' | b'\\'))
     {
@@ -852,7 +1237,7 @@ mod tests {
             let mut yaml = String::from("masters:\n");
             for i in 0..n {
                 yaml.push_str(&format!(
-                    "  - {{name: r{i}, url: \"redis://h:{}\"}}\n",
+                    "  - {{name: r{i}, url: \"redis://127.0.0.1:{}\"}}\n",
                     6379 + i
                 ));
             }
@@ -865,9 +1250,9 @@ mod tests {
         let yaml = r#"
 socket: {mode: 660, extra: 1}
 masters:
-  - {name: r1, url: "redis://a:1"}
+  - {name: r1, url: "redis://127.0.0.1:1"}
   - {name: r1, url: "http://x"}
-  - {url: "redis://c:3", port: 5}
+  - {url: "redis://127.0.0.1:3", port: 5}
 lock:
   ttl: 5s
   default_ttl: 90s
@@ -947,18 +1332,249 @@ lock:
         let file = dir.path().join("pw");
         std::fs::write(&file, "s3cret\n").unwrap();
         let yaml = format!(
-            "masters:\n  - {{name: r1, url: \"redis://h:1\", password_file: {:?}}}\n",
+            "masters:\n  - {{name: r1, url: \"redis://127.0.0.1:1\", password_file: {:?}}}\n",
             file.display().to_string()
         );
         let config = Config::from_yaml(&yaml).unwrap();
         let info = config.masters[0].url.connection_info().unwrap();
         assert_eq!(info.redis_settings().password(), Some("s3cret"));
 
-        let yaml = "masters:\n  - {name: r1, url: \"redis://h:1\", password_env: REDLOCK_TEST_UNSET_VAR}\n";
+        let yaml = "masters:\n  - {name: r1, url: \"redis://127.0.0.1:1\", password_env: REDLOCK_TEST_UNSET_VAR}\n";
         assert_eq!(
             errors_of(yaml),
             ["masters[0].password_env: environment variable \"REDLOCK_TEST_UNSET_VAR\" is not set"]
         );
+    }
+
+    #[test]
+    fn query_passwords_are_refused_and_never_show() {
+        let yaml = "masters:\n  - {name: r1, url: \"redis://127.0.0.1:6379/0?password=hunter2\"}\n";
+        let errors = errors_of(yaml);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("masters[0].url: query parameter \"password\" is not used"),
+            "{errors:?}"
+        );
+        assert!(errors[0].contains("password_file"), "{errors:?}");
+        assert!(errors[0].contains("?password=***"), "{errors:?}");
+        assert!(!errors[0].contains("hunter2"), "{errors:?}");
+
+        // The other spellings, in URLs that do or do not parse.
+        for url in [
+            "redis://127.0.0.1:6379?pass=hunter2",
+            "redis://127.0.0.1:6379?protocol=resp3&auth=hunter2",
+            "redis://u:hunter2@127.0.0.1:6379?user=u",
+            "http://127.0.0.1?password=hunter2",
+            "redis://127.0.0.1:port?password=hunter2",
+        ] {
+            let errors = errors_of(&format!("masters:\n  - {{name: r1, url: {url:?}}}\n"));
+            assert_eq!(errors.len(), 1, "{url}: {errors:?}");
+            assert!(!errors[0].contains("hunter2"), "{errors:?}");
+        }
+    }
+
+    #[test]
+    fn a_user_without_a_password_is_refused_and_not_shown() {
+        let yaml = "masters:\n  - {name: r1, url: \"redis://hunter2@127.0.0.1:6379\"}\n";
+        let errors = errors_of(yaml);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("masters[0].url: names a user but no password"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].contains("\"redis://***@127.0.0.1:6379\""),
+            "{errors:?}"
+        );
+        assert!(!errors[0].contains("hunter2"), "{errors:?}");
+
+        // With the password from the environment, the user is used.
+        let yaml =
+            "masters:\n  - {name: r1, url: \"redis://agent@127.0.0.1:6379\", password_env: PATH}\n";
+        let config = Config::from_yaml(yaml).unwrap();
+        let info = config.masters[0].url.connection_info().unwrap();
+        assert_eq!(info.redis_settings().username(), Some("agent"));
+        assert_eq!(
+            config.masters[0].url.to_string(),
+            "redis://agent:***@127.0.0.1:6379"
+        );
+    }
+
+    #[test]
+    fn unknown_query_names_are_not_shown_either() {
+        for url in [
+            "redis://127.0.0.1:6379?hunter2",
+            "redis://127.0.0.1:6379?hunter2=x",
+            "redis://127.0.0.1:port?hunter2",
+        ] {
+            let errors = errors_of(&format!("masters:\n  - {{name: r1, url: {url:?}}}\n"));
+            assert_eq!(errors.len(), 1, "{url}: {errors:?}");
+            assert!(!errors[0].contains("hunter2"), "{errors:?}");
+        }
+    }
+
+    #[test]
+    fn the_protocol_query_is_used_and_shown() {
+        let yaml =
+            "masters:\n  - {name: r1, url: \"redis://:hunter2@127.0.0.1:6379?protocol=resp3\"}\n";
+        let config = Config::from_yaml(yaml).unwrap();
+        assert_eq!(
+            config.masters[0].url.to_string(),
+            "redis://:***@127.0.0.1:6379?protocol=resp3"
+        );
+        let info = config.masters[0].url.connection_info().unwrap();
+        assert_eq!(
+            info.redis_settings().protocol(),
+            redis::ProtocolVersion::RESP3
+        );
+    }
+
+    #[test]
+    fn urls_the_redis_client_refuses_are_config_errors() {
+        let yaml = "masters:\n  - {name: r1, url: \"redis://:hunter2@127.0.0.1:6379/zero\"}\n";
+        let errors = errors_of(yaml);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("masters[0].url: refused by the redis client"),
+            "{errors:?}"
+        );
+        assert!(!errors[0].contains("hunter2"), "{errors:?}");
+    }
+
+    #[test]
+    fn an_empty_key_prefix_is_refused() {
+        let errors = errors_of(&format!("{MINIMAL}lock: {{key_prefix: \"\"}}\n"));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("lock.key_prefix: must not be empty"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn two_spellings_of_one_server_are_refused_with_both_paths() {
+        let yaml = "masters:
+  - {name: a, url: \"redis://127.0.0.1:7001\"}
+  - {name: b, url: \"redis://localhost:7001\"}
+  - {name: c, url: \"rediss://127.0.0.1:7001/3\"}
+  - {name: d, url: \"redis://[::1]:7001\"}
+  - {name: e, url: \"redis://[::ffff:127.0.0.1]:7001\"}
+  - {name: f, url: \"redis://127.0.0.1:7002\"}
+  - {name: g, url: \"redis://127.0.0.1:6379\"}
+  - {name: h, url: \"redis://127.0.0.1\"}
+";
+        let errors = errors_of(yaml);
+        let expected = [
+            "masters[1].url: b reaches the same server as masters[0].url (a) (this machine's port 7001)",
+            "masters[2].url: c reaches the same server as masters[0].url (a), masters[1].url (b) (this machine's port 7001)",
+            "masters[3].url: d reaches the same server as masters[0].url (a), masters[1].url (b), masters[2].url (c)",
+            "masters[4].url: e reaches the same server as masters[0].url (a), masters[1].url (b), masters[2].url (c), masters[3].url (d)",
+            "masters[7].url: h reaches the same server as masters[6].url (g) (this machine's port 6379)",
+        ];
+        assert_eq!(errors.len(), expected.len(), "{errors:#?}");
+        for (error, line) in errors.iter().zip(expected) {
+            assert!(error.starts_with(line), "{error:?} is not {line:?}");
+        }
+        // Skipped on request (tests of the run-time detection).
+        assert!(Config::from_yaml_with(yaml, AddressCheck::Skip).is_ok());
+    }
+
+    fn endpoint(i: usize, host: &str, port: u16) -> Endpoint {
+        Endpoint {
+            path: format!("masters[{i}].url"),
+            name: Some(format!("r{i}")),
+            host: host.to_string(),
+            port,
+        }
+    }
+
+    #[test]
+    fn names_that_share_any_address_collide_and_unresolved_names_are_reported() {
+        let resolve = |targets: &[(String, u16)]| -> Vec<Resolved> {
+            targets
+                .iter()
+                .map(|(host, port)| {
+                    let ips: &[&str] = match host.as_str() {
+                        "multi" => &["10.0.0.1", "10.0.0.2"],
+                        "other" => &["10.0.0.2"],
+                        "third" => &["10.0.0.3"],
+                        _ => return Err("name not known".to_string()),
+                    };
+                    Ok(ips
+                        .iter()
+                        .map(|ip| SocketAddr::new(ip.parse().unwrap(), *port))
+                        .collect())
+                })
+                .collect()
+        };
+        let endpoints = [
+            endpoint(0, "multi", 6379),
+            endpoint(1, "other", 6379),
+            endpoint(2, "other", 6380),
+            endpoint(3, "third", 6379),
+            endpoint(4, "nowhere", 6379),
+        ];
+        let mut errors = Vec::new();
+        check_same_server(&endpoints, &resolve, &HashSet::new(), &mut errors);
+        let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            errors,
+            [
+                "masters[1].url: r1 reaches the same server as masters[0].url (r0) (10.0.0.2:6379): \
+                 its vote would count twice toward a quorum; list each server once",
+                "masters[4].url: cannot resolve \"nowhere\" to check that no two masters are one \
+                 server: name not known",
+            ]
+        );
+    }
+
+    #[test]
+    fn this_machines_addresses_are_one_host_with_loopback() {
+        let local: HashSet<IpAddr> = ["192.0.2.7".parse().unwrap(), "fd00::7".parse().unwrap()]
+            .into_iter()
+            .collect();
+        let loopback: SocketAddr = "127.0.0.1:6379".parse().unwrap();
+        for addr in [
+            "192.0.2.7:6379",
+            "[fd00::7]:6379",
+            "[::1]:6379",
+            "127.0.0.5:6379",
+            "[::ffff:127.0.0.1]:6379",
+            "0.0.0.0:6379",
+        ] {
+            assert_eq!(canonical(addr.parse().unwrap(), &local), loopback, "{addr}");
+        }
+        let other: SocketAddr = "192.0.2.8:6379".parse().unwrap();
+        assert_eq!(canonical(other, &local), other);
+        assert_eq!(
+            canonical("[::ffff:192.0.2.8]:6379".parse().unwrap(), &local),
+            other
+        );
+
+        // The real list has loopback, and any other address of this
+        // machine collides with 127.0.0.1.
+        let real = local_addresses();
+        assert!(real.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)), "{real:?}");
+        if let Some(ip) = real.iter().find(|ip| !ip.is_loopback()) {
+            let yaml = format!(
+                "masters:\n  - {{name: a, url: \"redis://127.0.0.1:7001\"}}\n  - {{name: b, url: \"redis://{}:7001\"}}\n",
+                SocketAddr::new(*ip, 7001).to_string().rsplit_once(':').unwrap().0
+            );
+            let errors = errors_of(&yaml);
+            assert_eq!(errors.len(), 1, "{yaml}: {errors:?}");
+            assert!(
+                errors[0]
+                    .starts_with("masters[1].url: b reaches the same server as masters[0].url (a)"),
+                "{errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn ip_literals_resolve_without_a_lookup() {
+        let resolved = resolve_all(&[("::1".to_string(), 1), ("10.1.2.3".to_string(), 2)]);
+        assert_eq!(resolved[0], Ok(vec!["[::1]:1".parse().unwrap()]));
+        assert_eq!(resolved[1], Ok(vec!["10.1.2.3:2".parse().unwrap()]));
     }
 
     #[test]

@@ -36,9 +36,7 @@ use redlock_wire::NodeState;
 use crate::redlock::node::{Detector, Identity};
 use crate::redlock::{Node, NodeError};
 
-/// Suffix of the incarnation marker key, after the key prefix. The space
-/// cannot occur in a resource name, so the marker never collides with a lock.
-pub const MARKER_SUFFIX: &str = " incarnation";
+pub use crate::redlock::node::{MARKER_SUFFIX, WITNESS_SUFFIX};
 
 /// What the health tasks need from the config.
 #[derive(Debug, Clone)]
@@ -122,7 +120,7 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
             Ok(None) => {}
             Ok(Some(marker)) => {
                 detected = Some(match detected {
-                    Some(other) if other.1 > marker.1 => other,
+                    Some(other) if other.1 >= marker.1 => other,
                     _ => marker,
                 });
             }
@@ -169,9 +167,15 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
             "node answers"
         );
     }
+    if node.needs_witness() {
+        if let Err(e) = node.write_witness(&conn).await {
+            tracing::debug!(node = node.name(), error = %e, "quarantine witness not written; trying again");
+        }
+    }
     if node.readmit_due() {
         match node.readmit(&conn).await {
-            Ok(()) => tracing::info!(
+            Ok(false) => {}
+            Ok(true) => tracing::info!(
                 node = node.name(),
                 "quarantine over: incarnation marker rewritten, the node takes part in locks again"
             ),
@@ -298,10 +302,15 @@ pub fn topology_warnings(info: &HashMap<String, String>) -> Vec<String> {
                 .to_string(),
         );
     }
+    // Lock keys all have a TTL, so volatile-* policies evict them first;
+    // only noeviction keeps them (a full master then refuses new locks).
+    let limited = info
+        .get("maxmemory")
+        .is_some_and(|m| m.parse::<u64>().map_or(true, |m| m > 0));
     if let Some(policy) = info.get("maxmemory_policy") {
-        if policy.starts_with("allkeys-") {
+        if policy.starts_with("allkeys-") || (limited && policy != "noeviction") {
             warnings.push(format!(
-                "maxmemory-policy {policy} may evict lock keys; use noeviction or a volatile-* policy"
+                "maxmemory-policy {policy} may evict lock keys; use noeviction (an eviction quarantines the master)"
             ));
         }
     }

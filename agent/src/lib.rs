@@ -9,7 +9,9 @@
 //!   math ([`redlock::validity`], pure), tokens, resources, the
 //!   compare-and-set scripts, and [`redlock::node`], one master connection.
 //! - [`health`]: one task per master that connects, probes, detects restarts
-//!   and quarantines a master that came back (delayed restart); topology checks.
+//!   and lost keys (the incarnation marker, evictions), quarantines such a
+//!   master (delayed restart) and readmits it by rewriting the marker;
+//!   topology checks.
 //! - [`grants`]: the locks this agent granted (for `/v1/locks` and metrics).
 //! - [`holds`]: locks tied to a client's connection: renewal, loss notices,
 //!   release when the connection closes.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use redlock_agent::config::{Config, LogFormat, EXIT_CONFIG};
+use redlock_agent::config::{AddressCheck, Config, LogFormat, EXIT_CONFIG};
 use redlock_agent::dev::{self, RedisServer};
 use redlock_agent::lock_command::{self, LockCommand};
 use std::time::Duration;
@@ -40,6 +40,10 @@ enum Cmd {
     Check {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
+        /// Do not resolve the masters' hosts, so do not compare their
+        /// addresses: to check a file away from the network it will run in.
+        #[arg(long)]
+        offline: bool,
     },
     /// Start local redis-server masters and run the agent on them.
     Dev {
@@ -123,7 +127,14 @@ fn main() -> ExitCode {
             kill_after,
             command,
         }),
-        Some(Cmd::Check { config }) => check(&config),
+        Some(Cmd::Check { config, offline }) => check(
+            &config,
+            if offline {
+                AddressCheck::Skip
+            } else {
+                AddressCheck::Resolve
+            },
+        ),
         Some(Cmd::Dev {
             socket,
             masters,
@@ -131,7 +142,7 @@ fn main() -> ExitCode {
         }) => dev_cluster(&socket, masters, &metrics, cli.log_format),
         None => {
             match cli.config {
-                Some(path) => match load(&path) {
+                Some(path) => match load(&path, AddressCheck::Resolve) {
                     Ok(config) => serve(config, cli.log_format),
                     Err(code) => code,
                 },
@@ -161,8 +172,8 @@ fn lock(command: LockCommand) -> ExitCode {
     }
 }
 
-fn load(path: &Path) -> Result<Config, ExitCode> {
-    Config::load(path).map_err(|e| {
+fn load(path: &Path, check: AddressCheck) -> Result<Config, ExitCode> {
+    Config::load_with(path, check).map_err(|e| {
         eprintln!(
             "redlock-agent: {} is not a usable config:\n{e}",
             path.display()
@@ -171,8 +182,8 @@ fn load(path: &Path) -> Result<Config, ExitCode> {
     })
 }
 
-fn check(path: &Path) -> ExitCode {
-    match load(path) {
+fn check(path: &Path, addresses: AddressCheck) -> ExitCode {
+    match load(path, addresses) {
         Ok(config) => {
             // Cannot fail: the config holds only strings, numbers and bools.
             let yaml = serde_saphyr::to_string(&config).expect("config serializes");
@@ -238,6 +249,52 @@ fn serve_with(config: Config, format: Option<LogFormat>, masters_fresh: bool) ->
     }
 }
 
+/// `text` as one shell word: as it is when it is plain, else single-quoted.
+fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-:+=@%,".contains(&b));
+    if plain {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// What `dev` prints to try: commands with full paths, to paste from any
+/// directory (the TUI's when it was built beside this binary).
+fn dev_commands(socket: &Path) -> String {
+    let s = shell_word(&socket.display().to_string());
+    let mut out = format!(
+        "Try it, from any directory:\n  \
+         curl --unix-socket {s} -X POST localhost/v1/locks/demo/acquire -d '{{\"ttl_ms\": 10000}}'\n  \
+         curl --unix-socket {s} localhost/v1/nodes\n"
+    );
+    let exe = std::env::current_exe().ok();
+    if let Some(exe) = &exe {
+        let agent = shell_word(&exe.display().to_string());
+        out.push_str(&format!(
+            "  {agent} lock --socket {s} --ttl 10s report -- sh -c 'echo \"holding $REDLOCK_RESOURCE\"'\n"
+        ));
+        let tui = exe.with_file_name("redlock-tui");
+        if tui.is_file() {
+            out.push_str(&format!(
+                "  {} --socket {s}\n",
+                shell_word(&tui.display().to_string())
+            ));
+        }
+        if let Some(dir) = exe.parent() {
+            out.push_str(&format!(
+                "\nTo type them without the path: export PATH={}:\"$PATH\"\n",
+                shell_word(&dir.display().to_string())
+            ));
+        }
+    }
+    out.push_str("\nCtrl-C stops the agent and every master.\n");
+    out
+}
+
 fn dev_cluster(socket: &Path, count: usize, metrics: &str, format: Option<LogFormat>) -> ExitCode {
     if count == 0 {
         eprintln!("redlock-agent dev: --masters must be at least 1");
@@ -277,19 +334,16 @@ fn dev_cluster(socket: &Path, count: usize, metrics: &str, format: Option<LogFor
         );
         return ExitCode::FAILURE;
     }
-    let config = match load(&config_path) {
+    let config = match load(&config_path, AddressCheck::Resolve) {
         Ok(config) => config,
         Err(code) => return code,
     };
     let ports: Vec<String> = masters.iter().map(|m| m.port().to_string()).collect();
     println!(
-        "redlock-agent dev: {count} masters on 127.0.0.1 ports {}; config {}\n\n\
-         Try it:\n  curl --unix-socket {} -X POST localhost/v1/locks/demo/acquire -d '{{\"ttl_ms\": 10000}}'\n  \
-         curl --unix-socket {} localhost/v1/nodes\n\nCtrl-C stops the agent and every master.\n",
+        "redlock-agent dev: {count} masters on 127.0.0.1 ports {}; config {}\n\n{}",
         ports.join(", "),
         config_path.display(),
-        socket.display(),
-        socket.display(),
+        dev_commands(&socket),
     );
     let code = serve_with(config, format, true);
     drop(masters);

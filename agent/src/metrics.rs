@@ -263,7 +263,7 @@ impl Metrics {
             .expect("valid gauge"),
             node_restarts: counter_vec(
                 "redlock_node_restarts_detected_total",
-                "Master restarts detected, by detector (reconnect, run_id, uptime, marker).",
+                "Masters that may have lost keys, by detector (reconnect, run_id, uptime, marker, eviction).",
                 &["node", "detector"],
             ),
             node_request_duration: histogram_vec(
@@ -375,7 +375,7 @@ impl Metrics {
             for kind in crate::redlock::NodeError::KINDS {
                 m.node_errors.with_label_values(&[node, kind]);
             }
-            for detector in ["reconnect", "run_id", "uptime", "marker"] {
+            for detector in ["reconnect", "run_id", "uptime", "marker", "eviction"] {
                 m.node_restarts.with_label_values(&[node, detector]);
             }
         }

@@ -7,7 +7,13 @@
 //! quorum of masters on two scans in a row: debris of a partial
 //! acquisition); each key is counted once, as the first kind that fits in
 //! that order. The scanner never deletes; with `repair: expire` it gives
-//! `no_ttl` keys a TTL of `lock.max_ttl`. The incarnation marker is skipped.
+//! `no_ttl` keys a TTL of `lock.max_ttl`.
+//!
+//! Only lock keys count: a key under the prefix whose value does not have
+//! the shape of a token this agent writes ([`is_token_shaped`]: another
+//! type, application data, the incarnation marker) is foreign. Foreign keys
+//! are never reported as leaks and never repaired; each scan logs how many
+//! a master has, since they mean `lock.key_prefix` is shared.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -18,6 +24,7 @@ use redlock_wire::{LeakedKey, LeaksResponse, NodeLeaks, MAX_LEAKED_KEYS_SHOWN};
 use crate::config::{LeakScanConfig, Repair};
 use crate::metrics::{unix_now, LeakKind, Metrics};
 use crate::redlock::node::KeyState;
+use crate::redlock::token::is_token_shaped;
 use crate::redlock::{Node, NodeError};
 
 /// What the scanner needs to know.
@@ -34,8 +41,10 @@ pub struct ScanSettings {
 /// One master's keys from one scan.
 #[derive(Debug, Default)]
 struct NodeScan {
-    /// Every key under the prefix with its PTTL (-1: none).
+    /// Every lock key under the prefix with its PTTL (-1: none).
     keys: HashMap<String, i64>,
+    /// Keys under the prefix that are not lock keys (left alone).
+    foreign: u64,
     duration: Duration,
     repaired: u64,
     error: Option<NodeError>,
@@ -185,7 +194,7 @@ impl Scanner {
             node: node.name().to_string(),
             scanned_at_ms,
             duration_ms: millis(scan.duration),
-            keys_scanned: scan.keys.len() as u64,
+            keys_scanned: scan.keys.len() as u64 + scan.foreign,
             error: scan.error.as_ref().map(ToString::to_string),
             no_ttl: count(LeakKind::NoTtl),
             ttl_over_max: count(LeakKind::TtlOverMax),
@@ -220,16 +229,27 @@ impl Scanner {
                 Err(e) => {
                     scan.error = Some(e);
                     scan.keys.clear();
+                    scan.foreign = 0;
                     break;
                 }
             };
-            for KeyState { key, pttl, .. } in batch {
-                if key == self.settings.marker_key || pttl == -2 {
-                    continue; // the marker, or a key that expired meanwhile
+            for KeyState { key, value, pttl } in batch {
+                if key == self.settings.marker_key
+                    || key.ends_with(crate::health::WITNESS_SUFFIX)
+                    || pttl == -2
+                {
+                    continue; // the agents' own keys, or a key that expired meanwhile
                 }
                 self.metrics.leak_scan_keys.inc();
+                let Some(value) = value.filter(|v| is_token_shaped(v)) else {
+                    scan.foreign += 1;
+                    continue;
+                };
                 if pttl == -1 && config.repair == Repair::Expire {
-                    match node.expire_if_persistent(&key, self.settings.max_ttl).await {
+                    match node
+                        .expire_if_unchanged(&key, &value, self.settings.max_ttl)
+                        .await
+                    {
                         Ok(true) => {
                             scan.repaired += 1;
                             tracing::info!(node = node.name(), key = %key, "gave a key without TTL one of lock.max_ttl");
@@ -245,13 +265,22 @@ impl Scanner {
                 break;
             }
             // Rate limit: never ahead of keys_per_second.
-            let due =
-                Duration::from_secs_f64(scan.keys.len() as f64 / config.keys_per_second as f64);
+            let examined = scan.keys.len() as u64 + scan.foreign;
+            let due = Duration::from_secs_f64(examined as f64 / config.keys_per_second as f64);
             if let Some(ahead) = due.checked_sub(started.elapsed()) {
                 tokio::time::sleep(ahead).await;
             }
         }
         scan.duration = started.elapsed();
+        if scan.foreign > 0 && scan.error.is_none() {
+            tracing::warn!(
+                node = node.name(),
+                foreign = scan.foreign,
+                key_prefix = %self.settings.key_prefix,
+                "keys under lock.key_prefix that are not lock keys; the scanner leaves them alone, \
+                 but the prefix should belong to the agent alone"
+            );
+        }
         scan
     }
 }

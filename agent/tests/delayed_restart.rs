@@ -219,10 +219,14 @@ async fn uptime_detector_quarantines_young_masters_at_agent_start() {
         .iter()
         .filter(|n| n["state"] == "quarantined")
         .collect();
-    // On a slow machine some may already be old enough; most are not.
+    // On a slow machine some may already be old enough; most are not. A
+    // master that is a second old and has no incarnation marker yet is
+    // quarantined for the whole period by the marker detector instead (the
+    // longer of the two wins).
+    let detected_young = |d: &Value| d == "uptime" || d == "marker";
     if !young.is_empty() {
         for n in &young {
-            assert_eq!(n["detector"], "uptime", "{n}");
+            assert!(detected_young(&n["detector"]), "{n}");
             assert!(
                 n["quarantine_remaining_ms"].as_u64().unwrap() <= 3000,
                 "{n}"
@@ -234,7 +238,8 @@ async fn uptime_detector_quarantines_young_masters_at_agent_start() {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(
-            message.contains("quarantined for") && message.contains("uptime"),
+            message.contains("quarantined for")
+                && (message.contains("uptime") || message.contains("marker")),
             "{message}"
         );
     }
@@ -316,7 +321,9 @@ async fn topology_warnings_for_replicas_shared_servers_and_eviction() {
         &["--bind", "127.0.0.1", "127.0.0.2"],
     )
     .unwrap();
-    let agent = TestAgent::start_with(|socket| {
+    // The config refuses two loopback addresses with one port up front;
+    // this test is about the run-time check behind it (a proxy, a NAT).
+    let agent = TestAgent::start_sharing_servers(|socket| {
         // config_yaml ends with the masters list, so entries appended land in it.
         let mut yaml = cluster.config_yaml(socket, "");
         yaml.push_str(&format!(

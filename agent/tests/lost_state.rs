@@ -147,6 +147,18 @@ async fn a_master_first_seen_without_marker_is_quarantined_once() {
     let cluster = Cluster::start(3);
     let first = TestAgent::start(&cluster, SHORT).await;
     first.stop().await;
+    // Old enough that the uptime detector alone would quarantine for less
+    // than the whole period: the missing marker must make it the whole.
+    wait_for("r1 up for a second", Duration::from_secs(5), || async {
+        let mut conn = cluster.redis(0).await;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        !info.contains("uptime_in_seconds:0\r")
+    })
+    .await;
     flush(&cluster, 0, "FLUSHALL").await;
     let agent = TestAgent::start_cautious(&cluster, SHORT).await;
     let nodes = agent.nodes().await;
@@ -241,4 +253,119 @@ async fn thousands_of_waiters_are_not_turned_into_no_quorum() {
     );
     let nodes = agent.nodes().await;
     assert_eq!(nodes["usable"], 5, "{nodes}");
+}
+
+/// A master that evicts keys (a memory limit with a volatile policy, which
+/// picks keys with a TTL: lock keys first) is quarantined by the `eviction`
+/// detector once its `evicted_keys` grows, and warned about up front.
+#[tokio::test]
+async fn a_master_that_evicts_keys_is_quarantined() {
+    let cluster = Cluster::start(2);
+    let evicting = redlock_agent::dev::RedisServer::start_with(
+        cluster.dir.path(),
+        "evicting",
+        &["--maxmemory", "4mb", "--maxmemory-policy", "volatile-lru"],
+    )
+    .unwrap();
+    let agent = TestAgent::start_with(|socket| {
+        // config_yaml ends with the masters list: add one, then the rest.
+        let mut yaml = cluster.config_yaml(socket, "");
+        yaml.push_str(&format!(
+            "  - name: evicting\n    url: {}\n",
+            evicting.url()
+        ));
+        yaml.push_str(SHORT);
+        yaml
+    })
+    .await;
+    let nodes = agent.nodes().await;
+    assert_eq!(node(&nodes, "evicting")["state"], "up", "{nodes}");
+    assert!(
+        node(&nodes, "evicting")["warnings"]
+            .to_string()
+            .contains("volatile-lru may evict lock keys"),
+        "{nodes}"
+    );
+    // Fill it past its limit with keys that have a TTL, as locks do.
+    let mut conn = redis::Client::open(evicting.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let value = "x".repeat(1024);
+    for batch in 0..20 {
+        let mut pipe = redis::pipe();
+        for i in 0..500 {
+            pipe.cmd("SET")
+                .arg(format!("filler:{batch}:{i}"))
+                .arg(&value)
+                .arg("EX")
+                .arg(600)
+                .ignore();
+        }
+        let _: () = pipe.query_async(&mut conn).await.unwrap();
+    }
+    wait_for(
+        "the eviction quarantine",
+        Duration::from_secs(5),
+        || async { node(&agent.nodes().await, "evicting")["detector"] == "eviction" },
+    )
+    .await;
+    let nodes = agent.nodes().await;
+    assert_eq!(node(&nodes, "evicting")["state"], "quarantined", "{nodes}");
+}
+
+/// The quarantine witness: while this agent waits out r1's lost keys,
+/// another agent readmits r1 (here: the marker written directly, as that
+/// agent would) and r1 loses its keys again. When this agent's period runs
+/// out, the marker is missing again; its witness, which the second loss
+/// removed, says the loss came after its quarantine began, so it must not
+/// write the marker: the quarantine starts over, then ends normally.
+#[tokio::test]
+async fn a_second_loss_during_the_quarantine_starts_it_over() {
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(&cluster, SHORT).await;
+    flush(&cluster, 0, "FLUSHALL").await;
+    wait_for(
+        "the quarantine witness on r1",
+        Duration::from_secs(5),
+        || async {
+            let mut conn = cluster.redis(0).await;
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("redlock:* quarantine witness")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            keys.len() == 1
+        },
+    )
+    .await;
+    let mut conn = cluster.redis(0).await;
+    let _: () = redis::cmd("SET")
+        .arg(MARKER)
+        .arg("written by another agent's readmission")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    flush(&cluster, 0, "FLUSHALL").await;
+    let restarts = r#"redlock_node_restarts_detected_total{detector="marker",node="r1"}"#;
+    wait_for(
+        "the quarantine to start over",
+        Duration::from_secs(10),
+        || async {
+            let (_, metrics) = agent.get_tcp("/metrics").await;
+            metrics.contains(&format!("{restarts} 2"))
+        },
+    )
+    .await;
+    let nodes = agent.nodes().await;
+    assert_eq!(node(&nodes, "r1")["state"], "quarantined", "{nodes}");
+    agent.wait_usable(3).await;
+    assert!(cluster.get(0, MARKER).await.is_some(), "marker rewritten");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("redlock:* quarantine witness")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "witness removed on readmission: {keys:?}");
 }

@@ -8,6 +8,10 @@ use std::time::Duration;
 use common::{wait_for, Cluster, TestAgent};
 use serde_json::{json, Value};
 
+/// A value with the shape of a token the agent writes (40 hex digits), as a
+/// lock key leaked by a dead client would hold.
+const TOKEN: &str = "5f3a9c0e1b2d4f6a8c0e1b2d4f6a8c0e1b2d4f6a";
+
 const FAST_SCAN: &str = "lock:\n  max_ttl: 60s\nleak_scan:\n  interval: 150ms\n  count: 10\n";
 
 async fn leaks_after(agent: &TestAgent, scans: u64) -> Value {
@@ -52,13 +56,13 @@ async fn finds_each_kind_of_leak_and_nothing_else() {
     let mut conn = cluster.redis(0).await;
     let _: () = redis::cmd("SET")
         .arg("redlock:stuck")
-        .arg("v")
+        .arg(TOKEN)
         .query_async(&mut conn)
         .await
         .unwrap();
     let _: () = redis::cmd("SET")
         .arg("other:no-ttl")
-        .arg("v")
+        .arg(TOKEN)
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -69,11 +73,14 @@ async fn finds_each_kind_of_leak_and_nothing_else() {
         .await
         .unwrap();
     cluster
-        .plant(1, "redlock:forever-ish", "v", 3_600_000)
+        .plant(1, "redlock:forever-ish", TOKEN, 3_600_000)
         .await;
-    cluster.plant(2, "redlock:debris", "v", 50_000).await;
+    cluster
+        .plant(2, "redlock:debris", &format!("{TOKEN}.job"), 50_000)
+        .await;
     agent.acquire_ok("live", json!({"ttl_ms": 30000})).await;
-    // Filler keys so the scan needs several SCAN calls (count 10).
+    // Filler keys so the scan needs several SCAN calls (count 10); their
+    // value is no token, so they are examined but are no lock keys.
     for i in 0..40 {
         cluster
             .plant(0, &format!("redlock:filler-{i}"), "v", 50_000)
@@ -115,8 +122,8 @@ async fn finds_each_kind_of_leak_and_nothing_else() {
     assert_eq!(pttl(&cluster, 0, "other:no-ttl").await, -1);
 }
 
-/// `repair: expire` gives keys without TTL one of max_ttl, only under the
-/// prefix, and deletes nothing.
+/// `repair: expire` gives lock keys without TTL one of max_ttl, only under
+/// the prefix, and deletes nothing.
 #[tokio::test]
 async fn repair_expire_sets_a_ttl_and_deletes_nothing() {
     let cluster = Cluster::start(1);
@@ -128,13 +135,13 @@ async fn repair_expire_sets_a_ttl_and_deletes_nothing() {
     let mut conn = cluster.redis(0).await;
     let _: () = redis::cmd("SET")
         .arg("redlock:stuck")
-        .arg("v")
+        .arg(TOKEN)
         .query_async(&mut conn)
         .await
         .unwrap();
     let _: () = redis::cmd("SET")
         .arg("other:no-ttl")
-        .arg("v")
+        .arg(TOKEN)
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -144,7 +151,10 @@ async fn repair_expire_sets_a_ttl_and_deletes_nothing() {
     .await;
     let ttl = pttl(&cluster, 0, "redlock:stuck").await;
     assert!(ttl <= 20_000, "{ttl}");
-    assert_eq!(cluster.get(0, "redlock:stuck").await.as_deref(), Some("v"));
+    assert_eq!(
+        cluster.get(0, "redlock:stuck").await.as_deref(),
+        Some(TOKEN)
+    );
     assert_eq!(
         pttl(&cluster, 0, "other:no-ttl").await,
         -1,
@@ -172,4 +182,128 @@ async fn down_masters_do_not_make_live_locks_look_like_debris() {
     for name in ["r1", "r2", "r3"] {
         assert_eq!(node(&leaks, name)["minority"], 0, "{leaks}");
     }
+}
+
+/// Application data on every master, outside the prefix and under it (a
+/// string and a hash without TTL, values that are no token, a key on one
+/// master only, a key with a long TTL): with `repair: expire` on, none is
+/// changed or reported, while a real leaked lock key is repaired.
+#[tokio::test]
+async fn repair_touches_only_lock_keys() {
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(
+        &cluster,
+        "lock:\n  max_ttl: 20s\nleak_scan:\n  interval: 100ms\n  count: 5\n  repair: expire\n",
+    )
+    .await;
+    let strings = [
+        ("app:important", "42"),
+        ("redlock:app-data", "v"),
+        ("redlock:json", "{\"owner\": \"billing\"}"),
+        // One hex digit short of a token.
+        ("redlock:almost", &TOKEN[1..]),
+    ];
+    for i in 0..3 {
+        let mut conn = cluster.redis(i).await;
+        for (key, value) in strings {
+            let _: () = redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        for key in ["app:hash", "redlock:app-hash"] {
+            let _: () = redis::cmd("HSET")
+                .arg(key)
+                .arg("field")
+                .arg("value")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        // The lock key a dead client leaked, without TTL.
+        let _: () = redis::cmd("SET")
+            .arg("redlock:leaked")
+            .arg(format!("{TOKEN}.worker-3"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    // Under the prefix, no token: on one master only, and with a long TTL.
+    cluster.plant(0, "redlock:one-master", "v", 15_000).await;
+    cluster.plant(1, "redlock:long-lived", "v", 3_600_000).await;
+
+    for i in 0..3 {
+        wait_for(
+            "the leaked lock repaired",
+            Duration::from_secs(10),
+            || async { pttl(&cluster, i, "redlock:leaked").await > 0 },
+        )
+        .await;
+    }
+    // Two more whole scans, each of which saw every planted key.
+    let seen = agent.get("/v1/leaks").await.unwrap().1["scans"]
+        .as_u64()
+        .unwrap();
+    let leaks = leaks_after(&agent, seen + 2).await;
+
+    for i in 0..3 {
+        let mut conn = cluster.redis(i).await;
+        for (key, value) in strings {
+            assert_eq!(
+                cluster.get(i, key).await.as_deref(),
+                Some(value),
+                "r{}: {key}",
+                i + 1
+            );
+            assert_eq!(pttl(&cluster, i, key).await, -1, "r{}: {key}", i + 1);
+        }
+        for key in ["app:hash", "redlock:app-hash"] {
+            let hash: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(
+                hash.get("field").map(String::as_str),
+                Some("value"),
+                "{key}"
+            );
+            assert_eq!(pttl(&cluster, i, key).await, -1, "r{}: {key}", i + 1);
+        }
+        let ttl = pttl(&cluster, i, "redlock:leaked").await;
+        assert!(ttl > 0 && ttl <= 20_000, "r{}: {ttl}", i + 1);
+        assert_eq!(
+            cluster.get(i, "redlock:leaked").await,
+            Some(format!("{TOKEN}.worker-3")),
+            "repair deletes nothing"
+        );
+    }
+    assert!(pttl(&cluster, 1, "redlock:long-lived").await > 20_000);
+
+    // The report names only lock keys; the foreign ones are examined.
+    let shown = leaks.to_string();
+    for key in [
+        "app-data",
+        "json",
+        "almost",
+        "app-hash",
+        "one-master",
+        "long-lived",
+    ] {
+        assert!(!shown.contains(key), "{key} reported: {leaks}");
+    }
+    let r1 = node(&leaks, "r1");
+    assert_eq!(
+        r1["no_ttl"], 0,
+        "repaired, so no longer without TTL: {leaks}"
+    );
+    assert_eq!(r1["minority"], 0, "{leaks}");
+    assert_eq!(node(&leaks, "r2")["ttl_over_max"], 0, "{leaks}");
+    assert_eq!(
+        r1["keys_scanned"],
+        1 + 4 + 1,
+        "leaked, the prefixed foreign keys and one-master: {leaks}"
+    );
 }

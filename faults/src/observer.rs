@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
-use redlock_agent::health::MARKER_SUFFIX;
+use redlock_agent::health::{MARKER_SUFFIX, WITNESS_SUFFIX};
 use redlock_agent::redlock::scripts::READ_KEYS;
 
 use crate::checker::{Checker, Sighting};
@@ -24,8 +24,10 @@ pub struct Key {
     pub pttl_ms: i64,
 }
 
-/// Reads every key under `prefix` on `master`, skipping the incarnation
-/// marker. `None` when the master cannot be read now (down or frozen).
+/// Reads every lock key under `prefix` on `master`, skipping the agents' own
+/// keys (the incarnation marker and quarantine witnesses, whose names have
+/// a space no resource can have). `None` when the master cannot be read
+/// now (down or frozen).
 pub async fn keys(master: &Master, prefix: &str) -> Option<Vec<Key>> {
     let mut conn = connect(master).await?;
     let marker = format!("{prefix}{MARKER_SUFFIX}");
@@ -41,7 +43,10 @@ pub async fn keys(master: &Master, prefix: &str) -> Option<Vec<Key>> {
             .query_async(&mut conn)
             .await
             .ok()?;
-        let batch: Vec<String> = batch.into_iter().filter(|k| *k != marker).collect();
+        let batch: Vec<String> = batch
+            .into_iter()
+            .filter(|k| *k != marker && !k.ends_with(WITNESS_SUFFIX))
+            .collect();
         if !batch.is_empty() {
             let mut invocation = READ_KEYS.prepare_invoke();
             for key in &batch {

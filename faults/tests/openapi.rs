@@ -257,3 +257,125 @@ fn wire_values_match_their_schemas() {
         .validate_component("ReleaseResponse", &json!({"released": true, "extra": 1}))
         .is_err());
 }
+
+/// Follows one `$ref` within the document.
+fn deref<'a>(doc: &'a Value, value: &'a Value) -> &'a Value {
+    match value["$ref"].as_str().and_then(|r| r.strip_prefix('#')) {
+        Some(pointer) => doc.pointer(pointer).unwrap_or(value),
+        None => value,
+    }
+}
+
+/// The property names of an operation's JSON request or response schema.
+fn properties(doc: &Value, content: &Value) -> BTreeSet<String> {
+    let schema = deref(doc, &content["content"]["application/json"]["schema"]);
+    schema["properties"]
+        .as_object()
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Every operation by its operationId.
+fn operations(doc: &Value) -> std::collections::BTreeMap<String, Value> {
+    let mut out = std::collections::BTreeMap::new();
+    for item in doc["paths"].as_object().expect("paths").values() {
+        for op in item.as_object().expect("path item").values() {
+            if let Some(id) = op["operationId"].as_str() {
+                out.insert(id.to_string(), op.clone());
+            }
+        }
+    }
+    out
+}
+
+fn parameter_names(doc: &Value, op: &Value) -> BTreeSet<String> {
+    op["parameters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            deref(doc, p)["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+/// The OpenAPI links (what stateful API testers walk) name real operations,
+/// real parameters and real body fields at both ends, and acquire's token
+/// leads into extend, release and hold.
+#[test]
+fn links_name_real_operations_parameters_and_fields() {
+    let s = spec();
+    let doc = s.doc();
+    let ops = operations(doc);
+    let mut walked = BTreeSet::new();
+    for (source_id, source) in &ops {
+        for (status, response) in source["responses"].as_object().expect("responses") {
+            let response = deref(doc, response);
+            for (name, link) in response["links"].as_object().into_iter().flatten() {
+                let at = format!("{source_id} {status} links.{name}");
+                let target_id = link["operationId"].as_str().expect("operationId");
+                let target = ops
+                    .get(target_id)
+                    .unwrap_or_else(|| panic!("{at}: no operation {target_id:?}"));
+                let expression = |value: &Value| -> String {
+                    let e = value.as_str().unwrap_or_else(|| panic!("{at}: {value}"));
+                    if let Some(p) = e.strip_prefix("$request.path.") {
+                        assert!(
+                            parameter_names(doc, source).contains(p),
+                            "{at}: {e}: no such parameter"
+                        );
+                    } else if let Some(field) = e.strip_prefix("$response.body#/") {
+                        assert!(
+                            properties(doc, response).contains(field),
+                            "{at}: {e}: no such response field"
+                        );
+                    } else if let Some(field) = e.strip_prefix("$request.body#/") {
+                        assert!(
+                            properties(doc, &source["requestBody"]).contains(field),
+                            "{at}: {e}: no such request field"
+                        );
+                    } else {
+                        panic!("{at}: {e}: not a runtime expression this test knows");
+                    }
+                    e.to_string()
+                };
+                for (param, value) in link["parameters"].as_object().into_iter().flatten() {
+                    assert!(
+                        parameter_names(doc, target).contains(param),
+                        "{at}: {target_id} has no parameter {param:?}"
+                    );
+                    expression(value);
+                }
+                let fields = properties(doc, deref(doc, &target["requestBody"]));
+                for (field, value) in link["requestBody"].as_object().into_iter().flatten() {
+                    assert!(
+                        fields.contains(field),
+                        "{at}: {target_id}'s body has no field {field:?}"
+                    );
+                    if field == "token" {
+                        walked.insert(format!("{source_id} -> {target_id}: {}", expression(value)));
+                    } else {
+                        expression(value);
+                    }
+                }
+                if link["requestBody"].is_null() {
+                    walked.insert(format!("{source_id} -> {target_id}"));
+                }
+            }
+        }
+    }
+    for expected in [
+        "acquire -> extend: $response.body#/token",
+        "acquire -> release: $response.body#/token",
+        "acquire -> hold",
+        "extend -> release: $request.body#/token",
+    ] {
+        assert!(
+            walked.contains(expected),
+            "missing link {expected}: {walked:?}"
+        );
+    }
+}

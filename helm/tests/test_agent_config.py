@@ -1,6 +1,8 @@
 """The config the chart renders is one the agent accepts: `redlock-agent check
---config FILE` (exit 0, or every error and exit 64) on the ConfigMap's
-config.yaml, for the defaults and each ci/ scenario.
+--offline --config FILE` (exit 0, or every error and exit 64) on the
+ConfigMap's config.yaml, for the defaults and each ci/ scenario. Offline:
+the masters' names resolve only in the cluster, so the agent's comparison
+of their addresses runs at start-up there, not here.
 
 The binary is target/debug/redlock-agent (run.sh builds it when missing).
 The password files and env vars the config names are recreated from the
@@ -95,7 +97,8 @@ def test_rendered_config_passes_redlock_agent_check(chart, scenario, tmp_path):
     rendered = render_chart(chart, load_values(scenario) if scenario else None)
     config_file, env = materialize(rendered, tmp_path)
     result = subprocess.run(
-        [AGENT, "check", "--config", config_file],
+        # --offline: the masters' names resolve only in the cluster.
+        [AGENT, "check", "--offline", "--config", config_file],
         capture_output=True,
         text=True,
         timeout=60,
@@ -115,7 +118,8 @@ def test_agent_check_refuses_what_the_schema_lets_through(chart, tmp_path):
     rendered = render_chart(chart, {"config": {"lock": {"defaultTtl": "100ms", "nodeTimeout": "50ms"}}})
     config_file, env = materialize(rendered, tmp_path)
     result = subprocess.run(
-        [AGENT, "check", "--config", config_file], capture_output=True, text=True, timeout=60, env={**os.environ, **env}
+        # --offline: the masters' names resolve only in the cluster.
+        [AGENT, "check", "--offline", "--config", config_file], capture_output=True, text=True, timeout=60, env={**os.environ, **env}
     )
     assert result.returncode == EXIT_CONFIG, result.stderr
     assert "lock.node_timeout" in result.stderr

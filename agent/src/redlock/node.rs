@@ -240,6 +240,10 @@ struct Inner {
     /// A quarantine that ends only once this agent has rewritten the
     /// incarnation marker (see [`Node::readmit`]), even after its time ran out.
     readmit: bool,
+    /// The quarantine witness written on the master once this quarantine
+    /// began (see [`Node::write_witness`]), and the quarantine's end counted
+    /// from that write.
+    witness: Option<String>,
     /// Probes that timed out in a row.
     probe_timeouts: u32,
     /// A hash of `identity.run_id`, for the duplicate check on every request.
@@ -315,6 +319,7 @@ impl Node {
                 logged_kinds: 0,
                 set_get: false,
                 readmit: false,
+                witness: None,
                 probe_timeouts: 0,
                 server_id: None,
             }),
@@ -390,7 +395,10 @@ impl Node {
             inner.quarantine_len = until.saturating_duration_since(Instant::now());
         }
         inner.detector = Some(detector);
-        inner.readmit |= self.marker_check;
+        if self.marker_check && !inner.readmit {
+            inner.readmit = true;
+            inner.witness = None;
+        }
     }
 
     /// The master answered a vote or an extension without its marker: it
@@ -457,11 +465,120 @@ impl Node {
     ///
     /// # Errors
     /// When the master does not take the write; the node stays quarantined.
-    pub(crate) async fn readmit(&self, conn: &MultiplexedConnection) -> Result<(), NodeError> {
-        self.write_marker(conn).await?;
+    /// The marker is written only where this agent's quarantine witness
+    /// is still on the master: it proves that nothing was lost since the
+    /// quarantine began. Without it (another loss during the quarantine,
+    /// perhaps after another agent readmitted the master and it voted
+    /// again), the quarantine starts over.
+    ///
+    /// True when the node takes part in locks again.
+    ///
+    /// # Errors
+    /// When the master does not take the write; the node stays quarantined.
+    pub(crate) async fn readmit(&self, conn: &MultiplexedConnection) -> Result<bool, NodeError> {
+        // Present already: another agent readmitted it first (by this same
+        // rule), or a replica has its master's (its votes fail READONLY
+        // anyway). Nothing to write, so a read-only master can be readmitted.
+        let witness = self.lock().witness.clone();
+        if self.marker_present(conn).await? {
+            if let Some(witness) = witness {
+                let _ = self.delete_key(conn, &witness).await;
+            }
+            self.lock().readmit = false;
+            return Ok(true);
+        }
+        let Some(witness) = witness else {
+            // No witness could be written yet: keep waiting for one.
+            return Ok(false);
+        };
+        let marker = self.marker_key.as_str();
+        let written = self
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+                scripts::READMIT
+                    .key(marker)
+                    .key(&witness)
+                    .arg(MARKER_VALUE)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+            })
+            .await?;
         let mut inner = self.lock();
-        inner.readmit = false;
+        if written == 1 {
+            inner.readmit = false;
+            inner.witness = None;
+            Ok(true)
+        } else {
+            drop(inner);
+            tracing::warn!(
+                node = %self.name,
+                "the master lost its keys again while quarantined: the quarantine starts over"
+            );
+            let mut inner = self.lock();
+            inner.witness = None;
+            inner.quarantine_until = Some(Instant::now() + self.quarantine);
+            inner.quarantine_len = self.quarantine;
+            inner.detector = Some(Detector::Marker);
+            drop(inner);
+            self.restart_detected(Detector::Marker);
+            Ok(false)
+        }
+    }
+
+    /// Whether the current quarantine still needs its witness written.
+    pub(crate) fn needs_witness(&self) -> bool {
+        let inner = self.lock();
+        inner.readmit && inner.witness.is_none()
+    }
+
+    /// Writes this quarantine's witness, a key with a random name under the
+    /// prefix that any later loss of the master's keys removes, and counts
+    /// the quarantine from now: readmission needs the whole period to pass
+    /// after the witness, so a loss between the start of the quarantine and
+    /// this write is waited out too. Its TTL outlasts the quarantine; should
+    /// the master stay unreachable longer, the quarantine just starts over.
+    ///
+    /// # Errors
+    /// When the master does not take the write; tried again at the next probe.
+    pub(crate) async fn write_witness(
+        &self,
+        conn: &MultiplexedConnection,
+    ) -> Result<(), NodeError> {
+        let key = format!(
+            "{}{}",
+            self.marker_key.trim_end_matches(MARKER_SUFFIX),
+            crate::redlock::token::Token::generate(None).as_str()
+        );
+        let key = format!("{key}{WITNESS_SUFFIX}");
+        let ttl = self.quarantine * 2 + Duration::from_secs(60);
+        let written = key.clone();
+        self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+            redis::cmd("SET")
+                .arg(&written)
+                .arg("redlock-agent quarantine witness")
+                .arg("PX")
+                .arg(ttl_ms(ttl))
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await?;
+        let mut inner = self.lock();
+        let until = Instant::now() + self.quarantine;
+        if inner.quarantine_until.is_none_or(|u| u < until) {
+            inner.quarantine_until = Some(until);
+            inner.quarantine_len = self.quarantine;
+        }
+        inner.witness = Some(key);
         Ok(())
+    }
+
+    async fn delete_key(&self, conn: &MultiplexedConnection, key: &str) -> Result<(), NodeError> {
+        self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await
     }
 
     /// Counts one more probe timeout and says whether it is the second in a
@@ -889,7 +1006,7 @@ impl Node {
         self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
             redis::cmd("SET")
                 .arg(key)
-                .arg("redlock-agent incarnation marker")
+                .arg(MARKER_VALUE)
                 .query_async::<()>(&mut conn)
                 .await
         })
@@ -970,26 +1087,43 @@ impl Node {
         .map(|n| n == 1)
     }
 
-    /// `PEXPIRE key ms` on a key that has no TTL (the scanner's repair);
-    /// `Ok(true)` when a TTL was set.
+    /// `PEXPIRE key ms` on a key that has no TTL and still holds `value`
+    /// (the scanner's repair, which reads the value first); `Ok(true)` when
+    /// a TTL was set.
     ///
     /// # Errors
     /// When the master is not connected, does not answer in time, or fails.
-    pub async fn expire_if_persistent(&self, key: &str, ttl: Duration) -> Result<bool, NodeError> {
-        // PEXPIRE ... NX (Redis 7) sets a TTL only where there is none, so a
-        // key re-acquired since the scan keeps its own.
+    pub async fn expire_if_unchanged(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<bool, NodeError> {
+        // One script: the value and the missing TTL are checked where the
+        // TTL is set, so nothing written since the scan is touched.
         self.request(Op::Scan, |mut conn| async move {
-            redis::cmd("PEXPIRE")
-                .arg(key)
+            scripts::EXPIRE_IF_UNCHANGED
+                .key(key)
+                .arg(value)
                 .arg(ttl_ms(ttl))
-                .arg("NX")
-                .query_async::<i64>(&mut conn)
+                .invoke_async::<i64>(&mut conn)
                 .await
         })
         .await
         .map(|n| n == 1)
     }
 }
+
+/// The incarnation marker's value (only its presence matters).
+const MARKER_VALUE: &str = "redlock-agent incarnation marker";
+
+/// Suffix of the incarnation marker key, after the key prefix. The space
+/// cannot occur in a resource name, so the marker never collides with a lock.
+pub const MARKER_SUFFIX: &str = " incarnation";
+
+/// After the prefix and a random part, the name of a quarantine witness;
+/// like the marker's, it has a space, which no resource can contain.
+pub const WITNESS_SUFFIX: &str = " quarantine witness";
 
 /// One key as a scan saw it on one master.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -84,3 +84,32 @@ end
 return out"#,
     )
 });
+
+/// The scanner's repair: give the key a TTL (ARGV[2], ms) only if it still
+/// holds the value the scan read (ARGV[1], a token) and still has no TTL,
+/// so a key rewritten since the scan (by an application, or re-acquired)
+/// is left alone. Returns 1 or 0.
+pub static EXPIRE_IF_UNCHANGED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"if redis.pcall("get", KEYS[1]) == ARGV[1] and redis.call("pttl", KEYS[1]) == -1 then
+  return redis.call("pexpire", KEYS[1], ARGV[2])
+end
+return 0"#,
+    )
+});
+
+/// Readmission after a quarantine (KEYS[1] the incarnation marker, KEYS[2]
+/// this agent's quarantine witness): when the witness the agent wrote as
+/// its quarantine began is still there, the master lost nothing since, so
+/// the marker is written and the witness removed (1). When the witness is
+/// gone, the master lost its keys again during the quarantine, possibly
+/// after another agent had already readmitted it: nothing is written (0),
+/// and the quarantine starts over. ARGV[1]: the marker's value.
+pub static READMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"if redis.call("exists", KEYS[2]) == 0 then return 0 end
+redis.call("del", KEYS[2])
+redis.call("set", KEYS[1], ARGV[1])
+return 1"#,
+    )
+});

@@ -51,6 +51,22 @@ pub fn owner_of(value: &str) -> Option<&str> {
     value.split_once('.').map(|(_, owner)| owner)
 }
 
+/// Whether a stored value has the shape of a token this agent writes: 40
+/// lowercase hex digits, then optionally `.` and a valid owner label. The
+/// scanner touches only keys whose value has this shape, so application
+/// data that happens to sit under `lock.key_prefix` is never changed.
+pub fn is_token_shaped(value: &str) -> bool {
+    let (random, owner) = match value.split_once('.') {
+        Some((random, owner)) => (random, Some(owner)),
+        None => (value, None),
+    };
+    random.len() == 2 * RANDOM_BYTES
+        && random
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && owner.is_none_or(valid_owner)
+}
+
 /// Owner labels: 1 to 128 bytes of printable ASCII.
 pub fn valid_owner(owner: &str) -> bool {
     (1..=128).contains(&owner.len()) && owner.bytes().all(|b| (0x20..0x7f).contains(&b))
@@ -84,6 +100,28 @@ mod tests {
         assert_eq!(owner_of(t.as_str()), Some("billing-7.eu"));
         assert_eq!(format!("{t:?}"), "Token(***.billing-7.eu)");
         assert_eq!(owner_of(Token::generate(None).as_str()), None);
+    }
+
+    #[test]
+    fn only_values_this_agent_writes_are_token_shaped() {
+        assert!(is_token_shaped(Token::generate(None).as_str()));
+        assert!(is_token_shaped(Token::generate(Some("job 42.eu")).as_str()));
+        let hex = "0123456789abcdef0123456789abcdef01234567";
+        assert!(is_token_shaped(hex));
+        for value in [
+            "",
+            "v",
+            "redlock-agent incarnation marker",
+            &hex.to_uppercase(),
+            &hex[1..],
+            &format!("{hex}0"),
+            &format!("{hex}."),
+            &format!("{hex}.tab\there"),
+            &format!("x{}", &hex[1..]),
+            "{\"user\": 1}",
+        ] {
+            assert!(!is_token_shaped(value), "{value:?}");
+        }
     }
 
     #[test]

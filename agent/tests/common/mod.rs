@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
+use redlock_agent::config::AddressCheck;
 use redlock_agent::dev::RedisServer;
 use redlock_agent::Config;
 use serde_json::Value;
@@ -100,21 +101,37 @@ impl TestAgent {
     /// in production: it does not know they started empty, so their low
     /// uptime at first sight puts them in quarantine.
     pub async fn start_cautious(cluster: &Cluster, extra: &str) -> TestAgent {
-        TestAgent::launch(|socket| cluster.config_yaml(socket, extra), false).await
+        TestAgent::launch(
+            |socket| cluster.config_yaml(socket, extra),
+            false,
+            AddressCheck::Resolve,
+        )
+        .await
     }
 
     /// Starts an agent whose whole config YAML `yaml` makes, given the
     /// socket path to use.
     pub async fn start_with(yaml: impl FnOnce(&Path) -> String) -> TestAgent {
-        TestAgent::launch(yaml, true).await
+        TestAgent::launch(yaml, true, AddressCheck::Resolve).await
     }
 
-    async fn launch(yaml: impl FnOnce(&Path) -> String, masters_fresh: bool) -> TestAgent {
+    /// As [`TestAgent::start_with`], but the config may list one server
+    /// twice (which `check` and start-up refuse), to test what the agent
+    /// does when it meets such masters at run time.
+    pub async fn start_sharing_servers(yaml: impl FnOnce(&Path) -> String) -> TestAgent {
+        TestAgent::launch(yaml, true, AddressCheck::Skip).await
+    }
+
+    async fn launch(
+        yaml: impl FnOnce(&Path) -> String,
+        masters_fresh: bool,
+        check: AddressCheck,
+    ) -> TestAgent {
         init_tracing();
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("agent.sock");
         let yaml = yaml(&socket);
-        let config = Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        let config = Config::from_yaml_with(&yaml, check).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
         let bound = redlock_agent::Bound::bind_with(config.clone(), masters_fresh)
             .await
             .unwrap_or_else(|e| panic!("{e}"));

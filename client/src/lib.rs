@@ -1,0 +1,501 @@
+//! redlock-client: the typed async client of the redlock-agent socket API
+//! (HTTP/1.1 + JSON over a Unix socket), on tokio and hyper.
+//!
+//! Applications get distributed locks from the agent beside them without a
+//! Redis client: [`Client::acquire`], [`Client::extend`] and
+//! [`Client::release`] map one-to-one to the API; [`Client::hold`] streams a
+//! hold's events; [`Client::lock`] returns a [`LockGuard`] that the agent
+//! renews, that says when the lock is lost, and that releases on drop.
+//! Resources are percent-encoded here, once; callers pass them as they are.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redlock_client::{Client, HoldOptions};
+//!
+//! # async fn example() -> Result<(), redlock_client::Error> {
+//! let client = Client::new("/run/redlock/agent.sock");
+//! let options = HoldOptions::new()
+//!     .ttl(Duration::from_secs(10))
+//!     .wait(Duration::from_secs(5))
+//!     .owner("billing-worker-3");
+//! let guard = client.lock("orders-42", &options).await?;
+//! tokio::select! {
+//!     () = do_the_work() => {
+//!         let released = guard.release().await?;
+//!         assert!(released, "false: the work may have overlapped another holder's");
+//!     }
+//!     reason = guard.lost() => eprintln!("stopped: the lock was lost: {reason}"),
+//! }
+//! # Ok(())
+//! # }
+//! # async fn do_the_work() {}
+//! ```
+//!
+//! # Layout
+//! - this file: [`Client`], its options and answers.
+//! - [`error`]: [`Error`], one variant per case a caller acts on.
+//! - [`hold`]: [`Hold`], a hold's NDJSON event stream.
+//! - [`guard`]: [`LockGuard`], the renewing, self-releasing lock.
+//! - `transport`: connections over the socket, their pool, request paths
+//!   (percent-encoding) and decoding answers.
+
+pub mod error;
+pub mod guard;
+pub mod hold;
+mod transport;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::{Method, StatusCode};
+use redlock_wire::{
+    AcquireRequest, AcquireResponse, ExtendRequest, ExtendResponse, ForceReleaseResponse,
+    HoldEvent, HoldRequest, LeaksResponse, LocksResponse, NodesResponse, ReleaseRequest,
+    ReleaseResponse, SummaryResponse,
+};
+use tokio::time::Instant;
+
+pub use error::Error;
+pub use guard::{LockGuard, LostReason};
+pub use hold::Hold;
+pub use redlock_wire as wire;
+pub use redlock_wire::ErrorCode;
+pub use transport::lock_path;
+
+/// How long a request may take beyond the wait it asks for, by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What [`Client::acquire`] asks for. Unset fields take the agent's
+/// defaults (`lock.default_ttl`, one attempt, no owner).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AcquireOptions {
+    pub ttl: Option<Duration>,
+    pub wait: Option<Duration>,
+    pub owner: Option<String>,
+}
+
+impl AcquireOptions {
+    pub fn new() -> AcquireOptions {
+        AcquireOptions::default()
+    }
+
+    /// The lock's TTL. The agent accepts twice `lock.node_timeout` (100 ms
+    /// by default) to `lock.max_ttl`; otherwise `ttl_out_of_range`.
+    pub fn ttl(mut self, ttl: Duration) -> AcquireOptions {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long the agent may keep trying while the lock is taken.
+    pub fn wait(mut self, wait: Duration) -> AcquireOptions {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// A label operators see beside the lock (1 to 128 printable ASCII).
+    pub fn owner(mut self, owner: impl Into<String>) -> AcquireOptions {
+        self.owner = Some(owner.into());
+        self
+    }
+}
+
+/// What [`Client::hold`] and [`Client::lock`] ask for: as
+/// [`AcquireOptions`], plus a bound on how long the hold may last.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HoldOptions {
+    pub ttl: Option<Duration>,
+    pub wait: Option<Duration>,
+    pub owner: Option<String>,
+    pub max_hold: Option<Duration>,
+}
+
+impl HoldOptions {
+    pub fn new() -> HoldOptions {
+        HoldOptions::default()
+    }
+
+    /// The TTL the agent renews every third of (see [`AcquireOptions::ttl`]).
+    pub fn ttl(mut self, ttl: Duration) -> HoldOptions {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long the agent may keep trying while the lock is taken.
+    pub fn wait(mut self, wait: Duration) -> HoldOptions {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// A label operators see beside the lock.
+    pub fn owner(mut self, owner: impl Into<String>) -> HoldOptions {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// End the hold (`lost`, reason `max_hold`) after this long; at most
+    /// `lock.max_hold`, which is also the default.
+    pub fn max_hold(mut self, max_hold: Duration) -> HoldOptions {
+        self.max_hold = Some(max_hold);
+        self
+    }
+}
+
+/// A granted lock ([`Client::acquire`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub resource: String,
+    /// The proof of holding the lock; needed to extend and release it.
+    pub token: String,
+    pub ttl: Duration,
+    /// How long the lock is safe to use, counted from when the answer
+    /// arrived.
+    pub validity: Duration,
+    /// `validity` from when the answer arrived.
+    pub valid_until: std::time::Instant,
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("Grant")
+            .field("resource", &self.resource)
+            .field("ttl", &self.ttl)
+            .field("validity", &self.validity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An extended lock ([`Client::extend`]): a new TTL from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extended {
+    pub ttl: Duration,
+    pub validity: Duration,
+    pub valid_until: std::time::Instant,
+}
+
+/// A client of one agent's socket. Cheap to clone; clones share idle
+/// connections.
+///
+/// ## Behavior
+/// - Every call is bounded by the timeout ([`DEFAULT_TIMEOUT`] unless
+///   [`Client::with_timeout`]) plus the wait it asks the agent for; past
+///   it, [`Error::Timeout`].
+/// - Connections are reused across calls; a call is never sent twice (see
+///   [`Error::Connection`] for what a failed acquire means).
+#[derive(Debug, Clone)]
+pub struct Client {
+    transport: Arc<transport::Transport>,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn json<T: serde::Serialize>(body: &T) -> Vec<u8> {
+    // Cannot fail: the request types hold strings and integers only.
+    serde_json::to_vec(body).expect("request bodies serialize")
+}
+
+impl Client {
+    /// A client of the agent listening on `socket`. Connects on first use.
+    pub fn new(socket: impl Into<PathBuf>) -> Client {
+        Client {
+            transport: Arc::new(transport::Transport::new(socket.into(), DEFAULT_TIMEOUT)),
+        }
+    }
+
+    /// The same socket with another timeout (beyond the waits asked for).
+    pub fn with_timeout(self, timeout: Duration) -> Client {
+        Client {
+            transport: Arc::new(transport::Transport::new(
+                self.transport.socket().to_path_buf(),
+                timeout,
+            )),
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        self.transport.socket()
+    }
+
+    /// `POST /v1/locks/{resource}/acquire`: the lock, if a quorum of
+    /// masters granted it within `options.wait`.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use redlock_client::{AcquireOptions, Client, Error};
+    /// # async fn example(client: Client) -> Result<(), Error> {
+    /// let options = AcquireOptions::new().ttl(Duration::from_secs(10));
+    /// match client.acquire("nightly-report", &options).await {
+    ///     Ok(grant) => {
+    ///         // ... work, finished well before grant.valid_until ...
+    ///         client.release(&grant.resource, &grant.token).await?;
+    ///     }
+    ///     Err(Error::Taken { .. }) => println!("someone else is on it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Taken`] when another holder kept it for all of the wait,
+    /// [`Error::NoQuorum`], [`Error::Api`] for a refused request
+    /// (`invalid_resource`, `ttl_out_of_range`, ...), or a transport error.
+    pub async fn acquire(&self, resource: &str, options: &AcquireOptions) -> Result<Grant, Error> {
+        let body = AcquireRequest {
+            ttl_ms: options.ttl.map(millis),
+            wait_ms: options.wait.map(millis),
+            owner: options.owner.clone(),
+        };
+        let answer: AcquireResponse = self
+            .transport
+            .call(
+                Method::POST,
+                &lock_path(resource, "acquire"),
+                Some(&json(&body)),
+                options.wait.unwrap_or_default(),
+            )
+            .await?;
+        let validity = Duration::from_millis(answer.validity_ms);
+        Ok(Grant {
+            resource: answer.resource,
+            token: answer.token,
+            ttl: Duration::from_millis(answer.ttl_ms),
+            validity,
+            valid_until: std::time::Instant::now() + validity,
+        })
+    }
+
+    /// `POST /v1/locks/{resource}/extend`: a new TTL from now (`None`: the
+    /// agent's `lock.default_ttl`).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use redlock_client::{Client, Error, Grant};
+    /// # async fn example(client: Client, grant: Grant) -> Result<(), Error> {
+    /// match client.extend(&grant.resource, &grant.token, Some(Duration::from_secs(10))).await {
+    ///     Ok(extended) => println!("valid for {:?} more", extended.validity),
+    ///     Err(Error::Lost { .. }) => println!("stop: another client may hold it now"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Lost`] when it was not extended on a quorum in time (stop
+    /// using the lock), [`Error::NoQuorum`], [`Error::Api`], or a transport
+    /// error.
+    pub async fn extend(
+        &self,
+        resource: &str,
+        token: &str,
+        ttl: Option<Duration>,
+    ) -> Result<Extended, Error> {
+        let body = ExtendRequest {
+            token: token.to_string(),
+            ttl_ms: ttl.map(millis),
+        };
+        let answer: ExtendResponse = self
+            .transport
+            .call(
+                Method::POST,
+                &lock_path(resource, "extend"),
+                Some(&json(&body)),
+                Duration::ZERO,
+            )
+            .await?;
+        let validity = Duration::from_millis(answer.validity_ms);
+        Ok(Extended {
+            ttl: Duration::from_millis(answer.ttl_ms),
+            validity,
+            valid_until: std::time::Instant::now() + validity,
+        })
+    }
+
+    /// `POST /v1/locks/{resource}/release`, on every master. `Ok(false)`
+    /// means fewer than a quorum still held the token: it had expired (or
+    /// was never yours), and the work may have overlapped another holder's.
+    ///
+    /// # Errors
+    /// [`Error::Api`] for a refused request, or a transport error.
+    pub async fn release(&self, resource: &str, token: &str) -> Result<bool, Error> {
+        let body = ReleaseRequest {
+            token: token.to_string(),
+        };
+        let answer: ReleaseResponse = self
+            .transport
+            .call(
+                Method::POST,
+                &lock_path(resource, "release"),
+                Some(&json(&body)),
+                Duration::ZERO,
+            )
+            .await?;
+        Ok(answer.released)
+    }
+
+    /// `POST /v1/locks/{resource}/hold`: a lock tied to one connection,
+    /// returned once the agent sent `acquired`. Read its renewals and a
+    /// possible `lost` with [`Hold::next_event`]; drop it to release.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use redlock_client::{Client, Error, HoldOptions};
+    /// use redlock_client::wire::HoldEvent;
+    /// # async fn example(client: Client) -> Result<(), Error> {
+    /// let mut hold = client.hold("orders-42", &HoldOptions::new().ttl(Duration::from_secs(10))).await?;
+    /// while let Some(event) = hold.next_event().await? {
+    ///     match event {
+    ///         HoldEvent::Renewed { validity_ms } => println!("renewed, valid {validity_ms} ms"),
+    ///         HoldEvent::Lost { reason } => println!("lost: {reason}"),
+    ///         HoldEvent::Acquired { .. } => {}
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Client::acquire`]; [`Error::Protocol`] when the stream does not
+    /// start with `acquired`.
+    pub async fn hold(&self, resource: &str, options: &HoldOptions) -> Result<Hold, Error> {
+        let body = HoldRequest {
+            ttl_ms: options.ttl.map(millis),
+            wait_ms: options.wait.map(millis),
+            owner: options.owner.clone(),
+            max_hold_ms: options.max_hold.map(millis),
+        };
+        let limit = self
+            .transport
+            .timeout()
+            .saturating_add(options.wait.unwrap_or_default());
+        let start = async {
+            let (response, conn) = self
+                .transport
+                .send(
+                    &Method::POST,
+                    &lock_path(resource, "hold"),
+                    Some(&json(&body)),
+                )
+                .await?;
+            let status = response.status();
+            if status != StatusCode::OK {
+                let bytes = transport::read_body(response.into_body()).await?;
+                return Err(transport::error_answer(status, &bytes));
+            }
+            let mut lines = hold::Lines::new(response.into_body());
+            match lines.next().await? {
+                Some(HoldEvent::Acquired {
+                    token,
+                    validity_ms,
+                    ttl_ms,
+                }) => {
+                    let validity = Duration::from_millis(validity_ms);
+                    Ok(Hold {
+                        resource: resource.to_string(),
+                        token,
+                        ttl: Duration::from_millis(ttl_ms),
+                        validity,
+                        valid_until: Instant::now() + validity,
+                        lines,
+                        _conn: conn,
+                    })
+                }
+                other => Err(Error::Protocol(format!(
+                    "a hold must start with `acquired`, got {other:?}"
+                ))),
+            }
+        };
+        tokio::time::timeout(limit, start)
+            .await
+            .map_err(|_| Error::Timeout(limit))?
+    }
+
+    /// A lock the agent renews for as long as the returned guard lives (a
+    /// hold underneath). The guard tells when the lock is lost
+    /// ([`LockGuard::lost`]) and releases it when dropped.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use redlock_client::{Client, Error, HoldOptions};
+    /// # async fn example(client: Client) -> Result<(), Error> {
+    /// let guard = client.lock("orders-42", &HoldOptions::new().wait(Duration::from_secs(5))).await?;
+    /// let lost = guard.lost();
+    /// tokio::spawn(async move {
+    ///     let reason = lost.await;
+    ///     eprintln!("lock lost ({reason}): stopping the work");
+    /// });
+    /// println!("valid until {:?}, renewed by the agent", guard.valid_until());
+    /// drop(guard); // released on every master
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Client::hold`].
+    pub async fn lock(&self, resource: &str, options: &HoldOptions) -> Result<LockGuard, Error> {
+        let hold = self.hold(resource, options).await?;
+        Ok(LockGuard::start(self.clone(), hold))
+    }
+
+    /// `POST /v1/locks/{resource}/force-release`: for operators, deletes the
+    /// lock key on every master whoever holds it (logged and counted by the
+    /// agent). Its holder learns at its next renewal.
+    ///
+    /// # Errors
+    /// [`Error::Api`] for a refused request, or a transport error.
+    pub async fn force_release(&self, resource: &str) -> Result<ForceReleaseResponse, Error> {
+        self.transport
+            .call(
+                Method::POST,
+                &lock_path(resource, "force-release"),
+                None,
+                Duration::ZERO,
+            )
+            .await
+    }
+
+    /// `GET /v1/nodes`: the masters, their state, and whether a quorum is
+    /// usable.
+    ///
+    /// # Errors
+    /// A transport error, or an API error (`too_many_connections`).
+    pub async fn nodes(&self) -> Result<NodesResponse, Error> {
+        self.get("/v1/nodes").await
+    }
+
+    /// `GET /v1/locks`: every lock key on the masters, never with tokens.
+    ///
+    /// # Errors
+    /// As [`Client::nodes`].
+    pub async fn locks(&self) -> Result<LocksResponse, Error> {
+        self.get("/v1/locks").await
+    }
+
+    /// `GET /v1/leaks`: the leaked-key scanner's last findings.
+    ///
+    /// # Errors
+    /// As [`Client::nodes`].
+    pub async fn leaks(&self) -> Result<LeaksResponse, Error> {
+        self.get("/v1/leaks").await
+    }
+
+    /// `GET /v1/summary`: cumulative figures since the agent started.
+    ///
+    /// # Errors
+    /// As [`Client::nodes`].
+    pub async fn summary(&self) -> Result<SummaryResponse, Error> {
+        self.get("/v1/summary").await
+    }
+
+    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
+        self.transport
+            .call(Method::GET, path, None, Duration::ZERO)
+            .await
+    }
+}

@@ -1,0 +1,276 @@
+//! HTTP/1.1 over the agent's Unix socket: connections, a small pool of
+//! idle ones, request paths (the one place resources are percent-encoded)
+//! and decoding answers into wire types or [`Error`]s.
+//!
+//! ## Behavior
+//! - Each request takes an idle connection or opens a new one; after a
+//!   complete answer the connection goes back to the pool (at most
+//!   [`MAX_IDLE`] are kept). Concurrent requests use separate connections.
+//! - An idle connection the agent has closed is noticed before the
+//!   request is written (hyper gives the request back) and the request
+//!   goes out on a fresh connection. A request that was written is never
+//!   sent twice: a failure after that is [`Error::Connection`].
+//! - Every exchange is bounded by the client's timeout plus the wait the
+//!   request asked the agent for.
+//! - A connection's driver task is aborted when the connection is dropped,
+//!   which closes the socket at once (for a hold: the agent releases).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use redlock_wire::ErrorResponse;
+use serde::de::DeserializeOwned;
+use tokio::net::UnixStream;
+use tokio::task::JoinHandle;
+
+use crate::Error;
+
+/// Idle connections kept for reuse.
+pub(crate) const MAX_IDLE: usize = 16;
+
+/// Largest answer read; `/v1/locks` with thousands of locks fits many times.
+const MAX_ANSWER: usize = 64 * 1024 * 1024;
+
+/// Characters left as they are in a resource's path segment (RFC 3986
+/// unreserved); everything else is percent-encoded, `/` included.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The path of `action` on `resource`: `/v1/locks/{resource}/{action}`,
+/// the resource percent-encoded as one segment. The only place resources
+/// are encoded, so they never are twice.
+pub fn lock_path(resource: &str, action: &str) -> String {
+    format!(
+        "/v1/locks/{}/{action}",
+        utf8_percent_encode(resource, SEGMENT)
+    )
+}
+
+/// One open connection and the task driving it.
+pub(crate) struct Conn {
+    sender: http1::SendRequest<Full<Bytes>>,
+    driver: JoinHandle<()>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+/// Where the agent listens, how long to wait, and the idle connections.
+pub(crate) struct Transport {
+    socket: PathBuf,
+    timeout: Duration,
+    idle: Mutex<Vec<Conn>>,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("socket", &self.socket)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transport {
+    pub(crate) fn new(socket: PathBuf, timeout: Duration) -> Transport {
+        Transport {
+            socket,
+            timeout,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn connect(&self) -> Result<Conn, Error> {
+        let stream = UnixStream::connect(&self.socket)
+            .await
+            .map_err(|source| Error::Connect {
+                socket: self.socket.clone(),
+                source,
+            })?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| Error::Connection(Box::new(e)))?;
+        let driver = tokio::spawn(async move {
+            // Its failure is what the pending request reports.
+            let _ = connection.await;
+        });
+        Ok(Conn { sender, driver })
+    }
+
+    fn take_idle(&self) -> Option<Conn> {
+        // A poisoned lock only means another thread panicked mid-push or
+        // mid-pop; the Vec is still a Vec.
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    pub(crate) fn put_idle(&self, conn: Conn) {
+        if conn.sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < MAX_IDLE {
+            idle.push(conn);
+        }
+    }
+
+    /// Sends one request and returns the answer's head with its connection
+    /// (which must stay alive while the body is read).
+    pub(crate) async fn send(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<(Response<Incoming>, Conn), Error> {
+        let request = || {
+            let mut builder = Request::builder()
+                .method(method.clone())
+                .uri(path)
+                .header(hyper::header::HOST, "localhost");
+            if body.is_some() {
+                builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
+            }
+            builder
+                .body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default())))
+                // Cannot fail: a known method, a path built by lock_path or a
+                // literal, and fixed headers.
+                .expect("a valid request")
+        };
+        while let Some(mut conn) = self.take_idle() {
+            if conn.sender.ready().await.is_err() {
+                continue;
+            }
+            match conn.sender.try_send_request(request()).await {
+                Ok(response) => return Ok((response, conn)),
+                // Not written: the agent had closed this idle connection.
+                Err(e) if e.message().is_some() => continue,
+                Err(e) => return Err(Error::Connection(Box::new(e.into_error()))),
+            }
+        }
+        let mut conn = self.connect().await?;
+        let response = conn
+            .sender
+            .send_request(request())
+            .await
+            .map_err(|e| Error::Connection(Box::new(e)))?;
+        Ok((response, conn))
+    }
+
+    /// One request whose answer is one JSON document: `T` on 2xx, else the
+    /// API error. `wait` is how long the agent may take on purpose.
+    pub(crate) async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&[u8]>,
+        wait: Duration,
+    ) -> Result<T, Error> {
+        let limit = self.timeout.saturating_add(wait);
+        let exchange = async {
+            let (response, conn) = self.send(&method, path, body).await?;
+            let status = response.status();
+            let bytes = read_body(response.into_body()).await?;
+            self.put_idle(conn);
+            decode(status, &bytes)
+        };
+        tokio::time::timeout(limit, exchange)
+            .await
+            .map_err(|_| Error::Timeout(limit))?
+    }
+}
+
+/// The whole body of an answer, at most [`MAX_ANSWER`] bytes.
+pub(crate) async fn read_body(body: Incoming) -> Result<Bytes, Error> {
+    Limited::new(body, MAX_ANSWER)
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+        .map_err(Error::Connection)
+}
+
+/// An answer as `T` (2xx) or the error it carries.
+pub(crate) fn decode<T: DeserializeOwned>(status: StatusCode, body: &[u8]) -> Result<T, Error> {
+    if status.is_success() {
+        return serde_json::from_slice(body)
+            .map_err(|e| Error::Protocol(format!("{status}: {e}: {}", snippet(body))));
+    }
+    Err(error_answer(status, body))
+}
+
+/// The [`Error`] for a non-2xx answer.
+pub(crate) fn error_answer(status: StatusCode, body: &[u8]) -> Error {
+    match serde_json::from_slice::<ErrorResponse>(body) {
+        Ok(e) => Error::from_api(status.as_u16(), e.error.code, e.error.message),
+        Err(_) => Error::Protocol(format!("{status}: {}", snippet(body))),
+    }
+}
+
+/// The start of a body, for messages.
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+    if body.len() > 200 {
+        format!("{text}...")
+    } else {
+        text.into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_are_one_encoded_segment() {
+        assert_eq!(lock_path("demo", "acquire"), "/v1/locks/demo/acquire");
+        assert_eq!(
+            lock_path("orders/42:eu%", "hold"),
+            "/v1/locks/orders%2F42%3Aeu%25/hold"
+        );
+        assert_eq!(
+            lock_path("a-b_c.d~e", "release"),
+            "/v1/locks/a-b_c.d~e/release"
+        );
+    }
+
+    #[test]
+    fn answers_decode_to_bodies_or_errors() {
+        let ok: redlock_wire::ReleaseResponse =
+            decode(StatusCode::OK, br#"{"released":true}"#).unwrap();
+        assert!(ok.released);
+        let taken = decode::<redlock_wire::AcquireResponse>(
+            StatusCode::CONFLICT,
+            br#"{"error":{"code":"taken","message":"held"}}"#,
+        )
+        .unwrap_err();
+        assert!(matches!(taken, Error::Taken { ref message } if message == "held"));
+        let odd = decode::<redlock_wire::ReleaseResponse>(StatusCode::BAD_GATEWAY, b"<html>")
+            .unwrap_err();
+        assert_eq!(
+            odd.to_string(),
+            "unexpected answer: 502 Bad Gateway: <html>"
+        );
+        let short = decode::<redlock_wire::ReleaseResponse>(StatusCode::OK, b"{}").unwrap_err();
+        assert!(matches!(short, Error::Protocol(_)), "{short}");
+    }
+}

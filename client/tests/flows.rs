@@ -1,0 +1,311 @@
+//! The client's flows against a real agent (in-process, on a temp socket)
+//! over three real `redis-server` masters: the same calls the crate's doc
+//! examples make, with what the agent and the masters show afterwards.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use redlock_agent::dev::RedisServer;
+use redlock_agent::{Bound, Config};
+use redlock_client::wire::HoldEvent;
+use redlock_client::{AcquireOptions, Client, Error, ErrorCode, HoldOptions, LostReason};
+use tokio::sync::oneshot;
+
+const DEADLINE: Duration = Duration::from_secs(15);
+
+/// Three masters and an agent over them; all stop when dropped.
+struct Setup {
+    client: Client,
+    socket: PathBuf,
+    _stop: oneshot::Sender<()>,
+    _masters: Vec<RedisServer>,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup() -> Setup {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let masters: Vec<RedisServer> = (1..=3)
+        .map(|i| RedisServer::start(dir.path(), &format!("r{i}")).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let socket = dir.path().join("agent.sock");
+    let yaml = redlock_agent::dev::config_yaml(&socket, "127.0.0.1:0", &masters);
+    let config = Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    // The masters were started empty just now: no quarantine for them.
+    let bound = Bound::bind_with(config, true)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(bound.serve(async {
+        let _ = stopped.await;
+    }));
+    let client = Client::new(&socket);
+    wait_for("a usable quorum", || async {
+        client.nodes().await.is_ok_and(|n| n.available)
+    })
+    .await;
+    Setup {
+        client,
+        socket,
+        _stop: stop,
+        _masters: masters,
+        _dir: dir,
+    }
+}
+
+/// Polls `condition` until it holds; panics after [`DEADLINE`].
+async fn wait_for<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Acquire, a second acquire refused as `taken`, extend, release, and a
+/// second release that finds nothing.
+#[tokio::test]
+async fn acquire_extend_release_round_trip() {
+    let s = setup().await;
+    let options = AcquireOptions::new()
+        .ttl(Duration::from_secs(10))
+        .owner("billing-worker-3");
+    let grant = s.client.acquire("orders-42", &options).await.unwrap();
+    assert_eq!(grant.resource, "orders-42");
+    assert_eq!(grant.ttl, Duration::from_secs(10));
+    assert!(grant.validity > Duration::ZERO && grant.validity <= grant.ttl);
+    assert!(
+        grant.token.ends_with(".billing-worker-3"),
+        "{}",
+        grant.token
+    );
+    assert!(
+        !format!("{grant:?}").contains(&grant.token),
+        "Debug hides the token"
+    );
+
+    let again = s.client.acquire("orders-42", &AcquireOptions::new()).await;
+    assert!(matches!(again, Err(Error::Taken { .. })), "{again:?}");
+
+    let extended = s
+        .client
+        .extend("orders-42", &grant.token, Some(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    assert_eq!(extended.ttl, Duration::from_secs(20));
+    assert!(extended.validity > Duration::from_secs(10));
+
+    let locks = s.client.locks().await.unwrap();
+    let info = locks
+        .locks
+        .iter()
+        .find(|l| l.resource == "orders-42")
+        .unwrap();
+    assert_eq!(info.owner.as_deref(), Some("billing-worker-3"));
+    assert!(info.held_here && info.quorum_agrees);
+
+    assert!(s.client.release("orders-42", &grant.token).await.unwrap());
+    assert!(!s.client.release("orders-42", &grant.token).await.unwrap());
+    let lost = s.client.extend("orders-42", &grant.token, None).await;
+    assert!(matches!(lost, Err(Error::Lost { .. })), "{lost:?}");
+}
+
+/// A waiter gets the lock when the holder releases within its wait.
+#[tokio::test]
+async fn a_waiter_gets_the_lock_when_it_is_released() {
+    let s = setup().await;
+    let held = s
+        .client
+        .acquire("queue", &AcquireOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let waiter = {
+        let client = s.client.clone();
+        tokio::spawn(async move {
+            client
+                .acquire(
+                    "queue",
+                    &AcquireOptions::new().wait(Duration::from_secs(10)),
+                )
+                .await
+        })
+    };
+    wait_for("the waiter to queue", || async {
+        s.client.locks().await.is_ok_and(|l| {
+            l.locks
+                .iter()
+                .any(|i| i.resource == "queue" && i.waiters == 1)
+        })
+    })
+    .await;
+    assert!(s.client.release("queue", &held.token).await.unwrap());
+    let grant = waiter.await.unwrap().unwrap();
+    assert_ne!(grant.token, held.token);
+}
+
+/// Resources are percent-encoded once: a `/`, `:` and `%` arrive as they
+/// were given; what the agent refuses comes back with its code.
+#[tokio::test]
+async fn resources_are_encoded_once_and_refusals_keep_their_code() {
+    let s = setup().await;
+    let odd = "orders/42:eu%20x";
+    let grant = s.client.acquire(odd, &AcquireOptions::new()).await.unwrap();
+    assert_eq!(grant.resource, odd);
+    let locks = s.client.locks().await.unwrap();
+    assert!(locks.locks.iter().any(|l| l.resource == odd), "{locks:?}");
+    assert!(s.client.release(odd, &grant.token).await.unwrap());
+
+    let bad = s
+        .client
+        .acquire("a*b", &AcquireOptions::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            bad,
+            Error::Api {
+                status: 400,
+                code: ErrorCode::InvalidResource,
+                ..
+            }
+        ),
+        "{bad:?}"
+    );
+    // Below twice lock.node_timeout (50 ms here): refused, as the OpenAPI
+    // document says.
+    let short = s
+        .client
+        .acquire("r", &AcquireOptions::new().ttl(Duration::from_millis(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(short.code(), Some(ErrorCode::TtlOutOfRange), "{short:?}");
+}
+
+/// No agent on the socket: a connect error naming it, not a hang.
+#[tokio::test]
+async fn an_absent_agent_is_a_connect_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Client::new(dir.path().join("nobody.sock"));
+    let err = client.nodes().await.unwrap_err();
+    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    assert!(err.to_string().contains("nobody.sock"), "{err}");
+}
+
+/// The hold stream: `acquired` (at `hold`), then `renewed` lines that move
+/// the deadline; dropping the hold releases the lock at once.
+#[tokio::test]
+async fn a_hold_streams_renewals_and_releases_when_dropped() {
+    let s = setup().await;
+    let options = HoldOptions::new().ttl(Duration::from_millis(600));
+    let mut hold = s.client.hold("batch", &options).await.unwrap();
+    assert_eq!(hold.ttl(), Duration::from_millis(600));
+    let first_deadline = hold.valid_until();
+    let event = tokio::time::timeout(DEADLINE, hold.next_event())
+        .await
+        .expect("a renewal")
+        .unwrap();
+    assert!(
+        matches!(event, Some(HoldEvent::Renewed { .. })),
+        "{event:?}"
+    );
+    assert!(hold.valid_until() > first_deadline);
+
+    hold.close();
+    // A TTL far longer than the wait: only a release lets this through.
+    let grant = s
+        .client
+        .acquire(
+            "batch",
+            &AcquireOptions::new()
+                .ttl(Duration::from_secs(30))
+                .wait(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    assert!(s.client.release("batch", &grant.token).await.unwrap());
+}
+
+/// The guard: renewed while it lives, told `lost` when an operator
+/// force-releases the lock, and the lock free again after that.
+#[tokio::test]
+async fn a_guard_hears_of_an_operator_force_release() {
+    let s = setup().await;
+    let options = HoldOptions::new()
+        .ttl(Duration::from_secs(2))
+        .owner("report");
+    let guard = s.client.lock("nightly", &options).await.unwrap();
+    let lost = guard.lost();
+    let first = guard.valid_until();
+    wait_for("a renewal", || async { guard.valid_until() > first }).await;
+    assert!(!guard.is_lost());
+
+    let forced = s.client.force_release("nightly").await.unwrap();
+    assert_eq!(forced.deleted, 3, "{forced:?}");
+    let reason = tokio::time::timeout(DEADLINE, lost)
+        .await
+        .expect("the loss notice");
+    assert_eq!(reason, LostReason::Agent("renew_failed".into()));
+    assert!(guard.is_lost());
+    // Released on the masters already: ours no more.
+    assert!(!guard.release().await.unwrap());
+}
+
+/// Dropping the guard releases the lock on every master at once; release()
+/// says a quorum still held it.
+#[tokio::test]
+async fn a_guard_releases_on_drop_and_on_release() {
+    let s = setup().await;
+    let long = HoldOptions::new().ttl(Duration::from_secs(30));
+    let guard = s.client.lock("exports", &long).await.unwrap();
+    assert!(guard.valid_until() > Instant::now());
+    drop(guard);
+    let next = s
+        .client
+        .lock("exports", &long.clone().wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(next.release().await.unwrap());
+    let locks = s.client.locks().await.unwrap();
+    assert!(
+        locks.locks.iter().all(|l| l.resource != "exports"),
+        "{locks:?}"
+    );
+}
+
+/// A guard whose agent goes away learns it from the closed connection.
+#[tokio::test]
+async fn a_guard_hears_when_its_agent_stops() {
+    let s = setup().await;
+    let guard = s
+        .client
+        .lock("jobs", &HoldOptions::new().ttl(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let Setup { _stop, .. } = s;
+    // Stopping the agent ends holds with `lost` (reason `shutdown`).
+    let _ = _stop.send(());
+    let reason = tokio::time::timeout(DEADLINE, guard.lost())
+        .await
+        .expect("the loss notice");
+    assert!(
+        matches!(reason, LostReason::Agent(ref r) if r == "shutdown")
+            || matches!(reason, LostReason::Disconnected(_)),
+        "{reason:?}"
+    );
+}
+
+/// The operator reads decode into the wire types.
+#[tokio::test]
+async fn operator_reads_decode() {
+    let s = setup().await;
+    assert_eq!(s.client.socket(), s.socket.as_path());
+    let nodes = s.client.nodes().await.unwrap();
+    assert_eq!((nodes.quorum, nodes.nodes.len()), (2, 3));
+    let summary = s.client.summary().await.unwrap();
+    assert_eq!(summary.version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(s.client.leaks().await.unwrap().repair, "none");
+}

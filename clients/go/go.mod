@@ -1,0 +1,3 @@
+module example.com/redlock-example
+
+go 1.19

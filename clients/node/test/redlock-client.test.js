@@ -1,0 +1,241 @@
+'use strict';
+// redlock-client.js against a real agent on three real redis-server masters
+// (`redlock-agent dev`), started once for these tests.
+//
+//   node --test test/        # in clients/node
+//
+// The agent binary is $REDLOCK_AGENT, or target/debug/redlock-agent of this
+// repository (`cargo build -p redlock-agent`).
+
+const { test, before, beforeEach, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const readline = require('node:readline');
+const { setTimeout: sleep } = require('node:timers/promises');
+
+const {
+  Client,
+  lockPath,
+  ApiError,
+  TakenError,
+  LostError,
+  UnreachableError,
+  LockLostError,
+} = require('../redlock-client.js');
+
+const ROOT = path.resolve(__dirname, '..', '..', '..');
+const DEADLINE_MS = 15000;
+
+/** Polls `condition` until it is true; fails after DEADLINE_MS. */
+async function waitFor(what, condition) {
+  const end = Date.now() + DEADLINE_MS;
+  while (!(await condition())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+/** `promise`, or a failure naming `what` after DEADLINE_MS. */
+async function within(what, promise) {
+  let timer;
+  const deadline = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), DEADLINE_MS);
+  });
+  try {
+    return await Promise.race([promise, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+let dir;
+let socket;
+let agent;
+let agentLog = '';
+let client;
+
+before(async () => {
+  const bin = process.env.REDLOCK_AGENT || path.join(ROOT, 'target', 'debug', 'redlock-agent');
+  try {
+    fs.accessSync(bin, fs.constants.X_OK);
+  } catch (_) {
+    throw new Error(`no agent binary at ${bin}: run \`cargo build -p redlock-agent\` or set REDLOCK_AGENT`);
+  }
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'redlock-node-'));
+  socket = path.join(dir, 'agent.sock');
+  agent = spawn(bin, ['dev', '--socket', socket, '--masters', '3', '--metrics', '127.0.0.1:0'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  agent.stdout.on('data', (d) => (agentLog += d));
+  agent.stderr.on('data', (d) => (agentLog += d));
+  client = new Client(socket);
+  await waitFor('the agent and a usable quorum', async () => {
+    if (agent.exitCode !== null) throw new Error(`the agent exited:\n${agentLog}`);
+    try {
+      return (await client.nodes()).available;
+    } catch (e) {
+      if (e instanceof UnreachableError) return false;
+      throw e;
+    }
+  });
+});
+
+// On a loaded machine a master may miss a 50 ms probe and count as down for
+// a moment (the agent then answers no_quorum, rightly); each test starts
+// from a usable quorum.
+beforeEach(async () => {
+  await waitFor('a usable quorum', async () => (await client.nodes()).available);
+});
+
+after(async () => {
+  if (agent && agent.exitCode === null) {
+    const exited = new Promise((resolve) => agent.once('exit', resolve));
+    agent.kill('SIGTERM');
+    const timer = setTimeout(() => agent.kill('SIGKILL'), DEADLINE_MS);
+    await exited;
+    clearTimeout(timer);
+  }
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+test('acquire, extend, release round trip', async () => {
+  const grant = await client.acquire('js-orders-42', { ttlMs: 10000, owner: 'billing-worker-3' });
+  assert.equal(grant.resource, 'js-orders-42');
+  assert.equal(grant.ttlMs, 10000);
+  assert.ok(grant.validityMs > 0 && grant.validityMs <= 10000);
+  assert.ok(grant.token.endsWith('.billing-worker-3'), grant.token);
+  assert.ok(!JSON.stringify(grant).includes(grant.token), 'the token stays out of JSON');
+
+  await assert.rejects(client.acquire('js-orders-42'), (e) => e instanceof TakenError && e.status === 409 && e.code === 'taken');
+
+  const extended = await client.extend('js-orders-42', grant.token, { ttlMs: 20000 });
+  assert.equal(extended.ttlMs, 20000);
+  assert.ok(extended.validityMs > 10000);
+
+  assert.equal(await client.release('js-orders-42', grant.token), true);
+  assert.equal(await client.release('js-orders-42', grant.token), false);
+  await assert.rejects(client.extend('js-orders-42', grant.token), LostError);
+});
+
+test('a waiter gets the lock when it is released', async () => {
+  const held = await client.acquire('js-queue', { ttlMs: 30000 });
+  const waiter = client.acquire('js-queue', { waitMs: 10000 });
+  await waitFor('the waiter to queue', async () =>
+    (await client.locks()).locks.some((l) => l.resource === 'js-queue' && l.waiters === 1),
+  );
+  assert.equal(await client.release('js-queue', held.token), true);
+  const grant = await waiter;
+  assert.notEqual(grant.token, held.token);
+  assert.equal(await client.release('js-queue', grant.token), true);
+});
+
+test('resources are encoded once and refusals keep their code', async () => {
+  const odd = "js/orders:42%20x!'()";
+  assert.equal(lockPath('a/b', 'hold'), '/v1/locks/a%2Fb/hold');
+  const grant = await client.acquire(odd);
+  assert.equal(grant.resource, odd);
+  assert.ok((await client.locks()).locks.some((l) => l.resource === odd));
+  assert.equal(await client.release(odd, grant.token), true);
+
+  await assert.rejects(client.acquire('a[b'), (e) => e instanceof ApiError && e.status === 400 && e.code === 'invalid_resource');
+  // Below twice lock.node_timeout (50 ms in dev): refused.
+  await assert.rejects(client.acquire('js-r', { ttlMs: 1 }), (e) => e.code === 'ttl_out_of_range');
+});
+
+test('fence is passed through, not faked', async () => {
+  // Today's agent has no fencing tokens: it refuses the field. Once it has
+  // them, the grant carries one.
+  let grant;
+  try {
+    grant = await client.acquire('js-fenced', { fence: true });
+  } catch (e) {
+    assert.ok(e instanceof ApiError, String(e));
+    assert.equal(e.code, 'invalid_request');
+    assert.match(e.apiMessage, /fence/);
+    return;
+  }
+  assert.notEqual(grant.fence, null);
+  await client.release('js-fenced', grant.token);
+});
+
+test('an absent agent is unreachable', async () => {
+  const nobody = new Client(path.join(dir, 'nobody.sock'));
+  await assert.rejects(nobody.nodes(), (e) => e instanceof UnreachableError && /nobody\.sock/.test(e.message));
+});
+
+test('a hold renews and releases when using() ends', async () => {
+  let renewals = 0;
+  const result = await client.using('js-batch', { ttlMs: 600, owner: 'js' }, async (lock, signal) => {
+    lock.on('renewed', () => renewals++);
+    const first = lock.validUntil;
+    await waitFor('a renewal', () => lock.validUntil > first);
+    lock.throwIfLost();
+    assert.equal(signal.aborted, false);
+    return 'worked';
+  });
+  assert.equal(result, 'worked');
+  assert.ok(renewals >= 1);
+  // A TTL far longer than the wait: only the release lets this through.
+  const grant = await client.acquire('js-batch', { ttlMs: 30000, waitMs: 5000 });
+  assert.equal(await client.release('js-batch', grant.token), true);
+});
+
+test("a hold's signal aborts when an operator force-releases the lock", async () => {
+  let heard = null;
+  await assert.rejects(
+    client.using('js-nightly', { ttlMs: 2000 }, async (lock, signal) => {
+      lock.on('lost', (e) => (heard = e));
+      const forced = await client.forceRelease('js-nightly');
+      assert.equal(forced.deleted, 3);
+      const reason = await within('the loss notice', lock.lost());
+      assert.ok(signal.aborted);
+      assert.equal(signal.reason, reason);
+      assert.equal(lock.lostReason, 'renew_failed');
+      assert.throws(() => lock.throwIfLost(), LockLostError);
+    }),
+    (e) => e instanceof LockLostError && e.reason === 'renew_failed',
+  );
+  assert.ok(heard instanceof LockLostError);
+});
+
+test('a hold stops on its own clock when the agent is frozen', async () => {
+  // SIGSTOP: the agent keeps its socket but sends nothing, so neither a
+  // renewal nor a loss notice arrives; the client's own deadline (a
+  // twentieth of the validity before its end) must abort the signal.
+  await assert.rejects(
+    client.using('js-frozen', { ttlMs: 1000 }, async (lock, signal) => {
+      agent.kill('SIGSTOP');
+      try {
+        await within('the local expiry', lock.lost());
+      } finally {
+        agent.kill('SIGCONT');
+      }
+      assert.ok(signal.aborted);
+      assert.equal(lock.lostReason, 'expired');
+    }),
+    (e) => e instanceof LockLostError && e.reason === 'expired',
+  );
+  await waitFor('the agent to answer', async () => (await client.nodes()).available);
+});
+
+test('the hold example prints the loss notice', async () => {
+  const example = spawn(process.execPath, [path.join(__dirname, '..', 'example-hold.js'), socket, 'js-example'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = new Promise((resolve) => example.once('exit', resolve));
+  const lines = readline.createInterface({ input: example.stdout });
+  const iterator = lines[Symbol.asyncIterator]();
+  try {
+    const first = await within('the example to hold', iterator.next());
+    assert.match(first.value, /^held js-example/);
+    await client.forceRelease('js-example');
+    const next = await within('the loss notice', iterator.next());
+    assert.equal(next.value, 'stopped: the lock on js-example was lost: renew_failed');
+    assert.equal(await exited, 1);
+  } finally {
+    if (example.exitCode === null) example.kill('SIGKILL');
+  }
+});
