@@ -208,6 +208,21 @@ impl Masters {
             .unwrap_or_else(|| "?".to_string())
     }
 
+    /// `SET key value` on every master.
+    ///
+    /// # Errors
+    /// When a master refuses it.
+    pub fn set_everywhere(&self, key: &str, value: &str) -> anyhow::Result<()> {
+        for &port in &self.ports {
+            let mut conn = connect(port)?;
+            redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .query::<()>(&mut conn)?;
+        }
+        Ok(())
+    }
+
     /// Loads `script` on every master; returns its SHA.
     ///
     /// # Errors
@@ -260,6 +275,12 @@ pub struct AgentRetry {
 /// The per-node timeout every benchmark agent runs with (the default).
 pub const NODE_TIMEOUT_MS: u64 = 50;
 
+/// The agent's test-only switch (an environment variable, `1` to set it)
+/// that turns the in-vote incarnation marker check off: the vote is then a
+/// plain `SET NX PX`, as before the check existed. Removed from every
+/// agent's environment unless a run asks for it.
+pub const MARKER_SWITCH: &str = "REDLOCK_TEST_NO_MARKER_CHECK";
+
 /// A redlock-agent process.
 pub struct Agent {
     child: Option<Child>,
@@ -269,8 +290,9 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Writes a config for `masters` and starts the agent; waits until it
-    /// serves and sees every master usable.
+    /// Writes a config for `masters` and starts the agent with `env` added
+    /// to its environment; waits until it serves and sees every master
+    /// usable.
     ///
     /// Delayed restart is off: the masters are started by this run (young,
     /// so the agent would quarantine them), and the degraded workload
@@ -285,6 +307,7 @@ impl Agent {
         name: &str,
         masters: &Masters,
         retry: AgentRetry,
+        env: &[(&str, &str)],
     ) -> anyhow::Result<Agent> {
         let socket = dir.join(format!("{name}.sock"));
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
@@ -308,6 +331,8 @@ impl Agent {
         let child = Command::new(bin)
             .arg("--config")
             .arg(&config)
+            .env_remove(MARKER_SWITCH)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(fs::File::create(dir.join(format!("{name}.out")))?)
             .stderr(fs::File::create(&log)?)

@@ -1,14 +1,16 @@
 //! The masters' own limit: `redis-benchmark` on all five masters at once,
-//! pipelined, sending what an agent cycle sends each master: `SET key token
-//! NX GET PX ttl` and the agent's release script by SHA.
+//! pipelined, sending what an agent cycle sends each master: its acquire
+//! script (the in-vote marker check and `SET key token NX GET PX ttl`) and
+//! its release script, both by SHA, with the marker key present.
 //!
 //! Two `redis-benchmark` processes per master (one per command, same
 //! request count, started together); a cycle needs both commands on every
 //! master, so the cycles/s the masters can serve is the slowest process's
 //! rate. The keys are random in a shared space, so about half the releases
-//! find their key (and delete and publish) and half do not: the mix is a
-//! little lighter than the agent's, which makes the limit generous and the
-//! agent's fraction of it conservative.
+//! find their key (and delete and publish) and half do not, and an acquire
+//! that finds its key (same token: redis-benchmark cannot vary it) renews
+//! it with a `PEXPIRE` where the agent, with a fresh token, would stop at
+//! the `SET`. The two roughly cancel; the limit is an estimate, not a bound.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,49 +35,83 @@ pub struct Limit {
     pub command_line: String,
 }
 
+/// The marker key the acquire script checks; set on every master first.
+const MARKER: &str = "bench-limit incarnation";
+
+/// The SHAs of the agent's scripts, loaded on every master.
+struct Shas {
+    acquire: String,
+    release: String,
+}
+
 /// Measures for about `duration` (after a 1 s calibration).
 ///
 /// # Errors
-/// When the release script cannot be loaded or redis-benchmark fails.
+/// When a script is missing or cannot be loaded, or redis-benchmark fails.
 pub fn measure(
     masters: &Masters,
     duration: Duration,
+    acquire_script: &str,
     release_script: &str,
 ) -> anyhow::Result<Limit> {
-    if release_script.is_empty() {
-        bail!("cannot find the agent's release script in agent/src/redlock/scripts.rs");
+    if acquire_script.is_empty() || release_script.is_empty() {
+        bail!(
+            "cannot find the agent's acquire and release scripts in agent/src/redlock/scripts.rs"
+        );
     }
-    let sha = masters.load_script(release_script)?;
+    let shas = Shas {
+        acquire: masters.load_script(acquire_script)?,
+        release: masters.load_script(release_script)?,
+    };
+    masters.set_everywhere(MARKER, "bench")?;
     // Calibrate: a small run to size the real one.
-    let probe = run_all(masters, &sha, 20_000)?;
+    let probe = run_all(masters, &shas, 20_000)?;
     let rate = probe
         .processes
         .iter()
         .map(|p| p.2)
         .fold(f64::INFINITY, f64::min);
     let requests = ((rate * duration.as_secs_f64()) as u64).max(20_000);
-    run_all(masters, &sha, requests)
+    run_all(masters, &shas, requests)
 }
 
-fn run_all(masters: &Masters, sha: &str, requests: u64) -> anyhow::Result<Limit> {
+fn run_all(masters: &Masters, shas: &Shas, requests: u64) -> anyhow::Result<Limit> {
     let n = requests.to_string();
     let mut children = Vec::new();
     let started = Instant::now();
     let mut command_line = String::new();
     for (i, port) in masters.ports.iter().enumerate() {
         let key = format!("bench-limit-{i}:__rand_int__");
+        // The acquire script's ARGV[3] "1": `SET ... GET`, as the agent
+        // sends it to a Redis 7 master.
         let commands: [(&str, Vec<String>); 2] = [
             (
-                "set",
-                ["SET", &key, "token", "NX", "GET", "PX", "10000"]
-                    .map(String::from)
-                    .to_vec(),
+                "acquire",
+                [
+                    "EVALSHA",
+                    &shas.acquire,
+                    "2",
+                    &key,
+                    MARKER,
+                    "token",
+                    "10000",
+                    "1",
+                ]
+                .map(String::from)
+                .to_vec(),
             ),
             (
                 "release",
-                ["EVALSHA", sha, "1", &key, "token", "bench-limit:released"]
-                    .map(String::from)
-                    .to_vec(),
+                [
+                    "EVALSHA",
+                    &shas.release,
+                    "1",
+                    &key,
+                    "token",
+                    "bench-limit:released",
+                ]
+                .map(String::from)
+                .to_vec(),
             ),
         ];
         for (what, args) in commands {

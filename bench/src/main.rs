@@ -64,7 +64,8 @@ struct RunArgs {
     /// Peers to run, comma-separated (default: all; --smoke: agent).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// Workloads to run, comma-separated: w1, w2, w3, w4 (default: all).
+    /// Workloads to run, comma-separated: w1, w2, w3, w4, w5 (default: all).
+    /// w5 (the marker check's cost) runs for the agent only.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The release build of the agent.
@@ -194,8 +195,11 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         (args.duration, args.warmup)
     };
     for w in &args.only {
-        if !["w1", "w2", "w3", "w4"].contains(&w.as_str()) {
-            bail!("unknown workload {w:?}: use w1, w2, w3 or w4");
+        if !plan::WORKLOAD_IDS.contains(&w.as_str()) {
+            bail!(
+                "unknown workload {w:?}: use {}",
+                plan::WORKLOAD_IDS.join(", ")
+            );
         }
     }
     let drivers = Drivers {
@@ -241,8 +245,17 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let markdown = report::render(&results, &env, &peers);
     println!("\n{markdown}");
+    // A partial run (some workloads or peers) is not a result to keep: it
+    // goes to scratch/ and leaves latest.md alone.
+    let partial = !args.only.is_empty() || !args.peers.is_empty();
     let name = if args.smoke {
         "scratch/smoke".to_string()
+    } else if partial {
+        format!(
+            "scratch/{}-{}core-partial",
+            env.date.replace(':', ""),
+            env.cores
+        )
     } else {
         format!("{}-{}core", env.date.replace(':', ""), env.cores)
     };
@@ -252,7 +265,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         args.out.join(format!("{name}.json")),
         serde_json::to_string_pretty(&results)?,
     )?;
-    if !args.smoke {
+    if !args.smoke && !partial {
         std::fs::write(args.out.join("latest.md"), &markdown)?;
     }
     eprintln!("written to {}", path.display());

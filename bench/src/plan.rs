@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cluster::{Agent, AgentRetry, Masters};
+use crate::cluster::{Agent, AgentRetry, Masters, MARKER_SWITCH};
 use crate::limit::{self, Limit};
 use crate::peers::{Drivers, Peer};
 use crate::spec::{Keys, Report, Spec};
@@ -38,9 +38,24 @@ pub enum Fault {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "workload")]
 pub enum Workload {
-    Uncontended { clients: usize },
-    Hot { clients: usize, tuned: bool },
-    Degraded { fault: Fault, clients: usize },
+    Uncontended {
+        clients: usize,
+    },
+    Hot {
+        clients: usize,
+        tuned: bool,
+    },
+    Degraded {
+        fault: Fault,
+        clients: usize,
+    },
+    /// W1 for the agent only, through an agent with the in-vote marker
+    /// check on (as deployed) or off (its test-only switch: a plain
+    /// `SET NX PX` vote, as before the check).
+    MarkerCheck {
+        clients: usize,
+        check: bool,
+    },
 }
 
 impl Workload {
@@ -56,8 +71,31 @@ impl Workload {
             Workload::Degraded { fault, clients } => {
                 format!("degraded ({fault:?}), {clients} client(s)")
             }
+            Workload::MarkerCheck { clients, check } => format!(
+                "W5 marker check {}, {clients} client(s)",
+                if check { "on" } else { "off" }
+            ),
         }
     }
+
+    /// Its id for `--only`.
+    pub fn id(self) -> &'static str {
+        match self {
+            Workload::Uncontended { .. } => "w1",
+            Workload::Hot { .. } => "w2",
+            Workload::Degraded { .. } => "w3",
+            Workload::MarkerCheck { .. } => "w5",
+        }
+    }
+}
+
+/// The workload ids `--only` takes (w4 is the masters' limit).
+pub const WORKLOAD_IDS: [&str; 5] = ["w1", "w2", "w3", "w4", "w5"];
+
+/// W5's runs for `clients`, adjacent so they see the same machine: the
+/// marker check off, then on.
+fn marker_pair(clients: usize) -> [Workload; 2] {
+    [false, true].map(|check| Workload::MarkerCheck { clients, check })
 }
 
 /// One peer's run of one workload.
@@ -113,19 +151,23 @@ impl Results {
 /// The workloads of a full run, in order. The smoke run has its own short list.
 pub fn workloads(smoke: bool) -> Vec<Workload> {
     if smoke {
-        return vec![
+        let mut list = vec![
             Workload::Uncontended { clients: 1 },
             Workload::Uncontended { clients: 8 },
-            Workload::Hot {
-                clients: 8,
-                tuned: false,
-            },
         ];
+        list.extend(marker_pair(1));
+        list.push(Workload::Hot {
+            clients: 8,
+            tuned: false,
+        });
+        return list;
     }
     let mut list = vec![
         Workload::Uncontended { clients: 1 },
         Workload::Uncontended { clients: 64 },
     ];
+    list.extend(marker_pair(1));
+    list.extend(marker_pair(64));
     for tuned in [false, true] {
         for clients in [16, 64] {
             list.push(Workload::Hot { clients, tuned });
@@ -155,8 +197,11 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         "agent",
         &masters,
         AGENT_DEFAULT,
+        &[],
     )?;
     let mut tuned_agent: Option<Agent> = None;
+    // W5's agent with the marker check off, while W5 runs.
+    let mut plain_agent: Option<Agent> = None;
     let mut results = Results {
         runs: Vec::new(),
         limit: None,
@@ -166,19 +211,26 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
     let mut run_id = 0;
     let wanted = |w: &str| options.only.is_empty() || options.only.iter().any(|o| o == w);
     for workload in workloads(options.smoke) {
-        let id = match workload {
-            Workload::Uncontended { .. } => "w1",
-            Workload::Hot { .. } => "w2",
-            Workload::Degraded { .. } => "w3",
-        };
-        if !wanted(id) {
+        if !wanted(workload.id()) {
             continue;
         }
         let (keys, clients, tuned) = match workload {
             Workload::Uncontended { clients } => (Keys::Distinct, clients, false),
             Workload::Hot { clients, tuned } => (Keys::Hot, clients, tuned),
             Workload::Degraded { clients, .. } => (Keys::Distinct, clients, false),
+            Workload::MarkerCheck { clients, .. } => (Keys::Distinct, clients, false),
         };
+        let plain = matches!(workload, Workload::MarkerCheck { check: false, .. });
+        if plain && plain_agent.is_none() {
+            plain_agent = Some(Agent::start(
+                &options.agent_bin,
+                &options.scratch,
+                "agent-no-marker-check",
+                &masters,
+                AGENT_DEFAULT,
+                &[(MARKER_SWITCH, "1")],
+            )?);
+        }
         if tuned && tuned_agent.is_none() {
             tuned_agent = Some(Agent::start(
                 &options.agent_bin,
@@ -186,12 +238,18 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 "agent-tuned",
                 &masters,
                 AGENT_TUNED,
+                &[],
             )?);
         }
         for &peer in &options.peers {
+            if matches!(workload, Workload::MarkerCheck { .. }) && peer != Peer::Agent {
+                continue;
+            }
             run_id += 1;
             let socket = if tuned {
                 tuned_agent.as_ref()
+            } else if plain {
+                plain_agent.as_ref()
             } else {
                 Some(&agent)
             }
@@ -244,7 +302,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                     Fault::Killed => masters.restart(VICTIM)?,
                     Fault::Frozen => masters.thaw(VICTIM),
                 }
-                for a in [Some(&mut agent), tuned_agent.as_mut()]
+                for a in [Some(&mut agent), tuned_agent.as_mut(), plain_agent.as_mut()]
                     .into_iter()
                     .flatten()
                 {
@@ -293,13 +351,22 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         if !tuned {
             tuned_agent = None;
         }
+        if !matches!(workload, Workload::MarkerCheck { .. }) {
+            plain_agent = None;
+        }
     }
     drop(tuned_agent);
+    drop(plain_agent);
     if !options.smoke && wanted("w4") {
         eprintln!("limit: redis-benchmark on all {MASTERS} masters at once");
         results.limit = Some(
-            limit::measure(&masters, options.duration, &agent_release_script())
-                .map_err(|e| format!("{e:#}")),
+            limit::measure(
+                &masters,
+                options.duration,
+                &agent_script("ACQUIRE"),
+                &agent_script("RELEASE"),
+            )
+            .map_err(|e| format!("{e:#}")),
         );
     }
     agent.wait_usable(MASTERS, Duration::from_secs(5)).ok();
@@ -316,13 +383,13 @@ fn agent_run_failed(workload: Workload, result: &Result<Report, String>) -> bool
     r.cycles == 0 || r.overlaps > 0 || r.stuck > 0 || (!degraded && r.errors > 0)
 }
 
-/// The agent's release script, read from its source so the limit runs what
-/// the agent runs.
-fn agent_release_script() -> String {
+/// One of the agent's scripts (`ACQUIRE`, `RELEASE`), read from its
+/// source so the limit runs what the agent runs; empty when not found.
+fn agent_script(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src/redlock/scripts.rs");
     let source = std::fs::read_to_string(&path).unwrap_or_default();
     source
-        .split_once("pub static RELEASE")
+        .split_once(&format!("pub static {name}:"))
         .and_then(|(_, rest)| rest.split_once("r#\""))
         .and_then(|(_, rest)| rest.split_once("\"#"))
         .map(|(script, _)| script.to_string())
@@ -332,8 +399,17 @@ fn agent_release_script() -> String {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_agent_release_script_is_found() {
-        let script = super::agent_release_script();
-        assert!(script.contains("redis.call(\"del\", KEYS[1])"), "{script}");
+    fn the_agent_scripts_are_found() {
+        let release = super::agent_script("RELEASE");
+        assert!(
+            release.contains("redis.call(\"del\", KEYS[1])"),
+            "{release}"
+        );
+        let acquire = super::agent_script("ACQUIRE");
+        assert!(
+            acquire.contains("redis.call(\"exists\", KEYS[2])"),
+            "{acquire}"
+        );
+        assert!(acquire.contains("\"NX\", \"GET\", \"PX\""), "{acquire}");
     }
 }

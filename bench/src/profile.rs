@@ -24,6 +24,7 @@ pub fn run(options: &Options) -> anyhow::Result<String> {
         "agent",
         &masters,
         plan::AGENT_DEFAULT,
+        &[],
     )?;
     let pid = agent.pid().context("the agent has no pid")?;
     // Kept (git-ignored) for a closer look: perf report -i bench/results/scratch/perf.data

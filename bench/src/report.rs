@@ -190,6 +190,7 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     summary(&mut md, results, peers);
     targets(&mut md, results);
     uncontended(&mut md, results, peers);
+    marker_check(&mut md, results);
     hot_key(&mut md, results, peers);
     degraded(&mut md, results, peers);
     limit(&mut md, results);
@@ -291,6 +292,26 @@ fn summary(md: &mut String, results: &Results, peers: &[Peer]) {
             md,
             "\nHand-off counts the next grant to any client. A library whose releaser takes the lock straight \
              back hands off mostly to itself: see W2's \"to another client\", max wait and Jain columns."
+        );
+    }
+    let costs: Vec<String> = [1, 8, 64]
+        .into_iter()
+        .filter_map(|clients| {
+            let (off, on) = marker_runs(results, clients)?;
+            Some(format!(
+                "{} at {clients} client(s) ({} vs {} cycles/s)",
+                ratio(rate(on), Some(rate(off))),
+                num(rate(on)),
+                num(rate(off))
+            ))
+        })
+        .collect();
+    if !costs.is_empty() {
+        let _ = writeln!(
+            md,
+            "
+W5 in-vote marker check, uncontended throughput with it on / off (plain `SET NX`): {}.",
+            costs.join(", ")
         );
     }
     if let Some(Ok(limit)) = &results.limit {
@@ -486,6 +507,77 @@ fn uncontended(md: &mut String, results: &Results, peers: &[Peer]) {
     md.push('\n');
 }
 
+/// W5's pair of reports for `clients`: the marker check off, then on.
+fn marker_runs(results: &Results, clients: usize) -> Option<(&Report, &Report)> {
+    let report = |check| {
+        results
+            .find(Workload::MarkerCheck { clients, check }, Peer::Agent)
+            .and_then(|r| r.result.as_ref().ok())
+            .filter(|r| r.cycles > 0)
+    };
+    report(false).zip(report(true))
+}
+
+fn marker_check(md: &mut String, results: &Results) {
+    if !results
+        .runs
+        .iter()
+        .any(|r| matches!(r.workload, Workload::MarkerCheck { .. }))
+    {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## W5: the in-vote marker check\n\nW1 for the agent only, through two agents over the same masters, one right \
+         after the other: one started with `REDLOCK_TEST_NO_MARKER_CHECK=1` (its test-only switch: the vote is a plain \
+         `SET NX PX`, as before the check existed) and one as deployed (the vote is a script that checks the \
+         incarnation marker and sets the key in one step). Latencies in ms, p50 / p99 / p99.9; ratios are on / off. \
+         Redis commands count the script's inner calls.\n\n\
+         | clients | marker check | cycles/s | on / off | acquire | acquire + release | Redis commands / grant | errors |\n|---|---|---|---|---|---|---|---|"
+    );
+    for clients in [1, 8, 64] {
+        let off = results
+            .find(
+                Workload::MarkerCheck {
+                    clients,
+                    check: false,
+                },
+                Peer::Agent,
+            )
+            .and_then(|r| r.result.as_ref().ok())
+            .map(rate);
+        for check in [false, true] {
+            let Some(run) = results.find(Workload::MarkerCheck { clients, check }, Peer::Agent)
+            else {
+                continue;
+            };
+            let which = if check { "on" } else { "off" };
+            match &run.result {
+                Ok(r) => {
+                    let _ = writeln!(
+                        md,
+                        "| {clients} | {which} | {} | {} | {} | {} | {} | {} |",
+                        num(rate(r)),
+                        if check {
+                            ratio(rate(r), off)
+                        } else {
+                            "1×".into()
+                        },
+                        pct(&r.acquire_ms),
+                        pct(&r.cycle_ms),
+                        run.commands_per_grant().map_or("-".into(), num),
+                        trouble_or_zero(r)
+                    );
+                }
+                Err(_) => {
+                    let _ = writeln!(md, "| {clients} | {which} | {} | | | | | |", na(Some(run)));
+                }
+            }
+        }
+    }
+    md.push('\n');
+}
+
 fn trouble_or_zero(r: &Report) -> String {
     let t = trouble(r);
     if t.is_empty() {
@@ -650,9 +742,11 @@ fn limit(md: &mut String, results: &Results) {
         Ok(l) => {
             let _ = writeln!(
                 md,
-                "All five masters at once, two pipelined `redis-benchmark` processes each (the agent's `SET … NX GET PX` \
-                 and its release script by `EVALSHA`), {} requests per process, {:.1} s: **{} cycles/s** (the slowest \
-                 process). About half the releases find their key (random keys), so this limit is if anything generous.\n\n\
+                "All five masters at once, two pipelined `redis-benchmark` processes each (the agent's acquire script, \
+                 marker check and `SET … NX GET PX`, and its release script, both by `EVALSHA`), {} requests per process, \
+                 {:.1} s: **{} cycles/s** (the slowest process). The keys are random: about half the releases find their \
+                 key, and an acquire that finds its key (one token for all) renews it where the agent's would stop; an \
+                 estimate, not a bound.\n\n\
                  `{}`\n\n| master | command | requests/s |\n|---|---|---|",
                 l.requests_per_process,
                 l.wall_s,
@@ -700,4 +794,52 @@ fn environment(md: &mut String, results: &Results, env: &Environment, peers: &[P
          would only keep the restarted master out, it has no place in a throughput figure). \"Tuned\" gives every \
          peer a 10 ms retry delay (jitter 10 ms where it has one) and, where it has a retry budget, no limit.\n"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marker_run(check: bool, cycles: u64, commands: u64) -> Run {
+        Run {
+            workload: Workload::MarkerCheck { clients: 1, check },
+            peer: Peer::Agent.name(),
+            result: Ok(Report {
+                peer: "agent".into(),
+                clients: 1,
+                window_s: 2.0,
+                cycles,
+                grants_total: cycles,
+                ..Report::default()
+            }),
+            commands: Some(commands),
+        }
+    }
+
+    /// W5 shows both runs, the ratio on / off in the summary and its table,
+    /// and the commands per grant of each.
+    #[test]
+    fn the_marker_check_cost_is_a_ratio_of_two_runs() {
+        let results = Results {
+            runs: vec![
+                marker_run(false, 800, 20_000),
+                marker_run(true, 600, 21_000),
+            ],
+            limit: None,
+            redis_version: "7".into(),
+            agent_failed: false,
+        };
+        let md = render(&results, &Environment::default(), &[Peer::Agent]);
+        assert!(
+            md.contains(
+                "with it on / off (plain `SET NX`): 0.75× at 1 client(s) (300 vs 400 cycles/s)"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("## W5: the in-vote marker check"), "{md}");
+        assert!(md.contains("| 1 | off | 400 | 1× |"), "{md}");
+        assert!(md.contains("| 1 | on | 300 | 0.75× |"), "{md}");
+        assert!(md.contains("| 25.0 | 0 |"), "commands per grant off: {md}");
+        assert!(md.contains("| 35.0 | 0 |"), "commands per grant on: {md}");
+    }
 }

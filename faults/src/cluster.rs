@@ -8,11 +8,16 @@
 //! - Agents log JSON to `<dir>/<agent>.log`; the log survives restarts.
 //! - A restarted master comes back empty on its port; a restarted agent
 //!   comes back on its socket (the stale socket file is replaced).
+//! - A failed-over master ([`Cluster::failover`]) is its promoted replica
+//!   from then on, on the replica's port: the observer reads it there, the
+//!   agents reach it through their unchanged links, and a later restart
+//!   brings it back empty there.
 
 use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -105,7 +110,16 @@ pub struct AgentSettings {
     /// Extra lines under `lock:`.
     pub lock_extra: Vec<String>,
     pub log_level: String,
+    /// The in-vote incarnation marker check. `false` starts the agents with
+    /// [`NO_MARKER_CHECK_ENV`]`=1`, the agent's test-only switch: the
+    /// control run that must see what a flush does without it.
+    pub marker_check: bool,
 }
+
+/// The agent's test-only switch that turns the in-vote incarnation marker
+/// check off (not a config key, so no deployment can turn it off by
+/// mistake). Removed from every agent's environment unless asked for.
+pub const NO_MARKER_CHECK_ENV: &str = redlock_agent::agent::MARKER_SWITCH;
 
 impl Default for AgentSettings {
     fn default() -> AgentSettings {
@@ -124,6 +138,7 @@ impl Default for AgentSettings {
             socket_extra: Vec::new(),
             lock_extra: Vec::new(),
             log_level: "info".into(),
+            marker_check: true,
         }
     }
 }
@@ -132,6 +147,15 @@ impl AgentSettings {
     /// How long a master that came back stays out: `max_ttl + extra`.
     pub fn quarantine(&self) -> Duration {
         self.max_ttl + self.restart_extra
+    }
+
+    /// Environment variables the agents start with.
+    pub fn env(&self) -> Vec<(String, String)> {
+        if self.marker_check {
+            Vec::new()
+        } else {
+            vec![(NO_MARKER_CHECK_ENV.to_string(), "1".to_string())]
+        }
     }
 
     /// The config YAML of an agent on `socket` reaching masters at `urls`.
@@ -179,6 +203,8 @@ pub struct AgentProcess {
     pub config: PathBuf,
     pub log: PathBuf,
     binary: PathBuf,
+    /// Extra environment variables (see [`AgentSettings::env`]).
+    env: Vec<(String, String)>,
     child: Option<Child>,
     /// Times started, the first included.
     pub starts: u32,
@@ -197,6 +223,23 @@ impl AgentProcess {
         metrics_port: u16,
         yaml: &str,
     ) -> io::Result<AgentProcess> {
+        AgentProcess::spawn_with_env(binary, dir, name, socket, metrics_port, yaml, Vec::new())
+    }
+
+    /// As [`AgentProcess::spawn`], with extra environment variables for
+    /// every start of the process.
+    ///
+    /// # Errors
+    /// When the config cannot be written or the binary cannot start.
+    pub fn spawn_with_env(
+        binary: &Path,
+        dir: &Path,
+        name: &str,
+        socket: PathBuf,
+        metrics_port: u16,
+        yaml: &str,
+        env: Vec<(String, String)>,
+    ) -> io::Result<AgentProcess> {
         let config = dir.join(format!("{name}.yaml"));
         std::fs::write(&config, yaml)?;
         let mut agent = AgentProcess {
@@ -206,6 +249,7 @@ impl AgentProcess {
             config,
             log: dir.join(format!("{name}.log")),
             binary: binary.to_path_buf(),
+            env,
             child: None,
             starts: 0,
         };
@@ -229,6 +273,8 @@ impl AgentProcess {
             .arg("--config")
             .arg(&self.config)
             .env_remove("REDLOCK_LOG")
+            .env_remove(NO_MARKER_CHECK_ENV)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -344,13 +390,18 @@ pub fn tail(text: &str, n: usize) -> String {
 #[derive(Debug, Clone)]
 pub struct Master {
     pub name: String,
-    pub port: u16,
+    /// The process serving this master now: a failover replaces it.
     pub server: Arc<Mutex<RedisServer>>,
 }
 
 impl Master {
+    /// The port the master serves on now (it changes with a failover).
+    pub fn port(&self) -> u16 {
+        self.with(|s| s.port())
+    }
+
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://127.0.0.1:{}", self.port())
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut RedisServer) -> T) -> T {
@@ -388,6 +439,93 @@ impl Master {
     pub fn log(&self) -> String {
         self.with(|s| s.log())
     }
+
+    /// `FLUSHALL` on the master itself (not through a link): it loses every
+    /// key, the incarnation marker included, while its process lives on.
+    ///
+    /// # Errors
+    /// When the master does not answer in time.
+    pub async fn flush(&self) -> Result<(), String> {
+        let mut conn = connect(self.port()).await?;
+        redis::cmd("FLUSHALL")
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| format!("FLUSHALL on {}: {e}", self.name))
+    }
+}
+
+/// A connection straight to a master on `port`, with short timeouts so a
+/// frozen master cannot hang the nemesis.
+async fn connect(port: u16) -> Result<redis::aio::MultiplexedConnection, String> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(500)))
+        .set_response_timeout(Some(Duration::from_secs(2)));
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .map_err(|e| format!("port {port}: {e}"))?;
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(|e| format!("connect to port {port}: {e}"))
+}
+
+/// The value of `field` in an `INFO` reply.
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|l| {
+        l.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+/// `INFO replication` of the server on `port`.
+async fn replication(port: u16) -> Result<String, String> {
+    let mut conn = connect(port).await?;
+    redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| format!("INFO replication on port {port}: {e}"))
+}
+
+/// How long a new replica may take to be in sync with its master.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Waits until the replica on `replica` has its link to the master on
+/// `master` up and has processed at least the replication offset the
+/// master reported just before (under a steady write load the two are
+/// never equal at one instant); returns that offset.
+///
+/// # Errors
+/// When that does not happen within [`SYNC_TIMEOUT`], with the last state.
+pub async fn wait_in_sync(master: u16, replica: u16) -> Result<u64, String> {
+    let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
+    loop {
+        let state = async {
+            let wanted: u64 = info_field(&replication(master).await?, "master_repl_offset")
+                .and_then(|v| v.parse().ok())
+                .ok_or("the master reports no master_repl_offset")?;
+            let info = replication(replica).await?;
+            let link = info_field(&info, "master_link_status")
+                .unwrap_or("?")
+                .to_string();
+            let done: u64 = info_field(&info, "slave_repl_offset")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            Ok::<_, String>((wanted, link, done))
+        }
+        .await;
+        let last = match state {
+            Ok((wanted, link, done)) if link == "up" && done >= wanted => return Ok(done),
+            Ok((wanted, link, done)) => {
+                format!("link {link}, offset {done} of the master's {wanted}")
+            }
+            Err(e) => e,
+        };
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("not in sync within {SYNC_TIMEOUT:?}: {last}"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Masters, links and agents of one run.
@@ -398,6 +536,8 @@ pub struct Cluster {
     pub links: Vec<Vec<Link>>,
     pub agents: Vec<tokio::sync::Mutex<AgentProcess>>,
     pub settings: AgentSettings,
+    /// Failovers so far: names each replica's directory.
+    failovers: AtomicU32,
     /// Kept last: dropped after every process in it is gone.
     pub dir: tempfile::TempDir,
 }
@@ -430,7 +570,6 @@ impl Cluster {
             .into_iter()
             .map(|s| Master {
                 name: s.name().to_string(),
-                port: s.port(),
                 server: Arc::new(Mutex::new(s)),
             })
             .collect();
@@ -440,7 +579,7 @@ impl Cluster {
             let mut row = Vec::new();
             let mut urls = Vec::new();
             for m in &masters {
-                let link = Link::start(format!("a{a}-{}", m.name), m.port)
+                let link = Link::start(format!("a{a}-{}", m.name), m.port())
                     .await
                     .map_err(|e| e.to_string())?;
                 urls.push((m.name.clone(), format!("redis://127.0.0.1:{}", link.port())));
@@ -451,9 +590,16 @@ impl Cluster {
             let socket = dir.path().join(format!("{name}.sock"));
             let metrics_port = free_port().map_err(|e| e.to_string())?;
             let yaml = settings.yaml(&socket, metrics_port, &urls);
-            let agent =
-                AgentProcess::spawn(&binary, dir.path(), &name, socket, metrics_port, &yaml)
-                    .map_err(|e| format!("start {name} ({}): {e}", binary.display()))?;
+            let agent = AgentProcess::spawn_with_env(
+                &binary,
+                dir.path(),
+                &name,
+                socket,
+                metrics_port,
+                &yaml,
+                settings.env(),
+            )
+            .map_err(|e| format!("start {name} ({}): {e}", binary.display()))?;
             procs.push(agent);
         }
         for agent in &mut procs {
@@ -464,6 +610,7 @@ impl Cluster {
             links,
             agents: procs.into_iter().map(tokio::sync::Mutex::new).collect(),
             settings,
+            failovers: AtomicU32::new(0),
             dir,
         })
     }
@@ -503,6 +650,81 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// Fails master `j` over to a replica, as a Sentinel or an operator
+    /// would behind a fixed address: a new `redis-server` replicates it
+    /// until it is in sync, is promoted with `REPLICAOF NO ONE`, every
+    /// agent's link to master `j` is switched to it (closing the agents'
+    /// connections, so they reconnect to it), and the old process is
+    /// killed. From then on master `j` *is* the promoted replica.
+    ///
+    /// Replication is asynchronous: a lock written in the last instant
+    /// before the promotion may be missing on the replica, which is why the
+    /// agents must keep it out of quorums for a quarantine period.
+    ///
+    /// The replica is started as a plain master and told `REPLICAOF` at
+    /// run time rather than with `--replicaof` on its command line (the
+    /// same replication), so that a later restart of master `j` brings it
+    /// back as an empty master and not as a replica of the dead process.
+    ///
+    /// Returns a description of what was done.
+    ///
+    /// # Errors
+    /// When the replica does not start or does not reach sync within
+    /// [`SYNC_TIMEOUT`]; nothing has been switched then.
+    pub async fn failover(&self, j: usize) -> Result<String, String> {
+        let master = self.masters[j].clone();
+        let old_port = master.port();
+        let n = self.failovers.fetch_add(1, Ordering::Relaxed) + 1;
+        let name = format!("{}-replica{n}", master.name);
+        let dir = self.dir.path().to_path_buf();
+        let replica = tokio::task::spawn_blocking(move || RedisServer::start(&dir, &name))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        let new_port = replica.port();
+        {
+            // A diskless full sync otherwise waits 5s for more replicas.
+            let mut conn = connect(old_port).await?;
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("repl-diskless-sync-delay")
+                .arg(0)
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(|e| format!("{}: CONFIG SET: {e}", master.name))?;
+            let mut conn = connect(new_port).await?;
+            redis::cmd("REPLICAOF")
+                .arg("127.0.0.1")
+                .arg(old_port)
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(|e| format!("REPLICAOF on the replica: {e}"))?;
+        }
+        let synced = wait_in_sync(old_port, new_port).await.map_err(|e| {
+            format!(
+                "replica of {} on port {new_port}: {e}\n{}",
+                master.name,
+                tail(&replica.log(), 10)
+            )
+        })?;
+        let mut conn = connect(new_port).await?;
+        redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| format!("REPLICAOF NO ONE on the replica: {e}"))?;
+        for row in &self.links {
+            row[j].switch_upstream(new_port);
+        }
+        let mut old = master.with(|s| std::mem::replace(s, replica));
+        let _ = tokio::task::spawn_blocking(move || old.kill()).await;
+        Ok(format!(
+            "{}: replica on port {new_port} promoted at offset {synced}, port {old_port} killed",
+            master.name
+        ))
     }
 
     /// Heals every link.

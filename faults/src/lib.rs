@@ -7,8 +7,10 @@
 //! - [`http`]: a raw HTTP/1.1 client over the Unix socket (for the
 //!   fuzzer, and under [`client`]).
 //! - [`client`]: the socket API with the `redlock-wire` types.
-//! - [`proxy`]: the fault-injecting TCP proxy, one per agent-master link.
-//! - [`cluster`]: masters, links and agent processes of one run.
+//! - [`proxy`]: the fault-injecting TCP proxy, one per agent-master link;
+//!   its upstream can be switched (a failover behind a fixed address).
+//! - [`cluster`]: masters, links and agent processes of one run; flushes
+//!   and failovers of masters.
 //! - [`checker`]: critical sections on one clock; safety violations,
 //!   overruns, leaks.
 //! - [`observer`]: reads lock keys on the masters directly for the checker.
@@ -17,13 +19,13 @@
 //! - [`workload`]: the clients (in-process, and `faults hold-client` /
 //!   `redlock-agent lock` child processes) and their stats.
 //! - [`nemesis`]: the faults, alone and mixed, and recovery times.
-//! - [`run`]: the nemesis run and the control run, and their report.
+//! - [`run`]: the nemesis run and the control runs, and their report.
 //! - [`openapi`]: `agent/openapi.yaml`, loaded and used to validate answers.
 //! - [`fuzz`]: request shapes for the fuzzer and the verdict on an answer.
 //! - [`load`]: many connections and many waiters; RSS from `/proc`.
 //!
 //! The binary (`cargo run -p faults -- --help`) runs the short mode, the
-//! long soak, the control run and the load figures.
+//! long soak, the control runs and the load figures.
 
 pub mod checker;
 pub mod client;

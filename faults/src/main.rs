@@ -3,12 +3,12 @@
 //! ```sh
 //! cargo run -p faults -- short            # nemesis + control, about 2 minutes
 //! cargo run -p faults -- long --duration 30m --json soak.json
-//! cargo run -p faults -- control          # only the control run
+//! cargo run -p faults -- control          # only the control runs
 //! cargo run -p faults -- load             # 10,000 connections, 3,000 waiters
 //! ```
 //!
 //! Exit codes: 0 when every run passed, 1 when a run found a problem (or
-//! the control run found none), 2 when the suite could not run.
+//! a control run without protection found none), 2 when the suite could not run.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,7 +46,8 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// Only the control run (delayed restart on, then off).
+    /// Only the control runs (a majority restarted with delayed restart on,
+    /// then off; a majority flushed with the marker check on, then off).
     Control {
         #[arg(long)]
         seed: Option<u64>,
@@ -197,11 +198,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Both control runs, printed; the second must find violations.
+/// Every control run, printed; those without protection must find violations.
 async fn control(seed: u64, me: &std::path::Path, reports: &mut Vec<Report>) -> Result<(), String> {
-    for delayed_restart in [true, false] {
-        let options = Options::control(delayed_restart, seed, me.to_path_buf());
-        let report = run::control(&options, if delayed_restart { 2 } else { 4 }).await?;
+    for (options, rounds) in run::control_cases(seed, me) {
+        let report = run::control(&options, rounds).await?;
         println!("{report}\n");
         reports.push(report);
     }

@@ -47,10 +47,18 @@ pub enum FaultKind {
     KillClient,
     /// Restart a majority of the masters empty at once, while locks are held.
     RestartMajority,
+    /// `FLUSHALL` on one master, straight to it (not through a link): it
+    /// loses every key while its process lives on (no restart to detect).
+    FlushMaster,
+    /// `FLUSHALL` on a majority of the masters at once, while locks are held.
+    FlushMajority,
+    /// Fail one master over to a replica promoted behind its address (see
+    /// [`Cluster::failover`]); the replica stays that master.
+    Failover,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::KillMaster,
         FaultKind::RestartMaster,
         FaultKind::FreezeMaster,
@@ -60,6 +68,9 @@ impl FaultKind {
         FaultKind::KillAgent,
         FaultKind::KillClient,
         FaultKind::RestartMajority,
+        FaultKind::FlushMaster,
+        FaultKind::FlushMajority,
+        FaultKind::Failover,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -73,6 +84,9 @@ impl FaultKind {
             FaultKind::KillAgent => "kill_agent",
             FaultKind::KillClient => "kill_client",
             FaultKind::RestartMajority => "restart_majority",
+            FaultKind::FlushMaster => "flush_master",
+            FaultKind::FlushMajority => "flush_majority",
+            FaultKind::Failover => "failover",
         }
     }
 
@@ -83,7 +97,15 @@ impl FaultKind {
                 | FaultKind::RestartMaster
                 | FaultKind::FreezeMaster
                 | FaultKind::RestartMajority
+                | FaultKind::FlushMaster
+                | FaultKind::FlushMajority
+                | FaultKind::Failover
         )
+    }
+
+    /// Faults that take a majority of the masters' keys at once.
+    fn takes_a_majority(self) -> bool {
+        matches!(self, FaultKind::RestartMajority | FaultKind::FlushMajority)
     }
 }
 
@@ -153,7 +175,12 @@ fn over_at_once(kinds: &[FaultKind]) -> bool {
         && kinds.iter().all(|k| {
             matches!(
                 k,
-                FaultKind::RestartMaster | FaultKind::RestartMajority | FaultKind::KillClient
+                FaultKind::RestartMaster
+                    | FaultKind::RestartMajority
+                    | FaultKind::KillClient
+                    | FaultKind::FlushMaster
+                    | FaultKind::FlushMajority
+                    | FaultKind::Failover
             )
         })
 }
@@ -273,28 +300,60 @@ impl Nemesis {
                 self.record(kind, master.name.clone());
                 Some(undo)
             }
-            FaultKind::RestartMajority => {
+            FaultKind::RestartMajority | FaultKind::FlushMajority => {
                 let majority = self.cluster.masters.len() / 2 + 1;
                 let picked = self.pick_masters(majority, busy);
                 if picked.len() < majority {
                     self.report
                         .skipped
-                        .push("restart_majority: not enough free masters".into());
+                        .push(format!("{}: not enough free masters", kind.as_str()));
                     return None;
                 }
                 let held = self.checker.open();
-                let restarts = picked.iter().map(|&j| {
+                let flush = kind == FaultKind::FlushMajority;
+                let hits = picked.iter().map(|&j| {
                     let m = self.cluster.masters[j].clone();
-                    async move { m.restart().await }
+                    async move {
+                        if flush {
+                            m.flush().await
+                        } else {
+                            m.restart().await
+                        }
+                    }
                 });
-                for r in futures::future::join_all(restarts).await {
+                for r in futures::future::join_all(hits).await {
                     if let Err(e) = r {
-                        self.report.skipped.push(format!("restart_majority: {e}"));
+                        self.report.skipped.push(format!("{}: {e}", kind.as_str()));
                     }
                 }
                 let detail = format!("{} ({held} sections open)", self.names(&picked));
                 self.record(kind, detail);
                 Some(Undo::Nothing)
+            }
+            FaultKind::FlushMaster | FaultKind::Failover => {
+                let Some(&j) = self.pick_masters(1, busy).first() else {
+                    self.report
+                        .skipped
+                        .push(format!("{}: no free master", kind.as_str()));
+                    return None;
+                };
+                let held = self.checker.open();
+                let done = if kind == FaultKind::FlushMaster {
+                    let m = &self.cluster.masters[j];
+                    m.flush().await.map(|()| m.name.clone())
+                } else {
+                    self.cluster.failover(j).await
+                };
+                match done {
+                    Ok(detail) => {
+                        self.record(kind, format!("{detail} ({held} sections open)"));
+                        Some(Undo::Nothing)
+                    }
+                    Err(e) => {
+                        self.report.skipped.push(format!("{}: {e}", kind.as_str()));
+                        None
+                    }
+                }
             }
             FaultKind::LinkLatency | FaultKind::LinkCut | FaultKind::LinkBlackhole => {
                 let a = self.rng.random_range(0..agents);
@@ -546,7 +605,7 @@ impl Nemesis {
             for _ in 0..n {
                 let kind = *pool.choose(&mut self.rng).unwrap_or(&pool[0]);
                 // At most one fault that takes masters away by majority.
-                if kind == FaultKind::RestartMajority && masters_faults > 0 {
+                if kind.takes_a_majority() && masters_faults > 0 {
                     continue;
                 }
                 if kind.targets_masters() {

@@ -11,8 +11,10 @@
 //!   until the fault heals; then the queued bytes flow (a partition in
 //!   which TCP keeps retransmitting).
 //! - `Clear` heals; connections made while cut stay closed.
-//! - The upstream port is fixed: a master restarted on its port is reached
-//!   again by new connections.
+//! - A master restarted on its port is reached again by new connections.
+//! - [`Link::switch_upstream`] points the link at another port (a failover
+//!   behind a fixed address): every open connection is closed at once, new
+//!   ones go to the new port.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +42,7 @@ pub struct Link {
     name: String,
     port: u16,
     fault: watch::Sender<LinkFault>,
+    upstream: watch::Sender<u16>,
     connections: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
@@ -53,10 +56,11 @@ impl Link {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let port = listener.local_addr()?.port();
         let (fault, watcher) = watch::channel(LinkFault::Clear);
+        let (upstream, upstream_watcher) = watch::channel(upstream_port);
         let connections = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(accept(
             listener,
-            upstream_port,
+            upstream_watcher,
             watcher,
             Arc::clone(&connections),
         ));
@@ -64,6 +68,7 @@ impl Link {
             name,
             port,
             fault,
+            upstream,
             connections,
             task,
         })
@@ -86,6 +91,18 @@ impl Link {
         *self.fault.borrow()
     }
 
+    /// Forwards new connections to `port` from now on and closes every open
+    /// one, so the agent reconnects and reaches whatever serves `port`: a
+    /// promoted replica behind the address it knows.
+    pub fn switch_upstream(&self, port: u16) {
+        self.upstream.send_replace(port);
+    }
+
+    /// The port connections are forwarded to.
+    pub fn upstream(&self) -> u16 {
+        *self.upstream.borrow()
+    }
+
     /// Connections accepted so far.
     pub fn connections(&self) -> u64 {
         self.connections.load(Ordering::Relaxed)
@@ -102,7 +119,7 @@ impl Drop for Link {
 
 async fn accept(
     listener: TcpListener,
-    upstream_port: u16,
+    upstream: watch::Receiver<u16>,
     fault: watch::Receiver<LinkFault>,
     connections: Arc<AtomicU64>,
 ) {
@@ -117,6 +134,8 @@ async fn accept(
         }
         connections.fetch_add(1, Ordering::Relaxed);
         let fault = fault.clone();
+        let mut switched = upstream.clone();
+        let upstream_port = *switched.borrow_and_update();
         tokio::spawn(async move {
             let Ok(upstream) = TcpStream::connect(("127.0.0.1", upstream_port)).await else {
                 return; // the master is down: the agent sees a closed connection
@@ -126,10 +145,12 @@ async fn accept(
             let (client_read, client_write) = client.into_split();
             let (upstream_read, upstream_write) = upstream.into_split();
             // Either direction ending ends both: a half-open proxy would
-            // hide a dead master from the agent.
+            // hide a dead master from the agent. A switch of the upstream
+            // ends both too (dropping the pumps closes both sockets).
             tokio::select! {
                 () = pump(client_read, upstream_write, fault.clone()) => {}
                 () = pump(upstream_read, client_write, fault) => {}
+                _ = switched.changed() => {}
             }
         });
     }
@@ -192,9 +213,20 @@ where
         }
     };
     // The reader ending (EOF) still lets queued bytes drain, unless cut.
-    let writer = tokio::spawn(writer);
+    // Dropping this future (a switched upstream) aborts the writer at once,
+    // which closes its half of the connection.
+    let mut writer = AbortOnDrop(tokio::spawn(writer));
     reader.await;
-    let _ = writer.await;
+    let _ = (&mut writer.0).await;
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(test)]
@@ -228,6 +260,61 @@ mod tests {
             .await
             .map_err(|_| io::Error::other("timed out"))??;
         Ok(started.elapsed())
+    }
+
+    /// A server that answers every read with `tag`.
+    async fn tagged_server(tag: &'static [u8]) -> u16 {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(tag).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    async fn ask(s: &mut TcpStream) -> io::Result<[u8; 1]> {
+        s.write_all(b"?").await?;
+        let mut buf = [0u8; 1];
+        tokio::time::timeout(Duration::from_secs(2), s.read_exact(&mut buf))
+            .await
+            .map_err(|_| io::Error::other("timed out"))??;
+        Ok(buf)
+    }
+
+    #[tokio::test]
+    async fn a_switched_upstream_closes_open_connections_and_takes_new_ones() {
+        let (a, b) = (tagged_server(b"a").await, tagged_server(b"b").await);
+        let link = Link::start("t".into(), a).await.unwrap();
+        let mut old = TcpStream::connect(("127.0.0.1", link.port()))
+            .await
+            .unwrap();
+        assert_eq!(&ask(&mut old).await.unwrap(), b"a");
+
+        link.switch_upstream(b);
+        assert_eq!(link.upstream(), b);
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(2), old.read(&mut buf))
+            .await
+            .expect("a switch closes open connections");
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+        let mut fresh = TcpStream::connect(("127.0.0.1", link.port()))
+            .await
+            .unwrap();
+        assert_eq!(
+            &ask(&mut fresh).await.unwrap(),
+            b"b",
+            "new ones reach the new port"
+        );
     }
 
     #[tokio::test]

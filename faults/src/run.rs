@@ -1,10 +1,15 @@
 //! Scenarios: the nemesis run (short or long) and the control run, each
 //! from a fresh cluster to a [`Report`].
 //!
-//! The control run proves the checker can see: the same restart of a
-//! majority of masters while locks are held, once with delayed restart on
-//! (no violation expected) and once off (violations expected). If the
-//! second finds nothing, the checker is blind and the suite fails.
+//! The control runs prove the checker can see: a fault on a majority of
+//! masters while locks are held, once with the agent's protection against
+//! it on (no violation expected) and once off (violations expected); if
+//! the second finds nothing, the checker is blind and the suite fails.
+//! Two faults, two protections ([`control_cases`]):
+//! - restart a majority empty; protection: delayed restart;
+//! - `FLUSHALL` a majority (no restart to see); protection: the in-vote
+//!   incarnation marker check, turned off through the agent's test-only
+//!   switch ([`crate::cluster::NO_MARKER_CHECK_ENV`]).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -16,7 +21,7 @@ use tokio::sync::watch;
 
 use crate::checker::{Checker, Findings};
 use crate::clock::Mono;
-use crate::cluster::{tail, AgentSettings, Cluster};
+use crate::cluster::{tail, AgentSettings, Cluster, NO_MARKER_CHECK_ENV};
 use crate::lag::Lag;
 use crate::nemesis::{FaultKind, Nemesis, NemesisReport};
 use crate::observer;
@@ -40,6 +45,37 @@ pub struct Options {
     pub fault_ms: (u64, u64),
     /// The `faults` binary, for client processes.
     pub faults_bin: PathBuf,
+    /// Set for a control scenario: what [`control`] injects.
+    pub control: Option<Control>,
+}
+
+/// A control scenario: `fault` on a majority of the masters while a lock
+/// is held, with the agent's protection against it on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Control {
+    /// [`FaultKind::RestartMajority`] or [`FaultKind::FlushMajority`].
+    pub fault: FaultKind,
+    /// Delayed restart (for a restart) or the marker check (for a flush).
+    /// Off, the run must find violations.
+    pub protected: bool,
+}
+
+/// The control runs of the short mode and `faults control`, in order, each
+/// with its number of rounds (runs without protection stop at the first
+/// violation).
+pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, usize)> {
+    vec![
+        (Options::control(true, seed, faults_bin.to_path_buf()), 2),
+        (Options::control(false, seed, faults_bin.to_path_buf()), 4),
+        (
+            Options::flush_control(true, seed, faults_bin.to_path_buf()),
+            2,
+        ),
+        (
+            Options::flush_control(false, seed, faults_bin.to_path_buf()),
+            4,
+        ),
+    ]
 }
 
 impl Options {
@@ -72,6 +108,7 @@ impl Options {
             pool: FaultKind::ALL.to_vec(),
             fault_ms: (800, 2000),
             faults_bin,
+            control: None,
         }
     }
 
@@ -114,7 +151,28 @@ impl Options {
             pool: Vec::new(),
             fault_ms: (0, 0),
             faults_bin,
+            control: Some(Control {
+                fault: FaultKind::RestartMajority,
+                protected: delayed_restart,
+            }),
         }
+    }
+
+    /// The flush control scenario: `FLUSHALL` on a majority while long
+    /// locks are held (no restart: delayed restart sees nothing), with the
+    /// agents' in-vote marker check on, or off through the test-only switch.
+    pub fn flush_control(marker_check: bool, seed: u64, faults_bin: PathBuf) -> Options {
+        let mut options = Options::control(true, seed, faults_bin);
+        options.name = format!(
+            "control flush (marker check {})",
+            if marker_check { "on" } else { "off" }
+        );
+        options.settings.marker_check = marker_check;
+        options.control = Some(Control {
+            fault: FaultKind::FlushMajority,
+            protected: marker_check,
+        });
+        options
     }
 }
 
@@ -131,6 +189,10 @@ pub struct Report {
     pub max_ttl_ms: u64,
     pub quarantine_ms: u64,
     pub delayed_restart: bool,
+    /// The agents' in-vote incarnation marker check.
+    pub marker_check: bool,
+    /// Set for a control run.
+    pub control: Option<Control>,
     pub stats: StatsSnapshot,
     pub nemesis: NemesisReport,
     pub findings: Findings,
@@ -223,10 +285,11 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "   max_ttl {}ms, quarantine {}ms, delayed_restart {}",
+            "   max_ttl {}ms, quarantine {}ms, delayed_restart {}, marker check {}",
             self.max_ttl_ms,
             self.quarantine_ms,
-            if self.delayed_restart { "on" } else { "off" }
+            if self.delayed_restart { "on" } else { "off" },
+            if self.marker_check { "on" } else { "off" }
         )?;
         writeln!(
             f,
@@ -684,6 +747,8 @@ impl Harness {
             max_ttl_ms: u64::try_from(options.settings.max_ttl.as_millis()).unwrap_or(0),
             quarantine_ms: u64::try_from(options.settings.quarantine().as_millis()).unwrap_or(0),
             delayed_restart: options.settings.delayed_restart,
+            marker_check: options.settings.marker_check,
+            control: options.control,
             stats: self.stats.snapshot(),
             nemesis,
             findings,
@@ -716,16 +781,20 @@ pub async fn nemesis(options: &Options) -> Result<Report, String> {
     Ok(harness.finish(options, report).await)
 }
 
-/// The control scenario: up to `rounds` restarts of a majority while a
-/// lock is held with time left; with delayed restart off it stops at the
-/// first violation.
+/// The control scenario: up to `rounds` restarts (or flushes, as
+/// `options.control` says) of a majority while a lock is held with time
+/// left; without the protection it stops at the first violation.
 ///
 /// # Errors
-/// When the cluster cannot be started.
+/// When `options` is not a control scenario, or the cluster cannot be
+/// started.
 pub async fn control(options: &Options, rounds: usize) -> Result<Report, String> {
+    let control = options
+        .control
+        .ok_or_else(|| format!("{} is not a control scenario", options.name))?;
     let harness = Harness::start(options).await?;
     let resource = options.plan.resources[0].clone();
-    if !options.settings.delayed_restart {
+    if control.fault == FaultKind::RestartMajority && !control.protected {
         // The leak detector must see too: a key without a TTL under the prefix.
         // On the last master: the control restarts the first ones.
         let last = harness.cluster.masters.len() - 1;
@@ -741,13 +810,21 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
         }
         let held = harness.checker.inside(&resource, 0);
         harness.phase.set(crate::workload::Phase::Faulted);
-        let restarts = majority.iter().map(|&j| {
+        let hits = majority.iter().map(|&j| {
             let m = harness.cluster.masters[j].clone();
-            async move { m.restart().await }
+            async move {
+                if control.fault == FaultKind::FlushMajority {
+                    m.flush().await
+                } else {
+                    m.restart().await
+                }
+            }
         });
-        for r in futures::future::join_all(restarts).await {
+        for r in futures::future::join_all(hits).await {
             if let Err(e) = r {
-                report.skipped.push(format!("restart: {e}"));
+                report
+                    .skipped
+                    .push(format!("{}: {e}", control.fault.as_str()));
             }
         }
         let names: Vec<&str> = majority
@@ -755,16 +832,14 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
             .map(|&j| harness.cluster.masters[j].name.as_str())
             .collect();
         report.faults.push(crate::nemesis::FaultRecord {
-            kind: FaultKind::RestartMajority,
+            kind: control.fault,
             at: Mono::now(),
             detail: format!("{} while {held} held {resource}", names.join(",")),
         });
         // Let waiting clients try, and the old locks run out.
         tokio::time::sleep(options.settings.quarantine() + Duration::from_millis(500)).await;
         harness.phase.set(crate::workload::Phase::Quiet);
-        if !options.settings.delayed_restart
-            && !harness.checker.findings(Mono::now()).violations.is_empty()
-        {
+        if !control.protected && !harness.checker.findings(Mono::now()).violations.is_empty() {
             break;
         }
     }
@@ -804,19 +879,31 @@ pub fn agent_logs(cluster: &Cluster) -> String {
     out
 }
 
-/// One line per report: `PASS ...` or `FAIL ...`. A control run with
-/// delayed restart off passes only when it found violations.
+/// One line per report: `PASS ...` or `FAIL ...`. A control run without
+/// its protection passes only when it found violations (and, for the
+/// restart control, the planted leak).
 pub fn verdicts(reports: &[Report]) -> Vec<String> {
     reports
         .iter()
         .map(|r| {
-            let control_off = r.name.starts_with("control") && !r.delayed_restart;
-            if control_off {
+            let unprotected = r.control.filter(|c| !c.protected);
+            if let Some(control) = unprotected {
                 let n = r.findings.violations.len();
-                let planted = r.findings.leaks.iter().any(|l| l.resource == PLANTED);
+                let planted = control.fault != FaultKind::RestartMajority
+                    || r.findings.leaks.iter().any(|l| l.resource == PLANTED);
+                let also = if control.fault == FaultKind::RestartMajority {
+                    " and the planted leak"
+                } else {
+                    ""
+                };
                 match (n > 0, planted) {
                     (true, true) => format!(
-                        "PASS {}: the checker saw {n} violations and the planted leak, as it must",
+                        "PASS {}: the checker saw {n} violations{also}, as it must",
+                        r.name
+                    ),
+                    (false, _) if control.fault == FaultKind::FlushMajority => format!(
+                        "FAIL {}: no violation found; the checker cannot see a double grant, \
+                         or the agents ignored {NO_MARKER_CHECK_ENV}=1",
                         r.name
                     ),
                     (false, _) => format!(

@@ -1,5 +1,5 @@
 //! The short mode: a nemesis run over every fault (alone, then mixed) with
-//! the checker watching, then the control run that proves the checker can
+//! the checker watching, then the control runs that prove the checker can
 //! see a double grant. `tools/test.sh` runs it on its own, after the other
 //! tests, so the machine is quiet:
 //!
@@ -28,8 +28,10 @@ fn faults_bin() -> PathBuf {
 
 /// Every fault alone and mixed: no safety violation, no hold past its
 /// validity, no leaked key, locks grantable again within max_ttl plus a
-/// margin after every heal; then the control run: the same restart of a
-/// majority finds nothing with delayed restart on, and violations with it off.
+/// margin after every heal; then the control runs: the same restart of a
+/// majority finds nothing with delayed restart on, and violations with it
+/// off; the same flush of a majority finds nothing with the marker check
+/// on, and violations with it off.
 #[test]
 #[ignore = "the short mode (about two minutes); tools/test.sh runs it after the other tests"]
 fn short_mode_finds_no_violation_and_the_control_run_finds_some() {
@@ -56,10 +58,9 @@ fn short_mode_finds_no_violation_and_the_control_run_finds_some() {
         .unwrap_or_else(|e| panic!("{e}"));
     println!("{nemesis}\n");
     reports.push(nemesis);
-    for delayed_restart in [true, false] {
-        let options = Options::control(delayed_restart, seed, faults_bin());
+    for (options, rounds) in run::control_cases(seed, &faults_bin()) {
         let report = rt
-            .block_on(run::control(&options, if delayed_restart { 2 } else { 4 }))
+            .block_on(run::control(&options, rounds))
             .unwrap_or_else(|e| panic!("{e}"));
         println!("{report}\n");
         reports.push(report);
