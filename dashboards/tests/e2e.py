@@ -521,7 +521,9 @@ def drive(stack: Stack, children: Children, omit: set[str]) -> list[Check]:
 
     if "plant" not in omit:
         port = stack.ports[PLANTED_ON]
-        redis_cli(port, "SET", PLANTED_KEY, "x")
+        # Token-shaped (40 hex digits and an owner): the scanner reports only
+        # keys whose value an agent could have written.
+        redis_cli(port, "SET", PLANTED_KEY, "0123456789abcdef0123456789abcdef01234567.planted")
         if redis_cli(port, "TTL", PLANTED_KEY) != "-1":
             raise SetupError(f"{PLANTED_KEY} on {PLANTED_ON} is not a key without TTL")
     print(f"e2e: {'killed ' + KILLED if 'kill' not in omit else 'killed nothing'}; "
