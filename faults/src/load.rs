@@ -329,7 +329,10 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
             format!("max_connections: {}", options.connections + headroom),
             // Every connection comes from this one process: its uid may
             // take every slot (the per-uid share has its own test).
-            format!("max_connections_per_uid: {}", options.connections + headroom),
+            format!(
+                "max_connections_per_uid: {}",
+                options.connections + headroom
+            ),
             "request_timeout: 120s".into(),
         ],
         lock_extra: vec![format!("max_waiters: {}", options.waiters)],
