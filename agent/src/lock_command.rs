@@ -118,6 +118,7 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
         wait_ms: Some(ms(cmd.wait)),
         owner: cmd.owner.clone(),
         max_hold_ms: cmd.max_hold.map(ms),
+        ..HoldRequest::default()
     };
     let path: String =
         percent_encoding::utf8_percent_encode(&cmd.resource, percent_encoding::NON_ALPHANUMERIC)

@@ -33,6 +33,7 @@ pub struct Hold {
     pub(crate) ttl: Duration,
     pub(crate) validity: Duration,
     pub(crate) valid_until: Instant,
+    pub(crate) fence: Option<u64>,
     pub(crate) lines: Lines,
     /// Kept open for as long as the hold lives; its drop closes the socket.
     pub(crate) _conn: Conn,
@@ -45,6 +46,7 @@ impl std::fmt::Debug for Hold {
             .field("resource", &self.resource)
             .field("ttl", &self.ttl)
             .field("validity", &self.validity)
+            .field("fence", &self.fence)
             .finish_non_exhaustive()
     }
 }
@@ -62,6 +64,12 @@ impl Hold {
 
     pub fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// The fencing token of this hold's grant, when asked for
+    /// ([`crate::HoldOptions::fence`]); renewals keep it.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
     }
 
     /// The validity last announced (`acquired` or `renewed`).

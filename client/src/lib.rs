@@ -60,7 +60,7 @@ pub use error::Error;
 pub use guard::{LockGuard, LostReason};
 pub use hold::Hold;
 pub use redlock_wire as wire;
-pub use redlock_wire::ErrorCode;
+pub use redlock_wire::{ErrorCode, OnDisconnect};
 pub use transport::lock_path;
 
 /// How long a request may take beyond the wait it asks for, by default.
@@ -74,6 +74,7 @@ pub struct AcquireOptions {
     pub ttl: Option<Duration>,
     pub wait: Option<Duration>,
     pub owner: Option<String>,
+    pub fence: bool,
 }
 
 impl AcquireOptions {
@@ -94,6 +95,12 @@ impl AcquireOptions {
         self
     }
 
+    /// Ask for a fencing token ([`Grant::fence`]).
+    pub fn fence(mut self) -> AcquireOptions {
+        self.fence = true;
+        self
+    }
+
     /// A label operators see beside the lock (1 to 128 printable ASCII).
     pub fn owner(mut self, owner: impl Into<String>) -> AcquireOptions {
         self.owner = Some(owner.into());
@@ -110,6 +117,8 @@ pub struct HoldOptions {
     pub wait: Option<Duration>,
     pub owner: Option<String>,
     pub max_hold: Option<Duration>,
+    pub fence: bool,
+    pub on_disconnect: OnDisconnect,
 }
 
 impl HoldOptions {
@@ -126,6 +135,19 @@ impl HoldOptions {
     /// How long the agent may keep trying while the lock is taken.
     pub fn wait(mut self, wait: Duration) -> HoldOptions {
         self.wait = Some(wait);
+        self
+    }
+
+    /// Ask for a fencing token ([`Hold::fence`]).
+    pub fn fence(mut self) -> HoldOptions {
+        self.fence = true;
+        self
+    }
+
+    /// What the agent does with the lock when this hold's connection
+    /// closes without a release (see [`OnDisconnect`]).
+    pub fn on_disconnect(mut self, on_disconnect: OnDisconnect) -> HoldOptions {
+        self.on_disconnect = on_disconnect;
         self
     }
 
@@ -155,6 +177,11 @@ pub struct Grant {
     pub validity: Duration,
     /// `validity` from when the answer arrived.
     pub valid_until: std::time::Instant,
+    /// The fencing token, when asked for ([`AcquireOptions::fence`]) or
+    /// the agent's `lock.fence` is `always`: larger than every earlier
+    /// grant's. Send it with every write to storage that can refuse a
+    /// write whose fence is not above the highest it has seen.
+    pub fence: Option<u64>,
 }
 
 impl std::fmt::Debug for Grant {
@@ -164,6 +191,7 @@ impl std::fmt::Debug for Grant {
             .field("resource", &self.resource)
             .field("ttl", &self.ttl)
             .field("validity", &self.validity)
+            .field("fence", &self.fence)
             .finish_non_exhaustive()
     }
 }
@@ -250,6 +278,7 @@ impl Client {
             ttl_ms: options.ttl.map(millis),
             wait_ms: options.wait.map(millis),
             owner: options.owner.clone(),
+            fence: options.fence,
         };
         let answer: AcquireResponse = self
             .transport
@@ -267,6 +296,7 @@ impl Client {
             ttl: Duration::from_millis(answer.ttl_ms),
             validity,
             valid_until: std::time::Instant::now() + validity,
+            fence: answer.fence,
         })
     }
 
@@ -369,6 +399,8 @@ impl Client {
             wait_ms: options.wait.map(millis),
             owner: options.owner.clone(),
             max_hold_ms: options.max_hold.map(millis),
+            fence: options.fence,
+            on_disconnect: options.on_disconnect,
         };
         let limit = self
             .transport
@@ -394,6 +426,7 @@ impl Client {
                     token,
                     validity_ms,
                     ttl_ms,
+                    fence,
                 }) => {
                     let validity = Duration::from_millis(validity_ms);
                     Ok(Hold {
@@ -402,6 +435,7 @@ impl Client {
                         ttl: Duration::from_millis(ttl_ms),
                         validity,
                         valid_until: Instant::now() + validity,
+                        fence,
                         lines,
                         _conn: conn,
                     })

@@ -232,6 +232,7 @@ async fn probe(
                 ttl_ms: Some(1000),
                 wait_ms: None,
                 owner: None,
+                ..Default::default()
             };
             match client.acquire(&resource, &request).await {
                 Ok(Answer::Ok(g)) => client.release(&resource, &g.token).await.is_ok(),
@@ -268,6 +269,7 @@ async fn handoffs_with(client: &Client, socket: &std::path::Path, body: &[u8], n
                 ttl_ms: Some(2000),
                 wait_ms: None,
                 owner: None,
+                ..Default::default()
             },
         )
         .await
@@ -500,6 +502,7 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
         ttl_ms: Some(2000),
         wait_ms: Some(120_000),
         owner: None,
+        ..Default::default()
     })
     .expect("wire types serialize");
     let started = Instant::now();
@@ -533,6 +536,7 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
                 ttl_ms: None,
                 wait_ms: Some(1000),
                 owner: None,
+                ..Default::default()
             },
         )
         .await

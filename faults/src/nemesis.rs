@@ -568,6 +568,7 @@ impl Nemesis {
                     ttl_ms: Some(300),
                     wait_ms: None,
                     owner: Some("probe".into()),
+                    ..Default::default()
                 };
                 let mut last = String::new();
                 while Mono::now() < limit {

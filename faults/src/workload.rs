@@ -423,6 +423,7 @@ pub async fn acquire_client(mut ctx: Ctx, name: String, agent: usize, client: Cl
             ttl_ms: Some(ttl_ms),
             wait_ms: Some(wait_ms),
             owner: Some(name.clone()),
+            ..Default::default()
         };
         let requested = Mono::now();
         let outcome = match client.acquire(&resource, &request).await {
@@ -570,6 +571,7 @@ pub async fn hold_client(mut ctx: Ctx, name: String, agent: usize, client: Clien
             wait_ms: Some(wait_ms),
             owner: Some(name.clone()),
             max_hold_ms: None,
+            ..Default::default()
         };
         let requested = Mono::now();
         let outcome = match client.hold(&resource, &request).await {
@@ -884,6 +886,7 @@ pub async fn run_hold_client(
         wait_ms: Some(wait_ms),
         owner: Some(owner),
         max_hold_ms: None,
+        ..Default::default()
     };
     let requested = Mono::now();
     match client.hold(&resource, &request).await {

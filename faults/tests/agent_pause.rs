@@ -63,6 +63,7 @@ async fn a_frozen_agent_does_not_leave_the_lock_command_running() {
                 ttl_ms: Some(600),
                 wait_ms: Some(5000),
                 owner: Some("other".into()),
+                ..Default::default()
             },
         )
         .await;

@@ -58,6 +58,7 @@ fn acquire(ttl_ms: u64) -> AcquireRequest {
         ttl_ms: Some(ttl_ms),
         wait_ms: None,
         owner: Some("failover-test".into()),
+        ..Default::default()
     }
 }
 

@@ -425,6 +425,7 @@ fn fuzzed_requests_get_documented_json_answers_and_the_agent_keeps_serving() {
             ttl_ms: Some(1000),
             wait_ms: Some(3000),
             owner: None,
+            ..Default::default()
         };
         match client.acquire("after-fuzz", &request).await {
             Ok(Answer::Ok(grant)) => {

@@ -176,6 +176,7 @@ impl Setup {
                     ttl_ms: Some(1000),
                     wait_ms: None,
                     owner: None,
+                    ..Default::default()
                 },
             )
             .await

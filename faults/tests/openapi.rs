@@ -81,6 +81,7 @@ fn wire_values_match_their_schemas() {
             ttl_ms: Some(1),
             wait_ms: Some(0),
             owner: Some("o".into()),
+            fence: true,
         },
     );
     check(
@@ -91,6 +92,7 @@ fn wire_values_match_their_schemas() {
             token: token.into(),
             validity_ms: 9,
             ttl_ms: 10,
+            fence: Some(1_732_300_000_000_000),
         },
     );
     check(
@@ -125,6 +127,8 @@ fn wire_values_match_their_schemas() {
             wait_ms: Some(2),
             owner: Some("o".into()),
             max_hold_ms: Some(3),
+            fence: true,
+            on_disconnect: redlock_wire::OnDisconnect::Expire,
         },
     );
     check(
@@ -134,6 +138,7 @@ fn wire_values_match_their_schemas() {
             token: token.into(),
             validity_ms: 1,
             ttl_ms: 2,
+            fence: Some(7),
         },
     );
     check(&s, "HoldEvent", HoldEvent::Renewed { validity_ms: 1 });

@@ -478,6 +478,7 @@ async fn try_acquire(
             validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
             ttl_ms: millis(grant.ttl),
             token: grant.token.into_string(),
+            fence: None,
         },
     ))
 }
@@ -579,6 +580,7 @@ async fn hold(
         token: grant.token.as_str().to_string(),
         validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
         ttl_ms: millis(grant.ttl),
+        fence: None,
     };
     // Cannot fail: the channel is new and has room.
     events

@@ -20,6 +20,12 @@ pub struct AcquireRequest {
     /// A label stored beside the token so operators can see who holds a lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// Ask for a fencing token: the answer carries `fence`, a number minted
+    /// by the same quorum that grants the lock, larger than the fence of
+    /// every earlier grant of any lock on these masters. Always on when the
+    /// agent's `lock.fence` is `always`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fence: bool,
 }
 
 /// 200 answer to `acquire`.
@@ -31,6 +37,11 @@ pub struct AcquireResponse {
     /// How long the lock is safe to use, counted from when the agent answered.
     pub validity_ms: u64,
     pub ttl_ms: u64,
+    /// The fencing token, when asked for (`fence: true`) or always on:
+    /// pass it to the storage with every write, and have the storage refuse
+    /// a write whose fence is not above the highest it has seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
 }
 
 /// Body of `POST /v1/locks/{resource}/extend`.
@@ -78,6 +89,31 @@ pub struct HoldRequest {
     /// defaults to `lock.max_hold`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_hold_ms: Option<u64>,
+    /// As in [`AcquireRequest::fence`]: the `acquired` event carries it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fence: bool,
+    /// What happens to the lock when the client's connection closes
+    /// without a release: `release` (the default) deletes it on every
+    /// master at once; `expire` leaves it to expire on its own, so writes a
+    /// vanished client still had in flight land before anyone else can
+    /// hold the lock (for storage that cannot check a fence).
+    #[serde(default, skip_serializing_if = "OnDisconnect::is_release")]
+    pub on_disconnect: OnDisconnect,
+}
+
+/// See [`HoldRequest::on_disconnect`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDisconnect {
+    #[default]
+    Release,
+    Expire,
+}
+
+impl OnDisconnect {
+    pub fn is_release(&self) -> bool {
+        *self == OnDisconnect::Release
+    }
 }
 
 /// One line of a hold's `application/x-ndjson` stream.
@@ -89,6 +125,9 @@ pub enum HoldEvent {
         token: String,
         validity_ms: u64,
         ttl_ms: u64,
+        /// The fencing token, when asked for or always on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fence: Option<u64>,
     },
     /// Extended on a quorum; valid for `validity_ms` from now.
     Renewed { validity_ms: u64 },

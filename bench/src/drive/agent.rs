@@ -83,6 +83,7 @@ impl Client for AgentClient {
             ttl_ms: Some(ttl_ms),
             wait_ms: Some(wait_ms),
             owner: Some(self.owner.clone()),
+            ..Default::default()
         };
         // Cannot fail: a struct of numbers and a string.
         let body = serde_json::to_vec(&body).expect("serializes");
