@@ -133,7 +133,6 @@ impl Agent {
             ScanSettings {
                 config: config.leak_scan.clone(),
                 key_prefix: config.lock.key_prefix.clone(),
-                marker_key: health.marker_key.clone(),
                 max_ttl: config.lock.max_ttl,
                 quorum: config.quorum(),
                 masters: names.clone(),

@@ -27,7 +27,6 @@ use tokio::sync::Semaphore;
 
 use crate::agent::Agent;
 use crate::grants::Holder;
-use crate::health::MARKER_SUFFIX;
 use crate::redlock::node::KeyState;
 use crate::redlock::{token, Node, NodeError, Resource};
 
@@ -237,7 +236,7 @@ async fn scan_node(
     node: &Node,
     conn: MultiplexedConnection,
     pattern: &str,
-    marker: &str,
+    key_prefix: &str,
 ) -> Result<(Vec<String>, u64), ReadFailure> {
     let mut names = Vec::new();
     let mut scanned = 0u64;
@@ -248,11 +247,12 @@ async fn scan_node(
             .await
             .map_err(|e| ReadFailure::Node(with_read_timeout(e)))?;
         scanned += batch.len() as u64;
-        // The agents' own keys (the marker, quarantine witnesses) are not locks.
+        // The agents' own keys (the marker, the fence counter, quarantine
+        // witnesses) are not locks.
         names.extend(
             batch
                 .into_iter()
-                .filter(|k| k != marker && !k.ends_with(crate::health::WITNESS_SUFFIX)),
+                .filter(|k| !redlock_wire::keys::is_bookkeeping(key_prefix, k)),
         );
         if names.len() > MAX_SCAN_KEYS {
             return Err(ReadFailure::TooManyKeys);
@@ -336,15 +336,14 @@ pub async fn list(agent: &Agent, query: &ListQuery) -> Result<LocksResponse, Rea
     let started = Instant::now();
     let redlock = agent.redlock();
     let key_prefix = &redlock.settings().key_prefix;
-    let marker = format!("{key_prefix}{MARKER_SUFFIX}");
     let pattern = format!("{}*", escape_glob(&format!("{key_prefix}{}", query.prefix)));
     let nodes = redlock.nodes();
     let listings = agent.listings();
     let scans = futures::future::join_all(nodes.iter().enumerate().map(|(i, node)| {
-        let (pattern, marker) = (&pattern, &marker);
+        let pattern = &pattern;
         async move {
             let conn = listings.reader(i, node).await.map_err(ReadFailure::Node)?;
-            let scan = scan_node(node, conn, pattern, marker).await;
+            let scan = scan_node(node, conn, pattern, key_prefix).await;
             if scan.is_err() {
                 listings.readers().remove(&i);
             }

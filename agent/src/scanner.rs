@@ -32,8 +32,6 @@ use crate::redlock::{Node, NodeError};
 pub struct ScanSettings {
     pub config: LeakScanConfig,
     pub key_prefix: String,
-    /// Never reported or repaired.
-    pub marker_key: String,
     pub max_ttl: Duration,
     pub quorum: usize,
     /// Master names in config order: all of them are `unread` until the
@@ -247,9 +245,7 @@ impl Scanner {
                 }
             };
             for KeyState { key, value, pttl } in batch {
-                if key == self.settings.marker_key
-                    || key.ends_with(crate::health::WITNESS_SUFFIX)
-                    || pttl == -2
+                if redlock_wire::keys::is_bookkeeping(&self.settings.key_prefix, &key) || pttl == -2
                 {
                     continue; // the agents' own keys, or a key that expired meanwhile
                 }

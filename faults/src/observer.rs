@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
-use redlock_agent::health::{MARKER_SUFFIX, WITNESS_SUFFIX};
 use redlock_agent::redlock::scripts::READ_KEYS;
 
 use crate::checker::{Checker, Sighting};
@@ -30,7 +29,6 @@ pub struct Key {
 /// now (down or frozen).
 pub async fn keys(master: &Master, prefix: &str) -> Option<Vec<Key>> {
     let mut conn = connect(master).await?;
-    let marker = format!("{prefix}{MARKER_SUFFIX}");
     let mut out = Vec::new();
     let mut cursor: u64 = 0;
     loop {
@@ -45,7 +43,7 @@ pub async fn keys(master: &Master, prefix: &str) -> Option<Vec<Key>> {
             .ok()?;
         let batch: Vec<String> = batch
             .into_iter()
-            .filter(|k| *k != marker && !k.ends_with(WITNESS_SUFFIX))
+            .filter(|k| !redlock_wire::keys::is_bookkeeping(prefix, k))
             .collect();
         if !batch.is_empty() {
             let mut invocation = READ_KEYS.prepare_invoke();

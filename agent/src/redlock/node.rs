@@ -1206,13 +1206,7 @@ impl Node {
 /// The incarnation marker's value (only its presence matters).
 const MARKER_VALUE: &str = "redlock-agent incarnation marker";
 
-/// Suffix of the incarnation marker key, after the key prefix. The space
-/// cannot occur in a resource name, so the marker never collides with a lock.
-pub const MARKER_SUFFIX: &str = " incarnation";
-
-/// After the prefix and a random part, the name of a quarantine witness;
-/// like the marker's, it has a space, which no resource can contain.
-pub const WITNESS_SUFFIX: &str = " quarantine witness";
+pub use redlock_wire::keys::{FENCE_SUFFIX, MARKER_SUFFIX, WITNESS_SUFFIX};
 
 /// One key as a scan saw it on one master.
 #[derive(Debug, Clone, PartialEq, Eq)]

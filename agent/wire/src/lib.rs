@@ -490,3 +490,30 @@ mod tests {
         assert!(err.to_string().contains("unknown field `ttl`"), "{err}");
     }
 }
+
+/// The agent's own bookkeeping keys on every master, beside the lock keys
+/// (`<key_prefix><resource>`). Each is the key prefix followed by a suffix
+/// that starts with a space, which no resource may contain, so none of
+/// them can be a lock key; listings, scans and the fault suite's observer
+/// skip them with [`keys::is_bookkeeping`].
+pub mod keys {
+    /// The incarnation marker: written once, no TTL. A master without it
+    /// lost its keys (FLUSHALL, failover, a restart without persistence).
+    pub const MARKER_SUFFIX: &str = " incarnation";
+    /// The quarantine witness, after `<key_prefix><40 hex>` (the agent's
+    /// id): written when a quarantine begins, so readmission can tell that
+    /// the master lost nothing since.
+    pub const WITNESS_SUFFIX: &str = " quarantine witness";
+    /// The fencing counter: the highest fence minted with this master's
+    /// vote. No TTL; lost with the marker, restored from the other masters
+    /// on readmission.
+    pub const FENCE_SUFFIX: &str = " fence";
+
+    /// The key is one of the agent's bookkeeping keys under `key_prefix`,
+    /// not a lock.
+    pub fn is_bookkeeping(key_prefix: &str, key: &str) -> bool {
+        key.strip_prefix(key_prefix).is_some_and(|rest| {
+            rest == MARKER_SUFFIX || rest == FENCE_SUFFIX || rest.ends_with(WITNESS_SUFFIX)
+        })
+    }
+}
