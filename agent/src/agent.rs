@@ -1,20 +1,22 @@
-//! The running agent: its state shared by all requests, and `run`, which
-//! connects to the masters, starts the health tasks and serves until told
-//! to stop.
+//! The agent's state shared by every request: the config, the lock service,
+//! the masters' health settings, the scanner and the metrics; and the
+//! background tasks that keep them current. Serving it is
+//! [`crate::daemon`]'s.
 
-use std::future::Future;
 use std::sync::Arc;
 
-use crate::api::server::{self, BindError, SocketListener};
+use redlock_wire::{NodeState, NodeStatus, NodesResponse};
+
 use crate::config::Config;
-use crate::grants::Grants;
 use crate::health::{self, HealthSettings};
-use crate::metrics::Metrics;
+use crate::lock::waiters::{self, Waiters};
+use crate::lock::{millis, Engine, Locks, Rules};
+use crate::metrics::{Metrics, NodeSeries};
+use crate::node::{Node, NodeSettings, FENCE_SUFFIX};
 use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITCH};
-use crate::redlock::node::FENCE_SUFFIX;
-use crate::redlock::{Drift, Node, NodeSettings, Redlock, Settings};
+use crate::redlock::master::NodeError;
+use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
-use crate::waiters::{self, Waiters};
 use tokio_util::sync::CancellationToken;
 
 /// The test-only switch that turns the in-vote marker check off, so a
@@ -31,30 +33,20 @@ fn marker_check_disabled() -> bool {
 #[derive(Debug)]
 pub struct Agent {
     config: Config,
-    redlock: Redlock,
-    health: HealthSettings,
+    locks: Arc<Locks>,
+    pub(crate) health: HealthSettings,
     metrics: Arc<Metrics>,
-    grants: Grants,
     scanner: Arc<Scanner>,
-    waiters: Arc<Waiters>,
-    /// Turns for operator listings (`GET /v1/locks`).
-    listings: crate::locks::Listings,
-    /// Cancelled when the agent starts to shut down: holds end with `lost`.
-    shutdown: CancellationToken,
     started: std::time::Instant,
 }
 
-/// Why the agent could not start.
+/// A master URL the redis crate refuses.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error(transparent)]
-    Bind(#[from] BindError),
-    #[error("masters[{index}].url: {source}")]
-    Master {
-        index: usize,
-        #[source]
-        source: redis::RedisError,
-    },
+#[error("masters[{index}].url: {source}")]
+pub struct MasterUrlError {
+    pub index: usize,
+    #[source]
+    pub source: redis::RedisError,
 }
 
 impl Agent {
@@ -62,7 +54,7 @@ impl Agent {
     ///
     /// # Errors
     /// When the redis crate refuses a master URL.
-    pub fn new(config: Config) -> Result<Agent, StartError> {
+    pub fn new(config: Config) -> Result<Agent, MasterUrlError> {
         // rediss:// masters use rustls with ring; installing the provider a
         // second time (another agent in this process) is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -122,12 +114,13 @@ impl Agent {
                         },
                     )
                 })
-                .map_err(|source| StartError::Master { index, source })?;
+                .map_err(|source| MasterUrlError { index, source })?;
+            let series = NodeSeries::new(&metrics, &master.name, &NodeError::KINDS);
             nodes.push(Arc::new(Node::new(
                 master.name.clone(),
                 client,
                 node_settings.clone(),
-                Arc::clone(&metrics),
+                Arc::new(series),
             )));
         }
         let settings = Settings {
@@ -163,16 +156,20 @@ impl Agent {
             Arc::clone(&metrics),
             shutdown.clone(),
         ));
+        let engine = Engine::new(nodes, settings, metrics.clone());
+        let locks = Locks::new(
+            engine,
+            Rules::new(&config.lock),
+            waiters,
+            Arc::clone(&metrics),
+            shutdown,
+        );
         Ok(Agent {
-            redlock: Redlock::new(nodes, settings, Arc::clone(&metrics)),
             config,
+            locks: Arc::new(locks),
             health,
             metrics,
-            grants: Grants::default(),
             scanner,
-            waiters,
-            listings: crate::locks::Listings::default(),
-            shutdown,
             started: std::time::Instant::now(),
         })
     }
@@ -181,146 +178,31 @@ impl Agent {
         &self.config
     }
 
-    pub fn redlock(&self) -> &Redlock {
-        &self.redlock
+    pub fn locks(&self) -> &Arc<Locks> {
+        &self.locks
+    }
+
+    pub fn engine(&self) -> &Engine {
+        self.locks.engine()
     }
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
-    pub fn grants(&self) -> &Grants {
-        &self.grants
-    }
-
     pub fn scanner(&self) -> &Scanner {
         &self.scanner
     }
 
-    pub fn waiters(&self) -> &Waiters {
-        &self.waiters
-    }
-
-    pub fn listings(&self) -> &crate::locks::Listings {
-        &self.listings
-    }
-
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
-    }
-
-    pub fn summary(&self) -> redlock_wire::SummaryResponse {
-        self.sweep_grants();
-        self.metrics.summary(self.started.elapsed())
-    }
-
-    /// Forgets expired grants and sets `redlock_locks_held`.
-    fn sweep_grants(&self) {
-        let held = self.grants.sweep(std::time::Instant::now(), &self.metrics);
-        self.metrics
-            .locks_held
-            .set(i64::try_from(held).unwrap_or(i64::MAX));
-    }
-
-    /// The text exposition, with the gauges that mirror node and lock state
-    /// computed now.
-    pub fn scrape(&self) -> Vec<u8> {
-        let m = &self.metrics;
-        let mut usable = 0;
-        for (node, duplicate) in self.redlock.nodes().iter().zip(self.redlock.duplicates()) {
-            let snap = node.snapshot();
-            let state = snap.state;
-            usable += usize::from(state == redlock_wire::NodeState::Up && duplicate.is_none());
-            m.node_up
-                .with_label_values(&[node.name()])
-                .set(i64::from(state != redlock_wire::NodeState::Down));
-            m.node_quarantined
-                .with_label_values(&[node.name()])
-                .set(i64::from(state == redlock_wire::NodeState::Quarantined));
-            m.node_quarantine_remaining
-                .with_label_values(&[node.name()])
-                .set(snap.quarantine_remaining.as_secs_f64());
-        }
-        m.usable_nodes
-            .set(i64::try_from(usable).unwrap_or(i64::MAX));
-        m.quorum_available
-            .set(i64::from(usable >= self.redlock.quorum()));
-        self.sweep_grants();
-        m.encode()
-    }
-}
-
-/// An agent whose listeners are bound but which serves nothing yet.
-#[derive(Debug)]
-pub struct Bound {
-    agent: Arc<Agent>,
-    socket: SocketListener,
-    admin: SocketListener,
-    tcp: tokio::net::TcpListener,
-}
-
-impl Bound {
-    /// Binds both listeners before touching any master, so a taken socket
-    /// fails fast.
-    ///
-    /// # Errors
-    /// When a listener cannot be bound or a master URL is refused.
-    pub async fn bind(config: Config) -> Result<Bound, StartError> {
-        Bound::bind_with(config, false).await
-    }
-
-    /// As [`Bound::bind`]; `masters_fresh` says this process started the
-    /// masters empty (`redlock-agent dev`, tests), so their low uptime at
-    /// first sight is no reason for quarantine.
-    ///
-    /// # Errors
-    /// When a listener cannot be bound or a master URL is refused.
-    pub async fn bind_with(config: Config, masters_fresh: bool) -> Result<Bound, StartError> {
-        let mut agent = Agent::new(config)?;
-        agent.health.masters_fresh = masters_fresh;
-        let agent = Arc::new(agent);
-        let config = agent.config();
-        server::raise_open_files_limit();
-        let socket = SocketListener::bind(&config.socket.path, config.socket.mode).await?;
-        let admin =
-            SocketListener::bind(&config.admin.socket.path, config.admin.socket.mode).await?;
-        let tcp = server::bind_tcp(config.metrics.listen).await?;
-        Ok(Bound {
-            agent,
-            socket,
-            admin,
-            tcp,
-        })
-    }
-
-    pub fn agent(&self) -> &Arc<Agent> {
-        &self.agent
-    }
-
-    /// The metrics address actually bound (useful with port 0).
-    ///
-    /// # Panics
-    /// Never in practice: a bound TCP listener has a local address.
-    pub fn metrics_addr(&self) -> std::net::SocketAddr {
-        self.tcp
-            .local_addr()
-            .expect("a bound listener has an address")
-    }
-
-    /// Probes every master once, starts the health tasks, serves until
-    /// `shutdown` resolves, then drains.
-    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let Bound {
-            agent,
-            socket,
-            admin,
-            tcp,
-        } = self;
-        let nodes = agent.redlock().nodes();
-        let settings = Arc::new(agent.health.clone());
+    /// Probes every master once, then starts the tasks that keep the agent
+    /// current: one health task per master, the leak scanner, and one
+    /// release listener per master for the waiters. Abort them to stop.
+    pub async fn start(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let nodes = self.engine().nodes();
+        let settings = Arc::new(self.health.clone());
         let peers: Arc<[Arc<Node>]> = nodes.to_vec().into();
         futures::future::join_all(nodes.iter().map(|n| health::probe(n, &peers, &settings))).await;
-        for (node, duplicate) in nodes.iter().zip(agent.redlock().duplicates()) {
+        for (node, duplicate) in nodes.iter().zip(self.engine().duplicates()) {
             if let Some(first) = duplicate {
                 tracing::warn!(
                     node = node.name(),
@@ -339,51 +221,100 @@ impl Bound {
                 ))
             })
             .collect();
-        tasks.push(tokio::spawn(Arc::clone(&agent.scanner).run(nodes.to_vec())));
+        tasks.push(tokio::spawn(Arc::clone(&self.scanner).run(nodes.to_vec())));
         for node in nodes {
             tasks.push(tokio::spawn(waiters::listen(
                 Arc::clone(node),
-                Arc::clone(&agent.waiters),
+                Arc::clone(self.locks.waiters()),
             )));
         }
-
-        let status = crate::api::routes::nodes_response(&agent);
-        tracing::info!(
-            socket = %socket.path().display(),
-            admin_socket = %admin.path().display(),
-            agent_name = %agent.config().agent.name,
-            metrics = %tcp.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            masters = agent.redlock().nodes().len(),
-            usable = status.usable,
-            quorum = status.quorum,
-            "serving"
-        );
-        if !status.available {
-            tracing::warn!(
-                detail = %agent.redlock().describe_unusable(),
-                "no quorum yet; acquire answers no_quorum until enough masters are up"
-            );
-        }
-
-        let token = agent.shutdown_token();
-        server::serve(Arc::clone(&agent), socket, admin, tcp, async move {
-            shutdown.await;
-            // Holds end first (lost, then released), so the drain can finish.
-            token.cancel();
-        })
-        .await;
-        for task in tasks {
-            task.abort();
-        }
-        tracing::info!("stopped");
+        tasks
     }
-}
 
-/// Runs the agent until `shutdown` resolves.
-///
-/// # Errors
-/// When a listener cannot be bound or a master URL is refused.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
-    Bound::bind(config).await?.serve(shutdown).await;
-    Ok(())
+    /// `GET /v1/nodes` from the nodes' snapshots.
+    pub fn nodes(&self) -> NodesResponse {
+        let engine = self.engine();
+        let nodes: Vec<NodeStatus> = engine
+            .nodes()
+            .iter()
+            .zip(engine.duplicates())
+            .map(|(node, duplicate)| {
+                let snap = node.snapshot();
+                let mut warnings = snap.warnings;
+                let state = match duplicate {
+                    Some(first) => {
+                        let first = engine.nodes()[first].name();
+                        warnings.push(format!(
+                            "same server as {first} (same run_id): counted once, as {first}"
+                        ));
+                        NodeState::Duplicate
+                    }
+                    None => snap.state,
+                };
+                NodeStatus {
+                    name: node.name().to_string(),
+                    state,
+                    latency_ms: snap.latency.map(|d| d.as_micros() as f64 / 1000.0),
+                    last_error: snap.last_error,
+                    quarantine_remaining_ms: millis(snap.quarantine_remaining),
+                    quarantine_ms: millis(snap.quarantine_len),
+                    detector: snap.detector.map(|d| d.as_str().to_string()),
+                    run_id: snap.identity.as_ref().map(|i| i.run_id.clone()),
+                    uptime_s: snap.identity.as_ref().map(|i| i.uptime.as_secs()),
+                    persistence: snap.persistence,
+                    warnings,
+                }
+            })
+            .collect();
+        let usable = nodes.iter().filter(|n| n.state == NodeState::Up).count();
+        NodesResponse {
+            quorum: engine.quorum(),
+            usable,
+            available: usable >= engine.quorum(),
+            nodes,
+        }
+    }
+
+    pub fn summary(&self) -> redlock_wire::SummaryResponse {
+        self.sweep_grants();
+        self.metrics.summary(self.started.elapsed())
+    }
+
+    /// Forgets expired grants and sets `redlock_locks_held`.
+    fn sweep_grants(&self) {
+        let held = self
+            .locks
+            .grants()
+            .sweep(std::time::Instant::now(), &self.metrics);
+        self.metrics
+            .locks_held
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
+    }
+
+    /// The text exposition, with the gauges that mirror node and lock state
+    /// computed now.
+    pub fn scrape(&self) -> Vec<u8> {
+        let m = &self.metrics;
+        let mut usable = 0;
+        let engine = self.engine();
+        for (node, duplicate) in engine.nodes().iter().zip(engine.duplicates()) {
+            let snap = node.snapshot();
+            let state = snap.state;
+            usable += usize::from(state == redlock_wire::NodeState::Up && duplicate.is_none());
+            m.node_up
+                .with_label_values(&[node.name()])
+                .set(i64::from(state != redlock_wire::NodeState::Down));
+            m.node_quarantined
+                .with_label_values(&[node.name()])
+                .set(i64::from(state == redlock_wire::NodeState::Quarantined));
+            m.node_quarantine_remaining
+                .with_label_values(&[node.name()])
+                .set(snap.quarantine_remaining.as_secs_f64());
+        }
+        m.usable_nodes
+            .set(i64::try_from(usable).unwrap_or(i64::MAX));
+        m.quorum_available.set(i64::from(usable >= engine.quorum()));
+        self.sweep_grants();
+        m.encode()
+    }
 }

@@ -14,7 +14,7 @@
 //!   quarantines it for the remainder.
 //! - `marker`: every master carries an incarnation marker key without TTL
 //!   under the key prefix. The vote and extend scripts check it atomically
-//!   (a master without it never counts, see [`crate::redlock::node`]), and
+//!   (a master without it never counts, see [`crate::node`]), and
 //!   every probe reads it, so a master that lost its keys while its process
 //!   lived on (FLUSHALL, FLUSHDB, a replica promoted behind its address, an
 //!   old snapshot restored) is quarantined like a restart.
@@ -33,10 +33,10 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redlock_wire::NodeState;
 
-use crate::redlock::node::{Detector, Identity};
-use crate::redlock::{fence, Node, NodeError};
+use crate::node::{Detector, Identity, Node};
+use crate::redlock::{fence, NodeError};
 
-pub use crate::redlock::node::{MARKER_SUFFIX, WITNESS_SUFFIX};
+pub use crate::node::{MARKER_SUFFIX, WITNESS_SUFFIX};
 
 /// What the health tasks need from the config.
 #[derive(Debug, Clone)]
@@ -312,7 +312,7 @@ fn detect(
     }
 }
 
-fn went_down(node: &Node, was: NodeState, error: &crate::redlock::NodeError) {
+fn went_down(node: &Node, was: NodeState, error: &NodeError) {
     if was != NodeState::Down {
         // The error itself was logged (once per kind) where it happened.
         tracing::warn!(node = node.name(), "node down");

@@ -5,50 +5,54 @@
 //! - `main.rs`: the thin binary: CLI, config loading, tracing, exit codes.
 //! - [`config`]: typed configuration, defaults, validation that reports every
 //!   problem at once with its field path.
-//! - [`redlock`]: the algorithm, free of transport: quorum, validity and drift
-//!   math ([`redlock::validity`], pure), tokens, resources, the
-//!   compare-and-set scripts, and [`redlock::node`], one master connection.
+//! - [`redlock`]: the algorithm, free of transport, of Redis and of metrics:
+//!   quorum, validity and drift ([`redlock::validity`], pure), fencing
+//!   ([`redlock::fence`]), tokens, resources, over the
+//!   [`redlock::master::Master`] trait, reporting to the
+//!   [`redlock::observe::Observer`] it is given. Unit tests run it against
+//!   masters in memory.
+//! - [`node`]: one Redis master behind that trait: its connection and state,
+//!   the lock commands and their scripts, the health probes' commands, the
+//!   scans.
 //! - [`health`]: one task per master that connects, probes, detects restarts
 //!   and lost keys (the incarnation marker, evictions), quarantines such a
-//!   master (delayed restart) and readmits it by rewriting the marker;
-//!   topology checks.
-//! - [`grants`]: the locks this agent granted and the process that asked
-//!   for each (for `/v1/locks` and metrics).
-//! - [`holds`]: locks tied to a client's connection: renewal, loss notices,
-//!   release when the connection closes.
-//! - [`locks`]: the lock keys on the masters as operators read them:
-//!   `/v1/locks` (prefix, cursor paging, masters it could not read),
-//!   `/v1/locks/{resource}`, on reader connections apart from the lock
-//!   path; force release (admin socket only).
-//! - [`metrics`]: every metric, defined in one place.
+//!   master (delayed restart) and readmits it by rewriting the marker and
+//!   catching its fencing counter up; topology checks.
+//! - [`lock`]: the lock service, the one home of the lock lifecycle:
+//!   acquire, holds ([`lock::holds`]), extend, release, force release; the
+//!   TTL and owner rules, grant bookkeeping ([`lock::grants`]), waiters
+//!   ([`lock::waiters`]: per-resource FIFO queues woken by releases here or,
+//!   through pub/sub, on other agents) and the operators' listing of lock
+//!   keys ([`lock::listing`]).
+//! - [`metrics`]: every metric, defined in one place; the engine's observer.
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
-//! - [`waiters`]: per-resource FIFO queues; only the head competes, woken by
-//!   releases here or, through pub/sub, on other agents.
-//! - [`api`]: HTTP routes ([`api::routes`]), the listeners
-//!   ([`api::server`]: the application socket, the admin socket, metrics)
-//!   and peer credentials with who may connect ([`api::peer`]); the wire
-//!   types are in the `redlock-wire` crate.
-//! - [`agent`]: the shared state and `run`, which wires the rest together.
+//! - [`api`]: HTTP routes ([`api::routes`], requests to the lock service and
+//!   back), the listeners ([`api::server`]: the application socket, the
+//!   admin socket, metrics) and peer credentials with who may connect
+//!   ([`api::peer`]); the wire types are in the `redlock-wire` crate.
+//! - [`agent`]: the state shared by every request and its background tasks.
+//! - [`daemon`]: binds the listeners, starts the tasks, serves, drains.
 //! - [`dev`]: local `redis-server` children for `redlock-agent dev` and tests.
 //! - [`lock_command`]: `redlock-agent lock -- cmd`, a client of the socket.
 //! - [`shutdown`]: signals that start a drain.
 //!
-//! Data flows one way: socket → routes → redlock → nodes → Redis, and back.
+//! Imports point one way, with no loops: `daemon` → `api` → `agent` →
+//! `lock` → `node` → `redlock`; `metrics` and `health` beside them.
 
 pub mod agent;
 pub mod api;
 pub mod config;
+pub mod daemon;
 pub mod dev;
-pub mod grants;
 pub mod health;
-pub mod holds;
+pub mod lock;
 pub mod lock_command;
-pub mod locks;
 pub mod metrics;
+pub mod node;
 pub mod redlock;
 pub mod scanner;
 pub mod shutdown;
-pub mod waiters;
 
-pub use agent::{run, Agent, Bound};
+pub use agent::Agent;
 pub use config::Config;
+pub use daemon::{run, Bound, StartError};

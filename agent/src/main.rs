@@ -240,7 +240,7 @@ fn serve_with(config: Config, format: Option<LogFormat>, masters_fresh: bool) ->
     let started = runtime().block_on(async {
         let bound = redlock_agent::Bound::bind_with(config, masters_fresh).await?;
         bound.serve(redlock_agent::shutdown::signal()).await;
-        Ok::<(), redlock_agent::agent::StartError>(())
+        Ok::<(), redlock_agent::StartError>(())
     });
     match started {
         Ok(()) => ExitCode::SUCCESS,

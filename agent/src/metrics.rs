@@ -8,59 +8,13 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use crate::redlock::observe::{Failure, Op, VoteLabel};
+use crate::redlock::observe::{NodeObserver, Observer};
+
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
-
-/// Every way a lock operation fails, for `redlock_failures_total{reason}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// Acquire: held by another holder until the wait ran out.
-    Taken,
-    /// Acquire or extend: fewer than a quorum of masters usable.
-    NoQuorum,
-    /// A quorum granted, but too slowly: no validity left after drift.
-    ValidityExhausted,
-    /// Extend: not extended on a quorum in time.
-    ExtendFailed,
-    /// A hold lost its lock (renewal failed or validity ran out).
-    Lost,
-    /// Release: the lock was no longer held on a quorum.
-    ReleaseFailed,
-    /// One master failed one request (counted per master and request).
-    NodeError,
-    /// A quorum voted yes, but round 2 (raising the fencing counter) was
-    /// not confirmed by a quorum with validity left; the round is released
-    /// and retried.
-    FenceFailed,
-}
-
-impl Failure {
-    pub const ALL: [Failure; 8] = [
-        Failure::Taken,
-        Failure::NoQuorum,
-        Failure::ValidityExhausted,
-        Failure::ExtendFailed,
-        Failure::Lost,
-        Failure::ReleaseFailed,
-        Failure::NodeError,
-        Failure::FenceFailed,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Failure::Taken => "taken",
-            Failure::NoQuorum => "no_quorum",
-            Failure::ValidityExhausted => "validity_exhausted",
-            Failure::ExtendFailed => "extend_failed",
-            Failure::Lost => "lost",
-            Failure::ReleaseFailed => "release_failed",
-            Failure::NodeError => "node_error",
-            Failure::FenceFailed => "fence_failed",
-        }
-    }
-}
 
 /// Why a connection was refused before its first request was read, for
 /// `redlock_connections_refused_total{listener, reason}`.
@@ -116,68 +70,6 @@ impl Outcome {
             Outcome::Taken => "taken",
             Outcome::NoQuorum => "no_quorum",
             Outcome::Error => "error",
-        }
-    }
-}
-
-/// One master's answer to one request, for `redlock_node_votes_total{vote}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VoteLabel {
-    Granted,
-    Taken,
-    Error,
-    Timeout,
-}
-
-impl VoteLabel {
-    pub const ALL: [VoteLabel; 4] = [
-        VoteLabel::Granted,
-        VoteLabel::Taken,
-        VoteLabel::Error,
-        VoteLabel::Timeout,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VoteLabel::Granted => "granted",
-            VoteLabel::Taken => "taken",
-            VoteLabel::Error => "error",
-            VoteLabel::Timeout => "timeout",
-        }
-    }
-}
-
-/// Requests to one master, for `redlock_node_request_duration_seconds{op}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Acquire,
-    Extend,
-    Release,
-    Probe,
-    /// The leaked-key scanner's SCAN, PTTL and PEXPIRE.
-    Scan,
-    /// Round 2 of a fenced grant, and reading counters for a readmission.
-    Fence,
-}
-
-impl Op {
-    pub const ALL: [Op; 6] = [
-        Op::Acquire,
-        Op::Extend,
-        Op::Release,
-        Op::Probe,
-        Op::Scan,
-        Op::Fence,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Op::Acquire => "acquire",
-            Op::Extend => "extend",
-            Op::Release => "release",
-            Op::Probe => "probe",
-            Op::Scan => "scan",
-            Op::Fence => "fence",
         }
     }
 }
@@ -500,18 +392,6 @@ impl Metrics {
         self.failures.with_label_values(&[failure.as_str()]).inc();
     }
 
-    pub fn vote(&self, node: &str, vote: VoteLabel) {
-        self.node_votes
-            .with_label_values(&[node, vote.as_str()])
-            .inc();
-    }
-
-    pub fn node_request(&self, node: &str, op: Op, took: Duration) {
-        self.node_request_duration
-            .with_label_values(&[node, op.as_str()])
-            .observe(took.as_secs_f64());
-    }
-
     /// Cumulative figures for `GET /v1/summary`, read from the metrics
     /// themselves so the two never disagree.
     pub fn summary(&self, uptime: Duration) -> redlock_wire::SummaryResponse {
@@ -569,19 +449,33 @@ impl Metrics {
     }
 }
 
+impl Observer for Metrics {
+    fn failure(&self, failure: Failure) {
+        self.fail(failure);
+    }
+
+    fn validity_at_grant(&self, share: f64) {
+        self.validity_at_grant.observe(share);
+    }
+}
+
 /// One master's series, looked up once so the request path does not hash
 /// label values on every vote.
 #[derive(Debug, Clone)]
 pub struct NodeSeries {
+    node: String,
     votes: [IntCounter; 4],
     requests: [Histogram; 6],
     errors: Vec<IntCounter>,
+    node_errors: IntCounter,
+    restarts: IntCounterVec,
 }
 
 impl NodeSeries {
     /// `kinds`: every error kind of the node, in a fixed order.
     pub fn new(metrics: &Metrics, node: &str, kinds: &[&str]) -> NodeSeries {
         NodeSeries {
+            node: node.to_string(),
             votes: VoteLabel::ALL
                 .map(|v| metrics.node_votes.with_label_values(&[node, v.as_str()])),
             requests: Op::ALL.map(|op| {
@@ -593,22 +487,36 @@ impl NodeSeries {
                 .iter()
                 .map(|k| metrics.node_errors.with_label_values(&[node, k]))
                 .collect(),
+            node_errors: metrics
+                .failures
+                .with_label_values(&[Failure::NodeError.as_str()]),
+            restarts: metrics.node_restarts.clone(),
         }
     }
+}
 
-    pub fn vote(&self, vote: VoteLabel) {
+impl NodeObserver for NodeSeries {
+    fn vote(&self, vote: VoteLabel) {
         self.votes[vote as usize].inc();
     }
 
-    pub fn request(&self, op: Op, took: Duration) {
+    fn request(&self, op: Op, took: Duration) {
         self.requests[op as usize].observe(took.as_secs_f64());
     }
 
-    /// Counts an error of the kind at `index` in the `kinds` given to `new`.
-    pub fn error(&self, index: usize) {
+    /// Counts an error of the kind at `index` in the `kinds` given to `new`,
+    /// and one more `node_error` failure.
+    fn error(&self, index: usize) {
+        self.node_errors.inc();
         if let Some(counter) = self.errors.get(index) {
             counter.inc();
         }
+    }
+
+    fn restart(&self, detector: &'static str) {
+        self.restarts
+            .with_label_values(&[self.node.as_str(), detector])
+            .inc();
     }
 }
 

@@ -23,9 +23,9 @@ use redlock_wire::{LeakedKey, LeaksResponse, NodeLeaks, MAX_LEAKED_KEYS_SHOWN};
 
 use crate::config::{LeakScanConfig, Repair};
 use crate::metrics::{unix_now, LeakKind, Metrics};
-use crate::redlock::node::KeyState;
+use crate::node::{KeyState, Node};
 use crate::redlock::token::is_token_shaped;
-use crate::redlock::{Node, NodeError};
+use crate::redlock::NodeError;
 
 /// What the scanner needs to know.
 #[derive(Debug, Clone)]

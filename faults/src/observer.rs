@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
-use redlock_agent::redlock::scripts::READ_KEYS;
+use redlock_agent::node::scripts::READ_KEYS;
 
 use crate::checker::{Checker, Sighting};
 use crate::clock::Mono;

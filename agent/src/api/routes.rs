@@ -1,9 +1,10 @@
-//! Routing and handlers: turn HTTP requests into Redlock calls and outcomes
-//! into JSON answers. Every answer, errors included, is JSON with a code.
+//! Routing and handlers: turn HTTP requests into calls of the lock service
+//! ([`crate::lock::Locks`]) and its outcomes into JSON answers, and nothing
+//! more. Every answer, errors included, is JSON with a code.
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -14,20 +15,18 @@ use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTE
 use hyper::{Method, Request, Response, StatusCode};
 use redlock_wire::{
     AcquireRequest, AcquireResponse, ErrorBody, ErrorCode, ErrorResponse, ExtendRequest,
-    ExtendResponse, HoldEvent, HoldRequest, NodeState, NodeStatus, NodesResponse, ReleaseRequest,
-    ReleaseResponse,
+    ExtendResponse, HoldEvent, HoldRequest, ReleaseRequest, ReleaseResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::peer::Peer;
 use crate::agent::Agent;
-use crate::config::FenceMode;
-use crate::grants::Holder;
-use crate::metrics::{Failure, Outcome};
-use crate::redlock::{token, Acquire, Extend, Grant, Resource, Token};
-use crate::waiters::WaitError;
-use crate::{holds, locks};
+use crate::lock::grants::Holder;
+use crate::lock::listing::{self, ListQuery, ReadError};
+use crate::lock::waiters::WaitError;
+use crate::lock::{millis, Ask, LockError};
+use crate::redlock::{Resource, Token};
 
 /// Largest request body read.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -197,7 +196,7 @@ async fn dispatch(
     match route {
         Route::Healthz => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
         Route::Readyz => {
-            let nodes = nodes_response(agent);
+            let nodes = agent.nodes();
             let status = if nodes.available {
                 StatusCode::OK
             } else {
@@ -208,16 +207,20 @@ async fn dispatch(
                 &serde_json::json!({"ready": nodes.available, "usable": nodes.usable, "quorum": nodes.quorum}),
             ))
         }
-        Route::Nodes => Ok(json(StatusCode::OK, &nodes_response(agent))),
+        Route::Nodes => Ok(json(StatusCode::OK, &agent.nodes())),
         Route::Leaks => Ok(json(StatusCode::OK, &agent.scanner().report())),
         Route::Locks => {
-            let query = locks::ListQuery::parse(request.uri().query())
+            let query = ListQuery::parse(request.uri().query())
                 .map_err(|e| ApiError::invalid(e.to_string()))?;
-            let answer = locks::list(agent, &query).await.map_err(read_error)?;
+            let answer = listing::list(agent.locks(), &query)
+                .await
+                .map_err(read_error)?;
             Ok(json(StatusCode::OK, &answer))
         }
         Route::LockInfo(resource) => {
-            let answer = locks::get(agent, &resource).await.map_err(read_error)?;
+            let answer = listing::get(agent.locks(), &resource)
+                .await
+                .map_err(read_error)?;
             Ok(json(StatusCode::OK, &answer))
         }
         Route::Summary => Ok(json(StatusCode::OK, &agent.summary())),
@@ -242,7 +245,7 @@ async fn dispatch(
                     let _: ForceReleaseRequest = parse_body(&body, true)?;
                     Ok(json(
                         StatusCode::OK,
-                        &locks::force_release(agent, &resource, holder).await,
+                        &agent.locks().force_release(&resource, holder).await,
                     ))
                 }
             }
@@ -329,13 +332,11 @@ fn resource(segment: &str) -> Result<Resource, ApiError> {
 
 /// An operator read that has no answer: 429 with `Retry-After` when busy,
 /// 503 when too few masters answered, 404 for a lock no master has.
-fn read_error(error: locks::ReadError) -> ApiError {
+fn read_error(error: ReadError) -> ApiError {
     let (status, code) = match &error {
-        locks::ReadError::Busy => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::Busy),
-        locks::ReadError::TooFewRead { .. } => {
-            (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum)
-        }
-        locks::ReadError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+        ReadError::Busy => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::Busy),
+        ReadError::TooFewRead { .. } => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum),
+        ReadError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
     };
     ApiError::new(status, code, error.to_string())
 }
@@ -394,39 +395,24 @@ fn parse_body<T: DeserializeOwned>(body: &[u8], empty_ok: bool) -> Result<T, Api
     serde_json::from_slice(text).map_err(|e| ApiError::invalid(format!("bad JSON body: {e}")))
 }
 
-fn ttl(agent: &Agent, ttl_ms: Option<u64>) -> Result<Duration, ApiError> {
-    let lock = &agent.config().lock;
-    let Some(ms) = ttl_ms else {
-        return Ok(lock.default_ttl);
+/// The answer for a lock request the service refused.
+fn lock_error(error: LockError) -> ApiError {
+    let (status, code) = match &error {
+        LockError::TtlOutOfRange { .. } => (StatusCode::BAD_REQUEST, ErrorCode::TtlOutOfRange),
+        LockError::InvalidOwner | LockError::Invalid(_) => {
+            (StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest)
+        }
+        LockError::Taken(_) => (StatusCode::CONFLICT, ErrorCode::Taken),
+        LockError::Lost(_) => (StatusCode::CONFLICT, ErrorCode::Lost),
+        LockError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum),
+        LockError::Wait(WaitError::TooManyWaiters(_)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyWaiters)
+        }
+        LockError::Wait(WaitError::ShuttingDown) => {
+            (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ShuttingDown)
+        }
     };
-    let ttl = Duration::from_millis(ms);
-    // Below twice the node timeout a grant could have no validity left
-    // after a slow master and the drift allowance.
-    let min = (lock.node_timeout * 2).min(lock.max_ttl);
-    if ttl < min || ttl > lock.max_ttl {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::TtlOutOfRange,
-            format!(
-                "ttl_ms must be between {} (twice lock.node_timeout) and {} (lock.max_ttl): {ms}",
-                min.as_millis(),
-                lock.max_ttl.as_millis()
-            ),
-        ));
-    }
-    Ok(ttl)
-}
-
-fn no_quorum(message: String) -> ApiError {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        ErrorCode::NoQuorum,
-        message,
-    )
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    ApiError::new(status, code, error.to_string())
 }
 
 async fn acquire(
@@ -435,44 +421,18 @@ async fn acquire(
     holder: Option<Holder>,
     request: AcquireRequest,
 ) -> Result<Response<Body>, ApiError> {
-    let started = Instant::now();
-    let result = try_acquire(agent, resource, holder, request).await;
-    observe_wait(agent, started, &result);
-    result
-}
-
-/// Times an acquire or a hold's acquisition, from the request to the answer,
-/// into `redlock_acquire_wait_seconds{outcome}`.
-fn observe_wait<T>(agent: &Agent, started: Instant, result: &Result<T, ApiError>) {
-    let outcome = match result {
-        Ok(_) => Outcome::Acquired,
-        Err(e) if e.code == ErrorCode::Taken => Outcome::Taken,
-        Err(e) if e.code == ErrorCode::NoQuorum => Outcome::NoQuorum,
-        Err(_) => Outcome::Error,
-    };
-    agent
-        .metrics()
-        .acquire_wait
-        .with_label_values(&[outcome.as_str()])
-        .observe(started.elapsed().as_secs_f64());
-}
-
-async fn try_acquire(
-    agent: &Agent,
-    resource: Resource,
-    holder: Option<Holder>,
-    request: AcquireRequest,
-) -> Result<Response<Body>, ApiError> {
-    let grant = grant(
-        agent,
-        &resource,
+    let ask = Ask {
+        ttl_ms: request.ttl_ms,
+        wait_ms: request.wait_ms,
+        owner: request.owner.as_deref(),
+        fence: request.fence,
         holder,
-        request.ttl_ms,
-        request.wait_ms,
-        request.owner.as_deref(),
-        request.fence,
-    )
-    .await?;
+    };
+    let grant = agent
+        .locks()
+        .acquire(&resource, ask)
+        .await
+        .map_err(lock_error)?;
     Ok(json(
         StatusCode::OK,
         &AcquireResponse {
@@ -485,129 +445,35 @@ async fn try_acquire(
     ))
 }
 
-/// Validates the common fields of acquire and hold, waits for the lock,
-/// and records the grant.
-async fn grant(
-    agent: &Agent,
-    resource: &Resource,
-    holder: Option<Holder>,
-    ttl_ms: Option<u64>,
-    wait_ms: Option<u64>,
-    owner: Option<&str>,
-    fence: bool,
-) -> Result<Grant, ApiError> {
-    let ttl = ttl(agent, ttl_ms)?;
-    if owner.is_some_and(|o| !token::valid_owner(o)) {
-        return Err(ApiError::invalid(
-            "owner must be 1 to 128 bytes of printable ASCII",
-        ));
-    }
-    let wait = Duration::from_millis(wait_ms.unwrap_or(0));
-    let outcome = agent
-        .waiters()
-        .acquire(
-            agent.redlock(),
-            resource,
-            ttl,
-            owner,
-            wait,
-            fence || agent.config().lock.fence == FenceMode::Always,
-        )
-        .await
-        .map_err(|e| {
-            let code = match e {
-                WaitError::TooManyWaiters(_) => ErrorCode::TooManyWaiters,
-                WaitError::ShuttingDown => ErrorCode::ShuttingDown,
-            };
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, e.to_string())
-        })?;
-    match outcome {
-        Acquire::Granted(grant) => {
-            agent.grants().granted(
-                resource.as_str(),
-                grant.token.as_str(),
-                grant.granted_at,
-                grant.valid_until(),
-                holder,
-            );
-            Ok(grant)
-        }
-        Acquire::Taken => {
-            agent.metrics().fail(Failure::Taken);
-            Err(ApiError::new(
-                StatusCode::CONFLICT,
-                ErrorCode::Taken,
-                format!("{resource} is locked by another holder"),
-            ))
-        }
-        Acquire::NoQuorum(message) => {
-            agent.metrics().fail(Failure::NoQuorum);
-            Err(no_quorum(message))
-        }
-    }
-}
-
 /// Empty body of `force-release`; present so unknown fields are refused.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ForceReleaseRequest {}
 
 /// `POST /v1/locks/{resource}/hold`: a 200 NDJSON stream that stays open
-/// while the lock is held (see [`crate::holds`]).
+/// while the lock is held (see [`crate::lock::holds`]), one event per line.
 async fn hold(
     agent: &Arc<Agent>,
     resource: Resource,
     holder: Option<Holder>,
     request: HoldRequest,
 ) -> Result<Response<Body>, ApiError> {
-    let ceiling = agent.config().lock.max_hold;
-    let max_hold = match request.max_hold_ms {
-        None => ceiling,
-        Some(0) => return Err(ApiError::invalid("max_hold_ms must be at least 1")),
-        Some(ms) if Duration::from_millis(ms) > ceiling => {
-            return Err(ApiError::invalid(format!(
-                "max_hold_ms is above lock.max_hold ({}ms): {ms}",
-                ceiling.as_millis()
-            )))
-        }
-        Some(ms) => Duration::from_millis(ms),
-    };
-    let started = Instant::now();
-    let result = grant(
-        agent,
-        &resource,
+    let ask = Ask {
+        ttl_ms: request.ttl_ms,
+        wait_ms: request.wait_ms,
+        owner: request.owner.as_deref(),
+        fence: request.fence,
         holder,
-        request.ttl_ms,
-        request.wait_ms,
-        request.owner.as_deref(),
-        request.fence,
-    )
-    .await;
-    observe_wait(agent, started, &result);
-    let grant = result?;
-
-    let (events, stream) = tokio::sync::mpsc::channel::<Bytes>(8);
-    let acquired = HoldEvent::Acquired {
-        token: grant.token.as_str().to_string(),
-        validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
-        ttl_ms: millis(grant.ttl),
-        fence: grant.fence,
     };
-    // Cannot fail: the channel is new and has room.
-    events
-        .try_send(holds::line(&acquired))
-        .expect("room for the first event");
-    tokio::spawn(holds::run(
-        Arc::clone(agent),
-        resource,
-        grant,
-        max_hold,
-        request.on_disconnect,
-        events,
-    ));
-    let body = futures::stream::unfold(stream, |mut stream| async move {
-        let bytes = stream.recv().await?;
-        Some((Ok::<_, Infallible>(Frame::data(bytes)), stream))
+    let events = agent
+        .locks()
+        .hold(resource, ask, request.max_hold_ms, request.on_disconnect)
+        .await
+        .map_err(lock_error)?;
+    // Dropping the stream (the connection closed) ends the hold.
+    let body = futures::stream::unfold(events, |mut events| async move {
+        let event = events.recv().await?;
+        Some((Ok::<_, Infallible>(Frame::data(line(&event))), events))
     });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(body)));
     response.headers_mut().insert(
@@ -617,42 +483,32 @@ async fn hold(
     Ok(response)
 }
 
+/// One hold event as an NDJSON line.
+fn line(event: &HoldEvent) -> Bytes {
+    // Cannot fail: the events are plain strings and numbers.
+    let mut bytes = serde_json::to_vec(event).expect("hold events serialize");
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
 async fn extend(
     agent: &Agent,
     resource: Resource,
     request: ExtendRequest,
 ) -> Result<Response<Body>, ApiError> {
-    let ttl = ttl(agent, request.ttl_ms)?;
     let token = Token::from_client(request.token);
-    let metrics = agent.metrics();
-    match agent.redlock().extend(&resource, &token, ttl).await {
-        Extend::Extended { validity } => {
-            metrics.extensions.with_label_values(&["extended"]).inc();
-            agent
-                .grants()
-                .extended(resource.as_str(), token.as_str(), Instant::now() + validity);
-            Ok(json(
-                StatusCode::OK,
-                &ExtendResponse {
-                    validity_ms: millis(validity),
-                    ttl_ms: millis(ttl),
-                },
-            ))
-        }
-        Extend::Lost | Extend::Failed => {
-            metrics.extensions.with_label_values(&["lost"]).inc();
-            metrics.fail(Failure::ExtendFailed);
-            Err(ApiError::new(
-                StatusCode::CONFLICT,
-                ErrorCode::Lost,
-                format!("{resource} was not extended on a quorum in time; the lock is lost"),
-            ))
-        }
-        Extend::NoQuorum(message) => {
-            metrics.fail(Failure::NoQuorum);
-            Err(no_quorum(message))
-        }
-    }
+    let extended = agent
+        .locks()
+        .extend(&resource, &token, request.ttl_ms)
+        .await
+        .map_err(lock_error)?;
+    Ok(json(
+        StatusCode::OK,
+        &ExtendResponse {
+            validity_ms: millis(extended.validity),
+            ttl_ms: millis(extended.ttl),
+        },
+    ))
 }
 
 async fn release(
@@ -661,59 +517,22 @@ async fn release(
     request: ReleaseRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
-    let released = agent.redlock().release(&resource, &token).await;
-    if released {
-        agent
-            .grants()
-            .released(resource.as_str(), token.as_str(), agent.metrics());
-        agent.waiters().released(resource.as_str());
-    } else {
-        agent.metrics().fail(Failure::ReleaseFailed);
-    }
+    let released = agent.locks().release(&resource, &token).await;
     Ok(json(StatusCode::OK, &ReleaseResponse { released }))
 }
 
-/// `GET /v1/nodes` from the nodes' snapshots.
-pub fn nodes_response(agent: &Agent) -> NodesResponse {
-    let redlock = agent.redlock();
-    let nodes: Vec<NodeStatus> = redlock
-        .nodes()
-        .iter()
-        .zip(redlock.duplicates())
-        .map(|(node, duplicate)| {
-            let snap = node.snapshot();
-            let mut warnings = snap.warnings;
-            let state = match duplicate {
-                Some(first) => {
-                    warnings.push(format!(
-                        "same server as {} (same run_id): counted once, as {}",
-                        redlock.nodes()[first].name(),
-                        redlock.nodes()[first].name()
-                    ));
-                    NodeState::Duplicate
-                }
-                None => snap.state,
-            };
-            NodeStatus {
-                name: node.name().to_string(),
-                state,
-                latency_ms: snap.latency.map(|d| d.as_micros() as f64 / 1000.0),
-                last_error: snap.last_error,
-                quarantine_remaining_ms: millis(snap.quarantine_remaining),
-                quarantine_ms: millis(snap.quarantine_len),
-                detector: snap.detector.map(|d| d.as_str().to_string()),
-                run_id: snap.identity.as_ref().map(|i| i.run_id.clone()),
-                uptime_s: snap.identity.as_ref().map(|i| i.uptime.as_secs()),
-                persistence: snap.persistence,
-                warnings,
-            }
-        })
-        .collect();
-    let usable = nodes.iter().filter(|n| n.state == NodeState::Up).count();
-    NodesResponse {
-        quorum: redlock.quorum(),
-        usable,
-        available: usable >= redlock.quorum(),
-        nodes,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_events_are_one_json_object_per_line() {
+        let bytes = line(&HoldEvent::Lost {
+            reason: "max_hold".into(),
+        });
+        assert_eq!(
+            &bytes[..],
+            b"{\"event\":\"lost\",\"reason\":\"max_hold\"}\n"
+        );
     }
 }

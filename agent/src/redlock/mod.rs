@@ -1,14 +1,18 @@
 //! The Redlock algorithm over N masters: acquire on a quorum of the
 //! configured N with validity accounting, release everywhere, extend by
-//! compare-and-pexpire.
+//! compare-and-pexpire, fencing tokens from the same quorum.
 //!
-//! Free of transport: callers pass resources and durations, and get outcome
-//! enums back. Validity math lives in [`validity`], node I/O in [`node`].
+//! Free of transport, of Redis and of metrics: it works over the
+//! [`Master`] trait (Redis behind it in [`crate::node`], memory in the unit
+//! tests), reports to an [`Observer`] it is given, and answers with outcome
+//! enums. Validity math lives in [`validity`], fences in [`fence`].
 
 pub mod fence;
-pub mod node;
+pub mod master;
+pub mod observe;
 pub mod resource;
-pub mod scripts;
+#[cfg(test)]
+mod tests;
 pub mod token;
 pub mod validity;
 
@@ -18,12 +22,11 @@ use std::time::{Duration, Instant};
 use futures::stream::{FuturesUnordered, StreamExt};
 use rand::Rng;
 
-pub use node::{Extension, Node, NodeError, NodeSettings, Vote};
+pub use master::{Extension, Master, NodeError, Vote};
+pub use observe::{Failure, Observer, VoteLabel};
 pub use resource::{Resource, ResourceError};
 pub use token::Token;
 pub use validity::Drift;
-
-use crate::metrics::{Failure, Metrics, VoteLabel};
 
 /// The lock settings Redlock needs, taken from `lock.*` in the config.
 #[derive(Debug, Clone)]
@@ -91,10 +94,10 @@ pub enum Extend {
 
 /// The result of one round of `SET NX` on every usable master.
 #[derive(Debug)]
-enum Attempt {
+enum Attempt<M> {
     /// A quorum voted yes: the masters that did so far, with the fencing
     /// counter each read (0 when not asked for).
-    Granted(Vec<(Arc<Node>, u64)>),
+    Granted(Vec<(Arc<M>, u64)>),
     Taken,
     NoQuorum(String),
 }
@@ -112,30 +115,30 @@ pub const MAX_ROUNDS_IN_FLIGHT: usize = 128;
 /// The quorum is N/2+1 of the configured N, whatever state the nodes are in:
 /// a majority of the nodes that happen to be up is not a majority.
 #[derive(Debug)]
-pub struct Redlock {
-    nodes: Vec<Arc<Node>>,
+pub struct Redlock<M: Master> {
+    nodes: Vec<Arc<M>>,
     quorum: usize,
     settings: Settings,
-    metrics: Arc<Metrics>,
+    observer: Arc<dyn Observer>,
     rounds: tokio::sync::Semaphore,
 }
 
-impl Redlock {
+impl<M: Master> Redlock<M> {
     /// # Panics
     /// If `nodes` is empty (the config refuses that).
-    pub fn new(nodes: Vec<Arc<Node>>, settings: Settings, metrics: Arc<Metrics>) -> Redlock {
+    pub fn new(nodes: Vec<Arc<M>>, settings: Settings, observer: Arc<dyn Observer>) -> Redlock<M> {
         assert!(!nodes.is_empty(), "Redlock needs at least one master");
         let quorum = nodes.len() / 2 + 1;
         Redlock {
             nodes,
             quorum,
             settings,
-            metrics,
+            observer,
             rounds: tokio::sync::Semaphore::new(MAX_ROUNDS_IN_FLIGHT),
         }
     }
 
-    pub fn nodes(&self) -> &[Arc<Node>] {
+    pub fn nodes(&self) -> &[Arc<M>] {
         &self.nodes
     }
 
@@ -166,7 +169,7 @@ impl Redlock {
     }
 
     /// The nodes that may vote now: usable, and not a duplicate of another.
-    fn usable(&self) -> Vec<Arc<Node>> {
+    fn usable(&self) -> Vec<Arc<M>> {
         let duplicates = self.duplicates();
         self.nodes
             .iter()
@@ -192,17 +195,7 @@ impl Redlock {
             if node.is_usable() {
                 continue;
             }
-            let snap = node.snapshot();
-            let why = match (snap.state, snap.detector, snap.last_error) {
-                (redlock_wire::NodeState::Quarantined, detector, _) => format!(
-                    "quarantined for {}ms more (lost keys possible, detected by {})",
-                    snap.quarantine_remaining.as_millis(),
-                    detector.map_or("?", |d| d.as_str())
-                ),
-                (state, _, Some(err)) => format!("{} ({err})", state.as_str()),
-                (state, _, None) => state.as_str().to_string(),
-            };
-            parts.push(format!("{} {why}", node.name()));
+            parts.push(format!("{} {}", node.name(), node.unusable_reason()));
         }
         format!(
             "{usable} of {} masters usable, quorum is {}; {}",
@@ -236,15 +229,16 @@ impl Redlock {
             return Acquire::NoQuorum(self.describe_unusable());
         }
         let key = self.key(resource);
-        let started = Instant::now();
+        // tokio's clock: the same as std's, but for tests on a paused one.
+        let started = tokio::time::Instant::now();
         let outcome = match self.attempt(&usable, &key, token, ttl, fence).await {
             Attempt::Granted(granting) => {
                 let minted = if fence {
                     match self.mint(&key, token, &granting).await {
                         Ok(minted) => Some(minted),
                         Err(message) => {
-                            self.metrics.fail(Failure::FenceFailed);
-                            self.release_all(resource, token).await;
+                            self.observer.failure(Failure::FenceFailed);
+                            self.release(resource, token).await;
                             tracing::debug!(%resource, %message, "fence not confirmed");
                             return Acquire::NoQuorum(message);
                         }
@@ -254,21 +248,20 @@ impl Redlock {
                 };
                 match self.settings.drift.validity(ttl, started.elapsed()) {
                     Some(validity) => {
-                        self.metrics
-                            .validity_at_grant
-                            .observe(validity.as_secs_f64() / ttl.as_secs_f64());
+                        self.observer
+                            .validity_at_grant(validity.as_secs_f64() / ttl.as_secs_f64());
                         return Acquire::Granted(Grant {
                             token: token.clone(),
                             ttl,
                             validity,
-                            granted_at: Instant::now(),
+                            granted_at: tokio::time::Instant::now().into_std(),
                             fence: minted,
                         });
                     }
                     None => {
                         // A quorum was reached too slowly: nothing was left
                         // after drift.
-                        self.metrics.fail(Failure::ValidityExhausted);
+                        self.observer.failure(Failure::ValidityExhausted);
                         Acquire::Taken
                     }
                 }
@@ -278,7 +271,7 @@ impl Redlock {
         };
         // Undo the partial acquisition everywhere, including the masters
         // that seemed not to answer: their SET may still have landed.
-        self.release_all(resource, token).await;
+        self.release(resource, token).await;
         tracing::debug!(%resource, elapsed = ?started.elapsed(), ?outcome, "acquire round failed");
         outcome
     }
@@ -293,7 +286,7 @@ impl Redlock {
         &self,
         key: &str,
         token: &Token,
-        granting: &[(Arc<Node>, u64)],
+        granting: &[(Arc<M>, u64)],
     ) -> Result<u64, String> {
         let highest = granting
             .iter()
@@ -365,12 +358,12 @@ impl Redlock {
     /// bounded by the node timeout) so the caller's release comes after them.
     async fn attempt(
         &self,
-        usable: &[Arc<Node>],
+        usable: &[Arc<M>],
         key: &str,
         token: &Token,
         ttl: Duration,
         fence: bool,
-    ) -> Attempt {
+    ) -> Attempt<M> {
         let mut votes: FuturesUnordered<_> = usable
             .iter()
             .map(|node| {
@@ -378,13 +371,13 @@ impl Redlock {
                 let key = key.to_string();
                 let value = token.as_str().to_string();
                 async move {
-                    let vote = node.set_nx(&key, &value, ttl, fence).await;
+                    let vote = node.vote(&key, &value, ttl, fence).await;
                     (node, vote)
                 }
             })
             .collect();
         let (mut taken, mut pending) = (0, usable.len());
-        let mut granting: Vec<(Arc<Node>, u64)> = Vec::new();
+        let mut granting: Vec<(Arc<M>, u64)> = Vec::new();
         let mut failures: Vec<String> = Vec::new();
         while let Some((node, vote)) = votes.next().await {
             pending -= 1;
@@ -444,14 +437,16 @@ impl Redlock {
     }
 
     /// Compare-and-delete on every master with a connection, all at once.
-    /// Returns as soon as a quorum has released (true) or cannot any more
-    /// (false); the other masters' answers are awaited in the background,
-    /// so a frozen master does not hold up the caller.
-    async fn release_all(&self, resource: &Resource, token: &Token) -> bool {
+    /// True when a quorum still held the token (false: its validity had
+    /// already run out, or it was never held). Returns as soon as a quorum
+    /// has released or cannot any more; the other masters' answers are
+    /// awaited in the background, so a frozen master does not hold up the
+    /// caller.
+    pub async fn release(&self, resource: &Resource, token: &Token) -> bool {
         let key = self.key(resource);
         let key = key.as_str();
         // One server reached twice releases once and counts once.
-        let targets: Vec<&Arc<Node>> = self
+        let targets: Vec<&Arc<M>> = self
             .nodes
             .iter()
             .zip(self.duplicates())
@@ -483,12 +478,6 @@ impl Redlock {
         released >= self.quorum
     }
 
-    /// Releases on every master at once. True when a quorum still held the
-    /// token (false: its validity had already run out, or it was never held).
-    pub async fn release(&self, resource: &Resource, token: &Token) -> bool {
-        self.release_all(resource, token).await
-    }
-
     /// Extends to a new `ttl` on every usable master; granted only when a
     /// quorum held the token and validity is left after the round trip.
     /// Decides as soon as the outcome is certain: a quorum extended, or so
@@ -513,7 +502,8 @@ impl Redlock {
             return Extend::NoQuorum(self.describe_unusable());
         }
         let key = self.key(resource);
-        let started = Instant::now();
+        // tokio's clock: the same as std's, but for tests on a paused one.
+        let started = tokio::time::Instant::now();
         let mut replies: FuturesUnordered<_> = usable
             .iter()
             .map(|node| {
@@ -565,18 +555,5 @@ fn vote_label(vote: &Vote) -> VoteLabel {
         Vote::Taken => VoteLabel::Taken,
         Vote::Failed(NodeError::Timeout(_)) => VoteLabel::Timeout,
         Vote::LostState | Vote::Failed(_) => VoteLabel::Error,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::duplicates_of;
-
-    #[test]
-    fn only_the_first_of_one_server_counts() {
-        assert_eq!(
-            duplicates_of(&[Some(1), Some(2), Some(1), None, None, Some(2)]),
-            vec![None, None, Some(0), None, None, Some(1)]
-        );
     }
 }

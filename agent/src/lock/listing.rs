@@ -1,9 +1,8 @@
 //! The lock keys on the masters as operators see them: `GET /v1/locks`
 //! (one page of the keys under a prefix, per-master TTLs, the holding
 //! agent's name and, for locks held here, the holding process; never a
-//! token), `GET /v1/locks/{resource}` (one lock from every master at once),
-//! and the
-//! operator's force release.
+//! token), and `GET /v1/locks/{resource}` (one lock from every master at
+//! once). Read on reader connections apart from the lock path.
 //!
 //! Operator answers are never silently wrong: a master that cannot be read
 //! (down, timed out, failed) is named in `unread` and the answer says
@@ -22,13 +21,12 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
-use redlock_wire::{ForceReleaseResponse, LockInfo, LockResponse, LocksResponse, NodeKey};
+use redlock_wire::{LockInfo, LockResponse, LocksResponse, NodeKey};
 use tokio::sync::Semaphore;
 
-use crate::agent::Agent;
-use crate::grants::Holder;
-use crate::redlock::node::KeyState;
-use crate::redlock::{token, Node, NodeError, Resource};
+use super::Locks;
+use crate::node::{KeyState, Node};
+use crate::redlock::{token, NodeError, Resource};
 
 /// Locks listed in one page when the caller does not say.
 pub const MAX_LOCKS: usize = 1000;
@@ -301,8 +299,8 @@ async fn read_node(
 
 /// Fails with [`ReadError::TooFewRead`] when fewer than a quorum of masters
 /// answered; else the names of those that did not.
-fn check_read(agent: &Agent, read: &[bool]) -> Result<Vec<String>, ReadError> {
-    let redlock = agent.redlock();
+fn check_read(locks: &Locks, read: &[bool]) -> Result<Vec<String>, ReadError> {
+    let redlock = locks.engine();
     let unread: Vec<String> = redlock
         .nodes()
         .iter()
@@ -327,18 +325,18 @@ fn check_read(agent: &Agent, read: &[bool]) -> Result<Vec<String>, ReadError> {
 /// # Errors
 /// [`ReadError::Busy`] when other listings hold every turn,
 /// [`ReadError::TooFewRead`] when fewer than a quorum of masters answered.
-pub async fn list(agent: &Agent, query: &ListQuery) -> Result<LocksResponse, ReadError> {
-    let _turn = tokio::time::timeout(LISTING_QUEUE_WAIT, agent.listings().permits.acquire())
+pub async fn list(locks: &Locks, query: &ListQuery) -> Result<LocksResponse, ReadError> {
+    let _turn = tokio::time::timeout(LISTING_QUEUE_WAIT, locks.listings().permits.acquire())
         .await
         .map_err(|_| ReadError::Busy)?
         // Cannot fail: the semaphore is never closed.
         .expect("the listings semaphore stays open");
     let started = Instant::now();
-    let redlock = agent.redlock();
+    let redlock = locks.engine();
     let key_prefix = &redlock.settings().key_prefix;
     let pattern = format!("{}*", escape_glob(&format!("{key_prefix}{}", query.prefix)));
     let nodes = redlock.nodes();
-    let listings = agent.listings();
+    let listings = locks.listings();
     let scans = futures::future::join_all(nodes.iter().enumerate().map(|(i, node)| {
         let pattern = &pattern;
         async move {
@@ -407,7 +405,7 @@ pub async fn list(agent: &Agent, query: &ListQuery) -> Result<LocksResponse, Rea
         })
         .collect();
     let read: Vec<bool> = per_node.iter().map(Option::is_some).collect();
-    let unread = check_read(agent, &read)?;
+    let unread = check_read(locks, &read)?;
 
     let now = Instant::now();
     let locks = window
@@ -423,7 +421,7 @@ pub async fn list(agent: &Agent, query: &ListQuery) -> Result<LocksResponse, Rea
                 return None;
             }
             let resource = key.strip_prefix(key_prefix.as_str()).unwrap_or(key);
-            Some(lock_info(agent, resource, &states, now))
+            Some(lock_info(locks, resource, &states, now))
         })
         .collect();
     let next_cursor = if more {
@@ -459,12 +457,12 @@ pub async fn list(agent: &Agent, query: &ListQuery) -> Result<LocksResponse, Rea
 /// # Errors
 /// [`ReadError::TooFewRead`] when fewer than a quorum of masters answered,
 /// [`ReadError::NotFound`] when none of those that did has the key.
-pub async fn get(agent: &Agent, resource: &Resource) -> Result<LockResponse, ReadError> {
-    let redlock = agent.redlock();
+pub async fn get(locks: &Locks, resource: &Resource) -> Result<LockResponse, ReadError> {
+    let redlock = locks.engine();
     let key = redlock.key(resource);
     let keys = [key.clone()];
     let nodes = redlock.nodes();
-    let listings = agent.listings();
+    let listings = locks.listings();
     let reads = futures::future::join_all(nodes.iter().enumerate().map(|(i, node)| {
         let keys = &keys;
         listings.read(i, node, move |conn| async move {
@@ -488,7 +486,7 @@ pub async fn get(agent: &Agent, resource: &Resource) -> Result<LockResponse, Rea
         })
         .collect();
     let read: Vec<bool> = states.iter().map(Option::is_some).collect();
-    let unread = check_read(agent, &read)?;
+    let unread = check_read(locks, &read)?;
     if states.iter().all(|s| !matches!(s, Some(Some(_)))) {
         return Err(ReadError::NotFound(resource.to_string()));
     }
@@ -499,7 +497,7 @@ pub async fn get(agent: &Agent, resource: &Resource) -> Result<LockResponse, Rea
     Ok(LockResponse {
         quorum: redlock.quorum(),
         masters: nodes.iter().map(|n| n.name().to_string()).collect(),
-        lock: lock_info(agent, resource.as_str(), &borrowed, Instant::now()),
+        lock: lock_info(locks, resource.as_str(), &borrowed, Instant::now()),
         partial: !unread.is_empty(),
         unread,
     })
@@ -508,12 +506,12 @@ pub async fn get(agent: &Agent, resource: &Resource) -> Result<LockResponse, Rea
 /// One lock from its key on each master: `None` = the master could not be
 /// read, `Some(None)` = read and missing.
 fn lock_info(
-    agent: &Agent,
+    locks: &Locks,
     resource: &str,
     per_node: &[Option<Option<&KeyState>>],
     now: Instant,
 ) -> LockInfo {
-    let redlock = agent.redlock();
+    let redlock = locks.engine();
     let quorum = redlock.quorum();
     let drift = redlock.settings().drift;
     // The holder is the value most masters agree on.
@@ -548,8 +546,8 @@ fn lock_info(
             }
         })
         .collect();
-    let held_here = agent.grants().holds(resource, holder, now);
-    let process = held_here.and_then(|_| agent.grants().holder(resource, holder));
+    let held_here = locks.grants().holds(resource, holder, now);
+    let process = held_here.and_then(|_| locks.grants().holder(resource, holder));
     // Until fewer than a quorum hold it: the quorum-th longest TTL among the
     // holder's copies, less the drift allowance.
     let mut ttls: Vec<u64> = node_keys
@@ -573,77 +571,19 @@ fn lock_info(
         validity_ms,
         quorum_agrees: agreeing >= quorum,
         held_here: held_here.is_some(),
-        waiters: agent.waiters().count(resource),
+        waiters: locks.waiters().count(resource),
         nodes: node_keys,
         resource: resource.to_string(),
     }
 }
 
-/// A uid or pid for the log; `-` when unknown.
-fn show_id(id: Option<u32>) -> String {
-    id.map_or_else(|| "-".to_string(), |id| id.to_string())
-}
-
 /// The value of `key` on `node`, if it is connected and answers in time.
-async fn read_value(node: &Node, key: &str) -> Option<String> {
+pub(crate) async fn read_value(node: &Node, key: &str) -> Option<String> {
     let mut conn = node.connection()?;
     let mut get = redis::cmd("GET");
     get.arg(key);
     let get = get.query_async::<Option<String>>(&mut conn);
     tokio::time::timeout(node.timeout(), get).await.ok()?.ok()?
-}
-
-/// Deletes the lock key of `resource` on every master, whoever holds it.
-/// For operators clearing a stuck lock (only on the admin socket); logged
-/// with the caller and the holder it removed, and counted.
-pub async fn force_release(
-    agent: &Agent,
-    resource: &Resource,
-    caller: Option<Holder>,
-) -> ForceReleaseResponse {
-    let redlock = agent.redlock();
-    let key = redlock.key(resource);
-    // The holder, for the log: the value most masters hold.
-    let values =
-        futures::future::join_all(redlock.nodes().iter().map(|n| read_value(n, &key))).await;
-    let mut votes: HashMap<&str, usize> = HashMap::new();
-    for value in values.iter().flatten() {
-        *votes.entry(value.as_str()).or_default() += 1;
-    }
-    let removed = votes
-        .iter()
-        .max_by_key(|&(value, count)| (*count, *value))
-        .map(|(value, _)| (*value).to_string());
-    let process = removed
-        .as_deref()
-        .and_then(|value| agent.grants().holder(resource.as_str(), value));
-    let results = futures::future::join_all(redlock.nodes().iter().map(|n| n.delete(&key))).await;
-    let mut deleted = 0;
-    let mut failed = Vec::new();
-    for (node, result) in redlock.nodes().iter().zip(results) {
-        match result {
-            Ok(true) => deleted += 1,
-            Ok(false) => {}
-            Err(_) => failed.push(node.name().to_string()),
-        }
-    }
-    let value = removed.as_deref().unwrap_or("");
-    tracing::warn!(
-        %resource,
-        deleted,
-        failed = ?failed,
-        caller_uid = %show_id(caller.map(|c| c.uid)),
-        caller_pid = %show_id(caller.and_then(|c| c.pid)),
-        holder_agent = token::agent_of(value).unwrap_or("-"),
-        holder_owner = token::owner_of(value).unwrap_or("-"),
-        holder_uid = %show_id(process.map(|p| p.uid)),
-        holder_pid = %show_id(process.and_then(|p| p.pid)),
-        "force release by an operator"
-    );
-    agent.metrics().force_releases.inc();
-    agent.grants().forget(resource.as_str(), agent.metrics());
-    agent.waiters().released(resource.as_str());
-    ForceReleaseResponse { deleted, failed }
 }
 
 #[cfg(test)]

@@ -19,134 +19,50 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKind};
 use tokio::sync::Notify;
 
-use super::scripts;
-use crate::metrics::{Failure, Metrics, NodeSeries, Op, VoteLabel};
+pub mod scripts;
+
+use crate::redlock::master::{Extension, Master, NodeError, Vote};
+use crate::redlock::observe::{NodeObserver, Op, VoteLabel};
 use redlock_wire::NodeState;
 
-/// How a request to one master failed, classified so callers can branch and
-/// metrics can count by cause. Messages are short and lowercase.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NodeError {
-    #[error("timed out after {0:?}")]
-    Timeout(Duration),
-    #[error("not connected")]
-    NotConnected,
-    #[error("connection: {0}")]
-    Connection(String),
-    #[error("auth: {0}")]
-    Auth(String),
-    /// An ACL forbids the command; the connection itself is fine.
-    #[error("noperm: {0}")]
-    NoPerm(String),
-    #[error("readonly: the master is a replica")]
-    ReadOnly,
-    #[error("oom: the master is out of memory")]
-    OutOfMemory,
-    #[error("wrongtype: a key of another type sits at the lock key")]
-    WrongType,
-    #[error("script: {0}")]
-    Script(String),
-    #[error("{0}")]
-    Other(String),
+/// Errors after which the connection is not worth keeping.
+fn drops_connection(error: &NodeError) -> bool {
+    matches!(error, NodeError::Connection(_) | NodeError::Auth(_))
 }
 
-impl NodeError {
-    /// Every value of [`NodeError::kind`].
-    pub const KINDS: [&'static str; 10] = [
-        "timeout",
-        "not_connected",
-        "connection",
-        "auth",
-        "noperm",
-        "readonly",
-        "oom",
-        "wrongtype",
-        "script",
-        "other",
-    ];
-
-    /// A closed label for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            NodeError::Timeout(_) => "timeout",
-            NodeError::NotConnected => "not_connected",
-            NodeError::Connection(_) => "connection",
-            NodeError::Auth(_) => "auth",
-            NodeError::NoPerm(_) => "noperm",
-            NodeError::ReadOnly => "readonly",
-            NodeError::OutOfMemory => "oom",
-            NodeError::WrongType => "wrongtype",
-            NodeError::Script(_) => "script",
-            NodeError::Other(_) => "other",
-        }
+/// Sorts a redis error into the engine's [`NodeError`].
+fn classify(e: &RedisError) -> NodeError {
+    if e.is_timeout() {
+        return NodeError::Timeout(Duration::ZERO);
     }
-
-    /// Errors after which the connection is not worth keeping.
-    fn drops_connection(&self) -> bool {
-        matches!(self, NodeError::Connection(_) | NodeError::Auth(_))
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+        return NodeError::Connection(e.to_string());
     }
-
-    fn classify(e: &RedisError) -> NodeError {
-        if e.is_timeout() {
-            return NodeError::Timeout(Duration::ZERO);
-        }
-        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
-            return NodeError::Connection(e.to_string());
-        }
-        match e.kind() {
-            ErrorKind::AuthenticationFailed => NodeError::Auth(e.to_string()),
-            ErrorKind::Server(ServerErrorKind::NoPerm) => NodeError::NoPerm(e.to_string()),
-            ErrorKind::Server(ServerErrorKind::ReadOnly) => NodeError::ReadOnly,
-            ErrorKind::Server(ServerErrorKind::NoScript) => NodeError::Script(e.to_string()),
-            _ => match e.code() {
-                Some("OOM") => NodeError::OutOfMemory,
-                Some("WRONGTYPE") => NodeError::WrongType,
-                Some("NOAUTH") | Some("WRONGPASS") => NodeError::Auth(e.to_string()),
-                Some("READONLY") => NodeError::ReadOnly,
-                _ => {
-                    let text = e.to_string();
-                    // Lua errors wrap the command's error text.
-                    if text.contains("WRONGTYPE") {
-                        NodeError::WrongType
-                    } else if text.contains("OOM") {
-                        NodeError::OutOfMemory
-                    } else if text.contains("READONLY") {
-                        NodeError::ReadOnly
-                    } else {
-                        NodeError::Other(text)
-                    }
+    match e.kind() {
+        ErrorKind::AuthenticationFailed => NodeError::Auth(e.to_string()),
+        ErrorKind::Server(ServerErrorKind::NoPerm) => NodeError::NoPerm(e.to_string()),
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => NodeError::ReadOnly,
+        ErrorKind::Server(ServerErrorKind::NoScript) => NodeError::Script(e.to_string()),
+        _ => match e.code() {
+            Some("OOM") => NodeError::OutOfMemory,
+            Some("WRONGTYPE") => NodeError::WrongType,
+            Some("NOAUTH") | Some("WRONGPASS") => NodeError::Auth(e.to_string()),
+            Some("READONLY") => NodeError::ReadOnly,
+            _ => {
+                let text = e.to_string();
+                // Lua errors wrap the command's error text.
+                if text.contains("WRONGTYPE") {
+                    NodeError::WrongType
+                } else if text.contains("OOM") {
+                    NodeError::OutOfMemory
+                } else if text.contains("READONLY") {
+                    NodeError::ReadOnly
+                } else {
+                    NodeError::Other(text)
                 }
-            },
-        }
+            }
+        },
     }
-}
-
-/// One master's answer to `SET key token NX PX ttl`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Vote {
-    /// The key is ours on this master, with the master's fencing counter
-    /// when it was asked for (0 otherwise, or when it has none yet).
-    Granted {
-        counter: u64,
-    },
-    /// The key exists: someone else holds the lock on this master.
-    Taken,
-    /// The master's incarnation marker is gone: it lost its keys (a flush,
-    /// a failover, a restart) and its word on any lock is worthless until
-    /// every lock it may have held has expired. Never counts.
-    LostState,
-    Failed(NodeError),
-}
-
-/// One master's answer to a compare-and-pexpire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Extension {
-    /// The key held the token and has its new TTL.
-    Extended,
-    /// The key is gone or holds another token.
-    NotHeld,
-    /// The incarnation marker is gone (see [`Vote::LostState`]).
-    LostState,
 }
 
 /// What a node needs to know about the incarnation marker and quarantine.
@@ -284,8 +200,7 @@ pub struct Node {
     inner: Mutex<Inner>,
     /// Wakes the health task early after a request saw the connection fail.
     pub(crate) wake: Notify,
-    metrics: Arc<Metrics>,
-    series: NodeSeries,
+    observer: Arc<dyn NodeObserver>,
 }
 
 impl Node {
@@ -295,11 +210,10 @@ impl Node {
         name: String,
         client: Client,
         settings: NodeSettings,
-        metrics: Arc<Metrics>,
+        observer: Arc<dyn NodeObserver>,
     ) -> Node {
         let timeout = settings.timeout;
         Node {
-            series: NodeSeries::new(&metrics, &name, &NodeError::KINDS),
             name,
             client,
             timeout,
@@ -332,13 +246,8 @@ impl Node {
                 server_id: None,
             }),
             wake: Notify::new(),
-            metrics,
+            observer,
         }
-    }
-
-    /// Counts this master's answer to one acquire.
-    pub fn count_vote(&self, vote: VoteLabel) {
-        self.series.vote(vote);
     }
 
     pub fn name(&self) -> &str {
@@ -624,10 +533,7 @@ impl Node {
     }
 
     pub(crate) fn restart_detected(&self, detector: Detector) {
-        self.metrics
-            .node_restarts
-            .with_label_values(&[self.name.as_str(), detector.as_str()])
-            .inc();
+        self.observer.restart(detector.as_str());
     }
 
     pub(crate) fn set_identity(&self, identity: Option<Identity>) {
@@ -691,7 +597,7 @@ impl Node {
                 conn.set_response_timeout(self.timeout);
                 Ok(conn)
             }
-            Ok(Err(e)) => Err(self.unreachable(NodeError::classify(&e))),
+            Ok(Err(e)) => Err(self.unreachable(classify(&e))),
             Err(_) => Err(self.unreachable(NodeError::Timeout(self.connect_timeout))),
         }
     }
@@ -733,12 +639,11 @@ impl Node {
     /// Counts an error by kind, and logs it the first time its kind shows
     /// since the last connection was installed (not once per request).
     fn note_error(&self, error: &NodeError) {
-        self.metrics.fail(Failure::NodeError);
         let kind_index = NodeError::KINDS
             .iter()
             .position(|k| *k == error.kind())
             .unwrap_or(0);
-        self.series.error(kind_index);
+        self.observer.error(kind_index);
         let first_of_its_kind = {
             let bit = 1u16 << kind_index;
             let mut inner = self.lock();
@@ -753,7 +658,7 @@ impl Node {
 
     fn record_error(&self, error: NodeError) -> NodeError {
         self.note_error(&error);
-        if error.drops_connection() {
+        if drops_connection(&error) {
             self.disconnect(&error);
             self.wake.notify_one();
         } else {
@@ -797,9 +702,9 @@ impl Node {
         // `open`) bounds the request; no second timer is needed here.
         let started = Instant::now();
         let result = op(conn).await;
-        self.series.request(kind, started.elapsed());
+        self.observer.request(kind, started.elapsed());
         result.map_err(|e| {
-            let error = match NodeError::classify(&e) {
+            let error = match classify(&e) {
                 NodeError::Timeout(_) if kind == Op::Probe => {
                     NodeError::Timeout(self.probe_timeout())
                 }
@@ -1184,7 +1089,7 @@ impl Node {
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(NodeError::classify(&e)),
+            Ok(Err(e)) => Err(classify(&e)),
             Err(_) => Err(NodeError::Timeout(self.connect_timeout)),
         }
     }
@@ -1203,8 +1108,8 @@ impl Node {
     {
         let started = Instant::now();
         let result = op(conn.clone()).await;
-        self.series.request(Op::Scan, started.elapsed());
-        result.map_err(|e| NodeError::classify(&e))
+        self.observer.request(Op::Scan, started.elapsed());
+        result.map_err(|e| classify(&e))
     }
 
     /// One `SCAN cursor MATCH pattern COUNT count`: the next cursor and the
@@ -1340,6 +1245,55 @@ fn key_states(keys: impl Iterator<Item = String>, reply: &[redis::Value]) -> Vec
 }
 
 /// Parses `INFO` text into its `key:value` fields.
+/// The Redis master as the engine sees it: each request one of the lock
+/// commands above.
+impl Master for Node {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn state(&self) -> NodeState {
+        Node::state(self)
+    }
+
+    fn server_id(&self) -> Option<u64> {
+        Node::server_id(self)
+    }
+
+    fn unusable_reason(&self) -> String {
+        let snap = self.snapshot();
+        match (snap.state, snap.detector, snap.last_error) {
+            (NodeState::Quarantined, detector, _) => format!(
+                "quarantined for {}ms more (lost keys possible, detected by {})",
+                snap.quarantine_remaining.as_millis(),
+                detector.map_or("?", |d| d.as_str())
+            ),
+            (state, _, Some(err)) => format!("{} ({err})", state.as_str()),
+            (state, _, None) => state.as_str().to_string(),
+        }
+    }
+
+    fn count_vote(&self, vote: VoteLabel) {
+        self.observer.vote(vote);
+    }
+
+    async fn vote(&self, key: &str, value: &str, ttl: Duration, read_counter: bool) -> Vote {
+        self.set_nx(key, value, ttl, read_counter).await
+    }
+
+    async fn raise_fence(&self, key: &str, value: &str, fence: u64) -> Result<bool, NodeError> {
+        Node::raise_fence(self, key, value, fence).await
+    }
+
+    async fn extend(&self, key: &str, value: &str, ttl: Duration) -> Result<Extension, NodeError> {
+        Node::extend(self, key, value, ttl).await
+    }
+
+    async fn release(&self, key: &str, value: &str, channel: &str) -> Result<bool, NodeError> {
+        Node::release(self, key, value, channel).await
+    }
+}
+
 /// Reads the vote script's answer: a bare status, or `{status, counter}`
 /// when the counter was asked for. `None` for anything else.
 fn acquire_reply(reply: &redis::Value) -> Option<(i64, u64)> {

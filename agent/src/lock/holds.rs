@@ -12,18 +12,17 @@
 //!   renewals have failed otherwise (timeouts, no quorum) until `margin`
 //!   before the validity ends; when `max_hold` is reached; or when the agent
 //!   shuts down. The lock is then released everywhere and the stream ends.
-//! - A closed connection releases at once; no event can be sent then.
+//! - A closed connection releases at once (unless the hold asked for
+//!   `on_disconnect: expire`); no event can be sent then.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use redlock_wire::{HoldEvent, OnDisconnect};
 use tokio::sync::mpsc;
 
-use crate::agent::Agent;
-use crate::metrics::Failure;
-use crate::redlock::{Extend, Grant, Resource};
+use super::Locks;
+use crate::redlock::{Extend, Failure, Grant, Resource};
 
 /// Why a hold ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,32 +56,25 @@ pub fn lost_margin(ttl: Duration, node_timeout: Duration) -> Duration {
 }
 
 /// One NDJSON line.
-pub fn line(event: &HoldEvent) -> Bytes {
-    // Cannot fail: the events are plain strings and numbers.
-    let mut bytes = serde_json::to_vec(event).expect("hold events serialize");
-    bytes.push(b'\n');
-    Bytes::from(bytes)
-}
-
 /// Runs a granted hold until it ends, sending its events on `events`
 /// (the first, `acquired`, is already sent by the caller), and releases it.
 pub async fn run(
-    agent: Arc<Agent>,
+    locks: Arc<Locks>,
     resource: Resource,
     grant: Grant,
     max_hold: Duration,
     on_disconnect: OnDisconnect,
-    events: mpsc::Sender<Bytes>,
+    events: mpsc::Sender<HoldEvent>,
 ) -> End {
-    let redlock = agent.redlock();
+    let engine = locks.engine();
     let ttl = grant.ttl;
     let renew_every = ttl / 3;
-    let margin = lost_margin(ttl, agent.config().lock.node_timeout);
+    let margin = lost_margin(ttl, locks.rules().node_timeout);
     let hold_until = grant.granted_at + max_hold;
     let mut valid_until = grant.valid_until();
     let mut next_renewal = grant.granted_at + renew_every;
     let mut last_failure = End::RenewFailed;
-    let shutdown = agent.shutdown_token();
+    let shutdown = locks.shutdown_token();
 
     let end = loop {
         let lost_at = valid_until.checked_sub(margin).unwrap_or(valid_until);
@@ -99,23 +91,16 @@ pub async fn run(
         if now >= lost_at {
             break last_failure;
         }
-        match redlock.extend(&resource, &grant.token, ttl).await {
+        match engine.extend(&resource, &grant.token, ttl).await {
             Extend::Extended { validity } => {
                 let now = Instant::now();
                 valid_until = now + validity;
                 next_renewal = now + renew_every;
-                agent
-                    .metrics()
-                    .extensions
-                    .with_label_values(&["extended"])
-                    .inc();
-                agent
-                    .grants()
-                    .extended(resource.as_str(), grant.token.as_str(), valid_until);
+                locks.extended(&resource, &grant.token, validity);
                 let renewed = HoldEvent::Renewed {
                     validity_ms: u64::try_from(validity.as_millis()).unwrap_or(u64::MAX),
                 };
-                if events.send(line(&renewed)).await.is_err() {
+                if events.send(renewed).await.is_err() {
                     break End::Closed;
                 }
             }
@@ -123,7 +108,7 @@ pub async fn run(
                 // Too many masters no longer hold the token for any quorum
                 // to: another client may hold the lock already. Say so now,
                 // not at the end of the validity.
-                agent
+                locks
                     .metrics()
                     .extensions
                     .with_label_values(&["lost"])
@@ -131,7 +116,7 @@ pub async fn run(
                 break End::RenewFailed;
             }
             outcome => {
-                agent
+                locks
                     .metrics()
                     .extensions
                     .with_label_values(&["lost"])
@@ -141,17 +126,17 @@ pub async fn run(
                     _ => End::RenewFailed,
                 };
                 tracing::debug!(%resource, ?outcome, "hold renewal failed; retrying until the margin");
-                next_renewal = Instant::now() + redlock.retry_delay();
+                next_renewal = Instant::now() + engine.retry_delay();
             }
         }
     };
 
     if end != End::Closed {
-        agent.metrics().fail(Failure::Lost);
+        locks.metrics().fail(Failure::Lost);
         let lost = HoldEvent::Lost {
             reason: end.reason().to_string(),
         };
-        let _ = events.send(line(&lost)).await;
+        let _ = events.send(lost).await;
         tracing::info!(%resource, reason = end.reason(), "hold lost");
     }
     if end == End::Closed && on_disconnect == OnDisconnect::Expire {
@@ -161,11 +146,7 @@ pub async fn run(
         tracing::debug!(%resource, "hold closed; left to expire as asked");
         return end;
     }
-    let released = redlock.release(&resource, &grant.token).await;
-    agent
-        .grants()
-        .released(resource.as_str(), grant.token.as_str(), agent.metrics());
-    agent.waiters().released(resource.as_str());
+    let released = locks.release_ended(&resource, &grant.token).await;
     tracing::debug!(%resource, reason = end.reason(), released, "hold ended");
     end
 }
@@ -187,17 +168,6 @@ mod tests {
             lost_margin(ms(100), ms(50)),
             ms(50),
             "never more than half the TTL"
-        );
-    }
-
-    #[test]
-    fn events_are_one_json_object_per_line() {
-        let bytes = line(&HoldEvent::Lost {
-            reason: "max_hold".into(),
-        });
-        assert_eq!(
-            &bytes[..],
-            b"{\"event\":\"lost\",\"reason\":\"max_hold\"}\n"
         );
     }
 }

@@ -33,8 +33,10 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
 /// second on five masters, whatever the number of waiters.
 pub const RETRIES_PER_SECOND: f64 = 1000.0;
 
+use super::Engine;
 use crate::metrics::Metrics;
-use crate::redlock::{Acquire, Node, Redlock, Resource, Token};
+use crate::node::Node;
+use crate::redlock::{Acquire, Resource, Token};
 
 /// One resource's queue. Each waiter has its own wake-up channel carrying
 /// a generation number: only the head is woken, by a release or when it
@@ -265,7 +267,7 @@ impl Waiters {
     /// down while this one waits.
     pub async fn acquire(
         &self,
-        redlock: &Redlock,
+        redlock: &Engine,
         resource: &Resource,
         ttl: Duration,
         owner: Option<&str>,
@@ -302,7 +304,7 @@ impl Ticket<'_> {
     /// and something changed, until granted or `deadline`.
     async fn wait_for_lock(
         &mut self,
-        redlock: &Redlock,
+        redlock: &Engine,
         resource: &Resource,
         ttl: Duration,
         token: &Token,

@@ -1,0 +1,412 @@
+//! The lock lifecycle, in one place: acquire (waiting in line), holds,
+//! extend, release and force release. The TTL and owner rules, the
+//! bookkeeping of grants, the wake-ups of waiters and the lock metrics are
+//! each written once, here. Knows nothing of HTTP: [`crate::api`] maps
+//! requests to [`Locks`] and its [`LockError`]s to answers.
+//!
+//! - [`grants`]: the locks this agent granted, and the process behind each.
+//! - [`waiters`]: per-resource FIFO queues; only the head competes.
+//! - [`holds`]: locks tied to a client's connection, renewed until it ends.
+//! - [`listing`]: the lock keys on the masters as operators read them.
+
+pub mod grants;
+pub mod holds;
+pub mod listing;
+pub mod waiters;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redlock_wire::{ForceReleaseResponse, HoldEvent, OnDisconnect};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{FenceMode, LockConfig};
+use crate::metrics::{Metrics, Outcome};
+use crate::node::Node;
+use crate::redlock::{token, Acquire, Extend, Failure, Grant, Redlock, Resource, Token};
+use grants::{Grants, Holder};
+use listing::Listings;
+use waiters::{WaitError, Waiters};
+
+/// The engine over the Redis masters.
+pub type Engine = Redlock<Node>;
+
+/// The rules every lock request is held to, from `lock.*` in the config.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    pub default_ttl: Duration,
+    pub max_ttl: Duration,
+    pub node_timeout: Duration,
+    pub max_hold: Duration,
+    pub fence: FenceMode,
+}
+
+impl Rules {
+    pub fn new(lock: &LockConfig) -> Rules {
+        Rules {
+            default_ttl: lock.default_ttl,
+            max_ttl: lock.max_ttl,
+            node_timeout: lock.node_timeout,
+            max_hold: lock.max_hold,
+            fence: lock.fence,
+        }
+    }
+
+    /// The TTL asked for, or the default; refused outside twice the node
+    /// timeout (below it a grant could have no validity left after a slow
+    /// master and the drift allowance) to `max_ttl`.
+    pub fn ttl(&self, ttl_ms: Option<u64>) -> Result<Duration, LockError> {
+        let Some(ms) = ttl_ms else {
+            return Ok(self.default_ttl);
+        };
+        let ttl = Duration::from_millis(ms);
+        let min = (self.node_timeout * 2).min(self.max_ttl);
+        if ttl < min || ttl > self.max_ttl {
+            return Err(LockError::TtlOutOfRange {
+                min: millis(min),
+                max: millis(self.max_ttl),
+                ms,
+            });
+        }
+        Ok(ttl)
+    }
+
+    /// How long a hold may last: `max_hold_ms` if given, 1 to `max_hold`.
+    pub fn max_hold(&self, max_hold_ms: Option<u64>) -> Result<Duration, LockError> {
+        match max_hold_ms {
+            None => Ok(self.max_hold),
+            Some(0) => Err(LockError::Invalid("max_hold_ms must be at least 1".into())),
+            Some(ms) if Duration::from_millis(ms) > self.max_hold => {
+                Err(LockError::Invalid(format!(
+                    "max_hold_ms is above lock.max_hold ({}ms): {ms}",
+                    self.max_hold.as_millis()
+                )))
+            }
+            Some(ms) => Ok(Duration::from_millis(ms)),
+        }
+    }
+}
+
+/// Why a lock request got no lock.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "ttl_ms must be between {min} (twice lock.node_timeout) and {max} (lock.max_ttl): {ms}"
+    )]
+    TtlOutOfRange { min: u64, max: u64, ms: u64 },
+    #[error("owner must be 1 to 128 bytes of printable ASCII")]
+    InvalidOwner,
+    /// Another field out of range; the message names it.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0} is locked by another holder")]
+    Taken(Resource),
+    /// Fewer than a quorum of masters could be used; the message names them.
+    #[error("{0}")]
+    NoQuorum(String),
+    #[error("{0} was not extended on a quorum in time; the lock is lost")]
+    Lost(Resource),
+    #[error(transparent)]
+    Wait(#[from] WaitError),
+}
+
+/// What a lock request asks for.
+#[derive(Debug, Clone, Default)]
+pub struct Ask<'a> {
+    pub ttl_ms: Option<u64>,
+    pub wait_ms: Option<u64>,
+    pub owner: Option<&'a str>,
+    pub fence: bool,
+    /// The requesting process, as the kernel reported it.
+    pub holder: Option<Holder>,
+}
+
+/// A successful extension.
+#[derive(Debug, Clone, Copy)]
+pub struct Extended {
+    pub validity: Duration,
+    pub ttl: Duration,
+}
+
+/// The lock service: every lock operation of this agent goes through it.
+#[derive(Debug)]
+pub struct Locks {
+    engine: Engine,
+    rules: Rules,
+    grants: Grants,
+    waiters: Arc<Waiters>,
+    listings: Listings,
+    metrics: Arc<Metrics>,
+    /// Cancelled when the agent starts to shut down: holds end with `lost`.
+    shutdown: CancellationToken,
+}
+
+impl Locks {
+    pub fn new(
+        engine: Engine,
+        rules: Rules,
+        waiters: Arc<Waiters>,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> Locks {
+        Locks {
+            engine,
+            rules,
+            grants: Grants::default(),
+            waiters,
+            listings: Listings::default(),
+            metrics,
+            shutdown,
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    pub fn waiters(&self) -> &Arc<Waiters> {
+        &self.waiters
+    }
+
+    pub fn listings(&self) -> &Listings {
+        &self.listings
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Acquires `resource`, waiting in line up to `wait_ms`, and records the
+    /// grant. The time from the request to the answer goes into
+    /// `redlock_acquire_wait_seconds{outcome}`.
+    ///
+    /// # Errors
+    /// A field out of range, the lock taken for all of the wait, no quorum,
+    /// too many waiters, or the agent shutting down.
+    pub async fn acquire(&self, resource: &Resource, ask: Ask<'_>) -> Result<Grant, LockError> {
+        let started = Instant::now();
+        let result = self.try_acquire(resource, ask).await;
+        let outcome = match &result {
+            Ok(_) => Outcome::Acquired,
+            Err(LockError::Taken(_)) => Outcome::Taken,
+            Err(LockError::NoQuorum(_)) => Outcome::NoQuorum,
+            Err(_) => Outcome::Error,
+        };
+        self.metrics
+            .acquire_wait
+            .with_label_values(&[outcome.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn try_acquire(&self, resource: &Resource, ask: Ask<'_>) -> Result<Grant, LockError> {
+        let ttl = self.rules.ttl(ask.ttl_ms)?;
+        if ask.owner.is_some_and(|o| !token::valid_owner(o)) {
+            return Err(LockError::InvalidOwner);
+        }
+        let wait = Duration::from_millis(ask.wait_ms.unwrap_or(0));
+        let fence = ask.fence || self.rules.fence == FenceMode::Always;
+        let outcome = self
+            .waiters
+            .acquire(&self.engine, resource, ttl, ask.owner, wait, fence)
+            .await?;
+        match outcome {
+            Acquire::Granted(grant) => {
+                self.grants.granted(
+                    resource.as_str(),
+                    grant.token.as_str(),
+                    grant.granted_at,
+                    grant.valid_until(),
+                    ask.holder,
+                );
+                Ok(grant)
+            }
+            Acquire::Taken => {
+                self.metrics.fail(Failure::Taken);
+                Err(LockError::Taken(resource.clone()))
+            }
+            Acquire::NoQuorum(message) => {
+                self.metrics.fail(Failure::NoQuorum);
+                Err(LockError::NoQuorum(message))
+            }
+        }
+    }
+
+    /// Acquires `resource` for a hold: a task renews it until the receiver
+    /// of the events is dropped (the client's connection closed), it is
+    /// lost, `max_hold_ms` passes or the agent shuts down (see [`holds`]).
+    /// The first event, `acquired`, is already in the channel.
+    ///
+    /// # Errors
+    /// As [`Locks::acquire`], and `max_hold_ms` out of range.
+    pub async fn hold(
+        self: &Arc<Self>,
+        resource: Resource,
+        ask: Ask<'_>,
+        max_hold_ms: Option<u64>,
+        on_disconnect: OnDisconnect,
+    ) -> Result<mpsc::Receiver<HoldEvent>, LockError> {
+        let max_hold = self.rules.max_hold(max_hold_ms)?;
+        let grant = self.acquire(&resource, ask).await?;
+        let (events, receiver) = mpsc::channel::<HoldEvent>(8);
+        let acquired = HoldEvent::Acquired {
+            token: grant.token.as_str().to_string(),
+            validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
+            ttl_ms: millis(grant.ttl),
+            fence: grant.fence,
+        };
+        // Cannot fail: the channel is new and has room.
+        events.try_send(acquired).expect("room for the first event");
+        tokio::spawn(holds::run(
+            Arc::clone(self),
+            resource,
+            grant,
+            max_hold,
+            on_disconnect,
+            events,
+        ));
+        Ok(receiver)
+    }
+
+    /// A new TTL from now for a lock held with `token`.
+    ///
+    /// # Errors
+    /// The TTL out of range, the lock lost (not extended on a quorum in
+    /// time), or no quorum.
+    pub async fn extend(
+        &self,
+        resource: &Resource,
+        token: &Token,
+        ttl_ms: Option<u64>,
+    ) -> Result<Extended, LockError> {
+        let ttl = self.rules.ttl(ttl_ms)?;
+        match self.engine.extend(resource, token, ttl).await {
+            Extend::Extended { validity } => {
+                self.extended(resource, token, validity);
+                Ok(Extended { validity, ttl })
+            }
+            Extend::Lost | Extend::Failed => {
+                self.metrics.extensions.with_label_values(&["lost"]).inc();
+                self.metrics.fail(Failure::ExtendFailed);
+                Err(LockError::Lost(resource.clone()))
+            }
+            Extend::NoQuorum(message) => {
+                self.metrics.fail(Failure::NoQuorum);
+                Err(LockError::NoQuorum(message))
+            }
+        }
+    }
+
+    /// Releases on every master. True when a quorum still held the token.
+    pub async fn release(&self, resource: &Resource, token: &Token) -> bool {
+        let released = self.engine.release(resource, token).await;
+        if released {
+            self.released(resource, token);
+        } else {
+            self.metrics.fail(Failure::ReleaseFailed);
+        }
+        released
+    }
+
+    /// Releases the lock of a hold that ended, and forgets it here whether
+    /// or not a quorum still held it (a lost hold's key may be gone).
+    async fn release_ended(&self, resource: &Resource, token: &Token) -> bool {
+        let released = self.engine.release(resource, token).await;
+        self.released(resource, token);
+        released
+    }
+
+    /// Bookkeeping of a successful extension.
+    fn extended(&self, resource: &Resource, token: &Token, validity: Duration) {
+        self.metrics
+            .extensions
+            .with_label_values(&["extended"])
+            .inc();
+        self.grants
+            .extended(resource.as_str(), token.as_str(), Instant::now() + validity);
+    }
+
+    /// Bookkeeping of a release: the grant is forgotten and the next waiter
+    /// here woken (waiters on other agents hear the release script's
+    /// announcement).
+    fn released(&self, resource: &Resource, token: &Token) {
+        self.grants
+            .released(resource.as_str(), token.as_str(), &self.metrics);
+        self.waiters.released(resource.as_str());
+    }
+
+    /// Deletes the lock key of `resource` on every master, whoever holds it.
+    /// For operators clearing a stuck lock (only on the admin socket); logged
+    /// with the caller and the holder it removed, and counted.
+    pub async fn force_release(
+        &self,
+        resource: &Resource,
+        caller: Option<Holder>,
+    ) -> ForceReleaseResponse {
+        let key = self.engine.key(resource);
+        let nodes = self.engine.nodes();
+        // The holder, for the log: the value most masters hold.
+        let values =
+            futures::future::join_all(nodes.iter().map(|n| listing::read_value(n, &key))).await;
+        let mut votes: HashMap<&str, usize> = HashMap::new();
+        for value in values.iter().flatten() {
+            *votes.entry(value.as_str()).or_default() += 1;
+        }
+        let removed = votes
+            .iter()
+            .max_by_key(|&(value, count)| (*count, *value))
+            .map(|(value, _)| (*value).to_string());
+        let process = removed
+            .as_deref()
+            .and_then(|value| self.grants.holder(resource.as_str(), value));
+        let results = futures::future::join_all(nodes.iter().map(|n| n.delete(&key))).await;
+        let mut deleted = 0;
+        let mut failed = Vec::new();
+        for (node, result) in nodes.iter().zip(results) {
+            match result {
+                Ok(true) => deleted += 1,
+                Ok(false) => {}
+                Err(_) => failed.push(node.name().to_string()),
+            }
+        }
+        let value = removed.as_deref().unwrap_or("");
+        tracing::warn!(
+            %resource,
+            deleted,
+            failed = ?failed,
+            caller_uid = %show_id(caller.map(|c| c.uid)),
+            caller_pid = %show_id(caller.and_then(|c| c.pid)),
+            holder_agent = token::agent_of(value).unwrap_or("-"),
+            holder_owner = token::owner_of(value).unwrap_or("-"),
+            holder_uid = %show_id(process.map(|p| p.uid)),
+            holder_pid = %show_id(process.and_then(|p| p.pid)),
+            "force release by an operator"
+        );
+        self.metrics.force_releases.inc();
+        self.grants.forget(resource.as_str(), &self.metrics);
+        self.waiters.released(resource.as_str());
+        ForceReleaseResponse { deleted, failed }
+    }
+}
+
+pub(crate) fn show_id(id: Option<u32>) -> String {
+    id.map_or_else(|| "-".to_string(), |id| id.to_string())
+}
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

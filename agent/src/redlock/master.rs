@@ -1,0 +1,164 @@
+//! What the algorithm needs from one master, and what a master answers.
+//!
+//! [`Master`] is the engine's only view of a master: [`crate::node::Node`]
+//! implements it over Redis; the unit tests implement it in memory. The
+//! engine never sees a connection, a script or a probe.
+
+use std::future::Future;
+use std::time::Duration;
+
+use redlock_wire::NodeState;
+
+use super::observe::VoteLabel;
+
+/// How a request to one master failed, classified so callers can branch and
+/// metrics can count by cause. Messages are short and lowercase.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("not connected")]
+    NotConnected,
+    #[error("connection: {0}")]
+    Connection(String),
+    #[error("auth: {0}")]
+    Auth(String),
+    /// An ACL forbids the command; the connection itself is fine.
+    #[error("noperm: {0}")]
+    NoPerm(String),
+    #[error("readonly: the master is a replica")]
+    ReadOnly,
+    #[error("oom: the master is out of memory")]
+    OutOfMemory,
+    #[error("wrongtype: a key of another type sits at the lock key")]
+    WrongType,
+    #[error("script: {0}")]
+    Script(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl NodeError {
+    /// Every value of [`NodeError::kind`].
+    pub const KINDS: [&'static str; 10] = [
+        "timeout",
+        "not_connected",
+        "connection",
+        "auth",
+        "noperm",
+        "readonly",
+        "oom",
+        "wrongtype",
+        "script",
+        "other",
+    ];
+
+    /// A closed label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            NodeError::Timeout(_) => "timeout",
+            NodeError::NotConnected => "not_connected",
+            NodeError::Connection(_) => "connection",
+            NodeError::Auth(_) => "auth",
+            NodeError::NoPerm(_) => "noperm",
+            NodeError::ReadOnly => "readonly",
+            NodeError::OutOfMemory => "oom",
+            NodeError::WrongType => "wrongtype",
+            NodeError::Script(_) => "script",
+            NodeError::Other(_) => "other",
+        }
+    }
+}
+
+/// One master's answer to `SET key token NX PX ttl`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Vote {
+    /// The key is ours on this master, with the master's fencing counter
+    /// when it was asked for (0 otherwise, or when it has none yet).
+    Granted {
+        counter: u64,
+    },
+    /// The key exists: someone else holds the lock on this master.
+    Taken,
+    /// The master's incarnation marker is gone: it lost its keys (a flush,
+    /// a failover, a restart) and its word on any lock is worthless until
+    /// every lock it may have held has expired. Never counts.
+    LostState,
+    Failed(NodeError),
+}
+
+/// One master's answer to a compare-and-pexpire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extension {
+    /// The key held the token and has its new TTL.
+    Extended,
+    /// The key is gone or holds another token.
+    NotHeld,
+    /// The incarnation marker is gone (see [`Vote::LostState`]).
+    LostState,
+}
+
+/// One master as Redlock uses it. Every request is bounded by the master's
+/// own timeout: a dead or frozen master costs at most that, never a hang.
+/// The futures are `Send + 'static`-friendly (they borrow only their
+/// arguments), so stragglers can finish in the background.
+pub trait Master: Send + Sync + std::fmt::Debug + 'static {
+    fn name(&self) -> &str;
+
+    /// `up`, `down` or `quarantined` (never `duplicate`: that is the
+    /// engine's view of two masters, see [`super::Redlock::duplicates`]).
+    fn state(&self) -> NodeState;
+
+    /// May take part in acquire and extend: connected and not quarantined.
+    fn is_usable(&self) -> bool {
+        self.state() == NodeState::Up
+    }
+
+    /// A stable id of the server process behind this master (a hash of its
+    /// `run_id`), when known: two masters with one id are one server.
+    fn server_id(&self) -> Option<u64>;
+
+    /// Why the master cannot be used now, for `no_quorum` answers (for
+    /// example `quarantined for 900ms more (... detected by marker)`).
+    fn unusable_reason(&self) -> String;
+
+    /// Counts this master's answer to one vote.
+    fn count_vote(&self, vote: VoteLabel);
+
+    /// The vote: `SET key value NX PX ttl`, atomically with the check that
+    /// the master has not lost its keys and, with `read_counter`, a read of
+    /// its fencing counter.
+    fn vote(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+        read_counter: bool,
+    ) -> impl Future<Output = Vote> + Send;
+
+    /// Round 2 of a fenced grant: raise the fencing counter to `fence` while
+    /// `key` still holds `value`. `Ok(true)` when raised or already as high.
+    fn raise_fence(
+        &self,
+        key: &str,
+        value: &str,
+        fence: u64,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send;
+
+    /// Compare-and-pexpire.
+    fn extend(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Extension, NodeError>> + Send;
+
+    /// Compare-and-delete, announcing the release on `channel`. `Ok(true)`
+    /// when this master held the token.
+    fn release(
+        &self,
+        key: &str,
+        value: &str,
+        channel: &str,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send;
+}

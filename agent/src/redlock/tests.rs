@@ -1,0 +1,450 @@
+//! The algorithm against masters in memory, on tokio's paused clock: quorum,
+//! validity, early decisions, stragglers, releases of failed rounds,
+//! extensions and fences, with every master's behaviour set by the test.
+//! The real-Redis tests (`agent/tests/`) cover the same ground end to end.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redlock_wire::NodeState;
+use tokio::time::Instant;
+
+use super::fence::FenceSettings;
+use super::observe::{Failure, Observer, VoteLabel};
+use super::{duplicates_of, Acquire, Drift, Extend, Extension, Master, NodeError, Redlock};
+use super::{Resource, Settings, Token, Vote};
+
+/// How a master in memory behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Up,
+    Down,
+    /// Answers every request after this long.
+    Slow(Duration),
+    /// Lost its keys: every vote and extension says so.
+    LostState,
+    /// Votes, but fails round 2 of a fenced grant.
+    NoRaise,
+}
+
+#[derive(Debug)]
+struct Memory {
+    name: String,
+    mode: Mutex<Mode>,
+    keys: Mutex<HashMap<String, (String, Instant)>>,
+    counter: Mutex<u64>,
+}
+
+impl Memory {
+    fn new(i: usize) -> Arc<Memory> {
+        Arc::new(Memory {
+            name: format!("m{i}"),
+            mode: Mutex::new(Mode::Up),
+            keys: Mutex::new(HashMap::new()),
+            counter: Mutex::new(0),
+        })
+    }
+
+    fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    fn mode(&self) -> Mode {
+        *self.mode.lock().unwrap()
+    }
+
+    fn holds(&self, key: &str) -> Option<String> {
+        let keys = self.keys.lock().unwrap();
+        keys.get(key)
+            .filter(|(_, until)| *until > Instant::now())
+            .map(|(value, _)| value.clone())
+    }
+
+    fn plant(&self, key: &str, value: &str, ttl: Duration) {
+        self.keys
+            .lock()
+            .unwrap()
+            .insert(key.into(), (value.into(), Instant::now() + ttl));
+    }
+
+    /// Waits as the mode says; `Err` when the master does not answer.
+    async fn answer(&self) -> Result<(), NodeError> {
+        match self.mode() {
+            Mode::Down => Err(NodeError::NotConnected),
+            Mode::Slow(after) => {
+                tokio::time::sleep(after).await;
+                Ok(())
+            }
+            Mode::Up | Mode::LostState | Mode::NoRaise => Ok(()),
+        }
+    }
+}
+
+impl Master for Memory {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn state(&self) -> NodeState {
+        match self.mode() {
+            Mode::Down => NodeState::Down,
+            _ => NodeState::Up,
+        }
+    }
+
+    fn server_id(&self) -> Option<u64> {
+        None
+    }
+
+    fn unusable_reason(&self) -> String {
+        "down".into()
+    }
+
+    fn count_vote(&self, _: VoteLabel) {}
+
+    async fn vote(&self, key: &str, value: &str, ttl: Duration, read_counter: bool) -> Vote {
+        if let Err(e) = self.answer().await {
+            return Vote::Failed(e);
+        }
+        if self.mode() == Mode::LostState {
+            return Vote::LostState;
+        }
+        match self.holds(key) {
+            Some(held) if held != value => Vote::Taken,
+            _ => {
+                self.plant(key, value, ttl);
+                let counter = if read_counter {
+                    *self.counter.lock().unwrap()
+                } else {
+                    0
+                };
+                Vote::Granted { counter }
+            }
+        }
+    }
+
+    async fn raise_fence(&self, key: &str, value: &str, fence: u64) -> Result<bool, NodeError> {
+        self.answer().await?;
+        if self.mode() == Mode::NoRaise {
+            return Err(NodeError::Other("refused".into()));
+        }
+        if self.holds(key).as_deref() != Some(value) {
+            return Ok(false);
+        }
+        let mut counter = self.counter.lock().unwrap();
+        *counter = (*counter).max(fence);
+        Ok(true)
+    }
+
+    async fn extend(&self, key: &str, value: &str, ttl: Duration) -> Result<Extension, NodeError> {
+        self.answer().await?;
+        if self.mode() == Mode::LostState {
+            return Ok(Extension::LostState);
+        }
+        if self.holds(key).as_deref() == Some(value) {
+            self.plant(key, value, ttl);
+            Ok(Extension::Extended)
+        } else {
+            Ok(Extension::NotHeld)
+        }
+    }
+
+    async fn release(&self, key: &str, value: &str, _channel: &str) -> Result<bool, NodeError> {
+        self.answer().await?;
+        let mut keys = self.keys.lock().unwrap();
+        if keys.get(key).is_some_and(|(held, _)| held == value) {
+            keys.remove(key);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+/// Counts the failures the engine reports.
+#[derive(Debug, Default)]
+struct Seen {
+    failures: Mutex<Vec<Failure>>,
+}
+
+impl Observer for Seen {
+    fn failure(&self, failure: Failure) {
+        self.failures.lock().unwrap().push(failure);
+    }
+    fn validity_at_grant(&self, _: f64) {}
+}
+
+struct Setup {
+    masters: Vec<Arc<Memory>>,
+    redlock: Redlock<Memory>,
+    seen: Arc<Seen>,
+}
+
+fn setup(n: usize, fence: FenceSettings) -> Setup {
+    let masters: Vec<Arc<Memory>> = (0..n).map(Memory::new).collect();
+    let seen = Arc::new(Seen::default());
+    let settings = Settings {
+        key_prefix: "t:".into(),
+        release_channel_prefix: "t:released:".into(),
+        drift: Drift::new(0.01),
+        retry_delay: Duration::from_millis(10),
+        retry_jitter: Duration::ZERO,
+        agent_name: None,
+        fence,
+    };
+    let observer: Arc<dyn Observer> = seen.clone();
+    let redlock = Redlock::new(masters.clone(), settings, observer);
+    Setup {
+        masters,
+        redlock,
+        seen,
+    }
+}
+
+fn resource(name: &str) -> Resource {
+    Resource::new(name).unwrap()
+}
+
+const TTL: Duration = Duration::from_millis(1000);
+
+/// Lets the requests left to finish in the background (stragglers,
+/// releases past their quorum) finish: on the paused clock, sleeping runs
+/// every other task until it waits on time too.
+async fn settle() {
+    tokio::time::sleep(TTL).await;
+}
+
+async fn acquire(setup: &Setup, name: &str, fence: bool) -> Acquire {
+    let token = Token::generate(None, None);
+    setup
+        .redlock
+        .acquire_once(&resource(name), TTL, &token, fence)
+        .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quorum_of_the_configured_masters_grants_and_fewer_cannot() {
+    let s = setup(5, FenceSettings::default());
+    s.masters[0].set(Mode::Down);
+    s.masters[1].set(Mode::Down);
+    let Acquire::Granted(grant) = acquire(&s, "a", false).await else {
+        panic!("3 of 5 up is a quorum");
+    };
+    assert!(grant.validity < TTL);
+    s.masters[2].set(Mode::Down);
+    match acquire(&s, "b", false).await {
+        Acquire::NoQuorum(message) => {
+            assert!(
+                message.contains("2 of 5 masters usable, quorum is 3"),
+                "{message}"
+            );
+            assert!(message.contains("m0 down"), "{message}");
+        }
+        other => panic!("2 of 5 up granted: {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_taken_lock_is_refused_and_the_round_leaves_nothing_behind() {
+    let s = setup(5, FenceSettings::default());
+    for m in &s.masters[..3] {
+        m.plant("t:a", "someone else", TTL);
+    }
+    assert!(matches!(acquire(&s, "a", false).await, Acquire::Taken));
+    // The release decides at a quorum; the others finish in the background.
+    settle().await;
+    for m in &s.masters[3..] {
+        assert_eq!(
+            m.holds("t:a"),
+            None,
+            "{} keeps a failed round's key",
+            m.name
+        );
+    }
+}
+
+/// Validity is the TTL minus the slowest vote of the quorum minus drift;
+/// the answer comes at that vote, not when the frozen masters answer.
+#[tokio::test(start_paused = true)]
+async fn validity_counts_the_quorum_and_the_answer_does_not_wait_for_stragglers() {
+    let s = setup(5, FenceSettings::default());
+    let ms = Duration::from_millis;
+    for (m, delay) in s.masters.iter().zip([10, 20, 30, 900, 900]) {
+        m.set(Mode::Slow(ms(delay)));
+    }
+    let started = Instant::now();
+    let Acquire::Granted(grant) = acquire(&s, "a", false).await else {
+        panic!("three masters answered in time");
+    };
+    assert_eq!(started.elapsed(), ms(30), "decided at the third vote");
+    assert_eq!(
+        grant.validity,
+        Drift::new(0.01).validity(TTL, ms(30)).unwrap()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quorum_reached_too_late_is_no_grant_and_is_released() {
+    let s = setup(3, FenceSettings::default());
+    for m in &s.masters {
+        m.set(Mode::Slow(Duration::from_millis(995)));
+    }
+    assert!(matches!(acquire(&s, "a", false).await, Acquire::Taken));
+    assert_eq!(
+        *s.seen.failures.lock().unwrap(),
+        vec![Failure::ValidityExhausted]
+    );
+    settle().await;
+    for m in &s.masters {
+        assert_eq!(m.holds("t:a"), None);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn votes_of_masters_that_lost_their_keys_never_count() {
+    let s = setup(3, FenceSettings::default());
+    s.masters[0].set(Mode::LostState);
+    s.masters[1].set(Mode::LostState);
+    assert!(matches!(
+        acquire(&s, "a", false).await,
+        Acquire::NoQuorum(_)
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn extend_tells_a_lost_lock_from_a_failed_round() {
+    let s = setup(5, FenceSettings::default());
+    let token = Token::generate(None, None);
+    let r = resource("e");
+    assert!(matches!(
+        s.redlock.acquire_once(&r, TTL, &token, false).await,
+        Acquire::Granted(_)
+    ));
+    assert!(matches!(
+        s.redlock.extend(&r, &token, TTL).await,
+        Extend::Extended { .. }
+    ));
+    // Three masters answer while the key is still there, but too late for
+    // any validity: not extended this time, not lost.
+    for m in &s.masters[..3] {
+        m.set(Mode::Slow(Duration::from_millis(995)));
+    }
+    assert!(matches!(
+        s.redlock.extend(&r, &token, TTL).await,
+        Extend::Failed
+    ));
+    // Three no longer hold it: no quorum ever can again.
+    for m in &s.masters[..3] {
+        m.set(Mode::Up);
+        m.keys.lock().unwrap().clear();
+    }
+    assert!(matches!(
+        s.redlock.extend(&r, &token, TTL).await,
+        Extend::Lost
+    ));
+}
+
+/// Grants on shifting quorums (a different master down each time): every
+/// fence is above the one before, on any resource.
+#[tokio::test(start_paused = true)]
+async fn fences_grow_across_shifting_quorums() {
+    let s = setup(5, FenceSettings::default());
+    let mut last = 0;
+    for round in 0..20 {
+        for (i, m) in s.masters.iter().enumerate() {
+            m.set(if i == round % 5 || i == (round + 2) % 5 {
+                Mode::Down
+            } else {
+                Mode::Up
+            });
+        }
+        let name = if round % 2 == 0 { "x" } else { "y" };
+        let token = Token::generate(None, None);
+        let Acquire::Granted(grant) = s
+            .redlock
+            .acquire_once(&resource(name), TTL, &token, true)
+            .await
+        else {
+            panic!("round {round}: three masters up");
+        };
+        let fence = grant.fence.expect("asked for a fence");
+        assert!(fence > last, "round {round}: {fence} after {last}");
+        last = fence;
+        assert!(s.redlock.release(&resource(name), &token).await);
+    }
+}
+
+/// The control at the engine's level: an agent whose floor clock is far
+/// behind mints below an earlier grant unless round 2 wrote the fence back.
+#[tokio::test(start_paused = true)]
+async fn without_the_write_back_a_clock_behind_mints_fences_out_of_order() {
+    for writeback in [true, false] {
+        let ahead = setup(
+            3,
+            FenceSettings {
+                writeback,
+                clock_skew_ms: 0,
+            },
+        );
+        let Acquire::Granted(first) = acquire(&ahead, "f", true).await else {
+            panic!("granted");
+        };
+        // A second agent on the same masters, its clock a minute behind.
+        let behind: Redlock<Memory> = Redlock::new(
+            ahead.masters.clone(),
+            Settings {
+                fence: FenceSettings {
+                    writeback,
+                    clock_skew_ms: -60_000,
+                },
+                ..ahead.redlock.settings().clone()
+            },
+            Arc::new(Seen::default()),
+        );
+        let Acquire::Granted(second) = behind
+            .acquire_once(&resource("g"), TTL, &Token::generate(None, None), true)
+            .await
+        else {
+            panic!("granted");
+        };
+        assert_eq!(
+            second.fence > first.fence,
+            writeback,
+            "write-back {writeback}: {:?} then {:?}",
+            first.fence,
+            second.fence
+        );
+    }
+}
+
+/// Every master votes yes, but only one raises its counter: no quorum
+/// confirms the fence, so there is no grant, and the round is released.
+#[tokio::test(start_paused = true)]
+async fn a_fence_whose_second_round_misses_its_quorum_is_no_grant() {
+    let s = setup(3, FenceSettings::default());
+    s.masters[0].set(Mode::NoRaise);
+    s.masters[1].set(Mode::NoRaise);
+    match acquire(&s, "z", true).await {
+        Acquire::NoQuorum(message) => assert!(
+            message.contains("the fencing counter was raised on")
+                && message.contains("quorum is 2"),
+            "{message}"
+        ),
+        other => panic!("granted without a confirmed fence: {other:?}"),
+    }
+    assert_eq!(*s.seen.failures.lock().unwrap(), vec![Failure::FenceFailed]);
+    settle().await;
+    for m in &s.masters {
+        assert_eq!(m.holds("t:z"), None, "{} keeps the key", m.name);
+    }
+    // Without a fence asked for, the same masters grant.
+    assert!(matches!(acquire(&s, "z", false).await, Acquire::Granted(_)));
+}
+
+#[test]
+fn only_the_first_of_one_server_counts() {
+    assert_eq!(
+        duplicates_of(&[Some(1), Some(2), Some(1), None, None, Some(2)]),
+        vec![None, None, Some(0), None, None, Some(1)]
+    );
+}
