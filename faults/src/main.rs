@@ -74,12 +74,21 @@ enum Cmd {
         hold_ms: u64,
         #[arg(long)]
         owner: String,
+        /// The fenced store's URL: write to it once, with the fence.
+        #[arg(long)]
+        store: Option<String>,
     },
     /// The command run under `redlock-agent lock` (used by the suite).
     #[command(hide = true)]
     CsChild {
         #[arg(long)]
         ms: u64,
+        /// The fenced store's URL: write to it once with `REDLOCK_FENCE`.
+        #[arg(long, requires = "resource")]
+        store: Option<String>,
+        /// The resource whose record the write goes to.
+        #[arg(long)]
+        resource: Option<String>,
     },
 }
 
@@ -110,6 +119,7 @@ fn main() -> ExitCode {
             wait_ms,
             hold_ms,
             owner,
+            store,
         } => {
             // Cannot fail short of the OS refusing an epoll fd at start.
             tokio::runtime::Builder::new_current_thread()
@@ -117,12 +127,16 @@ fn main() -> ExitCode {
                 .build()
                 .expect("start the tokio runtime")
                 .block_on(faults::workload::run_hold_client(
-                    socket, resource, ttl_ms, wait_ms, hold_ms, owner,
+                    socket, resource, ttl_ms, wait_ms, hold_ms, owner, store,
                 ));
             ExitCode::SUCCESS
         }
-        Cmd::CsChild { ms } => {
-            faults::workload::run_cs_child(ms);
+        Cmd::CsChild {
+            ms,
+            store,
+            resource,
+        } => {
+            faults::workload::run_cs_child(ms, store.zip(resource));
             ExitCode::SUCCESS
         }
         Cmd::Short {
