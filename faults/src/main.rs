@@ -78,6 +78,22 @@ enum Cmd {
         #[arg(long)]
         store: Option<String>,
     },
+    /// Kleppmann's client: acquire with a fence, wait for a line on
+    /// stdin, write to a fenced store (used by the fencing examples).
+    #[command(hide = true)]
+    FencedWriter {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        resource: String,
+        #[arg(long)]
+        ttl_ms: u64,
+        /// The fenced store's URL.
+        #[arg(long)]
+        store: String,
+        #[arg(long)]
+        data: String,
+    },
     /// The command run under `redlock-agent lock` (used by the suite).
     #[command(hide = true)]
     CsChild {
@@ -128,6 +144,23 @@ fn main() -> ExitCode {
                 .expect("start the tokio runtime")
                 .block_on(faults::workload::run_hold_client(
                     socket, resource, ttl_ms, wait_ms, hold_ms, owner, store,
+                ));
+            ExitCode::SUCCESS
+        }
+        Cmd::FencedWriter {
+            socket,
+            resource,
+            ttl_ms,
+            store,
+            data,
+        } => {
+            // Cannot fail short of the OS refusing an epoll fd at start.
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("start the tokio runtime")
+                .block_on(faults::store::run_fenced_writer(
+                    socket, resource, ttl_ms, store, data,
                 ));
             ExitCode::SUCCESS
         }

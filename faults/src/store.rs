@@ -139,6 +139,56 @@ pub fn outcome_from_wire(word: &str, number: &str) -> WriteOutcome {
     }
 }
 
+/// `faults fenced-writer`: Kleppmann's client as a process. Acquires
+/// `resource` with a fence through the agent at `socket`, prints
+/// `acquired <fence|-> <validity_ms>`, then reads one line from stdin (its
+/// work before the write: a test pauses it there with SIGSTOP), writes
+/// `data` to the store at `store` with its fence and prints
+/// `write accepted <seq>|refused <highest>|failed -`. Never releases: a
+/// paused client does not. Prints `refused <code>` or `error <what>` when
+/// not granted.
+pub async fn run_fenced_writer(
+    socket: std::path::PathBuf,
+    resource: String,
+    ttl_ms: u64,
+    store: String,
+    data: String,
+) {
+    use std::io::{BufRead, Write};
+    let say = |line: String| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    };
+    let client = crate::client::Client::new(socket);
+    let request = redlock_wire::AcquireRequest {
+        ttl_ms: Some(ttl_ms),
+        owner: Some("fenced-writer".into()),
+        fence: true,
+        ..Default::default()
+    };
+    let grant = match client.acquire(&resource, &request).await {
+        Ok(crate::client::Answer::Ok(grant)) => grant,
+        Ok(crate::client::Answer::Refused { code, .. }) => return say(format!("refused {code}")),
+        Err(e) => return say(format!("error {e}")),
+    };
+    say(format!(
+        "acquired {} {}",
+        grant.fence.map_or("-".to_string(), |f| f.to_string()),
+        grant.validity_ms
+    ));
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    let Some(fence) = grant.fence else {
+        return say("write failed -".into());
+    };
+    let outcome = match StoreClient::connect(&store).await {
+        Ok(store) => store.write(&resource, fence, &data).await,
+        Err(error) => WriteOutcome::Failed { error },
+    };
+    say(format!("write {}", outcome_to_wire(&outcome)));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

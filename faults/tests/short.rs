@@ -97,3 +97,28 @@ fn the_checker_sees_a_double_grant_when_delayed_restart_is_off() {
         "the planted key without a TTL was not seen as a leak\n{report}"
     );
 }
+
+/// The fence control alone: agents whose clocks are 5 s apart, round 2's
+/// write-back of the fence turned off (the agent's test-only switch): a
+/// grant through the agent whose clock is behind mints a fence below an
+/// earlier grant's, and the checker says so.
+#[test]
+fn the_checker_sees_fences_out_of_order_when_the_write_back_is_off() {
+    let rt = runtime();
+    let options = Options::fence_control(false, 13, faults_bin());
+    let report = rt
+        .block_on(run::control(&options, 1))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    let fences = &report.findings.fences;
+    assert!(
+        fences.fenced_grants > 0,
+        "no grant carried a fence\n{report}"
+    );
+    assert!(
+        !fences.out_of_order.is_empty() || !fences.out_of_order_across.is_empty(),
+        "no fence out of order with the write-back off: the checker is blind\n{report}"
+    );
+    let verdict = run::verdicts(std::slice::from_ref(&report));
+    assert!(verdict[0].starts_with("PASS"), "{verdict:?}");
+}
