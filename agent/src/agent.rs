@@ -10,6 +10,8 @@ use crate::config::Config;
 use crate::grants::Grants;
 use crate::health::{self, HealthSettings};
 use crate::metrics::Metrics;
+use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITCH};
+use crate::redlock::node::FENCE_SUFFIX;
 use crate::redlock::{Drift, Node, NodeSettings, Redlock, Settings};
 use crate::scanner::{ScanSettings, Scanner};
 use crate::waiters::{self, Waiters};
@@ -74,9 +76,23 @@ impl Agent {
                  that loses its keys can grant a lock twice; for control runs of the tests only"
             );
         }
+        let fence = FenceSettings::from_env();
+        if !fence.writeback {
+            tracing::warn!(
+                "{NO_WRITEBACK_SWITCH} is set: fenced grants do not raise the masters' counters, \
+                 and fences can go backwards; for control runs of the tests only"
+            );
+        }
+        if fence.clock_skew_ms != 0 {
+            tracing::warn!(
+                skew_ms = fence.clock_skew_ms,
+                "{CLOCK_SKEW_SWITCH} is set: the fence floor reads a shifted clock; for tests only"
+            );
+        }
         let node_settings = NodeSettings {
             timeout: config.lock.node_timeout,
             marker_key: marker_key.clone(),
+            fence_key: format!("{}{}", config.lock.key_prefix, FENCE_SUFFIX),
             marker_check,
             quarantine: if config.delayed_restart.enabled {
                 config.quarantine()
@@ -121,6 +137,7 @@ impl Agent {
             retry_delay: config.lock.retry_delay,
             retry_jitter: config.lock.retry_jitter,
             agent_name: Some(config.agent.name.clone()),
+            fence,
         };
         let health = HealthSettings {
             interval: config.health.interval,
@@ -301,7 +318,8 @@ impl Bound {
         } = self;
         let nodes = agent.redlock().nodes();
         let settings = Arc::new(agent.health.clone());
-        futures::future::join_all(nodes.iter().map(|n| health::probe(n, &settings))).await;
+        let peers: Arc<[Arc<Node>]> = nodes.to_vec().into();
+        futures::future::join_all(nodes.iter().map(|n| health::probe(n, &peers, &settings))).await;
         for (node, duplicate) in nodes.iter().zip(agent.redlock().duplicates()) {
             if let Some(first) = duplicate {
                 tracing::warn!(
@@ -313,7 +331,13 @@ impl Bound {
         }
         let mut tasks: Vec<_> = nodes
             .iter()
-            .map(|node| tokio::spawn(health::watch(Arc::clone(node), Arc::clone(&settings))))
+            .map(|node| {
+                tokio::spawn(health::watch(
+                    Arc::clone(node),
+                    Arc::clone(&peers),
+                    Arc::clone(&settings),
+                ))
+            })
             .collect();
         tasks.push(tokio::spawn(Arc::clone(&agent.scanner).run(nodes.to_vec())));
         for node in nodes {

@@ -147,6 +147,19 @@ pub struct LockConfig {
     pub max_hold: Duration,
     /// Requests waiting for locks on this agent at once, all resources.
     pub max_waiters: usize,
+    /// When grants carry a fencing token.
+    pub fence: FenceMode,
+}
+
+/// `lock.fence`: when a grant carries a fencing token (a second round to a
+/// quorum of masters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FenceMode {
+    /// When the request asks (`"fence": true`).
+    OnRequest,
+    /// Every grant.
+    Always,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -1270,6 +1283,9 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
     let retry_jitter = s.duration("retry_jitter", Duration::from_millis(50));
     let max_hold = s.duration("max_hold", Duration::from_secs(3600));
     let max_waiters: usize = s.take("max_waiters", "a whole number").unwrap_or(10_000);
+    let fence = s
+        .take("fence", "\"on_request\" or \"always\"")
+        .unwrap_or(FenceMode::OnRequest);
     if max_hold < default_ttl {
         s.error(
             "max_hold",
@@ -1326,6 +1342,7 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
         retry_jitter,
         max_hold,
         max_waiters,
+        fence,
     }
 }
 

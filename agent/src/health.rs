@@ -34,7 +34,7 @@ use redis::aio::MultiplexedConnection;
 use redlock_wire::NodeState;
 
 use crate::redlock::node::{Detector, Identity};
-use crate::redlock::{Node, NodeError};
+use crate::redlock::{fence, Node, NodeError};
 
 pub use crate::redlock::node::{MARKER_SUFFIX, WITNESS_SUFFIX};
 
@@ -54,7 +54,7 @@ pub struct HealthSettings {
 
 /// Probes `node` forever, and at the moment its quarantine runs out;
 /// returns only when the task is aborted.
-pub async fn watch(node: Arc<Node>, settings: Arc<HealthSettings>) {
+pub async fn watch(node: Arc<Node>, peers: Arc<[Arc<Node>]>, settings: Arc<HealthSettings>) {
     loop {
         let next = Instant::now() + settings.interval;
         let wake = node
@@ -64,13 +64,16 @@ pub async fn watch(node: Arc<Node>, settings: Arc<HealthSettings>) {
             () = tokio::time::sleep_until(wake.into()) => {}
             () = node.wake.notified() => {}
         }
-        probe(&node, &settings).await;
+        probe(&node, &peers, &settings).await;
     }
 }
 
 /// One probe: connect if needed, read the master's identity, quarantine it
 /// if it restarted, and only then let requests use a new connection.
-pub async fn probe(node: &Node, settings: &HealthSettings) {
+///
+/// `peers`: every configured master (this one among them), read for the
+/// fencing counter's catch-up when a quarantine ends ([`catch_up`]).
+pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) {
     let was = node.state();
     let before = node.snapshot().identity;
     let mut answer = None;
@@ -173,7 +176,14 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
         }
     }
     if node.readmit_due() {
-        match node.readmit(&conn).await {
+        let Some(catch_up) = catch_up(node, peers).await else {
+            tracing::debug!(
+                node = node.name(),
+                "quarantine over, but too few other masters answered for the fencing counter's catch-up; still quarantined"
+            );
+            return;
+        };
+        match node.readmit(&conn, catch_up).await {
             Ok(false) => {}
             Ok(true) => tracing::info!(
                 node = node.name(),
@@ -184,6 +194,54 @@ pub async fn probe(node: &Node, settings: &HealthSettings) {
             }
         }
     }
+}
+
+/// The fencing counter a readmitted master must have at least: the highest
+/// read from enough of the other masters ([`fence::catch_up_reads`]) that
+/// every quorum which raised a fence with this master in it has another
+/// member among them. `None` while too few answer: the master stays out.
+///
+/// When fewer than a quorum of masters are usable anyway (a majority lost
+/// their keys at once, or is down), no grant can happen until some are
+/// readmitted: then whatever answers is taken, and fences rest on the floor
+/// (the clock; see [`fence`]), which delayed restart has moved past every
+/// earlier fence.
+pub async fn catch_up(node: &Node, peers: &[Arc<Node>]) -> Option<u64> {
+    let quorum = peers.len() / 2 + 1;
+    let required = fence::catch_up_reads(peers.len(), quorum);
+    let own_id = node.server_id();
+    let others: Vec<&Arc<Node>> = peers
+        .iter()
+        .filter(|p| !std::ptr::eq(p.as_ref(), node))
+        .filter(|p| own_id.is_none() || p.server_id() != own_id)
+        .collect();
+    let usable: Vec<&Arc<Node>> = others.iter().copied().filter(|p| p.is_usable()).collect();
+    let counters = read_counters(&usable).await;
+    if counters.len() >= required {
+        return Some(counters.into_iter().max().unwrap_or(0));
+    }
+    if usable.len() >= quorum {
+        // Grants go on without this master: wait until enough answer.
+        return None;
+    }
+    let counters = read_counters(&others).await;
+    tracing::warn!(
+        node = node.name(),
+        read = counters.len(),
+        required,
+        "too few masters usable for a full fencing catch-up: readmitting with the counters that \
+         answered; fences rest on the clock floor until the others are back"
+    );
+    Some(counters.into_iter().max().unwrap_or(0))
+}
+
+/// The fencing counters of `nodes` that answered.
+async fn read_counters(nodes: &[&Arc<Node>]) -> Vec<u64> {
+    futures::future::join_all(nodes.iter().map(|p| p.read_fence()))
+        .await
+        .into_iter()
+        .filter_map(Result::ok)
+        .collect()
 }
 
 /// Reads the incarnation marker. `Some` when it is missing and the node

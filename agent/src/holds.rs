@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redlock_wire::HoldEvent;
+use redlock_wire::{HoldEvent, OnDisconnect};
 use tokio::sync::mpsc;
 
 use crate::agent::Agent;
@@ -71,6 +71,7 @@ pub async fn run(
     resource: Resource,
     grant: Grant,
     max_hold: Duration,
+    on_disconnect: OnDisconnect,
     events: mpsc::Sender<Bytes>,
 ) -> End {
     let redlock = agent.redlock();
@@ -152,6 +153,13 @@ pub async fn run(
         };
         let _ = events.send(line(&lost)).await;
         tracing::info!(%resource, reason = end.reason(), "hold lost");
+    }
+    if end == End::Closed && on_disconnect == OnDisconnect::Expire {
+        // The client asked for its lock to outlive it: writes it still had
+        // in flight land before anyone else can hold the lock. The grant
+        // stays listed here until its validity ends (see `Grants::sweep`).
+        tracing::debug!(%resource, "hold closed; left to expire as asked");
+        return end;
     }
     let released = redlock.release(&resource, &grant.token).await;
     agent

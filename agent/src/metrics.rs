@@ -30,10 +30,14 @@ pub enum Failure {
     ReleaseFailed,
     /// One master failed one request (counted per master and request).
     NodeError,
+    /// A quorum voted yes, but round 2 (raising the fencing counter) was
+    /// not confirmed by a quorum with validity left; the round is released
+    /// and retried.
+    FenceFailed,
 }
 
 impl Failure {
-    pub const ALL: [Failure; 7] = [
+    pub const ALL: [Failure; 8] = [
         Failure::Taken,
         Failure::NoQuorum,
         Failure::ValidityExhausted,
@@ -41,6 +45,7 @@ impl Failure {
         Failure::Lost,
         Failure::ReleaseFailed,
         Failure::NodeError,
+        Failure::FenceFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -52,6 +57,7 @@ impl Failure {
             Failure::Lost => "lost",
             Failure::ReleaseFailed => "release_failed",
             Failure::NodeError => "node_error",
+            Failure::FenceFailed => "fence_failed",
         }
     }
 }
@@ -150,10 +156,19 @@ pub enum Op {
     Probe,
     /// The leaked-key scanner's SCAN, PTTL and PEXPIRE.
     Scan,
+    /// Round 2 of a fenced grant, and reading counters for a readmission.
+    Fence,
 }
 
 impl Op {
-    pub const ALL: [Op; 5] = [Op::Acquire, Op::Extend, Op::Release, Op::Probe, Op::Scan];
+    pub const ALL: [Op; 6] = [
+        Op::Acquire,
+        Op::Extend,
+        Op::Release,
+        Op::Probe,
+        Op::Scan,
+        Op::Fence,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -162,6 +177,7 @@ impl Op {
             Op::Release => "release",
             Op::Probe => "probe",
             Op::Scan => "scan",
+            Op::Fence => "fence",
         }
     }
 }
@@ -558,7 +574,7 @@ impl Metrics {
 #[derive(Debug, Clone)]
 pub struct NodeSeries {
     votes: [IntCounter; 4],
-    requests: [Histogram; 5],
+    requests: [Histogram; 6],
     errors: Vec<IntCounter>,
 }
 

@@ -270,6 +270,7 @@ impl Waiters {
         ttl: Duration,
         owner: Option<&str>,
         wait: Duration,
+        fence: bool,
     ) -> Result<Acquire, WaitError> {
         let deadline = Instant::now() + wait;
         // One token for every round of this request (see
@@ -279,7 +280,7 @@ impl Waiters {
         // subscribe to its release channel) only if it is taken. With
         // waiters, join the queue: newcomers do not overtake them.
         if wait.is_zero() || !self.lock().contains_key(resource.as_str()) {
-            let first = redlock.acquire_once(resource, ttl, &token).await;
+            let first = redlock.acquire_once(resource, ttl, &token, fence).await;
             let hopeless = matches!(first, Acquire::NoQuorum(_)) && !redlock.quorum_usable();
             if wait.is_zero() || matches!(first, Acquire::Granted(_)) || hopeless {
                 return Ok(first);
@@ -291,7 +292,7 @@ impl Waiters {
         // not answer leaves only the retry delay as the fallback.
         let _ = tokio::time::timeout(SUBSCRIBE_WAIT, futures::future::join_all(subscribed)).await;
         ticket
-            .wait_for_lock(redlock, resource, ttl, &token, deadline)
+            .wait_for_lock(redlock, resource, ttl, &token, fence, deadline)
             .await
     }
 }
@@ -305,6 +306,7 @@ impl Ticket<'_> {
         resource: &Resource,
         ttl: Duration,
         token: &Token,
+        fence: bool,
         deadline: Instant,
     ) -> Result<Acquire, WaitError> {
         let mut last = Acquire::Taken;
@@ -330,7 +332,7 @@ impl Ticket<'_> {
                 }
             }
             self.wake.borrow_and_update();
-            last = redlock.acquire_once(resource, ttl, token).await;
+            last = redlock.acquire_once(resource, ttl, token, fence).await;
             match last {
                 Acquire::Granted(_) => {
                     self.granted = true;

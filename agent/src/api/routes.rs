@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use super::peer::Peer;
 use crate::agent::Agent;
+use crate::config::FenceMode;
 use crate::grants::Holder;
 use crate::metrics::{Failure, Outcome};
 use crate::redlock::{token, Acquire, Extend, Grant, Resource, Token};
@@ -469,6 +470,7 @@ async fn try_acquire(
         request.ttl_ms,
         request.wait_ms,
         request.owner.as_deref(),
+        request.fence,
     )
     .await?;
     Ok(json(
@@ -477,8 +479,8 @@ async fn try_acquire(
             resource: resource.to_string(),
             validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
             ttl_ms: millis(grant.ttl),
+            fence: grant.fence,
             token: grant.token.into_string(),
-            fence: None,
         },
     ))
 }
@@ -492,6 +494,7 @@ async fn grant(
     ttl_ms: Option<u64>,
     wait_ms: Option<u64>,
     owner: Option<&str>,
+    fence: bool,
 ) -> Result<Grant, ApiError> {
     let ttl = ttl(agent, ttl_ms)?;
     if owner.is_some_and(|o| !token::valid_owner(o)) {
@@ -502,7 +505,14 @@ async fn grant(
     let wait = Duration::from_millis(wait_ms.unwrap_or(0));
     let outcome = agent
         .waiters()
-        .acquire(agent.redlock(), resource, ttl, owner, wait)
+        .acquire(
+            agent.redlock(),
+            resource,
+            ttl,
+            owner,
+            wait,
+            fence || agent.config().lock.fence == FenceMode::Always,
+        )
         .await
         .map_err(|e| {
             let code = match e {
@@ -570,6 +580,7 @@ async fn hold(
         request.ttl_ms,
         request.wait_ms,
         request.owner.as_deref(),
+        request.fence,
     )
     .await;
     observe_wait(agent, started, &result);
@@ -580,7 +591,7 @@ async fn hold(
         token: grant.token.as_str().to_string(),
         validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
         ttl_ms: millis(grant.ttl),
-        fence: None,
+        fence: grant.fence,
     };
     // Cannot fail: the channel is new and has room.
     events
@@ -591,6 +602,7 @@ async fn hold(
         resource,
         grant,
         max_hold,
+        request.on_disconnect,
         events,
     ));
     let body = futures::stream::unfold(stream, |mut stream| async move {

@@ -5,6 +5,7 @@
 //! Free of transport: callers pass resources and durations, and get outcome
 //! enums back. Validity math lives in [`validity`], node I/O in [`node`].
 
+pub mod fence;
 pub mod node;
 pub mod resource;
 pub mod scripts;
@@ -38,6 +39,8 @@ pub struct Settings {
     /// `agent.name`, written into every lock value after the random part
     /// (see [`token`]) so any agent can say which one holds a lock.
     pub agent_name: Option<String>,
+    /// How fences are minted ([`fence`]).
+    pub fence: fence::FenceSettings,
 }
 
 /// A lock this agent acquired.
@@ -48,6 +51,8 @@ pub struct Grant {
     /// Safe to use for this long from `granted_at`.
     pub validity: Duration,
     pub granted_at: Instant,
+    /// The fencing token, when one was asked for (see [`fence`]).
+    pub fence: Option<u64>,
 }
 
 impl Grant {
@@ -87,9 +92,9 @@ pub enum Extend {
 /// The result of one round of `SET NX` on every usable master.
 #[derive(Debug)]
 enum Attempt {
-    Granted(Duration),
-    /// A quorum was reached too slowly: nothing was left after drift.
-    ValidityExhausted,
+    /// A quorum voted yes: the masters that did so far, with the fencing
+    /// counter each read (0 when not asked for).
+    Granted(Vec<(Arc<Node>, u64)>),
     Taken,
     NoQuorum(String),
 }
@@ -207,14 +212,23 @@ impl Redlock {
         )
     }
 
-    /// One round of Redlock for `resource`: a fresh token, `SET NX PX` on
-    /// every usable master at once, granted on a quorum with validity left.
+    /// One round of Redlock for `resource`: `SET NX PX` on every usable
+    /// master at once, granted on a quorum with validity left. With `fence`,
+    /// a second round raises the fencing counter on the masters that voted
+    /// yes (see [`fence`]), and the grant needs a quorum of those too, within
+    /// the same validity (counted from before the first round).
     /// A failed round is released on every master before this returns.
     /// Waiting and retrying are the caller's ([`crate::waiters`]).
     ///
     /// Every round of one request uses the same `token`, so a key an earlier
     /// round left behind counts for this one instead of blocking it.
-    pub async fn acquire_once(&self, resource: &Resource, ttl: Duration, token: &Token) -> Acquire {
+    pub async fn acquire_once(
+        &self,
+        resource: &Resource,
+        ttl: Duration,
+        token: &Token,
+        fence: bool,
+    ) -> Acquire {
         // The semaphore is never closed, so a permit always comes.
         let _turn = self.rounds.acquire().await;
         let usable = self.usable();
@@ -223,21 +237,41 @@ impl Redlock {
         }
         let key = self.key(resource);
         let started = Instant::now();
-        let outcome = match self.attempt(&usable, &key, token, ttl).await {
-            Attempt::Granted(validity) => {
-                self.metrics
-                    .validity_at_grant
-                    .observe(validity.as_secs_f64() / ttl.as_secs_f64());
-                return Acquire::Granted(Grant {
-                    token: token.clone(),
-                    ttl,
-                    validity,
-                    granted_at: Instant::now(),
-                });
-            }
-            Attempt::ValidityExhausted => {
-                self.metrics.fail(Failure::ValidityExhausted);
-                Acquire::Taken
+        let outcome = match self.attempt(&usable, &key, token, ttl, fence).await {
+            Attempt::Granted(granting) => {
+                let minted = if fence {
+                    match self.mint(&key, token, &granting).await {
+                        Ok(minted) => Some(minted),
+                        Err(message) => {
+                            self.metrics.fail(Failure::FenceFailed);
+                            self.release_all(resource, token).await;
+                            tracing::debug!(%resource, %message, "fence not confirmed");
+                            return Acquire::NoQuorum(message);
+                        }
+                    }
+                } else {
+                    None
+                };
+                match self.settings.drift.validity(ttl, started.elapsed()) {
+                    Some(validity) => {
+                        self.metrics
+                            .validity_at_grant
+                            .observe(validity.as_secs_f64() / ttl.as_secs_f64());
+                        return Acquire::Granted(Grant {
+                            token: token.clone(),
+                            ttl,
+                            validity,
+                            granted_at: Instant::now(),
+                            fence: minted,
+                        });
+                    }
+                    None => {
+                        // A quorum was reached too slowly: nothing was left
+                        // after drift.
+                        self.metrics.fail(Failure::ValidityExhausted);
+                        Acquire::Taken
+                    }
+                }
             }
             Attempt::Taken => Acquire::Taken,
             Attempt::NoQuorum(message) => Acquire::NoQuorum(message),
@@ -247,6 +281,71 @@ impl Redlock {
         self.release_all(resource, token).await;
         tracing::debug!(%resource, elapsed = ?started.elapsed(), ?outcome, "acquire round failed");
         outcome
+    }
+
+    /// Round 2 of a fenced grant: the fence is one above the highest counter
+    /// the yes votes read, and at least the floor ([`fence::floor`]); every
+    /// master that voted yes raises its counter to it while the lock key
+    /// still holds `token`. The fence stands once a quorum has raised it.
+    /// Under the test switch that turns the write-back off, nothing is
+    /// raised (control runs only).
+    async fn mint(
+        &self,
+        key: &str,
+        token: &Token,
+        granting: &[(Arc<Node>, u64)],
+    ) -> Result<u64, String> {
+        let highest = granting
+            .iter()
+            .map(|(_, counter)| *counter)
+            .max()
+            .unwrap_or(0);
+        let minted = fence::next(highest, fence::floor(self.settings.fence.clock_skew_ms));
+        if !self.settings.fence.writeback {
+            return Ok(minted);
+        }
+        let mut raises: FuturesUnordered<_> = granting
+            .iter()
+            .map(|(node, _)| {
+                let (node, key, value) = (
+                    Arc::clone(node),
+                    key.to_string(),
+                    token.as_str().to_string(),
+                );
+                async move {
+                    let reply = node.raise_fence(&key, &value, minted).await;
+                    (node, reply)
+                }
+            })
+            .collect();
+        let (mut raised, mut pending) = (0, granting.len());
+        let mut failures = Vec::new();
+        while let Some((node, reply)) = raises.next().await {
+            pending -= 1;
+            match reply {
+                Ok(true) => raised += 1,
+                Ok(false) => failures.push(format!(
+                    "{} (the key no longer held the token)",
+                    node.name()
+                )),
+                Err(e) => failures.push(format!("{} ({e})", node.name())),
+            }
+            if raised >= self.quorum {
+                if !raises.is_empty() {
+                    tokio::spawn(async move { while raises.next().await.is_some() {} });
+                }
+                return Ok(minted);
+            }
+            if raised + pending < self.quorum {
+                break;
+            }
+        }
+        drop(raises);
+        Err(format!(
+            "the fencing counter was raised on {raised} masters, quorum is {}; failed: {}",
+            self.quorum,
+            failures.join(", ")
+        ))
     }
 
     /// The pause before another round: `retry_delay` plus a random part of
@@ -270,8 +369,8 @@ impl Redlock {
         key: &str,
         token: &Token,
         ttl: Duration,
+        fence: bool,
     ) -> Attempt {
-        let started = Instant::now();
         let mut votes: FuturesUnordered<_> = usable
             .iter()
             .map(|node| {
@@ -279,18 +378,19 @@ impl Redlock {
                 let key = key.to_string();
                 let value = token.as_str().to_string();
                 async move {
-                    let vote = node.set_nx(&key, &value, ttl).await;
+                    let vote = node.set_nx(&key, &value, ttl, fence).await;
                     (node, vote)
                 }
             })
             .collect();
-        let (mut granted, mut taken, mut pending) = (0, 0, usable.len());
+        let (mut taken, mut pending) = (0, usable.len());
+        let mut granting: Vec<(Arc<Node>, u64)> = Vec::new();
         let mut failures: Vec<String> = Vec::new();
         while let Some((node, vote)) = votes.next().await {
             pending -= 1;
             node.count_vote(vote_label(&vote));
             match vote {
-                Vote::Granted => granted += 1,
+                Vote::Granted { counter } => granting.push((node, counter)),
                 Vote::Taken => taken += 1,
                 Vote::LostState => failures.push(format!(
                     "{} (incarnation marker missing: it lost its keys; quarantined)",
@@ -301,8 +401,7 @@ impl Redlock {
                     failures.push(format!("{} ({e})", node.name()));
                 }
             }
-            if granted >= self.quorum {
-                let elapsed = started.elapsed();
+            if granting.len() >= self.quorum {
                 // Let the stragglers finish on their own; their answers do
                 // not change the outcome.
                 if !votes.is_empty() {
@@ -312,19 +411,17 @@ impl Redlock {
                         }
                     });
                 }
-                return match self.settings.drift.validity(ttl, elapsed) {
-                    Some(validity) => Attempt::Granted(validity),
-                    None => Attempt::ValidityExhausted,
-                };
+                return Attempt::Granted(granting);
             }
-            if granted + pending < self.quorum {
+            if granting.len() + pending < self.quorum {
                 break;
             }
         }
+        let mut granted = granting.len();
         while let Some((node, vote)) = votes.next().await {
             node.count_vote(vote_label(&vote));
             match vote {
-                Vote::Granted => granted += 1,
+                Vote::Granted { .. } => granted += 1,
                 Vote::Taken => taken += 1,
                 Vote::LostState | Vote::Failed(_) => {}
             }
@@ -464,7 +561,7 @@ fn duplicates_of(ids: &[Option<u64>]) -> Vec<Option<usize>> {
 
 fn vote_label(vote: &Vote) -> VoteLabel {
     match vote {
-        Vote::Granted => VoteLabel::Granted,
+        Vote::Granted { .. } => VoteLabel::Granted,
         Vote::Taken => VoteLabel::Taken,
         Vote::Failed(NodeError::Timeout(_)) => VoteLabel::Timeout,
         Vote::LostState | Vote::Failed(_) => VoteLabel::Error,

@@ -124,7 +124,11 @@ impl NodeError {
 /// One master's answer to `SET key token NX PX ttl`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Vote {
-    Granted,
+    /// The key is ours on this master, with the master's fencing counter
+    /// when it was asked for (0 otherwise, or when it has none yet).
+    Granted {
+        counter: u64,
+    },
     /// The key exists: someone else holds the lock on this master.
     Taken,
     /// The master's incarnation marker is gone: it lost its keys (a flush,
@@ -152,6 +156,8 @@ pub struct NodeSettings {
     pub timeout: Duration,
     /// `<key_prefix> incarnation`: present while the master may be trusted.
     pub marker_key: String,
+    /// `<key_prefix> fence`: the highest fence minted with this master's vote.
+    pub fence_key: String,
     /// Check the marker in every vote and extension. Off only through the
     /// test switch `REDLOCK_TEST_NO_MARKER_CHECK`, for control runs.
     pub marker_check: bool,
@@ -270,6 +276,7 @@ pub struct Node {
     timeout: Duration,
     connect_timeout: Duration,
     marker_key: String,
+    fence_key: String,
     marker_check: bool,
     quarantine: Duration,
     // A std Mutex: every critical section is a few field reads or writes and
@@ -297,6 +304,7 @@ impl Node {
             client,
             timeout,
             marker_key: settings.marker_key,
+            fence_key: settings.fence_key,
             marker_check: settings.marker_check,
             quarantine: settings.quarantine,
             // Connecting includes TCP, TLS and the handshake; allow more than
@@ -475,12 +483,36 @@ impl Node {
     ///
     /// # Errors
     /// When the master does not take the write; the node stays quarantined.
-    pub(crate) async fn readmit(&self, conn: &MultiplexedConnection) -> Result<bool, NodeError> {
+    ///
+    /// `catch_up`: the highest fencing counter read from the other masters
+    /// (see [`crate::health`]); this master's counter is raised to it in the
+    /// same step, so it never votes with a counter below a fence granted
+    /// while it was away.
+    pub(crate) async fn readmit(
+        &self,
+        conn: &MultiplexedConnection,
+        catch_up: u64,
+    ) -> Result<bool, NodeError> {
         // Present already: another agent readmitted it first (by this same
         // rule), or a replica has its master's (its votes fail READONLY
-        // anyway). Nothing to write, so a read-only master can be readmitted.
+        // anyway). Only the counter's catch-up to write (a replica refuses
+        // it; its votes would fail anyway).
         let witness = self.lock().witness.clone();
         if self.marker_present(conn).await? {
+            let fence_key = self.fence_key.as_str();
+            let raised = self
+                .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+                    scripts::RAISE_FENCE
+                        .key(fence_key)
+                        .arg(catch_up.to_string())
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                })
+                .await;
+            match raised {
+                Ok(_) | Err(NodeError::ReadOnly) => {}
+                Err(e) => return Err(e),
+            }
             if let Some(witness) = witness {
                 let _ = self.delete_key(conn, &witness).await;
             }
@@ -491,13 +523,15 @@ impl Node {
             // No witness could be written yet: keep waiting for one.
             return Ok(false);
         };
-        let marker = self.marker_key.as_str();
+        let (marker, fence_key) = (self.marker_key.as_str(), self.fence_key.as_str());
         let written = self
             .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
                 scripts::READMIT
                     .key(marker)
                     .key(&witness)
+                    .key(fence_key)
                     .arg(MARKER_VALUE)
+                    .arg(catch_up.to_string())
                     .invoke_async::<i64>(&mut conn)
                     .await
             })
@@ -646,6 +680,10 @@ impl Node {
                 .prepare_invoke()
                 .load_async(&mut conn)
                 .await?;
+            scripts::FENCE
+                .prepare_invoke()
+                .load_async(&mut conn)
+                .await?;
             Ok::<_, RedisError>(conn)
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
@@ -773,28 +811,41 @@ impl Node {
     }
 
     /// The vote: `SET key value NX PX ttl` inside the script that checks the
-    /// incarnation marker (see [`scripts::ACQUIRE`]); a plain `SET` only
-    /// under the test switch. With `GET` where the master has it, so a key
-    /// of another type answers WRONGTYPE instead of looking taken.
-    pub async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Vote {
+    /// incarnation marker (see [`scripts::ACQUIRE`]), reading the fencing
+    /// counter in the same script when `read_counter`; a plain `SET` only
+    /// under the test switch without fencing. With `GET` where the master
+    /// has it, so a key of another type answers WRONGTYPE instead of looking
+    /// taken.
+    pub async fn set_nx(&self, key: &str, value: &str, ttl: Duration, read_counter: bool) -> Vote {
         let set_get = self.lock().set_get;
-        if self.marker_check {
-            let marker = self.marker_key.as_str();
+        if self.marker_check || read_counter {
+            let (marker, fence_key) = (self.marker_key.as_str(), self.fence_key.as_str());
+            let check = if self.marker_check { "1" } else { "0" };
             let result = self
                 .request(Op::Acquire, |mut conn| async move {
                     scripts::ACQUIRE
                         .key(key)
                         .key(marker)
+                        .key(fence_key)
                         .arg(value)
                         .arg(ttl_ms(ttl))
                         .arg(if set_get { "1" } else { "0" })
-                        .invoke_async::<i64>(&mut conn)
+                        .arg(check)
+                        .arg(if read_counter { "1" } else { "0" })
+                        .invoke_async::<redis::Value>(&mut conn)
                         .await
                 })
                 .await;
-            return match result {
-                Ok(1) => Vote::Granted,
-                Ok(-1) => {
+            let answer = result.and_then(|reply| {
+                acquire_reply(&reply).ok_or_else(|| {
+                    self.record_error(NodeError::Other(format!(
+                        "unexpected answer to the vote: {reply:?}"
+                    )))
+                })
+            });
+            return match answer {
+                Ok((1, counter)) => Vote::Granted { counter },
+                Ok((-1, _)) => {
                     self.lost_state();
                     Vote::LostState
                 }
@@ -815,12 +866,59 @@ impl Node {
             .await;
         match (set_get, result) {
             // With GET: nil = it was free and is ours; a value = taken.
-            (true, Ok(redis::Value::Nil)) => Vote::Granted,
+            (true, Ok(redis::Value::Nil)) => Vote::Granted { counter: 0 },
             (true, Ok(_)) => Vote::Taken,
             // Without: OK = ours; nil = taken.
             (false, Ok(redis::Value::Nil)) => Vote::Taken,
-            (false, Ok(_)) => Vote::Granted,
+            (false, Ok(_)) => Vote::Granted { counter: 0 },
             (_, Err(e)) => Vote::Failed(e),
+        }
+    }
+
+    /// Round 2 of a fenced grant (see [`scripts::FENCE`]): raises this
+    /// master's fencing counter to `fence` while `key` still holds `value`.
+    /// `Ok(true)` when raised (or already as high).
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or fails.
+    pub async fn raise_fence(&self, key: &str, value: &str, fence: u64) -> Result<bool, NodeError> {
+        let fence_key = self.fence_key.as_str();
+        self.request(Op::Fence, |mut conn| async move {
+            scripts::FENCE
+                .key(key)
+                .key(fence_key)
+                .arg(value)
+                .arg(fence.to_string())
+                .invoke_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(|n| n == 1)
+    }
+
+    /// This master's fencing counter (0 when it has none), for the catch-up
+    /// of another master's readmission.
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or the
+    /// counter is not a number.
+    pub async fn read_fence(&self) -> Result<u64, NodeError> {
+        let fence_key = self.fence_key.as_str();
+        let value = self
+            .request(Op::Fence, |mut conn| async move {
+                redis::cmd("GET")
+                    .arg(fence_key)
+                    .query_async::<Option<String>>(&mut conn)
+                    .await
+            })
+            .await?;
+        match value {
+            None => Ok(0),
+            Some(text) => text.parse().map_err(|_| {
+                self.record_error(NodeError::Other(format!(
+                    "the fencing counter {fence_key:?} holds {text:?}, not a number"
+                )))
+            }),
         }
     }
 
@@ -1242,6 +1340,22 @@ fn key_states(keys: impl Iterator<Item = String>, reply: &[redis::Value]) -> Vec
 }
 
 /// Parses `INFO` text into its `key:value` fields.
+/// Reads the vote script's answer: a bare status, or `{status, counter}`
+/// when the counter was asked for. `None` for anything else.
+fn acquire_reply(reply: &redis::Value) -> Option<(i64, u64)> {
+    match reply {
+        redis::Value::Int(status) => Some((*status, 0)),
+        redis::Value::Array(items) => match items.as_slice() {
+            [redis::Value::Int(status), redis::Value::BulkString(counter)] => {
+                let counter = std::str::from_utf8(counter).ok()?.parse().ok()?;
+                Some((*status, counter))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 pub fn info_fields(text: &str) -> HashMap<String, String> {
     text.lines()
         .filter(|l| !l.starts_with('#'))

@@ -1,0 +1,139 @@
+//! Fencing tokens minted by the quorum that grants the lock.
+//!
+//! Each master keeps one counter, `<key_prefix> fence` (the space keeps it
+//! apart from every lock key). A fenced grant takes two rounds:
+//! 1. the vote ([`super::scripts::ACQUIRE`]) reads the counter atomically
+//!    with the `SET NX`;
+//! 2. with a quorum of yes votes, the fence is `t = max(highest counter
+//!    read + 1, floor)`, and every master that voted yes raises its counter
+//!    to `t` only while the lock key still holds this grant's token
+//!    ([`super::scripts::FENCE`]). The grant stands once a quorum confirms,
+//!    within the validity counted from before round 1.
+//!
+//! Why fences only grow: a later holder B wins a master only after A's key
+//! is gone from it. Any two quorums intersect; on a master in both A's
+//! round-2 quorum and B's yes votes, A's raise happened while A's key was
+//! there, so before B's `SET NX`, and B's vote reads a counter of at least
+//! `t_A`: `t_B > t_A`. The same holds across resources (one counter per
+//! master), and for any grant answered before another's request began.
+//!
+//! A master that loses its keys loses its counter with them; the in-vote
+//! marker check keeps its votes out until readmission, which first raises
+//! its counter to the highest read from enough of the other masters that
+//! every round-2 quorum is among them ([`catch_up_reads`]). The floor,
+//! microseconds since the Unix epoch, covers the case where too many lost
+//! their counters at once for such a read: delayed restart has then
+//! blocked every grant for `max_ttl + extra`, so the floor is past every
+//! earlier fence as long as the agents' clocks disagree by less than that.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The test-only switch that skips round 2's write-back, so a control run
+/// can show the fault suite's checker finding fences out of order. An
+/// environment variable, never a config key.
+pub const NO_WRITEBACK_SWITCH: &str = "REDLOCK_TEST_NO_FENCE_WRITEBACK";
+
+/// The test-only switch that shifts this agent's clock for the floor only
+/// (signed milliseconds), to model hosts whose clocks disagree.
+pub const CLOCK_SKEW_SWITCH: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
+
+/// The largest fence: 2^53 - 1, exact as a JSON number in every parser
+/// and as a Lua number in the scripts.
+pub const MAX_FENCE: u64 = (1 << 53) - 1;
+
+/// How fences are minted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FenceSettings {
+    /// Raise the counters in round 2 (always, but for control runs).
+    pub writeback: bool,
+    /// Added to the clock for the floor (0, but for tests).
+    pub clock_skew_ms: i64,
+}
+
+impl Default for FenceSettings {
+    fn default() -> FenceSettings {
+        FenceSettings {
+            writeback: true,
+            clock_skew_ms: 0,
+        }
+    }
+}
+
+impl FenceSettings {
+    /// The settings the test-only switches ask for, if any.
+    pub fn from_env() -> FenceSettings {
+        FenceSettings {
+            writeback: std::env::var_os(NO_WRITEBACK_SWITCH).is_none_or(|v| v != "1"),
+            clock_skew_ms: std::env::var(CLOCK_SKEW_SWITCH)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// Microseconds since the Unix epoch, shifted by `skew_ms`: the lowest
+/// fence this agent mints now.
+pub fn floor(skew_ms: i64) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    now.saturating_add_signed(skew_ms.saturating_mul(1000))
+        .min(MAX_FENCE)
+}
+
+/// The fence of a grant whose yes votes read at most `highest`.
+pub fn next(highest: u64, floor: u64) -> u64 {
+    highest.saturating_add(1).max(floor).min(MAX_FENCE)
+}
+
+/// How many of the other masters a readmission must read counters from,
+/// out of `masters` configured with quorum `quorum`: enough that any
+/// round-2 quorum that included the readmitted master has another member
+/// among them (`|reads| + (quorum - 1) > masters - 1`). With one master
+/// there is no other: the floor alone carries fences across its loss.
+pub fn catch_up_reads(masters: usize, quorum: usize) -> usize {
+    (masters + 1)
+        .saturating_sub(quorum)
+        .min(masters.saturating_sub(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fence_is_above_every_counter_read_and_the_floor() {
+        assert_eq!(next(41, 7), 42);
+        assert_eq!(next(41, 100), 100);
+        assert_eq!(next(0, 0), 1);
+        assert_eq!(next(MAX_FENCE, 0), MAX_FENCE);
+    }
+
+    #[test]
+    fn the_floor_is_microseconds_since_the_epoch_and_follows_the_skew() {
+        let plain = floor(0);
+        // 2020-01-01 in microseconds: the clock is not read in seconds.
+        assert!(plain > 1_577_836_800_000_000);
+        assert!(plain < MAX_FENCE);
+        let behind = floor(-5_000);
+        assert!(behind + 4_000_000 < floor(0));
+    }
+
+    #[test]
+    fn catch_up_reads_meet_every_other_quorum_member() {
+        for masters in 1..=9 {
+            let quorum = masters / 2 + 1;
+            let reads = catch_up_reads(masters, quorum);
+            assert!(reads < masters, "only the other masters can be read");
+            if masters > 1 {
+                // Any quorum with the readmitted master has quorum - 1
+                // others; together with the reads they overflow the others.
+                assert!(reads + (quorum - 1) > masters - 1, "{masters} masters");
+            }
+        }
+        assert_eq!(catch_up_reads(5, 3), 3);
+        assert_eq!(catch_up_reads(3, 2), 2);
+        assert_eq!(catch_up_reads(1, 1), 0);
+    }
+}
