@@ -120,9 +120,9 @@ pub struct AgentSettings {
 }
 
 /// The agent's test-only switch that skips round 2's fence write-back.
-pub const NO_FENCE_WRITEBACK_ENV: &str = "REDLOCK_TEST_NO_FENCE_WRITEBACK";
+pub const NO_FENCE_WRITEBACK_ENV: &str = redlock_agent::redlock::fence::NO_WRITEBACK_SWITCH;
 /// The agent's test-only clock skew (signed ms) for the fence floor only.
-pub const FENCE_CLOCK_SKEW_ENV: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
+pub const FENCE_CLOCK_SKEW_ENV: &str = redlock_agent::redlock::fence::CLOCK_SKEW_SWITCH;
 
 /// The agent's test-only switch that turns the in-vote incarnation marker
 /// check off (not a config key, so no deployment can turn it off by
