@@ -1156,3 +1156,109 @@ pub fn verdicts(reports: &[Report]) -> Vec<String> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::{FenceFindings, FenceInversion, Section};
+
+    fn fence_report(writeback: bool, fences: FenceFindings) -> Report {
+        let options = Options::fence_control(writeback, 1, PathBuf::from("faults"));
+        Report {
+            name: options.name.clone(),
+            seed: 1,
+            masters: options.masters,
+            agents: options.agents,
+            clients: 6,
+            resources: 2,
+            seconds: 4.0,
+            max_ttl_ms: 1000,
+            quarantine_ms: 1500,
+            delayed_restart: true,
+            marker_check: true,
+            control: None,
+            fence_control: options.fence_control,
+            stats: StatsSnapshot::default(),
+            nemesis: NemesisReport::default(),
+            findings: Findings {
+                sections: fences.fenced_grants,
+                fences,
+                ..Findings::default()
+            },
+            keys_left: 0,
+            agent_panics: Vec::new(),
+            harness_lag_ms: 0.0,
+            agent_rss: Vec::new(),
+        }
+    }
+
+    fn inversion() -> FenceInversion {
+        let section = Section {
+            resource: "fence-a".into(),
+            client: "acq1".into(),
+            kind: crate::checker::ClientKind::Acquire,
+            agent: 0,
+            token: "t".into(),
+            ttl_ms: 500,
+            requested: Mono(1),
+            granted: Mono(2),
+            valid_until: None,
+            strict_valid_until: None,
+            belief_end: None,
+            entry: Mono(2),
+            exit: None,
+            ending: crate::checker::Ending::Open,
+            fence: Some(5),
+            write: None,
+        };
+        FenceInversion {
+            earlier: section.clone(),
+            later: section,
+            across_resources: false,
+        }
+    }
+
+    /// The fence control passes with the write-back only when no fence is
+    /// out of order and enough grants were fenced, and without it only
+    /// when some are out of order.
+    #[test]
+    fn the_fence_control_needs_order_with_the_write_back_and_disorder_without() {
+        let ordered = FenceFindings {
+            fenced_grants: 40,
+            ..FenceFindings::default()
+        };
+        let disordered = FenceFindings {
+            out_of_order: vec![inversion()],
+            ..ordered.clone()
+        };
+        let verdict = |writeback, f: &FenceFindings| {
+            verdicts(&[fence_report(writeback, f.clone())]).remove(0)
+        };
+        assert!(verdict(true, &ordered).starts_with("PASS"));
+        assert!(verdict(true, &disordered).starts_with("FAIL"));
+        assert!(verdict(false, &disordered).starts_with("PASS"));
+        let blind = verdict(false, &ordered);
+        assert!(
+            blind.starts_with("FAIL") && blind.contains(NO_FENCE_WRITEBACK_ENV),
+            "{blind}"
+        );
+        let few = FenceFindings {
+            fenced_grants: 3,
+            ..FenceFindings::default()
+        };
+        assert!(
+            verdict(true, &few).contains("too few"),
+            "{}",
+            verdict(true, &few)
+        );
+        let mut none = fence_report(true, FenceFindings::default());
+        none.findings.sections = 10;
+        assert!(
+            none.problems()
+                .iter()
+                .any(|p| p.contains("no grant carried a fence")),
+            "{:?}",
+            none.problems()
+        );
+    }
+}
