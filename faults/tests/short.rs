@@ -1,6 +1,6 @@
 //! The short mode: a nemesis run over every fault (alone, then mixed) with
 //! the checker watching, then the control runs that prove the checker can
-//! see a double grant. `tools/test.sh` runs it on its own, after the other
+//! see a double grant and fences out of order. `tools/test.sh` runs it on its own, after the other
 //! tests, so the machine is quiet:
 //!
 //! ```sh
@@ -31,7 +31,9 @@ fn faults_bin() -> PathBuf {
 /// margin after every heal; then the control runs: the same restart of a
 /// majority finds nothing with delayed restart on, and violations with it
 /// off; the same flush of a majority finds nothing with the marker check
-/// on, and violations with it off.
+/// on, and violations with it off; agents with skewed clocks mint fences in
+/// order with round 2's write-back, and out of order without it. Every
+/// run: no fence out of order, no stale write accepted by the fenced store.
 #[test]
 #[ignore = "the short mode (about two minutes); tools/test.sh runs it after the other tests"]
 fn short_mode_finds_no_violation_and_the_control_run_finds_some() {
