@@ -780,6 +780,7 @@ impl Harness {
             Duration::from_millis(250),
             stop_rx.clone(),
         ));
+        let agent_bin = crate::cluster::agent_binary()?;
         let ctx = Ctx {
             checker: Arc::clone(&checker),
             stats: Arc::clone(&stats),
@@ -787,14 +788,10 @@ impl Harness {
             processes: Arc::clone(&processes),
             stop: stop_rx,
             plan: options.plan.clone(),
-            agent_bin: crate::cluster::agent_binary()?,
+            lock_fence: workload::lock_takes_fence(&agent_bin),
+            agent_bin,
             faults_bin: options.faults_bin.clone(),
             store: Some((store_client, store.url())),
-            lock_fence: false,
-        };
-        let ctx = Ctx {
-            lock_fence: workload::lock_takes_fence(&ctx.agent_bin),
-            ..ctx
         };
         // Availability over time: every agent's view of the quorum.
         {
