@@ -64,8 +64,9 @@ struct RunArgs {
     /// Peers to run, comma-separated (default: all; --smoke: agent).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// Workloads to run, comma-separated: w1, w2, w3, w4, w5 (default: all).
-    /// w5 (the marker check's cost) runs for the agent only.
+    /// Workloads to run, comma-separated: w1, w2, w3, w4, w5, w6 (default:
+    /// all). w5 (the marker check's cost) and w6 (a fenced acquire's) run
+    /// for the agent only.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The release build of the agent.
@@ -117,7 +118,11 @@ fn drive(spec: &str) -> anyhow::Result<()> {
                     .context("the agent driver needs a socket")?;
                 let mut clients = Vec::with_capacity(spec.clients);
                 for index in 0..spec.clients {
-                    clients.push(drive::agent::AgentClient::connect(&socket, index).await?);
+                    clients.push(
+                        drive::agent::AgentClient::connect(&socket, index)
+                            .await?
+                            .fenced(spec.fence),
+                    );
                 }
                 let library = format!(
                     "redlock-agent, HTTP/1.1 keep-alive on its Unix socket (hyper {} client)",

@@ -56,6 +56,13 @@ pub enum Workload {
         clients: usize,
         check: bool,
     },
+    /// W1 for the agent only, through the same agent, with `"fence": true`
+    /// in every acquire (a fencing token minted by the quorum: a second
+    /// round to the granting masters) or without.
+    Fence {
+        clients: usize,
+        fence: bool,
+    },
 }
 
 impl Workload {
@@ -75,6 +82,14 @@ impl Workload {
                 "W5 marker check {}, {clients} client(s)",
                 if check { "on" } else { "off" }
             ),
+            Workload::Fence { clients, fence } => format!(
+                "W6 {}, {clients} client(s)",
+                if fence {
+                    "fenced acquire"
+                } else {
+                    "plain acquire"
+                }
+            ),
         }
     }
 
@@ -85,17 +100,24 @@ impl Workload {
             Workload::Hot { .. } => "w2",
             Workload::Degraded { .. } => "w3",
             Workload::MarkerCheck { .. } => "w5",
+            Workload::Fence { .. } => "w6",
         }
     }
 }
 
 /// The workload ids `--only` takes (w4 is the masters' limit).
-pub const WORKLOAD_IDS: [&str; 5] = ["w1", "w2", "w3", "w4", "w5"];
+pub const WORKLOAD_IDS: [&str; 6] = ["w1", "w2", "w3", "w4", "w5", "w6"];
 
 /// W5's runs for `clients`, adjacent so they see the same machine: the
 /// marker check off, then on.
 fn marker_pair(clients: usize) -> [Workload; 2] {
     [false, true].map(|check| Workload::MarkerCheck { clients, check })
+}
+
+/// W6's runs for `clients`, adjacent so they see the same machine: plain
+/// acquires, then fenced ones.
+fn fence_pair(clients: usize) -> [Workload; 2] {
+    [false, true].map(|fence| Workload::Fence { clients, fence })
 }
 
 /// One peer's run of one workload.
@@ -156,6 +178,7 @@ pub fn workloads(smoke: bool) -> Vec<Workload> {
             Workload::Uncontended { clients: 8 },
         ];
         list.extend(marker_pair(1));
+        list.extend(fence_pair(1));
         list.push(Workload::Hot {
             clients: 8,
             tuned: false,
@@ -168,6 +191,8 @@ pub fn workloads(smoke: bool) -> Vec<Workload> {
     ];
     list.extend(marker_pair(1));
     list.extend(marker_pair(64));
+    list.extend(fence_pair(1));
+    list.extend(fence_pair(64));
     for tuned in [false, true] {
         for clients in [16, 64] {
             list.push(Workload::Hot { clients, tuned });
@@ -219,6 +244,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
             Workload::Hot { clients, tuned } => (Keys::Hot, clients, tuned),
             Workload::Degraded { clients, .. } => (Keys::Distinct, clients, false),
             Workload::MarkerCheck { clients, .. } => (Keys::Distinct, clients, false),
+            Workload::Fence { clients, .. } => (Keys::Distinct, clients, false),
         };
         let plain = matches!(workload, Workload::MarkerCheck { check: false, .. });
         if plain && plain_agent.is_none() {
@@ -242,7 +268,11 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
             )?);
         }
         for &peer in &options.peers {
-            if matches!(workload, Workload::MarkerCheck { .. }) && peer != Peer::Agent {
+            let agent_only = matches!(
+                workload,
+                Workload::MarkerCheck { .. } | Workload::Fence { .. }
+            );
+            if agent_only && peer != Peer::Agent {
                 continue;
             }
             run_id += 1;
@@ -265,6 +295,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 ttl_ms: TTL_MS,
                 resource_prefix: format!("bench{}-{run_id}", std::process::id()),
                 tuned,
+                fence: matches!(workload, Workload::Fence { fence: true, .. }),
             };
             eprint!("{:<40} {:<14} ", workload.describe(), peer.name());
             if let Some(reason) = options.drivers.unavailable(peer) {

@@ -65,6 +65,7 @@ pub fn run(options: &Options) -> anyhow::Result<String> {
         ttl_ms: plan::TTL_MS,
         resource_prefix: format!("profile{}", std::process::id()),
         tuned: false,
+        fence: false,
     };
     let report = options
         .drivers

@@ -191,6 +191,7 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     targets(&mut md, results);
     uncontended(&mut md, results, peers);
     marker_check(&mut md, results);
+    fence_cost(&mut md, results);
     hot_key(&mut md, results, peers);
     degraded(&mut md, results, peers);
     limit(&mut md, results);
@@ -312,6 +313,36 @@ fn summary(md: &mut String, results: &Results, peers: &[Peer]) {
             "
 W5 in-vote marker check, uncontended throughput with it on / off (plain `SET NX`): {}.",
             costs.join(", ")
+        );
+    }
+    let fenced: Vec<String> = [1, 8, 64]
+        .into_iter()
+        .filter_map(|clients| {
+            let (plain, fenced) = fence_runs(results, clients)?;
+            let per_grant = |fence| {
+                results
+                    .find(Workload::Fence { clients, fence }, Peer::Agent)
+                    .and_then(Run::commands_per_grant)
+            };
+            Some(format!(
+                "{} cycles/s at {clients} client(s) ({} vs {}), {} Redis commands per grant ({} vs {})",
+                ratio(rate(fenced), Some(rate(plain))),
+                num(rate(fenced)),
+                num(rate(plain)),
+                match (per_grant(true), per_grant(false)) {
+                    (Some(on), Some(off)) if off > 0.0 => format!("{:.2}×", on / off),
+                    _ => "-".into(),
+                },
+                per_grant(true).map_or("-".into(), num),
+                per_grant(false).map_or("-".into(), num),
+            ))
+        })
+        .collect();
+    if !fenced.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nW6 fenced acquire / plain acquire: {}.",
+            fenced.join("; ")
         );
     }
     if let Some(Ok(limit)) = &results.limit {
@@ -560,6 +591,75 @@ fn marker_check(md: &mut String, results: &Results) {
                         num(rate(r)),
                         if check {
                             ratio(rate(r), off)
+                        } else {
+                            "1×".into()
+                        },
+                        pct(&r.acquire_ms),
+                        pct(&r.cycle_ms),
+                        run.commands_per_grant().map_or("-".into(), num),
+                        trouble_or_zero(r)
+                    );
+                }
+                Err(_) => {
+                    let _ = writeln!(md, "| {clients} | {which} | {} | | | | | |", na(Some(run)));
+                }
+            }
+        }
+    }
+    md.push('\n');
+}
+
+/// W6's pair of reports for `clients`: plain acquires, then fenced ones.
+fn fence_runs(results: &Results, clients: usize) -> Option<(&Report, &Report)> {
+    let report = |fence| {
+        results
+            .find(Workload::Fence { clients, fence }, Peer::Agent)
+            .and_then(|r| r.result.as_ref().ok())
+            .filter(|r| r.cycles > 0)
+    };
+    report(false).zip(report(true))
+}
+
+fn fence_cost(md: &mut String, results: &Results) {
+    if !results
+        .runs
+        .iter()
+        .any(|r| matches!(r.workload, Workload::Fence { .. }))
+    {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## W6: a fenced acquire\n\nW1 for the agent only, through the same agent, one run right after the other: \
+         plain acquires, then acquires with `\"fence\": true` (the vote also reads each master's fence counter, and a \
+         second round writes the new fence back to the granting masters before the answer). Latencies in ms, \
+         p50 / p99 / p99.9; ratios are fenced / plain. Redis commands count the scripts' inner calls.\n\n\
+         | clients | acquire | cycles/s | fenced / plain | acquire | acquire + release | Redis commands / grant | errors |\n|---|---|---|---|---|---|---|---|"
+    );
+    for clients in [1, 8, 64] {
+        let plain = results
+            .find(
+                Workload::Fence {
+                    clients,
+                    fence: false,
+                },
+                Peer::Agent,
+            )
+            .and_then(|r| r.result.as_ref().ok())
+            .map(rate);
+        for fence in [false, true] {
+            let Some(run) = results.find(Workload::Fence { clients, fence }, Peer::Agent) else {
+                continue;
+            };
+            let which = if fence { "fenced" } else { "plain" };
+            match &run.result {
+                Ok(r) => {
+                    let _ = writeln!(
+                        md,
+                        "| {clients} | {which} | {} | {} | {} | {} | {} | {} |",
+                        num(rate(r)),
+                        if fence {
+                            ratio(rate(r), plain)
                         } else {
                             "1×".into()
                         },
@@ -841,5 +941,40 @@ mod tests {
         assert!(md.contains("| 1 | on | 300 | 0.75× |"), "{md}");
         assert!(md.contains("| 25.0 | 0 |"), "commands per grant off: {md}");
         assert!(md.contains("| 35.0 | 0 |"), "commands per grant on: {md}");
+    }
+
+    fn fence_run(fence: bool, cycles: u64, commands: u64) -> Run {
+        Run {
+            workload: Workload::Fence { clients: 1, fence },
+            ..marker_run(false, cycles, commands)
+        }
+    }
+
+    /// W6 shows the plain and the fenced run, the ratios fenced / plain of
+    /// throughput and of Redis commands per grant, in the summary and its
+    /// table.
+    #[test]
+    fn the_fence_cost_is_a_ratio_of_two_runs() {
+        let results = Results {
+            runs: vec![fence_run(false, 800, 20_000), fence_run(true, 640, 24_000)],
+            limit: None,
+            redis_version: "7".into(),
+            agent_failed: false,
+        };
+        let md = render(&results, &Environment::default(), &[Peer::Agent]);
+        assert!(
+            md.contains(
+                "W6 fenced acquire / plain acquire: 0.80× cycles/s at 1 client(s) (320 vs 400), \
+                 1.50× Redis commands per grant (37.5 vs 25.0)"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("## W6: a fenced acquire"), "{md}");
+        assert!(md.contains("| 1 | plain | 400 | 1× |"), "{md}");
+        assert!(md.contains("| 1 | fenced | 320 | 0.80× |"), "{md}");
+        assert!(
+            md.contains("| 37.5 | 0 |"),
+            "commands per grant fenced: {md}"
+        );
     }
 }

@@ -38,6 +38,10 @@ pub struct Spec {
     /// The peer's retry settings: its defaults, or tuned for a hot key
     /// (a 10 ms retry delay; see `bench/README.md`).
     pub tuned: bool,
+    /// Agent driver only: ask for a fencing token with every acquire (and
+    /// count a grant without one as an error).
+    #[serde(default)]
+    pub fence: bool,
 }
 
 /// Latency percentiles in milliseconds (nearest rank), over the samples

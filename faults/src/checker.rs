@@ -22,6 +22,14 @@
 //!   TTL (nobody released it and it did not expire: something renews it),
 //!   or a key without a TTL or with one above `max_ttl`. The key observer
 //!   ([`crate::observer`]) reports what it sees on the masters here.
+//! - **fence out of order**: section B was requested after section A's
+//!   grant was answered, yet B's fence is not above A's. Sound: a grant
+//!   answered before another's request began must carry the smaller fence
+//!   (the counter is global to the masters, so this holds across resources
+//!   too; that case is reported apart).
+//! - **stale write accepted**: the fenced store ([`crate::store`]) accepted
+//!   A's write after it had accepted B's, B requested after A was
+//!   answered: what fencing exists to prevent.
 //!
 //! Sections of killed clients end when the harness sent SIGKILL: the
 //! process runs no code after it, and the command of a killed
@@ -124,6 +132,31 @@ pub struct Section {
     pub entry: Mono,
     pub exit: Option<Mono>,
     pub ending: Ending,
+    /// The fencing token the grant carried, if any.
+    pub fence: Option<u64>,
+    /// The section's one write to the fenced store, once made.
+    pub write: Option<StoreWrite>,
+}
+
+/// A section's write to the fenced store and what the store said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StoreWrite {
+    /// When the store's answer arrived.
+    pub at: Mono,
+    pub outcome: WriteOutcome,
+}
+
+/// The fenced store's answer to one write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteOutcome {
+    /// Accepted; `seq` is its place in the store's order of accepted
+    /// writes to this resource (1, 2, ...).
+    Accepted { seq: u64 },
+    /// Refused: the store had accepted `highest`, not below this fence.
+    Refused { highest: u64 },
+    /// No answer from the store (not a finding; counted).
+    Failed { error: String },
 }
 
 impl Section {
@@ -153,11 +186,12 @@ impl Section {
 
     fn brief(&self) -> String {
         format!(
-            "{} ({}, agent a{}, token {}…) requested {} granted {} entry {} exit {} valid until {}{} ({})",
+            "{} ({}, agent a{}, token {}…{}) requested {} granted {} entry {} exit {} valid until {}{} ({})",
             self.client,
             self.kind.as_str(),
             self.agent + 1,
             &self.token[..self.token.len().min(8)],
+            self.fence.map_or(String::new(), |f| format!(", fence {f}")),
             self.requested,
             self.granted,
             self.entry,
@@ -283,6 +317,74 @@ impl fmt::Display for Leak {
     }
 }
 
+/// Two sections whose fences did not grow: `later` was requested after
+/// `earlier`'s grant was answered, yet its fence is not above.
+#[derive(Debug, Clone, Serialize)]
+pub struct FenceInversion {
+    pub earlier: Section,
+    pub later: Section,
+    /// The two sections are on different resources (the counter is global).
+    pub across_resources: bool,
+}
+
+impl fmt::Display for FenceInversion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "FENCE OUT OF ORDER{}: {} then {} ({}ms after the first was answered)\n    earlier: {}\n    later:   {}",
+            if self.across_resources {
+                " across resources"
+            } else {
+                ""
+            },
+            self.earlier.fence.unwrap_or(0),
+            self.later.fence.unwrap_or(0),
+            format_args!("{:.1}", self.later.requested.ms_after(self.earlier.granted)),
+            self.earlier.brief(),
+            self.later.brief()
+        )
+    }
+}
+
+/// The fenced store accepted `stale`'s write after `newer`'s, although
+/// `newer` was requested after `stale` was answered.
+#[derive(Debug, Clone, Serialize)]
+pub struct StaleWrite {
+    pub stale: Section,
+    pub newer: Section,
+}
+
+impl fmt::Display for StaleWrite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "STALE WRITE ACCEPTED on {:?}\n    stale: {}\n    newer: {}",
+            self.stale.resource,
+            self.stale.brief(),
+            self.newer.brief()
+        )
+    }
+}
+
+/// What the fenced store saw, and what the fences say.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FenceFindings {
+    /// Sections whose grant carried a fence.
+    pub fenced_grants: usize,
+    /// Sections granted without one (none once every client asks).
+    pub unfenced_grants: usize,
+    pub writes_accepted: usize,
+    pub writes_refused: usize,
+    /// Writes the store did not answer.
+    pub writes_failed: usize,
+    /// Same resource: one per later section, against the earlier section
+    /// with the highest fence.
+    pub out_of_order: Vec<FenceInversion>,
+    /// Different resources, the same way.
+    pub out_of_order_across: Vec<FenceInversion>,
+    pub stale_writes_accepted: Vec<StaleWrite>,
+}
+
 /// Everything the checker found.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Findings {
@@ -296,6 +398,8 @@ pub struct Findings {
     pub benign_overlaps: usize,
     /// Lock keys the observer saw on the masters (one per key per scan).
     pub sightings: u64,
+    /// Fences and the fenced store.
+    pub fences: FenceFindings,
 }
 
 impl Findings {
@@ -342,6 +446,8 @@ pub struct Grant {
     pub granted: Mono,
     /// `None` for clients that are never told (lock command).
     pub validity_ms: Option<u64>,
+    /// The fencing token, when the grant carried one.
+    pub fence: Option<u64>,
 }
 
 impl Checker {
@@ -373,6 +479,8 @@ impl Checker {
             entry,
             exit: None,
             ending: Ending::Open,
+            fence: grant.fence,
+            write: None,
         });
         SectionId(id)
     }
@@ -403,6 +511,13 @@ impl Checker {
         }
     }
 
+    /// The section's write to the fenced store, answered at `write.at`.
+    pub fn wrote(&self, id: SectionId, write: StoreWrite) {
+        if let Some(s) = self.lock().sections.get_mut(id.0) {
+            s.write = Some(write);
+        }
+    }
+
     /// Corrects how a section ended (a release answered after the exit).
     pub fn ended(&self, id: SectionId, ending: Ending) {
         if let Some(s) = self.lock().sections.get_mut(id.0) {
@@ -418,6 +533,15 @@ impl Checker {
             .iter()
             .filter(|s| s.resource == resource && s.exit.is_none())
             .filter(|s| s.valid_until.is_none_or(|v| v > now.plus_ms(left_ms)))
+            .count()
+    }
+
+    /// Sections of `agent` whose grant carried a fence.
+    pub fn fenced(&self, agent: usize) -> usize {
+        self.lock()
+            .sections
+            .iter()
+            .filter(|s| s.agent == agent && s.fence.is_some())
             .count()
     }
 
@@ -564,8 +688,123 @@ impl Checker {
             findings.benign_overlaps += benign;
         }
         findings.violations.sort_by_key(|v| v.second.entry);
+        findings.fences = fences(&state.sections);
         findings
     }
+}
+
+/// Fence order and the fenced store's writes over every section.
+///
+/// For each fenced section B, the earlier sections are those whose grant
+/// arrived before B's request was sent; the one with the highest fence
+/// (of B's resource, and of any other) is the witness: B's fence must be
+/// above it. A stale write is an accepted write of A that the store placed
+/// after an accepted write of some B requested after A was answered.
+fn fences(sections: &[Section]) -> FenceFindings {
+    let mut out = FenceFindings::default();
+    for s in sections {
+        if s.fence.is_some() {
+            out.fenced_grants += 1;
+        } else {
+            out.unfenced_grants += 1;
+        }
+        match s.write.as_ref().map(|w| &w.outcome) {
+            Some(WriteOutcome::Accepted { .. }) => out.writes_accepted += 1,
+            Some(WriteOutcome::Refused { .. }) => out.writes_refused += 1,
+            Some(WriteOutcome::Failed { .. }) => out.writes_failed += 1,
+            None => {}
+        }
+    }
+    let fenced: Vec<&Section> = sections.iter().filter(|s| s.fence.is_some()).collect();
+    let mut by_granted = fenced.clone();
+    by_granted.sort_by_key(|s| s.granted);
+    let mut by_requested = fenced;
+    by_requested.sort_by_key(|s| s.requested);
+    // The highest fence answered so far, per resource, and its section.
+    let mut highest: HashMap<&str, &Section> = HashMap::new();
+    let mut next = 0;
+    for b in by_requested {
+        while next < by_granted.len() && by_granted[next].granted < b.requested {
+            let a = by_granted[next];
+            let slot = highest.entry(a.resource.as_str()).or_insert(a);
+            if a.fence > slot.fence {
+                *slot = a;
+            }
+            next += 1;
+        }
+        let fence_b = b.fence.unwrap_or(0);
+        let mut across: Option<&Section> = None;
+        for (resource, a) in &highest {
+            if a.fence.unwrap_or(0) < fence_b {
+                continue;
+            }
+            if *resource == b.resource {
+                out.out_of_order.push(FenceInversion {
+                    earlier: (*a).clone(),
+                    later: b.clone(),
+                    across_resources: false,
+                });
+            } else if across.is_none_or(|w| a.fence > w.fence) {
+                across = Some(a);
+            }
+        }
+        if let Some(a) = across {
+            out.out_of_order_across.push(FenceInversion {
+                earlier: a.clone(),
+                later: b.clone(),
+                across_resources: true,
+            });
+        }
+    }
+    out.stale_writes_accepted = stale_writes(sections);
+    out
+}
+
+/// Per resource: accepted writes the store ordered after the accepted write
+/// of a section requested after theirs was answered.
+fn stale_writes(sections: &[Section]) -> Vec<StaleWrite> {
+    let mut by_resource: HashMap<&str, Vec<(&Section, u64)>> = HashMap::new();
+    for s in sections {
+        if let Some(StoreWrite {
+            outcome: WriteOutcome::Accepted { seq },
+            ..
+        }) = &s.write
+        {
+            by_resource
+                .entry(s.resource.as_str())
+                .or_default()
+                .push((s, *seq));
+        }
+    }
+    let mut out = Vec::new();
+    for (_, mut writes) in by_resource {
+        // By request time; the suffix minimum of `seq` says, for any time
+        // t, which accepted write of a section requested after t came first.
+        writes.sort_by_key(|(s, _)| s.requested);
+        let n = writes.len();
+        let mut first_after: Vec<usize> = (0..n).collect();
+        for i in (0..n.saturating_sub(1)).rev() {
+            let j = first_after[i + 1];
+            if writes[j].1 < writes[i].1 {
+                first_after[i] = j;
+            }
+        }
+        for (a, seq_a) in &writes {
+            let from = writes.partition_point(|(s, _)| s.requested <= a.granted);
+            if from == writes.len() {
+                continue;
+            }
+            let (b, seq_b) = writes[first_after[from]];
+            if seq_b < *seq_a {
+                out.push(StaleWrite {
+                    stale: (*a).clone(),
+                    newer: b.clone(),
+                });
+            }
+        }
+    }
+    out.sort_by_key(|w| w.stale.granted);
+    out
 }
 
 /// Pairs of sections of one resource whose believed parts overlap, and
@@ -624,7 +863,147 @@ mod tests {
             requested: at(granted.saturating_sub(2)),
             granted: at(granted),
             validity_ms: validity,
+            fence: None,
         }
+    }
+
+    /// A fenced section of `resource` requested at `requested`, granted at
+    /// `granted`, released at `granted + 50`.
+    fn fenced(
+        c: &Checker,
+        resource: &str,
+        token: &str,
+        (requested, granted): (u64, u64),
+        fence: u64,
+    ) -> SectionId {
+        let mut g = grant(token, token, granted, Some(900));
+        g.resource = resource.into();
+        g.requested = at(requested);
+        g.fence = Some(fence);
+        let id = c.enter(g, at(granted));
+        c.exit(id, at(granted + 50), Ending::Released { released: true });
+        id
+    }
+
+    fn wrote(c: &Checker, id: SectionId, when: u64, outcome: WriteOutcome) {
+        c.wrote(
+            id,
+            StoreWrite {
+                at: at(when),
+                outcome,
+            },
+        );
+    }
+
+    #[test]
+    fn fences_that_grow_from_grant_to_grant_are_in_order() {
+        let c = Checker::new();
+        let a = fenced(&c, "x", "a", (0, 10), 100);
+        wrote(&c, a, 20, WriteOutcome::Accepted { seq: 1 });
+        let b = fenced(&c, "x", "b", (60, 70), 101);
+        wrote(&c, b, 80, WriteOutcome::Accepted { seq: 2 });
+        // Another resource, later still: its fence is above both.
+        fenced(&c, "y", "c", (130, 140), 205);
+        let f = c.findings(at(1000)).fences;
+        assert_eq!((f.fenced_grants, f.unfenced_grants), (3, 0));
+        assert_eq!((f.writes_accepted, f.writes_refused), (2, 0));
+        assert!(f.out_of_order.is_empty(), "{:?}", f.out_of_order);
+        assert!(f.out_of_order_across.is_empty());
+        assert!(f.stale_writes_accepted.is_empty());
+    }
+
+    #[test]
+    fn a_fence_not_above_an_answered_grant_is_out_of_order() {
+        let c = Checker::new();
+        fenced(&c, "x", "a", (0, 10), 100);
+        fenced(&c, "x", "b", (60, 70), 100); // equal: not above
+        fenced(&c, "x", "c", (130, 140), 99); // below both
+        let f = c.findings(at(1000)).fences;
+        assert_eq!(f.out_of_order.len(), 2, "{:?}", f.out_of_order);
+        assert_eq!(f.out_of_order[0].later.token, "b");
+        assert_eq!(f.out_of_order[1].later.token, "c");
+        assert!(f.out_of_order.iter().all(|i| i.earlier.token == "a"));
+        assert!(f.out_of_order[0].to_string().contains("FENCE OUT OF ORDER"));
+        assert!(f.out_of_order_across.is_empty());
+    }
+
+    #[test]
+    fn requests_that_overlap_a_grant_may_carry_any_fence() {
+        let c = Checker::new();
+        // b was requested at 5, before a's grant arrived at 10: the agent
+        // may have minted b's fence first.
+        fenced(&c, "x", "a", (0, 10), 100);
+        fenced(&c, "x", "b", (5, 70), 90);
+        let f = c.findings(at(1000)).fences;
+        assert!(f.out_of_order.is_empty(), "{:?}", f.out_of_order);
+    }
+
+    #[test]
+    fn fences_must_grow_across_resources_and_are_reported_apart() {
+        let c = Checker::new();
+        fenced(&c, "x", "a", (0, 10), 100);
+        fenced(&c, "y", "b", (20, 30), 300);
+        fenced(&c, "z", "c", (60, 70), 200); // below b, on another resource
+        let f = c.findings(at(1000)).fences;
+        assert!(f.out_of_order.is_empty());
+        assert_eq!(
+            f.out_of_order_across.len(),
+            1,
+            "{:?}",
+            f.out_of_order_across
+        );
+        let i = &f.out_of_order_across[0];
+        assert_eq!(
+            (i.earlier.token.as_str(), i.later.token.as_str()),
+            ("b", "c")
+        );
+        assert!(i.to_string().contains("across resources"), "{i}");
+    }
+
+    #[test]
+    fn a_store_that_accepts_an_older_write_after_a_newer_one_is_caught() {
+        let c = Checker::new();
+        // a is answered at 10 and pauses; b is requested at 60, writes
+        // first; a wakes and its write is accepted after b's.
+        let a = fenced(&c, "x", "a", (0, 10), 100);
+        let b = fenced(&c, "x", "b", (60, 70), 101);
+        wrote(&c, b, 80, WriteOutcome::Accepted { seq: 1 });
+        wrote(&c, a, 90, WriteOutcome::Accepted { seq: 2 });
+        let f = c.findings(at(1000)).fences;
+        assert_eq!(f.stale_writes_accepted.len(), 1);
+        let w = &f.stale_writes_accepted[0];
+        assert_eq!((w.stale.token.as_str(), w.newer.token.as_str()), ("a", "b"));
+        assert!(w.to_string().contains("STALE WRITE ACCEPTED"), "{w}");
+        assert!(f.out_of_order.is_empty(), "the fences themselves grew");
+    }
+
+    #[test]
+    fn a_refused_stale_write_is_counted_and_no_finding() {
+        let c = Checker::new();
+        let a = fenced(&c, "x", "a", (0, 10), 100);
+        let b = fenced(&c, "x", "b", (60, 70), 101);
+        wrote(&c, b, 80, WriteOutcome::Accepted { seq: 1 });
+        wrote(&c, a, 90, WriteOutcome::Refused { highest: 101 });
+        let unfenced = c.enter(grant("u", "u", 200, Some(900)), at(200));
+        wrote(
+            &c,
+            unfenced,
+            210,
+            WriteOutcome::Failed {
+                error: "connection refused".into(),
+            },
+        );
+        let f = c.findings(at(1000)).fences;
+        assert!(f.stale_writes_accepted.is_empty());
+        assert_eq!(
+            (
+                f.writes_accepted,
+                f.writes_refused,
+                f.writes_failed,
+                f.unfenced_grants
+            ),
+            (1, 1, 1, 1)
+        );
     }
 
     #[test]

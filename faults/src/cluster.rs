@@ -114,7 +114,15 @@ pub struct AgentSettings {
     /// [`NO_MARKER_CHECK_ENV`]`=1`, the agent's test-only switch: the
     /// control run that must see what a flush does without it.
     pub marker_check: bool,
+    /// Extra environment variables of each agent (`[0]` is a1's): the
+    /// fence control run's clock skews and write-back switch.
+    pub agent_env: Vec<Vec<(String, String)>>,
 }
+
+/// The agent's test-only switch that skips round 2's fence write-back.
+pub const NO_FENCE_WRITEBACK_ENV: &str = redlock_agent::redlock::fence::NO_WRITEBACK_SWITCH;
+/// The agent's test-only clock skew (signed ms) for the fence floor only.
+pub const FENCE_CLOCK_SKEW_ENV: &str = redlock_agent::redlock::fence::CLOCK_SKEW_SWITCH;
 
 /// The agent's test-only switch that turns the in-vote incarnation marker
 /// check off (not a config key, so no deployment can turn it off by
@@ -139,6 +147,7 @@ impl Default for AgentSettings {
             lock_extra: Vec::new(),
             log_level: "info".into(),
             marker_check: true,
+            agent_env: Vec::new(),
         }
     }
 }
@@ -156,6 +165,13 @@ impl AgentSettings {
         } else {
             vec![(NO_MARKER_CHECK_ENV.to_string(), "1".to_string())]
         }
+    }
+
+    /// Environment variables agent `index` (0 for a1) starts with.
+    pub fn env_of(&self, index: usize) -> Vec<(String, String)> {
+        let mut env = self.env();
+        env.extend(self.agent_env.get(index).cloned().unwrap_or_default());
+        env
     }
 
     /// The config YAML of an agent on `socket` reaching masters at `urls`.
@@ -274,6 +290,8 @@ impl AgentProcess {
             .arg(&self.config)
             .env_remove("REDLOCK_LOG")
             .env_remove(NO_MARKER_CHECK_ENV)
+            .env_remove(NO_FENCE_WRITEBACK_ENV)
+            .env_remove(FENCE_CLOCK_SKEW_ENV)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -597,7 +615,7 @@ impl Cluster {
                 socket,
                 metrics_port,
                 &yaml,
-                settings.env(),
+                settings.env_of(a - 1),
             )
             .map_err(|e| format!("start {name} ({}): {e}", binary.display()))?;
             procs.push(agent);

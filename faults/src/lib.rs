@@ -14,6 +14,8 @@
 //! - [`checker`]: critical sections on one clock; safety violations,
 //!   overruns, leaks.
 //! - [`observer`]: reads lock keys on the masters directly for the checker.
+//! - [`store`]: the fenced store, a `redis-server` of its own that accepts a
+//!   write only with a fence above the highest it accepted.
 //! - [`lag`]: the harness's own scheduling lag, to tell a paused client
 //!   from a late agent.
 //! - [`workload`]: the clients (in-process, and `faults hold-client` /
@@ -40,4 +42,5 @@ pub mod observer;
 pub mod openapi;
 pub mod proxy;
 pub mod run;
+pub mod store;
 pub mod workload;

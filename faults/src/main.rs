@@ -47,7 +47,8 @@ enum Cmd {
         json: Option<PathBuf>,
     },
     /// Only the control runs (a majority restarted with delayed restart on,
-    /// then off; a majority flushed with the marker check on, then off).
+    /// then off; a majority flushed with the marker check on, then off;
+    /// agents with skewed clocks with the fence write-back on, then off).
     Control {
         #[arg(long)]
         seed: Option<u64>,
@@ -74,12 +75,37 @@ enum Cmd {
         hold_ms: u64,
         #[arg(long)]
         owner: String,
+        /// The fenced store's URL: write to it once, with the fence.
+        #[arg(long)]
+        store: Option<String>,
+    },
+    /// Kleppmann's client: acquire with a fence, wait for a line on
+    /// stdin, write to a fenced store (used by the fencing examples).
+    #[command(hide = true)]
+    FencedWriter {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        resource: String,
+        #[arg(long)]
+        ttl_ms: u64,
+        /// The fenced store's URL.
+        #[arg(long)]
+        store: String,
+        #[arg(long)]
+        data: String,
     },
     /// The command run under `redlock-agent lock` (used by the suite).
     #[command(hide = true)]
     CsChild {
         #[arg(long)]
         ms: u64,
+        /// The fenced store's URL: write to it once with `REDLOCK_FENCE`.
+        #[arg(long, requires = "resource")]
+        store: Option<String>,
+        /// The resource whose record the write goes to.
+        #[arg(long)]
+        resource: Option<String>,
     },
 }
 
@@ -110,6 +136,7 @@ fn main() -> ExitCode {
             wait_ms,
             hold_ms,
             owner,
+            store,
         } => {
             // Cannot fail short of the OS refusing an epoll fd at start.
             tokio::runtime::Builder::new_current_thread()
@@ -117,12 +144,33 @@ fn main() -> ExitCode {
                 .build()
                 .expect("start the tokio runtime")
                 .block_on(faults::workload::run_hold_client(
-                    socket, resource, ttl_ms, wait_ms, hold_ms, owner,
+                    socket, resource, ttl_ms, wait_ms, hold_ms, owner, store,
                 ));
             ExitCode::SUCCESS
         }
-        Cmd::CsChild { ms } => {
-            faults::workload::run_cs_child(ms);
+        Cmd::FencedWriter {
+            socket,
+            resource,
+            ttl_ms,
+            store,
+            data,
+        } => {
+            // Cannot fail short of the OS refusing an epoll fd at start.
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("start the tokio runtime")
+                .block_on(faults::store::run_fenced_writer(
+                    socket, resource, ttl_ms, store, data,
+                ));
+            ExitCode::SUCCESS
+        }
+        Cmd::CsChild {
+            ms,
+            store,
+            resource,
+        } => {
+            faults::workload::run_cs_child(ms, store.zip(resource));
             ExitCode::SUCCESS
         }
         Cmd::Short {

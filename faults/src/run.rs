@@ -10,6 +10,13 @@
 //! - `FLUSHALL` a majority (no restart to see); protection: the in-vote
 //!   incarnation marker check, turned off through the agent's test-only
 //!   switch ([`crate::cluster::NO_MARKER_CHECK_ENV`]).
+//!
+//! And one for fences ([`Options::fence_control`]): agents whose clocks
+//! disagree by seconds (the agent's test-only skew of its fence floor,
+//! [`crate::cluster::FENCE_CLOCK_SKEW_ENV`]) mint ordered fences only
+//! thanks to round 2's write-back of the fence to the masters; with the
+//! write-back off ([`crate::cluster::NO_FENCE_WRITEBACK_ENV`]) the checker
+//! must find fences out of order.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -21,10 +28,13 @@ use tokio::sync::watch;
 
 use crate::checker::{Checker, Findings};
 use crate::clock::Mono;
-use crate::cluster::{tail, AgentSettings, Cluster, NO_MARKER_CHECK_ENV};
+use crate::cluster::{
+    tail, AgentSettings, Cluster, FENCE_CLOCK_SKEW_ENV, NO_FENCE_WRITEBACK_ENV, NO_MARKER_CHECK_ENV,
+};
 use crate::lag::Lag;
 use crate::nemesis::{FaultKind, Nemesis, NemesisReport};
 use crate::observer;
+use crate::store::{FencedStore, StoreClient};
 use crate::workload::{self, Ctx, Mix, PhaseFlag, Plan, Processes, Stats, StatsSnapshot};
 
 /// How a run is set up.
@@ -47,7 +57,21 @@ pub struct Options {
     pub faults_bin: PathBuf,
     /// Set for a control scenario: what [`control`] injects.
     pub control: Option<Control>,
+    /// Set for the fence control scenario instead.
+    pub fence_control: Option<FenceControl>,
 }
+
+/// The fence control scenario: agents with clocks `skew_ms` apart (agent
+/// i's fence floor runs `i * skew_ms` behind), round 2's write-back on or
+/// off. Off, the run must find fences out of order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FenceControl {
+    pub writeback: bool,
+    pub skew_ms: i64,
+}
+
+/// How far apart the fence control's agents' clocks are.
+pub const FENCE_SKEW_MS: i64 = 5000;
 
 /// A control scenario: `fault` on a majority of the masters while a lock
 /// is held, with the agent's protection against it on or off.
@@ -74,6 +98,14 @@ pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, u
         (
             Options::flush_control(false, seed, faults_bin.to_path_buf()),
             4,
+        ),
+        (
+            Options::fence_control(true, seed, faults_bin.to_path_buf()),
+            1,
+        ),
+        (
+            Options::fence_control(false, seed, faults_bin.to_path_buf()),
+            1,
         ),
     ]
 }
@@ -109,6 +141,7 @@ impl Options {
             fault_ms: (800, 2000),
             faults_bin,
             control: None,
+            fence_control: None,
         }
     }
 
@@ -155,6 +188,7 @@ impl Options {
                 fault: FaultKind::RestartMajority,
                 protected: delayed_restart,
             }),
+            fence_control: None,
         }
     }
 
@@ -174,7 +208,74 @@ impl Options {
         });
         options
     }
+
+    /// The fence control scenario: 2 agents over 5 masters, a2's clock
+    /// [`FENCE_SKEW_MS`] behind a1's for the fence floor, plain acquires and
+    /// holds on two resources, no fault; round 2's write-back on or off.
+    /// Runs until each agent has made enough fenced grants (on), or fences
+    /// were found out of order (off), or [`Options::duration`].
+    pub fn fence_control(writeback: bool, seed: u64, faults_bin: PathBuf) -> Options {
+        let agents = 2;
+        let settings = AgentSettings {
+            default_ttl: Duration::from_secs(1),
+            max_ttl: Duration::from_secs(1),
+            agent_env: (0..agents)
+                .map(|i| {
+                    let mut env = vec![(
+                        FENCE_CLOCK_SKEW_ENV.to_string(),
+                        (-(i as i64) * FENCE_SKEW_MS).to_string(),
+                    )];
+                    if !writeback {
+                        env.push((NO_FENCE_WRITEBACK_ENV.to_string(), "1".to_string()));
+                    }
+                    env
+                })
+                .collect(),
+            ..AgentSettings::default()
+        };
+        Options {
+            name: format!(
+                "control fence (write-back {}, agent clocks {}s apart)",
+                if writeback { "on" } else { "off" },
+                FENCE_SKEW_MS / 1000
+            ),
+            masters: 5,
+            agents,
+            duration: Duration::from_secs(8),
+            seed,
+            settings,
+            plan: Plan {
+                resources: vec!["fence-a".into(), "fence-b".into()],
+                ttl_ms: (300, 800),
+                hold_ttl_ms: (300, 600),
+                waits_ms: vec![0, 300],
+                work_share: (0.05, 0.3),
+                extend_chance: 0.1,
+                hold_ms: (50, 300),
+                think_ms: (0, 20),
+            },
+            mix: Mix {
+                acquire: 4,
+                hold: 2,
+                process_hold: 0,
+                lock_command: 0,
+            },
+            singles: Vec::new(),
+            pool: Vec::new(),
+            fault_ms: (0, 0),
+            faults_bin,
+            control: None,
+            fence_control: Some(FenceControl {
+                writeback,
+                skew_ms: FENCE_SKEW_MS,
+            }),
+        }
+    }
 }
+
+/// Fenced grants each agent of the fence control makes before it stops
+/// (write-back on).
+const FENCE_CONTROL_GRANTS: usize = 20;
 
 /// What a run found.
 #[derive(Debug, Clone, Serialize)]
@@ -193,6 +294,8 @@ pub struct Report {
     pub marker_check: bool,
     /// Set for a control run.
     pub control: Option<Control>,
+    /// Set for the fence control run.
+    pub fence_control: Option<FenceControl>,
     pub stats: StatsSnapshot,
     pub nemesis: NemesisReport,
     pub findings: Findings,
@@ -243,6 +346,25 @@ impl Report {
         if !self.agent_panics.is_empty() {
             out.push(format!("{} agent panics", self.agent_panics.len()));
         }
+        let fences = &f.fences;
+        if !fences.out_of_order.is_empty() {
+            out.push(format!("{} fences out of order", fences.out_of_order.len()));
+        }
+        if !fences.out_of_order_across.is_empty() {
+            out.push(format!(
+                "{} fences out of order across resources",
+                fences.out_of_order_across.len()
+            ));
+        }
+        if !fences.stale_writes_accepted.is_empty() {
+            out.push(format!(
+                "{} stale writes accepted",
+                fences.stale_writes_accepted.len()
+            ));
+        }
+        if f.sections > 0 && fences.fenced_grants == 0 {
+            out.push("no grant carried a fence: the fence checks saw nothing".into());
+        }
         if self.stats.total().malformed > 0 {
             out.push(format!(
                 "{} answers broke the API contract",
@@ -285,11 +407,19 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "   max_ttl {}ms, quarantine {}ms, delayed_restart {}, marker check {}",
+            "   max_ttl {}ms, quarantine {}ms, delayed_restart {}, marker check {}{}",
             self.max_ttl_ms,
             self.quarantine_ms,
             if self.delayed_restart { "on" } else { "off" },
-            if self.marker_check { "on" } else { "off" }
+            if self.marker_check { "on" } else { "off" },
+            match self.fence_control {
+                Some(c) => format!(
+                    ", fence write-back {}, agent i's clock i*{}ms behind",
+                    if c.writeback { "on" } else { "off" },
+                    c.skew_ms
+                ),
+                None => String::new(),
+            }
         )?;
         writeln!(
             f,
@@ -361,6 +491,31 @@ impl fmt::Display for Report {
         }
         for l in fd.leaks.iter().take(5) {
             writeln!(f, "   {l}")?;
+        }
+        let fences = &fd.fences;
+        writeln!(
+            f,
+            "fences: {} fenced grants ({} without a fence); out of order {} (across resources {}); \
+             store writes {} accepted, {} refused, {} unanswered; stale writes accepted {}",
+            fences.fenced_grants,
+            fences.unfenced_grants,
+            fences.out_of_order.len(),
+            fences.out_of_order_across.len(),
+            fences.writes_accepted,
+            fences.writes_refused,
+            fences.writes_failed,
+            fences.stale_writes_accepted.len()
+        )?;
+        for i in fences
+            .out_of_order
+            .iter()
+            .chain(&fences.out_of_order_across)
+            .take(3)
+        {
+            writeln!(f, "   {i}")?;
+        }
+        for w in fences.stale_writes_accepted.iter().take(3) {
+            writeln!(f, "   {w}")?;
         }
         writeln!(
             f,
@@ -592,6 +747,8 @@ struct Harness {
     wall0: (std::time::SystemTime, Mono),
     /// Each agent's RSS once serving, in KiB.
     rss_start: Vec<u64>,
+    /// Kept until the report: the clients write to it.
+    _store: FencedStore,
 }
 
 impl Harness {
@@ -607,6 +764,8 @@ impl Harness {
                 options.settings.quarantine() + Duration::from_secs(5),
             )
             .await?;
+        let store = FencedStore::start(cluster.dir.path())?;
+        let store_client = StoreClient::connect(&store.url()).await?;
         let checker = Arc::new(Checker::new());
         let stats = Arc::new(Stats::default());
         let phase = Arc::new(PhaseFlag::default());
@@ -621,6 +780,7 @@ impl Harness {
             Duration::from_millis(250),
             stop_rx.clone(),
         ));
+        let agent_bin = crate::cluster::agent_binary()?;
         let ctx = Ctx {
             checker: Arc::clone(&checker),
             stats: Arc::clone(&stats),
@@ -628,8 +788,10 @@ impl Harness {
             processes: Arc::clone(&processes),
             stop: stop_rx,
             plan: options.plan.clone(),
-            agent_bin: crate::cluster::agent_binary()?,
+            lock_fence: workload::lock_takes_fence(&agent_bin),
+            agent_bin,
             faults_bin: options.faults_bin.clone(),
+            store: Some((store_client, store.url())),
         };
         // Availability over time: every agent's view of the quorum.
         {
@@ -673,6 +835,7 @@ impl Harness {
             started: Mono::now(),
             wall0: (std::time::SystemTime::now(), Mono::now()),
             rss_start,
+            _store: store,
         })
     }
 
@@ -749,6 +912,7 @@ impl Harness {
             delayed_restart: options.settings.delayed_restart,
             marker_check: options.settings.marker_check,
             control: options.control,
+            fence_control: options.fence_control,
             stats: self.stats.snapshot(),
             nemesis,
             findings,
@@ -789,6 +953,9 @@ pub async fn nemesis(options: &Options) -> Result<Report, String> {
 /// When `options` is not a control scenario, or the cluster cannot be
 /// started.
 pub async fn control(options: &Options, rounds: usize) -> Result<Report, String> {
+    if let Some(fence) = options.fence_control {
+        return fence_control(options, fence).await;
+    }
     let control = options
         .control
         .ok_or_else(|| format!("{} is not a control scenario", options.name))?;
@@ -846,6 +1013,28 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
     Ok(harness.finish(options, report).await)
 }
 
+/// The fence control scenario: the clients run until each agent made
+/// [`FENCE_CONTROL_GRANTS`] fenced grants (write-back on) or fences were
+/// found out of order (off), or `options.duration` passed.
+async fn fence_control(options: &Options, fence: FenceControl) -> Result<Report, String> {
+    let harness = Harness::start(options).await?;
+    let deadline = Mono::now().plus(options.duration);
+    while Mono::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let enough = (0..options.agents).all(|a| harness.checker.fenced(a) >= FENCE_CONTROL_GRANTS);
+        if enough && fence.writeback {
+            break;
+        }
+        if enough {
+            let found = harness.checker.findings(Mono::now()).fences;
+            if !found.out_of_order.is_empty() || !found.out_of_order_across.is_empty() {
+                break;
+            }
+        }
+    }
+    Ok(harness.finish(options, NemesisReport::default()).await)
+}
+
 /// `SET <prefix>planted-leak x` without a TTL on `master`.
 async fn plant_leak(master: &crate::cluster::Master, prefix: &str) -> Result<(), String> {
     let client = redis::Client::open(master.url()).map_err(|e| e.to_string())?;
@@ -879,6 +1068,42 @@ pub fn agent_logs(cluster: &Cluster) -> String {
     out
 }
 
+/// The fence control's verdict: with the write-back, no problem and
+/// enough fenced grants; without it, fences out of order must be found.
+fn fence_verdict(r: &Report, fence: FenceControl) -> String {
+    let f = &r.findings.fences;
+    let found = f.out_of_order.len() + f.out_of_order_across.len();
+    if fence.writeback {
+        let mut problems = r.problems();
+        if f.fenced_grants < FENCE_CONTROL_GRANTS {
+            problems.push(format!(
+                "only {} fenced grants: too few to judge the order",
+                f.fenced_grants
+            ));
+        }
+        if problems.is_empty() {
+            format!(
+                "PASS {}: {} fenced grants, none out of order",
+                r.name, f.fenced_grants
+            )
+        } else {
+            format!("FAIL {}: {}", r.name, problems.join(", "))
+        }
+    } else if found > 0 {
+        format!(
+            "PASS {}: the checker saw {found} fences out of order ({} across resources), as it must",
+            r.name,
+            f.out_of_order_across.len()
+        )
+    } else {
+        format!(
+            "FAIL {}: no fence out of order in {} fenced grants; the checker cannot see, \
+             or the agents ignored {NO_FENCE_WRITEBACK_ENV}=1 or {FENCE_CLOCK_SKEW_ENV}",
+            r.name, f.fenced_grants
+        )
+    }
+}
+
 /// One line per report: `PASS ...` or `FAIL ...`. A control run without
 /// its protection passes only when it found violations (and, for the
 /// restart control, the planted leak).
@@ -887,7 +1112,9 @@ pub fn verdicts(reports: &[Report]) -> Vec<String> {
         .iter()
         .map(|r| {
             let unprotected = r.control.filter(|c| !c.protected);
-            if let Some(control) = unprotected {
+            if let Some(fence) = r.fence_control {
+                fence_verdict(r, fence)
+            } else if let Some(control) = unprotected {
                 let n = r.findings.violations.len();
                 let planted = control.fault != FaultKind::RestartMajority
                     || r.findings.leaks.iter().any(|l| l.resource == PLANTED);
@@ -925,4 +1152,110 @@ pub fn verdicts(reports: &[Report]) -> Vec<String> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::{FenceFindings, FenceInversion, Section};
+
+    fn fence_report(writeback: bool, fences: FenceFindings) -> Report {
+        let options = Options::fence_control(writeback, 1, PathBuf::from("faults"));
+        Report {
+            name: options.name.clone(),
+            seed: 1,
+            masters: options.masters,
+            agents: options.agents,
+            clients: 6,
+            resources: 2,
+            seconds: 4.0,
+            max_ttl_ms: 1000,
+            quarantine_ms: 1500,
+            delayed_restart: true,
+            marker_check: true,
+            control: None,
+            fence_control: options.fence_control,
+            stats: StatsSnapshot::default(),
+            nemesis: NemesisReport::default(),
+            findings: Findings {
+                sections: fences.fenced_grants,
+                fences,
+                ..Findings::default()
+            },
+            keys_left: 0,
+            agent_panics: Vec::new(),
+            harness_lag_ms: 0.0,
+            agent_rss: Vec::new(),
+        }
+    }
+
+    fn inversion() -> FenceInversion {
+        let section = Section {
+            resource: "fence-a".into(),
+            client: "acq1".into(),
+            kind: crate::checker::ClientKind::Acquire,
+            agent: 0,
+            token: "t".into(),
+            ttl_ms: 500,
+            requested: Mono(1),
+            granted: Mono(2),
+            valid_until: None,
+            strict_valid_until: None,
+            belief_end: None,
+            entry: Mono(2),
+            exit: None,
+            ending: crate::checker::Ending::Open,
+            fence: Some(5),
+            write: None,
+        };
+        FenceInversion {
+            earlier: section.clone(),
+            later: section,
+            across_resources: false,
+        }
+    }
+
+    /// The fence control passes with the write-back only when no fence is
+    /// out of order and enough grants were fenced, and without it only
+    /// when some are out of order.
+    #[test]
+    fn the_fence_control_needs_order_with_the_write_back_and_disorder_without() {
+        let ordered = FenceFindings {
+            fenced_grants: 40,
+            ..FenceFindings::default()
+        };
+        let disordered = FenceFindings {
+            out_of_order: vec![inversion()],
+            ..ordered.clone()
+        };
+        let verdict = |writeback, f: &FenceFindings| {
+            verdicts(&[fence_report(writeback, f.clone())]).remove(0)
+        };
+        assert!(verdict(true, &ordered).starts_with("PASS"));
+        assert!(verdict(true, &disordered).starts_with("FAIL"));
+        assert!(verdict(false, &disordered).starts_with("PASS"));
+        let blind = verdict(false, &ordered);
+        assert!(
+            blind.starts_with("FAIL") && blind.contains(NO_FENCE_WRITEBACK_ENV),
+            "{blind}"
+        );
+        let few = FenceFindings {
+            fenced_grants: 3,
+            ..FenceFindings::default()
+        };
+        assert!(
+            verdict(true, &few).contains("too few"),
+            "{}",
+            verdict(true, &few)
+        );
+        let mut none = fence_report(true, FenceFindings::default());
+        none.findings.sections = 10;
+        assert!(
+            none.problems()
+                .iter()
+                .any(|p| p.contains("no grant carried a fence")),
+            "{:?}",
+            none.problems()
+        );
+    }
 }

@@ -11,6 +11,11 @@
 //!   (`faults hold-client`), so the nemesis can SIGKILL it mid-hold.
 //! - [`ClientKind::LockCommand`]: `redlock-agent lock -- faults cs-child`,
 //!   killable too.
+//!
+//! Every client asks for a fence (`redlock-agent lock` only when it has
+//! `--fence`) and writes once inside each section to the fenced store
+//! ([`crate::store`]) with it: plain acquires just before they leave the
+//! section, holds just after the grant.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -26,10 +31,11 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 
-use crate::checker::{Checker, ClientKind, Ending, Grant, SectionId};
+use crate::checker::{Checker, ClientKind, Ending, Grant, SectionId, StoreWrite};
 use crate::client::{Answer, Client, HoldNext};
 use crate::clock::Mono;
 use crate::http::HttpError;
+use crate::store::{self, StoreClient};
 
 /// What the system is going through, for availability by phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -349,6 +355,21 @@ pub struct Ctx {
     pub plan: Plan,
     pub agent_bin: PathBuf,
     pub faults_bin: PathBuf,
+    /// The fenced store every section writes to, and its URL for client
+    /// processes.
+    pub store: Option<(StoreClient, String)>,
+    /// `redlock-agent lock` takes `--fence` (see [`lock_takes_fence`]).
+    pub lock_fence: bool,
+}
+
+/// Whether `redlock-agent lock` at `agent_bin` has `--fence` (it exports
+/// `REDLOCK_FENCE` to its command); without it, lock commands run unfenced.
+pub fn lock_takes_fence(agent_bin: &std::path::Path) -> bool {
+    std::process::Command::new(agent_bin)
+        .args(["lock", "--help"])
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("--fence"))
 }
 
 impl Ctx {
@@ -362,6 +383,21 @@ impl Ctx {
             () = tokio::time::sleep(d) => {}
             _ = stop.changed() => {}
         }
+    }
+
+    /// The section's one write to the fenced store, when it has a fence.
+    async fn write(&self, id: SectionId, resource: &str, fence: Option<u64>, data: &str) {
+        let (Some((store, _)), Some(fence)) = (&self.store, fence) else {
+            return;
+        };
+        let outcome = store.write(resource, fence, data).await;
+        self.checker.wrote(
+            id,
+            StoreWrite {
+                at: Mono::now(),
+                outcome,
+            },
+        );
     }
 
     fn record(&self, kind: ClientKind, outcome: Outcome) {
@@ -423,7 +459,7 @@ pub async fn acquire_client(mut ctx: Ctx, name: String, agent: usize, client: Cl
             ttl_ms: Some(ttl_ms),
             wait_ms: Some(wait_ms),
             owner: Some(name.clone()),
-            ..Default::default()
+            fence: true,
         };
         let requested = Mono::now();
         let outcome = match client.acquire(&resource, &request).await {
@@ -441,19 +477,12 @@ pub async fn acquire_client(mut ctx: Ctx, name: String, agent: usize, client: Cl
                         requested,
                         granted,
                         validity_ms: Some(grant.validity_ms),
+                        fence: grant.fence,
                     },
                     granted,
                 );
                 work(
-                    &mut ctx,
-                    &mut rng,
-                    &client,
-                    &resource,
-                    &grant.token,
-                    id,
-                    granted,
-                    grant.validity_ms,
-                    ttl_ms,
+                    &mut ctx, &mut rng, &client, &resource, &grant, id, granted, ttl_ms,
                 )
                 .await;
                 Outcome::Granted
@@ -474,12 +503,12 @@ async fn work(
     rng: &mut StdRng,
     client: &Client,
     resource: &str,
-    token: &str,
+    grant: &redlock_wire::AcquireResponse,
     id: SectionId,
     granted: Mono,
-    validity_ms: u64,
     ttl_ms: u64,
 ) {
+    let (token, validity_ms) = (grant.token.as_str(), grant.validity_ms);
     // A correct client stops a safety margin before its validity ends.
     let margin = |v: u64| (v / 10).max(30);
     let mut valid_until = granted.plus_ms(validity_ms);
@@ -525,6 +554,10 @@ async fn work(
         }
     }
     sleep_until(end.0).await;
+    if ending.is_none() {
+        let data = format!("{resource} by {}", &token[..token.len().min(8)]);
+        ctx.write(id, resource, grant.fence, &data).await;
+    }
     let exit = Mono::now();
     ctx.checker.exit(
         id,
@@ -571,13 +604,17 @@ pub async fn hold_client(mut ctx: Ctx, name: String, agent: usize, client: Clien
             wait_ms: Some(wait_ms),
             owner: Some(name.clone()),
             max_hold_ms: None,
+            fence: true,
             ..Default::default()
         };
         let requested = Mono::now();
         let outcome = match client.hold(&resource, &request).await {
             Ok(Answer::Ok(mut stream)) => match stream.next().await {
                 HoldNext::Event(HoldEvent::Acquired {
-                    token, validity_ms, ..
+                    token,
+                    validity_ms,
+                    fence,
+                    ..
                 }) => {
                     let granted = Mono::now();
                     ctx.record(kind, Outcome::Granted);
@@ -587,14 +624,17 @@ pub async fn hold_client(mut ctx: Ctx, name: String, agent: usize, client: Clien
                             client: name.clone(),
                             kind,
                             agent,
-                            token,
+                            token: token.clone(),
                             ttl_ms,
                             requested,
                             granted,
                             validity_ms: Some(validity_ms),
+                            fence,
                         },
                         granted,
                     );
+                    let data = format!("{resource} by {}", &token[..token.len().min(8)]);
+                    ctx.write(id, &resource, fence, &data).await;
                     let end = granted.plus_ms(hold_ms);
                     let ending = loop {
                         let left = end.since(Mono::now());
@@ -675,13 +715,19 @@ pub async fn process_client(
                     .arg("--kill-after")
                     .arg("100ms")
                     .arg("--owner")
-                    .arg(&name)
-                    .arg(&resource)
+                    .arg(&name);
+                if ctx.lock_fence {
+                    c.arg("--fence");
+                }
+                c.arg(&resource)
                     .arg("--")
                     .arg(&ctx.faults_bin)
                     .arg("cs-child")
                     .arg("--ms")
                     .arg(hold_ms.to_string());
+                if let Some((_, url)) = &ctx.store {
+                    c.arg("--store").arg(url).arg("--resource").arg(&resource);
+                }
                 c
             }
             _ => {
@@ -699,6 +745,9 @@ pub async fn process_client(
                     .arg(hold_ms.to_string())
                     .arg("--owner")
                     .arg(&name);
+                if let Some((_, url)) = &ctx.store {
+                    c.arg("--store").arg(url);
+                }
                 c
             }
         };
@@ -753,10 +802,16 @@ pub async fn process_client(
                             ClientKind::LockCommand => None,
                             _ => words.get(3).and_then(|w| w.parse().ok()),
                         };
-                        let requested = words
-                            .get(4)
-                            .and_then(|w| Mono::from_wire(w))
-                            .unwrap_or(requested);
+                        let requested = match kind {
+                            ClientKind::LockCommand => None,
+                            _ => words.get(4).and_then(|w| Mono::from_wire(w)),
+                        }
+                        .unwrap_or(requested);
+                        let fence = match kind {
+                            ClientKind::LockCommand => words.get(3),
+                            _ => words.get(5),
+                        }
+                        .and_then(|w| w.parse().ok());
                         outcome = Some(Outcome::Granted);
                         ctx.record(kind, Outcome::Granted);
                         let id = ctx.checker.enter(
@@ -770,11 +825,20 @@ pub async fn process_client(
                                 requested,
                                 granted: at,
                                 validity_ms,
+                                fence,
                             },
                             at,
                         );
                         ctx.processes.entered(pid, id, token);
                         section = Some(id);
+                    }
+                    Some("write") => {
+                        if let (Some(id), Some(word), Some(number)) =
+                            (section, words.get(2), words.get(3))
+                        {
+                            let outcome = store::outcome_from_wire(word, number);
+                            ctx.checker.wrote(id, StoreWrite { at, outcome });
+                        }
                     }
                     Some("renewed") => {
                         if let (Some(id), Some(v)) =
@@ -861,8 +925,10 @@ pub async fn process_client(
 /// `faults hold-client`: one hold, reported on stdout as lines of
 /// `<event> <mono_ns> ...`, for [`process_client`].
 ///
-/// Lines: `acquired <t> <token> <validity_ms> <requested_t>`,
-/// `renewed <t> <validity_ms>`, `lost <t> <reason>`,
+/// Lines: `acquired <t> <token> <validity_ms> <requested_t> <fence|->`,
+/// `write <t> accepted <seq>|refused <highest>|failed -` (with a store
+/// and a fence, right after `acquired`), `renewed <t> <validity_ms>`,
+/// `lost <t> <reason>`,
 /// `exit <t> done|broken|<lost reason>`, `refused <t> <code>`,
 /// `unreachable <t>`, `noanswer <t>`. `exit` is printed before the
 /// connection closes, so it precedes the release.
@@ -873,6 +939,7 @@ pub async fn run_hold_client(
     wait_ms: u64,
     hold_ms: u64,
     owner: String,
+    store: Option<String>,
 ) {
     use std::io::Write;
     let say = |line: String| {
@@ -886,20 +953,38 @@ pub async fn run_hold_client(
         wait_ms: Some(wait_ms),
         owner: Some(owner),
         max_hold_ms: None,
+        fence: true,
         ..Default::default()
+    };
+    let store = match store {
+        Some(url) => StoreClient::connect(&url).await.ok(),
+        None => None,
     };
     let requested = Mono::now();
     match client.hold(&resource, &request).await {
         Ok(Answer::Ok(mut stream)) => match stream.next().await {
             HoldNext::Event(HoldEvent::Acquired {
-                token, validity_ms, ..
+                token,
+                validity_ms,
+                fence,
+                ..
             }) => {
                 let granted = Mono::now();
                 say(format!(
-                    "acquired {} {token} {validity_ms} {}",
+                    "acquired {} {token} {validity_ms} {} {}",
                     granted.to_wire(),
-                    requested.to_wire()
+                    requested.to_wire(),
+                    fence.map_or("-".to_string(), |f| f.to_string())
                 ));
+                if let (Some(store), Some(fence)) = (&store, fence) {
+                    let data = format!("{resource} by {}", &token[..token.len().min(8)]);
+                    let outcome = store.write(&resource, fence, &data).await;
+                    say(format!(
+                        "write {} {}",
+                        Mono::now().to_wire(),
+                        store::outcome_to_wire(&outcome)
+                    ));
+                }
                 let end = granted.plus_ms(hold_ms);
                 let why = loop {
                     tokio::select! {
@@ -936,10 +1021,12 @@ extern "C" fn on_sigterm(_: libc::c_int) {
     TERMINATED.store(true, Ordering::SeqCst);
 }
 
-/// `faults cs-child --ms N`: the command `redlock-agent lock` runs. Prints
-/// `enter <t> <token>`, works (sleeps) for `ms` or until SIGTERM (the lock
-/// was lost), prints `exit <t> done|sigterm`.
-pub fn run_cs_child(ms: u64) {
+/// `faults cs-child --ms N [--store URL --resource R]`: the command
+/// `redlock-agent lock` runs. Prints `enter <t> <token> <fence|->`; with a
+/// store and `REDLOCK_FENCE` set, writes to it once and prints `write <t>
+/// ...` as `hold-client` does; works (sleeps) for `ms` or until SIGTERM
+/// (the lock was lost), prints `exit <t> done|sigterm`.
+pub fn run_cs_child(ms: u64, store: Option<(String, String)>) {
     use std::io::Write;
     // SAFETY: the handler only stores to an atomic, which is
     // async-signal-safe.
@@ -950,10 +1037,41 @@ pub fn run_cs_child(ms: u64) {
         )
     };
     let token = std::env::var("REDLOCK_TOKEN").unwrap_or_else(|_| "?".into());
+    let fence: Option<u64> = std::env::var("REDLOCK_FENCE")
+        .ok()
+        .and_then(|f| f.parse().ok());
     let entry = Mono::now();
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "enter {} {token}", entry.to_wire());
+    let _ = writeln!(
+        out,
+        "enter {} {token} {}",
+        entry.to_wire(),
+        fence.map_or("-".to_string(), |f| f.to_string())
+    );
     let _ = out.flush();
+    if let (Some((url, resource)), Some(fence)) = (store, fence) {
+        let data = format!("{resource} by {}", &token[..token.len().min(8)]);
+        let outcome = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+            .map(|rt| {
+                rt.block_on(async {
+                    match StoreClient::connect(&url).await {
+                        Ok(store) => store.write(&resource, fence, &data).await,
+                        Err(error) => crate::checker::WriteOutcome::Failed { error },
+                    }
+                })
+            })
+            .unwrap_or_else(|error| crate::checker::WriteOutcome::Failed { error });
+        let _ = writeln!(
+            out,
+            "write {} {}",
+            Mono::now().to_wire(),
+            store::outcome_to_wire(&outcome)
+        );
+        let _ = out.flush();
+    }
     let end = entry.plus_ms(ms);
     let why = loop {
         if TERMINATED.load(Ordering::SeqCst) {

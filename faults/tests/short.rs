@@ -1,6 +1,6 @@
 //! The short mode: a nemesis run over every fault (alone, then mixed) with
 //! the checker watching, then the control runs that prove the checker can
-//! see a double grant. `tools/test.sh` runs it on its own, after the other
+//! see a double grant and fences out of order. `tools/test.sh` runs it on its own, after the other
 //! tests, so the machine is quiet:
 //!
 //! ```sh
@@ -31,7 +31,9 @@ fn faults_bin() -> PathBuf {
 /// margin after every heal; then the control runs: the same restart of a
 /// majority finds nothing with delayed restart on, and violations with it
 /// off; the same flush of a majority finds nothing with the marker check
-/// on, and violations with it off.
+/// on, and violations with it off; agents with skewed clocks mint fences in
+/// order with round 2's write-back, and out of order without it. Every
+/// run: no fence out of order, no stale write accepted by the fenced store.
 #[test]
 #[ignore = "the short mode (about two minutes); tools/test.sh runs it after the other tests"]
 fn short_mode_finds_no_violation_and_the_control_run_finds_some() {
@@ -96,4 +98,29 @@ fn the_checker_sees_a_double_grant_when_delayed_restart_is_off() {
             .any(|l| l.resource == faults::run::PLANTED),
         "the planted key without a TTL was not seen as a leak\n{report}"
     );
+}
+
+/// The fence control alone: agents whose clocks are 5 s apart, round 2's
+/// write-back of the fence turned off (the agent's test-only switch): a
+/// grant through the agent whose clock is behind mints a fence below an
+/// earlier grant's, and the checker says so.
+#[test]
+fn the_checker_sees_fences_out_of_order_when_the_write_back_is_off() {
+    let rt = runtime();
+    let options = Options::fence_control(false, 13, faults_bin());
+    let report = rt
+        .block_on(run::control(&options, 1))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    let fences = &report.findings.fences;
+    assert!(
+        fences.fenced_grants > 0,
+        "no grant carried a fence\n{report}"
+    );
+    assert!(
+        !fences.out_of_order.is_empty() || !fences.out_of_order_across.is_empty(),
+        "no fence out of order with the write-back off: the checker is blind\n{report}"
+    );
+    let verdict = run::verdicts(std::slice::from_ref(&report));
+    assert!(verdict[0].starts_with("PASS"), "{verdict:?}");
 }

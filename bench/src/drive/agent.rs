@@ -18,6 +18,8 @@ use super::{Acquired, Client};
 pub struct AgentClient {
     sender: SendRequest<Full<Bytes>>,
     owner: String,
+    /// Ask for a fencing token with every acquire.
+    fence: bool,
 }
 
 impl AgentClient {
@@ -36,7 +38,15 @@ impl AgentClient {
         Ok(AgentClient {
             sender,
             owner: format!("bench-{index}"),
+            fence: false,
         })
+    }
+
+    /// Asks for a fence with every acquire when `fence`; a grant without
+    /// one is then an error.
+    pub fn fenced(mut self, fence: bool) -> AgentClient {
+        self.fence = fence;
+        self
     }
 
     async fn post(&mut self, path: String, body: Vec<u8>) -> Result<(StatusCode, Bytes), String> {
@@ -83,7 +93,7 @@ impl Client for AgentClient {
             ttl_ms: Some(ttl_ms),
             wait_ms: Some(wait_ms),
             owner: Some(self.owner.clone()),
-            ..Default::default()
+            fence: self.fence,
         };
         // Cannot fail: a struct of numbers and a string.
         let body = serde_json::to_vec(&body).expect("serializes");
@@ -92,6 +102,9 @@ impl Client for AgentClient {
             .await
         {
             Ok((StatusCode::OK, body)) => match serde_json::from_slice::<AcquireResponse>(&body) {
+                Ok(granted) if self.fence && granted.fence.is_none() => {
+                    Acquired::Failed("acquire: asked for a fence, got none".to_string())
+                }
                 Ok(granted) => Acquired::Granted((resource.to_string(), granted.token)),
                 Err(e) => Acquired::Failed(format!("acquire: bad answer: {e}")),
             },
