@@ -1,5 +1,6 @@
 //! The leaked-key scanner: every `leak_scan.interval`, SCAN each master for
-//! keys under the prefix, read their PTTL in pipelines (rate-limited), and
+//! keys under the prefix, read each batch's values and PTTLs in one script
+//! call (`READ_KEYS`, rate-limited), and
 //! report the keys that will not go away by themselves.
 //!
 //! Kinds: `no_ttl` (PTTL -1: a deadlock), `ttl_over_max` (longer than

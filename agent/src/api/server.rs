@@ -343,7 +343,8 @@ fn show_id(id: Option<u32>) -> String {
 }
 
 /// Serves the listeners until `shutdown` resolves, then stops accepting
-/// and waits up to `grace` for in-flight requests.
+/// and waits up to `shutdown.grace` (from the config) for in-flight
+/// requests.
 pub async fn serve(
     agent: Arc<Agent>,
     socket: SocketListener,

@@ -1,0 +1,342 @@
+//! The health task's commands on one master: its identity (`INFO`), its
+//! topology, the incarnation marker, the quarantine witness and
+//! readmission. Bounded by the probe timeout, not the node timeout.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+
+use super::{
+    info_fields, scripts, ttl_ms, Detector, Identity, Node, MARKER_SUFFIX, MARKER_VALUE,
+    WITNESS_SUFFIX,
+};
+use crate::redlock::master::NodeError;
+use crate::redlock::observe::Op;
+
+impl Node {
+    /// Ends a quarantine whose time ran out: rewrites the marker first, so
+    /// every agent that sees it from now on may trust this master's keys.
+    /// Only an agent that kept the master out for the whole period does
+    /// this; every lock the master may have held before it lost its keys has
+    /// expired by then.
+    ///
+    /// # Errors
+    /// When the master does not take the write; the node stays quarantined.
+    /// The marker is written only where this agent's quarantine witness
+    /// is still on the master: it proves that nothing was lost since the
+    /// quarantine began. Without it (another loss during the quarantine,
+    /// perhaps after another agent readmitted the master and it voted
+    /// again), the quarantine starts over.
+    ///
+    /// True when the node takes part in locks again.
+    ///
+    /// # Errors
+    /// When the master does not take the write; the node stays quarantined.
+    ///
+    /// `catch_up`: the highest fencing counter read from the other masters
+    /// (see [`crate::health`]); this master's counter is raised to it in the
+    /// same step, so it never votes with a counter below a fence granted
+    /// while it was away.
+    pub(crate) async fn readmit(
+        &self,
+        conn: &MultiplexedConnection,
+        catch_up: u64,
+    ) -> Result<bool, NodeError> {
+        // Present already: another agent readmitted it first (by this same
+        // rule), or a replica has its master's (its votes fail READONLY
+        // anyway). Only the counter's catch-up to write (a replica refuses
+        // it; its votes would fail anyway).
+        let witness = self.lock().witness.clone();
+        if self.marker_present(conn).await? {
+            let fence_key = self.fence_key.as_str();
+            let raised = self
+                .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+                    scripts::RAISE_FENCE
+                        .key(fence_key)
+                        .arg(catch_up.to_string())
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                })
+                .await;
+            match raised {
+                Ok(_) | Err(NodeError::ReadOnly) => {}
+                Err(e) => return Err(e),
+            }
+            if let Some(witness) = witness {
+                let _ = self.delete_key(conn, &witness).await;
+            }
+            self.lock().readmit = false;
+            return Ok(true);
+        }
+        let Some(witness) = witness else {
+            // No witness could be written yet: keep waiting for one.
+            return Ok(false);
+        };
+        let (marker, fence_key) = (self.marker_key.as_str(), self.fence_key.as_str());
+        let written = self
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+                scripts::READMIT
+                    .key(marker)
+                    .key(&witness)
+                    .key(fence_key)
+                    .arg(MARKER_VALUE)
+                    .arg(catch_up.to_string())
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+            })
+            .await?;
+        let mut inner = self.lock();
+        if written == 1 {
+            inner.readmit = false;
+            inner.witness = None;
+            Ok(true)
+        } else {
+            drop(inner);
+            tracing::warn!(
+                node = %self.name,
+                "the master lost its keys again while quarantined: the quarantine starts over"
+            );
+            let mut inner = self.lock();
+            inner.witness = None;
+            inner.quarantine_until = Some(Instant::now() + self.quarantine);
+            inner.quarantine_len = self.quarantine;
+            inner.detector = Some(Detector::Marker);
+            drop(inner);
+            self.restart_detected(Detector::Marker);
+            Ok(false)
+        }
+    }
+
+    /// Whether the current quarantine still needs its witness written.
+    pub(crate) fn needs_witness(&self) -> bool {
+        let inner = self.lock();
+        inner.readmit && inner.witness.is_none()
+    }
+
+    /// Writes this quarantine's witness, a key with a random name under the
+    /// prefix that any later loss of the master's keys removes, and counts
+    /// the quarantine from now: readmission needs the whole period to pass
+    /// after the witness, so a loss between the start of the quarantine and
+    /// this write is waited out too. Its TTL outlasts the quarantine; should
+    /// the master stay unreachable longer, the quarantine just starts over.
+    ///
+    /// # Errors
+    /// When the master does not take the write; tried again at the next probe.
+    pub(crate) async fn write_witness(
+        &self,
+        conn: &MultiplexedConnection,
+    ) -> Result<(), NodeError> {
+        let key = format!(
+            "{}{}",
+            self.marker_key.trim_end_matches(MARKER_SUFFIX),
+            crate::redlock::token::Token::generate(None, None).as_str()
+        );
+        let key = format!("{key}{WITNESS_SUFFIX}");
+        let ttl = self.quarantine * 2 + Duration::from_secs(60);
+        let written = key.clone();
+        self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+            redis::cmd("SET")
+                .arg(&written)
+                .arg("redlock-agent quarantine witness")
+                .arg("PX")
+                .arg(ttl_ms(ttl))
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await?;
+        let mut inner = self.lock();
+        let until = Instant::now() + self.quarantine;
+        if inner.quarantine_until.is_none_or(|u| u < until) {
+            inner.quarantine_until = Some(until);
+            inner.quarantine_len = self.quarantine;
+        }
+        inner.witness = Some(key);
+        Ok(())
+    }
+
+    async fn delete_key(&self, conn: &MultiplexedConnection, key: &str) -> Result<(), NodeError> {
+        self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await
+    }
+
+    /// Counts one more probe timeout and says whether it is the second in a
+    /// row: one late answer under the agent's own load is not a dead master.
+    pub(crate) fn probe_timed_out(&self) -> bool {
+        let mut inner = self.lock();
+        inner.probe_timeouts += 1;
+        inner.probe_timeouts >= 2
+    }
+
+    pub(crate) fn restart_detected(&self, detector: Detector) {
+        self.observer.restart(detector.as_str());
+    }
+
+    pub(crate) fn set_identity(&self, identity: Option<Identity>) {
+        use std::hash::{Hash, Hasher};
+        let server_id = identity.as_ref().map(|i| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            i.run_id.hash(&mut hasher);
+            hasher.finish()
+        });
+        let mut inner = self.lock();
+        inner.identity = identity;
+        inner.server_id = server_id;
+    }
+
+    pub(crate) fn set_topology(&self, warnings: Vec<String>, persistence: Option<String>) {
+        let mut inner = self.lock();
+        inner.warnings = warnings;
+        inner.persistence = persistence;
+    }
+
+    /// True the first time it is called: the first probe that answered.
+    pub(crate) fn first_sight(&self) -> bool {
+        !std::mem::replace(&mut self.lock().seen, true)
+    }
+
+    /// `INFO server` and `INFO stats`, timed: the process identity, or
+    /// `None` when an ACL refuses INFO. Used by the health task, with a
+    /// longer bound than lock requests ([`Node::probe_timeout`]): a probe
+    /// queued behind the agent's own burst of requests is late, not failed.
+    ///
+    /// # Errors
+    /// When the master does not answer in time or the connection fails.
+    pub async fn probe_identity(
+        &self,
+        conn: &MultiplexedConnection,
+    ) -> Result<(Duration, Option<Identity>), NodeError> {
+        let start = Instant::now();
+        let reply = self
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+                redis::pipe()
+                    .cmd("INFO")
+                    .arg("server")
+                    .cmd("INFO")
+                    .arg("stats")
+                    .query_async::<(String, String)>(&mut conn)
+                    .await
+            })
+            .await;
+        let latency = start.elapsed();
+        match reply {
+            Ok((server, stats)) => {
+                let fields = info_fields(&server);
+                if let Some(major) = fields
+                    .get("redis_version")
+                    .and_then(|v| v.split('.').next())
+                    .and_then(|m| m.parse::<u32>().ok())
+                {
+                    self.lock().set_get = major >= 7;
+                }
+                let run_id = fields.get("run_id").cloned();
+                let uptime = fields.get("uptime_in_seconds").and_then(|v| v.parse().ok());
+                let evicted_keys = info_fields(&stats)
+                    .get("evicted_keys")
+                    .and_then(|v| v.parse().ok());
+                match (run_id, uptime) {
+                    (Some(run_id), Some(secs)) => Ok((
+                        latency,
+                        Some(Identity {
+                            run_id,
+                            uptime: Duration::from_secs(secs),
+                            evicted_keys,
+                        }),
+                    )),
+                    _ => Ok((latency, None)),
+                }
+            }
+            Err(NodeError::NoPerm(_)) => Ok((latency, None)),
+            Err(NodeError::Timeout(_)) => Err(NodeError::Timeout(self.probe_timeout())),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The bound on a health probe: the connect timeout (ten node timeouts,
+    /// 200ms to 2s).
+    pub fn probe_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// A handle on `conn` whose requests are bounded by the probe timeout.
+    fn probe_conn(&self, conn: &MultiplexedConnection) -> MultiplexedConnection {
+        let mut conn = conn.clone();
+        conn.set_response_timeout(self.probe_timeout());
+        conn
+    }
+
+    /// The whole `INFO` as key/value pairs, for topology checks. `None` when
+    /// an ACL refuses it.
+    ///
+    /// # Errors
+    /// When the master does not answer in time or the connection fails.
+    pub async fn info(
+        &self,
+        conn: &MultiplexedConnection,
+    ) -> Result<Option<HashMap<String, String>>, NodeError> {
+        match self
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+                redis::cmd("INFO").query_async::<String>(&mut conn).await
+            })
+            .await
+        {
+            Ok(text) => Ok(Some(info_fields(&text))),
+            Err(NodeError::NoPerm(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `CONFIG GET` of one parameter; `None` when refused or unknown.
+    pub async fn config_get(&self, conn: &MultiplexedConnection, name: &str) -> Option<String> {
+        let reply = self
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg(name)
+                    .query_async::<Vec<String>>(&mut conn)
+                    .await
+            })
+            .await
+            .ok()?;
+        reply.into_iter().nth(1)
+    }
+
+    /// Whether the incarnation marker is there. Read-only: a probe never
+    /// writes the marker, only [`Node::readmit`] does (and the first sight
+    /// of masters this process started empty).
+    ///
+    /// # Errors
+    /// When the master does not answer in time or refuses the read.
+    pub async fn marker_present(&self, conn: &MultiplexedConnection) -> Result<bool, NodeError> {
+        let key = self.marker_key.as_str();
+        self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+            redis::cmd("EXISTS")
+                .arg(key)
+                .query_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(|n| n == 1)
+    }
+
+    /// Writes the incarnation marker. No TTL: it must outlive every lock.
+    ///
+    /// # Errors
+    /// When the master does not answer in time or refuses the write.
+    pub(crate) async fn write_marker(&self, conn: &MultiplexedConnection) -> Result<(), NodeError> {
+        let key = self.marker_key.as_str();
+        self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(MARKER_VALUE)
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await
+    }
+}

@@ -1,0 +1,234 @@
+//! The operators' and the scanner's commands: `SCAN` and reads of many
+//! keys at once on a reader connection apart from the lock path, and the
+//! scanner's guarded repair.
+
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisError};
+
+use super::{classify, scripts, ttl_ms, Node};
+use crate::redlock::master::NodeError;
+use crate::redlock::observe::Op;
+
+impl Node {
+    /// One `SCAN cursor MATCH pattern COUNT count`, then the value and
+    /// PTTL of every key it returned, in one script call.
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or fails.
+    pub async fn scan_keys(
+        &self,
+        cursor: u64,
+        pattern: &str,
+        count: u64,
+    ) -> Result<(u64, Vec<KeyState>), NodeError> {
+        let (next, keys): (u64, Vec<String>) = self
+            .request(Op::Scan, |mut conn| async move {
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(count)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        if keys.is_empty() {
+            return Ok((next, Vec::new()));
+        }
+        let script_keys = keys.clone();
+        let reply: Vec<redis::Value> = self
+            .request(Op::Scan, |mut conn| async move {
+                let mut invocation = scripts::READ_KEYS.prepare_invoke();
+                for key in &script_keys {
+                    invocation.key(key);
+                }
+                invocation.invoke_async(&mut conn).await
+            })
+            .await?;
+        Ok((next, key_states(keys.into_iter(), &reply)))
+    }
+
+    /// Opens a connection of its own for operator reads (listings, lock
+    /// lookups), whose response timeout is `timeout`.
+    ///
+    /// ## Behavior
+    /// - Large `SCAN` replies on it never queue ahead of votes and probes,
+    ///   which keep the node's shared connection.
+    /// - Health does not watch it: failing to open it or a timeout on it
+    ///   never changes the node's state. A node without its shared
+    ///   connection (`down`) is not tried at all.
+    ///
+    /// # Errors
+    /// When the node is down, or the master cannot be reached in time.
+    pub async fn open_reader(&self, timeout: Duration) -> Result<MultiplexedConnection, NodeError> {
+        if self.connection().is_none() {
+            return Err(NodeError::NotConnected);
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(timeout));
+        let attempt = async {
+            let mut conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            scripts::READ_KEYS
+                .prepare_invoke()
+                .load_async(&mut conn)
+                .await?;
+            Ok::<_, RedisError>(conn)
+        };
+        match tokio::time::timeout(self.connect_timeout, attempt).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(classify(&e)),
+            Err(_) => Err(NodeError::Timeout(self.connect_timeout)),
+        }
+    }
+
+    /// Runs one operator read on a reader connection (see
+    /// [`Node::open_reader`]); a slow answer comes back as an error, never
+    /// as "no keys".
+    async fn read_request<T, F, Fut>(
+        &self,
+        conn: &MultiplexedConnection,
+        op: F,
+    ) -> Result<T, NodeError>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let started = Instant::now();
+        let result = op(conn.clone()).await;
+        self.observer.request(Op::Scan, started.elapsed());
+        result.map_err(|e| classify(&e))
+    }
+
+    /// One `SCAN cursor MATCH pattern COUNT count`: the next cursor and the
+    /// key names, nothing else (the operator listing reads values only for
+    /// the page it answers).
+    ///
+    /// # Errors
+    /// When the master does not answer in time on `conn`, or fails.
+    pub async fn scan_names(
+        &self,
+        conn: &MultiplexedConnection,
+        cursor: u64,
+        pattern: &str,
+        count: u64,
+    ) -> Result<(u64, Vec<String>), NodeError> {
+        self.read_request(conn, |mut conn| async move {
+            redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(count)
+                .query_async(&mut conn)
+                .await
+        })
+        .await
+    }
+
+    /// The value and PTTL of every key in `keys`, in one script call (one
+    /// round trip). Keys that are gone answer `pttl: -2`.
+    ///
+    /// # Errors
+    /// When the master does not answer in time on `conn`, or fails.
+    pub async fn read_keys(
+        &self,
+        conn: &MultiplexedConnection,
+        keys: &[String],
+    ) -> Result<Vec<KeyState>, NodeError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let reply: Vec<redis::Value> = self
+            .read_request(conn, |mut conn| async move {
+                let mut invocation = scripts::READ_KEYS.prepare_invoke();
+                for key in keys {
+                    invocation.key(key);
+                }
+                invocation.invoke_async(&mut conn).await
+            })
+            .await?;
+        Ok(key_states(keys.iter().cloned(), &reply))
+    }
+
+    /// `DEL key`, for an operator's force release. `Ok(true)` when a key
+    /// was deleted.
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or fails.
+    pub async fn delete(&self, key: &str) -> Result<bool, NodeError> {
+        self.request(Op::Release, |mut conn| async move {
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(|n| n == 1)
+    }
+
+    /// `PEXPIRE key ms` on a key that has no TTL and still holds `value`
+    /// (the scanner's repair, which reads the value first); `Ok(true)` when
+    /// a TTL was set.
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or fails.
+    pub async fn expire_if_unchanged(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<bool, NodeError> {
+        // One script: the value and the missing TTL are checked where the
+        // TTL is set, so nothing written since the scan is touched.
+        self.request(Op::Scan, |mut conn| async move {
+            scripts::EXPIRE_IF_UNCHANGED
+                .key(key)
+                .arg(value)
+                .arg(ttl_ms(ttl))
+                .invoke_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(|n| n == 1)
+    }
+}
+
+/// One key as a scan saw it on one master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyState {
+    pub key: String,
+    /// `None` when the key is gone or is not a string.
+    pub value: Option<String>,
+    /// Milliseconds left; -1 without TTL, -2 when the key is gone.
+    pub pttl: i64,
+}
+
+/// Pairs key names with `READ_KEYS`'s flat `value, pttl, value, pttl, …`
+/// reply; a key without its pair reads as gone.
+fn key_states(keys: impl Iterator<Item = String>, reply: &[redis::Value]) -> Vec<KeyState> {
+    let mut pairs = reply.chunks(2);
+    keys.map(|key| {
+        let pair = pairs.next().unwrap_or(&[]);
+        KeyState {
+            key,
+            value: match pair.first() {
+                Some(redis::Value::BulkString(bytes)) => {
+                    Some(String::from_utf8_lossy(bytes).into_owned())
+                }
+                _ => None,
+            },
+            pttl: match pair.get(1) {
+                Some(redis::Value::Int(n)) => *n,
+                _ => -2,
+            },
+        }
+    })
+    .collect()
+}
