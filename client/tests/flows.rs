@@ -6,7 +6,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use redlock_agent::dev::RedisServer;
+use redlock_testkit::RedisServer;
 use redlock_agent::{Bound, Config};
 use redlock_client::wire::HoldEvent;
 use redlock_client::{AcquireOptions, Client, Error, ErrorCode, HoldOptions, LostReason};
