@@ -15,6 +15,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a fresh `redis-server` may take to answer PING.
@@ -52,6 +53,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// Stopped by [`RedisServer::freeze`] and not thawed since.
+    frozen: AtomicBool,
     tls_port: Option<u16>,
     args: Vec<String>,
 }
@@ -107,6 +110,7 @@ impl RedisServer {
                 port: free_port()?,
                 dir: dir.clone(),
                 child: None,
+                frozen: AtomicBool::new(false),
                 tls_port,
                 args: options.to_args(tls_port),
             };
@@ -232,6 +236,7 @@ impl RedisServer {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.frozen.store(false, Ordering::Relaxed);
     }
 
     /// SIGSTOP: the process keeps its sockets but answers nothing.
@@ -239,7 +244,15 @@ impl RedisServer {
     /// # Errors
     /// When the process is gone.
     pub fn freeze(&self) -> io::Result<()> {
-        signal(self.pid().ok_or_else(not_running)?, libc::SIGSTOP)
+        signal(self.pid().ok_or_else(not_running)?, libc::SIGSTOP)?;
+        self.frozen.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Frozen by [`RedisServer::freeze`] and not thawed, killed or
+    /// restarted since.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::Relaxed)
     }
 
     /// SIGCONT after [`RedisServer::freeze`].
@@ -247,7 +260,9 @@ impl RedisServer {
     /// # Errors
     /// When the process is gone.
     pub fn thaw(&self) -> io::Result<()> {
-        signal(self.pid().ok_or_else(not_running)?, libc::SIGCONT)
+        signal(self.pid().ok_or_else(not_running)?, libc::SIGCONT)?;
+        self.frozen.store(false, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Starts the master again on the same port, empty (no persistence),
@@ -453,7 +468,11 @@ mod tests {
         let mut line = String::new();
         BufReader::new(stream).read_line(&mut line).unwrap();
         assert_eq!(line, "+OK\r\n", "the ACL user exists");
+        server.freeze().unwrap();
+        assert!(server.is_frozen());
+        assert!(server.ping().is_err(), "frozen, yet it answers");
         server.restart().unwrap();
+        assert!(!server.is_frozen());
         assert_eq!(server.port(), port);
         assert!(server.ping().is_ok());
         server.kill();
