@@ -6,10 +6,10 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use redlock_testkit::RedisServer;
 use redlock_agent::{Bound, Config};
 use redlock_client::wire::HoldEvent;
 use redlock_client::{AcquireOptions, Client, Error, ErrorCode, HoldOptions, LostReason};
+use redlock_testkit::RedisServer;
 use tokio::sync::oneshot;
 
 const DEADLINE: Duration = Duration::from_secs(15);
