@@ -403,7 +403,7 @@ async fn tls_masters_with_a_private_ca() {
     let mut masters = Vec::new();
     let mut tls_ports = Vec::new();
     for i in 1..=3 {
-        let port = redlock_agent::dev::free_port().unwrap().to_string();
+        let port = redlock_testkit::free_port().unwrap().to_string();
         let args = [
             "--tls-port",
             &port,
@@ -416,8 +416,7 @@ async fn tls_masters_with_a_private_ca() {
             "--tls-ca-cert-file",
             &d.join("ca.pem").display().to_string(),
         ];
-        masters
-            .push(redlock_agent::dev::RedisServer::start_with(d, &format!("t{i}"), &args).unwrap());
+        masters.push(redlock_testkit::RedisServer::start_with(d, &format!("t{i}"), &args).unwrap());
         tls_ports.push(port);
     }
     let ca = d.join("ca.pem").display().to_string();

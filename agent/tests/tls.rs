@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{wait_for, TestAgent};
 use hyper::StatusCode;
-use redlock_agent::dev::{free_port, RedisServer};
+use redlock_testkit::{free_port, RedisServer};
 use serde_json::json;
 
 fn openssl(dir: &Path, args: &[&str]) {

@@ -458,8 +458,8 @@ impl Client {
     /// ```
     ///
     /// # Errors
-    /// As [`Client::acquire`]; [`Error::Protocol`] when the stream does not
-    /// start with `acquired`.
+    /// As [`Client::acquire`]; [`Error::Protocol`] when the answer is not an
+    /// NDJSON stream that starts with `acquired`.
     pub async fn hold(&self, resource: &str, options: &HoldOptions) -> Result<Hold, Error> {
         let body = HoldRequest {
             ttl_ms: options.ttl.map(millis),
@@ -486,6 +486,12 @@ impl Client {
             if status != StatusCode::OK {
                 let bytes = transport::read_body(response.into_body()).await?;
                 return Err(transport::error_answer(status, &bytes));
+            }
+            let content_type = response.headers().get(hyper::header::CONTENT_TYPE);
+            if content_type.is_none_or(|v| v != "application/x-ndjson") {
+                return Err(Error::Protocol(format!(
+                    "a hold answers application/x-ndjson, got {content_type:?}"
+                )));
             }
             let mut lines = hold::Lines::new(response.into_body());
             match lines.next().await? {
