@@ -29,8 +29,10 @@
 //!   and peer credentials with who may connect ([`api::peer`]); the wire
 //!   types are in the `redlock-wire` crate.
 //! - [`agent`]: the shared state and `run`, which wires the rest together.
-//! - [`dev`]: local `redis-server` children for `redlock-agent dev` and tests.
-//! - [`lock_command`]: `redlock-agent lock -- cmd`, a client of the socket.
+//! - [`dev`]: the local cluster of `redlock-agent dev`: masters from
+//!   `redlock-testkit` and the config over them.
+//! - [`lock_command`]: `redlock-agent lock -- cmd`, a `redlock-client` of
+//!   the socket.
 //! - [`shutdown`]: signals that start a drain.
 //!
 //! Data flows one way: socket → routes → redlock → nodes → Redis, and back.

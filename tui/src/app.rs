@@ -128,6 +128,9 @@ pub struct Flash {
 }
 
 /// One step of the model.
+// An action lives for one update and is moved once or twice: boxing the
+// client's events would cost an allocation each for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// A key from the terminal, looked up in the key table.
