@@ -10,6 +10,8 @@
 //! them, and send what no client sends (unknown fields, bad JSON, odd paths).
 #![allow(dead_code)] // each test binary uses a different part of it
 
+pub mod tls;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
