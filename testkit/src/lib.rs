@@ -1,5 +1,5 @@
-//! redlock-testkit: real `redis-server` masters on free loopback ports, the
-//! one starter behind `redlock-agent dev`, the agent's integration tests,
+//! redlock-testkit: real `redis-server` masters on free loopback ports (and
+//! a fault-injecting proxy in front of one), the one starter behind `redlock-agent dev`, the agent's integration tests,
 //! the client's tests, the fault suite and the benchmark.
 //!
 //! Nothing here knows the agent: it starts and stops Redis processes and
@@ -10,8 +10,12 @@
 //! - [`server`]: [`RedisServer`], one `redis-server` child process, and
 //!   [`Options`], what it runs with (persistence, TLS, replication, memory
 //!   limit, ACL users, any other argument).
+//! - [`proxy`]: [`proxy::Link`], a TCP proxy in front of one master that
+//!   adds latency, cuts or blackholes the connections on demand (the fault
+//!   suite's links between agents and masters).
 //! - [`switches`]: the names of the agent's test-only environment switches.
 
+pub mod proxy;
 pub mod server;
 pub mod switches;
 
