@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 /// control run can show the fault suite's checker finding the double grant
 /// it prevents. An environment variable, not a config key: no deployment
 /// should be able to turn it off by accident.
-pub const MARKER_SWITCH: &str = "REDLOCK_TEST_NO_MARKER_CHECK";
+pub use redlock_testkit::switches::NO_MARKER_CHECK as MARKER_SWITCH;
 
 fn marker_check_disabled() -> bool {
     std::env::var_os(MARKER_SWITCH).is_some_and(|v| v == "1")

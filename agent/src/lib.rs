@@ -32,8 +32,10 @@
 //!   ([`api::peer`]); the wire types are in the `redlock-wire` crate.
 //! - [`agent`]: the state shared by every request and its background tasks.
 //! - [`daemon`]: binds the listeners, starts the tasks, serves, drains.
-//! - [`dev`]: local `redis-server` children for `redlock-agent dev` and tests.
-//! - [`lock_command`]: `redlock-agent lock -- cmd`, a client of the socket.
+//! - [`dev`]: the local cluster of `redlock-agent dev`: masters from
+//!   `redlock-testkit` and the config over them.
+//! - [`lock_command`]: `redlock-agent lock -- cmd`, a `redlock-client` of
+//!   the socket.
 //! - [`shutdown`]: signals that start a drain.
 //!
 //! Imports point one way, with no loops: `daemon` → `api` → `agent` →

@@ -1,25 +1,24 @@
 //! `redlock-agent lock RESOURCE -- COMMAND...`: runs a command while holding
 //! a lock, for shell scripts and cron jobs.
 //!
-//! It takes a hold on the agent's socket, runs the command with
-//! `REDLOCK_RESOURCE`, `REDLOCK_TOKEN` and `REDLOCK_VALID_UNTIL_MS` (Unix
-//! time in ms) in its environment, and closes the hold when the command
-//! exits, which releases the lock. If the agent says the lock is lost (or
+//! It takes a hold on the agent's socket through `redlock-client`, runs the
+//! command with `REDLOCK_RESOURCE`, `REDLOCK_TOKEN` and
+//! `REDLOCK_VALID_UNTIL_MS` (Unix time in ms) in its environment, plus
+//! `REDLOCK_FENCE` when asked for a fencing token (`--fence`) and the agent
+//! gave one, and closes the hold when the command exits, which releases the
+//! lock. If the agent says the lock is lost (or
 //! the agent goes away, or no renewal arrives in time, as when the agent is
 //! frozen), the command gets SIGTERM at once and SIGKILL after
-//! `--kill-after`, but never later than the end of the last validity. The command also gets SIGKILL if this process dies
-//! (PR_SET_PDEATHSIG), so it never runs on without the lock.
+//! `--kill-after`, but never later than the end of the last validity. The
+//! command also gets SIGKILL if this process dies (PR_SET_PDEATHSIG), so it
+//! never runs on without the lock.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{Request, StatusCode};
-use hyper_util::rt::TokioIo;
-use redlock_wire::{ErrorResponse, HoldEvent, HoldRequest};
-use tokio::net::UnixStream;
+use redlock_client::{Client, Error, HoldOptions};
+use redlock_wire::HoldEvent;
 use tokio::process::Command;
 
 /// Exit statuses of `lock` itself (otherwise it exits with the command's).
@@ -46,8 +45,15 @@ pub struct LockCommand {
     pub owner: Option<String>,
     pub max_hold: Option<Duration>,
     pub kill_after: Duration,
+    /// Ask for a fencing token and pass it on as `REDLOCK_FENCE`.
+    pub fence: bool,
     pub command: Vec<String>,
 }
+
+/// How long the agent may take to answer beyond the wait asked for: long,
+/// since `lock` has nothing better to do than wait, but bounded, so a frozen
+/// agent is reported as unreachable instead of hanging a cron job.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why `lock` stopped before or instead of the command's own exit.
 #[derive(Debug, thiserror::Error)]
@@ -92,19 +98,31 @@ pub fn shell_code(status: ExitStatus) -> u8 {
     }
 }
 
-async fn connect(
-    socket: &Path,
-) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, LockError> {
-    let unreachable =
-        |e: &dyn std::fmt::Display| LockError::Unreachable(socket.to_path_buf(), e.to_string());
-    let stream = UnixStream::connect(socket)
-        .await
-        .map_err(|e| unreachable(&e))?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| unreachable(&e))?;
-    tokio::spawn(connection);
-    Ok(sender)
+/// The error `lock` reports for a hold the agent did not grant.
+fn refused(cmd: &LockCommand, error: Error) -> LockError {
+    match error {
+        Error::Taken { .. } | Error::Api { status: 409, .. } => LockError::NotAcquired {
+            resource: cmd.resource.clone(),
+        },
+        Error::NoQuorum { message }
+        | Error::Api {
+            status: 503,
+            message,
+            ..
+        } => LockError::NoQuorum(message),
+        Error::Connect { source, .. } => {
+            LockError::Unreachable(cmd.socket.clone(), source.to_string())
+        }
+        Error::Connection(_) | Error::Timeout(_) => {
+            LockError::Unreachable(cmd.socket.clone(), error.to_string())
+        }
+        Error::Protocol(_) => LockError::Lost {
+            resource: cmd.resource.clone(),
+            reason: "the agent ended the hold before it began".into(),
+        },
+        Error::Lost { message } | Error::Api { message, .. } => LockError::Refused(message),
+        other => LockError::Refused(other.to_string()),
+    }
 }
 
 /// Takes the hold, runs the command, and returns its exit code.
@@ -112,60 +130,25 @@ async fn connect(
 /// # Errors
 /// When the lock is not acquired, is lost, or the command cannot start.
 pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
-    let mut sender = connect(&cmd.socket).await?;
-    let body = HoldRequest {
-        ttl_ms: cmd.ttl.map(ms),
-        wait_ms: Some(ms(cmd.wait)),
-        owner: cmd.owner.clone(),
-        max_hold_ms: cmd.max_hold.map(ms),
-        ..HoldRequest::default()
-    };
-    let path: String =
-        percent_encoding::utf8_percent_encode(&cmd.resource, percent_encoding::NON_ALPHANUMERIC)
-            .collect();
-    // Cannot fail: a fixed method, a percent-encoded path and a JSON body.
-    let request = Request::post(format!("http://localhost/v1/locks/{path}/hold"))
-        .header("host", "localhost")
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(
-            serde_json::to_vec(&body).expect("serializable"),
-        )))
-        .expect("valid request");
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| LockError::Unreachable(cmd.socket.clone(), e.to_string()))?;
-    let status = response.status();
-    let mut body = response.into_body();
-    if status != StatusCode::OK {
-        let bytes = body
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let message = serde_json::from_slice::<ErrorResponse>(&bytes)
-            .map(|e| e.error.message)
-            .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
-        return Err(match status {
-            StatusCode::CONFLICT => LockError::NotAcquired {
-                resource: cmd.resource.clone(),
-            },
-            StatusCode::SERVICE_UNAVAILABLE => LockError::NoQuorum(message),
-            _ => LockError::Refused(message),
-        });
+    let client = Client::new(&cmd.socket).with_timeout(ANSWER_TIMEOUT);
+    let mut options = HoldOptions::new().wait(cmd.wait);
+    if let Some(ttl) = cmd.ttl {
+        options = options.ttl(ttl);
     }
-
-    let mut lines = Lines::default();
-    let first = lines.next(&mut body).await;
-    let Some(HoldEvent::Acquired {
-        token, validity_ms, ..
-    }) = first
-    else {
-        return Err(LockError::Lost {
-            resource: cmd.resource.clone(),
-            reason: "the agent ended the hold before it began".into(),
-        });
-    };
+    if let Some(owner) = &cmd.owner {
+        options = options.owner(owner.clone());
+    }
+    if let Some(max_hold) = cmd.max_hold {
+        options = options.max_hold(max_hold);
+    }
+    if cmd.fence {
+        options = options.fence();
+    }
+    let mut hold = client
+        .hold(&cmd.resource, &options)
+        .await
+        .map_err(|e| refused(&cmd, e))?;
+    let validity_ms = ms(hold.validity());
     let valid_until = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, ms)
@@ -181,8 +164,11 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
     command
         .args(args)
         .env("REDLOCK_RESOURCE", &cmd.resource)
-        .env("REDLOCK_TOKEN", &token)
+        .env("REDLOCK_TOKEN", hold.token())
         .env("REDLOCK_VALID_UNTIL_MS", valid_until.to_string());
+    if let Some(fence) = hold.fence() {
+        command.env("REDLOCK_FENCE", fence.to_string());
+    }
     // SAFETY: prctl is async-signal-safe; it only sets a flag of the child.
     unsafe {
         command.pre_exec(|| {
@@ -208,14 +194,17 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
         let term_at = valid_until - cmd.kill_after.min(valid_for / 3);
         tokio::select! {
             status = child.wait() => break Ok(status),
-            event = lines.next(&mut body) => match event {
-                Some(HoldEvent::Renewed { validity_ms }) => {
+            // Cancel-safe: a partial line stays buffered in the hold.
+            event = hold.next_event() => match event {
+                Ok(Some(HoldEvent::Renewed { validity_ms })) => {
                     valid_for = Duration::from_millis(validity_ms);
                     valid_until = tokio::time::Instant::now() + valid_for;
                 }
-                Some(HoldEvent::Acquired { .. }) => {}
-                Some(HoldEvent::Lost { reason }) => break Err(reason),
-                None => break Err("the agent closed the hold".to_string()),
+                Ok(Some(HoldEvent::Acquired { .. })) => {}
+                Ok(Some(HoldEvent::Lost { reason })) => break Err(reason),
+                // The stream ended, failed, or sent something that is
+                // not an event: the lock cannot be trusted past it.
+                Ok(None) | Err(_) => break Err("the agent closed the hold".to_string()),
             },
             () = tokio::time::sleep_until(term_at) => {
                 break Err("no renewal arrived before the validity ran out".to_string());
@@ -225,8 +214,7 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
     let reason = match ended {
         Ok(status) => {
             // Closing the connection ends the hold: the agent releases.
-            drop(body);
-            drop(sender);
+            hold.close();
             let status = status.map_err(|e| LockError::CannotRun {
                 command: program.clone(),
                 error: e.to_string(),
@@ -253,27 +241,4 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
         resource: cmd.resource,
         reason,
     })
-}
-
-/// Splits a hold's body into NDJSON events.
-#[derive(Default)]
-struct Lines {
-    buffer: Vec<u8>,
-}
-
-impl Lines {
-    /// The next event; `None` when the stream ended, failed, or sent
-    /// something that is not an event.
-    async fn next(&mut self, body: &mut hyper::body::Incoming) -> Option<HoldEvent> {
-        loop {
-            if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = self.buffer.drain(..=end).collect();
-                return serde_json::from_slice(&line).ok();
-            }
-            let frame = body.frame().await?.ok()?;
-            if let Ok(data) = frame.into_data() {
-                self.buffer.extend_from_slice(&data);
-            }
-        }
-    }
 }

@@ -89,6 +89,11 @@ enum Cmd {
         /// After SIGTERM on a lost lock, SIGKILL the command after this long.
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         kill_after: Duration,
+        /// Ask for a fencing token: the command gets it as REDLOCK_FENCE
+        /// (a number larger than every earlier grant's) to send with its
+        /// writes, so storage can refuse a writer whose lock has passed on.
+        #[arg(long)]
+        fence: bool,
         /// The resource to lock.
         resource: String,
         /// The command and its arguments, after `--`.
@@ -118,6 +123,7 @@ fn main() -> ExitCode {
             owner,
             max_hold,
             kill_after,
+            fence,
             resource,
             command,
         }) => lock(LockCommand {
@@ -128,6 +134,7 @@ fn main() -> ExitCode {
             owner,
             max_hold,
             kill_after,
+            fence,
             command,
         }),
         Some(Cmd::Check { config, offline }) => check(

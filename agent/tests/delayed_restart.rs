@@ -6,21 +6,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{wait_for, Cluster, TestAgent};
+use common::{node, wait_for, Cluster, TestAgent, SHORT, SHORT_QUARANTINE};
 use hyper::StatusCode;
+use redlock_testkit::{Options, RedisServer};
 use serde_json::{json, Value};
-
-/// Short TTLs so a quarantine (max_ttl + extra = 2.5s) passes quickly.
-const SHORT: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 100ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\n";
-
-fn node<'a>(nodes: &'a Value, name: &str) -> &'a Value {
-    nodes["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["name"] == name)
-        .unwrap_or_else(|| panic!("no node {name} in {nodes}"))
-}
 
 /// Steps 1-2 of the scenario: r4 and r5 down, A holds `res` on r1..r3,
 /// then r1 restarts empty and r4, r5 come back empty. Returns A's
@@ -94,11 +83,7 @@ async fn without_delayed_restart_a_restarted_majority_grants_twice() {
 #[tokio::test]
 async fn delayed_restart_keeps_restarted_masters_out_until_old_locks_expire() {
     let mut cluster = Cluster::start(5);
-    let agent = TestAgent::start(
-        &cluster,
-        &format!("{SHORT}delayed_restart:\n  extra: 500ms\n"),
-    )
-    .await;
+    let agent = TestAgent::start(&cluster, SHORT_QUARANTINE).await;
     let a_valid_until = lock_then_restart_a_majority(&mut cluster, &agent, 2000).await;
 
     // Until A's lock is surely gone, every B attempt is refused.
@@ -302,20 +287,19 @@ async fn marker_detector_works_where_info_is_refused() {
 #[tokio::test]
 async fn topology_warnings_for_replicas_shared_servers_and_eviction() {
     let cluster = Cluster::start(1);
-    let primary = cluster.masters[0].port().to_string();
-    let replica = redlock_agent::dev::RedisServer::start_with(
+    let replica = RedisServer::start_opts(
         cluster.dir.path(),
         "replica",
-        &["--replicaof", "127.0.0.1", &primary],
+        &Options::new().replica_of(cluster.masters[0].port()),
     )
     .unwrap();
-    let evicting = redlock_agent::dev::RedisServer::start_with(
+    let evicting = RedisServer::start_with(
         cluster.dir.path(),
         "evicting",
         &["--maxmemory-policy", "allkeys-lru"],
     )
     .unwrap();
-    let twice = redlock_agent::dev::RedisServer::start_with(
+    let twice = RedisServer::start_with(
         cluster.dir.path(),
         "twice",
         &["--bind", "127.0.0.1", "127.0.0.2"],

@@ -342,85 +342,12 @@ async fn nodes_report_states_and_a_fixed_quorum() {
 async fn tls_masters_with_a_private_ca() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(d)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ]);
-    std::fs::write(d.join("ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        "ext",
-        "-out",
-        "server.pem",
-    ]);
-
-    let mut masters = Vec::new();
-    let mut tls_ports = Vec::new();
-    for i in 1..=3 {
-        let port = redlock_agent::dev::free_port().unwrap().to_string();
-        let args = [
-            "--tls-port",
-            &port,
-            "--tls-auth-clients",
-            "no",
-            "--tls-cert-file",
-            &d.join("server.pem").display().to_string(),
-            "--tls-key-file",
-            &d.join("server.key").display().to_string(),
-            "--tls-ca-cert-file",
-            &d.join("ca.pem").display().to_string(),
-        ];
-        masters
-            .push(redlock_agent::dev::RedisServer::start_with(d, &format!("t{i}"), &args).unwrap());
-        tls_ports.push(port);
-    }
-    let ca = d.join("ca.pem").display().to_string();
+    let certs = common::tls::certs_dir(d);
+    let masters: Vec<_> = (1..=3)
+        .map(|i| common::tls::master(d, &format!("t{i}"), &certs, false))
+        .collect();
+    let tls_ports: Vec<u16> = masters.iter().map(|m| m.tls_port().unwrap()).collect();
+    let ca = certs.join("ca.crt").display().to_string();
     let agent = TestAgent::start_with(|socket| {
         let mut yaml = format!(
             "socket:\n  path: {:?}\nmetrics:\n  listen: \"127.0.0.1:0\"\nmasters:\n",

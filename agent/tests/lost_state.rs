@@ -9,23 +9,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{wait_for, Cluster, TestAgent};
+// Short TTLs so a quarantine (max_ttl + extra = 2.5s) passes quickly.
+use common::SHORT_QUARANTINE as SHORT;
+use common::{node, wait_for, Cluster, TestAgent};
 use hyper::StatusCode;
-use serde_json::{json, Value};
-
-/// Short TTLs so a quarantine (max_ttl + extra = 2.5s) passes quickly.
-const SHORT: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 100ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 500ms\n";
+use redlock_testkit::{Options, RedisServer};
+use serde_json::json;
 
 const MARKER: &str = "redlock: incarnation";
-
-fn node<'a>(nodes: &'a Value, name: &str) -> &'a Value {
-    nodes["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["name"] == name)
-        .unwrap_or_else(|| panic!("no node {name} in {nodes}"))
-}
 
 async fn flush(cluster: &Cluster, i: usize, command: &str) {
     let mut conn = cluster.redis(i).await;
@@ -261,10 +252,10 @@ async fn thousands_of_waiters_are_not_turned_into_no_quorum() {
 #[tokio::test]
 async fn a_master_that_evicts_keys_is_quarantined() {
     let cluster = Cluster::start(2);
-    let evicting = redlock_agent::dev::RedisServer::start_with(
+    let evicting = RedisServer::start_opts(
         cluster.dir.path(),
         "evicting",
-        &["--maxmemory", "4mb", "--maxmemory-policy", "volatile-lru"],
+        &Options::new().maxmemory("4mb", "volatile-lru"),
     )
     .unwrap();
     let agent = TestAgent::start_with(|socket| {

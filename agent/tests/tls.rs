@@ -7,98 +7,17 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use common::{wait_for, TestAgent};
 use hyper::StatusCode;
-use redlock_agent::dev::{free_port, RedisServer};
+use redlock_testkit::RedisServer;
 use serde_json::json;
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl is needed for this test (apt-get install -y openssl)");
-    assert!(
-        output.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// A CA named `name`: `name.crt`, `name.key`.
-fn ca(dir: &Path, name: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            &format!("/CN={name}"),
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.crt"),
-        ],
-    );
-}
-
-/// A certificate `name.crt` (key `name.key`) signed by CA `ca`, with the
-/// extensions in `ext` (one `openssl x509 -extfile` line each).
-fn leaf(dir: &Path, ca: &str, name: &str, ext: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-subj",
-            &format!("/CN={name}"),
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-        ],
-    );
-    std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.crt"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-extfile",
-            &format!("{name}.ext"),
-            "-out",
-            &format!("{name}.crt"),
-        ],
-    );
-}
 
 /// Three masters, each with a plain port (for the test's own look and the
 /// harness's PING) and a TLS port that demands a client certificate.
 struct TlsCluster {
-    masters: Vec<(RedisServer, u16)>,
+    masters: Vec<RedisServer>,
     certs: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -106,38 +25,9 @@ struct TlsCluster {
 impl TlsCluster {
     fn start() -> TlsCluster {
         let dir = tempfile::tempdir().unwrap();
-        let certs = dir.path().join("certs");
-        std::fs::create_dir(&certs).unwrap();
-        ca(&certs, "ca");
-        ca(&certs, "other-ca");
-        leaf(
-            &certs,
-            "ca",
-            "server",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
-        );
-        leaf(&certs, "ca", "client", "extendedKeyUsage=clientAuth\n");
-        let path = |f: &str| certs.join(f).display().to_string();
+        let certs = common::tls::certs_dir(dir.path());
         let masters = (1..=3)
-            .map(|i| {
-                let tls_port = free_port().unwrap();
-                let args = [
-                    "--tls-port".to_string(),
-                    tls_port.to_string(),
-                    "--tls-cert-file".into(),
-                    path("server.crt"),
-                    "--tls-key-file".into(),
-                    path("server.key"),
-                    "--tls-ca-cert-file".into(),
-                    path("ca.crt"),
-                    "--tls-auth-clients".into(),
-                    "yes".into(),
-                ];
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let server = RedisServer::start_with(dir.path(), &format!("r{i}"), &args)
-                    .unwrap_or_else(|e| panic!("{e}"));
-                (server, tls_port)
-            })
+            .map(|i| common::tls::master(dir.path(), &format!("r{i}"), &certs, true))
             .collect();
         TlsCluster {
             masters,
@@ -153,7 +43,8 @@ impl TlsCluster {
             "socket:\n  path: {:?}\nmetrics:\n  listen: \"127.0.0.1:0\"\nhealth:\n  interval: 100ms\nmasters:\n",
             socket.display().to_string()
         );
-        for (server, tls_port) in &self.masters {
+        for server in &self.masters {
+            let tls_port = server.tls_port().expect("a TLS port");
             yaml.push_str(&format!(
                 "  - name: {}\n    url: rediss://127.0.0.1:{tls_port}\n",
                 server.name()
@@ -170,7 +61,7 @@ impl TlsCluster {
 
     /// `GET key` over master `i`'s plain port.
     async fn get(&self, i: usize, key: &str) -> Option<String> {
-        let client = redis::Client::open(self.masters[i].0.url()).unwrap();
+        let client = redis::Client::open(self.masters[i].url()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         redis::cmd("GET")
             .arg(key)

@@ -1,5 +1,6 @@
 //! The processes a run needs: five `redis-server` masters on free loopback
-//! ports (killable, freezable), and redlock-agent processes over them.
+//! ports (killable, freezable; started by `redlock-testkit`, the one master
+//! starter of the repository), and redlock-agent processes over them.
 //!
 //! ## Behavior
 //! - Every process is killed when its handle drops, so a failed run leaves
@@ -9,7 +10,7 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,10 +38,8 @@ const NOT_LOCK_TRAFFIC: &[&str] = &[
     "client",
 ];
 
-/// A port nothing listens on right now.
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
+pub use redlock_testkit::free_port;
+use redlock_testkit::RedisServer;
 
 fn wait_for(what: &str, deadline: Duration, mut ready: impl FnMut() -> bool) -> anyhow::Result<()> {
     let until = Instant::now() + deadline;
@@ -71,86 +70,31 @@ fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
 
 /// The N masters of a run.
 pub struct Masters {
-    dir: PathBuf,
+    servers: Vec<RedisServer>,
     pub ports: Vec<u16>,
-    procs: Vec<Option<Child>>,
-    frozen: Vec<bool>,
 }
 
 impl Masters {
-    /// Starts `n` masters, no persistence, and waits until each answers PING.
+    /// Starts `n` masters, no persistence, each answering PING.
     ///
     /// # Errors
-    /// When `redis-server` cannot be started or does not answer in 10 s.
+    /// When `redis-server` cannot be started or does not answer in 10 s
+    /// (with its log).
     pub fn start(n: usize, dir: &Path) -> anyhow::Result<Masters> {
-        let mut masters = Masters {
-            dir: dir.to_path_buf(),
-            ports: Vec::new(),
-            procs: Vec::new(),
-            frozen: vec![false; n],
-        };
-        for i in 0..n {
-            masters.ports.push(free_port()?);
-            masters.procs.push(None);
-            masters.spawn(i)?;
-        }
-        for i in 0..n {
-            masters.wait_up(i)?;
-        }
-        Ok(masters)
-    }
-
-    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
-        let dir = self.dir.join(format!("r{}", i + 1));
-        fs::create_dir_all(&dir)?;
-        let port = self.ports[i];
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--logfile")
-            .arg(dir.join("redis.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot start redis-server (is it installed?)")?;
-        self.procs[i] = Some(child);
-        Ok(())
-    }
-
-    fn wait_up(&self, i: usize) -> anyhow::Result<()> {
-        let port = self.ports[i];
-        wait_for(
-            &format!("master r{} (port {port})", i + 1),
-            Duration::from_secs(10),
-            || {
-                connect(port)
-                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                    .is_ok()
-            },
-        )
-        .with_context(|| {
-            let log = fs::read_to_string(self.dir.join(format!("r{}/redis.log", i + 1)))
-                .unwrap_or_default();
-            format!("redis-server log:\n{log}")
-        })
+        let servers = (1..=n)
+            .map(|i| RedisServer::start(dir, &format!("r{i}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ports = servers.iter().map(RedisServer::port).collect();
+        Ok(Masters { servers, ports })
     }
 
     pub fn urls(&self) -> Vec<String> {
-        self.ports
-            .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}"))
-            .collect()
+        self.servers.iter().map(RedisServer::url).collect()
     }
 
     /// SIGKILL: the master is gone, its port refuses connections.
     pub fn kill(&mut self, i: usize) {
-        if let Some(mut child) = self.procs[i].take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.servers[i].kill();
     }
 
     /// Starts a killed master again, empty, on its port.
@@ -158,25 +102,17 @@ impl Masters {
     /// # Errors
     /// When it does not come back.
     pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
-        self.kill(i);
-        self.spawn(i)?;
-        self.wait_up(i)
+        Ok(self.servers[i].restart()?)
     }
 
     /// SIGSTOP: the master accepts connections (the kernel does) but never
     /// answers.
     pub fn freeze(&mut self, i: usize) {
-        if let Some(child) = &self.procs[i] {
-            signal(child, libc::SIGSTOP);
-            self.frozen[i] = true;
-        }
+        let _ = self.servers[i].freeze();
     }
 
     pub fn thaw(&mut self, i: usize) {
-        if let Some(child) = &self.procs[i] {
-            signal(child, libc::SIGCONT);
-            self.frozen[i] = false;
-        }
+        let _ = self.servers[i].thaw();
     }
 
     /// Lock commands executed so far, summed over every master that answers
@@ -185,7 +121,7 @@ impl Masters {
     pub fn lock_commands(&self) -> Option<u64> {
         let mut total = 0;
         for (i, &port) in self.ports.iter().enumerate() {
-            if self.procs[i].is_none() || self.frozen[i] {
+            if self.servers[i].pid().is_none() || self.servers[i].is_frozen() {
                 return None;
             }
             let info: String = connect(port)
@@ -240,15 +176,6 @@ impl Masters {
     }
 }
 
-impl Drop for Masters {
-    fn drop(&mut self) {
-        for i in 0..self.procs.len() {
-            self.thaw(i);
-            self.kill(i);
-        }
-    }
-}
-
 /// Sums `calls=` of every `cmdstat_*` line that is lock traffic.
 fn count_lock_commands(info: &str) -> u64 {
     info.lines()
@@ -279,7 +206,7 @@ pub const NODE_TIMEOUT_MS: u64 = 50;
 /// that turns the in-vote incarnation marker check off: the vote is then a
 /// plain `SET NX PX`, as before the check existed. Removed from every
 /// agent's environment unless a run asks for it.
-pub const MARKER_SWITCH: &str = "REDLOCK_TEST_NO_MARKER_CHECK";
+pub const MARKER_SWITCH: &str = redlock_testkit::switches::NO_MARKER_CHECK;
 
 /// A redlock-agent process.
 pub struct Agent {

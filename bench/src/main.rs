@@ -125,7 +125,7 @@ fn drive(spec: &str) -> anyhow::Result<()> {
                     );
                 }
                 let library = format!(
-                    "redlock-agent, HTTP/1.1 keep-alive on its Unix socket (hyper {} client)",
+                    "redlock-agent, through redlock-client: HTTP/1.1 keep-alive on its Unix socket (hyper {})",
                     env!("BENCH_VERSION_HYPER")
                 );
                 drive::run(spec, library, String::new(), clients).await

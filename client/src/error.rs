@@ -63,6 +63,17 @@ impl Error {
         }
     }
 
+    /// Whether the agent could not be reached or did not answer: the
+    /// socket, the connection or the time failed, not the request. Callers
+    /// that keep a connection (the TUI) reconnect on these and report the
+    /// others as answers.
+    pub fn is_transport(&self) -> bool {
+        matches!(
+            self,
+            Error::Connect { .. } | Error::Connection(_) | Error::Timeout(_)
+        )
+    }
+
     /// Builds the error for an API error answer.
     pub(crate) fn from_api(status: u16, code: ErrorCode, message: String) -> Error {
         match code {
@@ -100,5 +111,7 @@ mod tests {
         ));
         assert_eq!(e.to_string(), "400 ttl_out_of_range: too short");
         assert_eq!(Error::Timeout(Duration::from_secs(1)).code(), None);
+        assert!(Error::Timeout(Duration::from_secs(1)).is_transport());
+        assert!(!e.is_transport());
     }
 }

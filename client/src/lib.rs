@@ -37,7 +37,8 @@
 //! - [`hold`]: [`Hold`], a hold's NDJSON event stream.
 //! - [`guard`]: [`LockGuard`], the renewing, self-releasing lock.
 //! - `transport`: connections over the socket, their pool, request paths
-//!   (percent-encoding) and decoding answers.
+//!   ([`lock_path`], [`resource_path`]: the one percent-encoding of
+//!   resources) and decoding answers.
 
 pub mod error;
 pub mod guard;
@@ -51,8 +52,8 @@ use std::time::Duration;
 use hyper::{Method, StatusCode};
 use redlock_wire::{
     AcquireRequest, AcquireResponse, ExtendRequest, ExtendResponse, ForceReleaseResponse,
-    HoldEvent, HoldRequest, LeaksResponse, LocksResponse, NodesResponse, ReleaseRequest,
-    ReleaseResponse, SummaryResponse,
+    HoldEvent, HoldRequest, LeaksResponse, LockResponse, LocksResponse, NodesResponse,
+    ReleaseRequest, ReleaseResponse, SummaryResponse,
 };
 use tokio::time::Instant;
 
@@ -61,7 +62,7 @@ pub use guard::{LockGuard, LostReason};
 pub use hold::Hold;
 pub use redlock_wire as wire;
 pub use redlock_wire::{ErrorCode, OnDisconnect};
-pub use transport::lock_path;
+pub use transport::{lock_path, resource_path};
 
 /// How long a request may take beyond the wait it asks for, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -165,6 +166,61 @@ impl HoldOptions {
     }
 }
 
+/// Which page of `GET /v1/locks` to ask for ([`Client::locks_page`]).
+/// Unset fields take the agent's defaults: every resource, from the first,
+/// `limit` 1000.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LocksQuery {
+    /// Only resources that start with this; "" for all.
+    pub prefix: String,
+    /// List the resources after this one: the last page's `next_cursor`.
+    pub cursor: Option<String>,
+    /// At most this many locks (the agent takes 1 to 5000).
+    pub limit: Option<usize>,
+}
+
+impl LocksQuery {
+    pub fn new() -> LocksQuery {
+        LocksQuery::default()
+    }
+
+    pub fn prefix(mut self, prefix: impl Into<String>) -> LocksQuery {
+        self.prefix = prefix.into();
+        self
+    }
+
+    pub fn cursor(mut self, cursor: impl Into<String>) -> LocksQuery {
+        self.cursor = Some(cursor.into());
+        self
+    }
+
+    pub fn limit(mut self, limit: usize) -> LocksQuery {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// The request path: `/v1/locks`, with the parameters that are set,
+    /// percent-encoded.
+    pub fn path(&self) -> String {
+        let mut params = Vec::new();
+        if !self.prefix.is_empty() {
+            params.push(format!("prefix={}", transport::encode(&self.prefix)));
+        }
+        if let Some(cursor) = &self.cursor {
+            params.push(format!("cursor={}", transport::encode(cursor)));
+        }
+        if let Some(limit) = self.limit {
+            params.push(format!("limit={limit}"));
+        }
+        if params.is_empty() {
+            "/v1/locks".to_string()
+        } else {
+            format!("/v1/locks?{}", params.join("&"))
+        }
+    }
+}
+
 /// A granted lock ([`Client::acquire`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Grant {
@@ -247,6 +303,17 @@ impl Client {
 
     pub fn socket(&self) -> &Path {
         self.transport.socket()
+    }
+
+    /// Opens a connection to the agent now, within the timeout, and keeps
+    /// it for the next call: for callers that show whether the agent can
+    /// be reached before they ask it anything (the TUI's header).
+    ///
+    /// # Errors
+    /// [`Error::Connect`] when nothing listens on the socket (or no
+    /// permission), [`Error::Timeout`], [`Error::Connection`].
+    pub async fn connect(&self) -> Result<(), Error> {
+        self.transport.warm().await
     }
 
     /// `POST /v1/locks/{resource}/acquire`: the lock, if a quorum of
@@ -391,8 +458,8 @@ impl Client {
     /// ```
     ///
     /// # Errors
-    /// As [`Client::acquire`]; [`Error::Protocol`] when the stream does not
-    /// start with `acquired`.
+    /// As [`Client::acquire`]; [`Error::Protocol`] when the answer is not an
+    /// NDJSON stream that starts with `acquired`.
     pub async fn hold(&self, resource: &str, options: &HoldOptions) -> Result<Hold, Error> {
         let body = HoldRequest {
             ttl_ms: options.ttl.map(millis),
@@ -419,6 +486,12 @@ impl Client {
             if status != StatusCode::OK {
                 let bytes = transport::read_body(response.into_body()).await?;
                 return Err(transport::error_answer(status, &bytes));
+            }
+            let content_type = response.headers().get(hyper::header::CONTENT_TYPE);
+            if content_type.is_none_or(|v| v != "application/x-ndjson") {
+                return Err(Error::Protocol(format!(
+                    "a hold answers application/x-ndjson, got {content_type:?}"
+                )));
             }
             let mut lines = hold::Lines::new(response.into_body());
             match lines.next().await? {
@@ -503,12 +576,33 @@ impl Client {
         self.get("/v1/nodes").await
     }
 
-    /// `GET /v1/locks`: every lock key on the masters, never with tokens.
+    /// `GET /v1/locks`: the first page of lock keys on the masters (the
+    /// agent's default limit), never with tokens.
     ///
     /// # Errors
     /// As [`Client::nodes`].
     pub async fn locks(&self) -> Result<LocksResponse, Error> {
-        self.get("/v1/locks").await
+        self.locks_page(&LocksQuery::new()).await
+    }
+
+    /// `GET /v1/locks?prefix=&cursor=&limit=`: one page of lock keys, in
+    /// resource-name order. Pass the answer's `next_cursor` as the next
+    /// query's cursor to walk them all.
+    ///
+    /// # Errors
+    /// As [`Client::nodes`]; also `429 busy` when two listings already run
+    /// on the agent, and `no_quorum` when fewer than a quorum could be read.
+    pub async fn locks_page(&self, query: &LocksQuery) -> Result<LocksResponse, Error> {
+        self.get(&query.path()).await
+    }
+
+    /// `GET /v1/locks/{resource}`: one lock in full, on every master.
+    ///
+    /// # Errors
+    /// `404 not_found` when no master has it; otherwise as
+    /// [`Client::locks_page`].
+    pub async fn lock_info(&self, resource: &str) -> Result<LockResponse, Error> {
+        self.get(&resource_path(resource)).await
     }
 
     /// `GET /v1/leaks`: the leaked-key scanner's last findings.
@@ -531,5 +625,24 @@ impl Client {
         self.transport
             .call(Method::GET, path, None, Duration::ZERO)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locks_queries_carry_only_what_is_set_encoded() {
+        assert_eq!(LocksQuery::new().path(), "/v1/locks");
+        let query = LocksQuery::new()
+            .prefix("orders/4")
+            .cursor("orders/42 b")
+            .limit(2000);
+        assert_eq!(
+            query.path(),
+            "/v1/locks?prefix=orders%2F4&cursor=orders%2F42%20b&limit=2000"
+        );
+        assert_eq!(LocksQuery::new().limit(5).path(), "/v1/locks?limit=5");
     }
 }

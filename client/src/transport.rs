@@ -48,13 +48,22 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~');
 
 /// The path of `action` on `resource`: `/v1/locks/{resource}/{action}`,
-/// the resource percent-encoded as one segment. The only place resources
-/// are encoded, so they never are twice.
+/// the resource percent-encoded as one segment (see [`resource_path`]).
 pub fn lock_path(resource: &str, action: &str) -> String {
-    format!(
-        "/v1/locks/{}/{action}",
-        utf8_percent_encode(resource, SEGMENT)
-    )
+    format!("{}/{action}", resource_path(resource))
+}
+
+/// The path of one lock, `/v1/locks/{resource}`, the resource
+/// percent-encoded as one segment. The only place resources are encoded,
+/// so they never are twice.
+pub fn resource_path(resource: &str) -> String {
+    format!("/v1/locks/{}", encode(resource))
+}
+
+/// `text` percent-encoded for a path segment or a query value: everything
+/// but the RFC 3986 unreserved characters.
+pub(crate) fn encode(text: &str) -> String {
+    utf8_percent_encode(text, SEGMENT).to_string()
 }
 
 /// One open connection and the task driving it.
@@ -100,6 +109,15 @@ impl Transport {
 
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Opens a connection now and keeps it for the next request.
+    pub(crate) async fn warm(&self) -> Result<(), Error> {
+        let conn = tokio::time::timeout(self.timeout, self.connect())
+            .await
+            .map_err(|_| Error::Timeout(self.timeout))??;
+        self.put_idle(conn);
+        Ok(())
     }
 
     async fn connect(&self) -> Result<Conn, Error> {
@@ -251,6 +269,7 @@ mod tests {
             lock_path("a-b_c.d~e", "release"),
             "/v1/locks/a-b_c.d~e/release"
         );
+        assert_eq!(resource_path("a b/c"), "/v1/locks/a%20b%2Fc");
     }
 
     #[test]

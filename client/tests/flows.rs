@@ -6,10 +6,12 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use redlock_agent::dev::RedisServer;
 use redlock_agent::{Bound, Config};
 use redlock_client::wire::HoldEvent;
-use redlock_client::{AcquireOptions, Client, Error, ErrorCode, HoldOptions, LostReason};
+use redlock_client::{
+    AcquireOptions, Client, Error, ErrorCode, HoldOptions, LocksQuery, LostReason,
+};
+use redlock_testkit::RedisServer;
 use tokio::sync::oneshot;
 
 const DEADLINE: Duration = Duration::from_secs(15);
@@ -312,4 +314,41 @@ async fn operator_reads_decode() {
     let summary = s.client.summary().await.unwrap();
     assert_eq!(summary.version, env!("CARGO_PKG_VERSION"));
     assert_eq!(s.client.leaks().await.unwrap().repair, "none");
+}
+
+/// `connect` opens the socket up front; pages of `/v1/locks` walk every
+/// lock under a prefix once, by cursor; one lock reads in full, and a
+/// lock nobody holds is `not_found`.
+#[tokio::test]
+async fn lock_listings_page_by_cursor_and_one_lock_reads_in_full() {
+    let s = setup().await;
+    s.client.connect().await.unwrap();
+    let mut tokens = Vec::new();
+    for name in ["pg/a", "pg/b", "pg/c", "other"] {
+        let grant = s
+            .client
+            .acquire(name, &AcquireOptions::new().ttl(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        tokens.push(grant.token);
+    }
+    let mut seen = Vec::new();
+    let mut query = LocksQuery::new().prefix("pg/").limit(2);
+    loop {
+        let page = s.client.locks_page(&query).await.unwrap();
+        assert!(page.locks.len() <= 2, "{page:?}");
+        seen.extend(page.locks.iter().map(|l| l.resource.clone()));
+        match page.next_cursor {
+            Some(cursor) => query = query.cursor(cursor),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["pg/a", "pg/b", "pg/c"]);
+
+    let one = s.client.lock_info("pg/b").await.unwrap();
+    assert_eq!(one.lock.resource, "pg/b");
+    assert!(one.lock.held_here, "{one:?}");
+    let missing = s.client.lock_info("pg/none").await.unwrap_err();
+    assert_eq!(missing.code(), Some(ErrorCode::NotFound), "{missing}");
+    assert!(!missing.is_transport());
 }

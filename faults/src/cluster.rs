@@ -1,5 +1,5 @@
 //! The system under test as real processes: N `redis-server` masters
-//! (`redlock_agent::dev::RedisServer`), a fault-injecting proxy per
+//! (`redlock_testkit::RedisServer`), a fault-injecting proxy per
 //! agent-master pair, and the agents as child processes of the
 //! `redlock-agent` binary so they can be killed with SIGKILL.
 //!
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redlock_agent::dev::{free_port, RedisServer};
+use redlock_testkit::{free_port, RedisServer};
 
 use crate::client::Client;
 use crate::proxy::Link;
@@ -120,14 +120,14 @@ pub struct AgentSettings {
 }
 
 /// The agent's test-only switch that skips round 2's fence write-back.
-pub const NO_FENCE_WRITEBACK_ENV: &str = redlock_agent::redlock::fence::NO_WRITEBACK_SWITCH;
+pub const NO_FENCE_WRITEBACK_ENV: &str = redlock_testkit::switches::NO_FENCE_WRITEBACK;
 /// The agent's test-only clock skew (signed ms) for the fence floor only.
-pub const FENCE_CLOCK_SKEW_ENV: &str = redlock_agent::redlock::fence::CLOCK_SKEW_SWITCH;
+pub const FENCE_CLOCK_SKEW_ENV: &str = redlock_testkit::switches::FENCE_CLOCK_SKEW_MS;
 
 /// The agent's test-only switch that turns the in-vote incarnation marker
 /// check off (not a config key, so no deployment can turn it off by
 /// mistake). Removed from every agent's environment unless asked for.
-pub const NO_MARKER_CHECK_ENV: &str = redlock_agent::agent::MARKER_SWITCH;
+pub const NO_MARKER_CHECK_ENV: &str = redlock_testkit::switches::NO_MARKER_CHECK;
 
 impl Default for AgentSettings {
     fn default() -> AgentSettings {

@@ -7,8 +7,9 @@
 //! - [`http`]: a raw HTTP/1.1 client over the Unix socket (for the
 //!   fuzzer, and under [`client`]).
 //! - [`client`]: the socket API with the `redlock-wire` types.
-//! - [`proxy`]: the fault-injecting TCP proxy, one per agent-master link;
-//!   its upstream can be switched (a failover behind a fixed address).
+//! - [`proxy`]: the fault-injecting TCP proxy (from `redlock-testkit`),
+//!   one per agent-master link; its upstream can be switched (a failover
+//!   behind a fixed address).
 //! - [`cluster`]: masters, links and agent processes of one run; flushes
 //!   and failovers of masters.
 //! - [`checker`]: critical sections on one clock; safety violations,

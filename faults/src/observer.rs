@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
-use redlock_agent::node::scripts::READ_KEYS;
 
 use crate::checker::{Checker, Sighting};
 use crate::clock::Mono;
@@ -46,11 +45,16 @@ pub async fn keys(master: &Master, prefix: &str) -> Option<Vec<Key>> {
             .filter(|k| !redlock_wire::keys::is_bookkeeping(prefix, k))
             .collect();
         if !batch.is_empty() {
-            let mut invocation = READ_KEYS.prepare_invoke();
+            // GET and PTTL of every key in one round trip. Not atomic: a key
+            // that expires between the two reads -2 and is skipped. A key
+            // that is not a string answers GET with an error, kept in its
+            // place by ignore_errors, and is skipped too.
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
             for key in &batch {
-                invocation.key(key);
+                pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
             }
-            let reply: Vec<redis::Value> = invocation.invoke_async(&mut conn).await.ok()?;
+            let reply: Vec<redis::Value> = pipe.query_async(&mut conn).await.ok()?;
             for (key, pair) in batch.iter().zip(reply.chunks(2)) {
                 let token = match pair.first() {
                     Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),

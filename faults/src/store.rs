@@ -16,7 +16,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use redlock_agent::dev::RedisServer;
+use redlock_testkit::RedisServer;
 
 use crate::checker::WriteOutcome;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use faults::client::{Answer, Client};
 use faults::cluster::{agent_binary, wait_in_sync, AgentProcess, AgentSettings};
 use faults::proxy::Link;
-use redlock_agent::dev::{free_port, RedisServer};
+use redlock_testkit::{free_port, RedisServer};
 use redlock_wire::{AcquireRequest, NodeState, NodeStatus, NodesResponse};
 
 /// `/v1/nodes` through the agent's socket.

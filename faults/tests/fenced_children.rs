@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use redlock_agent::dev::RedisServer;
+use redlock_testkit::RedisServer;
 
 fn cs_child(store: &str, fence: Option<&str>) -> Vec<String> {
     let mut command = Command::new(env!("CARGO_BIN_EXE_faults"));

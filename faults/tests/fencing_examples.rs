@@ -23,7 +23,7 @@ use std::time::Duration;
 use faults::client::{Answer, Client};
 use faults::clock::Mono;
 use faults::cluster::{AgentSettings, Cluster};
-use redlock_agent::dev::RedisServer;
+use redlock_testkit::RedisServer;
 use redlock_wire::{AcquireRequest, AcquireResponse};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 

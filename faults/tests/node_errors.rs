@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use faults::client::{Answer, Client};
 use faults::cluster::{agent_binary, AgentProcess, AgentSettings};
-use redlock_agent::dev::{free_port, RedisServer};
+use redlock_testkit::{free_port, RedisServer};
 use redlock_wire::{AcquireRequest, HoldEvent, HoldRequest};
 use serde_json::Value;
 

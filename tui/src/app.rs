@@ -1,18 +1,17 @@
-//! The model, `update(action)` and the event loop.
+//! The model and `update(action)`.
 //!
 //! [`App`] holds everything on screen; [`App::update`] is the only way it
 //! changes, one [`Action`] at a time (a key, a client event, a clock tick, a
 //! resize). `update` does no I/O: what it wants from the agent it leaves in
-//! an outbox that [`run`] hands to the client task. Views read the model
-//! and draw; they never change it.
+//! an outbox that the event loop (`crate::event_loop`) hands to the client
+//! task. Views read the model and draw; they never change it, and the app
+//! knows nothing of them: how many rows a page holds on screen is measured
+//! by the view and told to the app ([`App::set_page_rows`]).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crossterm::event::{Event as TermEvent, EventStream, KeyCode, KeyEvent};
-use futures::StreamExt;
-use ratatui::DefaultTerminal;
-use tokio::sync::mpsc;
+use crossterm::event::{KeyCode, KeyEvent};
 
 use crate::client::{self, Command, Conn, Event, Query, Update};
 use crate::keys::{self, Context, Key};
@@ -23,7 +22,6 @@ use crate::state::nodes::{NodeColumn, Nodes, Quorum};
 use crate::state::summary::Summary;
 use crate::state::table::TableView;
 use crate::state::Known;
-use crate::view;
 
 /// How often the screen is redrawn when nothing else happens, so countdowns
 /// tick smoothly.
@@ -130,6 +128,9 @@ pub struct Flash {
 }
 
 /// One step of the model.
+// An action lives for one update and is moved once or twice: boxing the
+// client's events would cost an allocation each for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// A key from the terminal, looked up in the key table.
@@ -171,6 +172,9 @@ pub struct App {
     held: Vec<(Instant, Update)>,
     /// Commands for the client, taken by the event loop.
     outbox: Vec<Command>,
+    /// Rows a page holds in the current table on screen, as the view last
+    /// measured it (PageUp/PageDown move by it).
+    page_rows: usize,
 }
 
 impl App {
@@ -198,6 +202,7 @@ impl App {
             },
             detail: Known::Unknown,
             held: Vec::new(),
+            page_rows: 1,
             outbox: Vec::new(),
         }
     }
@@ -311,7 +316,13 @@ impl App {
 
     /// Rows a page holds in the current table.
     fn page(&self) -> usize {
-        view::page_rows(self).max(1)
+        self.page_rows.max(1)
+    }
+
+    /// How many rows a page holds in the current table on screen: the
+    /// view measures it (it depends on the layout) after every update.
+    pub fn set_page_rows(&mut self, rows: usize) {
+        self.page_rows = rows;
     }
 
     fn act(&mut self, action: keys::Action) {
@@ -670,80 +681,6 @@ impl App {
         }
         self.rebuild_tables();
     }
-}
-
-/// Runs the TUI until the user quits: spawns the client, then loops over
-/// terminal events, client events and frame ticks, drawing after each.
-///
-/// # Errors
-/// When the terminal cannot be read or drawn on, or the client task died.
-pub async fn run(terminal: &mut DefaultTerminal, settings: Settings) -> anyhow::Result<()> {
-    let (event_tx, mut events) = mpsc::channel(64);
-    let (command_tx, commands) = mpsc::channel(8);
-    // The app starts on the nodes view: no listing until the locks view.
-    let (query_tx, query) = tokio::sync::watch::channel(Query {
-        list: false,
-        ..Query::default()
-    });
-    let options = client::Options {
-        socket: settings.socket.clone(),
-        refresh: settings.refresh,
-        timeout: client::REQUEST_TIMEOUT,
-    };
-    let client = client::spawn_with_query(options, event_tx, commands, query);
-    let size = terminal.size()?;
-    let mut app = App::new(settings, Instant::now());
-    app.update(Action::Resize(size.width, size.height));
-    let mut terminal_events = EventStream::new();
-    let mut frames = tokio::time::interval(FRAME);
-    frames.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let result = loop {
-        if let Err(e) = terminal.draw(|frame| view::draw(frame, &app)) {
-            break Err(e.into());
-        }
-        let action = tokio::select! {
-            event = terminal_events.next() => match event {
-                Some(Ok(TermEvent::Key(key))) => Action::Key(key),
-                Some(Ok(TermEvent::Resize(width, height))) => Action::Resize(width, height),
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => break Err(e.into()),
-                None => break Ok(()),
-            },
-            event = events.recv() => match event {
-                Some(event) => Action::Client(event),
-                None => break Err(anyhow::anyhow!("the connection task ended unexpectedly")),
-            },
-            _ = frames.tick() => Action::Tick(Instant::now()),
-            _ = terminate.recv() => break Ok(()),
-            _ = hangup.recv() => break Ok(()),
-        };
-        app.update(action);
-        // Never blocks: the client sees the latest query when it next looks.
-        query_tx.send_if_modified(|query| {
-            let changed = *query != app.query;
-            if changed {
-                *query = app.query.clone();
-            }
-            changed
-        });
-        for command in app.take_commands() {
-            // The client drains commands between polls; a full queue means
-            // it is stuck on a slow agent, so say so rather than wait.
-            if command_tx.try_send(command).is_err() {
-                app.notify(
-                    Level::Error,
-                    "the connection is busy; nothing was sent, try again",
-                );
-            }
-        }
-        if app.quit {
-            break Ok(());
-        }
-    };
-    client.abort();
-    result
 }
 
 #[cfg(test)]
@@ -1125,8 +1062,10 @@ mod tests {
             update: Update::Locks(Ok(lock_fixtures::response(many, MASTERS))),
         }));
         app.update(Action::Do(keys::Action::NextView));
-        let page = view::page_rows(&app);
-        assert!(page > 10, "{page}");
+        // A page as the view measures the locks table at 80x24
+        // (view::tests::a_page_is_what_the_table_shows).
+        let page = 15;
+        app.set_page_rows(page);
         press(&mut app, Key::code(KeyCode::PageDown));
         assert_eq!(app.lock_table.selected_position(), Some(page));
         press(&mut app, Key::char('k'));

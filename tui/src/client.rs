@@ -7,8 +7,12 @@
 //! outcome of a force release) and receives [`Command`]s. The render path
 //! never waits on the socket.
 //!
+//! The requests themselves go through `redlock-client`, the one client of
+//! the agent's API (paths, percent-encoding, decoding, typed errors).
+//!
 //! ## Behavior
-//! - One HTTP/1.1 connection over the Unix socket, kept open across polls.
+//! - One HTTP/1.1 connection over the Unix socket, kept open across polls
+//!   (the client's pool holds it between requests, which run one at a time).
 //!   Every `refresh` it asks `/v1/nodes`, `/v1/locks`, `/v1/leaks` and
 //!   `/v1/summary` in turn and sends each answer as soon as it arrives, so a
 //!   slow endpoint does not hold back the others. `/v1/locks` carries the
@@ -16,8 +20,8 @@
 //!   and while a lock's detail is open `/v1/locks/{resource}` is asked
 //!   first.
 //! - A new [`Query`] polls at once: a poll under way (say, a slow listing
-//!   of 100,000 keys) is abandoned and its connection replaced, which also
-//!   stops the listing on the agent.
+//!   of 100,000 keys) is abandoned and its connection closed, which also
+//!   stops the listing on the agent; the next request opens a fresh one.
 //! - A request that fails on the socket (refused, reset, closed, or no
 //!   answer within [`REQUEST_TIMEOUT`]) drops the connection; the next
 //!   attempt waits by capped exponential [`Backoff`], reset on success.
@@ -28,37 +32,19 @@
 //!   with "not connected"; it is never held for a later connection.
 //! - The task ends when the app drops its side of either channel.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::client::conn::http1;
-use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use redlock_client::{Error, LocksQuery};
 use redlock_wire::{
-    ErrorResponse, ForceReleaseResponse, LeaksResponse, LockResponse, LocksResponse, NodesResponse,
+    ForceReleaseResponse, LeaksResponse, LockResponse, LocksResponse, NodesResponse,
     SummaryResponse,
 };
-use serde::de::DeserializeOwned;
-use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// Longest wait for the socket to accept or for one answer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Largest answer read; thousands of locks fit many times over.
-const MAX_ANSWER: usize = 64 * 1024 * 1024;
-
-/// Characters left as they are in a resource's path segment (RFC 3986
-/// unreserved); everything else is percent-encoded, `/` included.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
 
 /// Locks the agent lists when the app does not ask for more (its default).
 pub const DEFAULT_LIMIT: usize = 1000;
@@ -89,30 +75,21 @@ impl Default for Query {
 }
 
 impl Query {
+    /// The `/v1/locks` request: the prefix, and the limit when it is not
+    /// the agent's default.
+    pub fn locks_query(&self) -> LocksQuery {
+        let mut query = LocksQuery::new().prefix(self.prefix.clone());
+        if self.limit != DEFAULT_LIMIT {
+            query = query.limit(self.limit);
+        }
+        query
+    }
+
     /// `/v1/locks` with the prefix and limit, percent-encoded; the bare
     /// path for the agent's defaults.
     pub fn locks_path(&self) -> String {
-        let mut params = Vec::new();
-        if !self.prefix.is_empty() {
-            params.push(format!(
-                "prefix={}",
-                utf8_percent_encode(&self.prefix, SEGMENT)
-            ));
-        }
-        if self.limit != DEFAULT_LIMIT {
-            params.push(format!("limit={}", self.limit));
-        }
-        if params.is_empty() {
-            "/v1/locks".to_string()
-        } else {
-            format!("/v1/locks?{}", params.join("&"))
-        }
+        self.locks_query().path()
     }
-}
-
-/// The path of one lock's detail, percent-encoded.
-pub fn lock_path(resource: &str) -> String {
-    format!("/v1/locks/{}", utf8_percent_encode(resource, SEGMENT))
 }
 
 /// Where the connection stands.
@@ -213,30 +190,6 @@ pub enum Command {
     ForceRelease(String),
 }
 
-/// Why a request did not get an answer: the connection is unusable.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("cannot connect to {path}: {source}")]
-    Connect {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("no answer within {}", humantime::format_duration(*.0))]
-    Timeout(Duration),
-    #[error("{0}")]
-    Http(#[from] hyper::Error),
-    #[error("reading the answer: {0}")]
-    Body(String),
-}
-
-/// The path of a force release for `resource`, percent-encoded.
-pub fn force_release_path(resource: &str) -> String {
-    format!(
-        "/v1/locks/{}/force-release",
-        utf8_percent_encode(resource, SEGMENT)
-    )
-}
-
 /// Where and how often to ask.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
@@ -293,6 +246,17 @@ async fn changed(query: &mut watch::Receiver<Query>) {
 /// The app is gone: stop.
 struct Stop;
 
+/// An answer for the app: the body, or the API error (or unexpected body)
+/// worded as `GET /v1/locks: 404 not_found: no such endpoint: /v1/locks`.
+/// `Err` when the request failed on the socket: the connection is unusable.
+fn worded<T>(method: &str, path: &str, answer: Result<T, Error>) -> Result<Reply<T>, Error> {
+    match answer {
+        Ok(body) => Ok(Ok(body)),
+        Err(e) if e.is_transport() => Err(e),
+        Err(e) => Ok(Err(format!("{method} {path}: {e}"))),
+    }
+}
+
 impl Client {
     async fn run(mut self) {
         let mut backoff = Backoff::default();
@@ -305,13 +269,17 @@ impl Client {
             {
                 return;
             }
-            let error = match Connection::open(&self.options.socket, self.options.timeout).await {
-                Ok(connection) => {
+            // A fresh client per connection: nothing of a failed one is
+            // reused.
+            let agent = redlock_client::Client::new(&self.options.socket)
+                .with_timeout(self.options.timeout);
+            let error = match agent.connect().await {
+                Ok(()) => {
                     backoff.reset();
                     if self.send(Event::Conn(Conn::Connected)).await.is_err() {
                         return;
                     }
-                    match self.serve(connection).await {
+                    match self.serve(&agent).await {
                         Ok(Stop) => return,
                         Err(e) => e,
                     }
@@ -359,9 +327,9 @@ impl Client {
         }
     }
 
-    /// Polls on an open connection until it fails (`Err`) or the app is
-    /// gone (`Ok(Stop)`).
-    async fn serve(&mut self, mut connection: Connection) -> Result<Stop, ClientError> {
+    /// Polls over `agent` until a request fails on the socket (`Err`) or
+    /// the app is gone (`Ok(Stop)`).
+    async fn serve(&mut self, agent: &redlock_client::Client) -> Result<Stop, Error> {
         let mut tick = tokio::time::interval(self.options.refresh);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut query = self.query.clone();
@@ -377,13 +345,12 @@ impl Client {
                 command = self.commands.recv() => match command {
                     None => return Ok(Stop),
                     Some(Command::ForceRelease(resource)) => {
-                        let result = connection
-                            .request::<ForceReleaseResponse>(Method::POST, &force_release_path(&resource))
-                            .await;
-                        let (result, failed) = match result {
-                            Ok(reply) => (reply, None),
-                            Err(e) => (Err(e.to_string()), Some(e)),
-                        };
+                        let path = redlock_client::lock_path(&resource, "force-release");
+                        let (result, failed) =
+                            match worded("POST", &path, agent.force_release(&resource).await) {
+                                Ok(reply) => (reply, None),
+                                Err(e) => (Err(e.to_string()), Some(e)),
+                            };
                         if self.send(Event::Released { resource, result }).await.is_err() {
                             return Ok(Stop);
                         }
@@ -399,7 +366,7 @@ impl Client {
             }
             let asked = query.borrow_and_update().clone();
             let finished = {
-                let poll = self.poll(&mut connection, &asked);
+                let poll = self.poll(agent, &asked);
                 tokio::pin!(poll);
                 tokio::select! {
                     result = &mut poll => Some(result),
@@ -413,11 +380,9 @@ impl Client {
                     }
                 }
                 None => {
-                    // The answer under way is for an old query: drop its
-                    // connection (the agent stops the listing) and ask
-                    // again on a fresh one.
-                    connection =
-                        Connection::open(&self.options.socket, self.options.timeout).await?;
+                    // The answer under way is for an old query: dropping
+                    // the poll closed its connection (the agent stops the
+                    // listing); ask again, on a fresh one.
                     again = true;
                 }
             }
@@ -427,13 +392,13 @@ impl Client {
     /// One round over the four endpoints (five with a detail open).
     async fn poll(
         &self,
-        connection: &mut Connection,
+        agent: &redlock_client::Client,
         query: &Query,
-    ) -> Result<Result<(), Stop>, ClientError> {
+    ) -> Result<Result<(), Stop>, Error> {
         macro_rules! ask {
-            ($path:expr, $wrap:expr) => {{
+            ($path:expr, $call:expr, $wrap:expr) => {{
                 let at = Instant::now();
-                let reply = connection.request(Method::GET, &$path).await?;
+                let reply = worded("GET", &$path, $call.await)?;
                 if self
                     .send(Event::Polled {
                         at,
@@ -447,112 +412,32 @@ impl Client {
             }};
         }
         if let Some(resource) = &query.detail {
-            ask!(lock_path(resource), |reply| Update::Lock(
-                resource.clone(),
-                reply
-            ));
+            ask!(
+                redlock_client::resource_path(resource),
+                agent.lock_info(resource),
+                |reply| Update::Lock(resource.clone(), reply)
+            );
         }
-        ask!("/v1/nodes", Update::Nodes);
+        ask!("/v1/nodes", agent.nodes(), Update::Nodes);
         if query.list {
-            ask!(query.locks_path(), Update::Locks);
+            let locks = query.locks_query();
+            ask!(locks.path(), agent.locks_page(&locks), Update::Locks);
         }
         let wall_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        ask!("/v1/leaks", |reply| Update::Leaks(reply, wall_ms));
-        ask!("/v1/summary", Update::Summary);
+        ask!("/v1/leaks", agent.leaks(), |reply| Update::Leaks(
+            reply, wall_ms
+        ));
+        ask!("/v1/summary", agent.summary(), Update::Summary);
         Ok(Ok(()))
-    }
-}
-
-/// One HTTP/1.1 connection over the agent's socket.
-struct Connection {
-    sender: http1::SendRequest<Full<Bytes>>,
-    timeout: Duration,
-}
-
-impl Connection {
-    async fn open(path: &Path, timeout: Duration) -> Result<Connection, ClientError> {
-        let connect = async {
-            let stream =
-                UnixStream::connect(path)
-                    .await
-                    .map_err(|source| ClientError::Connect {
-                        path: path.display().to_string(),
-                        source,
-                    })?;
-            let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
-            // Drives the socket; ends when `sender` is dropped or the peer
-            // closes, which the next request then reports.
-            tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            Ok(Connection { sender, timeout })
-        };
-        tokio::time::timeout(timeout, connect)
-            .await
-            .map_err(|_| ClientError::Timeout(timeout))?
-    }
-
-    /// Sends one request; `Err` when the connection failed, `Ok(Err)` when
-    /// the agent answered something other than the expected JSON.
-    async fn request<T: DeserializeOwned>(
-        &mut self,
-        method: Method,
-        path: &str,
-    ) -> Result<Reply<T>, ClientError> {
-        let exchange = async {
-            self.sender.ready().await?;
-            let request = Request::builder()
-                .method(method.clone())
-                .uri(path)
-                .header(hyper::header::HOST, "localhost")
-                .body(Full::new(Bytes::new()))
-                // Cannot fail: the method is a constant and the path is
-                // either a literal or percent-encoded.
-                .expect("a valid request");
-            let response = self.sender.send_request(request).await?;
-            let status = response.status();
-            let body = Limited::new(response.into_body(), MAX_ANSWER)
-                .collect()
-                .await
-                .map_err(|e| ClientError::Body(e.to_string()))?
-                .to_bytes();
-            Ok::<_, ClientError>((status, body))
-        };
-        let (status, body) = tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| ClientError::Timeout(self.timeout))??;
-        Ok(decode(&method, path, status, &body))
-    }
-}
-
-/// Reads an answer: the expected body on 2xx, else the API error, worded
-/// as `GET /v1/locks: 404 not_found: no such endpoint: /v1/locks`.
-pub fn decode<T: DeserializeOwned>(
-    method: &Method,
-    path: &str,
-    status: StatusCode,
-    body: &[u8],
-) -> Reply<T> {
-    if status.is_success() {
-        return serde_json::from_slice(body)
-            .map_err(|e| format!("{method} {path}: unexpected answer: {e}"));
-    }
-    match serde_json::from_slice::<ErrorResponse>(body) {
-        Ok(error) => Err(format!(
-            "{method} {path}: {} {}: {}",
-            status.as_u16(),
-            error.error.code.as_str(),
-            error.error.message
-        )),
-        Err(_) => Err(format!("{method} {path}: {status}")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redlock_wire::ErrorCode;
 
     #[test]
     fn backoff_doubles_up_to_its_cap_and_resets() {
@@ -574,19 +459,6 @@ mod tests {
     }
 
     #[test]
-    fn force_release_paths_are_one_encoded_segment() {
-        assert_eq!(force_release_path("demo"), "/v1/locks/demo/force-release");
-        assert_eq!(
-            force_release_path("orders/42:eu"),
-            "/v1/locks/orders%2F42%3Aeu/force-release"
-        );
-        assert_eq!(
-            force_release_path("a-b_c.d~e"),
-            "/v1/locks/a-b_c.d~e/force-release"
-        );
-    }
-
-    #[test]
     fn locks_paths_carry_the_query_only_when_it_differs() {
         assert_eq!(Query::default().locks_path(), "/v1/locks");
         let query = Query {
@@ -596,35 +468,27 @@ mod tests {
             list: true,
         };
         assert_eq!(query.locks_path(), "/v1/locks?prefix=orders%2F4&limit=2000");
-        assert_eq!(lock_path("a b/c"), "/v1/locks/a%20b%2Fc");
     }
 
     #[test]
-    fn api_errors_are_worded_with_their_code() {
-        let body = br#"{"error":{"code":"not_found","message":"no such endpoint: /v1/locks"}}"#;
-        let reply: Reply<LocksResponse> =
-            decode(&Method::GET, "/v1/locks", StatusCode::NOT_FOUND, body);
+    fn api_errors_are_worded_with_their_code_and_transport_errors_pass_up() {
+        let answer: Result<LocksResponse, Error> = Err(Error::Api {
+            status: 404,
+            code: ErrorCode::NotFound,
+            message: "no such endpoint: /v1/locks".into(),
+        });
+        let reply = worded("GET", "/v1/locks", answer).unwrap();
         assert_eq!(
             reply.unwrap_err(),
             "GET /v1/locks: 404 not_found: no such endpoint: /v1/locks"
         );
-        let reply: Reply<LocksResponse> = decode(
-            &Method::GET,
-            "/v1/locks",
-            StatusCode::BAD_GATEWAY,
-            b"<html>",
+        let answer: Result<LocksResponse, Error> = Err(Error::Protocol("502 Bad Gateway".into()));
+        assert_eq!(
+            worded("GET", "/v1/locks", answer).unwrap().unwrap_err(),
+            "GET /v1/locks: unexpected answer: 502 Bad Gateway"
         );
-        assert_eq!(reply.unwrap_err(), "GET /v1/locks: 502 Bad Gateway");
-        let reply: Reply<ForceReleaseResponse> = decode(
-            &Method::POST,
-            "/x",
-            StatusCode::OK,
-            br#"{"deleted":3,"failed":[]}"#,
-        );
-        assert_eq!(reply.unwrap().deleted, 3);
-        let reply: Reply<ForceReleaseResponse> = decode(&Method::POST, "/x", StatusCode::OK, b"{}");
-        assert!(reply
-            .unwrap_err()
-            .starts_with("POST /x: unexpected answer: "));
+        let answer: Result<LocksResponse, Error> = Err(Error::Timeout(Duration::from_millis(300)));
+        let error = worded("GET", "/v1/locks", answer).unwrap_err();
+        assert_eq!(error.to_string(), "no answer within 300ms");
     }
 }

@@ -4,8 +4,10 @@
 //!
 //! # Layout
 //! - `main.rs`: command line, terminal setup and restore, the panic hook.
-//! - [`app`]: the model, `update(action)` and the event loop; the only
-//!   place that turns keys and client events into changes.
+//! - [`app`]: the model and `update(action)`; the only place that turns
+//!   keys and client events into changes. It knows no view.
+//! - [`event_loop`]: terminal and client events into the app, the view
+//!   drawn after each, the app's query and commands out to the client.
 //! - [`keys`]: the one key table; key handling, the hint bar, the help
 //!   screen and the README's key list are all read from it.
 //! - [`client`]: the connection to the agent as a state machine, in its own
@@ -14,10 +16,12 @@
 //! - [`view`]: render only: header, summary strip, nodes, locks, leaks,
 //!   help, confirm, and the theme every colour comes from.
 //!
-//! Data flows one way: client → app → state → view.
+//! Data flows one way: client → app → state → view; the event loop, above
+//! them all, carries it around.
 
 pub mod app;
 pub mod client;
+pub mod event_loop;
 pub mod keys;
 pub mod state;
 pub mod view;

@@ -20,7 +20,8 @@ use crossterm::terminal::{
 };
 use ratatui::backend::CrosstermBackend;
 use ratatui::{DefaultTerminal, Terminal};
-use redlock_tui::app::{self, Settings};
+use redlock_tui::app::Settings;
+use redlock_tui::event_loop;
 
 /// Shortest and longest `--refresh` accepted.
 const REFRESH_RANGE: (Duration, Duration) =
@@ -94,7 +95,7 @@ fn main() -> ExitCode {
         refresh: cli.refresh,
         readonly: cli.readonly,
     };
-    let result = runtime.block_on(app::run(&mut terminal, settings));
+    let result = runtime.block_on(event_loop::run(&mut terminal, settings));
     restore();
     // The terminal reader thread may be blocked on stdin; do not wait on it.
     runtime.shutdown_timeout(Duration::from_millis(100));

@@ -31,11 +31,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// The test-only switch that skips round 2's write-back, so a control run
 /// can show the fault suite's checker finding fences out of order. An
 /// environment variable, never a config key.
-pub const NO_WRITEBACK_SWITCH: &str = "REDLOCK_TEST_NO_FENCE_WRITEBACK";
+pub use redlock_testkit::switches::NO_FENCE_WRITEBACK as NO_WRITEBACK_SWITCH;
 
 /// The test-only switch that shifts this agent's clock for the floor only
 /// (signed milliseconds), to model hosts whose clocks disagree.
-pub const CLOCK_SKEW_SWITCH: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
+pub use redlock_testkit::switches::FENCE_CLOCK_SKEW_MS as CLOCK_SKEW_SWITCH;
 
 /// The largest fence: 2^53 - 1, exact as a JSON number in every parser
 /// and as a Lua number in the scripts.

@@ -1,6 +1,16 @@
-//! Test harness: real `redis-server` masters on free loopback ports, the
-//! agent in-process on a temp socket, and a small HTTP client for the socket.
+//! Test harness: real `redis-server` masters on free loopback ports (from
+//! `redlock-testkit`), the agent in-process on a temp socket, and calls on
+//! its socket.
+//!
+//! Calls that use the API as applications do (acquire, hold, nodes, force
+//! release) go through `redlock-client`, the one client of the socket. The
+//! raw helper ([`request`], and [`TestAgent::get`], [`TestAgent::post`],
+//! [`TestAgent::request`] over it) stays for the tests of the API itself:
+//! they assert on status codes, headers and bodies exactly as the agent sent
+//! them, and send what no client sends (unknown fields, bad JSON, odd paths).
 #![allow(dead_code)] // each test binary uses a different part of it
+
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -10,11 +20,39 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use redlock_agent::config::AddressCheck;
-use redlock_agent::dev::RedisServer;
 use redlock_agent::Config;
+use redlock_client::{AcquireOptions, HoldOptions};
+use redlock_testkit::RedisServer;
+use redlock_wire::{AcquireRequest, ErrorBody, ErrorResponse, HoldEvent, HoldRequest};
 use serde_json::Value;
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
+
+/// Short TTLs and probes: the lock and health sections most tests of
+/// restarts and lost keys run with.
+pub const SHORT: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 100ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\n";
+
+/// [`SHORT`] with `delayed_restart.extra: 500ms`, so a quarantine
+/// (max_ttl + extra = 2.5s) passes quickly.
+pub const SHORT_QUARANTINE: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 100ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 500ms\n";
+
+/// The entry of master `name` in a `/v1/nodes` answer.
+pub fn node<'a>(nodes: &'a Value, name: &str) -> &'a Value {
+    nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == name)
+        .unwrap_or_else(|| panic!("no node {name} in {nodes}"))
+}
+
+/// How long a test's client call may take beyond the wait it asks for:
+/// long, since the machine running the tests may be busy.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn millis(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
 
 /// N masters in one temp dir; each is killed when the cluster drops.
 pub struct Cluster {
@@ -88,6 +126,10 @@ pub struct TestAgent {
     pub admin: PathBuf,
     pub metrics: std::net::SocketAddr,
     pub config: Config,
+    /// A client of the application socket.
+    pub client: redlock_client::Client,
+    /// A client of the admin socket.
+    pub admin_client: redlock_client::Client,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
     _dir: tempfile::TempDir,
@@ -145,6 +187,9 @@ impl TestAgent {
         }));
         let agent = TestAgent {
             admin: config.admin.socket.path.clone(),
+            client: redlock_client::Client::new(&socket).with_timeout(CLIENT_TIMEOUT),
+            admin_client: redlock_client::Client::new(&config.admin.socket.path)
+                .with_timeout(CLIENT_TIMEOUT),
             socket,
             metrics,
             config,
@@ -196,13 +241,28 @@ impl TestAgent {
         .unwrap_or_else(|e| panic!("POST {path} on the admin socket: {e}"))
     }
 
-    /// Acquires and returns the token, panicking on anything but 200.
+    /// Acquires through the client and returns the token, panicking on
+    /// anything but a grant. `body` is an acquire request's JSON.
     pub async fn acquire_ok(&self, resource: &str, body: Value) -> String {
-        let (status, json) = self
-            .post(&format!("/v1/locks/{resource}/acquire"), body)
-            .await;
-        assert_eq!(status, StatusCode::OK, "acquire {resource}: {json}");
-        json["token"].as_str().expect("token").to_string()
+        let request: AcquireRequest = serde_json::from_value(body.clone())
+            .unwrap_or_else(|e| panic!("not an acquire request ({e}): {body}"));
+        let mut options = AcquireOptions::new();
+        if let Some(ttl) = request.ttl_ms {
+            options = options.ttl(millis(ttl));
+        }
+        if let Some(wait) = request.wait_ms {
+            options = options.wait(millis(wait));
+        }
+        if let Some(owner) = request.owner {
+            options = options.owner(owner);
+        }
+        if request.fence {
+            options = options.fence();
+        }
+        match self.client.acquire(resource, &options).await {
+            Ok(grant) => grant.token,
+            Err(e) => panic!("acquire {resource}: {e}"),
+        }
     }
 
     /// `GET path` on the TCP metrics address: status and body text.
@@ -222,9 +282,11 @@ impl TestAgent {
         (status, String::from_utf8_lossy(&body).into_owned())
     }
 
-    /// `GET /v1/nodes`.
+    /// `GET /v1/nodes` through the client, as JSON for the tests to index.
     pub async fn nodes(&self) -> Value {
-        self.get("/v1/nodes").await.expect("nodes").1
+        let nodes = self.client.nodes().await.expect("nodes");
+        // Cannot fail: a wire type of strings, numbers and lists.
+        serde_json::to_value(nodes).expect("nodes as JSON")
     }
 
     /// Waits until `/v1/nodes` reports `usable` usable nodes.
@@ -255,13 +317,26 @@ impl Drop for TestAgent {
     }
 }
 
-/// A hold: its answer's status and, on 200, its events as they arrive.
-/// Dropping it closes the connection, which ends the hold.
+/// A hold: its answer's status and, on 200, its events as they arrive
+/// (`acquired` first). Dropping it closes the connection, which ends the
+/// hold.
 pub struct Hold {
     pub status: StatusCode,
     pub error: Option<Value>,
-    body: Option<hyper::body::Incoming>,
-    buffer: Vec<u8>,
+    stream: Option<HoldStream>,
+}
+
+enum HoldStream {
+    /// Through the client; `acquired` is still to be read by the test.
+    Client {
+        hold: redlock_client::Hold,
+        acquired: Option<HoldEvent>,
+    },
+    /// A request the client cannot send, on a raw connection.
+    Raw {
+        body: hyper::body::Incoming,
+        buffer: Vec<u8>,
+    },
 }
 
 impl Hold {
@@ -269,26 +344,106 @@ impl Hold {
     /// passed.
     pub async fn next(&mut self, limit: Duration) -> Option<Value> {
         let deadline = Instant::now() + limit;
-        loop {
-            if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = self.buffer.drain(..=end).collect();
-                return Some(serde_json::from_slice(&line).expect("an NDJSON line"));
+        match self.stream.as_mut()? {
+            HoldStream::Client { hold, acquired } => {
+                let event = match acquired.take() {
+                    Some(event) => event,
+                    None => tokio::time::timeout_at(deadline.into(), hold.next_event())
+                        .await
+                        .ok()?
+                        .ok()??,
+                };
+                // Cannot fail: an enum of strings and numbers.
+                Some(serde_json::to_value(event).expect("an event as JSON"))
             }
-            let body = self.body.as_mut()?;
-            let frame = tokio::time::timeout_at(deadline.into(), body.frame())
-                .await
-                .ok()??
-                .ok()?;
-            if let Ok(data) = frame.into_data() {
-                self.buffer.extend_from_slice(&data);
-            }
+            HoldStream::Raw { body, buffer } => loop {
+                if let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    return Some(serde_json::from_slice(&line).expect("an NDJSON line"));
+                }
+                let frame = tokio::time::timeout_at(deadline.into(), body.frame())
+                    .await
+                    .ok()??
+                    .ok()?;
+                if let Ok(data) = frame.into_data() {
+                    buffer.extend_from_slice(&data);
+                }
+            },
         }
     }
 }
 
 impl TestAgent {
-    /// `POST /v1/locks/{resource}/hold` with `body`.
+    /// `POST /v1/locks/{resource}/hold` with `body`: through the client
+    /// when `body` is a hold request, raw otherwise (the tests of refused
+    /// bodies).
     pub async fn hold(&self, resource: &str, body: Value) -> Hold {
+        match serde_json::from_value::<HoldRequest>(body.clone()) {
+            Ok(request) => self.hold_through_client(resource, request).await,
+            Err(_) => self.hold_raw(resource, body).await,
+        }
+    }
+
+    async fn hold_through_client(&self, resource: &str, request: HoldRequest) -> Hold {
+        let mut options = HoldOptions::new().on_disconnect(request.on_disconnect);
+        if let Some(ttl) = request.ttl_ms {
+            options = options.ttl(millis(ttl));
+        }
+        if let Some(wait) = request.wait_ms {
+            options = options.wait(millis(wait));
+        }
+        if let Some(owner) = request.owner {
+            options = options.owner(owner);
+        }
+        if let Some(max_hold) = request.max_hold_ms {
+            options = options.max_hold(millis(max_hold));
+        }
+        if request.fence {
+            options = options.fence();
+        }
+        match self.client.hold(resource, &options).await {
+            Ok(hold) => {
+                let acquired = HoldEvent::Acquired {
+                    token: hold.token().to_string(),
+                    validity_ms: u64::try_from(hold.validity().as_millis()).unwrap(),
+                    ttl_ms: u64::try_from(hold.ttl().as_millis()).unwrap(),
+                    fence: hold.fence(),
+                };
+                Hold {
+                    status: StatusCode::OK,
+                    error: None,
+                    stream: Some(HoldStream::Client {
+                        hold,
+                        acquired: Some(acquired),
+                    }),
+                }
+            }
+            Err(e) => {
+                let (status, message) = match &e {
+                    redlock_client::Error::Api {
+                        status, message, ..
+                    } => (*status, message.clone()),
+                    redlock_client::Error::Taken { message }
+                    | redlock_client::Error::Lost { message } => (409, message.clone()),
+                    redlock_client::Error::NoQuorum { message } => (503, message.clone()),
+                    other => panic!("hold {resource}: {other}"),
+                };
+                let code = e.code().expect("an API error has a code");
+                let error = ErrorResponse {
+                    error: ErrorBody { code, message },
+                };
+                Hold {
+                    status: StatusCode::from_u16(status).unwrap(),
+                    // Cannot fail: a wire type of strings.
+                    error: Some(serde_json::to_value(error).unwrap()),
+                    stream: None,
+                }
+            }
+        }
+    }
+
+    /// A hold whose body the client cannot send, on a raw connection.
+    async fn hold_raw(&self, resource: &str, body: Value) -> Hold {
         let stream = UnixStream::connect(&self.socket).await.unwrap();
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
@@ -308,22 +463,24 @@ impl TestAgent {
             Hold {
                 status,
                 error: None,
-                body: Some(response.into_body()),
-                buffer: Vec::new(),
+                stream: Some(HoldStream::Raw {
+                    body: response.into_body(),
+                    buffer: Vec::new(),
+                }),
             }
         } else {
             let bytes = response.into_body().collect().await.unwrap().to_bytes();
             Hold {
                 status,
                 error: Some(serde_json::from_slice(&bytes).unwrap()),
-                body: None,
-                buffer: Vec::new(),
+                stream: None,
             }
         }
     }
 }
 
-/// One HTTP/1.1 request on a fresh connection to a Unix socket.
+/// One HTTP/1.1 request on a fresh connection to a Unix socket: the raw
+/// helper for the tests of the API itself (see the module's doc).
 pub async fn request(
     socket: &Path,
     method: Method,

@@ -720,3 +720,15 @@ fn at_80x24_and_40x10_the_essentials_remain() {
     assert!(contains(&screen, "│r1   up"), "{}", screen.join("\n"));
     assert_eq!(screen[9], "3 of 3 nodes");
 }
+
+/// The page the view measures for the app's PageUp/PageDown: the locks
+/// table's data rows at 80x24 (the app's own paging test uses this figure).
+#[test]
+fn a_page_is_what_the_table_shows() {
+    let (mut app, _) = app();
+    app.update(Action::Resize(80, 24));
+    app.update(Action::Do(crate::keys::Action::NextView));
+    let page = super::page_rows(&app);
+    assert!(page > 10, "{page}");
+    assert_eq!(page, 15);
+}

@@ -1,0 +1,22 @@
+//! redlock-testkit: real `redis-server` masters on free loopback ports (and
+//! a fault-injecting proxy in front of one), the one starter behind `redlock-agent dev`, the agent's integration tests,
+//! the client's tests, the fault suite and the benchmark.
+//!
+//! Nothing here knows the agent: it starts and stops Redis processes and
+//! names the agent's test-only environment switches, so that the suites
+//! that start agents as child processes need not link the agent crate.
+//!
+//! # Layout
+//! - [`server`]: [`RedisServer`], one `redis-server` child process, and
+//!   [`Options`], what it runs with (persistence, TLS, replication, memory
+//!   limit, ACL users, any other argument).
+//! - [`proxy`]: [`proxy::Link`], a TCP proxy in front of one master that
+//!   adds latency, cuts or blackholes the connections on demand (the fault
+//!   suite's links between agents and masters).
+//! - [`switches`]: the names of the agent's test-only environment switches.
+
+pub mod proxy;
+pub mod server;
+pub mod switches;
+
+pub use server::{free_port, redis_server_binary, Options, RedisServer, SpawnError, Tls};

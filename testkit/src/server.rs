@@ -1,0 +1,482 @@
+//! One `redis-server` child process on a free loopback port, and the
+//! options it runs with.
+//!
+//! ## Behavior
+//! - Each master runs `redis-server` on a free loopback port, by default
+//!   with no persistence, in its own directory, logging to a file there.
+//! - [`RedisServer::start`] returns once the server answers PING on its
+//!   plain port; a port taken between probe and bind is retried on another.
+//! - A master is killed (SIGKILL) when its [`RedisServer`] is dropped; if the
+//!   thread is panicking (a failing test) its log is printed first.
+//! - `restart` starts it again on the same ports, empty unless persistence
+//!   is on: the crash the Redlock page's delayed-restart section is about.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a fresh `redis-server` may take to answer PING.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `redis-server` binary: `$REDIS_SERVER` or the one on PATH.
+pub fn redis_server_binary() -> PathBuf {
+    std::env::var_os("REDIS_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("redis-server"))
+}
+
+/// Why a master could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error(
+        "redis-server was not found ({0}); install it with `sudo apt-get install -y redis-server` \
+         or point REDIS_SERVER at the binary"
+    )]
+    Missing(io::Error),
+    #[error("redis-server on port {port} did not start: {reason}\n--- its log ---\n{log}")]
+    NoStart {
+        port: u16,
+        reason: String,
+        log: String,
+    },
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// One `redis-server` child process on a loopback port.
+#[derive(Debug)]
+pub struct RedisServer {
+    name: String,
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+    /// Stopped by [`RedisServer::freeze`] and not thawed since.
+    frozen: AtomicBool,
+    tls_port: Option<u16>,
+    args: Vec<String>,
+}
+
+/// A port nobody listens on right now. Another process may take it before
+/// we do; [`RedisServer::start`] retries with a new one when that happens.
+pub fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
+}
+
+impl RedisServer {
+    /// Starts a master named `name` with its files under `parent/name`, no
+    /// persistence, plain TCP only.
+    ///
+    /// # Errors
+    /// When `redis-server` is missing or does not answer PING in time.
+    pub fn start(parent: &Path, name: &str) -> Result<RedisServer, SpawnError> {
+        RedisServer::start_opts(parent, name, &Options::new())
+    }
+
+    /// As [`RedisServer::start`], with extra `redis-server` arguments such as
+    /// `["--replicaof", "127.0.0.1", "6379"]`.
+    ///
+    /// # Errors
+    /// When `redis-server` is missing or does not answer PING in time.
+    pub fn start_with(
+        parent: &Path,
+        name: &str,
+        extra: &[&str],
+    ) -> Result<RedisServer, SpawnError> {
+        RedisServer::start_opts(parent, name, &Options::new().args(extra))
+    }
+
+    /// As [`RedisServer::start`], with `options`.
+    ///
+    /// # Errors
+    /// When `redis-server` is missing or does not answer PING in time.
+    pub fn start_opts(
+        parent: &Path,
+        name: &str,
+        options: &Options,
+    ) -> Result<RedisServer, SpawnError> {
+        let dir = parent.join(name);
+        std::fs::create_dir_all(&dir)?;
+        let mut last = None;
+        for _ in 0..5 {
+            let tls_port = match options.tls {
+                Some(_) => Some(free_port()?),
+                None => None,
+            };
+            let mut server = RedisServer {
+                name: name.to_string(),
+                port: free_port()?,
+                dir: dir.clone(),
+                child: None,
+                frozen: AtomicBool::new(false),
+                tls_port,
+                args: options.to_args(tls_port),
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                // Most likely a port was taken between probe and bind.
+                Err(e @ SpawnError::NoStart { .. }) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        // Cannot fail: every pass of the loop either returned or set it.
+        Err(last.expect("the loop ran at least once"))
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    fn spawn(&mut self) -> Result<(), SpawnError> {
+        let log = self.log_path();
+        let child = Command::new(redis_server_binary())
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1"])
+            .args(["--daemonize", "no", "--protected-mode", "yes"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(SpawnError::Missing)?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if self.ping().is_ok() {
+                return Ok(());
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() > deadline {
+                let mut stderr = String::new();
+                if let Some(mut child) = self.child.take() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    if let Some(mut err) = child.stderr.take() {
+                        let _ = err.read_to_string(&mut stderr);
+                    }
+                }
+                return Err(SpawnError::NoStart {
+                    port: self.port,
+                    reason: match exited {
+                        Some(status) => format!("it exited with {status}"),
+                        None => "it did not answer PING in time".to_string(),
+                    },
+                    log: format!("{}{stderr}", self.log()),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// One blocking PING over a fresh connection.
+    fn ping(&self) -> io::Result<()> {
+        let mut stream = TcpStream::connect_timeout(
+            &([127, 0, 0, 1], self.port).into(),
+            Duration::from_millis(200),
+        )?;
+        stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+        stream.write_all(b"PING\r\n")?;
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line)?;
+        if line.starts_with("+PONG") {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!("unexpected reply {line:?}")))
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The TLS port, when started with [`Options::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// The directory the server runs in (its log, and its data files when
+    /// persistence is on).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Thaw first: a stopped process still dies on SIGKILL, but its
+            // socket closes only once it is reaped.
+            let _ = signal(child.id(), libc::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.frozen.store(false, Ordering::Relaxed);
+    }
+
+    /// SIGSTOP: the process keeps its sockets but answers nothing.
+    ///
+    /// # Errors
+    /// When the process is gone.
+    pub fn freeze(&self) -> io::Result<()> {
+        signal(self.pid().ok_or_else(not_running)?, libc::SIGSTOP)?;
+        self.frozen.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Frozen by [`RedisServer::freeze`] and not thawed, killed or
+    /// restarted since.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::Relaxed)
+    }
+
+    /// SIGCONT after [`RedisServer::freeze`].
+    ///
+    /// # Errors
+    /// When the process is gone.
+    pub fn thaw(&self) -> io::Result<()> {
+        signal(self.pid().ok_or_else(not_running)?, libc::SIGCONT)?;
+        self.frozen.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Starts the master again on the same port, empty (no persistence),
+    /// killing it first if it still runs.
+    ///
+    /// # Errors
+    /// When it does not come back in time.
+    pub fn restart(&mut self) -> Result<(), SpawnError> {
+        self.kill();
+        self.spawn()
+    }
+}
+
+fn not_running() -> io::Error {
+    io::Error::other("redis-server is not running")
+}
+
+fn signal(pid: u32, sig: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+    // SAFETY: kill(2) has no memory effects; a stale pid at worst fails.
+    if unsafe { libc::kill(pid, sig) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of master {} (port {}) ---\n{}",
+                self.name,
+                self.port,
+                self.log()
+            );
+        }
+        self.kill();
+    }
+}
+
+/// A TLS listener's files, for [`Options::tls`]; paths as `redis-server`
+/// takes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub ca_file: PathBuf,
+    /// `tls-auth-clients`: require a client certificate signed by the CA.
+    pub auth_clients: bool,
+}
+
+/// What a [`RedisServer`] runs with beyond its port, directory and log.
+/// The default is what a Redlock master should be in tests: no
+/// persistence, no memory limit, plain TCP, the default user only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `appendonly yes` with `appendfsync always`: the one persistence mode
+    /// under which a restart loses no lock.
+    pub aof_always: bool,
+    /// A TLS port beside the plain one (which the readiness PING uses).
+    pub tls: Option<Tls>,
+    /// `replicaof 127.0.0.1 <port>`.
+    pub replica_of: Option<u16>,
+    /// `maxmemory` and `maxmemory-policy`, e.g. `("4mb", "volatile-lru")`.
+    pub maxmemory: Option<(String, String)>,
+    /// `user` lines, e.g. `"redlock on >pw ~* +@all"`, each one ACL rule set.
+    pub users: Vec<String>,
+    /// Any other arguments, after all of the above.
+    pub extra: Vec<String>,
+}
+
+impl Options {
+    pub fn new() -> Options {
+        Options::default()
+    }
+
+    /// Append-only file, fsync on every write (`appendfsync always`).
+    pub fn aof_always(mut self) -> Options {
+        self.aof_always = true;
+        self
+    }
+
+    /// A TLS listener on a second free port ([`RedisServer::tls_port`]).
+    pub fn tls(mut self, tls: Tls) -> Options {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// A replica of the master on loopback `port`.
+    pub fn replica_of(mut self, port: u16) -> Options {
+        self.replica_of = Some(port);
+        self
+    }
+
+    /// A memory limit with an eviction policy.
+    pub fn maxmemory(mut self, limit: &str, policy: &str) -> Options {
+        self.maxmemory = Some((limit.to_string(), policy.to_string()));
+        self
+    }
+
+    /// An ACL user, as the rules of one `user` config line.
+    pub fn user(mut self, rules: &str) -> Options {
+        self.users.push(rules.to_string());
+        self
+    }
+
+    /// Extra `redis-server` arguments, e.g. `["--bind", "127.0.0.1", "127.0.0.2"]`
+    /// (later arguments win over earlier ones).
+    pub fn args(mut self, args: &[&str]) -> Options {
+        self.extra.extend(args.iter().map(ToString::to_string));
+        self
+    }
+
+    /// The `redis-server` arguments, given the TLS port picked.
+    fn to_args(&self, tls_port: Option<u16>) -> Vec<String> {
+        let mut args: Vec<String> = Vec::new();
+        let mut push = |words: &[&str]| args.extend(words.iter().map(ToString::to_string));
+        if self.aof_always {
+            push(&[
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ]);
+        } else {
+            push(&["--save", "", "--appendonly", "no"]);
+        }
+        if let (Some(tls), Some(port)) = (&self.tls, tls_port) {
+            let path = |p: &PathBuf| p.display().to_string();
+            push(&["--tls-port", &port.to_string()]);
+            push(&["--tls-cert-file", &path(&tls.cert_file)]);
+            push(&["--tls-key-file", &path(&tls.key_file)]);
+            push(&["--tls-ca-cert-file", &path(&tls.ca_file)]);
+            push(&[
+                "--tls-auth-clients",
+                if tls.auth_clients { "yes" } else { "no" },
+            ]);
+        }
+        if let Some(port) = self.replica_of {
+            push(&["--replicaof", "127.0.0.1", &port.to_string()]);
+        }
+        if let Some((limit, policy)) = &self.maxmemory {
+            push(&["--maxmemory", limit, "--maxmemory-policy", policy]);
+        }
+        for user in &self.users {
+            let mut words = vec!["--user"];
+            words.extend(user.split_whitespace());
+            push(&words);
+        }
+        args.extend(self.extra.iter().cloned());
+        args
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_become_arguments_in_a_fixed_order() {
+        let args = Options::new()
+            .replica_of(7000)
+            .maxmemory("4mb", "volatile-lru")
+            .args(&["--bind", "127.0.0.1", "127.0.0.2"])
+            .to_args(None);
+        assert_eq!(
+            args.join(" "),
+            "--save  --appendonly no --replicaof 127.0.0.1 7000 \
+             --maxmemory 4mb --maxmemory-policy volatile-lru --bind 127.0.0.1 127.0.0.2"
+        );
+        let args = Options::new().aof_always().to_args(None);
+        assert!(args
+            .join(" ")
+            .contains("--appendonly yes --appendfsync always"));
+    }
+
+    /// A real server: started, answering on its port, with its options in
+    /// effect; killed and restarted empty on the same port.
+    #[test]
+    fn a_real_server_starts_restarts_and_dies_with_its_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = RedisServer::start_opts(
+            dir.path(),
+            "r1",
+            &Options::new()
+                .maxmemory("4mb", "noeviction")
+                .user("tester on >pw ~* +@all"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let port = server.port();
+        assert_eq!(server.url(), format!("redis://127.0.0.1:{port}"));
+        assert!(server.ping().is_ok());
+        assert!(
+            server.log().contains("Ready to accept connections"),
+            "{}",
+            server.log()
+        );
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.write_all(b"AUTH tester pw\r\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).unwrap();
+        assert_eq!(line, "+OK\r\n", "the ACL user exists");
+        server.freeze().unwrap();
+        assert!(server.is_frozen());
+        assert!(server.ping().is_err(), "frozen, yet it answers");
+        server.restart().unwrap();
+        assert!(!server.is_frozen());
+        assert_eq!(server.port(), port);
+        assert!(server.ping().is_ok());
+        server.kill();
+        assert!(server.ping().is_err(), "killed, yet it answers");
+        assert!(server.pid().is_none());
+    }
+}
