@@ -265,3 +265,29 @@ async fn a_hold_may_leave_its_lock_to_expire_when_its_client_vanishes() {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
+
+/// `redlock-agent lock --fence` against the real agent: the command sees
+/// the fence the quorum minted as `REDLOCK_FENCE`, above an earlier grant's.
+#[tokio::test]
+async fn lock_fence_hands_the_command_the_minted_fence() {
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(&cluster, "").await;
+    let (token, before) = fenced(&agent, "cmd").await;
+    release(&agent, "cmd", &token).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fence");
+    let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlock-agent"))
+        .args(["lock", "--fence", "--socket"])
+        .arg(&agent.socket)
+        .args(["cmd", "--", "sh", "-c"])
+        .arg(format!("printf %s \"$REDLOCK_FENCE\" > {}", out.display()))
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let fence: u64 = std::fs::read_to_string(&out)
+        .unwrap()
+        .parse()
+        .expect("REDLOCK_FENCE is a number");
+    assert!(fence > before, "{fence} after {before}");
+}
