@@ -33,10 +33,9 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
 /// second on five masters, whatever the number of waiters.
 pub const RETRIES_PER_SECOND: f64 = 1000.0;
 
-use super::Engine;
 use crate::metrics::Metrics;
 use crate::node::Node;
-use crate::redlock::{Acquire, Resource, Token};
+use crate::redlock::{Acquire, Master, Redlock, Resource, Token};
 
 /// One resource's queue. Each waiter has its own wake-up channel carrying
 /// a generation number: only the head is woken, by a release or when it
@@ -265,9 +264,9 @@ impl Waiters {
     /// # Errors
     /// When `lock.max_waiters` requests already wait, or the agent shuts
     /// down while this one waits.
-    pub async fn acquire(
+    pub async fn acquire<M: Master>(
         &self,
-        redlock: &Engine,
+        redlock: &Redlock<M>,
         resource: &Resource,
         ttl: Duration,
         owner: Option<&str>,
@@ -302,9 +301,9 @@ impl Waiters {
 impl Ticket<'_> {
     /// Competes for the lock whenever this ticket is the head of its queue
     /// and something changed, until granted or `deadline`.
-    async fn wait_for_lock(
+    async fn wait_for_lock<M: Master>(
         &mut self,
-        redlock: &Engine,
+        redlock: &Redlock<M>,
         resource: &Resource,
         ttl: Duration,
         token: &Token,
@@ -481,5 +480,124 @@ pub async fn listen(node: Arc<Node>, waiters: Arc<Waiters>) {
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The queue against masters in memory, on tokio's paused clock: a
+    //! waiter retries until the lock expires, a release here wakes it at
+    //! once, and only the head of a queue competes.
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::Waiters;
+    use crate::metrics::Metrics;
+    use crate::redlock::fence::FenceSettings;
+    use crate::redlock::memory::Memory;
+    use crate::redlock::observe::Ignore;
+    use crate::redlock::{Acquire, Drift, Redlock, Resource, Settings};
+
+    fn setup() -> (Vec<Arc<Memory>>, Redlock<Memory>, Waiters) {
+        let masters: Vec<Arc<Memory>> = (0..3).map(Memory::new).collect();
+        let settings = Settings {
+            key_prefix: "t:".into(),
+            release_channel_prefix: "t:released:".into(),
+            drift: Drift::new(0.01),
+            retry_delay: Duration::from_millis(10),
+            retry_jitter: Duration::ZERO,
+            agent_name: None,
+            fence: FenceSettings::default(),
+        };
+        let redlock = Redlock::new(masters.clone(), settings, Arc::new(Ignore));
+        let waiters = Waiters::new(
+            "t:".into(),
+            100,
+            Arc::new(Metrics::new(&["m0".into(), "m1".into(), "m2".into()])),
+            CancellationToken::new(),
+        );
+        (masters, redlock, waiters)
+    }
+
+    const TTL: Duration = Duration::from_millis(1000);
+
+    /// Another client holds the lock for 300 ms: a waiter with a second to
+    /// wait retries (timer-driven: nothing announces an expiry) and gets it.
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_retries_until_the_lock_expires() {
+        let (masters, redlock, waiters) = setup();
+        for m in &masters {
+            m.plant("t:r", "someone else", Duration::from_millis(300));
+        }
+        let r = Resource::new("r").unwrap();
+        let started = tokio::time::Instant::now();
+        let outcome = waiters
+            .acquire(&redlock, &r, TTL, None, Duration::from_secs(1), false)
+            .await
+            .unwrap();
+        assert!(matches!(outcome, Acquire::Granted(_)), "{outcome:?}");
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        // Without a wait, the same situation is one refused round.
+        for m in &masters {
+            m.plant("t:q", "someone else", Duration::from_millis(300));
+        }
+        let q = Resource::new("q").unwrap();
+        let once = waiters
+            .acquire(&redlock, &q, TTL, None, Duration::ZERO, false)
+            .await
+            .unwrap();
+        assert!(matches!(once, Acquire::Taken));
+    }
+
+    /// A release through this agent wakes the queue's head at once, long
+    /// before the holder's TTL and without burning retries.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_here_wakes_the_head_at_once() {
+        let (masters, redlock, waiters) = setup();
+        let waiters = Arc::new(waiters);
+        let redlock = Arc::new(redlock);
+        let r = Resource::new("r").unwrap();
+        let Acquire::Granted(first) = waiters
+            .acquire(
+                &redlock,
+                &r,
+                Duration::from_secs(30),
+                None,
+                Duration::ZERO,
+                false,
+            )
+            .await
+            .unwrap()
+        else {
+            panic!("free lock");
+        };
+        let waiter = {
+            let (waiters, redlock, r) = (Arc::clone(&waiters), Arc::clone(&redlock), r.clone());
+            tokio::spawn(async move {
+                let started = tokio::time::Instant::now();
+                let outcome = waiters
+                    .acquire(&redlock, &r, TTL, None, Duration::from_secs(60), false)
+                    .await
+                    .unwrap();
+                (outcome, started.elapsed())
+            })
+        };
+        // The waiter has queued once its first round was refused.
+        while waiters.count("r") == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let released_at = tokio::time::Instant::now();
+        assert!(redlock.release(&r, &first.token).await);
+        waiters.released("r");
+        let (outcome, _) = waiter.await.unwrap();
+        assert!(matches!(outcome, Acquire::Granted(_)), "{outcome:?}");
+        assert!(
+            released_at.elapsed() < Duration::from_secs(1),
+            "woken by the release, not by the 30 s TTL"
+        );
+        assert!(masters.iter().all(|m| m.holds("t:r").is_some()));
     }
 }

@@ -9,6 +9,8 @@
 
 pub mod fence;
 pub mod master;
+#[cfg(test)]
+pub(crate) mod memory;
 pub mod observe;
 pub mod resource;
 #[cfg(test)]

@@ -3,163 +3,16 @@
 //! extensions and fences, with every master's behaviour set by the test.
 //! The real-Redis tests (`agent/tests/`) cover the same ground end to end.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redlock_wire::NodeState;
 use tokio::time::Instant;
 
 use super::fence::FenceSettings;
-use super::observe::{Failure, Observer, VoteLabel};
-use super::{duplicates_of, Acquire, Drift, Extend, Extension, Master, NodeError, Redlock};
-use super::{Resource, Settings, Token, Vote};
-
-/// How a master in memory behaves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Up,
-    Down,
-    /// Answers every request after this long.
-    Slow(Duration),
-    /// Lost its keys: every vote and extension says so.
-    LostState,
-    /// Votes, but fails round 2 of a fenced grant.
-    NoRaise,
-}
-
-#[derive(Debug)]
-struct Memory {
-    name: String,
-    mode: Mutex<Mode>,
-    keys: Mutex<HashMap<String, (String, Instant)>>,
-    counter: Mutex<u64>,
-}
-
-impl Memory {
-    fn new(i: usize) -> Arc<Memory> {
-        Arc::new(Memory {
-            name: format!("m{i}"),
-            mode: Mutex::new(Mode::Up),
-            keys: Mutex::new(HashMap::new()),
-            counter: Mutex::new(0),
-        })
-    }
-
-    fn set(&self, mode: Mode) {
-        *self.mode.lock().unwrap() = mode;
-    }
-
-    fn mode(&self) -> Mode {
-        *self.mode.lock().unwrap()
-    }
-
-    fn holds(&self, key: &str) -> Option<String> {
-        let keys = self.keys.lock().unwrap();
-        keys.get(key)
-            .filter(|(_, until)| *until > Instant::now())
-            .map(|(value, _)| value.clone())
-    }
-
-    fn plant(&self, key: &str, value: &str, ttl: Duration) {
-        self.keys
-            .lock()
-            .unwrap()
-            .insert(key.into(), (value.into(), Instant::now() + ttl));
-    }
-
-    /// Waits as the mode says; `Err` when the master does not answer.
-    async fn answer(&self) -> Result<(), NodeError> {
-        match self.mode() {
-            Mode::Down => Err(NodeError::NotConnected),
-            Mode::Slow(after) => {
-                tokio::time::sleep(after).await;
-                Ok(())
-            }
-            Mode::Up | Mode::LostState | Mode::NoRaise => Ok(()),
-        }
-    }
-}
-
-impl Master for Memory {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn state(&self) -> NodeState {
-        match self.mode() {
-            Mode::Down => NodeState::Down,
-            _ => NodeState::Up,
-        }
-    }
-
-    fn server_id(&self) -> Option<u64> {
-        None
-    }
-
-    fn unusable_reason(&self) -> String {
-        "down".into()
-    }
-
-    fn count_vote(&self, _: VoteLabel) {}
-
-    async fn vote(&self, key: &str, value: &str, ttl: Duration, read_counter: bool) -> Vote {
-        if let Err(e) = self.answer().await {
-            return Vote::Failed(e);
-        }
-        if self.mode() == Mode::LostState {
-            return Vote::LostState;
-        }
-        match self.holds(key) {
-            Some(held) if held != value => Vote::Taken,
-            _ => {
-                self.plant(key, value, ttl);
-                let counter = if read_counter {
-                    *self.counter.lock().unwrap()
-                } else {
-                    0
-                };
-                Vote::Granted { counter }
-            }
-        }
-    }
-
-    async fn raise_fence(&self, key: &str, value: &str, fence: u64) -> Result<bool, NodeError> {
-        self.answer().await?;
-        if self.mode() == Mode::NoRaise {
-            return Err(NodeError::Other("refused".into()));
-        }
-        if self.holds(key).as_deref() != Some(value) {
-            return Ok(false);
-        }
-        let mut counter = self.counter.lock().unwrap();
-        *counter = (*counter).max(fence);
-        Ok(true)
-    }
-
-    async fn extend(&self, key: &str, value: &str, ttl: Duration) -> Result<Extension, NodeError> {
-        self.answer().await?;
-        if self.mode() == Mode::LostState {
-            return Ok(Extension::LostState);
-        }
-        if self.holds(key).as_deref() == Some(value) {
-            self.plant(key, value, ttl);
-            Ok(Extension::Extended)
-        } else {
-            Ok(Extension::NotHeld)
-        }
-    }
-
-    async fn release(&self, key: &str, value: &str, _channel: &str) -> Result<bool, NodeError> {
-        self.answer().await?;
-        let mut keys = self.keys.lock().unwrap();
-        if keys.get(key).is_some_and(|(held, _)| held == value) {
-            keys.remove(key);
-            return Ok(true);
-        }
-        Ok(false)
-    }
-}
+use super::memory::{Memory, Mode};
+use super::observe::{Failure, Observer};
+use super::{duplicates_of, Acquire, Drift, Extend, Redlock};
+use super::{Resource, Settings, Token};
 
 /// Counts the failures the engine reports.
 #[derive(Debug, Default)]

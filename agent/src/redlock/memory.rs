@@ -1,0 +1,162 @@
+//! A master in memory for the unit tests of the engine and the waiters:
+//! keys with expiry on tokio's clock (paused in the tests), a fencing
+//! counter, and a behaviour each test sets (down, slow, lost state, no
+//! round 2).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redlock_wire::NodeState;
+use tokio::time::Instant;
+
+use super::master::{Extension, Master, NodeError, Vote};
+use super::observe::VoteLabel;
+
+/// How a master in memory behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Up,
+    Down,
+    /// Answers every request after this long.
+    Slow(Duration),
+    /// Lost its keys: every vote and extension says so.
+    LostState,
+    /// Votes, but fails round 2 of a fenced grant.
+    NoRaise,
+}
+
+#[derive(Debug)]
+pub(crate) struct Memory {
+    pub(crate) name: String,
+    mode: Mutex<Mode>,
+    pub(crate) keys: Mutex<HashMap<String, (String, Instant)>>,
+    pub(crate) counter: Mutex<u64>,
+}
+
+impl Memory {
+    pub(crate) fn new(i: usize) -> Arc<Memory> {
+        Arc::new(Memory {
+            name: format!("m{i}"),
+            mode: Mutex::new(Mode::Up),
+            keys: Mutex::new(HashMap::new()),
+            counter: Mutex::new(0),
+        })
+    }
+
+    pub(crate) fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    fn mode(&self) -> Mode {
+        *self.mode.lock().unwrap()
+    }
+
+    /// The value of `key` while it has not expired.
+    pub(crate) fn holds(&self, key: &str) -> Option<String> {
+        let keys = self.keys.lock().unwrap();
+        keys.get(key)
+            .filter(|(_, until)| *until > Instant::now())
+            .map(|(value, _)| value.clone())
+    }
+
+    /// Sets `key` as another client would.
+    pub(crate) fn plant(&self, key: &str, value: &str, ttl: Duration) {
+        self.keys
+            .lock()
+            .unwrap()
+            .insert(key.into(), (value.into(), Instant::now() + ttl));
+    }
+
+    /// Waits as the mode says; `Err` when the master does not answer.
+    async fn answer(&self) -> Result<(), NodeError> {
+        match self.mode() {
+            Mode::Down => Err(NodeError::NotConnected),
+            Mode::Slow(after) => {
+                tokio::time::sleep(after).await;
+                Ok(())
+            }
+            Mode::Up | Mode::LostState | Mode::NoRaise => Ok(()),
+        }
+    }
+}
+
+impl Master for Memory {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn state(&self) -> NodeState {
+        match self.mode() {
+            Mode::Down => NodeState::Down,
+            _ => NodeState::Up,
+        }
+    }
+
+    fn server_id(&self) -> Option<u64> {
+        None
+    }
+
+    fn unusable_reason(&self) -> String {
+        "down".into()
+    }
+
+    fn count_vote(&self, _: VoteLabel) {}
+
+    async fn vote(&self, key: &str, value: &str, ttl: Duration, read_counter: bool) -> Vote {
+        if let Err(e) = self.answer().await {
+            return Vote::Failed(e);
+        }
+        if self.mode() == Mode::LostState {
+            return Vote::LostState;
+        }
+        match self.holds(key) {
+            Some(held) if held != value => Vote::Taken,
+            _ => {
+                self.plant(key, value, ttl);
+                let counter = if read_counter {
+                    *self.counter.lock().unwrap()
+                } else {
+                    0
+                };
+                Vote::Granted { counter }
+            }
+        }
+    }
+
+    async fn raise_fence(&self, key: &str, value: &str, fence: u64) -> Result<bool, NodeError> {
+        self.answer().await?;
+        if self.mode() == Mode::NoRaise {
+            return Err(NodeError::Other("refused".into()));
+        }
+        if self.holds(key).as_deref() != Some(value) {
+            return Ok(false);
+        }
+        let mut counter = self.counter.lock().unwrap();
+        *counter = (*counter).max(fence);
+        Ok(true)
+    }
+
+    async fn extend(&self, key: &str, value: &str, ttl: Duration) -> Result<Extension, NodeError> {
+        self.answer().await?;
+        if self.mode() == Mode::LostState {
+            return Ok(Extension::LostState);
+        }
+        if self.holds(key).as_deref() == Some(value) {
+            self.plant(key, value, ttl);
+            Ok(Extension::Extended)
+        } else {
+            Ok(Extension::NotHeld)
+        }
+    }
+
+    async fn release(&self, key: &str, value: &str, _channel: &str) -> Result<bool, NodeError> {
+        self.answer().await?;
+        let mut keys = self.keys.lock().unwrap();
+        if keys.get(key).is_some_and(|(held, _)| held == value) {
+            keys.remove(key);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
