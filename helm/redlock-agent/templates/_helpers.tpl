@@ -224,6 +224,7 @@ lock:
   retry_jitter: {{ $c.lock.retryJitter | quote }}
   max_hold: {{ $c.lock.maxHold | quote }}
   max_waiters: {{ int $c.lock.maxWaiters }}
+  fence: {{ $c.lock.fence | quote }}
 health:
   interval: {{ $c.health.interval | quote }}
 delayed_restart:
