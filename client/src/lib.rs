@@ -31,6 +31,26 @@
 //! # async fn do_the_work() {}
 //! ```
 //!
+//! With a fencing token, for storage that can refuse a stale writer (see
+//! the agent's README, "Fencing"): pass the fence with every write, and
+//! have the storage accept a write only when its fence is above the
+//! highest it has seen.
+//!
+//! ```no_run
+//! use redlock_client::{AcquireOptions, Client};
+//!
+//! # async fn example(client: Client) -> Result<(), redlock_client::Error> {
+//! let grant = client
+//!     .acquire("orders-42", &AcquireOptions::new().fence())
+//!     .await?;
+//! let fence = grant.fence.expect("asked for a fence");
+//! // UPDATE orders SET ..., fence = ?1 WHERE id = 42 AND fence < ?1
+//! # let _ = fence;
+//! client.release(&grant.resource, &grant.token).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Layout
 //! - this file: [`Client`], its options and answers.
 //! - [`error`]: [`Error`], one variant per case a caller acts on.

@@ -389,39 +389,45 @@ impl Node {
     /// # Errors
     /// When the master cannot be reached or refuses the handshake in time.
     pub async fn open(&self) -> Result<MultiplexedConnection, NodeError> {
+        let scripts = [
+            &*scripts::RELEASE,
+            &*scripts::EXTEND,
+            &*scripts::ACQUIRE,
+            &*scripts::FENCE,
+        ];
+        match self.connect(self.connect_timeout, &scripts).await {
+            Ok(mut conn) => {
+                conn.set_response_timeout(self.timeout);
+                Ok(conn)
+            }
+            Err(e) => Err(self.unreachable(e)),
+        }
+    }
+
+    /// A new connection whose requests are bounded by `response_timeout`,
+    /// with `scripts` loaded, all within the connect timeout.
+    pub(crate) async fn connect(
+        &self,
+        response_timeout: Duration,
+        scripts: &[&redis::Script],
+    ) -> Result<MultiplexedConnection, NodeError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.connect_timeout));
+            .set_response_timeout(Some(response_timeout));
         let attempt = async {
             let mut conn = self
                 .client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
-            scripts::RELEASE
-                .prepare_invoke()
-                .load_async(&mut conn)
-                .await?;
-            scripts::EXTEND
-                .prepare_invoke()
-                .load_async(&mut conn)
-                .await?;
-            scripts::ACQUIRE
-                .prepare_invoke()
-                .load_async(&mut conn)
-                .await?;
-            scripts::FENCE
-                .prepare_invoke()
-                .load_async(&mut conn)
-                .await?;
+            for script in scripts {
+                script.prepare_invoke().load_async(&mut conn).await?;
+            }
             Ok::<_, RedisError>(conn)
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
-            Ok(Ok(mut conn)) => {
-                conn.set_response_timeout(self.timeout);
-                Ok(conn)
-            }
-            Ok(Err(e)) => Err(self.unreachable(classify(&e))),
-            Err(_) => Err(self.unreachable(NodeError::Timeout(self.connect_timeout))),
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(classify(&e)),
+            Err(_) => Err(NodeError::Timeout(self.connect_timeout)),
         }
     }
 

@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, RedisError};
 
 use super::{classify, scripts, ttl_ms, Node};
 use crate::redlock::master::NodeError;
@@ -67,25 +66,7 @@ impl Node {
         if self.connection().is_none() {
             return Err(NodeError::NotConnected);
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(timeout));
-        let attempt = async {
-            let mut conn = self
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            scripts::READ_KEYS
-                .prepare_invoke()
-                .load_async(&mut conn)
-                .await?;
-            Ok::<_, RedisError>(conn)
-        };
-        match tokio::time::timeout(self.connect_timeout, attempt).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(classify(&e)),
-            Err(_) => Err(NodeError::Timeout(self.connect_timeout)),
-        }
+        self.connect(timeout, &[&*scripts::READ_KEYS]).await
     }
 
     /// Runs one operator read on a reader connection (see
