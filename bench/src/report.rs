@@ -567,44 +567,8 @@ fn marker_check(md: &mut String, results: &Results) {
          | clients | marker check | cycles/s | on / off | acquire | acquire + release | Redis commands / grant | errors |\n|---|---|---|---|---|---|---|---|"
     );
     for clients in [1, 8, 64] {
-        let off = results
-            .find(
-                Workload::MarkerCheck {
-                    clients,
-                    check: false,
-                },
-                Peer::Agent,
-            )
-            .and_then(|r| r.result.as_ref().ok())
-            .map(rate);
-        for check in [false, true] {
-            let Some(run) = results.find(Workload::MarkerCheck { clients, check }, Peer::Agent)
-            else {
-                continue;
-            };
-            let which = if check { "on" } else { "off" };
-            match &run.result {
-                Ok(r) => {
-                    let _ = writeln!(
-                        md,
-                        "| {clients} | {which} | {} | {} | {} | {} | {} | {} |",
-                        num(rate(r)),
-                        if check {
-                            ratio(rate(r), off)
-                        } else {
-                            "1×".into()
-                        },
-                        pct(&r.acquire_ms),
-                        pct(&r.cycle_ms),
-                        run.commands_per_grant().map_or("-".into(), num),
-                        trouble_or_zero(r)
-                    );
-                }
-                Err(_) => {
-                    let _ = writeln!(md, "| {clients} | {which} | {} | | | | | |", na(Some(run)));
-                }
-            }
-        }
+        let find = |check| results.find(Workload::MarkerCheck { clients, check }, Peer::Agent);
+        paired_rows(md, clients, [("off", find(false)), ("on", find(true))]);
     }
     md.push('\n');
 }
@@ -637,45 +601,47 @@ fn fence_cost(md: &mut String, results: &Results) {
          | clients | acquire | cycles/s | fenced / plain | acquire | acquire + release | Redis commands / grant | errors |\n|---|---|---|---|---|---|---|---|"
     );
     for clients in [1, 8, 64] {
-        let plain = results
-            .find(
-                Workload::Fence {
-                    clients,
-                    fence: false,
-                },
-                Peer::Agent,
-            )
-            .and_then(|r| r.result.as_ref().ok())
-            .map(rate);
-        for fence in [false, true] {
-            let Some(run) = results.find(Workload::Fence { clients, fence }, Peer::Agent) else {
-                continue;
-            };
-            let which = if fence { "fenced" } else { "plain" };
-            match &run.result {
-                Ok(r) => {
-                    let _ = writeln!(
-                        md,
-                        "| {clients} | {which} | {} | {} | {} | {} | {} | {} |",
-                        num(rate(r)),
-                        if fence {
-                            ratio(rate(r), plain)
-                        } else {
-                            "1×".into()
-                        },
-                        pct(&r.acquire_ms),
-                        pct(&r.cycle_ms),
-                        run.commands_per_grant().map_or("-".into(), num),
-                        trouble_or_zero(r)
-                    );
-                }
-                Err(_) => {
-                    let _ = writeln!(md, "| {clients} | {which} | {} | | | | | |", na(Some(run)));
-                }
+        let find = |fence| results.find(Workload::Fence { clients, fence }, Peer::Agent);
+        paired_rows(
+            md,
+            clients,
+            [("plain", find(false)), ("fenced", find(true))],
+        );
+    }
+    md.push('\n');
+}
+
+/// The rows of one W1 variant pair through the agent (W5, W6): the first
+/// run is the baseline (`1×`), the second's cycles/s is given as a ratio to
+/// it. A run that is missing is left out; one that failed says why.
+fn paired_rows(md: &mut String, clients: usize, pair: [(&str, Option<&Run>); 2]) {
+    let base = pair[0].1.and_then(|run| run.result.as_ref().ok()).map(rate);
+    for (i, (which, run)) in pair.into_iter().enumerate() {
+        let Some(run) = run else {
+            continue;
+        };
+        match &run.result {
+            Ok(r) => {
+                let _ = writeln!(
+                    md,
+                    "| {clients} | {which} | {} | {} | {} | {} | {} | {} |",
+                    num(rate(r)),
+                    if i == 0 {
+                        "1×".into()
+                    } else {
+                        ratio(rate(r), base)
+                    },
+                    pct(&r.acquire_ms),
+                    pct(&r.cycle_ms),
+                    run.commands_per_grant().map_or("-".into(), num),
+                    trouble_or_zero(r)
+                );
+            }
+            Err(_) => {
+                let _ = writeln!(md, "| {clients} | {which} | {} | | | | | |", na(Some(run)));
             }
         }
     }
-    md.push('\n');
 }
 
 fn trouble_or_zero(r: &Report) -> String {

@@ -24,12 +24,7 @@ impl Node {
     ) -> Result<(u64, Vec<KeyState>), NodeError> {
         let (next, keys): (u64, Vec<String>) = self
             .request(Op::Scan, |mut conn| async move {
-                redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(count)
+                scan_cmd(cursor, pattern, count)
                     .query_async(&mut conn)
                     .await
             })
@@ -101,12 +96,7 @@ impl Node {
         count: u64,
     ) -> Result<(u64, Vec<String>), NodeError> {
         self.read_request(conn, |mut conn| async move {
-            redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(count)
+            scan_cmd(cursor, pattern, count)
                 .query_async(&mut conn)
                 .await
         })
@@ -212,4 +202,15 @@ fn key_states(keys: impl Iterator<Item = String>, reply: &[redis::Value]) -> Vec
         }
     })
     .collect()
+}
+
+/// `SCAN cursor MATCH pattern COUNT count`.
+fn scan_cmd(cursor: u64, pattern: &str, count: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(count);
+    cmd
 }
