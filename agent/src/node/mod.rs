@@ -212,8 +212,8 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node that is not connected yet (state `down`); the health task or
-    /// [`Node::connect`] brings it up.
+    /// A node that is not connected yet (state `down`); the health task
+    /// ([`crate::health`]) brings it up.
     pub fn new(
         name: String,
         client: Client,
@@ -383,7 +383,7 @@ impl Node {
     }
 
     /// Opens a fresh connection and loads the scripts. The node does not use
-    /// it until [`Node::install`]: the health task first checks what came
+    /// it until `Node::install`: the health task first checks what came
     /// back (a restarted master must be quarantined before any request).
     ///
     /// # Errors

@@ -307,7 +307,7 @@ impl Node {
     }
 
     /// Whether the incarnation marker is there. Read-only: a probe never
-    /// writes the marker, only [`Node::readmit`] does (and the first sight
+    /// writes the marker, only `Node::readmit` does (and the first sight
     /// of masters this process started empty).
     ///
     /// # Errors

@@ -2,12 +2,12 @@
 //!
 //! Each master keeps one counter, `<key_prefix> fence` (the space keeps it
 //! apart from every lock key). A fenced grant takes two rounds:
-//! 1. the vote ([`super::scripts::ACQUIRE`]) reads the counter atomically
+//! 1. the vote (`ACQUIRE` (`crate::node::scripts`)) reads the counter atomically
 //!    with the `SET NX`;
 //! 2. with a quorum of yes votes, the fence is `t = max(highest counter
 //!    read + 1, floor)`, and every master that voted yes raises its counter
 //!    to `t` only while the lock key still holds this grant's token
-//!    ([`super::scripts::FENCE`]). The grant stands once a quorum confirms,
+//!    (`FENCE` (`crate::node::scripts`)). The grant stands once a quorum confirms,
 //!    within the validity counted from before round 1.
 //!
 //! Why fences only grow: a later holder B wins a master only after A's key

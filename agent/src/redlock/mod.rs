@@ -213,7 +213,7 @@ impl<M: Master> Redlock<M> {
     /// yes (see [`fence`]), and the grant needs a quorum of those too, within
     /// the same validity (counted from before the first round).
     /// A failed round is released on every master before this returns.
-    /// Waiting and retrying are the caller's ([`crate::waiters`]).
+    /// Waiting and retrying are the caller's ([`crate::lock::waiters`]).
     ///
     /// Every round of one request uses the same `token`, so a key an earlier
     /// round left behind counts for this one instead of blocking it.
