@@ -116,12 +116,12 @@ impl Agent {
                 })
                 .map_err(|source| MasterUrlError { index, source })?;
             let series = NodeSeries::new(&metrics, &master.name, &NodeError::KINDS);
-            nodes.push(Arc::new(Node::new(
+            nodes.push(Node::new(
                 master.name.clone(),
                 client,
                 node_settings.clone(),
                 Arc::new(series),
-            )));
+            ));
         }
         let settings = Settings {
             key_prefix: config.lock.key_prefix.clone(),

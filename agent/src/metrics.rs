@@ -123,6 +123,7 @@ const HOLD_BUCKETS: &[f64] = &[
     0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 ];
 const RATIO_BUCKETS: &[f64] = &[0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0];
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 const SCAN_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
 
 /// The agent's metrics and the registry that serves them.
@@ -136,6 +137,7 @@ pub struct Metrics {
     pub node_quarantine_remaining: GaugeVec,
     pub node_restarts: IntCounterVec,
     pub node_request_duration: HistogramVec,
+    pub node_batch_commands: HistogramVec,
     pub node_votes: IntCounterVec,
     pub node_errors: IntCounterVec,
     pub quorum_size: IntGauge,
@@ -230,6 +232,12 @@ impl Metrics {
                 "Duration of requests to one master, by operation (acquire, extend, release, probe, scan).",
                 &["node", "op"],
                 NODE_BUCKETS,
+            ),
+            node_batch_commands: histogram_vec(
+                "redlock_node_batch_commands",
+                "Lock commands (votes, fences, extends, releases) sent to one master in one script call; they batch up while the previous call is on its way.",
+                &["node"],
+                BATCH_BUCKETS,
             ),
             node_votes: counter_vec(
                 "redlock_node_votes_total",
@@ -361,6 +369,7 @@ impl Metrics {
             Box::new(self.node_quarantine_remaining.clone()),
             Box::new(self.node_restarts.clone()),
             Box::new(self.node_request_duration.clone()),
+            Box::new(self.node_batch_commands.clone()),
             Box::new(self.node_votes.clone()),
             Box::new(self.node_errors.clone()),
             Box::new(self.quorum_size.clone()),
@@ -466,6 +475,7 @@ pub struct NodeSeries {
     node: String,
     votes: [IntCounter; 4],
     requests: [Histogram; 6],
+    batches: Histogram,
     errors: Vec<IntCounter>,
     node_errors: IntCounter,
     restarts: IntCounterVec,
@@ -483,6 +493,7 @@ impl NodeSeries {
                     .node_request_duration
                     .with_label_values(&[node, op.as_str()])
             }),
+            batches: metrics.node_batch_commands.with_label_values(&[node]),
             errors: kinds
                 .iter()
                 .map(|k| metrics.node_errors.with_label_values(&[node, k]))
@@ -502,6 +513,10 @@ impl NodeObserver for NodeSeries {
 
     fn request(&self, op: Op, took: Duration) {
         self.requests[op as usize].observe(took.as_secs_f64());
+    }
+
+    fn batch(&self, commands: usize) {
+        self.batches.observe(commands as f64);
     }
 
     /// Counts an error of the kind at `index` in the `kinds` given to `new`,

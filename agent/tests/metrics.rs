@@ -62,6 +62,8 @@ async fn exported_metrics_match_what_dashboards_use() {
             && !name.contains("remaining")
             && !name.contains("timestamp")
             || name.ends_with("_ratio")
+            // A histogram of a count is named after what it counts.
+            || name.ends_with("_commands")
         {
             "histogram"
         } else {

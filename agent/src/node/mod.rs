@@ -22,6 +22,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKind};
 use tokio::sync::Notify;
 
+pub mod batch;
 pub mod lock;
 pub mod probe;
 pub mod scan;
@@ -56,20 +57,24 @@ fn classify(e: &RedisError) -> NodeError {
             Some("WRONGTYPE") => NodeError::WrongType,
             Some("NOAUTH") | Some("WRONGPASS") => NodeError::Auth(e.to_string()),
             Some("READONLY") => NodeError::ReadOnly,
-            _ => {
-                let text = e.to_string();
-                // Lua errors wrap the command's error text.
-                if text.contains("WRONGTYPE") {
-                    NodeError::WrongType
-                } else if text.contains("OOM") {
-                    NodeError::OutOfMemory
-                } else if text.contains("READONLY") {
-                    NodeError::ReadOnly
-                } else {
-                    NodeError::Other(text)
-                }
-            }
+            _ => classify_text(&e.to_string()),
         },
+    }
+}
+
+/// Sorts an error's text: a script's error wraps the failed command's
+/// (`WRONGTYPE ...`, `OOM ...`, `READONLY ...`).
+fn classify_text(text: &str) -> NodeError {
+    if text.contains("WRONGTYPE") {
+        NodeError::WrongType
+    } else if text.contains("OOM") {
+        NodeError::OutOfMemory
+    } else if text.contains("READONLY") {
+        NodeError::ReadOnly
+    } else if text.contains("NOPERM") {
+        NodeError::NoPerm(text.to_string())
+    } else {
+        NodeError::Other(text.to_string())
     }
 }
 
@@ -209,6 +214,8 @@ pub struct Node {
     /// Wakes the health task early after a request saw the connection fail.
     pub(crate) wake: Notify,
     observer: Arc<dyn NodeObserver>,
+    /// The queue of lock commands to this master (see [`batch`]).
+    batcher: batch::Batcher,
 }
 
 impl Node {
@@ -219,9 +226,9 @@ impl Node {
         client: Client,
         settings: NodeSettings,
         observer: Arc<dyn NodeObserver>,
-    ) -> Node {
+    ) -> Arc<Node> {
         let timeout = settings.timeout;
-        Node {
+        Arc::new_cyclic(|node| Node {
             name,
             client,
             timeout,
@@ -255,7 +262,8 @@ impl Node {
             }),
             wake: Notify::new(),
             observer,
-        }
+            batcher: batch::Batcher::new(node.clone()),
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -389,13 +397,10 @@ impl Node {
     /// # Errors
     /// When the master cannot be reached or refuses the handshake in time.
     pub async fn open(&self) -> Result<MultiplexedConnection, NodeError> {
-        let scripts = [
-            &*scripts::RELEASE,
-            &*scripts::EXTEND,
-            &*scripts::ACQUIRE,
-            &*scripts::FENCE,
-        ];
-        match self.connect(self.connect_timeout, &scripts).await {
+        match self
+            .connect(self.connect_timeout, &[&*scripts::BATCH])
+            .await
+        {
             Ok(mut conn) => {
                 conn.set_response_timeout(self.timeout);
                 Ok(conn)
@@ -532,16 +537,17 @@ impl Node {
         let started = Instant::now();
         let result = op(conn).await;
         self.observer.request(kind, started.elapsed());
-        result.map_err(|e| {
-            let error = match classify(&e) {
-                NodeError::Timeout(_) if kind == Op::Probe => {
-                    NodeError::Timeout(self.probe_timeout())
-                }
-                NodeError::Timeout(_) => NodeError::Timeout(self.timeout),
-                other => other,
-            };
-            self.record_error(error)
-        })
+        result.map_err(|e| self.failed(kind, &e))
+    }
+
+    /// Classifies and records a failed request of `kind`.
+    fn failed(&self, kind: Op, e: &RedisError) -> NodeError {
+        let error = match classify(e) {
+            NodeError::Timeout(_) if kind == Op::Probe => NodeError::Timeout(self.probe_timeout()),
+            NodeError::Timeout(_) => NodeError::Timeout(self.timeout),
+            other => other,
+        };
+        self.record_error(error)
     }
 }
 

@@ -8,80 +8,111 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Delete the key if it still holds the token, and announce the release on
-/// the resource's channel `ARGV[2]` so its waiters on every agent wake at
-/// once (publishing to a channel nobody listens on costs next to nothing).
-/// Returns 1 or 0.
-pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+/// Every lock command to one master, in batches: the commands that queued
+/// while the previous batch was on its way (see [`super::batch`]) run in one
+/// script call, each exactly as if it had been called alone, in the order
+/// they were queued. One call instead of many saves the master and the
+/// kernel a round of parsing, a system call and a reply per command, and
+/// reads the incarnation marker once for the whole batch.
+///
+/// `KEYS[1]` the incarnation marker, `KEYS[2]` the fencing counter, then
+/// one lock key per command (`KEYS[2 + i]` for command `i`). `ARGV[1]` "1"
+/// to check the marker ("0" only under the test switch), `ARGV[2]` "1" to
+/// vote with `SET ... GET` (Redis 7), so a key of another type answers
+/// WRONGTYPE instead of looking taken; then four per command: its letter,
+/// the token, a number, and one more argument.
+///
+/// - `v` (the vote; number: TTL in ms; more: "1" to read the counter):
+///   `SET key token NX PX ttl`, but only while the master still has its
+///   marker. Checking the marker in the same script as the write makes the
+///   check atomic with the vote: a master that lost its keys (FLUSHALL,
+///   failover, a restart) has lost the marker too, and answers -1 without
+///   writing anything, so its vote can never count. A key that already
+///   holds this very token was written by an earlier round of the same
+///   request (whose release did not arrive in time): it gets the new TTL and
+///   counts as granted, so a request is never blocked by its own debris.
+///   1 granted, 0 taken, -1 marker missing. The counter is read atomically
+///   with the vote: a grant's fence is raised (`f`) on this master only
+///   while its key is here, so a vote that finds the key free reads every
+///   fence raised under an earlier holder of this lock.
+/// - `f` (round 2 of a fenced grant; number: the fence): raise the counter
+///   to the fence only while the key still holds the token, so the raise
+///   happens before any later holder's `SET NX` on this master; never lower
+///   it. The fence is stored as the caller's text, not a Lua number: Lua
+///   would print a large number in exponent form. 1, or 0 when the key no
+///   longer holds the token.
+/// - `e` (extend; number: TTL in ms): a new TTL if the key still holds the
+///   token and the master still has its marker. 1 extended, 0 not held, -1
+///   marker missing.
+/// - `r` (release; more: the resource's release channel): delete the key if
+///   it still holds the token and announce the release on the channel, so
+///   the resource's waiters on every agent wake at once (publishing to a
+///   channel nobody listens on costs next to nothing). 1 or 0.
+///
+/// Returns one `{status, text}` per command: `text` is the counter for a
+/// vote that read it (a decimal string, "0" when the master has none yet),
+/// the master's error for a command that failed (status -2: WRONGTYPE, OOM,
+/// READONLY; one command's error never fails the others), else empty.
+pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"if redis.call("get", KEYS[1]) == ARGV[1] then
-  redis.call("del", KEYS[1])
-  redis.call("publish", ARGV[2], "released")
-  return 1
+        r#"local check, setget = ARGV[1] == "1", ARGV[2] == "1"
+local marker
+local function lost()
+  if not check then return false end
+  if marker == nil then marker = redis.call("exists", KEYS[1]) == 1 end
+  return not marker
 end
-return 0"#,
-    )
-});
-
-/// The vote: `SET NX PX` of the token, but only while the master still has
-/// its incarnation marker (`KEYS[2]`). Checking the marker in the same script
-/// as the write makes the check atomic with the vote: a master that lost its
-/// keys (FLUSHALL, failover, a restart) has lost the marker too, and answers
-/// -1 without writing anything, so its vote can never count.
-///
-/// A key that already holds this very token was written by an earlier round
-/// of the same request (whose release did not arrive in time): it gets the
-/// new TTL and counts as granted, exactly as if it had been set now, so a
-/// request is never blocked by its own debris.
-///
-/// ARGV: token, ttl in ms, "1" to use `SET ... GET` (Redis 7), so a key of
-/// another type answers WRONGTYPE instead of looking taken; "1" to check the
-/// marker ("0" only under the test switch); "1" to read the fencing counter
-/// (`KEYS[3]`) with the vote.
-/// Returns 1 (granted), 0 (taken) or -1 (marker missing); when the counter
-/// is read, `{status, counter}` with the counter as a decimal string ("0"
-/// when the master has none yet). The read is atomic with the vote: a
-/// grant's fence is raised (see [`FENCE`]) on this master only while its
-/// key is here, so a vote that finds the key free reads every fence raised
-/// under an earlier holder of this lock.
-pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local function answer(status)
-  if ARGV[5] == "1" then
-    return {status, redis.call("get", KEYS[3]) or "0"}
+local function counter() return redis.call("get", KEYS[2]) or "0" end
+local function vote(key, token, ttl)
+  if lost() then return -1 end
+  local previous
+  if setget then
+    previous = redis.call("set", key, token, "NX", "GET", "PX", ttl)
+    if not previous then return 1 end
+  else
+    if redis.call("set", key, token, "NX", "PX", ttl) then return 1 end
+    previous = redis.call("get", key)
   end
-  return status
+  if previous == token then
+    redis.call("pexpire", key, ttl)
+    return 1
+  end
+  return 0
 end
-if ARGV[4] == "1" and redis.call("exists", KEYS[2]) == 0 then return answer(-1) end
-local previous
-if ARGV[3] == "1" then
-  previous = redis.call("set", KEYS[1], ARGV[1], "NX", "GET", "PX", ARGV[2])
-  if not previous then return answer(1) end
-else
-  if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return answer(1) end
-  previous = redis.call("get", KEYS[1])
+local run = {
+  v = function(key, token, ttl, read)
+    local status = vote(key, token, ttl)
+    if read == "1" then return {status, counter()} end
+    return {status, ""}
+  end,
+  f = function(key, token, fence)
+    if redis.call("get", key) ~= token then return {0, ""} end
+    if (tonumber(counter()) or 0) < tonumber(fence) then redis.call("set", KEYS[2], fence) end
+    return {1, ""}
+  end,
+  e = function(key, token, ttl)
+    if lost() then return {-1, ""} end
+    if redis.call("get", key) == token then return {redis.call("pexpire", key, ttl), ""} end
+    return {0, ""}
+  end,
+  r = function(key, token, _, channel)
+    if redis.call("get", key) ~= token then return {0, ""} end
+    redis.call("del", key)
+    redis.call("publish", channel, "released")
+    return {1, ""}
+  end,
+}
+local out = {}
+for i = 1, (#ARGV - 2) / 4 do
+  local a = 2 + (i - 1) * 4
+  local ok, answer = pcall(run[ARGV[a + 1]], KEYS[2 + i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
+  if not ok then
+    if type(answer) == "table" then answer = answer.err end
+    answer = {-2, tostring(answer)}
+  end
+  out[i] = answer
 end
-if previous == ARGV[1] then
-  redis.call("pexpire", KEYS[1], ARGV[2])
-  return answer(1)
-end
-return answer(0)"#,
-    )
-});
-
-/// Round 2 of a fenced grant: raise the fencing counter (`KEYS[2]`) to the
-/// grant's fence (`ARGV[2]`, a decimal integer) only while the lock key
-/// (`KEYS[1]`) still holds this grant's token (`ARGV[1]`), so the raise happens
-/// before any later holder's `SET NX` on this master. Never lowers it.
-/// The fence is stored as the caller's text, not a Lua number: Lua would
-/// print a large number in exponent form. Returns 1, or 0 when the key no
-/// longer holds the token.
-pub static FENCE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end
-local current = tonumber(redis.call("get", KEYS[2]) or "0") or 0
-if current < tonumber(ARGV[2]) then redis.call("set", KEYS[2], ARGV[2]) end
-return 1"#,
+return out"#,
     )
 });
 
@@ -94,19 +125,6 @@ pub static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
         r#"local current = tonumber(redis.call("get", KEYS[1]) or "0") or 0
 if current < tonumber(ARGV[1]) then redis.call("set", KEYS[1], ARGV[1]) end
 return 1"#,
-    )
-});
-
-/// Set a new TTL (`ARGV[2]`, ms) if the key still holds the token and, when
-/// `ARGV[3]` is "1", the master still has its incarnation marker (`KEYS[2]`).
-/// Returns 1 (extended), 0 (not held) or -1 (marker missing).
-pub static EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"if ARGV[3] == "1" and redis.call("exists", KEYS[2]) == 0 then return -1 end
-if redis.call("get", KEYS[1]) == ARGV[1] then
-  return redis.call("pexpire", KEYS[1], ARGV[2])
-end
-return 0"#,
     )
 });
 

@@ -127,6 +127,8 @@ pub trait Observer: Send + Sync + std::fmt::Debug {
 pub trait NodeObserver: Send + Sync + std::fmt::Debug {
     fn vote(&self, vote: VoteLabel);
     fn request(&self, op: Op, took: Duration);
+    /// One batch of `commands` lock commands sent to the master in one call.
+    fn batch(&self, commands: usize);
     /// One failed request, by its kind's index in
     /// [`super::master::NodeError::KINDS`].
     fn error(&self, kind_index: usize);
@@ -146,6 +148,7 @@ impl Observer for Ignore {
 impl NodeObserver for Ignore {
     fn vote(&self, _: VoteLabel) {}
     fn request(&self, _: Op, _: Duration) {}
+    fn batch(&self, _: usize) {}
     fn error(&self, _: usize) {}
     fn restart(&self, _: &'static str) {}
 }

@@ -1,0 +1,283 @@
+//! One master's lock commands, batched: every vote, fence, extension and
+//! release goes through a queue to this node's batch task, which sends
+//! whatever queued while its previous batch was on the way as one call of
+//! [`scripts::BATCH`].
+//!
+//! ## Why
+//! Under load, most of a lock's cost on a master is per call, not per
+//! command: reading and parsing the request, a system call each way, the
+//! script lookup, the reply. At 64 clients a master gets dozens of votes
+//! within one round trip; sent together they cost one call.
+//!
+//! ## Behavior
+//! - At most one batch per master is on its way at a time. A command that
+//!   finds the master idle is sent at once, alone: no timer, no latency
+//!   added at low load. Batches grow only while a master is busy.
+//! - Each command runs in the script exactly as it would alone, in queue
+//!   order; one command's error (WRONGTYPE, OOM) is its own answer and never
+//!   fails the others. The marker is read once per batch: a script is
+//!   atomic, so no flush can fall between two of its commands.
+//! - Every command is bounded as before: the batch by the node timeout, and
+//!   a command that waited in the queue longer than the node timeout is
+//!   answered `timeout` without being sent. A command whose caller is gone
+//!   is not sent.
+//! - A failed batch (connection lost, timeout, NOSCRIPT that could not be
+//!   reloaded) fails each of its commands with the same error, recorded
+//!   once.
+//! - The task holds only a weak reference to its node: it ends when the
+//!   node is dropped.
+
+use std::sync::{Mutex, Once, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{classify_text, scripts, ttl_ms, Node};
+use crate::redlock::master::NodeError;
+use crate::redlock::observe::Op;
+
+/// Most commands in one script call: enough for every client's vote at
+/// hundreds of clients, short enough that one call never holds a master
+/// for long.
+pub const MAX_BATCH: usize = 256;
+
+/// One lock command, as the batch script takes it.
+#[derive(Debug)]
+pub enum Command {
+    /// `SET NX PX` behind the marker; with the fencing counter when asked.
+    Vote { ttl: Duration, read_counter: bool },
+    /// Round 2 of a fenced grant: raise the counter while the key is ours.
+    Fence { fence: u64 },
+    /// Compare-and-pexpire behind the marker.
+    Extend { ttl: Duration },
+    /// Compare-and-delete, announced on the resource's release channel.
+    Release { channel: String },
+}
+
+impl Command {
+    fn op(&self) -> Op {
+        match self {
+            Command::Vote { .. } => Op::Acquire,
+            Command::Fence { .. } => Op::Fence,
+            Command::Extend { .. } => Op::Extend,
+            Command::Release { .. } => Op::Release,
+        }
+    }
+
+    /// The script's four arguments for this command after the key and token:
+    /// its letter, a number and one more.
+    fn args(&self) -> (&'static str, u64, &str) {
+        match self {
+            Command::Vote { ttl, read_counter } => {
+                ("v", ttl_ms(*ttl), if *read_counter { "1" } else { "0" })
+            }
+            Command::Fence { fence } => ("f", *fence, ""),
+            Command::Extend { ttl } => ("e", ttl_ms(*ttl), ""),
+            Command::Release { channel } => ("r", 0, channel),
+        }
+    }
+}
+
+/// A command's answer: its status (see [`scripts::BATCH`]) and, for a vote
+/// that read it, the fencing counter (0 when the master has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    pub status: i64,
+    pub counter: u64,
+}
+
+/// A queued command and where its answer goes.
+#[derive(Debug)]
+struct Job {
+    key: String,
+    token: String,
+    command: Command,
+    queued: Instant,
+    reply: oneshot::Sender<Result<Answer, NodeError>>,
+}
+
+/// The queue to a node's batch task, started on first use (a node is built
+/// before the runtime runs the agent).
+#[derive(Debug)]
+pub struct Batcher {
+    queue: mpsc::UnboundedSender<Job>,
+    start: Once,
+    pending: Mutex<Option<(mpsc::UnboundedReceiver<Job>, Weak<Node>)>>,
+}
+
+impl Batcher {
+    pub fn new(node: Weak<Node>) -> Batcher {
+        let (queue, receiver) = mpsc::unbounded_channel();
+        Batcher {
+            queue,
+            start: Once::new(),
+            pending: Mutex::new(Some((receiver, node))),
+        }
+    }
+
+    fn submit(&self, job: Job) {
+        self.start.call_once(|| {
+            let pending = self
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some((receiver, node)) = pending {
+                tokio::spawn(run(node, receiver));
+            }
+        });
+        // The task ends only when the node is dropped, and the node is
+        // borrowed here: the queue is open.
+        let _ = self.queue.send(job);
+    }
+}
+
+impl Node {
+    /// Queues one lock command for this master's next batch and waits for
+    /// its answer.
+    ///
+    /// # Errors
+    /// When the master is not connected, the batch failed or timed out, the
+    /// command waited longer than the node timeout, or the master refused
+    /// this command (WRONGTYPE, OOM, READONLY, ...).
+    pub(super) async fn batched(
+        &self,
+        key: &str,
+        token: &str,
+        command: Command,
+    ) -> Result<Answer, NodeError> {
+        let (reply, answer) = oneshot::channel();
+        self.batcher.submit(Job {
+            key: key.to_string(),
+            token: token.to_string(),
+            command,
+            queued: Instant::now(),
+            reply,
+        });
+        answer
+            .await
+            .unwrap_or_else(|_| Err(NodeError::Other("the batch task ended".to_string())))
+    }
+
+    /// Sends `jobs` as one script call and answers each.
+    async fn send_batch(&self, jobs: &mut Vec<Job>) {
+        let now = Instant::now();
+        let mut sent = Vec::with_capacity(jobs.len());
+        for job in jobs.drain(..) {
+            if job.reply.is_closed() {
+                continue;
+            }
+            if now.duration_since(job.queued) >= self.timeout {
+                let _ = job.reply.send(Err(NodeError::Timeout(self.timeout)));
+                continue;
+            }
+            sent.push(job);
+        }
+        *jobs = sent;
+        if jobs.is_empty() {
+            return;
+        }
+        let Some(conn) = self.connection() else {
+            for job in jobs.drain(..) {
+                let _ = job.reply.send(Err(NodeError::NotConnected));
+            }
+            return;
+        };
+        let mut call = scripts::BATCH.prepare_invoke();
+        call.key(&self.marker_key)
+            .key(&self.fence_key)
+            .arg(if self.marker_check { "1" } else { "0" })
+            .arg(if self.lock().set_get { "1" } else { "0" });
+        for job in jobs.iter() {
+            let (letter, number, more) = job.command.args();
+            call.key(&job.key)
+                .arg(letter)
+                .arg(&job.token)
+                .arg(number)
+                .arg(more);
+        }
+        self.observer.batch(jobs.len());
+        let result = conn_call(conn, &call).await;
+        let answers = match result {
+            Ok(redis::Value::Array(items)) if items.len() == jobs.len() => items,
+            Ok(other) => {
+                let error = self.record_error(NodeError::Other(format!(
+                    "unexpected answer to a batch of {}: {other:?}",
+                    jobs.len()
+                )));
+                return self.fail_all(jobs, &error);
+            }
+            Err(e) => {
+                let error = self.failed(Op::Acquire, &e);
+                return self.fail_all(jobs, &error);
+            }
+        };
+        for (job, item) in jobs.drain(..).zip(answers) {
+            let answer = match parse(&item) {
+                Some((-2, text)) => Err(self.record_error(classify_text(text))),
+                Some((status, text)) if text.is_empty() => Ok(Answer { status, counter: 0 }),
+                Some((status, text)) => match text.parse() {
+                    Ok(counter) => Ok(Answer { status, counter }),
+                    Err(_) => Err(self.record_error(NodeError::Other(format!(
+                        "the fencing counter holds {text:?}, not a number"
+                    )))),
+                },
+                None => Err(self.record_error(NodeError::Other(format!(
+                    "unexpected answer in a batch: {item:?}"
+                )))),
+            };
+            self.observer
+                .request(job.command.op(), job.queued.elapsed());
+            let _ = job.reply.send(answer);
+        }
+    }
+
+    fn fail_all(&self, jobs: &mut Vec<Job>, error: &NodeError) {
+        for job in jobs.drain(..) {
+            self.observer
+                .request(job.command.op(), job.queued.elapsed());
+            let _ = job.reply.send(Err(error.clone()));
+        }
+    }
+}
+
+/// The batch task: one batch on its way at a time; whatever queued
+/// meanwhile is the next batch.
+async fn run(node: Weak<Node>, mut queue: mpsc::UnboundedReceiver<Job>) {
+    let mut jobs = Vec::new();
+    while let Some(first) = queue.recv().await {
+        jobs.push(first);
+        while jobs.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let Some(node) = node.upgrade() else { return };
+        node.send_batch(&mut jobs).await;
+        jobs.clear();
+    }
+}
+
+async fn conn_call(
+    mut conn: redis::aio::MultiplexedConnection,
+    call: &redis::ScriptInvocation<'_>,
+) -> redis::RedisResult<redis::Value> {
+    call.invoke_async(&mut conn).await
+}
+
+/// One command's `{status, text}`.
+fn parse(item: &redis::Value) -> Option<(i64, &str)> {
+    match item {
+        redis::Value::Array(pair) => match pair.as_slice() {
+            [redis::Value::Int(status), redis::Value::BulkString(text)] => {
+                Some((*status, std::str::from_utf8(text).ok()?))
+            }
+            [redis::Value::Int(status), redis::Value::SimpleString(text)] => {
+                Some((*status, text.as_str()))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
