@@ -478,7 +478,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         let measured = idle_run(options, &masters, connections);
         match &measured {
             Ok(i) => eprintln!(
-                "RSS {:.1} MB before, {:.1} MB with {} open ({:.1} KB each), {:.1} MB after closing{}",
+                "RSS {:.1} MiB before, {:.1} MiB with {} open ({:.1} KiB each), {:.1} MiB after closing{}",
                 i.rss_before_kib as f64 / 1024.0,
                 i.rss_open_kib as f64 / 1024.0,
                 i.answered,
