@@ -1356,4 +1356,62 @@ mod tests {
         assert!(md.contains("| pottery | 64 | 200 | 0.10× |"), "{md}");
         assert!(md.contains("| 20.0 | +1280 | 0 |"), "{md}");
     }
+
+    fn w1_run(peer: Peer, workload: Workload, p50: f64, grants: u64, commands: u64) -> Run {
+        Run {
+            workload,
+            peer: peer.name(),
+            result: Ok(Report {
+                peer: peer.name().into(),
+                clients: 1,
+                window_s: 1.0,
+                cycles: grants,
+                grants_total: grants,
+                cycle_ms: crate::spec::Percentiles {
+                    count: grants,
+                    p50,
+                    ..Default::default()
+                },
+                ..Report::default()
+            }),
+            commands: Some(commands),
+            master_connections: None,
+        }
+    }
+
+    /// Issue 15's rows: one-client latency against 1.2× rslock's, Redis
+    /// commands per uncontended grant against rslock's, and per hot-key
+    /// grant against the agent's own uncontended cost plus one.
+    #[test]
+    fn latency_and_command_targets_say_what_they_compare() {
+        let one = Workload::Uncontended { clients: 1 };
+        let results = Results {
+            runs: vec![
+                w1_run(Peer::Agent, one, 0.6, 1000, 35_000),
+                w1_run(Peer::Rslock, one, 0.5, 1000, 20_000),
+                w1_run(Peer::Agent, hot(64, false), 0.0, 1000, 40_200),
+            ],
+            limit: None,
+            idle: None,
+            redis_version: "7".into(),
+            agent_failed: false,
+        };
+        let md = render(
+            &results,
+            &Environment::default(),
+            &[Peer::Agent, Peer::Rslock],
+        );
+        assert!(
+            md.contains("≤ 1.2× rslock's | agent 0.60 ms, rslock 0.50 ms: 1.20× | met |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("≤ rslock's | agent 35.0, rslock 20.0 | **MISSED** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("≤ 1 | 40.2 − 35.0 = +5.20 | **MISSED** |"),
+            "{md}"
+        );
+    }
 }
