@@ -95,7 +95,8 @@ struct RunArgs {
     /// Where the report goes (scratch files go to OUT/scratch).
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
-    /// Profile the agent with `perf` under workload 1 at 64 clients instead.
+    /// Profile the agent with `perf` under workload 1 at 64 clients instead,
+    /// and draw its flame graph (results/flamegraph-w1-64-DATE.svg).
     #[arg(long)]
     profile: bool,
 }
