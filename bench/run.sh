@@ -7,12 +7,15 @@
 #                            and written to bench/results/
 #   bench/run.sh --smoke     a few seconds, the agent only; non-zero exit if
 #                            the agent's driver fails (tools/test.sh runs it)
-#   bench/run.sh --profile   perf profile of the agent under workload 1 at
-#                            64 clients, written to bench/results/
+#   bench/run.sh --profile   perf profile and flame graph (SVG) of the agent
+#                            under workload 1 at 64 clients, written to
+#                            bench/results/
 #
 # Other arguments go to `redlock-bench run`, e.g. --duration 3s --warmup 500ms,
 # --peers agent,rslock (node-redlock and pottery are installed only when
-# they run) or --only w5 (the in-vote marker check's cost, agent only).
+# they run) or --only w5 (the in-vote marker check's cost, agent only),
+# --only w7 (a Python process per client: the agent and pottery), --only w8
+# (10,000 idle connections, agent only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/setup.sh
@@ -35,14 +38,15 @@ runs() { [ -z "$peers" ] || [[ ",$peers," == *",$1,"* ]]; }
 
 if $smoke; then
   # Debug builds: the smoke run checks that the benchmark still works, it
-  # measures nothing. tools/test.sh has built the agent already.
-  need_packages redis-server:redis-server
+  # measures nothing. tools/test.sh has built the agent already. W7's agent
+  # processes run under the system python3.
+  need_packages redis-server:redis-server python3:python3
   cargo build --quiet -p redlock-agent
   cargo build --quiet --manifest-path bench/Cargo.toml
   exec target/debug/redlock-bench run --agent-bin target/debug/redlock-agent "$@"
 fi
 
-need_packages redis-server:redis-server redis-benchmark:redis-tools
+need_packages redis-server:redis-server redis-benchmark:redis-tools python3:python3
 $profile && need_packages perf:linux-perf
 
 drivers=()

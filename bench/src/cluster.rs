@@ -132,6 +132,26 @@ impl Masters {
         Some(total)
     }
 
+    /// Client connections the masters have open, summed over every master
+    /// (`INFO clients`'s `connected_clients`; each count includes the
+    /// connection asking). `None` when a master cannot be asked.
+    pub fn connected_clients(&self) -> Option<u64> {
+        let mut total = 0;
+        for (i, &port) in self.ports.iter().enumerate() {
+            if self.servers[i].pid().is_none() || self.servers[i].is_frozen() {
+                return None;
+            }
+            let info: String = connect(port)
+                .and_then(|mut c| redis::cmd("INFO").arg("clients").query(&mut c))
+                .ok()?;
+            total += info.lines().find_map(|l| {
+                l.strip_prefix("connected_clients:")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })?;
+        }
+        Some(total)
+    }
+
     /// `INFO server`'s `redis_version` of the first master.
     pub fn redis_version(&self) -> String {
         connect(self.ports[0])
@@ -219,7 +239,8 @@ pub struct Agent {
 impl Agent {
     /// Writes a config for `masters` and starts the agent with `env` added
     /// to its environment; waits until it serves and sees every master
-    /// usable.
+    /// usable. `socket_extra` is added to the `socket:` block as it is
+    /// (`key: value` pairs, comma-separated; empty for the defaults).
     ///
     /// Delayed restart is off: the masters are started by this run (young,
     /// so the agent would quarantine them), and the degraded workload
@@ -235,12 +256,18 @@ impl Agent {
         masters: &Masters,
         retry: AgentRetry,
         env: &[(&str, &str)],
+        socket_extra: &str,
     ) -> anyhow::Result<Agent> {
         let socket = dir.join(format!("{name}.sock"));
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let config = dir.join(format!("{name}.yaml"));
+        let extra = if socket_extra.is_empty() {
+            String::new()
+        } else {
+            format!(", {socket_extra}")
+        };
         let mut yaml = format!(
-            "# Written by redlock-bench.\nsocket: {{path: {:?}}}\nmetrics: {{listen: \"{metrics}\"}}\nlog: {{level: warn}}\nmasters:\n",
+            "# Written by redlock-bench.\nsocket: {{path: {:?}{extra}}}\nmetrics: {{listen: \"{metrics}\"}}\nlog: {{level: warn}}\nmasters:\n",
             socket.display().to_string()
         );
         for (i, url) in masters.urls().iter().enumerate() {

@@ -55,9 +55,7 @@ pub fn measure(
     release_script: &str,
 ) -> anyhow::Result<Limit> {
     if acquire_script.is_empty() || release_script.is_empty() {
-        bail!(
-            "cannot find the agent's acquire and release scripts in agent/src/redlock/scripts.rs"
-        );
+        bail!("cannot find the agent's acquire and release scripts in agent/src/node/scripts.rs");
     }
     let shas = Shas {
         acquire: masters.load_script(acquire_script)?,

@@ -7,9 +7,11 @@
 //! - `peers`: the peers and how each one's driver is started
 //! - `spec`: the driver protocol (a JSON spec in, a JSON report out)
 //! - `drive`: the Rust drivers (agent over its socket, `rslock`, `redlock`)
+//! - `idle`: W8, the agent's memory with 10,000 idle connections
 //! - `stats`: percentiles, fairness, the hot-key tracker
 //! - `limit`: the masters' own limit with `redis-benchmark`
-//! - `profile`: `perf` on the agent under the 64-client uncontended load
+//! - `profile`: `perf` on the agent under the 64-client uncontended load,
+//!   and its flame graph (`inferno`)
 //! - `report`: the Markdown tables
 //!
 //! `bench/run.sh` installs the peers and runs `redlock-bench run`; see
@@ -17,6 +19,7 @@
 
 mod cluster;
 mod drive;
+mod idle;
 mod limit;
 mod peers;
 mod plan;
@@ -45,7 +48,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the benchmark (or its smoke mode) and write the report.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Internal: run one Rust driver with a JSON spec; prints a JSON report.
     Drive { spec: String },
 }
@@ -64,9 +67,10 @@ struct RunArgs {
     /// Peers to run, comma-separated (default: all; --smoke: agent).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// Workloads to run, comma-separated: w1, w2, w3, w4, w5, w6 (default:
-    /// all). w5 (the marker check's cost) and w6 (a fenced acquire's) run
-    /// for the agent only.
+    /// Workloads to run, comma-separated: w1 .. w8 (default: all). w5 (the
+    /// marker check's cost), w6 (a fenced acquire's) and w8 (idle
+    /// connections) run for the agent only, w7 (a Python process per
+    /// client) for the agent and pottery.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The release build of the agent.
@@ -81,10 +85,18 @@ struct RunArgs {
     /// bench/python/driver.py.
     #[arg(long)]
     python_driver: Option<PathBuf>,
+    /// W7's driver (a process per client).
+    #[arg(long, default_value = "bench/python/processes.py")]
+    processes_driver: PathBuf,
+    /// The directory of the standard-library Python client W7's agent
+    /// processes import.
+    #[arg(long, default_value = "clients/python")]
+    python_client: PathBuf,
     /// Where the report goes (scratch files go to OUT/scratch).
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
-    /// Profile the agent with `perf` under workload 1 at 64 clients instead.
+    /// Profile the agent with `perf` under workload 1 at 64 clients instead,
+    /// and draw its flame graph (results/flamegraph-w1-64-DATE.svg).
     #[arg(long)]
     profile: bool,
 }
@@ -93,7 +105,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Drive { spec } => drive(&spec).map(|()| ExitCode::SUCCESS),
-        Cmd::Run(args) => run(args),
+        Cmd::Run(args) => run(*args),
     };
     match result {
         Ok(code) => code,
@@ -211,6 +223,8 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         exe: std::env::current_exe()?,
         node: args.node_driver.clone(),
         python: args.python.clone().zip(args.python_driver.clone()),
+        processes: args.processes_driver.clone(),
+        python_client: args.python_client.clone(),
     };
     std::fs::create_dir_all(&args.out)?;
     let scratch_root = args.out.join("scratch");
@@ -231,12 +245,19 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let env = environment(&args, &options);
 
     if args.profile {
-        let text = profile::run(&options)?;
-        let path = args
-            .out
-            .join(format!("profile-{}.txt", env.date.replace(':', "")));
-        std::fs::write(&path, &text)?;
-        println!("{text}\nwritten to {}", path.display());
+        let profile = profile::run(&options)?;
+        let date = env.date.replace(':', "");
+        let path = args.out.join(format!("profile-{date}.txt"));
+        std::fs::write(&path, &profile.text)?;
+        println!("{}\nwritten to {}", profile.text, path.display());
+        match profile.flamegraph {
+            Ok(svg) => {
+                let path = args.out.join(format!("flamegraph-w1-64-{date}.svg"));
+                std::fs::write(&path, svg)?;
+                println!("flame graph written to {}", path.display());
+            }
+            Err(e) => bail!("no flame graph: {e}"),
+        }
         return Ok(ExitCode::SUCCESS);
     }
 

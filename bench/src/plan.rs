@@ -1,13 +1,16 @@
 //! The run: start the masters and the agent, run every workload for every
-//! peer (the agent first in each), inject the faults, measure the masters'
-//! own limit, and hand the results to [`crate::report`].
+//! peer (the agent first in each), inject the faults, measure the agent's
+//! memory with idle connections and the masters' own limit, and hand the
+//! results to [`crate::report`].
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::cluster::{Agent, AgentRetry, Masters, MARKER_SWITCH};
+use crate::idle::{self, Idle};
 use crate::limit::{self, Limit};
 use crate::peers::{Drivers, Peer};
 use crate::spec::{Keys, Report, Spec};
@@ -63,6 +66,12 @@ pub enum Workload {
         clients: usize,
         fence: bool,
     },
+    /// W7, the way most users run: one client per process, each its own
+    /// Python interpreter on its own resource; the agent through the
+    /// standard-library client, pottery in-process. Agent and pottery only.
+    Processes {
+        clients: usize,
+    },
 }
 
 impl Workload {
@@ -90,6 +99,7 @@ impl Workload {
                     "plain acquire"
                 }
             ),
+            Workload::Processes { clients } => format!("W7 {clients} Python processes"),
         }
     }
 
@@ -101,12 +111,26 @@ impl Workload {
             Workload::Degraded { .. } => "w3",
             Workload::MarkerCheck { .. } => "w5",
             Workload::Fence { .. } => "w6",
+            Workload::Processes { .. } => "w7",
+        }
+    }
+
+    /// The peers it runs for, when not every one.
+    fn only_for(self) -> Option<&'static [Peer]> {
+        match self {
+            Workload::MarkerCheck { .. } | Workload::Fence { .. } => Some(&[Peer::Agent]),
+            Workload::Processes { .. } => Some(&[Peer::Agent, Peer::Pottery]),
+            _ => None,
         }
     }
 }
 
-/// The workload ids `--only` takes (w4 is the masters' limit).
-pub const WORKLOAD_IDS: [&str; 6] = ["w1", "w2", "w3", "w4", "w5", "w6"];
+/// The workload ids `--only` takes (w4 is the masters' limit, w8 the idle
+/// connections).
+pub const WORKLOAD_IDS: [&str; 8] = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"];
+
+/// W7's processes in a full run (in the smoke run: 4).
+pub const PROCESSES: usize = 64;
 
 /// W5's runs for `clients`, adjacent so they see the same machine: the
 /// marker check off, then on.
@@ -130,6 +154,12 @@ pub struct Run {
     /// Lock commands the masters executed during the run (warm-up
     /// included), when every master could be asked.
     pub commands: Option<u64>,
+    /// W7 only: the most client connections the masters had open during
+    /// the run (`INFO clients`, summed over the five, sampled every 100 ms)
+    /// minus the same sum just before it (for the agent: before its own
+    /// agent started, so the agent's connections count).
+    #[serde(default)]
+    pub master_connections: Option<u64>,
 }
 
 impl Run {
@@ -158,6 +188,8 @@ pub struct Options {
 pub struct Results {
     pub runs: Vec<Run>,
     pub limit: Option<Result<Limit, String>>,
+    /// W8, when it ran.
+    pub idle: Option<Result<Idle, String>>,
     pub redis_version: String,
     pub agent_failed: bool,
 }
@@ -183,6 +215,7 @@ pub fn workloads(smoke: bool) -> Vec<Workload> {
             clients: 8,
             tuned: false,
         });
+        list.push(Workload::Processes { clients: 4 });
         return list;
     }
     let mut list = vec![
@@ -201,6 +234,7 @@ pub fn workloads(smoke: bool) -> Vec<Workload> {
     for fault in [Fault::Killed, Fault::Frozen] {
         list.push(Workload::Degraded { fault, clients: 1 });
     }
+    list.push(Workload::Processes { clients: PROCESSES });
     list
 }
 
@@ -223,6 +257,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         &masters,
         AGENT_DEFAULT,
         &[],
+        "",
     )?;
     let mut tuned_agent: Option<Agent> = None;
     // W5's agent with the marker check off, while W5 runs.
@@ -230,6 +265,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
     let mut results = Results {
         runs: Vec::new(),
         limit: None,
+        idle: None,
         redis_version,
         agent_failed: false,
     };
@@ -245,7 +281,9 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
             Workload::Degraded { clients, .. } => (Keys::Distinct, clients, false),
             Workload::MarkerCheck { clients, .. } => (Keys::Distinct, clients, false),
             Workload::Fence { clients, .. } => (Keys::Distinct, clients, false),
+            Workload::Processes { clients } => (Keys::Distinct, clients, false),
         };
+        let processes = matches!(workload, Workload::Processes { .. });
         let plain = matches!(workload, Workload::MarkerCheck { check: false, .. });
         if plain && plain_agent.is_none() {
             plain_agent = Some(Agent::start(
@@ -255,6 +293,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 &masters,
                 AGENT_DEFAULT,
                 &[(MARKER_SWITCH, "1")],
+                "",
             )?);
         }
         if tuned && tuned_agent.is_none() {
@@ -265,21 +304,45 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 &masters,
                 AGENT_TUNED,
                 &[],
+                "",
             )?);
         }
         for &peer in &options.peers {
-            let agent_only = matches!(
-                workload,
-                Workload::MarkerCheck { .. } | Workload::Fence { .. }
-            );
-            if agent_only && peer != Peer::Agent {
+            if workload.only_for().is_some_and(|p| !p.contains(&peer)) {
                 continue;
             }
             run_id += 1;
+            let unavailable = if processes {
+                options.drivers.processes_unavailable(peer)
+            } else {
+                options.drivers.unavailable(peer)
+            };
+            // W7: the masters' connections before the run, and for the
+            // agent an agent of its own, started after that count.
+            let baseline = if processes && unavailable.is_none() {
+                masters.connected_clients()
+            } else {
+                None
+            };
+            let processes_agent = if processes && peer == Peer::Agent && unavailable.is_none() {
+                Some(Agent::start(
+                    &options.agent_bin,
+                    &options.scratch,
+                    "agent-processes",
+                    &masters,
+                    AGENT_DEFAULT,
+                    &[],
+                    "",
+                )?)
+            } else {
+                None
+            };
             let socket = if tuned {
                 tuned_agent.as_ref()
             } else if plain {
                 plain_agent.as_ref()
+            } else if processes {
+                processes_agent.as_ref()
             } else {
                 Some(&agent)
             }
@@ -296,18 +359,22 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 resource_prefix: format!("bench{}-{run_id}", std::process::id()),
                 tuned,
                 fence: matches!(workload, Workload::Fence { fence: true, .. }),
+                python_client: (processes && peer == Peer::Agent)
+                    .then(|| options.drivers.python_client.display().to_string()),
             };
             eprint!("{:<40} {:<14} ", workload.describe(), peer.name());
-            if let Some(reason) = options.drivers.unavailable(peer) {
+            if let Some(reason) = unavailable {
                 eprintln!("n/a: {reason}");
                 results.runs.push(Run {
                     workload,
                     peer: peer.name(),
                     result: Err(reason),
                     commands: None,
+                    master_connections: None,
                 });
                 continue;
             }
+            let mut peak = None;
             let before = masters.lock_commands();
             // Generous: a stuck driver is killed after this and reported.
             let timeout = options.warmup + options.duration + Duration::from_secs(30);
@@ -325,8 +392,16 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                         .drivers
                         .run(peer, &spec, timeout, Some((at, &mut inject)))
                 }
+                Workload::Processes { .. } => {
+                    let (result, most) = while_counting_connections(&masters, || {
+                        options.drivers.run_processes(peer, &spec, timeout)
+                    });
+                    peak = most;
+                    result
+                }
                 _ => options.drivers.run(peer, &spec, timeout, None),
             };
+            drop(processes_agent);
             let after = masters.lock_commands();
             if let Workload::Degraded { fault, .. } = workload {
                 match fault {
@@ -377,6 +452,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 peer: peer.name(),
                 result,
                 commands,
+                master_connections: peak.zip(baseline).map(|(p, b)| p.saturating_sub(b)),
             });
         }
         if !tuned {
@@ -388,6 +464,38 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
     }
     drop(tuned_agent);
     drop(plain_agent);
+    if wanted("w8") && options.peers.contains(&Peer::Agent) {
+        let connections = if options.smoke {
+            idle::SMOKE_CONNECTIONS
+        } else {
+            idle::CONNECTIONS
+        };
+        eprint!(
+            "{:<40} {:<14} ",
+            format!("W8 {connections} idle connections"),
+            "agent"
+        );
+        let measured = idle_run(options, &masters, connections);
+        match &measured {
+            Ok(i) => eprintln!(
+                "RSS {:.1} MiB before, {:.1} MiB with {} open ({:.1} KiB each), {:.1} MiB after closing{}",
+                i.rss_before_kib as f64 / 1024.0,
+                i.rss_open_kib as f64 / 1024.0,
+                i.answered,
+                i.kib_per_connection(),
+                i.rss_after_kib as f64 / 1024.0,
+                if i.settled { "" } else { " (not settled)" }
+            ),
+            Err(e) => eprintln!("FAILED: {}", e.lines().next().unwrap_or_default()),
+        }
+        if measured
+            .as_ref()
+            .map_or(true, |i| i.answered < i.connections)
+        {
+            results.agent_failed = true;
+        }
+        results.idle = Some(measured);
+    }
     if !options.smoke && wanted("w4") {
         eprintln!("limit: redis-benchmark on all {MASTERS} masters at once");
         results.limit = Some(
@@ -405,19 +513,64 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
     Ok(results)
 }
 
+/// Runs `run` while a thread samples the masters' connected clients every
+/// 100 ms; its result and the most connections seen.
+fn while_counting_connections<T>(masters: &Masters, run: impl FnOnce() -> T) -> (T, Option<u64>) {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| {
+            let mut most: Option<u64> = None;
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(n) = masters.connected_clients() {
+                    most = Some(most.map_or(n, |m| m.max(n)));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            most
+        });
+        let result = run();
+        stop.store(true, Ordering::Relaxed);
+        (result, sampler.join().unwrap_or(None))
+    })
+}
+
+/// W8 through an agent of its own over the same masters, with room for
+/// every connection (`socket.max_connections`, the per-uid share) and a
+/// request timeout longer than the run, so none is closed for idling.
+fn idle_run(options: &Options, masters: &Masters, connections: usize) -> Result<Idle, String> {
+    let room = connections + 100;
+    let agent = Agent::start(
+        &options.agent_bin,
+        &options.scratch,
+        "agent-idle",
+        masters,
+        AGENT_DEFAULT,
+        &[],
+        &format!("max_connections: {room}, max_connections_per_uid: {room}, request_timeout: 300s"),
+    )
+    .map_err(|e| format!("{e:#}"))?;
+    let pid = agent.pid().ok_or("the agent has no pid")?;
+    idle::measure(pid, &agent.socket, connections).map_err(|e| format!("{e:#}"))
+}
+
 /// Whether the agent's own run failed: no report, errors, no progress, two
 /// holders at once, or a client stuck. Degraded runs may see errors (the
-/// fault is the point) but must make progress.
+/// fault is the point) but must make progress; so may W7's, whose 64
+/// interpreters leave the agent and the masters little CPU on a small
+/// machine (a vote past `node_timeout` fails), and its table shows them.
 fn agent_run_failed(workload: Workload, result: &Result<Report, String>) -> bool {
     let Ok(r) = result else { return true };
-    let degraded = matches!(workload, Workload::Degraded { .. });
-    r.cycles == 0 || r.overlaps > 0 || r.stuck > 0 || (!degraded && r.errors > 0)
+    let errors_allowed = matches!(
+        workload,
+        Workload::Degraded { .. } | Workload::Processes { .. }
+    );
+    r.cycles == 0 || r.overlaps > 0 || r.stuck > 0 || (!errors_allowed && r.errors > 0)
 }
 
 /// One of the agent's scripts (`ACQUIRE`, `RELEASE`), read from its
 /// source so the limit runs what the agent runs; empty when not found.
 fn agent_script(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src/redlock/scripts.rs");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src/node/scripts.rs");
     let source = std::fs::read_to_string(&path).unwrap_or_default();
     source
         .split_once(&format!("pub static {name}:"))

@@ -1,9 +1,12 @@
 //! `perf` on the agent while the agent driver runs workload 1 at 64
 //! clients: where the agent's CPU goes, as the top frames (self time) and
-//! the top inclusive frames.
+//! the top inclusive frames, and as a flame graph (`perf script` collapsed
+//! and drawn by `inferno`).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use inferno::collapse::Collapse;
 
 use anyhow::{bail, Context};
 
@@ -12,11 +15,19 @@ use crate::peers::Peer;
 use crate::plan::{self, Options};
 use crate::spec::{Keys, Spec};
 
-/// Profiles for `options.duration`; returns the report text.
+/// What a profile run produced.
+pub struct Profile {
+    /// The `perf report` views, in Markdown.
+    pub text: String,
+    /// The flame graph (SVG), or why there is none.
+    pub flamegraph: Result<Vec<u8>, String>,
+}
+
+/// Profiles for `options.duration`.
 ///
 /// # Errors
 /// When `perf` is missing or cannot attach, or the run cannot start.
-pub fn run(options: &Options) -> anyhow::Result<String> {
+pub fn run(options: &Options) -> anyhow::Result<Profile> {
     let masters = Masters::start(plan::MASTERS, &options.scratch)?;
     let agent = Agent::start(
         &options.agent_bin,
@@ -25,6 +36,7 @@ pub fn run(options: &Options) -> anyhow::Result<String> {
         &masters,
         plan::AGENT_DEFAULT,
         &[],
+        "",
     )?;
     let pid = agent.pid().context("the agent has no pid")?;
     // Kept (git-ignored) for a closer look: perf report -i bench/results/scratch/perf.data
@@ -66,6 +78,7 @@ pub fn run(options: &Options) -> anyhow::Result<String> {
         resource_prefix: format!("profile{}", std::process::id()),
         tuned: false,
         fence: false,
+        python_client: None,
     };
     let report = options
         .drivers
@@ -115,7 +128,45 @@ pub fn run(options: &Options) -> anyhow::Result<String> {
             .collect();
         text.push_str(&format!("\n## {title}\n\n```\n{}\n```\n", body.join("\n")));
     }
-    Ok(text)
+    let subtitle = format!(
+        "perf record -F 499 --call-graph dwarf, {:.1} s; {:.0} cycles/s while profiled",
+        record_for.as_secs_f64(),
+        report.cycles as f64 / report.window_s
+    );
+    let flamegraph = flamegraph(&data, subtitle).map_err(|e| format!("{e:#}"));
+    Ok(Profile { text, flamegraph })
+}
+
+/// Frames narrower than this share of the samples, in percent, are left
+/// out of the flame graph.
+const MIN_WIDTH_PCT: f64 = 0.1;
+
+/// `perf script` of `data`, collapsed and drawn by `inferno`.
+fn flamegraph(data: &std::path::Path, subtitle: String) -> anyhow::Result<Vec<u8>> {
+    let script = Command::new("perf")
+        .args(["script", "-i"])
+        .arg(data)
+        .stderr(Stdio::null())
+        .output()
+        .context("perf script")?;
+    if !script.status.success() || script.stdout.is_empty() {
+        bail!("perf script failed ({})", script.status);
+    }
+    let mut folded = Vec::new();
+    inferno::collapse::perf::Folder::from(inferno::collapse::perf::Options::default())
+        .collapse(script.stdout.as_slice(), &mut folded)
+        .context("collapsing perf script's stacks")?;
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = "redlock-agent under W1, 64 clients (distinct keys)".into();
+    options.subtitle = Some(format!(
+        "{subtitle}; frames under {MIN_WIDTH_PCT}% left out"
+    ));
+    // Rust's generic frame names are long: without this the SVG is megabytes.
+    options.min_width = MIN_WIDTH_PCT;
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_reader(&mut options, folded.as_slice(), &mut svg)
+        .context("drawing the flame graph")?;
+    Ok(svg)
 }
 
 type View = (&'static str, &'static [&'static str], fn(&str) -> bool);

@@ -5,8 +5,9 @@
 use std::fmt::Write;
 
 use crate::cluster::NODE_TIMEOUT_MS;
+use crate::idle::{self, Idle};
 use crate::peers::Peer;
-use crate::plan::{Fault, Results, Run, Workload};
+use crate::plan::{Fault, Results, Run, Workload, PROCESSES};
 use crate::spec::Report;
 use crate::stats;
 
@@ -195,6 +196,8 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     hot_key(&mut md, results, peers);
     degraded(&mut md, results, peers);
     limit(&mut md, results);
+    processes(&mut md, results);
+    idle_connections(&mut md, results);
     environment(&mut md, results, env, peers);
     md
 }
@@ -269,22 +272,35 @@ fn summary(md: &mut String, results: &Results, peers: &[Peer]) {
         .into_iter()
         .filter(|(_, w, _, _)| results.runs.iter().any(|r| r.workload == *w))
         .collect();
+    if !present.is_empty() {
+        summary_table(md, results, peers, &present);
+    }
+    summary_lines(md, results, &present);
+}
+
+/// The summary table: a row per peer, a column per workload that ran.
+fn summary_table(md: &mut String, results: &Results, peers: &[Peer], present: &[Column]) {
     let _ = write!(md, "| peer |");
-    for (name, ..) in &present {
+    for (name, ..) in present {
         let _ = write!(md, " {name} |");
     }
     let _ = write!(md, "\n|---|");
-    for _ in &present {
+    for _ in present {
         let _ = write!(md, "---|");
     }
     md.push('\n');
     for &peer in peers {
         let _ = write!(md, "| {} |", peer.label());
-        for (_, workload, value, unit) in &present {
+        for (_, workload, value, unit) in present {
             let _ = write!(md, " {} |", cell(results, *workload, peer, value, unit));
         }
         md.push('\n');
     }
+}
+
+/// The lines under the summary table: hand-off's meaning, W4 .. W8 in a
+/// sentence each.
+fn summary_lines(md: &mut String, results: &Results, present: &[Column]) {
     if present
         .iter()
         .any(|(_, w, ..)| matches!(w, Workload::Hot { .. }))
@@ -345,6 +361,21 @@ W5 in-vote marker check, uncontended throughput with it on / off (plain `SET NX`
             fenced.join("; ")
         );
     }
+    if let Some(line) = processes_summary(results) {
+        let _ = writeln!(md, "\n{line}");
+    }
+    if let Some(Ok(i)) = &results.idle {
+        let _ = writeln!(
+            md,
+            "\nW8 idle connections: agent RSS {} before, {} with {} open ({:.1} KiB each), {} after they closed{}.",
+            mib(i.rss_before_kib),
+            mib(i.rss_open_kib),
+            i.answered,
+            i.kib_per_connection(),
+            mib(i.rss_after_kib),
+            if i.settled { "" } else { " (still moving)" }
+        );
+    }
     if let Some(Ok(limit)) = &results.limit {
         let agent = results
             .find(Workload::Uncontended { clients: 64 }, Peer::Agent)
@@ -370,11 +401,11 @@ fn status(met: Option<bool>) -> &'static str {
     }
 }
 
-fn targets(md: &mut String, results: &Results) {
-    let _ = writeln!(
-        md,
-        "## Targets\n\n| target | measured | status |\n|---|---|---|"
-    );
+/// The targets of issue 15 and before it, one row each, for the
+/// workloads that ran; nothing when none did.
+fn targets(out: &mut String, results: &Results) {
+    let mut rows = String::new();
+    let md = &mut rows;
     let report = |w: Workload, p: Peer| results.find(w, p).and_then(|r| r.result.as_ref().ok());
     // W1
     let w1 = Workload::Uncontended { clients: 64 };
@@ -403,6 +434,49 @@ fn targets(md: &mut String, results: &Results) {
             status(ratio.map(|x| x >= 2.0))
         );
     }
+    // W1, one client: latency.
+    let w1_one = Workload::Uncontended { clients: 1 };
+    let (agent, rslock) = (report(w1_one, Peer::Agent), report(w1_one, Peer::Rslock));
+    // Only when both ran: an agent-only run (the smoke) compares nothing.
+    let both_ran =
+        |w| results.find(w, Peer::Agent).is_some() && results.find(w, Peer::Rslock).is_some();
+    if both_ran(w1_one) {
+        let p50 = |r: &Report| (r.cycle_ms.count > 0).then_some(r.cycle_ms.p50);
+        let (measured, met) = match (agent.and_then(p50), rslock.and_then(p50)) {
+            (Some(a), Some(r)) => (
+                format!(
+                    "agent {} ms, rslock {} ms: {:.2}×",
+                    num(a),
+                    num(r),
+                    a / r.max(f64::MIN_POSITIVE)
+                ),
+                Some(a <= 1.2 * r),
+            ),
+            _ => ("agent or rslock missing".to_string(), None),
+        };
+        let _ = writeln!(
+            md,
+            "| W1, 1 client: agent's p50 acquire + release ≤ 1.2× rslock's | {measured} | {} |",
+            status(met)
+        );
+    }
+    // Redis commands per uncontended grant.
+    for clients in [1, 8, 64] {
+        let w = Workload::Uncontended { clients };
+        let per_grant = |p| results.find(w, p).and_then(Run::commands_per_grant);
+        if !both_ran(w) {
+            continue;
+        }
+        let (measured, met) = match (per_grant(Peer::Agent), per_grant(Peer::Rslock)) {
+            (Some(a), Some(r)) => (format!("agent {}, rslock {}", num(a), num(r)), Some(a <= r)),
+            _ => ("agent or rslock missing".to_string(), None),
+        };
+        let _ = writeln!(
+            md,
+            "| W1, {clients} client(s): the agent's Redis commands per grant (acquire + release, `INFO commandstats`) ≤ rslock's | {measured} | {} |",
+            status(met)
+        );
+    }
     // W2
     for tuned in [false, true] {
         for clients in [8, 16, 64] {
@@ -426,6 +500,25 @@ fn targets(md: &mut String, results: &Results) {
                 num(gap),
                 r.overlaps,
                 status(Some(live))
+            );
+            let per_grant = results
+                .find(hot(clients, tuned), Peer::Agent)
+                .and_then(Run::commands_per_grant);
+            let baseline = results
+                .find(Workload::Uncontended { clients: 1 }, Peer::Agent)
+                .and_then(Run::commands_per_grant);
+            let (measured, met) = match (per_grant, baseline) {
+                (Some(h), Some(b)) => (
+                    format!("{} − {} = {:+.2}", num(h), num(b), h - b),
+                    Some(h - b <= 1.0),
+                ),
+                (Some(h), None) => (format!("{} (no W1 one-client run)", num(h)), None),
+                _ => ("-".to_string(), None),
+            };
+            let _ = writeln!(
+                md,
+                "| W2, {clients} clients, {which}: the agent's Redis commands per hot-key grant minus its W1 one-client commands per grant (the \"wasted / grant\" column, unclamped) ≤ 1 | {measured} | {} |",
+                status(met)
             );
         }
     }
@@ -472,7 +565,77 @@ fn targets(md: &mut String, results: &Results) {
             status(met)
         );
     }
-    md.push('\n');
+    // W8
+    if let Some(measured) = &results.idle {
+        idle_targets(md, measured);
+    }
+    if !rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "## Targets\n\n| target | measured | status |\n|---|---|---|\n{rows}"
+        );
+    }
+}
+
+/// The most RSS, KiB, with [`idle::CONNECTIONS`] idle connections open.
+const IDLE_RSS_TARGET_KIB: u64 = 50 * 1024;
+/// "Handed back": RSS after the close at most this much above the RSS
+/// before, KiB, or [`HANDED_BACK_PERCENT`] of it if that is more.
+const HANDED_BACK_KIB: u64 = 5 * 1024;
+const HANDED_BACK_PERCENT: u64 = 10;
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn idle_targets(md: &mut String, measured: &Result<Idle, String>) {
+    let i = match measured {
+        Ok(i) => i,
+        Err(e) => {
+            let _ = writeln!(
+                md,
+                "| W8: RSS with {} idle connections < {} | n/a: {} | not measured |",
+                idle::CONNECTIONS,
+                mib(IDLE_RSS_TARGET_KIB),
+                one_line(e)
+            );
+            return;
+        }
+    };
+    // Only a full W8 measures the target; a smoke run opens fewer.
+    let full = i.connections == idle::CONNECTIONS && i.answered == i.connections;
+    let note = if full {
+        String::new()
+    } else {
+        format!(
+            " ({} of the target's {} answered)",
+            i.answered,
+            idle::CONNECTIONS
+        )
+    };
+    let _ = writeln!(
+        md,
+        "| W8: agent RSS with {} idle connections (each sent one `GET /healthz`) < {} | {} open ({} before, {:.1} KiB per connection){note} | {} |",
+        idle::CONNECTIONS,
+        mib(IDLE_RSS_TARGET_KIB),
+        mib(i.rss_open_kib),
+        mib(i.rss_before_kib),
+        i.kib_per_connection(),
+        status(full.then_some(i.rss_open_kib < IDLE_RSS_TARGET_KIB))
+    );
+    let allowed = HANDED_BACK_KIB.max(i.rss_before_kib * HANDED_BACK_PERCENT / 100);
+    let _ = writeln!(
+        md,
+        "| W8: memory handed back after they close: RSS after ≤ RSS before + {} or {HANDED_BACK_PERCENT}% of it, whichever is more | {} after ({} s after the close{}) vs {} before: {:+.1} MiB, {:.1} MiB allowed{note} | {} |",
+        mib(HANDED_BACK_KIB),
+        mib(i.rss_after_kib),
+        num(i.seconds_to_settle),
+        if i.settled { ", settled" } else { ", still moving" },
+        mib(i.rss_before_kib),
+        (i.rss_after_kib as f64 - i.rss_before_kib as f64) / 1024.0,
+        allowed as f64 / 1024.0,
+        status(full.then_some(i.rss_after_kib <= i.rss_before_kib + allowed))
+    );
 }
 
 fn pct(p: &crate::spec::Percentiles) -> String {
@@ -830,6 +993,148 @@ fn limit(md: &mut String, results: &Results) {
     md.push('\n');
 }
 
+/// W7's pair: the agent's run and pottery's, when both produced a report.
+fn processes_runs(results: &Results) -> Option<(usize, &Run, &Run)> {
+    [PROCESSES, 4].into_iter().find_map(|clients| {
+        let w = Workload::Processes { clients };
+        Some((
+            clients,
+            results.find(w, Peer::Agent)?,
+            results.find(w, Peer::Pottery)?,
+        ))
+    })
+}
+
+fn connections(run: &Run) -> String {
+    run.master_connections
+        .map_or("-".into(), |n| format!("{n:+}"))
+}
+
+fn processes_summary(results: &Results) -> Option<String> {
+    let (clients, agent, pottery) = processes_runs(results)?;
+    let (Ok(a), Ok(p)) = (&agent.result, &pottery.result) else {
+        return None;
+    };
+    Some(format!(
+        "W7 {clients} Python processes, one client each: agent (standard-library client) {} cycles/s, \
+         pottery {} cycles/s: agent / pottery {}; the masters' connections during the run, over the count \
+         before it: {} for the agent (its own), {} for pottery.",
+        num(rate(a)),
+        num(rate(p)),
+        ratio(rate(a), Some(rate(p))),
+        connections(agent),
+        connections(pottery)
+    ))
+}
+
+fn processes(md: &mut String, results: &Results) {
+    let runs: Vec<&Run> = results
+        .runs
+        .iter()
+        .filter(|r| matches!(r.workload, Workload::Processes { .. }))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## W7: a Python process per client, the way most users run\n\nEach client is a process of its own, \
+         one Python interpreter looping acquire + release on its own resource. The agent's processes run under \
+         `python3 -I` (standard library only) and use the repository's client, \
+         `clients/python/redlock_client.py`, as it is (it opens a connection on the socket per call); pottery's \
+         each have their own five redis-py clients and one `Redlock`. Latencies in ms, p50 / p99 / p99.9. \
+         Master connections: the most client connections the five masters had open during the run (`INFO \
+         clients` `connected_clients`, summed, sampled every 100 ms) minus the same sum just before it; for the \
+         agent, before its agent (one of its own for this run) started, so the agent's connections are the \
+         figure.\n\n\
+         | peer | processes | cycles/s | ×agent | acquire | acquire + release | Redis commands / grant | master connections | errors |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    let agent = runs
+        .iter()
+        .find(|r| r.peer == Peer::Agent.name())
+        .and_then(|r| r.result.as_ref().ok())
+        .map(rate);
+    for run in runs {
+        let clients = match run.workload {
+            Workload::Processes { clients } => clients,
+            _ => continue,
+        };
+        match &run.result {
+            Ok(r) => {
+                let _ = writeln!(
+                    md,
+                    "| {} | {clients} | {} | {} | {} | {} | {} | {} | {} |",
+                    run.peer,
+                    num(rate(r)),
+                    if run.peer == Peer::Agent.name() {
+                        "1×".into()
+                    } else {
+                        ratio(rate(r), agent)
+                    },
+                    pct(&r.acquire_ms),
+                    pct(&r.cycle_ms),
+                    run.commands_per_grant().map_or("-".into(), num),
+                    connections(run),
+                    trouble_or_zero(r)
+                );
+            }
+            Err(_) => {
+                let _ = writeln!(
+                    md,
+                    "| {} | {clients} | {} | | | | | | |",
+                    run.peer,
+                    na(Some(run))
+                );
+            }
+        }
+    }
+    md.push('\n');
+}
+
+fn idle_connections(md: &mut String, results: &Results) {
+    let Some(measured) = &results.idle else {
+        return;
+    };
+    let _ = writeln!(
+        md,
+        "## W8: idle connections (the agent only)\n\nAn agent of its own over the same masters \
+         (`socket.max_connections` raised to fit, `request_timeout: 300s` so none is closed for idling), after \
+         {} requests on fresh connections. Then the connections open, {} at a time; each sends one `GET \
+         /healthz`, reads the answer and stays open, idle; then all close. RSS is the agent's `VmRSS` \
+         (`/proc/PID/status`); after the close it is read once it has settled (10 readings 100 ms apart within \
+         1%, and the agent's descriptors back to where they were) or after 5 s.\n",
+        idle::WARMUP_REQUESTS,
+        idle::BATCH
+    );
+    match measured {
+        Ok(i) => {
+            let _ = writeln!(
+                md,
+                "| connections answered | opened in | RSS before | RSS with all open | per connection | RSS after the close | agent fds before / open / after |\n|---|---|---|---|---|---|---|\n\
+                 | {} of {}{} | {} s | {} | {} | {:.1} KiB | {} ({} s{}) | {} / {} / {} |\n",
+                i.answered,
+                i.connections,
+                i.first_failure
+                    .as_deref()
+                    .map_or(String::new(), |e| format!(" (first failure: {})", one_line(e))),
+                num(i.seconds_to_open),
+                mib(i.rss_before_kib),
+                mib(i.rss_open_kib),
+                i.kib_per_connection(),
+                mib(i.rss_after_kib),
+                num(i.seconds_to_settle),
+                if i.settled { ", settled" } else { ", still moving" },
+                i.fds_before,
+                i.fds_open,
+                i.fds_after
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(md, "n/a: {}\n", one_line(e));
+        }
+    }
+}
+
 fn environment(md: &mut String, results: &Results, env: &Environment, peers: &[Peer]) {
     let _ = writeln!(
         md,
@@ -879,6 +1184,7 @@ mod tests {
                 ..Report::default()
             }),
             commands: Some(commands),
+            master_connections: None,
         }
     }
 
@@ -892,6 +1198,7 @@ mod tests {
                 marker_run(true, 600, 21_000),
             ],
             limit: None,
+            idle: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -924,6 +1231,7 @@ mod tests {
         let results = Results {
             runs: vec![fence_run(false, 800, 20_000), fence_run(true, 640, 24_000)],
             limit: None,
+            idle: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -941,6 +1249,169 @@ mod tests {
         assert!(
             md.contains("| 37.5 | 0 |"),
             "commands per grant fenced: {md}"
+        );
+    }
+
+    fn idle(connections: usize, before: u64, open: u64, after: u64) -> Idle {
+        Idle {
+            connections,
+            answered: connections,
+            first_failure: None,
+            seconds_to_open: 1.0,
+            rss_before_kib: before,
+            rss_open_kib: open,
+            rss_after_kib: after,
+            settled: true,
+            seconds_to_settle: 1.0,
+            fds_before: 20,
+            fds_open: 20 + connections,
+            fds_after: 20,
+        }
+    }
+
+    fn with_idle(measured: Idle) -> String {
+        let results = Results {
+            runs: Vec::new(),
+            limit: None,
+            idle: Some(Ok(measured)),
+            redis_version: "7".into(),
+            agent_failed: false,
+        };
+        render(&results, &Environment::default(), &[Peer::Agent])
+    }
+
+    /// W8's targets: under 50 MiB with 10,000 open, and RSS after the close
+    /// within 5 MiB (or 10%) of before; per connection is the growth over
+    /// the connections answered.
+    #[test]
+    fn idle_targets_compare_rss_open_and_after_with_before() {
+        let md = with_idle(idle(10_000, 20 * 1024, 40 * 1024, 24 * 1024));
+        assert!(
+            md.contains("| 40.0 MiB open (20.0 MiB before, 2.0 KiB per connection) | met |"),
+            "{md}"
+        );
+        assert!(md.contains("+4.0 MiB, 5.0 MiB allowed | met |"), "{md}");
+        let md = with_idle(idle(10_000, 20 * 1024, 236 * 1024, 236 * 1024));
+        assert!(
+            md.contains("(20.0 MiB before, 22.1 KiB per connection) | **MISSED** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("+216.0 MiB, 5.0 MiB allowed | **MISSED** |"),
+            "{md}"
+        );
+        // A smoke run opens fewer: measured, not judged.
+        let md = with_idle(idle(300, 20 * 1024, 21 * 1024, 20 * 1024));
+        assert!(
+            md.contains("(300 of the target's 10000 answered) | not measured |"),
+            "{md}"
+        );
+    }
+
+    fn process_run(peer: Peer, cycles: u64, connections: u64) -> Run {
+        Run {
+            workload: Workload::Processes { clients: PROCESSES },
+            peer: peer.name(),
+            result: Ok(Report {
+                peer: peer.name().into(),
+                clients: PROCESSES,
+                window_s: 2.0,
+                cycles,
+                grants_total: cycles,
+                ..Report::default()
+            }),
+            commands: Some(cycles * 20),
+            master_connections: Some(connections),
+        }
+    }
+
+    /// W7 gives both peers' cycles/s, agent / pottery, and the masters'
+    /// added connections for each.
+    #[test]
+    fn processes_compare_cycles_and_master_connections() {
+        let results = Results {
+            runs: vec![
+                process_run(Peer::Agent, 4000, 10),
+                process_run(Peer::Pottery, 400, 1280),
+            ],
+            limit: None,
+            idle: None,
+            redis_version: "7".into(),
+            agent_failed: false,
+        };
+        let md = render(
+            &results,
+            &Environment::default(),
+            &[Peer::Agent, Peer::Pottery],
+        );
+        assert!(
+            md.contains(
+                "agent (standard-library client) 2000 cycles/s, pottery 200 cycles/s: agent / pottery 10×; \
+                 the masters' connections during the run, over the count before it: +10 for the agent \
+                 (its own), +1280 for pottery."
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| agent | 64 | 2000 | 1× |"), "{md}");
+        assert!(md.contains("| pottery | 64 | 200 | 0.10× |"), "{md}");
+        assert!(md.contains("| 20.0 | +1280 | 0 |"), "{md}");
+    }
+
+    fn w1_run(peer: Peer, workload: Workload, p50: f64, grants: u64, commands: u64) -> Run {
+        Run {
+            workload,
+            peer: peer.name(),
+            result: Ok(Report {
+                peer: peer.name().into(),
+                clients: 1,
+                window_s: 1.0,
+                cycles: grants,
+                grants_total: grants,
+                cycle_ms: crate::spec::Percentiles {
+                    count: grants,
+                    p50,
+                    ..Default::default()
+                },
+                ..Report::default()
+            }),
+            commands: Some(commands),
+            master_connections: None,
+        }
+    }
+
+    /// Issue 15's rows: one-client latency against 1.2× rslock's, Redis
+    /// commands per uncontended grant against rslock's, and per hot-key
+    /// grant against the agent's own uncontended cost plus one.
+    #[test]
+    fn latency_and_command_targets_say_what_they_compare() {
+        let one = Workload::Uncontended { clients: 1 };
+        let results = Results {
+            runs: vec![
+                w1_run(Peer::Agent, one, 0.6, 1000, 35_000),
+                w1_run(Peer::Rslock, one, 0.5, 1000, 20_000),
+                w1_run(Peer::Agent, hot(64, false), 0.0, 1000, 40_200),
+            ],
+            limit: None,
+            idle: None,
+            redis_version: "7".into(),
+            agent_failed: false,
+        };
+        let md = render(
+            &results,
+            &Environment::default(),
+            &[Peer::Agent, Peer::Rslock],
+        );
+        assert!(
+            md.contains("≤ 1.2× rslock's | agent 0.60 ms, rslock 0.50 ms: 1.20× | met |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("≤ rslock's | agent 35.0, rslock 20.0 | **MISSED** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("≤ 1 | 40.2 − 35.0 = +5.20 | **MISSED** |"),
+            "{md}"
         );
     }
 }

@@ -42,6 +42,11 @@ pub struct Spec {
     /// count a grant without one as an error).
     #[serde(default)]
     pub fence: bool,
+    /// W7's agent processes only: the directory of the repository's
+    /// standard-library client, `clients/python/redlock_client.py`, which
+    /// they import as it is.
+    #[serde(default)]
+    pub python_client: Option<String>,
 }
 
 /// Latency percentiles in milliseconds (nearest rank), over the samples
