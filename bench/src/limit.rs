@@ -1,7 +1,9 @@
 //! The masters' own limit: `redis-benchmark` on all five masters at once,
-//! pipelined, sending what an agent cycle sends each master: its acquire
-//! script (the in-vote marker check and `SET key token NX GET PX ttl`) and
-//! its release script, both by SHA, with the marker key present.
+//! pipelined, sending what an agent cycle sends each master when nothing
+//! else is queued: its batch script by SHA with one vote (the in-vote marker
+//! check and `SET key token NX GET PX ttl`), and again with one release,
+//! with the marker key present. Under load the agent sends several commands
+//! per call, which costs the masters less per command than this.
 //!
 //! Two `redis-benchmark` processes per master (one per command, same
 //! request count, started together); a cycle needs both commands on every
@@ -38,10 +40,13 @@ pub struct Limit {
 /// The marker key the acquire script checks; set on every master first.
 const MARKER: &str = "bench-limit incarnation";
 
-/// The SHAs of the agent's scripts, loaded on every master.
+/// The fencing counter key the batch script is given (it reads it only for
+/// a fenced vote).
+const FENCE: &str = "bench-limit fence";
+
+/// The SHA of the agent's batch script, loaded on every master.
 struct Shas {
-    acquire: String,
-    release: String,
+    batch: String,
 }
 
 /// Measures for about `duration` (after a 1 s calibration).
@@ -51,15 +56,13 @@ struct Shas {
 pub fn measure(
     masters: &Masters,
     duration: Duration,
-    acquire_script: &str,
-    release_script: &str,
+    batch_script: &str,
 ) -> anyhow::Result<Limit> {
-    if acquire_script.is_empty() || release_script.is_empty() {
-        bail!("cannot find the agent's acquire and release scripts in agent/src/node/scripts.rs");
+    if batch_script.is_empty() {
+        bail!("cannot find the agent's batch script in agent/src/node/scripts.rs");
     }
     let shas = Shas {
-        acquire: masters.load_script(acquire_script)?,
-        release: masters.load_script(release_script)?,
+        batch: masters.load_script(batch_script)?,
     };
     masters.set_everywhere(MARKER, "bench")?;
     // Calibrate: a small run to size the real one.
@@ -80,37 +83,30 @@ fn run_all(masters: &Masters, shas: &Shas, requests: u64) -> anyhow::Result<Limi
     let mut command_line = String::new();
     for (i, port) in masters.ports.iter().enumerate() {
         let key = format!("bench-limit-{i}:__rand_int__");
-        // The acquire script's ARGV[3] "1": `SET ... GET`, as the agent
-        // sends it to a Redis 7 master.
+        // ARGV: the marker checked, `SET ... GET` (as the agent sends it to
+        // a Redis 7 master), then one command: its letter, the token, a
+        // number (the TTL) and one more (no counter; the release channel).
+        let call = |letter: &str, number: &str, more: &str| -> Vec<String> {
+            [
+                "EVALSHA",
+                &shas.batch,
+                "3",
+                MARKER,
+                FENCE,
+                &key,
+                "1",
+                "1",
+                letter,
+                "token",
+                number,
+                more,
+            ]
+            .map(String::from)
+            .to_vec()
+        };
         let commands: [(&str, Vec<String>); 2] = [
-            (
-                "acquire",
-                [
-                    "EVALSHA",
-                    &shas.acquire,
-                    "2",
-                    &key,
-                    MARKER,
-                    "token",
-                    "10000",
-                    "1",
-                ]
-                .map(String::from)
-                .to_vec(),
-            ),
-            (
-                "release",
-                [
-                    "EVALSHA",
-                    &shas.release,
-                    "1",
-                    &key,
-                    "token",
-                    "bench-limit:released",
-                ]
-                .map(String::from)
-                .to_vec(),
-            ),
+            ("acquire", call("v", "10000", "0")),
+            ("release", call("r", "0", "bench-limit:released")),
         ];
         for (what, args) in commands {
             let mut command = Command::new("redis-benchmark");

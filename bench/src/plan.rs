@@ -502,8 +502,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
             limit::measure(
                 &masters,
                 options.duration,
-                &agent_script("ACQUIRE"),
-                &agent_script("RELEASE"),
+                &agent_script("BATCH"),
             )
             .map_err(|e| format!("{e:#}")),
         );
@@ -567,7 +566,7 @@ fn agent_run_failed(workload: Workload, result: &Result<Report, String>) -> bool
     r.cycles == 0 || r.overlaps > 0 || r.stuck > 0 || (!errors_allowed && r.errors > 0)
 }
 
-/// One of the agent's scripts (`ACQUIRE`, `RELEASE`), read from its
+/// One of the agent's scripts (`BATCH`), read from its
 /// source so the limit runs what the agent runs; empty when not found.
 fn agent_script(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src/node/scripts.rs");
@@ -584,16 +583,9 @@ fn agent_script(name: &str) -> String {
 mod tests {
     #[test]
     fn the_agent_scripts_are_found() {
-        let release = super::agent_script("RELEASE");
-        assert!(
-            release.contains("redis.call(\"del\", KEYS[1])"),
-            "{release}"
-        );
-        let acquire = super::agent_script("ACQUIRE");
-        assert!(
-            acquire.contains("redis.call(\"exists\", KEYS[2])"),
-            "{acquire}"
-        );
-        assert!(acquire.contains("\"NX\", \"GET\", \"PX\""), "{acquire}");
+        let batch = super::agent_script("BATCH");
+        assert!(batch.contains("redis.call(\"del\", key)"), "{batch}");
+        assert!(batch.contains("redis.call(\"exists\", KEYS[1])"), "{batch}");
+        assert!(batch.contains("\"NX\", \"GET\", \"PX\""), "{batch}");
     }
 }
