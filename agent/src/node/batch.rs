@@ -266,18 +266,14 @@ async fn conn_call(
     call.invoke_async(&mut conn).await
 }
 
-/// One command's `{status, text}`.
+/// One command's answer: a bare status, or `status:more`.
 fn parse(item: &redis::Value) -> Option<(i64, &str)> {
     match item {
-        redis::Value::Array(pair) => match pair.as_slice() {
-            [redis::Value::Int(status), redis::Value::BulkString(text)] => {
-                Some((*status, std::str::from_utf8(text).ok()?))
-            }
-            [redis::Value::Int(status), redis::Value::SimpleString(text)] => {
-                Some((*status, text.as_str()))
-            }
-            _ => None,
-        },
+        redis::Value::Int(status) => Some((*status, "")),
+        redis::Value::BulkString(text) => {
+            let (status, more) = std::str::from_utf8(text).ok()?.split_once(':')?;
+            Some((status.parse().ok()?, more))
+        }
         _ => None,
     }
 }
