@@ -13,8 +13,24 @@ use redlock_agent::lock_command::{self, LockCommand};
 use std::time::Duration;
 
 /// mimalloc: the profile under load showed glibc malloc/free at about 12%.
+/// Built without transparent huge pages (the `no_thp` feature): the agent's
+/// memory is many small objects, and a 2 MiB page for a few of them roughly
+/// doubled its resident memory with 10,000 idle connections.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc's `mi_option_purge_delay` (its position in `mi_option_t`, the
+/// same in mimalloc 2 and 3; the Rust bindings leave it unnamed).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Hands memory freed after a burst (say, thousands of connections that
+/// closed) back to the OS at once instead of after mimalloc's default delay,
+/// which only runs when the thread that freed it allocates again: without
+/// this, 10,000 closed connections left their 150 MB resident.
+fn configure_allocator() {
+    // SAFETY: sets one integer option, before any other thread runs.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -103,6 +119,7 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    configure_allocator();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
