@@ -107,6 +107,13 @@ impl Activity {
             && !self.read_since_request.load(Ordering::Relaxed)
     }
 
+    /// A fresh hyper connection: nothing read, written or waited for yet.
+    fn restart(&self) {
+        self.read_since_request.store(false, Ordering::Relaxed);
+        self.flushed.store(true, Ordering::Relaxed);
+        self.read_pending.store(false, Ordering::Relaxed);
+    }
+
     fn begin(self: &Arc<Activity>) -> Exchange {
         self.open.fetch_add(1, Ordering::Relaxed);
         self.read_since_request.store(false, Ordering::Relaxed);
@@ -125,7 +132,7 @@ impl Drop for Exchange {
 }
 
 /// A response body that ends its [`Exchange`] when hyper drops it.
-pub struct Tracked {
+struct Tracked {
     body: routes::Body,
     _exchange: Exchange,
 }
@@ -270,6 +277,7 @@ pub async fn serve<S: Socket>(
                 }
             }
         }
+        activity.restart();
         let served = serve_until_idle(
             &agent,
             &builder,
