@@ -28,8 +28,10 @@
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
 //! - [`api`]: HTTP routes ([`api::routes`], requests to the lock service and
 //!   back), the listeners ([`api::server`]: the application socket, the
-//!   admin socket, metrics) and peer credentials with who may connect
-//!   ([`api::peer`]); the wire types are in the `redlock-wire` crate.
+//!   admin socket, metrics), each connection's life ([`api::connection`]:
+//!   hyper while it has requests, only the socket while idle) and peer
+//!   credentials with who may connect ([`api::peer`]); the wire types are in
+//!   the `redlock-wire` crate.
 //! - [`agent`]: the state shared by every request and its background tasks.
 //! - [`daemon`]: binds the listeners, starts the tasks, serves, drains.
 //! - [`dev`]: the local cluster of `redlock-agent dev`: masters from

@@ -1,6 +1,8 @@
 //! The listeners: the Unix socket the application talks to, the admin
 //! socket operators use, and the TCP address for probes and metrics, all
-//! served by hyper (HTTP/1.1), all drained gracefully on shutdown.
+//! served by hyper (HTTP/1.1), all drained gracefully on shutdown. Each
+//! connection is one task ([`super::connection`]): a hyper connection while
+//! requests come, only the socket while it is idle.
 //!
 //! Every Unix connection is checked before its first request is read: the
 //! peer's credentials against the allow lists ([`super::peer`]), then the
@@ -15,15 +17,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::{AsyncRead, AsyncWrite};
+use hyper_util::rt::TokioTimer;
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
+use super::connection::{self, Socket};
 use super::peer::{Allow, Peer, UidShares, UidSlot};
-use super::routes::{self, Surface};
+use super::routes::Surface;
 use crate::agent::Agent;
 use crate::metrics::Refusal;
 
@@ -352,7 +354,10 @@ pub async fn serve(
     tcp: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) {
-    let graceful = GracefulShutdown::new();
+    let connections = Connections {
+        tracker: TaskTracker::new(),
+        shutdown: CancellationToken::new(),
+    };
     let app_gate = Gate::app(&agent);
     let admin_gate = Gate::admin(&agent);
     tokio::pin!(shutdown);
@@ -362,7 +367,7 @@ pub async fn serve(
             accepted = socket.listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     if let Some((stream, peer, slots)) = app_gate.admit(&agent, stream) {
-                        spawn_connection(&agent, &graceful, stream, Surface::Socket, peer, Some(slots));
+                        spawn_connection(&agent, &connections, stream, Surface::Socket, peer, Some(slots));
                     }
                 }
                 Err(e) => accept_failed(&e).await,
@@ -370,7 +375,7 @@ pub async fn serve(
             accepted = admin.listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     if let Some((stream, peer, slots)) = admin_gate.admit(&agent, stream) {
-                        spawn_connection(&agent, &graceful, stream, Surface::Admin, peer, Some(slots));
+                        spawn_connection(&agent, &connections, stream, Surface::Admin, peer, Some(slots));
                     }
                 }
                 Err(e) => accept_failed(&e).await,
@@ -378,7 +383,7 @@ pub async fn serve(
             // Probes and scrapes have their own small budget, so a full
             // socket never makes the agent look dead to its orchestrator.
             accepted = tcp.accept() => match accepted {
-                Ok((stream, _)) => spawn_connection(&agent, &graceful, stream, Surface::Metrics, None, None),
+                Ok((stream, _)) => spawn_connection(&agent, &connections, stream, Surface::Metrics, None, None),
                 Err(e) => accept_failed(&e).await,
             },
         }
@@ -387,8 +392,10 @@ pub async fn serve(
     drop(admin);
     drop(tcp);
     let grace = agent.config().shutdown.grace;
-    tracing::info!(connections = graceful.count(), ?grace, "draining");
-    if tokio::time::timeout(grace, graceful.shutdown())
+    tracing::info!(connections = connections.tracker.len(), ?grace, "draining");
+    connections.tracker.close();
+    connections.shutdown.cancel();
+    if tokio::time::timeout(grace, connections.tracker.wait())
         .await
         .is_err()
     {
@@ -406,32 +413,33 @@ async fn accept_failed(error: &io::Error) {
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
 }
 
-fn spawn_connection<S>(
+fn spawn_connection<S: Socket>(
     agent: &Arc<Agent>,
-    graceful: &GracefulShutdown,
+    connections: &Connections,
     stream: S,
     surface: Surface,
     peer: Option<Peer>,
     slot: Option<Slots>,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+) {
     let agent = Arc::clone(agent);
     let timeout = agent.config().socket.request_timeout;
-    let service =
-        service_fn(move |request| routes::handle(Arc::clone(&agent), surface, peer, request));
-    let connection = http1::Builder::new()
+    let mut builder = http1::Builder::new();
+    builder
         .keep_alive(true)
         .timer(TokioTimer::new())
-        .header_read_timeout(timeout)
-        .serve_connection(TokioIo::new(stream), service);
-    let connection = graceful.watch(connection);
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "connection ended with an error");
-        }
+        .header_read_timeout(timeout);
+    let shutdown = connections.shutdown.clone();
+    connections.tracker.spawn(async move {
+        connection::serve(agent, builder, timeout, stream, surface, peer, shutdown).await;
         drop(slot);
     });
+}
+
+/// The open connections: every connection's task, and the signal that
+/// starts their graceful shutdown.
+struct Connections {
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
 }
 
 /// Answers a refused connection with one JSON error (`status` like
