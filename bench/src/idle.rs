@@ -218,8 +218,9 @@ pub fn measure(pid: u32, socket: &Path, connections: usize) -> anyhow::Result<Id
                 first_failure.unwrap_or_default()
             );
         }
-        let rss_open_kib = rss_kib(pid).unwrap_or(0);
+        // Read once settled, as after the close.
         let fds_open = fds(pid);
+        let (rss_open_kib, _, _) = settle(pid, fds_open, Duration::from_secs(3)).await;
         let answered = open.len();
         drop(open);
         let (rss_after_kib, settled, seconds_to_settle) = settle(pid, fds_before, SETTLE_FOR).await;
