@@ -12,8 +12,9 @@
 //!   [`redlock::observe::Observer`] it is given. Unit tests run it against
 //!   masters in memory.
 //! - [`node`]: one Redis master behind that trait: its connection and state,
-//!   the lock commands and their scripts, the health probes' commands, the
-//!   scans.
+//!   the lock commands and their scripts, sent in batches ([`node::batch`]:
+//!   what queued while the previous call was on its way goes in one script
+//!   call), the health probes' commands, the scans.
 //! - [`health`]: one task per master that connects, probes, detects restarts
 //!   and lost keys (the incarnation marker, evictions), quarantines such a
 //!   master (delayed restart) and readmits it by rewriting the marker and

@@ -55,59 +55,54 @@ use redis::Script;
 /// master's error for a command that failed (status -2: WRONGTYPE, OOM,
 /// READONLY; one command's error never fails the others). Flat integers
 /// cost the master and the agent's parser less than a pair per command.
+/// One function, made once per call: a closure per command kind would be
+/// made on every call and cost a small call several times its commands.
 pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local check, setget = ARGV[1] == "1", ARGV[2] == "1"
 local marker
-local function lost()
-  if not check then return false end
-  if marker == nil then marker = redis.call("exists", KEYS[1]) == 1 end
-  return not marker
-end
-local function counter() return redis.call("get", KEYS[2]) or "0" end
-local function vote(key, token, ttl)
-  if lost() then return -1 end
-  local previous
-  if setget then
-    previous = redis.call("set", key, token, "NX", "GET", "PX", ttl)
-    if not previous then return 1 end
-  else
-    if redis.call("set", key, token, "NX", "PX", ttl) then return 1 end
-    previous = redis.call("get", key)
+local function run(op, key, token, number, more)
+  if check and (op == "v" or op == "e") then
+    if marker == nil then marker = redis.call("exists", KEYS[1]) == 1 end
+    if not marker then return -1 end
   end
-  if previous == token then
-    redis.call("pexpire", key, ttl)
-    return 1
-  end
-  return 0
-end
-local run = {
-  v = function(key, token, ttl, read)
-    local status = vote(key, token, ttl)
-    if read == "1" then return status .. ":" .. counter() end
+  if op == "v" then
+    local status, previous = 0, nil
+    if setget then
+      previous = redis.call("set", key, token, "NX", "GET", "PX", number)
+      if not previous then status = 1 end
+    elseif redis.call("set", key, token, "NX", "PX", number) then
+      status = 1
+    else
+      previous = redis.call("get", key)
+    end
+    if status == 0 and previous == token then
+      redis.call("pexpire", key, number)
+      status = 1
+    end
+    if more == "1" then return status .. ":" .. (redis.call("get", KEYS[2]) or "0") end
     return status
-  end,
-  f = function(key, token, fence)
-    if redis.call("get", key) ~= token then return 0 end
-    if (tonumber(counter()) or 0) < tonumber(fence) then redis.call("set", KEYS[2], fence) end
-    return 1
-  end,
-  e = function(key, token, ttl)
-    if lost() then return -1 end
-    if redis.call("get", key) == token then return redis.call("pexpire", key, ttl) end
-    return 0
-  end,
-  r = function(key, token, _, channel)
+  elseif op == "r" then
     if redis.call("get", key) ~= token then return 0 end
     redis.call("del", key)
-    redis.call("publish", channel, "released")
+    redis.call("publish", more, "released")
     return 1
-  end,
-}
+  elseif op == "e" then
+    if redis.call("get", key) == token then return redis.call("pexpire", key, number) end
+    return 0
+  elseif op == "f" then
+    if redis.call("get", key) ~= token then return 0 end
+    if (tonumber(redis.call("get", KEYS[2]) or "0") or 0) < tonumber(number) then
+      redis.call("set", KEYS[2], number)
+    end
+    return 1
+  end
+  error("unknown command " .. tostring(op))
+end
 local out = {}
 for i = 1, (#ARGV - 2) / 4 do
   local a = 2 + (i - 1) * 4
-  local ok, answer = pcall(run[ARGV[a + 1]], KEYS[2 + i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
+  local ok, answer = pcall(run, ARGV[a + 1], KEYS[2 + i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
   if not ok then
     if type(answer) == "table" then answer = answer.err end
     answer = "-2:" .. tostring(answer)
