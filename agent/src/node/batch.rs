@@ -215,7 +215,7 @@ impl Node {
         for (job, item) in jobs.drain(..).zip(answers) {
             let answer = match parse(&item) {
                 Some((-2, text)) => Err(self.record_error(classify_text(text))),
-                Some((status, text)) if text.is_empty() => Ok(Answer { status, counter: 0 }),
+                Some((status, "")) => Ok(Answer { status, counter: 0 }),
                 Some((status, text)) => match text.parse() {
                     Ok(counter) => Ok(Answer { status, counter }),
                     Err(_) => Err(self.record_error(NodeError::Other(format!(
