@@ -43,7 +43,8 @@ pub struct SocketConfig {
     pub mode: u32,
     /// Open connections served at once; more are answered 503 and closed.
     pub max_connections: usize,
-    /// Time a client has to send a whole request (headers and body).
+    /// Time a client has to send a whole request (headers and body); an
+    /// idle connection is closed after this long too.
     #[serde(serialize_with = "ser_duration")]
     pub request_timeout: Duration,
     /// Peer uids (from `SO_PEERCRED`) admitted; with `allow_gids`, empty
