@@ -9,7 +9,6 @@ tracker follow bench/src/stats.rs; keep them in step.
 
 import json
 import logging
-import math
 import os
 import sys
 import threading
@@ -18,6 +17,8 @@ from importlib.metadata import version
 
 from redis import Redis
 from pottery import Redlock
+
+from bench_stats import ms, percentiles
 
 # pottery logs every Redis error with a traceback; the report counts them.
 logging.getLogger("pottery").setLevel(logging.CRITICAL)
@@ -28,22 +29,6 @@ class TunedRedlock(Redlock):
     pottery has no setting for it; a subclass is how a user would tune it."""
 
     _RETRY_DELAY = 0.01
-
-
-def percentiles(samples):
-    if not samples:
-        return {"count": 0, "p50": 0, "p99": 0, "p999": 0, "max": 0}
-    samples.sort()
-    n = len(samples)
-
-    def rank(p):
-        return samples[min(max(math.ceil(p * n), 1), n) - 1]
-
-    return {"count": n, "p50": rank(0.5), "p99": rank(0.99), "p999": rank(0.999), "max": samples[-1]}
-
-
-def ms(seconds):
-    return seconds * 1000.0
 
 
 def main():

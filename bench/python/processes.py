@@ -4,7 +4,8 @@ own Python interpreter looping acquire + release on its own resource.
 - peer "agent": the repository's standard-library client,
   clients/python/redlock_client.py, imported as it is from the directory
   the spec names (`python_client`); run under `python3 -I`, so nothing but
-  the standard library and that file can be imported. The client opens a
+  the standard library, that file and bench_stats.py beside this one can be
+  imported. The client opens a
   connection on the agent's socket per call.
 - peer "pottery": pottery's Redlock over five redis-py clients of the
   process's own, as in driver.py, under the benchmark's venv.
@@ -19,11 +20,14 @@ keep them in step.
 """
 
 import json
-import math
 import os
 import subprocess
 import sys
 import time
+
+# Under `python3 -I` the script's own directory is not on the path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_stats import ms, percentiles  # noqa: E402
 
 # Seconds each worker may take to import and connect.
 STARTUP_S = 60.0
@@ -31,22 +35,6 @@ STARTUP_S = 60.0
 # than driver.py's 3 s, as 64 interpreters on a small machine may take a
 # while to finish their last call and write their log.
 GRACE_S = 10.0
-
-
-def percentiles(samples):
-    if not samples:
-        return {"count": 0, "p50": 0, "p99": 0, "p999": 0, "max": 0}
-    samples.sort()
-    n = len(samples)
-
-    def rank(p):
-        return samples[min(max(math.ceil(p * n), 1), n) - 1]
-
-    return {"count": n, "p50": rank(0.5), "p99": rank(0.99), "p999": rank(0.999), "max": samples[-1]}
-
-
-def ms(seconds):
-    return seconds * 1000.0
 
 
 def agent_lock(spec, resource, index):
