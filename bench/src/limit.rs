@@ -53,11 +53,7 @@ struct Shas {
 ///
 /// # Errors
 /// When a script is missing or cannot be loaded, or redis-benchmark fails.
-pub fn measure(
-    masters: &Masters,
-    duration: Duration,
-    batch_script: &str,
-) -> anyhow::Result<Limit> {
+pub fn measure(masters: &Masters, duration: Duration, batch_script: &str) -> anyhow::Result<Limit> {
     if batch_script.is_empty() {
         bail!("cannot find the agent's batch script in agent/src/node/scripts.rs");
     }

@@ -673,17 +673,9 @@ fn uncontended(md: &mut String, results: &Results, peers: &[Peer]) {
                 Ok(r) => {
                     let _ = writeln!(
                         md,
-                        "| {} | {clients} | {} | {} | {} | {} | {} | {} |",
+                        "| {} | {clients} | {} | {} |",
                         peer.name(),
-                        num(rate(r)),
-                        if peer == Peer::Agent {
-                            "1×".into()
-                        } else {
-                            ratio(rate(r), agent)
-                        },
-                        pct(&r.acquire_ms),
-                        pct(&r.cycle_ms),
-                        run.commands_per_grant().map_or("-".into(), num),
+                        throughput_cells(run, r, (peer != Peer::Agent).then_some(agent)),
                         trouble_or_zero(r)
                     );
                 }
@@ -787,16 +779,8 @@ fn paired_rows(md: &mut String, clients: usize, pair: [(&str, Option<&Run>); 2])
             Ok(r) => {
                 let _ = writeln!(
                     md,
-                    "| {clients} | {which} | {} | {} | {} | {} | {} | {} |",
-                    num(rate(r)),
-                    if i == 0 {
-                        "1×".into()
-                    } else {
-                        ratio(rate(r), base)
-                    },
-                    pct(&r.acquire_ms),
-                    pct(&r.cycle_ms),
-                    run.commands_per_grant().map_or("-".into(), num),
+                    "| {clients} | {which} | {} | {} |",
+                    throughput_cells(run, r, (i > 0).then_some(base)),
                     trouble_or_zero(r)
                 );
             }
@@ -805,6 +789,20 @@ fn paired_rows(md: &mut String, clients: usize, pair: [(&str, Option<&Run>); 2])
             }
         }
     }
+}
+
+/// A throughput row's middle cells: cycles/s, its ratio to `base` (`1×`
+/// when `None`: the run is the base), acquire and acquire + release
+/// percentiles, Redis commands per grant.
+fn throughput_cells(run: &Run, r: &Report, base: Option<Option<f64>>) -> String {
+    format!(
+        "{} | {} | {} | {} | {}",
+        num(rate(r)),
+        base.map_or("1×".into(), |base| ratio(rate(r), base)),
+        pct(&r.acquire_ms),
+        pct(&r.cycle_ms),
+        run.commands_per_grant().map_or("-".into(), num)
+    )
 }
 
 fn trouble_or_zero(r: &Report) -> String {
@@ -1063,17 +1061,9 @@ fn processes(md: &mut String, results: &Results) {
             Ok(r) => {
                 let _ = writeln!(
                     md,
-                    "| {} | {clients} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {clients} | {} | {} | {} |",
                     run.peer,
-                    num(rate(r)),
-                    if run.peer == Peer::Agent.name() {
-                        "1×".into()
-                    } else {
-                        ratio(rate(r), agent)
-                    },
-                    pct(&r.acquire_ms),
-                    pct(&r.cycle_ms),
-                    run.commands_per_grant().map_or("-".into(), num),
+                    throughput_cells(run, r, (run.peer != Peer::Agent.name()).then_some(agent)),
                     connections(run),
                     trouble_or_zero(r)
                 );
