@@ -28,6 +28,15 @@ fn sample(scrape: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .and_then(|line| line.split_whitespace().last()?.parse().ok())
 }
 
+/// What r1 holds at each resource's lock key, in the order of `tokens`.
+async fn r1_values(cluster: &Cluster, tokens: &[(String, String)]) -> Vec<Option<String>> {
+    let mut values = Vec::with_capacity(tokens.len());
+    for (resource, _) in tokens {
+        values.push(cluster.get(0, &format!("redlock:{resource}")).await);
+    }
+    values
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn votes_queued_behind_a_busy_master_go_in_one_call_and_each_counts() {
     let cluster = Cluster::start(5);
@@ -44,22 +53,14 @@ async fn votes_queued_behind_a_busy_master_go_in_one_call_and_each_counts() {
     }
     r1.thaw().unwrap();
 
+    let held: Vec<Option<String>> = tokens
+        .iter()
+        .map(|(_, token)| Some(token.clone()))
+        .collect();
     wait_for(
         "r1 to hold every lock it voted for",
         Duration::from_secs(10),
-        || async {
-            for (resource, token) in &tokens {
-                if cluster
-                    .get(0, &format!("redlock:{resource}"))
-                    .await
-                    .as_deref()
-                    != Some(token)
-                {
-                    return false;
-                }
-            }
-            true
-        },
+        || async { r1_values(&cluster, &tokens).await == held },
     )
     .await;
     let (_, scrape) = agent.get_tcp("/metrics").await;
@@ -92,16 +93,10 @@ async fn votes_queued_behind_a_busy_master_go_in_one_call_and_each_counts() {
         "r1 to drop every released key",
         Duration::from_secs(10),
         || async {
-            for (resource, _) in &tokens {
-                if cluster
-                    .get(0, &format!("redlock:{resource}"))
-                    .await
-                    .is_some()
-                {
-                    return false;
-                }
-            }
-            true
+            r1_values(&cluster, &tokens)
+                .await
+                .iter()
+                .all(Option::is_none)
         },
     )
     .await;

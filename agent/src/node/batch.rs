@@ -197,7 +197,8 @@ impl Node {
                 .arg(more);
         }
         self.observer.batch(jobs.len());
-        let result = conn_call(conn, &call).await;
+        let mut conn = conn;
+        let result = call.invoke_async::<redis::Value>(&mut conn).await;
         let answers = match result {
             Ok(redis::Value::Array(items)) if items.len() == jobs.len() => items,
             Ok(other) => {
@@ -257,13 +258,6 @@ async fn run(node: Weak<Node>, mut queue: mpsc::UnboundedReceiver<Job>) {
         node.send_batch(&mut jobs).await;
         jobs.clear();
     }
-}
-
-async fn conn_call(
-    mut conn: redis::aio::MultiplexedConnection,
-    call: &redis::ScriptInvocation<'_>,
-) -> redis::RedisResult<redis::Value> {
-    call.invoke_async(&mut conn).await
 }
 
 /// One command's answer: a bare status, or `status:more`.
