@@ -263,6 +263,9 @@ impl Agent {
                     uptime_s: snap.identity.as_ref().map(|i| i.uptime.as_secs()),
                     persistence: snap.persistence,
                     warnings,
+                    kind: "single".to_string(),
+                    shards: Vec::new(),
+                    quarantined_slots: 0,
                 }
             })
             .collect();

@@ -321,6 +321,43 @@ pub struct NodeStatus {
     /// an evicting maxmemory policy, no persistence without delayed restart.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// `single` (one Redis server) or `cluster` (a Redis Cluster as one
+    /// master).
+    #[serde(default = "single")]
+    pub kind: String,
+    /// A cluster master's shards (primaries), from its last topology read;
+    /// empty for a single server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardStatus>,
+    /// Hash slots kept out of locks on this master because they may have
+    /// lost keys (a shard restarted empty, failed over or a slot migrated);
+    /// 0 for a single server, whose quarantine is the whole master's.
+    #[serde(default)]
+    pub quarantined_slots: u64,
+}
+
+fn single() -> String {
+    "single".to_string()
+}
+
+/// One shard (a primary and its slots) of a master given as a Redis
+/// Cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardStatus {
+    /// `host:port` of the shard's primary.
+    pub addr: String,
+    /// The primary's cluster node ID.
+    pub node_id: String,
+    /// The hash slot ranges it serves, inclusive.
+    pub slots: Vec<[u16; 2]>,
+    /// `up` when the primary answered the last probe, else `down`.
+    pub state: NodeState,
+    /// Its slots in quarantine.
+    #[serde(default)]
+    pub quarantined_slots: u64,
+    /// Replicas of this primary the cluster reports.
+    #[serde(default)]
+    pub replicas: u32,
 }
 
 /// 200 answer to `GET /v1/nodes`.
@@ -510,10 +547,106 @@ pub mod keys {
     pub const FENCE_SUFFIX: &str = " fence";
 
     /// The key is one of the agent's bookkeeping keys under `key_prefix`,
-    /// not a lock.
+    /// not a lock: on a single server, or on a cluster with its slot's hash
+    /// tag after the suffix (see [`slot_key`]).
     pub fn is_bookkeeping(key_prefix: &str, key: &str) -> bool {
         key.strip_prefix(key_prefix).is_some_and(|rest| {
+            let rest = strip_slot_tag(rest);
             rest == MARKER_SUFFIX || rest == FENCE_SUFFIX || rest.ends_with(WITNESS_SUFFIX)
         })
+    }
+
+    /// Hash slots of a Redis Cluster.
+    pub const SLOTS: u16 = 16384;
+
+    /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag
+    /// (the text between the first `{` and the next `}`, when not empty) or
+    /// of the whole key, modulo 16384.
+    pub fn key_slot(key: &[u8]) -> u16 {
+        crc16::State::<crc16::XMODEM>::calculate(hash_tag(key)) % SLOTS
+    }
+
+    fn hash_tag(key: &[u8]) -> &[u8] {
+        if let Some(open) = key.iter().position(|b| *b == b'{') {
+            if let Some(len) = key[open + 1..].iter().position(|b| *b == b'}') {
+                if len > 0 {
+                    return &key[open + 1..open + 1 + len];
+                }
+            }
+        }
+        key
+    }
+
+    /// The hash tag that lands in `slot`: the smallest decimal number whose
+    /// slot it is. Every agent derives the same table, so the per-slot
+    /// bookkeeping keys have one name for all of them.
+    pub fn slot_tag(slot: u16) -> &'static str {
+        static TAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+        let tags = TAGS.get_or_init(|| {
+            let mut tags = vec![String::new(); usize::from(SLOTS)];
+            let mut missing = usize::from(SLOTS);
+            let mut n: u64 = 0;
+            while missing > 0 {
+                let text = n.to_string();
+                let slot = usize::from(key_slot(text.as_bytes()));
+                if tags[slot].is_empty() {
+                    tags[slot] = text;
+                    missing -= 1;
+                }
+                n += 1;
+            }
+            tags
+        });
+        &tags[usize::from(slot % SLOTS)]
+    }
+
+    /// A bookkeeping key (`<key_prefix><suffix>`) for the cluster slot
+    /// `slot`: the same name followed by ` {<tag>}`, so the key lives in that
+    /// slot beside the locks it guards. A script's keys must share a slot;
+    /// every vote reads its slot's marker and counter in the same script.
+    pub fn slot_key(key: &str, slot: u16) -> String {
+        format!("{key} {{{}}}", slot_tag(slot))
+    }
+
+    /// `rest` without a trailing ` {<tag>}`.
+    fn strip_slot_tag(rest: &str) -> &str {
+        match rest.strip_suffix('}').and_then(|r| r.rsplit_once(" {")) {
+            Some((head, tag)) if !tag.is_empty() && tag.bytes().all(|b| b.is_ascii_digit()) => head,
+            _ => rest,
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn slots_match_redis_cluster() {
+            // Values from `CLUSTER KEYSLOT` on Redis 7.
+            assert_eq!(key_slot(b"foo"), 12182);
+            assert_eq!(key_slot(b"bar"), 5061);
+            assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+            assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+            assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        }
+
+        #[test]
+        fn every_slot_has_a_tag_that_lands_in_it() {
+            for slot in 0..SLOTS {
+                let key = slot_key("redlock: incarnation", slot);
+                assert_eq!(key_slot(key.as_bytes()), slot, "{key}");
+            }
+        }
+
+        #[test]
+        fn slot_keys_are_bookkeeping_and_locks_are_not() {
+            let p = "redlock:";
+            assert!(is_bookkeeping(p, &slot_key("redlock: incarnation", 7)));
+            assert!(is_bookkeeping(p, &slot_key("redlock: fence", 16383)));
+            assert!(is_bookkeeping(p, &slot_key("redlock:0123 quarantine witness", 9)));
+            assert!(is_bookkeeping(p, "redlock: fence"));
+            assert!(!is_bookkeeping(p, "redlock:jobs {42}"));
+            assert!(!is_bookkeeping(p, "redlock:{42}"));
+        }
     }
 }
