@@ -344,6 +344,39 @@ def test_external_masters_without_auth_get_no_password(render):
     assert "redlock-secrets" not in [v["name"] for v in spec["volumes"]]
 
 
+def test_cluster_masters_render_their_seeds(render):
+    """A master given as `cluster: [seeds]` is one Redlock master over an
+    existing Redis Cluster: the agent's config names its seeds under
+    `cluster` and no `url`; its password (its own Secret, else auth.*)
+    reaches the agent like a single master's; nothing is deployed."""
+    r = render(
+        {
+            "masters": {
+                "deploy": False,
+                "external": [
+                    {"name": "r1", "url": "redis://r1.example:6379"},
+                    {"name": "c2", "cluster": ["redis://c2-0.example:6379", "redis://c2-1.example:6379", "redis://c2-2.example:6379"]},
+                    {"name": "c3", "cluster": ["rediss://c3.example:6380"], "passwordSecret": {"name": "pc3", "key": "k"}},
+                ],
+            },
+            "auth": {"existingSecret": "shared", "existingSecretPasswordKey": "pw"},
+        }
+    )
+    assert not r.of_kind("StatefulSet") and not r.of_kind("Service")
+    cfg = r.agent_config()["masters"]
+    assert cfg[0]["url"] == "redis://r1.example:6379" and "cluster" not in cfg[0]
+    assert [(m["name"], m.get("url"), m["cluster"]) for m in cfg[1:]] == [
+        ("c2", None, ["redis://c2-0.example:6379", "redis://c2-1.example:6379", "redis://c2-2.example:6379"]),
+        ("c3", None, ["rediss://c3.example:6380"]),
+    ]
+    assert [m["password_file"] for m in cfg] == [f"/var/run/secrets/redlock/{n}" for n in ("r1", "c2", "c3")]
+    spec = pod_spec(r.get("Deployment", DEMO))
+    sources = volume(spec, "redlock-secrets")["projected"]["sources"]
+    items = {s["secret"]["items"][0]["path"]: (s["secret"]["name"], s["secret"]["items"][0]["key"]) for s in sources}
+    assert items == {"r1": ("shared", "pw"), "c2": ("shared", "pw"), "c3": ("pc3", "k")}
+    assert "3 external masters: r1, c2 (a Redis Cluster), c3 (a Redis Cluster)" in r.notes
+
+
 # --- passwords ---------------------------------------------------------------
 
 

@@ -25,6 +25,14 @@ EXTERNAL3 = [
     {"name": "r3", "url": "redis://r3:6379"},
 ]
 
+SEEDS = ["redis://c-0:6379", "redis://c-1:6379"]
+
+
+def external(first: dict) -> dict:
+    """Values with three external masters, `first` being the one under test."""
+    return {"masters": {"deploy": False, "external": [first, *EXTERNAL3[1:]]}, "auth": {"enabled": False}}
+
+
 # (id, values, words the error must contain)
 REFUSED = [
     ("even-master-count", {"masters": {"count": 4}}, ["/masters/count", "one of 1, 3, 5, 7, 9"]),
@@ -46,6 +54,11 @@ REFUSED = [
     ("external-url-not-redis", {"masters": {"deploy": False, "external": [{"name": "a", "url": "http://a:6379"}]}}, ["/masters/external/0/url"]),
     ("external-master-unknown-key", {"masters": {"deploy": False, "external": [{"name": "a", "url": "redis://a", "password": "x"}]}}, ["/masters/external/0", "'password' not allowed"]),
     ("agent-delivery", {"auth": {"agentDelivery": "volume"}}, ["/auth/agentDelivery"]),
+    ("external-url-and-cluster", external({"name": "c", "url": "redis://a:6379", "cluster": SEEDS}), ["/masters/external/0", "'oneOf' failed, subschemas 0, 1 matched"]),
+    ("external-neither-url-nor-cluster", external({"name": "c"}), ["/masters/external/0", "missing property 'url'", "missing property 'cluster'"]),
+    ("external-cluster-empty", external({"name": "c", "cluster": []}), ["/masters/external/0/cluster", "minItems"]),
+    ("external-cluster-not-a-list", external({"name": "c", "cluster": "redis://c-0:6379"}), ["/masters/external/0/cluster", "want array"]),
+    ("external-cluster-seed-not-redis", external({"name": "c", "cluster": ["redis://c-0:6379", "http://c-1:6379"]}), ["/masters/external/0/cluster/1", "does not match pattern"]),
     # Refused by the templates (what JSON Schema cannot say).
     ("even-external-count", {"masters": {"deploy": False, "external": EXTERNAL3[:2]}, "auth": {"enabled": False}}, ["2 masters is an even number"]),
     ("no-external-masters", {"masters": {"deploy": False}}, ["masters.external: empty while masters.deploy=false"]),
@@ -53,6 +66,9 @@ REFUSED = [
     ("duplicate-external-names", {"masters": {"deploy": False, "external": [EXTERNAL3[0], EXTERNAL3[1], EXTERNAL3[0]]}, "auth": {"enabled": False}}, ['masters.external[2].name: "r1" is used twice']),
     ("password-in-external-url", {"masters": {"deploy": False, "external": [{"name": "a", "url": "redis://:hunter2@a:6379"}]}, "auth": {"enabled": False}}, ["masters.external[0].url: contains a password", "passwordSecret"]),
     ("external-auth-without-password", {"masters": {"deploy": False, "external": EXTERNAL3}}, ["masters.external[0]: auth.enabled=true but no password is known"]),
+    ("password-in-cluster-seed", external({"name": "c", "cluster": ["redis://c-0:6379", "redis://:hunter2@c-1:6379"]}), ["masters.external[0].cluster[1]: contains a password", "passwordSecret"]),
+    ("cluster-shares-a-node-with-a-single", external({"name": "c", "cluster": ["redis://c-0:6379", "redis://R2:6379"]}), ["masters.external[1].url: r2:6379 is also a node of masters.external[0] (masters.external[0].cluster[1])", "must not share a node"]),
+    ("two-clusters-share-a-seed", {"masters": {"deploy": False, "external": [{"name": "c", "cluster": ["redis://c-0"]}, {"name": "d", "cluster": ["redis://d-0:6379", "redis://c-0:6379"]}, EXTERNAL3[2]]}, "auth": {"enabled": False}}, ["masters.external[1].cluster[1]: c-0:6379 is also a node of masters.external[0] (masters.external[0].cluster[0])"]),
     ("pdb-breaks-quorum", {"masters": {"count": 5, "pdb": {"maxUnavailable": 3}}}, ["masters.pdb.maxUnavailable: 3", "use at most 2"]),
     ("admin-socket-in-the-shared-dir", {"config": {"admin": {"socket": {"dir": "/run/redlock"}}}}, ["config.admin.socket.dir: must differ from config.socket.dir"]),
     ("admin-socket-under-the-shared-dir", {"config": {"admin": {"socket": {"dir": "/run/redlock/admin"}}}}, ["config.admin.socket.dir: must not be inside config.socket.dir"]),
@@ -90,6 +106,35 @@ def test_template_checks_hold_without_the_schema(tmp_path):
         with pytest.raises(helm_python.HelmError) as caught:
             unchecked.render({"masters": {"count": 4}}, name="rl", namespace="locks")
     assert "4 masters is an even number" in str(caught.value)
+
+
+# What the templates say when the schema is skipped: (values, the message).
+UNCHECKED = [
+    (external({"name": "c", "url": "redis://a:6379", "cluster": SEEDS}), "masters.external[0]: both url and cluster are set"),
+    (external({"name": "c"}), "masters.external[0]: neither url nor cluster is set"),
+    (external({"name": "c", "cluster": []}), "masters.external[0].cluster: empty; list at least one seed URL"),
+    (external({"name": "c", "cluster": ["redis://c-0:6379", "http://c-1:6379"]}), 'masters.external[0].cluster[1]: not a redis:// or rediss:// URL: "http://c-1:6379"'),
+]
+
+
+def test_template_checks_of_a_cluster_master_hold_without_the_schema(tmp_path):
+    """A master is one server (url) or one Redis Cluster (cluster), never
+    both, never neither, never an empty cluster: the templates say so with
+    the field path even when the schema is not checked."""
+    copy = tmp_path / "redlock-agent"
+    shutil.copytree(CHART, copy)
+    (copy / "values.schema.json").unlink()
+    with helm_python.Chart.load(copy) as unchecked:
+        for values, message in UNCHECKED:
+            with pytest.raises(helm_python.HelmError) as caught:
+                unchecked.render(values, name="rl", namespace="locks")
+            assert message in str(caught.value), f"{message!r} not in the error:\n{caught.value}"
+
+
+def test_the_schema_accepts_a_cluster_master(chart):
+    """Exactly one of url and cluster: a cluster master alone passes."""
+    chart.validate_schema(external({"name": "c", "cluster": SEEDS}))
+    chart.validate_schema(external({"name": "c", "cluster": ["rediss://c-0:6380"], "passwordSecret": {"name": "s", "key": "k"}}))
 
 
 def test_defaults_pass_the_schema(chart):

@@ -77,9 +77,11 @@ app.kubernetes.io/part-of: redlock
 
 {{/*
 The masters the agent locks over, as a YAML list of
-{name, url, secretName, secretKey}; secretName is empty when the master
-needs no password. Deployed masters are "<fullname>-master-<i>", i = 1..N,
-reached through their own Service; external ones come from values as given.
+{name, url, cluster, secretName, secretKey}: url for one server, or cluster
+(the seed URLs of one Redis Cluster) with url empty; secretName is empty
+when the master needs no password. Deployed masters are
+"<fullname>-master-<i>", i = 1..N, reached through their own Service;
+external ones come from values as given.
 */}}
 {{- define "redlock-agent.masterList" -}}
 {{- $masters := list -}}
@@ -89,7 +91,7 @@ reached through their own Service; external ones come from values as given.
 {{- range $i := untilStep 1 (add1 (int .Values.masters.count) | int) 1 -}}
 {{- $svc := printf "%s-master-%d" $prefix $i -}}
 {{- $url := printf "redis://%s.%s.svc.%s:%d" $svc $.Release.Namespace $.Values.clusterDomain (int $.Values.masters.port) -}}
-{{- $m := dict "name" (printf "master-%d" $i) "url" $url "resourceName" $svc "secretName" "" "secretKey" "" -}}
+{{- $m := dict "name" (printf "master-%d" $i) "url" $url "cluster" list "resourceName" $svc "secretName" "" "secretKey" "" -}}
 {{- if $auth.enabled -}}
 {{- $_ := set $m "secretName" (include "redlock-agent.authSecretName" $) -}}
 {{- $_ := set $m "secretKey" $auth.existingSecretPasswordKey -}}
@@ -98,7 +100,7 @@ reached through their own Service; external ones come from values as given.
 {{- end -}}
 {{- else -}}
 {{- range $ext := .Values.masters.external -}}
-{{- $m := dict "name" $ext.name "url" $ext.url "resourceName" "" "secretName" "" "secretKey" "" -}}
+{{- $m := dict "name" $ext.name "url" (get $ext "url" | default "") "cluster" (get $ext "cluster" | default list) "resourceName" "" "secretName" "" "secretKey" "" -}}
 {{- $own := get $ext "passwordSecret" -}}
 {{- if $own -}}
 {{- $_ := set $m "secretName" $own.name -}}
@@ -125,7 +127,8 @@ reached through their own Service; external ones come from values as given.
 Refuse values the agent would refuse, or that would break Redlock's
 guarantees, with a message naming the value. The schema catches most of
 these first; this also covers `--skip-schema-validation` and what JSON
-Schema cannot say (an odd number of external masters, unique names).
+Schema cannot say (an odd number of external masters, unique names, no
+node shared by two masters).
 */}}
 {{- define "redlock-agent.validate" -}}
 {{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) -}}
@@ -152,18 +155,49 @@ Schema cannot say (an odd number of external masters, unique names).
 {{- fail "masters.external: empty while masters.deploy=false; list the masters the agent locks over" -}}
 {{- end -}}
 {{- $seen := dict -}}
+{{- $nodes := dict -}}
 {{- range $i, $ext := $m.external -}}
 {{- if hasKey $seen $ext.name -}}
 {{- fail (printf "masters.external[%d].name: %q is used twice; master names must be unique" $i $ext.name) -}}
 {{- end -}}
 {{- $_ := set $seen $ext.name true -}}
-{{- if not (regexMatch "^rediss?://" $ext.url) -}}
-{{- fail (printf "masters.external[%d].url: not a redis:// or rediss:// URL: %q" $i $ext.url) -}}
+{{- $hasUrl := hasKey $ext "url" -}}
+{{- $hasCluster := hasKey $ext "cluster" -}}
+{{- if and $hasUrl $hasCluster -}}
+{{- fail (printf "masters.external[%d]: both url and cluster are set; a master is one server (url) or one Redis Cluster (cluster: its seed URLs), not both" $i) -}}
 {{- end -}}
-{{- if (urlParse $ext.url).userinfo -}}
-{{- if contains ":" (urlParse $ext.url).userinfo -}}
-{{- fail (printf "masters.external[%d].url: contains a password; it would land in the ConfigMap. Put it in a Secret and set masters.external[%d].passwordSecret" $i $i) -}}
+{{- if not (or $hasUrl $hasCluster) -}}
+{{- fail (printf "masters.external[%d]: neither url nor cluster is set; give url (one server) or cluster (the seed URLs of one Redis Cluster)" $i) -}}
 {{- end -}}
+{{- $urls := list -}}
+{{- if $hasUrl -}}
+{{- $urls = list (dict "field" (printf "masters.external[%d].url" $i) "url" (toString $ext.url)) -}}
+{{- else -}}
+{{- if not $ext.cluster -}}
+{{- fail (printf "masters.external[%d].cluster: empty; list at least one seed URL of the Redis Cluster" $i) -}}
+{{- end -}}
+{{- range $j, $seed := $ext.cluster -}}
+{{- $urls = append $urls (dict "field" (printf "masters.external[%d].cluster[%d]" $i $j) "url" (toString $seed)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $u := $urls -}}
+{{- if not (regexMatch "^rediss?://" $u.url) -}}
+{{- fail (printf "%s: not a redis:// or rediss:// URL: %q" $u.field $u.url) -}}
+{{- end -}}
+{{- $parsed := urlParse $u.url -}}
+{{- if and $parsed.userinfo (contains ":" $parsed.userinfo) -}}
+{{- fail (printf "%s: contains a password; it would land in the ConfigMap. Put it in a Secret and set masters.external[%d].passwordSecret" $u.field $i) -}}
+{{- end -}}
+{{- /* One node must not vote for two masters: compare host:port (6379 when the URL gives none). */ -}}
+{{- $node := lower $parsed.host -}}
+{{- if not (regexMatch ":[0-9]+$" $node) -}}
+{{- $node = printf "%s:6379" $node -}}
+{{- end -}}
+{{- $other := get $nodes $node -}}
+{{- if and $other (ne (int $other.master) $i) -}}
+{{- fail (printf "%s: %s is also a node of masters.external[%d] (%s); two masters must not share a node, or it would vote twice" $u.field $node (int $other.master) $other.field) -}}
+{{- end -}}
+{{- $_ := set $nodes $node (dict "master" $i "field" $u.field) -}}
 {{- end -}}
 {{- if and (not (get $ext "passwordSecret")) $.Values.auth.enabled (not $.Values.auth.existingSecret) (not $.Values.auth.password) -}}
 {{- fail (printf "masters.external[%d]: auth.enabled=true but no password is known for it; set masters.external[%d].passwordSecret, auth.existingSecret or auth.password (or auth.enabled=false)" $i $i) -}}
@@ -205,7 +239,15 @@ log:
 masters:
 {{- range $i, $m := include "redlock-agent.masterList" . | fromYamlArray }}
   - name: {{ $m.name | quote }}
+    {{- if $m.cluster }}
+    # One Redis Cluster, one Redlock master: its seed nodes.
+    cluster:
+    {{- range $seed := $m.cluster }}
+      - {{ $seed | quote }}
+    {{- end }}
+    {{- else }}
     url: {{ $m.url | quote }}
+    {{- end }}
     {{- if $m.secretName }}
     {{- if eq $.Values.auth.agentDelivery "env" }}
     password_env: {{ include "redlock-agent.passwordEnv" (add1 $i) }}
