@@ -1044,6 +1044,47 @@ async fn fences_keep_growing_on_clusters_across_a_shard_restarted_empty() {
     }
 }
 
+/// A cluster master given by one seed, and another master whose URL is a
+/// node of that same cluster: the config cannot see it (the addresses
+/// differ), the agent can once it discovers the cluster's nodes. The
+/// cluster master is marked `down` with an error naming the other master's
+/// node, and does not count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_turns_out_to_hold_another_masters_node_is_down() {
+    let masters = Masters::start(1, 0);
+    let c = &masters.clusters[0];
+    let ports = c.ports();
+    let single = RedisServer::start(masters.dir.path(), "r2").unwrap_or_else(|e| panic!("{e}"));
+    let agent = TestAgent::start_with(|socket| {
+        format!(
+            "socket:\n  path: {:?}\nmetrics:\n  listen: \"127.0.0.1:0\"\nmasters:\n  - name: c1\n    cluster: [redis://127.0.0.1:{}]\n  - name: r2\n    url: {}\n  - name: r3\n    url: redis://127.0.0.1:{}\n{SETTINGS}",
+            socket.display().to_string(),
+            ports[0],
+            single.url(),
+            ports[1],
+        )
+    })
+    .await;
+    let nodes = wait_nodes(
+        &agent,
+        "c1 down for sharing a node with r3",
+        Duration::from_secs(10),
+        |nodes| node(nodes, "c1")["state"] == "down",
+    )
+    .await;
+    let c1 = node(&nodes, "c1");
+    let error = c1["last_error"].as_str().unwrap_or_default();
+    let shared = format!("127.0.0.1:{}", ports[1]);
+    assert!(
+        error.contains("r3") || error.contains(&shared),
+        "the error names the shared node or the master it belongs to: {c1:#}"
+    );
+    assert!(
+        nodes["usable"].as_u64() <= Some(2),
+        "c1 does not count: {nodes:#}"
+    );
+}
+
 /// Sets an environment variable for the agents started while it lives;
 /// removes it when dropped. The agent reads its test switches when it is
 /// built, so only agents started in that window see it. Each test runs in
