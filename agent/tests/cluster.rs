@@ -827,8 +827,8 @@ async fn the_control_without_the_marker_check_grants_twice_after_a_lagged_failov
 /// over). Mid-migration and after it, a second agent never gets the lock;
 /// the migrated slot is quarantined on its new shard, and only it, since
 /// its marker names the old node; the holder releases the lock (`released:
-/// true`) and the key is gone from every cluster; after the quarantine the
-/// second agent gets it.
+/// true`) and the key is gone from every cluster; once the slot is
+/// readmitted on a quorum of masters, the second agent gets it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_migrated_under_a_held_lock_keeps_it_exclusive() {
     let mut masters = Masters::start(5, 0);
@@ -935,12 +935,16 @@ async fn a_slot_migrated_under_a_held_lock_keeps_it_exclusive() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    // Its votes came from a quorum of masters where the slot is trusted: a
+    // quarantined slot never votes.
     let nodes = b.nodes().await;
+    let trusted = node_list(&nodes)
+        .iter()
+        .filter(|m| m["quarantined_slots"] == 0)
+        .count();
     assert!(
-        node_list(&nodes)
-            .iter()
-            .all(|m| m["quarantined_slots"] == 0),
-        "granted only once the slot was readmitted: {nodes:#}"
+        trusted >= 3,
+        "granted with the slot readmitted on a quorum of masters: {nodes:#}"
     );
 }
 
