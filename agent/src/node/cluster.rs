@@ -66,6 +66,24 @@ impl Shard {
     pub fn addr(&self) -> String {
         format!("{}:{}", self.host, self.port)
     }
+
+    /// Every slot it serves.
+    fn slot_list(&self) -> impl Iterator<Item = u16> + '_ {
+        self.slots
+            .iter()
+            .flat_map(|[a, b]| *a..=(*b).min(SLOTS - 1))
+    }
+}
+
+/// Slots that may have lost keys, as a probe saw it: a shard restarted
+/// with its data or evicted keys, or slots now served by another node
+/// than at the last probe (a failover, a migration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostSlots {
+    /// The shard's address, for the log.
+    pub addr: String,
+    pub slots: Vec<u16>,
+    pub detector: super::Detector,
 }
 
 /// A cluster master's own parts: its client, its slots, its shards.
@@ -240,10 +258,7 @@ impl Node {
     ///
     /// # Errors
     /// When no node answers `CLUSTER SHARDS` in time.
-    pub(crate) async fn probe_shards(
-        &self,
-        conn: &Conn,
-    ) -> Result<Vec<(Shard, super::Detector)>, NodeError> {
+    pub(crate) async fn probe_shards(&self, conn: &Conn) -> Result<Vec<LostSlots>, NodeError> {
         let Some(part) = self.part() else {
             return Ok(Vec::new());
         };
@@ -290,19 +305,51 @@ impl Node {
         }
         let mut known = part.shards.lock().unwrap_or_else(|e| e.into_inner());
         let mut changed = Vec::new();
+        let lost = |shard: &Shard, detector| LostSlots {
+            addr: shard.addr(),
+            slots: shard.slot_list().collect(),
+            detector,
+        };
         for shard in &shards {
             let Some(before) = known.iter().find(|b| b.node_id == shard.node_id) else {
                 continue;
             };
             if let (Some(b), Some(n)) = (&before.run_id, &shard.run_id) {
                 if b != n {
-                    changed.push((shard.clone(), super::Detector::RunId));
+                    changed.push(lost(shard, super::Detector::RunId));
                     continue;
                 }
             }
             if let (Some(b), Some(n)) = (before.evicted_keys, shard.evicted_keys) {
                 if n > b {
-                    changed.push((shard.clone(), super::Detector::Eviction));
+                    changed.push(lost(shard, super::Detector::Eviction));
+                }
+            }
+        }
+        // Slots served by another node than at the last probe. Their
+        // markers name the old node, so votes refuse them anyway; deleting
+        // the markers also keeps a slot out should it move back (a
+        // failback) before any vote saw it away.
+        if !known.is_empty() {
+            let mut owner: Vec<Option<&str>> = vec![None; usize::from(SLOTS)];
+            for shard in known.iter() {
+                for slot in shard.slot_list() {
+                    owner[usize::from(slot)] = Some(shard.node_id.as_str());
+                }
+            }
+            for shard in &shards {
+                let moved: Vec<u16> = shard
+                    .slot_list()
+                    .filter(|slot| {
+                        owner[usize::from(*slot)].is_some_and(|was| was != shard.node_id)
+                    })
+                    .collect();
+                if !moved.is_empty() {
+                    changed.push(LostSlots {
+                        addr: shard.addr(),
+                        slots: moved,
+                        detector: super::Detector::Marker,
+                    });
                 }
             }
         }
@@ -320,22 +367,19 @@ impl Node {
         Ok(changed)
     }
 
-    /// A shard restarted with its data or evicted keys: its slots' markers
-    /// are deleted, so every agent's next vote in each of them quarantines
-    /// it, and this agent quarantines them now.
-    pub(crate) async fn shard_lost(&self, conn: &Conn, shard: &Shard, detector: super::Detector) {
+    /// Slots a probe saw lose keys (see [`LostSlots`]): their markers are
+    /// deleted, so every agent's next vote in each of them quarantines it,
+    /// and this agent quarantines them now.
+    pub(crate) async fn slots_lost(&self, conn: &Conn, lost: &LostSlots) {
         tracing::warn!(
             node = %self.name,
-            shard = %shard.addr(),
-            detector = detector.as_str(),
-            "a cluster shard restarted or evicted keys: its slots are quarantined"
+            shard = %lost.addr,
+            slots = lost.slots.len(),
+            detector = lost.detector.as_str(),
+            "cluster slots may have lost keys (a shard restarted, evicted keys, failed over, or slots moved): quarantined"
         );
-        self.restart_detected(detector);
-        let slots: Vec<u16> = shard
-            .slots
-            .iter()
-            .flat_map(|[a, b]| *a..=(*b).min(SLOTS - 1))
-            .collect();
+        self.restart_detected(lost.detector);
+        let slots = lost.slots.clone();
         if let Some(mut table) = self.slots() {
             for slot in &slots {
                 table.lose(*slot);
@@ -363,7 +407,7 @@ impl Node {
         if failures > 0 {
             tracing::warn!(
                 node = %self.name,
-                shard = %shard.addr(),
+                shard = %lost.addr,
                 failures,
                 "could not delete every marker of a restarted shard; its slots stay quarantined here"
             );
