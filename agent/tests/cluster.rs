@@ -1049,44 +1049,64 @@ async fn fences_keep_growing_on_clusters_across_a_shard_restarted_empty() {
 }
 
 /// A cluster master given by one seed, and another master whose URL is a
-/// node of that same cluster: the config cannot see it (the addresses
-/// differ), the agent can once it discovers the cluster's nodes. The
-/// cluster master is marked `down` with an error naming the other master's
-/// node, and does not count.
+/// primary of that same cluster (the one serving the slot of a single
+/// master's marker key, so it works as one): the config cannot see it (the addresses
+/// differ), the agent can once it discovers the cluster's shards. The
+/// cluster master is marked `down` with an error naming the shared node
+/// and the other master, and does not count, whichever of the two comes
+/// first in the config: otherwise that server would vote twice, once as
+/// the single master and once as the cluster's shard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_that_turns_out_to_hold_another_masters_node_is_down() {
     let masters = Masters::start(1, 0);
-    let c = &masters.clusters[0];
-    let ports = c.ports();
+    // The shared primary serves the slot of a single master's marker key,
+    // so as `r3` it answers the agent's probes like any single server (any
+    // other primary would answer MOVED and be down anyway).
+    let marker_slot = keys::key_slot(format!("{PREFIX}{}", keys::MARKER_SUFFIX).as_bytes());
+    let primaries = blocking(|| masters.clusters[0].primaries()).unwrap();
+    let shared = primaries.iter().find(|p| p.owns(marker_slot)).unwrap().port;
+    let seed = primaries.iter().find(|p| p.port != shared).unwrap().port;
     let single = RedisServer::start(masters.dir.path(), "r2").unwrap_or_else(|e| panic!("{e}"));
-    let agent = TestAgent::start_with(|socket| {
-        format!(
-            "socket:\n  path: {:?}\nmetrics:\n  listen: \"127.0.0.1:0\"\nmasters:\n  - name: c1\n    cluster: [redis://127.0.0.1:{}]\n  - name: r2\n    url: {}\n  - name: r3\n    url: redis://127.0.0.1:{}\n{SETTINGS}",
-            socket.display().to_string(),
-            ports[0],
-            single.url(),
-            ports[1],
+    for cluster_first in [false, true] {
+        let cluster = format!("  - name: c1\n    cluster: [redis://127.0.0.1:{seed}]\n");
+        let alias = format!("  - name: r3\n    url: redis://127.0.0.1:{shared}\n");
+        let (first, third) = if cluster_first {
+            (cluster, alias)
+        } else {
+            (alias, cluster)
+        };
+        let agent = TestAgent::start_with(|socket| {
+            format!(
+                "socket:\n  path: {:?}\nmetrics:\n  listen: \"127.0.0.1:0\"\nmasters:\n{first}  - name: r2\n    url: {}\n{third}{SETTINGS}",
+                socket.display().to_string(),
+                single.url(),
+            )
+        })
+        .await;
+        let order = if cluster_first {
+            "the cluster listed first"
+        } else {
+            "the cluster listed last"
+        };
+        let nodes = wait_nodes(
+            &agent,
+            &format!("c1 down for sharing a server with r3 ({order})"),
+            Duration::from_secs(10),
+            |nodes| node(nodes, "c1")["state"] == "down",
         )
-    })
-    .await;
-    let nodes = wait_nodes(
-        &agent,
-        "c1 down for sharing a node with r3",
-        Duration::from_secs(10),
-        |nodes| node(nodes, "c1")["state"] == "down",
-    )
-    .await;
-    let c1 = node(&nodes, "c1");
-    let error = c1["last_error"].as_str().unwrap_or_default();
-    let shared = format!("127.0.0.1:{}", ports[1]);
-    assert!(
-        error.contains("r3") || error.contains(&shared),
-        "the error names the shared node or the master it belongs to: {c1:#}"
-    );
-    assert!(
-        nodes["usable"].as_u64() <= Some(2),
-        "c1 does not count: {nodes:#}"
-    );
+        .await;
+        let c1 = node(&nodes, "c1");
+        let error = c1["last_error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("r3") && error.contains(&format!("127.0.0.1:{shared}")),
+            "{order}: the error names the shared server and the other master: {c1:#}"
+        );
+        assert!(
+            nodes["usable"].as_u64() <= Some(2),
+            "{order}: c1 does not count: {nodes:#}"
+        );
+        agent.stop().await;
+    }
 }
 
 /// Sets an environment variable for the agents started while it lives;
