@@ -422,7 +422,9 @@ impl Node {
             .collect();
         let mode = if fresh { "write" } else { "read" };
         let answers = self.sweep(conn, &SWEEP_MARKERS, keys, &[mode]).await;
-        let mut unanswered = 0;
+        // Slots on no known shard (a topology being changed) count as
+        // unanswered: read again at the next probe.
+        let mut unanswered = usize::from(SLOTS).saturating_sub(answers.len());
         let mut lost = 0;
         for (slot, answer) in answers {
             match answer {
@@ -434,9 +436,7 @@ impl Node {
                     }
                 }
                 Err(e) => {
-                    if unanswered == 0 {
-                        tracing::debug!(node = %self.name, slot, error = %e, "slot marker not read");
-                    }
+                    tracing::trace!(node = %self.name, slot, error = %e, "slot marker not read");
                     unanswered += 1;
                 }
             }
