@@ -393,12 +393,13 @@ pub async fn catch_up(node: &Node, peers: &[Arc<Node>]) -> Option<u64> {
     Some(counters.into_iter().max().unwrap_or(0))
 }
 
-/// The fencing counters of `nodes` that answered.
+/// The fencing counters of `nodes` that answered (a cluster's highest over
+/// its slots: a single master's counter covers every resource).
 async fn read_counters(nodes: &[&Arc<Node>]) -> Vec<u64> {
-    futures::future::join_all(nodes.iter().map(|p| p.read_fence()))
+    futures::future::join_all(nodes.iter().map(|p| p.read_fences(&[])))
         .await
         .into_iter()
-        .filter_map(Result::ok)
+        .filter_map(|counters| counters.ok()?.first().copied())
         .collect()
 }
 
