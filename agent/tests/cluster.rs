@@ -77,27 +77,20 @@ struct Masters {
 }
 
 impl Masters {
-    /// `n` clusters of three primaries, started at once; the first
-    /// `with_replica` have one replica per primary.
+    /// `n` clusters of three primaries; the first `with_replica` have one
+    /// replica per primary. Started one after the other: a node's start
+    /// takes the first server answering PING on its port as its own, so two
+    /// nodes started at once on one probed free port would both "start".
     fn start(n: usize, with_replica: usize) -> Masters {
         let dir = tempfile::tempdir().expect("temp dir");
-        let parent = dir.path();
         let clusters = blocking(|| {
-            std::thread::scope(|s| {
-                let started: Vec<_> = (0..n)
-                    .map(|i| {
-                        s.spawn(move || {
-                            let name = format!("c{}", i + 1);
-                            RedisCluster::start(parent, &name, 3, usize::from(i < with_replica))
-                                .unwrap_or_else(|e| panic!("cluster {name}: {e}"))
-                        })
-                    })
-                    .collect();
-                started
-                    .into_iter()
-                    .map(|t| t.join().expect("a cluster's start panicked"))
-                    .collect()
-            })
+            (0..n)
+                .map(|i| {
+                    let name = format!("c{}", i + 1);
+                    RedisCluster::start(dir.path(), &name, 3, usize::from(i < with_replica))
+                        .unwrap_or_else(|e| panic!("cluster {name}: {e}"))
+                })
+                .collect()
         });
         Masters {
             clusters,
@@ -356,8 +349,8 @@ fn resource_off_shard(c: &RedisCluster, shard: usize, stem: &str) -> String {
 /// Locks through the agent on five clusters: one lock's acquire, extend and
 /// release, read back on the primary serving its slot in every cluster;
 /// then 48 resources held at once, counted per primary directly on the
-/// redis-servers: every primary of every cluster holds exactly the ones
-/// whose slots it serves, and some of them; `/v1/locks` lists them all
+/// redis-servers: every primary of every cluster holds some, only ones
+/// whose slots it serves, and each is on a quorum of clusters; `/v1/locks` lists them all
 /// (a SCAN per primary); closing the holds removes every key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_work_on_five_clusters_and_spread_over_every_shard() {
@@ -409,36 +402,41 @@ async fn locks_work_on_five_clusters_and_spread_over_every_shard() {
         assert_eq!(acquired["event"], "acquired", "{acquired}");
         holds.push(hold);
     }
+    // Per primary: only locks of its own slots, and some of them. Per
+    // resource: on a quorum of clusters at least (a grant needs no more).
+    let mut copies = std::collections::BTreeMap::<String, usize>::new();
     for c in &masters.clusters {
         let primaries = blocking(|| c.primaries()).unwrap();
         assert_eq!(primaries.len(), 3, "{}: {primaries:?}", c.name());
-        let mut total = 0;
         for p in &primaries {
-            let mut stored = keys_on(p.port, &format!("{PREFIX}spread-*")).await;
-            stored.sort();
-            let mut expected: Vec<String> = resources
+            let stored = keys_on(p.port, &format!("{PREFIX}spread-*")).await;
+            let own: Vec<String> = resources
                 .iter()
                 .filter(|r| p.owns(slot_of(r)))
                 .map(|r| lock_key(r))
                 .collect();
-            expected.sort();
             assert!(
-                !expected.is_empty(),
-                "{} shard {}: the test's resources miss it",
-                c.name(),
-                p.shard
-            );
-            assert_eq!(
-                stored,
-                expected,
-                "{} shard {} (port {}) holds exactly the locks of its slots",
+                !stored.is_empty(),
+                "{} shard {} (port {}) holds none of the locks; its slots' locks: {own:?}",
                 c.name(),
                 p.shard,
                 p.port
             );
-            total += stored.len();
+            for key in &stored {
+                assert!(
+                    own.contains(key),
+                    "{} shard {} (port {}) holds {key}, whose slot it does not serve",
+                    c.name(),
+                    p.shard,
+                    p.port
+                );
+                *copies.entry(key.clone()).or_default() += 1;
+            }
         }
-        assert_eq!(total, resources.len(), "{}", c.name());
+    }
+    for r in &resources {
+        let n = copies.get(&lock_key(r)).copied().unwrap_or(0);
+        assert!(n >= 3, "{r} is held on {n} clusters, fewer than a quorum");
     }
     let (status, listing) = agent
         .get("/v1/locks?prefix=spread-")
@@ -451,13 +449,17 @@ async fn locks_work_on_five_clusters_and_spread_over_every_shard() {
     assert_eq!(listed.len(), 48, "{listing}");
     for lock in listed {
         assert_eq!(lock["quorum_agrees"], true, "{lock}");
+        let states: Vec<&Value> = lock["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| &n["state"])
+            .collect();
+        assert_eq!(states.len(), 5, "a column per cluster: {lock}");
         assert!(
-            lock["nodes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|n| n["state"] == "held"),
-            "every cluster holds it: {lock}"
+            states.iter().filter(|s| **s == "held").count() >= 3
+                && states.iter().all(|s| *s == "held" || *s == "missing"),
+            "held on a quorum of clusters, by nobody else anywhere: {lock}"
         );
     }
 
