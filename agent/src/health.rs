@@ -279,9 +279,10 @@ async fn probe_cluster(node: &Node, peers: &[Arc<Node>], settings: &HealthSettin
     node.readmit_slots(&conn, due, &catch_up).await;
 }
 
-/// A cluster whose shards include a server that an earlier master (in
-/// config order) is, or has among its shards: its votes would count twice
-/// toward a quorum, so it is kept `down`. Compared by `run_id`, whatever
+/// A cluster whose shards include a server that another master is, or has
+/// among its shards: one server's votes would count twice toward a quorum,
+/// so the cluster is kept `down` (both, when two clusters share one), in
+/// whichever order the config lists them. Compared by `run_id`, whatever
 /// address each reaches the server by.
 fn shares_a_server(node: &Node, peers: &[Arc<Node>]) -> Option<String> {
     let mine: Vec<(String, String)> = node
@@ -289,7 +290,7 @@ fn shares_a_server(node: &Node, peers: &[Arc<Node>]) -> Option<String> {
         .into_iter()
         .filter_map(|(shard, _)| shard.run_id.clone().map(|id| (id, shard.addr())))
         .collect();
-    for peer in peers.iter().take_while(|p| !std::ptr::eq(p.as_ref(), node)) {
+    for peer in peers.iter().filter(|p| !std::ptr::eq(p.as_ref(), node)) {
         let theirs: Vec<String> = if peer.is_cluster() {
             peer.shards()
                 .into_iter()
