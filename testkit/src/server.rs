@@ -82,6 +82,9 @@ fn free_port_besides(taken: &mut Vec<u16>) -> io::Result<u16> {
     }
 }
 
+/// What `redis-server` logs once it listens.
+const READY: &str = "Ready to accept connections";
+
 impl RedisServer {
     /// Starts a master named `name` with its files under `parent/name`, no
     /// persistence, plain TCP only.
@@ -155,6 +158,8 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), SpawnError> {
         let log = self.log_path();
+        // The log survives restarts: count the readiness lines already there.
+        let ready_before = self.log().matches(READY).count();
         let child = Command::new(redis_server_binary())
             .arg("--port")
             .arg(self.port.to_string())
@@ -173,8 +178,18 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if self.ping().is_ok() {
-                return Ok(());
+            // Another test's server may hold the port for a moment and
+            // answer the PING: only this process's own log saying it
+            // listens makes the server ours (a failed bind exits instead,
+            // and the caller tries another port).
+            if self.ping().is_ok() && self.log().matches(READY).count() > ready_before {
+                let exited = self
+                    .child
+                    .as_mut()
+                    .and_then(|c| c.try_wait().ok().flatten());
+                if exited.is_none() {
+                    return Ok(());
+                }
             }
             let exited = self
                 .child
