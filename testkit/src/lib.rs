@@ -9,14 +9,19 @@
 //! # Layout
 //! - [`server`]: [`RedisServer`], one `redis-server` child process, and
 //!   [`Options`], what it runs with (persistence, TLS, replication, memory
-//!   limit, ACL users, any other argument).
+//!   limit, ACL users, cluster mode, any other argument).
+//! - [`cluster`]: [`RedisCluster`], a real local Redis Cluster (N
+//!   primaries, R replicas each) and its faults: a shard restarted empty,
+//!   a lagged failover, a slot migration.
 //! - [`proxy`]: [`proxy::Link`], a TCP proxy in front of one master that
 //!   adds latency, cuts or blackholes the connections on demand (the fault
 //!   suite's links between agents and masters).
 //! - [`switches`]: the names of the agent's test-only environment switches.
 
+pub mod cluster;
 pub mod proxy;
 pub mod server;
 pub mod switches;
 
+pub use cluster::{ClusterError, Migration, Primary, RedisCluster};
 pub use server::{free_port, redis_server_binary, Options, RedisServer, SpawnError, Tls};

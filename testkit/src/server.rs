@@ -10,6 +10,9 @@
 //!   thread is panicking (a failing test) its log is printed first.
 //! - `restart` starts it again on the same ports, empty unless persistence
 //!   is on: the crash the Redlock page's delayed-restart section is about.
+//! - A Redis Cluster node ([`Options::cluster`]) keeps its `nodes.conf` in
+//!   its directory across restarts, so it rejoins its cluster as the same
+//!   node; its cluster bus listens on a second free port.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -56,6 +59,8 @@ pub struct RedisServer {
     /// Stopped by [`RedisServer::freeze`] and not thawed since.
     frozen: AtomicBool,
     tls_port: Option<u16>,
+    /// The cluster bus port, when started with [`Options::cluster`].
+    cluster_port: Option<u16>,
     args: Vec<String>,
 }
 
@@ -63,6 +68,18 @@ pub struct RedisServer {
 /// we do; [`RedisServer::start`] retries with a new one when that happens.
 pub fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
+}
+
+/// A free port not in `taken` (each probe releases its port at once, so two
+/// probes may return the same one), added to `taken`.
+fn free_port_besides(taken: &mut Vec<u16>) -> io::Result<u16> {
+    loop {
+        let port = free_port()?;
+        if !taken.contains(&port) {
+            taken.push(port);
+            return Ok(port);
+        }
+    }
 }
 
 impl RedisServer {
@@ -101,18 +118,25 @@ impl RedisServer {
         std::fs::create_dir_all(&dir)?;
         let mut last = None;
         for _ in 0..5 {
+            let port = free_port()?;
+            let mut taken = vec![port];
             let tls_port = match options.tls {
-                Some(_) => Some(free_port()?),
+                Some(_) => Some(free_port_besides(&mut taken)?),
+                None => None,
+            };
+            let cluster_port = match options.cluster_node_timeout {
+                Some(_) => Some(free_port_besides(&mut taken)?),
                 None => None,
             };
             let mut server = RedisServer {
                 name: name.to_string(),
-                port: free_port()?,
+                port,
                 dir: dir.clone(),
                 child: None,
                 frozen: AtomicBool::new(false),
                 tls_port,
-                args: options.to_args(tls_port),
+                cluster_port,
+                args: options.to_args(tls_port, cluster_port),
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -210,6 +234,11 @@ impl RedisServer {
     /// The TLS port, when started with [`Options::tls`].
     pub fn tls_port(&self) -> Option<u16> {
         self.tls_port
+    }
+
+    /// The cluster bus port, when started with [`Options::cluster`].
+    pub fn cluster_port(&self) -> Option<u16> {
+        self.cluster_port
     }
 
     /// The directory the server runs in (its log, and its data files when
@@ -331,6 +360,8 @@ pub struct Options {
     pub maxmemory: Option<(String, String)>,
     /// `user` lines, e.g. `"redlock on >pw ~* +@all"`, each one ACL rule set.
     pub users: Vec<String>,
+    /// `cluster-enabled yes` with this `cluster-node-timeout`.
+    pub cluster_node_timeout: Option<Duration>,
     /// Any other arguments, after all of the above.
     pub extra: Vec<String>,
 }
@@ -370,6 +401,16 @@ impl Options {
         self
     }
 
+    /// A Redis Cluster node (`cluster-enabled yes`) that declares a peer
+    /// failing after `node_timeout` without an answer (`cluster-node-timeout`;
+    /// low in tests, for fast failovers), its `nodes.conf` in its directory,
+    /// its cluster bus on a second free port ([`RedisServer::cluster_port`]).
+    /// [`crate::RedisCluster`] joins such nodes into a cluster.
+    pub fn cluster(mut self, node_timeout: Duration) -> Options {
+        self.cluster_node_timeout = Some(node_timeout);
+        self
+    }
+
     /// Extra `redis-server` arguments, e.g. `["--bind", "127.0.0.1", "127.0.0.2"]`
     /// (later arguments win over earlier ones).
     pub fn args(mut self, args: &[&str]) -> Options {
@@ -377,8 +418,8 @@ impl Options {
         self
     }
 
-    /// The `redis-server` arguments, given the TLS port picked.
-    fn to_args(&self, tls_port: Option<u16>) -> Vec<String> {
+    /// The `redis-server` arguments, given the TLS and cluster bus ports picked.
+    fn to_args(&self, tls_port: Option<u16>, cluster_port: Option<u16>) -> Vec<String> {
         let mut args: Vec<String> = Vec::new();
         let mut push = |words: &[&str]| args.extend(words.iter().map(ToString::to_string));
         if self.aof_always {
@@ -415,6 +456,12 @@ impl Options {
             words.extend(user.split_whitespace());
             push(&words);
         }
+        if let (Some(timeout), Some(port)) = (self.cluster_node_timeout, cluster_port) {
+            push(&["--cluster-enabled", "yes"]);
+            push(&["--cluster-config-file", "nodes.conf"]);
+            push(&["--cluster-node-timeout", &timeout.as_millis().to_string()]);
+            push(&["--cluster-port", &port.to_string()]);
+        }
         args.extend(self.extra.iter().cloned());
         args
     }
@@ -430,16 +477,26 @@ mod tests {
             .replica_of(7000)
             .maxmemory("4mb", "volatile-lru")
             .args(&["--bind", "127.0.0.1", "127.0.0.2"])
-            .to_args(None);
+            .to_args(None, None);
         assert_eq!(
             args.join(" "),
             "--save  --appendonly no --replicaof 127.0.0.1 7000 \
              --maxmemory 4mb --maxmemory-policy volatile-lru --bind 127.0.0.1 127.0.0.2"
         );
-        let args = Options::new().aof_always().to_args(None);
+        let args = Options::new().aof_always().to_args(None, None);
         assert!(args
             .join(" ")
             .contains("--appendonly yes --appendfsync always"));
+        let args = Options::new()
+            .cluster(Duration::from_millis(1000))
+            .to_args(None, Some(17001));
+        assert!(
+            args.join(" ").ends_with(
+                "--cluster-enabled yes --cluster-config-file nodes.conf \
+                 --cluster-node-timeout 1000 --cluster-port 17001"
+            ),
+            "{args:?}"
+        );
     }
 
     /// A real server: started, answering on its port, with its options in
