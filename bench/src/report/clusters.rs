@@ -22,17 +22,25 @@ fn run(results: &Results, clients: usize, cluster: bool) -> Option<&Run> {
     results.find(Workload::Clustered { clients, cluster }, Peer::Agent)
 }
 
-/// A run's report and CPU when it made progress to the end: a run with
-/// clients stuck (or no cycle in its window) spent its CPU on something
-/// else than its few grants, and its cost per grant would mislead.
+/// Fewer clients than this lock too few resources (one each) to show how
+/// keys spread over a cluster's shards.
+const SPREAD_CLIENTS: usize = 8;
+
+/// A run's report and CPU when it granted in its window.
 fn measured(run: Option<&Run>) -> Option<(&Report, &Cpu)> {
     let run = run?;
     let report = run
         .result
         .as_ref()
         .ok()
-        .filter(|r| r.grants_total > 0 && r.cycles > 0 && r.stuck == 0)?;
+        .filter(|r| r.grants_total > 0 && r.cycles > 0)?;
     Some((report, run.cpu.as_ref()?))
+}
+
+/// A run that went cleanly to its end: no client stuck, no error. Only
+/// such a run's cost per grant is a basis for the projection.
+fn clean(run: Option<&Run>) -> Option<(&Report, &Cpu)> {
+    measured(run).filter(|(r, _)| r.stuck == 0 && r.errors == 0)
 }
 
 /// Microseconds of `seconds` per grant of `r`.
@@ -132,7 +140,8 @@ fn cpu_table(md: &mut String, results: &Results, singles: &str, clusters: &str) 
          serves keys, and of the agent, over the run (warm-up included, like the command counts), divided by the \
          run's grants. Every grant votes on and releases from all five masters, so a master's cost per grant is \
          the processes' total over five. Busiest: the largest share one process had of its own master's CPU \
-         (1 for a single server; 1/{SHARDS} for a cluster whose keys spread evenly).\n\n\
+         (1 for a single server; 1/{SHARDS} for a cluster whose keys spread evenly; \
+         one client locks one resource, so one shard of each cluster does nearly all its work).\n\n\
          | clients | masters | processes | redis-server CPU, s | per grant, all masters, µs | per grant per master, µs | busiest process's share | agent CPU per grant, µs |\n|---|---|---|---|---|---|---|---|"
     );
     for clients in CLIENTS {
@@ -142,9 +151,17 @@ fn cpu_table(md: &mut String, results: &Results, singles: &str, clusters: &str) 
             };
             match measured(Some(r)) {
                 Some((report, cpu)) => {
+                    let trouble = if report.stuck > 0 || report.errors > 0 {
+                        format!(
+                            " ({} clients stuck, {} errors)",
+                            report.stuck, report.errors
+                        )
+                    } else {
+                        String::new()
+                    };
                     let _ = writeln!(
                         md,
-                        "| {clients} | {label} | {} | {} | {} | {} | {} | {} |",
+                        "| {clients} | {label}{trouble} | {} | {} | {} | {} | {} | {} |",
                         cpu.servers.len(),
                         num(cpu.servers_s()),
                         num(per_grant_us(cpu.servers_s(), report)),
@@ -158,7 +175,7 @@ fn cpu_table(md: &mut String, results: &Results, singles: &str, clusters: &str) 
                 None => {
                     let _ = writeln!(
                         md,
-                        "| {clients} | {label} | not measured: the run failed or made no progress | | | | | |"
+                        "| {clients} | {label} | not measured: the run failed or granted nothing | | | | | |"
                     );
                 }
             }
@@ -206,36 +223,45 @@ fn projection(md: &mut String, results: &Results) {
     let Some((clients, report, cpu)) = CLIENTS
         .into_iter()
         .rev()
-        .find_map(|c| measured(run(results, c, true)).map(|(r, cpu)| (c, r, cpu)))
+        .find_map(|c| clean(run(results, c, true)).map(|(r, cpu)| (c, r, cpu)))
     else {
         let _ = writeln!(
             md,
-            "### Projection per added shard\n\nNot made: no cluster run with CPU figures.\n"
+            "### Projection per added shard\n\nNot made: no cluster run went cleanly to its end with CPU figures.\n"
         );
         return;
     };
     let m = master_us(report, cpu);
-    let busiest = cpu.busiest_share().unwrap_or(1.0);
+    let spread = match cpu.busiest_share().filter(|_| clients >= SPREAD_CLIENTS) {
+        Some(busiest) => format!(
+            " At the spread measured here (the busiest shard took {:.0}% of its master's CPU), a master of \
+             {SHARDS} shards would saturate at {} grants/s, against {} for an even spread.",
+            busiest * 100.0,
+            num(1e6 / (m * busiest)),
+            num(SHARDS as f64 * 1e6 / m)
+        ),
+        None => format!(
+            " A run of {clients} client(s) locks as many resources, on as many slots, so it cannot show how keys \
+             spread over the shards: the projection assumes an even spread (CRC16 spreads many names evenly \
+             over the 16384 slots)."
+        ),
+    };
     let agent = cpu.agent_s.map(|a| per_grant_us(a, report));
-    let single = measured(run(results, clients, false)).map(|(r, c)| master_us(r, c));
+    let single = clean(run(results, clients, false)).map(|(r, c)| master_us(r, c));
     let limit = |shards: usize| shards as f64 * 1e6 / m;
     let _ = writeln!(
         md,
-        "### Projection per added shard (on paper)\n\nFrom the cluster run at {clients} client(s): a master \
-         spent {} µs of `redis-server` CPU per grant (the five masters' mean), and its busiest shard took {:.0}% \
-         of it. A lock key lives in one hash slot on one shard, and the shards of a master share nothing on the \
-         lock path, so a master of S shards, each on a core of its own, with keys spread evenly, serves about \
-         S × 10⁶ / {} grants/s before its busiest shard is saturated: each added shard adds about {} grants/s. \
-         At the spread measured here, a master of {SHARDS} shards would saturate at {} grants/s (its busiest \
-         shard), against {} for an even spread. Every grant goes to all five masters, so five such masters \
-         together serve that rate, on 5 × S cores.{}\n\n\
+        "### Projection per added shard (on paper)\n\nFrom the cluster run at {clients} client(s), the one with \
+         the most clients that went cleanly to its end: a master spent {} µs of `redis-server` CPU per grant \
+         (the five masters' mean). A lock key lives in one hash slot on one shard, and the shards of a master \
+         share nothing on the lock path, so a master of S shards, each on a core of its own, with keys spread \
+         evenly, serves about S × 10⁶ / {} grants/s before its busiest shard is saturated: each added shard \
+         adds about {} grants/s.{spread} Every grant goes to all five masters, so five such masters together \
+         serve that rate, on 5 × S cores.{}\n\n\
          | shards per master | projected grants/s | redis-server cores (five masters) | agent cores at that rate |\n|---|---|---|---|",
         num(m),
-        busiest * 100.0,
         num(m),
         num(limit(1)),
-        num(1e6 / (m * busiest)),
-        num(limit(SHARDS)),
         single.map_or(String::new(), |s| format!(
             " For comparison, a single server spent {} µs per grant in the same-sized run: {} grants/s on its \
              one core (W4 measures that limit with `redis-benchmark`).",
@@ -359,7 +385,10 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("a master of 3 shards would saturate at 20000 grants/s (its busiest shard), against 30000"),
+            md.contains(
+                "(the busiest shard took 50% of its master's CPU), a master of 3 shards would saturate at \
+                 20000 grants/s, against 30000 for an even spread"
+            ),
             "{md}"
         );
         assert!(
@@ -371,14 +400,15 @@ mod tests {
         assert!(md.contains("| 12 | 120000 | 60 | 24.0 |"), "{md}");
     }
 
-    /// A cluster run whose clients got stuck is no basis for a cost per
-    /// grant: the projection works from the run with fewer clients.
+    /// A cluster run whose clients got stuck shows its CPU, flagged, but
+    /// is no basis for the projection: that works from the run with fewer
+    /// clients that went cleanly, and says it cannot show the spread.
     #[test]
-    fn w9_projects_from_a_run_that_made_progress() {
-        let mut stuck = w9_run(true, 64, 0, 3_000, cpu("c", &[0.1, 0.1, 0.1], 0.3));
+    fn w9_projects_from_a_run_that_went_cleanly() {
+        let mut stuck = w9_run(true, 64, 3_000, 90_000, cpu("c", &[0.1, 0.1, 0.1], 0.3));
         if let Ok(r) = stuck.result.as_mut() {
-            r.grants_total = 10;
-            r.stuck = 64;
+            r.stuck = 11;
+            r.errors = 18;
         }
         let results = Results {
             runs: vec![
@@ -393,15 +423,23 @@ mod tests {
             agent_failed: true,
         };
         let md = render(&results, &Environment::default(), &[Peer::Agent]);
+        // 1.5 s over 3,000 grants: 500 µs, 100 per master.
         assert!(
-            md.contains(
-                "| 64 | 5 clusters × 3 shards | not measured: the run failed or made no progress |"
-            ),
+            md.contains("| 64 | 5 clusters × 3 shards (11 clients stuck, 18 errors) | 15 | 1.50 | 500 | 100 |"),
             "{md}"
         );
         // 1.5 s over 1,000 grants: 1500 µs, 300 per master.
         assert!(
-            md.contains("From the cluster run at 1 client(s): a master spent 300 µs"),
+            md.contains(
+                "From the cluster run at 1 client(s), the one with the most clients that went cleanly to its \
+                 end: a master spent 300 µs"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "A run of 1 client(s) locks as many resources, on as many slots, so it cannot show how keys spread"
+            ),
             "{md}"
         );
     }
@@ -429,7 +467,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("Not made: no cluster run with CPU figures."),
+            md.contains("Not made: no cluster run went cleanly to its end with CPU figures."),
             "{md}"
         );
         assert!(
