@@ -15,7 +15,8 @@
 # --peers agent,rslock (node-redlock and pottery are installed only when
 # they run) or --only w5 (the in-vote marker check's cost, agent only),
 # --only w7 (a Python process per client: the agent and pottery), --only w8
-# (10,000 idle connections, agent only).
+# (10,000 idle connections, agent only), --only w9 (masters as Redis
+# Clusters of 3 primaries beside single servers, agent only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/setup.sh

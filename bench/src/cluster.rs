@@ -1,6 +1,8 @@
 //! The processes a run needs: five `redis-server` masters on free loopback
 //! ports (killable, freezable; started by `redlock-testkit`, the one master
-//! starter of the repository), and redlock-agent processes over them.
+//! starter of the repository), for W9 five masters that are each a Redis
+//! Cluster of three primaries ([`Clusters`]), and redlock-agent processes
+//! over either ([`MasterSet`]).
 //!
 //! ## Behavior
 //! - Every process is killed when its handle drops, so a failed run leaves
@@ -18,8 +20,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 /// Commands that are not lock traffic: health probes, handshakes, the
-/// agent's pub/sub and our own INFO. Everything else a master counts
-/// (scripts' inner calls included) is charged to the locks.
+/// agent's pub/sub, a cluster's topology reads and our own INFO, by name
+/// or `name|subcommand`. Everything else a master counts (scripts' inner
+/// calls included, such as the in-vote `CLUSTER MYID` on a cluster) is
+/// charged to the locks.
 const NOT_LOCK_TRAFFIC: &[&str] = &[
     "ping",
     "info",
@@ -36,10 +40,59 @@ const NOT_LOCK_TRAFFIC: &[&str] = &[
     "command",
     "quit",
     "client",
+    "cluster|slots",
+    "cluster|shards",
+    "cluster|nodes",
+    "cluster|info",
 ];
 
 pub use redlock_testkit::free_port;
-use redlock_testkit::RedisServer;
+use redlock_testkit::{RedisCluster, RedisServer};
+
+use crate::cpu::Process;
+
+/// The masters an agent is pointed at: single servers or clusters.
+pub trait MasterSet {
+    /// How many masters (entries of the agent's `masters:`).
+    fn len(&self) -> usize;
+
+    /// The agent config's `masters:` entries, one YAML line each.
+    fn config_lines(&self) -> Vec<String>;
+
+    /// Lock commands executed so far, summed over every process that
+    /// serves keys (`INFO commandstats`, script-inner calls included).
+    /// `None` when one cannot be asked.
+    fn lock_commands(&self) -> Option<u64>;
+
+    /// Every `redis-server` process that serves keys, with its pid (from
+    /// its own `INFO server`); `None` when one cannot be asked.
+    fn processes(&self) -> Option<Vec<Process>>;
+
+    /// How long an agent may take to see every master usable, with every
+    /// hash slot admitted.
+    fn settle_time(&self) -> Duration {
+        Duration::from_secs(20)
+    }
+}
+
+/// The pid `redis-server` on `port` reports (`INFO server`'s
+/// `process_id`).
+fn server_pid(port: u16) -> Option<u32> {
+    let info: String = connect(port)
+        .and_then(|mut c| redis::cmd("INFO").arg("server").query(&mut c))
+        .ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// One master's lock commands so far (see [`MasterSet::lock_commands`]).
+fn lock_commands_of(port: u16) -> Option<u64> {
+    let info: String = connect(port)
+        .and_then(|mut c| redis::cmd("INFO").arg("commandstats").query(&mut c))
+        .ok()?;
+    Some(count_lock_commands(&info))
+}
 
 fn wait_for(what: &str, deadline: Duration, mut ready: impl FnMut() -> bool) -> anyhow::Result<()> {
     let until = Instant::now() + deadline;
@@ -124,10 +177,7 @@ impl Masters {
             if self.servers[i].pid().is_none() || self.servers[i].is_frozen() {
                 return None;
             }
-            let info: String = connect(port)
-                .and_then(|mut c| redis::cmd("INFO").arg("commandstats").query(&mut c))
-                .ok()?;
-            total += count_lock_commands(&info);
+            total += lock_commands_of(port)?;
         }
         Some(total)
     }
@@ -196,6 +246,118 @@ impl Masters {
     }
 }
 
+impl MasterSet for Masters {
+    fn len(&self) -> usize {
+        self.ports.len()
+    }
+
+    fn config_lines(&self) -> Vec<String> {
+        self.urls()
+            .iter()
+            .enumerate()
+            .map(|(i, url)| format!("{{name: r{}, url: \"{url}\"}}", i + 1))
+            .collect()
+    }
+
+    fn lock_commands(&self) -> Option<u64> {
+        Masters::lock_commands(self)
+    }
+
+    fn processes(&self) -> Option<Vec<Process>> {
+        self.ports
+            .iter()
+            .enumerate()
+            .map(|(i, &port)| {
+                Some(Process {
+                    master: format!("r{}", i + 1),
+                    addr: format!("127.0.0.1:{port}"),
+                    pid: server_pid(port)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// W9's masters: `n` Redis Clusters of `shards` primaries each (no
+/// replicas: the benchmark injects no fault into them), named `c1` ..
+/// `cN` in the agent's config and pointed at by `cluster:` seeds.
+pub struct Clusters {
+    clusters: Vec<RedisCluster>,
+}
+
+impl Clusters {
+    /// Starts the clusters one after the other; each has settled (every
+    /// slot served, every node agreeing) when this returns.
+    ///
+    /// # Errors
+    /// When a node does not start or a cluster does not settle.
+    pub fn start(n: usize, shards: usize, dir: &Path) -> anyhow::Result<Clusters> {
+        let clusters = (1..=n)
+            .map(|i| {
+                RedisCluster::start(dir, &format!("c{i}"), shards, 0)
+                    .with_context(|| format!("cannot start cluster c{i}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Clusters { clusters })
+    }
+
+    /// Shards (primaries) per cluster.
+    pub fn shards(&self) -> usize {
+        self.clusters.first().map_or(0, RedisCluster::shards)
+    }
+
+    /// The primaries' ports of every cluster, cluster by cluster.
+    fn primary_ports(&self) -> impl Iterator<Item = (usize, u16)> + '_ {
+        self.clusters
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| (0..c.shards()).map(move |shard| (i, c.primary_port(shard))))
+    }
+}
+
+impl MasterSet for Clusters {
+    fn len(&self) -> usize {
+        self.clusters.len()
+    }
+
+    fn config_lines(&self) -> Vec<String> {
+        self.clusters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let seeds: Vec<String> = c.seeds().iter().map(|u| format!("\"{u}\"")).collect();
+                format!("{{name: c{}, cluster: [{}]}}", i + 1, seeds.join(", "))
+            })
+            .collect()
+    }
+
+    fn lock_commands(&self) -> Option<u64> {
+        self.primary_ports()
+            .map(|(_, port)| lock_commands_of(port))
+            .sum()
+    }
+
+    /// At first sight of a new cluster the agent finds no slot marker,
+    /// quarantines every slot, then witnesses and readmits each one: three
+    /// sweeps of 16384 scripts per cluster, on a machine shared with the
+    /// 15 shards.
+    fn settle_time(&self) -> Duration {
+        Duration::from_secs(120)
+    }
+
+    fn processes(&self) -> Option<Vec<Process>> {
+        self.primary_ports()
+            .map(|(i, port)| {
+                Some(Process {
+                    master: format!("c{}", i + 1),
+                    addr: format!("127.0.0.1:{port}"),
+                    pid: server_pid(port)?,
+                })
+            })
+            .collect()
+    }
+}
+
 /// Sums `calls=` of every `cmdstat_*` line that is lock traffic.
 fn count_lock_commands(info: &str) -> u64 {
     info.lines()
@@ -203,7 +365,7 @@ fn count_lock_commands(info: &str) -> u64 {
         .filter_map(|rest| {
             let (name, stats) = rest.split_once(':')?;
             let base = name.split('|').next().unwrap_or(name);
-            if NOT_LOCK_TRAFFIC.contains(&base) {
+            if NOT_LOCK_TRAFFIC.contains(&base) || NOT_LOCK_TRAFFIC.contains(&name) {
                 return None;
             }
             let calls = stats.split(',').find_map(|f| f.strip_prefix("calls="))?;
@@ -248,12 +410,13 @@ impl Agent {
     /// throughput figure.
     ///
     /// # Errors
-    /// When it does not start, or does not see every master in 20 s.
+    /// When it does not start, or does not see every master usable (and
+    /// every slot admitted) in [`MasterSet::settle_time`].
     pub fn start(
         bin: &Path,
         dir: &Path,
         name: &str,
-        masters: &Masters,
+        masters: &impl MasterSet,
         retry: AgentRetry,
         env: &[(&str, &str)],
         socket_extra: &str,
@@ -270,8 +433,8 @@ impl Agent {
             "# Written by redlock-bench.\nsocket: {{path: {:?}{extra}}}\nmetrics: {{listen: \"{metrics}\"}}\nlog: {{level: warn}}\nmasters:\n",
             socket.display().to_string()
         );
-        for (i, url) in masters.urls().iter().enumerate() {
-            yaml.push_str(&format!("  - {{name: r{}, url: \"{url}\"}}\n", i + 1));
+        for line in masters.config_lines() {
+            yaml.push_str(&format!("  - {line}\n"));
         }
         yaml.push_str(&format!(
             "lock: {{default_ttl: 10s, max_ttl: 60s, node_timeout: {NODE_TIMEOUT_MS}ms, retry_delay: {}ms, retry_jitter: {}ms}}\n\
@@ -298,14 +461,18 @@ impl Agent {
             metrics,
             log,
         };
-        let n = masters.ports.len();
+        let n = masters.len();
         let log = agent.log.clone();
-        agent.wait_usable(n, Duration::from_secs(20)).map_err(|e| {
-            anyhow::anyhow!(
-                "{e}; its log:\n{}",
-                fs::read_to_string(&log).unwrap_or_default()
-            )
-        })?;
+        let settle = masters.settle_time();
+        agent
+            .wait_usable(n, settle)
+            .and_then(|()| agent.wait_admitted(settle))
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{e}; its log:\n{}",
+                    fs::read_to_string(&log).unwrap_or_default()
+                )
+            })?;
         Ok(agent)
     }
 
@@ -335,6 +502,59 @@ impl Agent {
             Some(status) => bail!("the agent exited: {status}"),
             None => ready,
         }
+    }
+}
+
+impl Agent {
+    /// Waits until `/v1/nodes` shows every master up with no hash slot in
+    /// quarantine and every cluster master's shards known and up: a
+    /// cluster's slots may be kept out of locks a moment after its
+    /// topology is first read, and a run must not start before.
+    ///
+    /// # Errors
+    /// When that does not happen in `deadline`; the last answer is named.
+    pub fn wait_admitted(&self, deadline: Duration) -> anyhow::Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let client = redlock_client::Client::new(&self.socket);
+        let until = Instant::now() + deadline;
+        let mut last = String::from("no answer");
+        while Instant::now() < until {
+            match runtime.block_on(client.nodes()) {
+                Ok(nodes) => {
+                    let waiting: Vec<String> = nodes
+                        .nodes
+                        .iter()
+                        .filter(|n| {
+                            n.state != redlock_wire::NodeState::Up
+                                || n.quarantined_slots > 0
+                                || (n.kind == "cluster"
+                                    && (n.shards.is_empty()
+                                        || n.shards
+                                            .iter()
+                                            .any(|s| s.state != redlock_wire::NodeState::Up)))
+                        })
+                        .map(|n| {
+                            format!(
+                                "{} {} ({} slots quarantined, {} shards)",
+                                n.name,
+                                n.state.as_str(),
+                                n.quarantined_slots,
+                                n.shards.len()
+                            )
+                        })
+                        .collect();
+                    if waiting.is_empty() {
+                        return Ok(());
+                    }
+                    last = waiting.join(", ");
+                }
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bail!("the agent's masters not all admitted within {deadline:?}: {last}")
     }
 }
 
@@ -378,7 +598,13 @@ mod tests {
             cmdstat_set:calls=10,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n\
             cmdstat_evalsha:calls=5,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n\
             cmdstat_ping:calls=99,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n\
-            cmdstat_client|setinfo:calls=4,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n";
-        assert_eq!(count_lock_commands(info), 15);
+            cmdstat_client|setinfo:calls=4,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_cluster|myid:calls=5,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_cluster|shards:calls=7,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n";
+        assert_eq!(
+            count_lock_commands(info),
+            20,
+            "the in-vote CLUSTER MYID counts"
+        );
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Layout:
 //! - `plan`: the run (masters, agents, every workload for every peer, faults)
-//! - `cluster`: the `redis-server` masters and the agent processes
+//! - `cluster`: the `redis-server` masters, W9's Redis Clusters, and the
+//!   agent processes
+//! - `cpu`: the CPU time of the masters' processes and the agent (W9)
 //! - `peers`: the peers and how each one's driver is started
 //! - `spec`: the driver protocol (a JSON spec in, a JSON report out)
 //! - `drive`: the Rust drivers (agent over its socket, `rslock`, `redlock`)
@@ -18,6 +20,7 @@
 //! `bench/README.md`.
 
 mod cluster;
+mod cpu;
 mod drive;
 mod idle;
 mod limit;
@@ -67,10 +70,10 @@ struct RunArgs {
     /// Peers to run, comma-separated (default: all; --smoke: agent).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// Workloads to run, comma-separated: w1 .. w8 (default: all). w5 (the
-    /// marker check's cost), w6 (a fenced acquire's) and w8 (idle
-    /// connections) run for the agent only, w7 (a Python process per
-    /// client) for the agent and pottery.
+    /// Workloads to run, comma-separated: w1 .. w9 (default: all). w5 (the
+    /// marker check's cost), w6 (a fenced acquire's), w8 (idle
+    /// connections) and w9 (masters as Redis Clusters) run for the agent
+    /// only, w7 (a Python process per client) for the agent and pottery.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The release build of the agent.

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cluster::{Agent, AgentRetry, Masters, MARKER_SWITCH};
+use crate::cluster::{Agent, AgentRetry, Clusters, MasterSet, Masters, MARKER_SWITCH};
+use crate::cpu::{self, Cpu};
 use crate::idle::{self, Idle};
 use crate::limit::{self, Limit};
 use crate::peers::{Drivers, Peer};
@@ -27,6 +28,8 @@ pub const AGENT_TUNED: AgentRetry = AgentRetry {
 };
 
 pub const MASTERS: usize = 5;
+/// Primaries of each of W9's clusters.
+pub const SHARDS: usize = 3;
 /// The master the degraded workload kills or freezes (r5).
 pub const VICTIM: usize = MASTERS - 1;
 pub const TTL_MS: u64 = 10_000;
@@ -72,6 +75,14 @@ pub enum Workload {
     Processes {
         clients: usize,
     },
+    /// W9, W1 for the agent only: through the run's agent over the five
+    /// single servers, or through an agent whose five masters are each a
+    /// Redis Cluster of [`SHARDS`] primaries; the masters' CPU measured
+    /// per process.
+    Clustered {
+        clients: usize,
+        cluster: bool,
+    },
 }
 
 impl Workload {
@@ -100,6 +111,14 @@ impl Workload {
                 }
             ),
             Workload::Processes { clients } => format!("W7 {clients} Python processes"),
+            Workload::Clustered { clients, cluster } => format!(
+                "W9 {}, {clients} client(s)",
+                if cluster {
+                    "masters as clusters"
+                } else {
+                    "masters as single servers"
+                }
+            ),
         }
     }
 
@@ -112,13 +131,16 @@ impl Workload {
             Workload::MarkerCheck { .. } => "w5",
             Workload::Fence { .. } => "w6",
             Workload::Processes { .. } => "w7",
+            Workload::Clustered { .. } => "w9",
         }
     }
 
     /// The peers it runs for, when not every one.
     fn only_for(self) -> Option<&'static [Peer]> {
         match self {
-            Workload::MarkerCheck { .. } | Workload::Fence { .. } => Some(&[Peer::Agent]),
+            Workload::MarkerCheck { .. } | Workload::Fence { .. } | Workload::Clustered { .. } => {
+                Some(&[Peer::Agent])
+            }
             Workload::Processes { .. } => Some(&[Peer::Agent, Peer::Pottery]),
             _ => None,
         }
@@ -127,7 +149,7 @@ impl Workload {
 
 /// The workload ids `--only` takes (w4 is the masters' limit, w8 the idle
 /// connections).
-pub const WORKLOAD_IDS: [&str; 8] = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"];
+pub const WORKLOAD_IDS: [&str; 9] = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9"];
 
 /// W7's processes in a full run (in the smoke run: 4).
 pub const PROCESSES: usize = 64;
@@ -142,6 +164,12 @@ fn marker_pair(clients: usize) -> [Workload; 2] {
 /// acquires, then fenced ones.
 fn fence_pair(clients: usize) -> [Workload; 2] {
     [false, true].map(|fence| Workload::Fence { clients, fence })
+}
+
+/// W9's runs for `clients`, adjacent so they see the same machine: single
+/// servers, then clusters.
+fn cluster_pair(clients: usize) -> [Workload; 2] {
+    [false, true].map(|cluster| Workload::Clustered { clients, cluster })
 }
 
 /// One peer's run of one workload.
@@ -160,6 +188,10 @@ pub struct Run {
     /// agent started, so the agent's connections count).
     #[serde(default)]
     pub master_connections: Option<u64>,
+    /// W9 only: the CPU each redis-server process of the masters and the
+    /// agent spent during the run (warm-up included, as `commands`).
+    #[serde(default)]
+    pub cpu: Option<Cpu>,
 }
 
 impl Run {
@@ -215,6 +247,8 @@ pub fn workloads(smoke: bool) -> Vec<Workload> {
             clients: 8,
             tuned: false,
         });
+        // No W9: fifteen cluster nodes and a fresh cluster's first sight
+        // (every slot's marker swept three times) are no smoke test.
         list.push(Workload::Processes { clients: 4 });
         return list;
     }
@@ -235,6 +269,8 @@ pub fn workloads(smoke: bool) -> Vec<Workload> {
         list.push(Workload::Degraded { fault, clients: 1 });
     }
     list.push(Workload::Processes { clients: PROCESSES });
+    list.extend(cluster_pair(1));
+    list.extend(cluster_pair(64));
     list
 }
 
@@ -262,6 +298,9 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
     let mut tuned_agent: Option<Agent> = None;
     // W5's agent with the marker check off, while W5 runs.
     let mut plain_agent: Option<Agent> = None;
+    // W9's clusters and the agent over them, while W9 runs.
+    let mut clusters: Option<Clusters> = None;
+    let mut cluster_agent: Option<Agent> = None;
     let mut results = Results {
         runs: Vec::new(),
         limit: None,
@@ -282,7 +321,24 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
             Workload::MarkerCheck { clients, .. } => (Keys::Distinct, clients, false),
             Workload::Fence { clients, .. } => (Keys::Distinct, clients, false),
             Workload::Processes { clients } => (Keys::Distinct, clients, false),
+            Workload::Clustered { clients, .. } => (Keys::Distinct, clients, false),
         };
+        let w9 = matches!(workload, Workload::Clustered { .. });
+        let clustered = matches!(workload, Workload::Clustered { cluster: true, .. });
+        if clustered && clusters.is_none() {
+            let started = Clusters::start(MASTERS, SHARDS, &options.scratch)?;
+            eprintln!("clusters: {MASTERS} of {} primaries each", started.shards());
+            cluster_agent = Some(Agent::start(
+                &options.agent_bin,
+                &options.scratch,
+                "agent-clusters",
+                &started,
+                AGENT_DEFAULT,
+                &[],
+                "",
+            )?);
+            clusters = Some(started);
+        }
         let processes = matches!(workload, Workload::Processes { .. });
         let plain = matches!(workload, Workload::MarkerCheck { check: false, .. });
         if plain && plain_agent.is_none() {
@@ -343,6 +399,8 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 plain_agent.as_ref()
             } else if processes {
                 processes_agent.as_ref()
+            } else if clustered {
+                cluster_agent.as_ref()
             } else {
                 Some(&agent)
             }
@@ -371,11 +429,29 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                     result: Err(reason),
                     commands: None,
                     master_connections: None,
+                    cpu: None,
                 });
                 continue;
             }
             let mut peak = None;
-            let before = masters.lock_commands();
+            // W9: the masters' processes (single servers or every shard's
+            // primary) whose CPU this run measures, and the agent's.
+            let counted: &dyn MasterSet = match &clusters {
+                Some(c) if clustered => c,
+                _ => &masters,
+            };
+            let (cpu_processes, agent_pid) = if w9 {
+                let agent_pid = if clustered {
+                    cluster_agent.as_ref().and_then(Agent::pid)
+                } else {
+                    agent.pid()
+                };
+                (counted.processes(), agent_pid)
+            } else {
+                (None, None)
+            };
+            let cpu_before = cpu_processes.as_ref().map(|p| cpu::sample(p, agent_pid));
+            let before = counted.lock_commands();
             // Generous: a stuck driver is killed after this and reported.
             let timeout = options.warmup + options.duration + Duration::from_secs(30);
             let mut result = match workload {
@@ -402,7 +478,15 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 _ => options.drivers.run(peer, &spec, timeout, None),
             };
             drop(processes_agent);
-            let after = masters.lock_commands();
+            let counted: &dyn MasterSet = match &clusters {
+                Some(c) if clustered => c,
+                _ => &masters,
+            };
+            let after = counted.lock_commands();
+            let cpu_used = cpu_processes
+                .as_ref()
+                .zip(cpu_before)
+                .and_then(|(p, before)| cpu::between(p, &before, &cpu::sample(p, agent_pid)));
             if let Workload::Degraded { fault, .. } = workload {
                 match fault {
                     Fault::Killed => masters.restart(VICTIM)?,
@@ -453,6 +537,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 result,
                 commands,
                 master_connections: peak.zip(baseline).map(|(p, b)| p.saturating_sub(b)),
+                cpu: cpu_used,
             });
         }
         if !tuned {
@@ -461,9 +546,15 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         if !matches!(workload, Workload::MarkerCheck { .. }) {
             plain_agent = None;
         }
+        if !w9 {
+            cluster_agent = None;
+            clusters = None;
+        }
     }
     drop(tuned_agent);
     drop(plain_agent);
+    drop(cluster_agent);
+    drop(clusters);
     if wanted("w8") && options.peers.contains(&Peer::Agent) {
         let connections = if options.smoke {
             idle::SMOKE_CONNECTIONS

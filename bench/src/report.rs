@@ -1,6 +1,9 @@
 //! The Markdown report: a summary table (peers as rows, workloads as
 //! columns, each cell with its ratio to the agent), the targets with met or
-//! missed, one detail table per workload, and the environment.
+//! missed, one detail table per workload, and the environment. W9 (masters
+//! as Redis Clusters, with its projection per shard) is in [`clusters`].
+
+mod clusters;
 
 use std::fmt::Write;
 
@@ -198,6 +201,7 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     limit(&mut md, results);
     processes(&mut md, results);
     idle_connections(&mut md, results);
+    clusters::section(&mut md, results, env);
     environment(&mut md, results, env, peers);
     md
 }
@@ -362,6 +366,9 @@ W5 in-vote marker check, uncontended throughput with it on / off (plain `SET NX`
         );
     }
     if let Some(line) = processes_summary(results) {
+        let _ = writeln!(md, "\n{line}");
+    }
+    if let Some(line) = clusters::summary_line(results) {
         let _ = writeln!(md, "\n{line}");
     }
     if let Some(Ok(i)) = &results.idle {
@@ -1175,6 +1182,7 @@ mod tests {
             }),
             commands: Some(commands),
             master_connections: None,
+            cpu: None,
         }
     }
 
@@ -1312,6 +1320,7 @@ mod tests {
             }),
             commands: Some(cycles * 20),
             master_connections: Some(connections),
+            cpu: None,
         }
     }
 
@@ -1366,6 +1375,7 @@ mod tests {
             }),
             commands: Some(commands),
             master_connections: None,
+            cpu: None,
         }
     }
 

@@ -111,6 +111,9 @@ fn answer(request: &str) -> (&'static str, String) {
                         uptime_s: None,
                         persistence: None,
                         warnings: Vec::new(),
+                        kind: "single".to_string(),
+                        shards: Vec::new(),
+                        quarantined_slots: 0,
                     })
                     .collect(),
             }),

@@ -1,10 +1,11 @@
 //! The nodes view's rows: one per master, with its latency history and its
-//! quarantine countdown.
+//! quarantine countdown; a master given as a Redis Cluster carries its
+//! shards, summed up by [`ShardCount`].
 
 use std::cmp::Ordering;
 use std::time::{Duration, Instant};
 
-use redlock_wire::{NodeState, NodeStatus, NodesResponse};
+use redlock_wire::{NodeState, NodeStatus, NodesResponse, ShardStatus};
 
 use super::countdown::Countdown;
 use super::filter::Filter;
@@ -48,6 +49,49 @@ pub struct NodeRow {
     pub quarantine: Option<Quarantine>,
     /// Probe round trips in ms, oldest first; `None` where none was known.
     pub latency: History<Option<f64>>,
+    /// Whether the agent last said this master is a Redis Cluster; kept
+    /// while its status is unknown, so the table keeps its shape.
+    pub cluster: bool,
+}
+
+/// The `kind` of a master given as a Redis Cluster in `/v1/nodes`.
+pub const CLUSTER: &str = "cluster";
+
+/// A cluster master's shards at a glance: how many answer, how many hash
+/// slots they serve, and how many of those are kept out of locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardCount {
+    pub up: usize,
+    pub total: usize,
+    /// Slots the shards serve (16384 when every slot is assigned).
+    pub slots: u64,
+    /// The master's slots in quarantine, as the agent counts them.
+    pub quarantined_slots: u64,
+}
+
+impl ShardCount {
+    /// `None` for a single server.
+    pub fn of(status: &NodeStatus) -> Option<ShardCount> {
+        (status.kind == CLUSTER).then(|| ShardCount {
+            up: status
+                .shards
+                .iter()
+                .filter(|s| s.state == NodeState::Up)
+                .count(),
+            total: status.shards.len(),
+            slots: status.shards.iter().map(served_slots).sum(),
+            quarantined_slots: status.quarantined_slots,
+        })
+    }
+}
+
+/// Hash slots a shard serves: its inclusive ranges summed.
+pub fn served_slots(shard: &ShardStatus) -> u64 {
+    shard
+        .slots
+        .iter()
+        .map(|&[first, last]| u64::from(last.saturating_sub(first)) + 1)
+        .sum()
 }
 
 /// Columns the nodes table sorts by.
@@ -76,6 +120,12 @@ impl Default for Nodes {
 }
 
 impl Nodes {
+    /// Whether any master is a Redis Cluster: the table then has a column
+    /// for the kind.
+    pub fn any_cluster(&self) -> bool {
+        self.rows.iter().any(|row| row.cluster)
+    }
+
     /// Takes in an answer to `GET /v1/nodes` requested at `read_at`,
     /// carrying each master's history over by name.
     pub fn apply(&mut self, response: &NodesResponse, read_at: Instant) {
@@ -139,6 +189,7 @@ impl NodeRow {
             status: Some(status.clone()),
             quarantine,
             latency,
+            cluster: status.kind == CLUSTER,
         }
     }
 
@@ -184,12 +235,19 @@ impl Rows for Nodes {
         let status = row.status.as_ref();
         let fields = std::iter::once(row.name.as_str())
             .chain(status.map(|s| s.state.as_str()))
+            .chain(status.map(|s| s.kind.as_str()))
             .chain(status.and_then(|s| s.last_error.as_deref()))
             .chain(
                 status
                     .into_iter()
                     .flat_map(|s| s.warnings.iter().map(String::as_str)),
-            );
+            )
+            // A shard's address or node ID finds the cluster it belongs to.
+            .chain(status.into_iter().flat_map(|s| {
+                s.shards
+                    .iter()
+                    .flat_map(|shard| [shard.addr.as_str(), shard.node_id.as_str()])
+            }));
         filter.keeps(fields)
     }
 
@@ -232,7 +290,45 @@ pub(crate) mod tests {
             uptime_s: Some(3_600),
             persistence: Some("none".to_string()),
             warnings: Vec::new(),
+            kind: "single".to_string(),
+            shards: Vec::new(),
+            quarantined_slots: 0,
         }
+    }
+
+    /// A shard serving `slots`, with one replica and nothing quarantined.
+    pub(crate) fn shard(port: u16, slots: &[[u16; 2]], state: NodeState) -> ShardStatus {
+        ShardStatus {
+            addr: format!("127.0.0.1:{port}"),
+            node_id: format!("{port}a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4")[..40].to_string(),
+            slots: slots.to_vec(),
+            state,
+            quarantined_slots: 0,
+            replicas: 1,
+        }
+    }
+
+    /// A master given as a Redis Cluster: no run id, uptime or persistence
+    /// of its own; its quarantined slots are its shards' sum.
+    pub(crate) fn cluster(name: &str, shards: Vec<ShardStatus>) -> NodeStatus {
+        NodeStatus {
+            run_id: None,
+            uptime_s: None,
+            persistence: None,
+            kind: CLUSTER.to_string(),
+            quarantined_slots: shards.iter().map(|s| s.quarantined_slots).sum(),
+            shards,
+            ..status(name, NodeState::Up)
+        }
+    }
+
+    /// Three shards over every slot, the usual split of `--cluster create`.
+    pub(crate) fn three_shards() -> Vec<ShardStatus> {
+        vec![
+            shard(7001, &[[0, 5460]], NodeState::Up),
+            shard(7002, &[[5461, 10922]], NodeState::Up),
+            shard(7003, &[[10923, 16383]], NodeState::Up),
+        ]
     }
 
     pub(crate) fn response(nodes: Vec<NodeStatus>) -> NodesResponse {
@@ -313,9 +409,49 @@ pub(crate) mod tests {
         nodes.apply(&response(vec![status("r1", NodeState::Up)]), Instant::now());
         nodes.forget(Known::Unknown);
         assert_eq!(nodes.rows[0].name, "r1");
+        assert!(!nodes.any_cluster());
         assert_eq!(nodes.rows[0].status, None);
         assert_eq!(nodes.rows[0].latency.last(), Some(&None));
         assert_eq!(nodes.quorum, Known::Unknown);
+    }
+
+    #[test]
+    fn a_cluster_counts_its_shards_up_and_its_slots() {
+        let mut shards = three_shards();
+        shards[1].state = NodeState::Down;
+        shards[2].quarantined_slots = 100;
+        shards[2].slots = vec![[10923, 16283], [16300, 16383]];
+        let c = cluster("c1", shards);
+        assert_eq!(
+            ShardCount::of(&c),
+            Some(ShardCount {
+                up: 2,
+                total: 3,
+                slots: 16_384 - 16,
+                quarantined_slots: 100
+            })
+        );
+        assert_eq!(ShardCount::of(&status("r1", NodeState::Up)), None);
+    }
+
+    #[test]
+    fn a_shard_address_filters_to_its_cluster() {
+        let mut nodes = Nodes::default();
+        nodes.apply(
+            &response(vec![
+                status("r1", NodeState::Up),
+                cluster("c2", three_shards()),
+            ]),
+            Instant::now(),
+        );
+        let mut view = TableView::new(NodeColumn::Name);
+        view.rebuild(&nodes);
+        view.set_filter(Filter::parse("127.0.0.1:7002").unwrap(), &nodes);
+        assert_eq!(view.order(), [1]);
+        view.set_filter(Filter::parse("^cluster$").unwrap(), &nodes);
+        assert_eq!(view.order(), [1]);
+        nodes.forget(Known::Unknown);
+        assert!(nodes.any_cluster(), "the table keeps its shape");
     }
 
     #[test]

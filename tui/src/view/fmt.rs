@@ -86,6 +86,49 @@ pub fn short_id(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
 }
 
+/// Hash slot ranges, compactly: `0-5460`, `42`, `0-99,5461-10922`. Past
+/// `max` characters the rest is counted instead of listed:
+/// `0-9,20-29 +12 more`; no ranges at all is [`DASH`].
+pub fn slot_ranges(ranges: &[[u16; 2]], max: usize) -> String {
+    if ranges.is_empty() {
+        return DASH.to_string();
+    }
+    let one = |&[first, last]: &[u16; 2]| {
+        if first == last {
+            first.to_string()
+        } else {
+            format!("{first}-{last}")
+        }
+    };
+    let parts: Vec<String> = ranges.iter().map(one).collect();
+    let all = parts.join(",");
+    if all.len() <= max {
+        return all;
+    }
+    // As many as fit beside the count of the others.
+    let mut text = String::new();
+    let mut listed = 0;
+    for part in &parts {
+        let next = if text.is_empty() {
+            part.clone()
+        } else {
+            format!("{text},{part}")
+        };
+        let rest = format!(" +{} more", parts.len() - listed - 1);
+        if next.len() + rest.len() > max {
+            break;
+        }
+        text = next;
+        listed += 1;
+    }
+    let more = parts.len() - listed;
+    if listed == 0 {
+        format!("+{more} more")
+    } else {
+        format!("{text} +{more} more")
+    }
+}
+
 /// `value` or `-`.
 pub fn or_dash<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| DASH.to_string(), |v| v.to_string())
@@ -129,6 +172,17 @@ mod tests {
         assert_eq!(spark(&[Some(1.0), Some(2.0), Some(4.0)], 2), "▅█");
         assert_eq!(spark(&[Some(0.0)], 3), "▁");
         assert_eq!(spark(&[], 3), "");
+    }
+
+    #[test]
+    fn slot_ranges_are_compact_and_count_what_does_not_fit() {
+        assert_eq!(slot_ranges(&[[0, 5460]], 30), "0-5460");
+        assert_eq!(slot_ranges(&[[42, 42], [100, 200]], 30), "42,100-200");
+        assert_eq!(slot_ranges(&[], 30), "-");
+        let many = [[0, 9], [20, 29], [40, 49], [60, 69]];
+        assert_eq!(slot_ranges(&many, 30), "0-9,20-29,40-49,60-69");
+        assert_eq!(slot_ranges(&many, 18), "0-9,20-29 +2 more");
+        assert_eq!(slot_ranges(&many, 3), "+4 more");
     }
 
     #[test]

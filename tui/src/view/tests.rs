@@ -239,6 +239,115 @@ fn the_selected_master_shows_its_error_and_warnings_in_full() {
     ));
 }
 
+/// An agent with a single server r1 and two cluster masters: c2 with its
+/// second shard down and 5461 slots quarantined on its third, and c3 whose
+/// topology the agent has not read yet.
+fn cluster_app() -> App {
+    let t0 = Instant::now();
+    let mut app = App::new(settings(false), t0);
+    app.update(Action::Resize(120, 35));
+    app.update(Action::Client(Event::Conn(Conn::Connected)));
+    let mut shards = node_fixtures::three_shards();
+    shards[1].state = NodeState::Down;
+    shards[1].replicas = 0;
+    shards[2].quarantined_slots = 5_461;
+    shards[2].slots = vec![[10_923, 12_000], [12_002, 16_383]];
+    shards[0].slots.push([12_001, 12_001]);
+    let nodes = node_fixtures::response(vec![
+        node_fixtures::status("r1", NodeState::Up),
+        node_fixtures::cluster("c2", shards),
+        node_fixtures::cluster("c3", Vec::new()),
+    ]);
+    polled(&mut app, t0, Update::Nodes(Ok(nodes)));
+    app.update(Action::Tick(t0));
+    app
+}
+
+#[test]
+fn a_cluster_master_shows_its_kind_shards_up_and_quarantined_slots() {
+    let app = cluster_app();
+    let screen = shot(&app);
+    assert_eq!(
+        line_with(&screen, "NAME"),
+        "│NAME STATE                       KIND        LATENCY             RUN ID   UPTIME PERSIST     LAST ERROR   WARNINGS    │"
+    );
+    assert_eq!(
+        line_with(&screen, "│r1 "),
+        "│r1   up                          single      █            0.40ms r1012345 1h00m  none                                 │"
+    );
+    assert_eq!(
+        line_with(&screen, "│c2 "),
+        "│c2   up, 5461 slots quarantined  cluster 2/3 █            0.40ms -        -      -                                    │"
+    );
+    assert!(
+        line_with(&screen, "│c3 ").starts_with("│c3   up                          cluster -   ")
+    );
+    // The colours say which shard count and slots need a look.
+    let buffer = render(&app, 120, 35);
+    let y = screen.iter().position(|l| l.starts_with("│c2 ")).unwrap();
+    let x_of = |needle: &str| screen[y][..screen[y].find(needle).unwrap()].chars().count() as u16;
+    let fg = |x: u16| buffer.cell((x, y as u16)).unwrap().fg;
+    assert_eq!(fg(x_of("5461 slots")), theme::WARN.fg.unwrap());
+    assert_eq!(fg(x_of("cluster 2/3")), theme::WARN.fg.unwrap());
+    assert_eq!(fg(x_of("up,")), theme::OK.fg.unwrap());
+}
+
+/// A dropped connection leaves the kind column in place, with dashes.
+#[test]
+fn a_cluster_setup_keeps_its_columns_when_the_connection_drops() {
+    let mut app = cluster_app();
+    app.update(Action::Client(Event::Conn(Conn::Reconnecting {
+        retry_at: Instant::now() + Duration::from_secs(2),
+        attempt: 1,
+        error: "cannot connect".into(),
+    })));
+    let screen = shot(&app);
+    assert!(line_with(&screen, "NAME").contains(" KIND "));
+    let c2 = line_with(&screen, "│c2 ");
+    assert_eq!(
+        c2.trim_matches('│').split_whitespace().collect::<Vec<_>>(),
+        ["c2", "-", "-", "-", "-", "-", "-", "-", "-"]
+    );
+}
+
+#[test]
+fn the_selected_cluster_master_lists_its_shards_in_the_pane() {
+    let mut app = cluster_app();
+    key(&mut app, KeyCode::Char('G'));
+    assert!(!contains(&shot(&app), "┌ r1 ─"), "nothing to say about r1");
+    key(&mut app, KeyCode::Char('g'));
+    let screen = shot(&app);
+    assert!(contains(&screen, "┌ c2 ─"), "{}", screen.join("\n"));
+    assert!(contains(
+        &screen,
+        "│cluster 3 shards, 2 up · 16384 slots · 5461 quarantined"
+    ));
+    for line in [
+        "│SHARD          STATE SLOTS                   QUARANTINED REPLICAS NODE ID",
+        "│127.0.0.1:7001 up    0-5460,12001            0           1        7001a1b2",
+        "│127.0.0.1:7002 down  5461-10922              0           0        7002a1b2",
+        "│127.0.0.1:7003 up    10923-12000,12002-16383 5461        1        7003a1b2",
+    ] {
+        assert_eq!(line_with(&screen, line).trim_end_matches([' ', '│']), line);
+    }
+    let buffer = render(&app, 120, 35);
+    let y = screen
+        .iter()
+        .position(|l| l.starts_with("│127.0.0.1:7002"))
+        .unwrap();
+    let x = screen[y][..screen[y].find("down").unwrap()].chars().count() as u16;
+    assert_eq!(
+        buffer.cell((x, y as u16)).unwrap().fg,
+        theme::CRIT.fg.unwrap()
+    );
+    key(&mut app, KeyCode::Char('j'));
+    let screen = shot(&app);
+    assert!(contains(
+        &screen,
+        "│cluster no shard known: the agent has not read its topology yet"
+    ));
+}
+
 #[test]
 fn the_quarantine_counts_down_between_polls() {
     let (mut app, t0) = app();
@@ -648,7 +757,8 @@ fn thousands_of_locks_scroll_and_filter() {
     );
 }
 
-/// Every view and overlay at 80x24, 40x10 and much smaller: degrade, never panic.
+/// Every view and overlay at 80x24, 40x10 and much smaller: degrade, never
+/// panic; a cluster master's pane too.
 #[test]
 fn small_terminals_degrade_without_panicking() {
     let (mut app, _) = app();
@@ -685,6 +795,9 @@ fn small_terminals_degrade_without_panicking() {
     check(&mut app, "detail");
     ctrl(&mut app, 'd');
     check(&mut app, "confirm");
+    let mut app = cluster_app();
+    key(&mut app, KeyCode::Char('g'));
+    check(&mut app, "a cluster's shards");
 }
 
 #[test]
