@@ -94,33 +94,48 @@ impl Agent {
         };
         let mut nodes = Vec::with_capacity(config.masters.len());
         for (index, master) in config.masters.iter().enumerate() {
+            let certs = || {
+                (master.tls_ca.is_some() || master.tls_client.is_some()).then(|| {
+                    redis::TlsCertificates {
+                        client_tls: master.tls_client.as_ref().map(|c| redis::ClientTlsConfig {
+                            client_cert: c.cert.clone(),
+                            client_key: c.key.clone(),
+                        }),
+                        root_cert: master.tls_ca.clone(),
+                    }
+                })
+            };
             let client = master
                 .url
                 .connection_info()
-                .and_then(|info| {
-                    if master.tls_ca.is_none() && master.tls_client.is_none() {
-                        return redis::Client::open(info);
-                    }
-                    redis::Client::build_with_tls(
-                        info,
-                        redis::TlsCertificates {
-                            client_tls: master.tls_client.as_ref().map(|c| {
-                                redis::ClientTlsConfig {
-                                    client_cert: c.cert.clone(),
-                                    client_key: c.key.clone(),
-                                }
-                            }),
-                            root_cert: master.tls_ca.clone(),
-                        },
-                    )
+                .and_then(|info| match certs() {
+                    None => redis::Client::open(info),
+                    Some(certs) => redis::Client::build_with_tls(info, certs),
                 })
                 .map_err(|source| MasterUrlError { index, source })?;
-            let series = NodeSeries::new(&metrics, &master.name, &NodeError::KINDS);
-            nodes.push(Node::new(
+            let series = Arc::new(NodeSeries::new(&metrics, &master.name, &NodeError::KINDS));
+            if master.cluster.is_empty() {
+                nodes.push(Node::new(
+                    master.name.clone(),
+                    client,
+                    node_settings.clone(),
+                    series,
+                ));
+                continue;
+            }
+            let cluster = master
+                .cluster
+                .iter()
+                .map(|url| url.connection_info())
+                .collect::<redis::RedisResult<Vec<_>>>()
+                .and_then(|seeds| crate::node::cluster::client(seeds, certs()))
+                .map_err(|source| MasterUrlError { index, source })?;
+            nodes.push(Node::new_cluster(
                 master.name.clone(),
                 client,
+                cluster,
                 node_settings.clone(),
-                Arc::new(series),
+                series,
             ));
         }
         let settings = Settings {
@@ -263,9 +278,29 @@ impl Agent {
                     uptime_s: snap.identity.as_ref().map(|i| i.uptime.as_secs()),
                     persistence: snap.persistence,
                     warnings,
-                    kind: "single".to_string(),
-                    shards: Vec::new(),
-                    quarantined_slots: 0,
+                    kind: if node.is_cluster() {
+                        "cluster"
+                    } else {
+                        "single"
+                    }
+                    .to_string(),
+                    shards: node
+                        .shards()
+                        .into_iter()
+                        .map(|(shard, out)| redlock_wire::ShardStatus {
+                            addr: shard.addr(),
+                            node_id: shard.node_id,
+                            slots: shard.slots,
+                            state: if shard.up && snap.connected {
+                                NodeState::Up
+                            } else {
+                                NodeState::Down
+                            },
+                            quarantined_slots: out as u64,
+                            replicas: shard.replicas,
+                        })
+                        .collect(),
+                    quarantined_slots: node.quarantined_slots() as u64,
                 }
             })
             .collect();

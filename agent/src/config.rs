@@ -97,12 +97,19 @@ pub struct LogConfig {
     pub level: String,
 }
 
-/// One Redis master. Its password, from the URL, a file or the environment,
-/// is held in `url` and never printed.
+/// One Redis master: a single server (`url`) or a Redis Cluster
+/// (`cluster`, its seed nodes), which then counts as one master. Its
+/// password, from the URL, a file or the environment, is held in the URLs
+/// and never printed.
 #[derive(Debug, Clone, Serialize)]
 pub struct MasterConfig {
     pub name: String,
+    /// The server's URL; for a cluster, its first seed.
     pub url: MasterUrl,
+    /// A cluster's seed nodes, all of them (`url` is the first); empty for a
+    /// single server.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cluster: Vec<MasterUrl>,
     /// PEM CA certificates to trust for a `rediss://` master, instead of the
     /// system's (for masters with certificates from a private CA).
     pub tls_ca_file: Option<PathBuf>,
@@ -828,7 +835,8 @@ fn read_masters(
         None => {
             errors.push(FieldError {
                 path: "masters".into(),
-                message: "required: list at least one master as {name, url}".into(),
+                message: "required: list at least one master as {name, url} or {name, cluster}"
+                    .into(),
             });
             return Vec::new();
         }
@@ -856,6 +864,10 @@ fn read_masters(
         let mut s = Section::new(&path, item, errors);
         let name: Option<String> = s.take("name", "a string");
         let url: Option<String> = s.take("url", "a redis:// or rediss:// URL");
+        let seeds: Option<Vec<String>> = s.take(
+            "cluster",
+            "a list of a Redis Cluster's seed nodes as redis:// or rediss:// URLs",
+        );
         let password_file: Option<String> = s.take("password_file", "a file path");
         let password_env: Option<String> = s.take("password_env", "an environment variable name");
         let tls_ca_file: Option<String> = s.take("tls_ca_file", "a file path");
@@ -879,28 +891,62 @@ fn read_masters(
             }
             Some(name) => Some(name),
         };
-        let url = match url {
-            None => {
-                s.error("url", "required");
-                None
-            }
-            Some(raw) => match MasterUrl::parse(&raw) {
-                Ok(url) => match url.connection_info() {
-                    Ok(_) => Some(url),
-                    Err(e) => {
-                        s.error(
-                            "url",
-                            format!("refused by the redis client ({e}): {:?}", url.to_string()),
-                        );
-                        None
-                    }
-                },
-                Err(message) => {
-                    s.error("url", message);
+        let parse = |s: &mut Section<'_>, field: &str, raw: &str| match MasterUrl::parse(raw) {
+            Ok(url) => match url.connection_info() {
+                Ok(_) => Some(url),
+                Err(e) => {
+                    s.error(
+                        field,
+                        format!("refused by the redis client ({e}): {:?}", url.to_string()),
+                    );
                     None
                 }
             },
+            Err(message) => {
+                s.error(field, message);
+                None
+            }
         };
+        // A single server's URL, or every seed of a cluster (all must parse).
+        let urls: Option<Vec<(String, MasterUrl)>> = match (url, seeds) {
+            (Some(_), Some(_)) => {
+                s.error(
+                    "cluster",
+                    "give url (one server) or cluster (a Redis Cluster's seed nodes), not both",
+                );
+                None
+            }
+            (None, None) => {
+                s.error("url", "required (or cluster: a Redis Cluster's seed nodes)");
+                None
+            }
+            (Some(raw), None) => parse(&mut s, "url", &raw).map(|u| vec![("url".to_string(), u)]),
+            (None, Some(seeds)) if seeds.is_empty() => {
+                s.error("cluster", "needs at least one seed node");
+                None
+            }
+            (None, Some(seeds)) => {
+                let parsed: Vec<Option<(String, MasterUrl)>> = seeds
+                    .iter()
+                    .enumerate()
+                    .map(|(j, raw)| {
+                        let field = format!("cluster[{j}]");
+                        parse(&mut s, &field, raw).map(|u| (field, u))
+                    })
+                    .collect();
+                let tls: HashSet<bool> = parsed.iter().flatten().map(|(_, u)| u.is_tls()).collect();
+                if tls.len() > 1 {
+                    s.error(
+                        "cluster",
+                        "mixes redis:// and rediss:// seeds; use one scheme",
+                    );
+                    None
+                } else {
+                    parsed.into_iter().collect()
+                }
+            }
+        };
+        let url = urls.as_ref().map(|urls| urls[0].1.clone());
         let password = match (password_file, password_env) {
             (Some(_), Some(_)) => {
                 s.error(
@@ -947,43 +993,57 @@ fn read_masters(
         };
         let tls_client = read_tls_client(&mut s, url.as_ref(), &tls_cert_file, &tls_key_file);
         s.finish();
-        if let Some(url) = &url {
+        for (field, url) in urls.iter().flatten() {
             let (host, port) = url.endpoint();
             endpoints.push(Endpoint {
-                path: format!("{path}.url"),
+                path: format!("{path}.{field}"),
                 name: name.clone(),
+                master: i,
                 host,
                 port,
             });
         }
-        let (Some(name), Some(mut url)) = (name, url) else {
+        let (Some(name), Some(_), Some(urls)) = (name, url, urls) else {
             continue;
         };
-        if let Some((key, password)) = password {
-            if url.has_password() {
+        let wanted = urls.len();
+        let mut urls_ok = Vec::with_capacity(wanted);
+        for (field, mut url) in urls {
+            if let Some((key, password)) = &password {
+                if url.has_password() {
+                    errors.push(FieldError {
+                        path: format!("{path}.{key}"),
+                        message: format!(
+                            "the {field} already carries a password; give it in one place"
+                        ),
+                    });
+                    continue;
+                }
+                url.set_password(password);
+            }
+            if url.has_user_without_password() {
                 errors.push(FieldError {
-                    path: format!("{path}.{key}"),
-                    message: "the url already carries a password; give it in one place".into(),
+                    path: format!("{path}.{field}"),
+                    message: format!(
+                        "names a user but no password, so the redis client would not log in as it; \
+                         give the password in the URL (redis://USER:PASSWORD@host), password_file or \
+                         password_env, or write redis://:PASSWORD@host if this was the password: {:?}",
+                        url.to_string()
+                    ),
                 });
                 continue;
             }
-            url.set_password(&password);
+            urls_ok.push((field, url));
         }
-        if url.has_user_without_password() {
-            errors.push(FieldError {
-                path: format!("{path}.url"),
-                message: format!(
-                    "names a user but no password, so the redis client would not log in as it; \
-                     give the password in the URL (redis://USER:PASSWORD@host), password_file or \
-                     password_env, or write redis://:PASSWORD@host if this was the password: {:?}",
-                    url.to_string()
-                ),
-            });
+        if urls_ok.len() != wanted {
             continue;
         }
+        let is_cluster = urls_ok[0].0 != "url";
+        let urls: Vec<MasterUrl> = urls_ok.into_iter().map(|(_, u)| u).collect();
         masters.push(MasterConfig {
             name,
-            url,
+            url: urls[0].clone(),
+            cluster: if is_cluster { urls } else { Vec::new() },
             tls_ca_file: tls_ca_file.map(PathBuf::from),
             tls_ca,
             tls_cert_file: tls_cert_file.map(PathBuf::from),
@@ -1026,9 +1086,12 @@ type Resolver = dyn Fn(&[(String, u16)]) -> Vec<Resolved>;
 /// One master's URL, as the same-server check sees it.
 #[derive(Debug, Clone)]
 struct Endpoint {
-    /// `masters[i].url`
+    /// `masters[i].url` or `masters[i].cluster[j]`
     path: String,
     name: Option<String>,
+    /// Which master (`i`): a cluster's seeds are compared only with the
+    /// other masters' addresses.
+    master: usize,
     host: String,
     port: u16,
 }
@@ -1072,6 +1135,9 @@ fn check_same_server(
         let mut shared: Vec<String> = Vec::new();
         let mut at: Option<SocketAddr> = None;
         for (earlier, earlier_addrs) in &seen {
+            if earlier.master == endpoint.master {
+                continue;
+            }
             if let Some(addr) = earlier_addrs.intersection(&addrs).min() {
                 shared.push(earlier.describe());
                 at.get_or_insert(*addr);
@@ -1561,7 +1627,7 @@ lock:
     fn missing_or_empty_masters_are_errors() {
         assert_eq!(
             errors_of(""),
-            ["masters: required: list at least one master as {name, url}"]
+            ["masters: required: list at least one master as {name, url} or {name, cluster}"]
         );
         assert_eq!(
             errors_of("masters: []"),
@@ -1752,6 +1818,7 @@ lock:
 
     fn endpoint(i: usize, host: &str, port: u16) -> Endpoint {
         Endpoint {
+            master: i,
             path: format!("masters[{i}].url"),
             name: Some(format!("r{i}")),
             host: host.to_string(),

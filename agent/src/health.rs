@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
+use crate::node::Conn;
 use redlock_wire::NodeState;
 
 use crate::node::{Detector, Identity, Node};
@@ -74,6 +74,9 @@ pub async fn watch(node: Arc<Node>, peers: Arc<[Arc<Node>]>, settings: Arc<Healt
 /// `peers`: every configured master (this one among them), read for the
 /// fencing counter's catch-up when a quarantine ends ([`catch_up`]).
 pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) {
+    if node.is_cluster() {
+        return probe_cluster(node, peers, settings).await;
+    }
     let was = node.state();
     let before = node.snapshot().identity;
     let mut answer = None;
@@ -196,6 +199,121 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
     }
 }
 
+/// One probe of a master that is a Redis Cluster (see
+/// [`crate::node::cluster`]): connect if needed, read its shards, quarantine
+/// the slots of a shard that restarted or evicted keys, read every slot's
+/// marker at first sight, then write the witnesses of slots newly
+/// quarantined and readmit those whose time ran out.
+async fn probe_cluster(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) {
+    let was = node.state();
+    let (lock_conn, reconnected) = match node.connection() {
+        Some(conn) => (conn, false),
+        None => match node.open().await {
+            Ok(conn) => (conn, true),
+            Err(e) => {
+                went_down(node, was, &e);
+                return;
+            }
+        },
+    };
+    // The lock path's connection stays for lock commands; the probe and
+    // its sweeps go on the health task's own.
+    let conn = match node.probe_connection().await {
+        Ok(probe) => probe,
+        Err(e) => {
+            went_down(node, was, &e);
+            return;
+        }
+    };
+    let started = Instant::now();
+    let changed = match node.probe_shards(&conn).await {
+        Ok(changed) => changed,
+        Err(NodeError::Timeout(after)) if !reconnected && !node.probe_timed_out() => {
+            tracing::debug!(node = node.name(), ?after, "probe late; trying again");
+            return;
+        }
+        Err(e) => {
+            node.drop_probe_connection();
+            went_down(node, was, &e);
+            return;
+        }
+    };
+    node.record_probe(started.elapsed());
+    if reconnected {
+        node.install(lock_conn);
+        tracing::info!(
+            node = node.name(),
+            shards = node.shard_addresses().len(),
+            "cluster answers"
+        );
+    }
+    if !node.marker_checked() {
+        return;
+    }
+    for (shard, detector) in changed {
+        if settings.delayed_restart {
+            node.shard_lost(&conn, &shard, detector).await;
+        }
+    }
+    node.read_slot_markers(&conn, settings.masters_fresh).await;
+    node.write_slot_witnesses(&conn).await;
+    let due = node.due_slots();
+    if due.is_empty() {
+        return;
+    }
+    let slots: Vec<u16> = due.iter().map(|(slot, _)| *slot).collect();
+    let Some(catch_up) = catch_up_slots(node, peers, &slots).await else {
+        tracing::debug!(
+            node = node.name(),
+            "slot quarantine over, but too few other masters answered for the fencing counters' catch-up; still quarantined"
+        );
+        return;
+    };
+    node.readmit_slots(&conn, due, &catch_up).await;
+}
+
+/// The fencing counters a cluster master's readmitted `slots` must have at
+/// least, slot by slot: the rule of [`catch_up`], with each other master's
+/// counter for the slot (a single server has one for all).
+async fn catch_up_slots(node: &Node, peers: &[Arc<Node>], slots: &[u16]) -> Option<Vec<u64>> {
+    let quorum = peers.len() / 2 + 1;
+    let required = fence::catch_up_reads(peers.len(), quorum);
+    let others: Vec<&Arc<Node>> = peers
+        .iter()
+        .filter(|p| !std::ptr::eq(p.as_ref(), node))
+        .collect();
+    let usable: Vec<&Arc<Node>> = others.iter().copied().filter(|p| p.is_usable()).collect();
+    let mut answers = read_slot_counters(&usable, slots).await;
+    if answers.len() < required {
+        if usable.len() >= quorum {
+            return None;
+        }
+        answers = read_slot_counters(&others, slots).await;
+        tracing::warn!(
+            node = node.name(),
+            read = answers.len(),
+            required,
+            "too few masters usable for a full fencing catch-up: readmitting slots with the counters that \
+             answered; fences rest on the clock floor until the others are back"
+        );
+    }
+    Some(
+        (0..slots.len())
+            .map(|i| answers.iter().map(|a| a[i]).max().unwrap_or(0))
+            .collect(),
+    )
+}
+
+/// The fencing counters of `slots` on each of `nodes` that answered.
+async fn read_slot_counters(nodes: &[&Arc<Node>], slots: &[u16]) -> Vec<Vec<u64>> {
+    futures::future::join_all(nodes.iter().map(|p| p.read_fences(slots)))
+        .await
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|counters| counters.len() == slots.len())
+        .collect()
+}
+
 /// The fencing counter a readmitted master must have at least: the highest
 /// read from enough of the other masters ([`fence::catch_up_reads`]) that
 /// every quorum which raised a fence with this master in it has another
@@ -250,7 +368,7 @@ async fn read_counters(nodes: &[&Arc<Node>]) -> Vec<u64> {
 /// marker at first sight.
 async fn check_marker(
     node: &Node,
-    conn: &MultiplexedConnection,
+    conn: &Conn,
     first_sight: bool,
     settings: &HealthSettings,
 ) -> Result<Option<(Detector, Duration)>, NodeError> {
@@ -323,7 +441,7 @@ fn went_down(node: &Node, was: NodeState, error: &NodeError) {
 
 /// Checks a master that (re)connected for setups that break Redlock's
 /// assumptions, and records them as warnings on the node.
-async fn check_topology(node: &Node, conn: &MultiplexedConnection, settings: &HealthSettings) {
+async fn check_topology(node: &Node, conn: &Conn, settings: &HealthSettings) {
     let info = node.info(conn).await.ok().flatten().unwrap_or_default();
     let appendonly = node.config_get(conn, "appendonly").await;
     let appendfsync = node.config_get(conn, "appendfsync").await;

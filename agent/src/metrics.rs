@@ -135,6 +135,7 @@ pub struct Metrics {
     pub node_up: IntGaugeVec,
     pub node_quarantined: IntGaugeVec,
     pub node_quarantine_remaining: GaugeVec,
+    pub node_quarantined_slots: IntGaugeVec,
     pub node_restarts: IntCounterVec,
     pub node_request_duration: HistogramVec,
     pub node_batch_commands: HistogramVec,
@@ -222,6 +223,11 @@ impl Metrics {
                 &["node"],
             )
             .expect("valid gauge"),
+            node_quarantined_slots: gauge_vec(
+                "redlock_node_quarantined_slots",
+                "Hash slots of a master given as a Redis Cluster kept out of locks because they may have lost keys (a shard restarted empty, failed over, a slot migrated); 0 for a single server.",
+                &["node"],
+            ),
             node_restarts: counter_vec(
                 "redlock_node_restarts_detected_total",
                 "Masters that may have lost keys, by detector (reconnect, run_id, uptime, marker, eviction).",
@@ -344,6 +350,7 @@ impl Metrics {
             m.node_up.with_label_values(&[node]);
             m.node_quarantined.with_label_values(&[node]);
             m.node_quarantine_remaining.with_label_values(&[node]);
+            m.node_quarantined_slots.with_label_values(&[node]);
             for vote in VoteLabel::ALL {
                 m.node_votes.with_label_values(&[node, vote.as_str()]);
             }
@@ -368,6 +375,7 @@ impl Metrics {
             Box::new(self.node_quarantined.clone()),
             Box::new(self.node_quarantine_remaining.clone()),
             Box::new(self.node_restarts.clone()),
+            Box::new(self.node_quarantined_slots.clone()),
             Box::new(self.node_request_duration.clone()),
             Box::new(self.node_batch_commands.clone()),
             Box::new(self.node_votes.clone()),
@@ -479,6 +487,7 @@ pub struct NodeSeries {
     errors: Vec<IntCounter>,
     node_errors: IntCounter,
     restarts: IntCounterVec,
+    quarantined_slots: IntGauge,
 }
 
 impl NodeSeries {
@@ -502,6 +511,7 @@ impl NodeSeries {
                 .failures
                 .with_label_values(&[Failure::NodeError.as_str()]),
             restarts: metrics.node_restarts.clone(),
+            quarantined_slots: metrics.node_quarantined_slots.with_label_values(&[node]),
         }
     }
 }
@@ -532,6 +542,11 @@ impl NodeObserver for NodeSeries {
         self.restarts
             .with_label_values(&[self.node.as_str(), detector])
             .inc();
+    }
+
+    fn quarantined_slots(&self, slots: usize) {
+        self.quarantined_slots
+            .set(i64::try_from(slots).unwrap_or(i64::MAX));
     }
 }
 

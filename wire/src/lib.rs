@@ -643,7 +643,10 @@ pub mod keys {
             let p = "redlock:";
             assert!(is_bookkeeping(p, &slot_key("redlock: incarnation", 7)));
             assert!(is_bookkeeping(p, &slot_key("redlock: fence", 16383)));
-            assert!(is_bookkeeping(p, &slot_key("redlock:0123 quarantine witness", 9)));
+            assert!(is_bookkeeping(
+                p,
+                &slot_key("redlock:0123 quarantine witness", 9)
+            ));
             assert!(is_bookkeeping(p, "redlock: fence"));
             assert!(!is_bookkeeping(p, "redlock:jobs {42}"));
             assert!(!is_bookkeeping(p, "redlock:{42}"));

@@ -19,7 +19,7 @@ use std::ops::Bound;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
+use crate::node::Conn;
 
 use redlock_wire::{LockInfo, LockResponse, LocksResponse, NodeKey};
 use tokio::sync::Semaphore;
@@ -58,7 +58,7 @@ const MAX_CURSOR_LEN: usize = 512;
 pub struct Listings {
     permits: Semaphore,
     // A std Mutex: held only to clone or replace a connection handle.
-    readers: Mutex<HashMap<usize, MultiplexedConnection>>,
+    readers: Mutex<HashMap<usize, Conn>>,
 }
 
 impl Default for Listings {
@@ -71,13 +71,13 @@ impl Default for Listings {
 }
 
 impl Listings {
-    fn readers(&self) -> std::sync::MutexGuard<'_, HashMap<usize, MultiplexedConnection>> {
+    fn readers(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Conn>> {
         // Poisoning needs a panic while held; clone and insert cannot panic.
         self.readers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Master `index`'s reader connection, opened if there is none.
-    async fn reader(&self, index: usize, node: &Node) -> Result<MultiplexedConnection, NodeError> {
+    async fn reader(&self, index: usize, node: &Node) -> Result<Conn, NodeError> {
         if let Some(conn) = self.readers().get(&index).cloned() {
             return Ok(conn);
         }
@@ -93,7 +93,7 @@ impl Listings {
     /// the next read opens a fresh one.
     async fn read<T, F, Fut>(&self, index: usize, node: &Node, read: F) -> Result<T, NodeError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T, NodeError>>,
     {
         let conn = self.reader(index, node).await?;
@@ -232,7 +232,7 @@ pub fn escape_glob(text: &str) -> String {
 /// One master's names under the pattern, and how many keys `SCAN` returned.
 async fn scan_node(
     node: &Node,
-    conn: MultiplexedConnection,
+    conn: Conn,
     pattern: &str,
     key_prefix: &str,
 ) -> Result<(Vec<String>, u64), ReadFailure> {
@@ -283,7 +283,7 @@ impl std::fmt::Display for ReadFailure {
 /// The page's keys on one master, in chunks of [`READ_CHUNK`].
 async fn read_node(
     node: &Node,
-    conn: MultiplexedConnection,
+    conn: Conn,
     keys: &[String],
 ) -> Result<HashMap<String, KeyState>, NodeError> {
     let mut states = HashMap::with_capacity(keys.len());

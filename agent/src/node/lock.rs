@@ -23,7 +23,7 @@ impl Node {
         match self.batched(key, value, command).await {
             Ok(Answer { status: 1, counter }) => Vote::Granted { counter },
             Ok(Answer { status: -1, .. }) => {
-                self.lost_state();
+                self.lost_state_at(key);
                 Vote::LostState
             }
             Ok(_) => Vote::Taken,
@@ -96,7 +96,7 @@ impl Node {
         Ok(match answer.status {
             1 => Extension::Extended,
             -1 => {
-                self.lost_state();
+                self.lost_state_at(key);
                 Extension::LostState
             }
             _ => Extension::NotHeld,
@@ -104,7 +104,18 @@ impl Node {
     }
 }
 
-/// Parses `INFO` text into its `key:value` fields.
+impl Node {
+    /// A vote or extension of `key` found the marker missing (or, on a
+    /// cluster, naming another node): the whole master is quarantined, or
+    /// on a cluster only the key's slot.
+    fn lost_state_at(&self, key: &str) {
+        match self.slot_of(key) {
+            Some(slot) => self.slot_lost(slot, "marker missing or naming another node in a vote"),
+            None => self.lost_state(),
+        }
+    }
+}
+
 /// The Redis master as the engine sees it: each request one of the lock
 /// commands above.
 impl Master for Node {

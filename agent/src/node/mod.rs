@@ -18,16 +18,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKind};
 use tokio::sync::Notify;
 
 pub mod batch;
+pub mod cluster;
+pub mod conn;
 pub mod lock;
 pub mod probe;
 pub mod scan;
 pub mod scripts;
+pub mod slots;
 
+pub use conn::Conn;
 pub use scan::KeyState;
 
 use crate::redlock::master::NodeError;
@@ -154,7 +157,7 @@ pub struct NodeSnapshot {
 
 #[derive(Debug)]
 struct Inner {
-    conn: Option<MultiplexedConnection>,
+    conn: Option<Conn>,
     quarantine_until: Option<Instant>,
     /// How long the current quarantine lasts in all.
     quarantine_len: Duration,
@@ -216,6 +219,9 @@ pub struct Node {
     observer: Arc<dyn NodeObserver>,
     /// The queue of lock commands to this master (see [`batch`]).
     batcher: batch::Batcher,
+    /// A master given as a Redis Cluster: its client, shards and slots (see
+    /// [`cluster`]); `None` for a single server.
+    cluster: Option<cluster::ClusterPart>,
 }
 
 impl Node {
@@ -224,6 +230,30 @@ impl Node {
     pub fn new(
         name: String,
         client: Client,
+        settings: NodeSettings,
+        observer: Arc<dyn NodeObserver>,
+    ) -> Arc<Node> {
+        Node::build(name, client, None, settings, observer)
+    }
+
+    /// A master that is a Redis Cluster: `cluster` reaches its shards,
+    /// `client` (one of its seeds) carries the pub/sub subscription, which in
+    /// a cluster hears every node's `PUBLISH`.
+    pub fn new_cluster(
+        name: String,
+        client: Client,
+        cluster: redis::cluster::ClusterClient,
+        settings: NodeSettings,
+        observer: Arc<dyn NodeObserver>,
+    ) -> Arc<Node> {
+        let part = cluster::ClusterPart::new(cluster);
+        Node::build(name, client, Some(part), settings, observer)
+    }
+
+    fn build(
+        name: String,
+        client: Client,
+        cluster: Option<cluster::ClusterPart>,
         settings: NodeSettings,
         observer: Arc<dyn NodeObserver>,
     ) -> Arc<Node> {
@@ -263,7 +293,13 @@ impl Node {
             wake: Notify::new(),
             observer,
             batcher: batch::Batcher::new(node.clone()),
+            cluster,
         })
+    }
+
+    /// The master is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
     }
 
     pub fn name(&self) -> &str {
@@ -374,8 +410,12 @@ impl Node {
         self.lock().server_id
     }
 
-    /// When the current quarantine's time runs out, if one is running.
+    /// When the current quarantine's time runs out, if one is running (on
+    /// a cluster: the next slot's).
     pub(crate) fn quarantine_until(&self) -> Option<Instant> {
+        if self.is_cluster() {
+            return self.next_slot_due();
+        }
         let inner = self.lock();
         inner.quarantine_until.filter(|u| *u > Instant::now())
     }
@@ -396,7 +436,13 @@ impl Node {
     ///
     /// # Errors
     /// When the master cannot be reached or refuses the handshake in time.
-    pub async fn open(&self) -> Result<MultiplexedConnection, NodeError> {
+    pub async fn open(&self) -> Result<Conn, NodeError> {
+        if self.cluster.is_some() {
+            return match self.connect(self.timeout, &[&*scripts::BATCH]).await {
+                Ok(conn) => Ok(conn),
+                Err(e) => Err(self.unreachable(e)),
+            };
+        }
         match self
             .connect(self.connect_timeout, &[&*scripts::BATCH])
             .await
@@ -415,15 +461,21 @@ impl Node {
         &self,
         response_timeout: Duration,
         scripts: &[&redis::Script],
-    ) -> Result<MultiplexedConnection, NodeError> {
+    ) -> Result<Conn, NodeError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(response_timeout));
         let attempt = async {
-            let mut conn = self
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
+            let mut conn = match &self.cluster {
+                Some(part) => {
+                    Conn::Cluster(part.connect(self.connect_timeout, response_timeout).await?)
+                }
+                None => Conn::Single(
+                    self.client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                ),
+            };
             for script in scripts {
                 script.prepare_invoke().load_async(&mut conn).await?;
             }
@@ -451,7 +503,7 @@ impl Node {
 
     /// Makes `conn` the node's connection: from now on it is `up` or
     /// `quarantined`.
-    pub(crate) fn install(&self, conn: MultiplexedConnection) {
+    pub(crate) fn install(&self, conn: Conn) {
         let mut inner = self.lock();
         inner.conn = Some(conn);
         inner.unreachable = false;
@@ -459,7 +511,7 @@ impl Node {
     }
 
     /// The current connection, if any.
-    pub fn connection(&self) -> Option<MultiplexedConnection> {
+    pub fn connection(&self) -> Option<Conn> {
         self.lock().conn.clone()
     }
 
@@ -492,7 +544,9 @@ impl Node {
 
     fn record_error(&self, error: NodeError) -> NodeError {
         self.note_error(&error);
-        if drops_connection(&error) {
+        // A cluster connection reconnects to a failed shard by itself; one
+        // shard's error must not take the whole master down.
+        if drops_connection(&error) && self.cluster.is_none() {
             self.disconnect(&error);
             self.wake.notify_one();
         } else {
@@ -511,7 +565,7 @@ impl Node {
     /// Runs one request on the node's connection, bounded by the node timeout.
     async fn request<T, F, Fut>(&self, kind: Op, op: F) -> Result<T, NodeError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let Some(conn) = self.connection() else {
@@ -522,14 +576,9 @@ impl Node {
 
     /// Runs one request on `conn`, bounded by the node timeout; connection
     /// errors disconnect the node.
-    async fn request_on<T, F, Fut>(
-        &self,
-        kind: Op,
-        conn: MultiplexedConnection,
-        op: F,
-    ) -> Result<T, NodeError>
+    async fn request_on<T, F, Fut>(&self, kind: Op, conn: Conn, op: F) -> Result<T, NodeError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         // The connection's own response timeout (the node timeout, set in

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
+use super::Conn;
 
 use super::{
     info_fields, scripts, ttl_ms, Detector, Identity, Node, MARKER_SUFFIX, MARKER_VALUE,
@@ -38,11 +38,7 @@ impl Node {
     /// (see [`crate::health`]); this master's counter is raised to it in the
     /// same step, so it never votes with a counter below a fence granted
     /// while it was away.
-    pub(crate) async fn readmit(
-        &self,
-        conn: &MultiplexedConnection,
-        catch_up: u64,
-    ) -> Result<bool, NodeError> {
+    pub(crate) async fn readmit(&self, conn: &Conn, catch_up: u64) -> Result<bool, NodeError> {
         // Present already: another agent readmitted it first (by this same
         // rule), or a replica has its master's (its votes fail READONLY
         // anyway). Only the counter's catch-up to write (a replica refuses
@@ -123,10 +119,7 @@ impl Node {
     ///
     /// # Errors
     /// When the master does not take the write; tried again at the next probe.
-    pub(crate) async fn write_witness(
-        &self,
-        conn: &MultiplexedConnection,
-    ) -> Result<(), NodeError> {
+    pub(crate) async fn write_witness(&self, conn: &Conn) -> Result<(), NodeError> {
         let key = format!(
             "{}{}",
             self.marker_key.trim_end_matches(MARKER_SUFFIX),
@@ -155,7 +148,7 @@ impl Node {
         Ok(())
     }
 
-    async fn delete_key(&self, conn: &MultiplexedConnection, key: &str) -> Result<(), NodeError> {
+    async fn delete_key(&self, conn: &Conn, key: &str) -> Result<(), NodeError> {
         self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
             redis::cmd("DEL")
                 .arg(key)
@@ -209,7 +202,7 @@ impl Node {
     /// When the master does not answer in time or the connection fails.
     pub async fn probe_identity(
         &self,
-        conn: &MultiplexedConnection,
+        conn: &Conn,
     ) -> Result<(Duration, Option<Identity>), NodeError> {
         let start = Instant::now();
         let reply = self
@@ -264,7 +257,7 @@ impl Node {
     }
 
     /// A handle on `conn` whose requests are bounded by the probe timeout.
-    fn probe_conn(&self, conn: &MultiplexedConnection) -> MultiplexedConnection {
+    fn probe_conn(&self, conn: &Conn) -> Conn {
         let mut conn = conn.clone();
         conn.set_response_timeout(self.probe_timeout());
         conn
@@ -275,10 +268,7 @@ impl Node {
     ///
     /// # Errors
     /// When the master does not answer in time or the connection fails.
-    pub async fn info(
-        &self,
-        conn: &MultiplexedConnection,
-    ) -> Result<Option<HashMap<String, String>>, NodeError> {
+    pub async fn info(&self, conn: &Conn) -> Result<Option<HashMap<String, String>>, NodeError> {
         match self
             .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
                 redis::cmd("INFO").query_async::<String>(&mut conn).await
@@ -292,7 +282,7 @@ impl Node {
     }
 
     /// `CONFIG GET` of one parameter; `None` when refused or unknown.
-    pub async fn config_get(&self, conn: &MultiplexedConnection, name: &str) -> Option<String> {
+    pub async fn config_get(&self, conn: &Conn, name: &str) -> Option<String> {
         let reply = self
             .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
                 redis::cmd("CONFIG")
@@ -312,7 +302,7 @@ impl Node {
     ///
     /// # Errors
     /// When the master does not answer in time or refuses the read.
-    pub async fn marker_present(&self, conn: &MultiplexedConnection) -> Result<bool, NodeError> {
+    pub async fn marker_present(&self, conn: &Conn) -> Result<bool, NodeError> {
         let key = self.marker_key.as_str();
         self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
             redis::cmd("EXISTS")
@@ -328,7 +318,7 @@ impl Node {
     ///
     /// # Errors
     /// When the master does not answer in time or refuses the write.
-    pub(crate) async fn write_marker(&self, conn: &MultiplexedConnection) -> Result<(), NodeError> {
+    pub(crate) async fn write_marker(&self, conn: &Conn) -> Result<(), NodeError> {
         let key = self.marker_key.as_str();
         self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
             redis::cmd("SET")

@@ -2,9 +2,10 @@
 //! keys at once on a reader connection apart from the lock path, and the
 //! scanner's guarded repair.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
+use super::Conn;
 
 use super::{classify, scripts, ttl_ms, Node};
 use crate::redlock::master::NodeError;
@@ -22,6 +23,14 @@ impl Node {
         pattern: &str,
         count: u64,
     ) -> Result<(u64, Vec<KeyState>), NodeError> {
+        let Some(conn) = self.connection() else {
+            return Err(NodeError::NotConnected);
+        };
+        if self.is_cluster() {
+            let (next, keys) = self.scan_cluster(&conn, cursor, pattern, count).await?;
+            let states = self.read_keys(&conn, &keys).await?;
+            return Ok((next, states));
+        }
         let (next, keys): (u64, Vec<String>) = self
             .request(Op::Scan, |mut conn| async move {
                 scan_cmd(cursor, pattern, count)
@@ -45,6 +54,36 @@ impl Node {
         Ok((next, key_states(keys.into_iter(), &reply)))
     }
 
+    /// One page of a scan over every shard of a cluster, one shard after
+    /// the other (the cursor names the shard; see
+    /// [`super::cluster::shard_cursor`]). A cluster whose shards are not
+    /// known yet is an error, never an empty keyspace.
+    async fn scan_cluster(
+        &self,
+        conn: &Conn,
+        cursor: u64,
+        pattern: &str,
+        count: u64,
+    ) -> Result<(u64, Vec<String>), NodeError> {
+        let (index, shard_cursor) = super::cluster::split_cursor(cursor);
+        let shards = self.shard_addresses().len();
+        let Some(answer) = self
+            .scan_shard(conn, index, shard_cursor, pattern, count)
+            .await
+        else {
+            return Err(NodeError::Other(format!(
+                "the cluster's shard {index} of {shards} is not known (its topology changed during the scan)"
+            )));
+        };
+        let (next, keys) = answer?;
+        let next = match next {
+            0 if index + 1 < shards => super::cluster::shard_cursor(index + 1, 0),
+            0 => 0,
+            next => super::cluster::shard_cursor(index, next),
+        };
+        Ok((next, keys))
+    }
+
     /// Opens a connection of its own for operator reads (listings, lock
     /// lookups), whose response timeout is `timeout`.
     ///
@@ -57,7 +96,7 @@ impl Node {
     ///
     /// # Errors
     /// When the node is down, or the master cannot be reached in time.
-    pub async fn open_reader(&self, timeout: Duration) -> Result<MultiplexedConnection, NodeError> {
+    pub async fn open_reader(&self, timeout: Duration) -> Result<Conn, NodeError> {
         if self.connection().is_none() {
             return Err(NodeError::NotConnected);
         }
@@ -67,13 +106,9 @@ impl Node {
     /// Runs one operator read on a reader connection (see
     /// [`Node::open_reader`]); a slow answer comes back as an error, never
     /// as "no keys".
-    async fn read_request<T, F, Fut>(
-        &self,
-        conn: &MultiplexedConnection,
-        op: F,
-    ) -> Result<T, NodeError>
+    async fn read_request<T, F, Fut>(&self, conn: &Conn, op: F) -> Result<T, NodeError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let started = Instant::now();
@@ -90,11 +125,14 @@ impl Node {
     /// When the master does not answer in time on `conn`, or fails.
     pub async fn scan_names(
         &self,
-        conn: &MultiplexedConnection,
+        conn: &Conn,
         cursor: u64,
         pattern: &str,
         count: u64,
     ) -> Result<(u64, Vec<String>), NodeError> {
+        if self.is_cluster() {
+            return self.scan_cluster(conn, cursor, pattern, count).await;
+        }
         self.read_request(conn, |mut conn| async move {
             scan_cmd(cursor, pattern, count)
                 .query_async(&mut conn)
@@ -110,11 +148,43 @@ impl Node {
     /// When the master does not answer in time on `conn`, or fails.
     pub async fn read_keys(
         &self,
-        conn: &MultiplexedConnection,
+        conn: &Conn,
         keys: &[String],
     ) -> Result<Vec<KeyState>, NodeError> {
         if keys.is_empty() {
             return Ok(Vec::new());
+        }
+        if self.is_cluster() {
+            // A script's keys must share a slot: one read per slot.
+            let mut groups: Vec<(u16, Vec<String>)> = Vec::new();
+            for key in keys {
+                let slot = redlock_wire::keys::key_slot(key.as_bytes());
+                match groups.iter_mut().find(|(s, _)| *s == slot) {
+                    Some((_, group)) => group.push(key.clone()),
+                    None => groups.push((slot, vec![key.clone()])),
+                }
+            }
+            let reads = futures::future::join_all(groups.iter().map(|(_, group)| async move {
+                let reply: Vec<redis::Value> = self
+                    .read_request(conn, |mut conn| async move {
+                        let mut invocation = scripts::READ_KEYS.prepare_invoke();
+                        for key in group {
+                            invocation.key(key);
+                        }
+                        invocation.invoke_async(&mut conn).await
+                    })
+                    .await?;
+                Ok::<_, NodeError>(key_states(group.iter().cloned(), &reply))
+            }))
+            .await;
+            let mut states: HashMap<String, KeyState> = HashMap::with_capacity(keys.len());
+            for read in reads {
+                for state in read? {
+                    states.insert(state.key.clone(), state);
+                }
+            }
+            // In the order asked.
+            return Ok(keys.iter().filter_map(|k| states.remove(k)).collect());
         }
         let reply: Vec<redis::Value> = self
             .read_request(conn, |mut conn| async move {

@@ -16,8 +16,12 @@ use redis::Script;
 /// reads the incarnation marker once for the whole batch.
 ///
 /// `KEYS[1]` the incarnation marker, `KEYS[2]` the fencing counter, then
-/// one lock key per command (`KEYS[2 + i]` for command `i`). `ARGV[1]` "1"
-/// to check the marker ("0" only under the test switch), `ARGV[2]` "1" to
+/// one lock key per command (`KEYS[2 + i]` for command `i`); on a cluster
+/// all of one slot, the marker and counter that slot's (see
+/// [`super::cluster`]). `ARGV[1]` "1" to check that the marker exists, "2"
+/// (a cluster) to check that it holds the ID of the node running the script
+/// (`CLUSTER MYID`: a promoted replica or a slot's new owner holds a copy
+/// naming another node), "0" only under the test switch; `ARGV[2]` "1" to
 /// vote with `SET ... GET` (Redis 7), so a key of another type answers
 /// WRONGTYPE instead of looking taken; then four per command: its letter,
 /// the token, a number, and one more argument.
@@ -59,11 +63,17 @@ use redis::Script;
 /// made on every call and cost a small call several times its commands.
 pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"local check, setget = ARGV[1] == "1", ARGV[2] == "1"
+        r#"local check, setget = ARGV[1], ARGV[2] == "1"
 local marker
 local function run(op, key, token, number, more)
-  if check and (op == "v" or op == "e") then
-    if marker == nil then marker = redis.call("exists", KEYS[1]) == 1 end
+  if check ~= "0" and (op == "v" or op == "e") then
+    if marker == nil then
+      if check == "2" then
+        marker = redis.call("get", KEYS[1]) == redis.call("cluster", "myid")
+      else
+        marker = redis.call("exists", KEYS[1]) == 1
+      end
+    end
     if not marker then return -1 end
   end
   if op == "v" then
@@ -171,6 +181,61 @@ redis.call("del", KEYS[2])
 local current = tonumber(redis.call("get", KEYS[3]) or "0") or 0
 if current < tonumber(ARGV[2]) then redis.call("set", KEYS[3], ARGV[2]) end
 redis.call("set", KEYS[1], ARGV[1])
+return 1"#,
+    )
+});
+
+/// A cluster slot's marker (`KEYS[1]`) holds the ID of the node serving the
+/// slot: 1, else 0. Read at first sight of a cluster.
+pub static SLOT_MARKER_OK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"if redis.call("get", KEYS[1]) == redis.call("cluster", "myid") then return 1 end
+return 0"#,
+    )
+});
+
+/// Writes a cluster slot's marker (`KEYS[1]`) with the serving node's ID:
+/// only at first sight of clusters this process started empty. Returns 1.
+pub static WRITE_SLOT_MARKER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"redis.call("set", KEYS[1], redis.call("cluster", "myid"))
+return 1"#,
+    )
+});
+
+/// Writes this agent's quarantine witness in a cluster slot (`KEYS[1]`):
+/// the serving node's ID and the quarantine's nonce (`ARGV[1]`), with a TTL
+/// (`ARGV[2]`, ms) that outlasts the quarantine. Returns 1.
+pub static WRITE_SLOT_WITNESS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"redis.call("set", KEYS[1], redis.call("cluster", "myid") .. ":" .. ARGV[1], "PX", ARGV[2])
+return 1"#,
+    )
+});
+
+/// Readmission of a cluster slot (`KEYS[1]` its marker, `KEYS[2]` this
+/// agent's witness, `KEYS[3]` its fencing counter): when the witness still
+/// holds this node's ID and this quarantine's nonce (`ARGV[1]`), the slot
+/// lost nothing since the witness was written on this very node (no flush,
+/// no failover, no migration: each would have removed it or moved it to a
+/// node with another ID). When the marker already holds this node's ID,
+/// another agent readmitted the slot by the same rule (or this agent did,
+/// and its answer was lost). Either way the counter is raised to the
+/// catch-up value (`ARGV[2]`), the marker written with this node's ID and
+/// the witness removed (1). Otherwise nothing is written (0): the
+/// quarantine starts over.
+pub static READMIT_SLOT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local id = redis.call("cluster", "myid")
+local marked = redis.call("get", KEYS[1]) == id
+if redis.call("get", KEYS[2]) == id .. ":" .. ARGV[1] then
+  redis.call("del", KEYS[2])
+elseif not marked then
+  return 0
+end
+local current = tonumber(redis.call("get", KEYS[3]) or "0") or 0
+if current < tonumber(ARGV[2]) then redis.call("set", KEYS[3], ARGV[2]) end
+if not marked then redis.call("set", KEYS[1], id) end
 return 1"#,
     )
 });

@@ -134,6 +134,8 @@ pub trait NodeObserver: Send + Sync + std::fmt::Debug {
     fn error(&self, kind_index: usize);
     /// The master lost state or restarted; `detector` names how it was seen.
     fn restart(&self, detector: &'static str);
+    /// A cluster master's hash slots in quarantine, now.
+    fn quarantined_slots(&self, _slots: usize) {}
 }
 
 /// An observer that drops everything, for tests of the engine alone.

@@ -1,0 +1,831 @@
+//! A master given as a Redis Cluster: one Redlock master whose keys are
+//! spread over the cluster's shards by hash slot.
+//!
+//! ## Safety, per slot
+//! Every vote and extension runs in one script with its slot's marker,
+//! `<key_prefix> incarnation {<tag>}` (the tag lands in the slot; see
+//! `redlock_wire::keys::slot_key`), and counts only if the marker holds the
+//! cluster node ID (`CLUSTER MYID`) of the very node running the script
+//! (see [`scripts::BATCH`]). That one check, atomic with the write, catches:
+//! - a shard restarted empty: the marker is gone with the locks;
+//! - a failover: the promoted replica has a copy of the marker that names
+//!   the old primary, and may lack the last locks (replication is
+//!   asynchronous);
+//! - a slot migrated to another shard: the marker moved with the slot's
+//!   keys and names the old owner. During the migration a script runs only
+//!   where all its keys are (else the cluster answers `ASK` or `TRYAGAIN`),
+//!   so a vote never reads a marker without the lock key beside it.
+//!
+//! The slot is then quarantined alone ([`super::slots`]): this agent writes
+//! a witness in it, waits `max_ttl + delayed_restart.extra`, and rewrites
+//! the marker with the serving node's ID only if the witness is still
+//! there and was written by that same node. Every other slot keeps voting.
+//!
+//! A shard restarted with its data (a new `run_id` on the same node ID) or
+//! evicting keys is seen by the health probe, which deletes the markers of
+//! the shard's slots: the next vote in each quarantines it.
+
+use std::time::{Duration, Instant};
+
+use futures::stream::{self, StreamExt};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::Value;
+use redlock_wire::keys::{key_slot, slot_key, SLOTS};
+
+#[cfg(doc)]
+use super::scripts::BATCH;
+use super::slots::Slots;
+use super::{info_fields, scripts, ttl_ms, Conn, Node, MARKER_SUFFIX, WITNESS_SUFFIX};
+use crate::redlock::master::NodeError;
+use crate::redlock::observe::Op;
+
+/// Script calls of one kind in flight at once to one cluster, for the
+/// per-slot sweeps (16384 markers at first sight).
+const SWEEP_CONCURRENCY: usize = 64;
+
+/// One shard: a primary and the slots it serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shard {
+    pub host: String,
+    pub port: u16,
+    pub node_id: String,
+    /// Inclusive slot ranges.
+    pub slots: Vec<[u16; 2]>,
+    pub replicas: u32,
+    /// Its `run_id` and `evicted_keys` at the last probe; `None` while it
+    /// did not answer.
+    pub run_id: Option<String>,
+    pub evicted_keys: Option<u64>,
+    /// Its primary answered the last probe's `INFO`.
+    pub up: bool,
+}
+
+impl Shard {
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// A cluster master's own parts: its client, its slots, its shards.
+pub struct ClusterPart {
+    client: ClusterClient,
+    pub(super) slots: std::sync::Mutex<Slots>,
+    shards: std::sync::Mutex<Vec<Shard>>,
+    /// This agent's witness keys are `<key_prefix><id> quarantine witness
+    /// {<tag>}`: one name per agent and slot.
+    witness_id: String,
+    /// Every slot's marker was read once (at first sight).
+    markers_read: std::sync::atomic::AtomicBool,
+    /// The health task's own connection, bounded by the probe timeout, so
+    /// its sweeps over thousands of slots neither time out at the lock
+    /// path's bound nor queue ahead of lock commands.
+    probe_conn: std::sync::Mutex<Option<Conn>>,
+}
+
+impl std::fmt::Debug for ClusterPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterPart")
+            .field("shards", &self.shards)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterPart {
+    pub fn new(client: ClusterClient) -> ClusterPart {
+        ClusterPart {
+            client,
+            slots: std::sync::Mutex::new(Slots::new()),
+            shards: std::sync::Mutex::new(Vec::new()),
+            witness_id: crate::redlock::token::Token::generate(None, None)
+                .as_str()
+                .to_string(),
+            markers_read: std::sync::atomic::AtomicBool::new(false),
+            probe_conn: std::sync::Mutex::new(None),
+        }
+    }
+
+    pub(super) async fn connect(
+        &self,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> redis::RedisResult<ClusterConnection> {
+        let config = ClusterConfig::new()
+            .set_connection_timeout(connect_timeout)
+            .set_response_timeout(response_timeout);
+        self.client.get_async_connection_with_config(config).await
+    }
+}
+
+/// The cluster client for `seeds`, with retries short enough that a
+/// request stays within the node timeout (redirections and `TRYAGAIN`
+/// during a slot migration are retried, a few times, quickly).
+///
+/// # Errors
+/// When the client refuses the seeds.
+pub fn client(
+    seeds: Vec<redis::ConnectionInfo>,
+    certs: Option<redis::TlsCertificates>,
+) -> redis::RedisResult<ClusterClient> {
+    let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
+        .retries(3)
+        .min_retry_wait(2)
+        .max_retry_wait(20);
+    if let Some(certs) = certs {
+        builder = builder.certs(certs);
+    }
+    builder.build()
+}
+
+impl Node {
+    fn part(&self) -> Option<&ClusterPart> {
+        self.cluster.as_ref()
+    }
+
+    fn slots(&self) -> Option<std::sync::MutexGuard<'_, Slots>> {
+        self.part()
+            .map(|p| p.slots.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The slot of `key` on a cluster master, `None` on a single server.
+    pub(crate) fn slot_of(&self, key: &str) -> Option<u16> {
+        self.part().map(|_| key_slot(key.as_bytes()))
+    }
+
+    /// A cluster master keeps `key`'s slot out of votes and extensions.
+    pub(crate) fn slot_out(&self, key: &str) -> bool {
+        match (self.slot_of(key), self.slots()) {
+            (Some(slot), Some(slots)) => slots.is_out(slot),
+            _ => false,
+        }
+    }
+
+    /// A vote or extension in `slot` found its marker missing or naming
+    /// another node: the slot may have lost keys. Quarantined at once; the
+    /// health task writes its witness.
+    pub(crate) fn slot_lost(&self, slot: u16, why: &'static str) {
+        let (newly, out) = match self.slots() {
+            Some(mut slots) => (slots.lose(slot), slots.out()),
+            None => return,
+        };
+        if newly {
+            self.observer.quarantined_slots(out);
+            if out == 1 {
+                self.restart_detected(super::Detector::Marker);
+                tracing::warn!(
+                    node = %self.name,
+                    slot,
+                    why,
+                    quarantine = ?self.quarantine,
+                    "a cluster slot may have lost its keys: quarantined (others may follow)"
+                );
+            } else {
+                tracing::debug!(node = %self.name, slot, why, "cluster slot quarantined");
+            }
+            self.wake.notify_one();
+        }
+    }
+
+    /// Slots in quarantine (0 on a single server).
+    pub fn quarantined_slots(&self) -> usize {
+        self.slots().map_or(0, |s| s.out())
+    }
+
+    /// The earliest slot readmission to come.
+    pub(crate) fn next_slot_due(&self) -> Option<Instant> {
+        self.slots()
+            .and_then(|s| s.next_due())
+            .filter(|until| *until > Instant::now())
+    }
+
+    /// The shards at the last probe, with their slots out, for `/v1/nodes`.
+    pub fn shards(&self) -> Vec<(Shard, usize)> {
+        let Some(part) = self.part() else {
+            return Vec::new();
+        };
+        let shards = part
+            .shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let slots = self.slots();
+        shards
+            .into_iter()
+            .map(|shard| {
+                let out = slots.as_ref().map_or(0, |s| s.out_in(&shard.slots));
+                (shard, out)
+            })
+            .collect()
+    }
+
+    /// The bookkeeping key `base` (marker, fence) for `slot`.
+    pub(crate) fn slot_key(&self, base: &str, slot: u16) -> String {
+        slot_key(base, slot)
+    }
+
+    fn witness_key(&self, slot: u16) -> Option<String> {
+        let part = self.part()?;
+        let prefix = self.marker_key.trim_end_matches(MARKER_SUFFIX);
+        Some(slot_key(
+            &format!("{prefix}{}{WITNESS_SUFFIX}", part.witness_id),
+            slot,
+        ))
+    }
+
+    /// Reads the cluster's shards (`CLUSTER SHARDS`) and each primary's
+    /// `INFO`; returns the shards whose primary restarted (a new `run_id`
+    /// under the same node ID) or evicted keys since the last probe, with
+    /// the detector that saw it.
+    ///
+    /// # Errors
+    /// When no node answers `CLUSTER SHARDS` in time.
+    pub(crate) async fn probe_shards(
+        &self,
+        conn: &Conn,
+    ) -> Result<Vec<(Shard, super::Detector)>, NodeError> {
+        let Some(part) = self.part() else {
+            return Ok(Vec::new());
+        };
+        let value = self
+            .request_on(Op::Probe, conn.clone(), |mut conn| async move {
+                redis::cmd("CLUSTER")
+                    .arg("SHARDS")
+                    .query_async::<Value>(&mut conn)
+                    .await
+            })
+            .await?;
+        let mut shards = parse_shards(&value).ok_or_else(|| {
+            NodeError::Other(format!("unexpected CLUSTER SHARDS answer: {value:?}"))
+        })?;
+        // CLUSTER SHARDS is Redis 7: every shard understands SET ... GET.
+        self.lock().set_get = true;
+        let Some(cluster) = conn.cluster() else {
+            return Ok(Vec::new());
+        };
+        let infos = futures::future::join_all(shards.iter().map(|shard| {
+            let mut cluster = cluster.clone();
+            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: shard.host.clone(),
+                port: shard.port,
+            });
+            async move {
+                let mut cmd = redis::cmd("INFO");
+                cmd.arg("server").arg("stats");
+                cluster
+                    .route_command(cmd, route)
+                    .await
+                    .ok()
+                    .and_then(|v| redis::from_redis_value::<String>(v).ok())
+            }
+        }))
+        .await;
+        for (shard, info) in shards.iter_mut().zip(infos) {
+            shard.up = info.is_some();
+            if let Some(info) = info {
+                let fields = info_fields(&info);
+                shard.run_id = fields.get("run_id").cloned();
+                shard.evicted_keys = fields.get("evicted_keys").and_then(|v| v.parse().ok());
+            }
+        }
+        let mut known = part.shards.lock().unwrap_or_else(|e| e.into_inner());
+        let mut changed = Vec::new();
+        for shard in &shards {
+            let Some(before) = known.iter().find(|b| b.node_id == shard.node_id) else {
+                continue;
+            };
+            if let (Some(b), Some(n)) = (&before.run_id, &shard.run_id) {
+                if b != n {
+                    changed.push((shard.clone(), super::Detector::RunId));
+                    continue;
+                }
+            }
+            if let (Some(b), Some(n)) = (before.evicted_keys, shard.evicted_keys) {
+                if n > b {
+                    changed.push((shard.clone(), super::Detector::Eviction));
+                }
+            }
+        }
+        // A primary that did not answer keeps what was known of it, so its
+        // restart is still seen when it answers again.
+        for shard in &mut shards {
+            if shard.run_id.is_none() {
+                if let Some(before) = known.iter().find(|b| b.node_id == shard.node_id) {
+                    shard.run_id = before.run_id.clone();
+                    shard.evicted_keys = before.evicted_keys;
+                }
+            }
+        }
+        *known = shards;
+        Ok(changed)
+    }
+
+    /// A shard restarted with its data or evicted keys: its slots' markers
+    /// are deleted, so every agent's next vote in each of them quarantines
+    /// it, and this agent quarantines them now.
+    pub(crate) async fn shard_lost(&self, conn: &Conn, shard: &Shard, detector: super::Detector) {
+        tracing::warn!(
+            node = %self.name,
+            shard = %shard.addr(),
+            detector = detector.as_str(),
+            "a cluster shard restarted or evicted keys: its slots are quarantined"
+        );
+        self.restart_detected(detector);
+        let slots: Vec<u16> = shard
+            .slots
+            .iter()
+            .flat_map(|[a, b]| *a..=(*b).min(SLOTS - 1))
+            .collect();
+        if let Some(mut table) = self.slots() {
+            for slot in &slots {
+                table.lose(*slot);
+            }
+            self.observer.quarantined_slots(table.out());
+        }
+        let marker = self.marker_key.clone();
+        let failures = stream::iter(slots)
+            .map(|slot| {
+                let key = slot_key(&marker, slot);
+                let conn = conn.clone();
+                async move {
+                    let mut conn = conn;
+                    redis::cmd("DEL")
+                        .arg(key)
+                        .query_async::<i64>(&mut conn)
+                        .await
+                        .is_err()
+                }
+            })
+            .buffer_unordered(SWEEP_CONCURRENCY)
+            .filter(|failed| std::future::ready(*failed))
+            .count()
+            .await;
+        if failures > 0 {
+            tracing::warn!(
+                node = %self.name,
+                shard = %shard.addr(),
+                failures,
+                "could not delete every marker of a restarted shard; its slots stay quarantined here"
+            );
+        }
+    }
+
+    /// At first sight, reads every slot's marker: a slot whose marker is
+    /// missing or names another node is quarantined at once, rather than at
+    /// its first vote. With masters this process started empty, writes the
+    /// markers instead. Done once; tried again at the next probe until every
+    /// slot answered.
+    pub(crate) async fn read_slot_markers(&self, conn: &Conn, fresh: bool) {
+        let Some(part) = self.part() else { return };
+        if part.markers_read.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let marker = self.marker_key.clone();
+        let answers: Vec<(u16, Result<i64, NodeError>)> = stream::iter(0..SLOTS)
+            .map(|slot| {
+                let key = slot_key(&marker, slot);
+                let conn = conn.clone();
+                async move {
+                    let script = if fresh {
+                        &*scripts::WRITE_SLOT_MARKER
+                    } else {
+                        &*scripts::SLOT_MARKER_OK
+                    };
+                    let mut conn = conn;
+                    let answer = script
+                        .key(key)
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                        .map_err(|e| super::classify(&e));
+                    (slot, answer)
+                }
+            })
+            .buffer_unordered(SWEEP_CONCURRENCY)
+            .collect()
+            .await;
+        let mut unanswered = 0;
+        let mut lost = 0;
+        for (slot, answer) in answers {
+            match answer {
+                Ok(1) => {}
+                Ok(_) => {
+                    lost += 1;
+                    if let Some(mut slots) = self.slots() {
+                        slots.lose(slot);
+                    }
+                }
+                Err(_) => unanswered += 1,
+            }
+        }
+        self.observer.quarantined_slots(self.quarantined_slots());
+        if lost > 0 {
+            self.restart_detected(super::Detector::Marker);
+            tracing::warn!(
+                node = %self.name,
+                slots = lost,
+                quarantine = ?self.quarantine,
+                "cluster slots without this node's marker (a new cluster, or lost keys): quarantined"
+            );
+        }
+        if unanswered == 0 {
+            part.markers_read
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            tracing::debug!(node = %self.name, unanswered, "slot markers not all read; trying again");
+        }
+    }
+
+    /// Writes this agent's witness in every slot that waits for one, on the
+    /// node serving it, and counts each slot's quarantine from its write.
+    pub(crate) async fn write_slot_witnesses(&self, conn: &Conn) {
+        let wanted: Vec<(u16, u64)> = {
+            let Some(mut slots) = self.slots() else {
+                return;
+            };
+            slots
+                .need_witness()
+                .into_iter()
+                .map(|slot| (slot, slots.nonce()))
+                .collect()
+        };
+        if wanted.is_empty() {
+            return;
+        }
+        let ttl = ttl_ms(self.quarantine * 2 + Duration::from_secs(60));
+        let written: Vec<(u16, u64, bool)> = stream::iter(wanted)
+            .map(|(slot, nonce)| {
+                let key = self.witness_key(slot).unwrap_or_default();
+                let conn = conn.clone();
+                async move {
+                    let mut conn = conn;
+                    let ok = scripts::WRITE_SLOT_WITNESS
+                        .key(key)
+                        .arg(nonce)
+                        .arg(ttl)
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                        .is_ok();
+                    (slot, nonce, ok)
+                }
+            })
+            .buffer_unordered(SWEEP_CONCURRENCY)
+            .collect()
+            .await;
+        let until = Instant::now() + self.quarantine;
+        if let Some(mut slots) = self.slots() {
+            for (slot, nonce, ok) in written {
+                if ok {
+                    slots.witnessed(slot, nonce, until);
+                }
+            }
+        }
+    }
+
+    /// Readmits the slots whose quarantine ran out, each with its fencing
+    /// counter caught up to `catch_up(slot)`: the marker is rewritten with
+    /// the serving node's ID only where this agent's witness is still there
+    /// and was written by that node; elsewhere the slot starts over.
+    pub(crate) async fn readmit_slots(&self, conn: &Conn, due: Vec<(u16, u64)>, catch_up: &[u64]) {
+        let marker = self.marker_key.clone();
+        let fence = self.fence_key.clone();
+        let results: Vec<(u16, u64, Result<i64, NodeError>)> =
+            stream::iter(due.into_iter().zip(catch_up.iter().copied()))
+                .map(|((slot, nonce), counter)| {
+                    let keys = (
+                        slot_key(&marker, slot),
+                        self.witness_key(slot).unwrap_or_default(),
+                        slot_key(&fence, slot),
+                    );
+                    let conn = conn.clone();
+                    async move {
+                        let mut conn = conn;
+                        let answer = scripts::READMIT_SLOT
+                            .key(keys.0)
+                            .key(keys.1)
+                            .key(keys.2)
+                            .arg(nonce)
+                            .arg(counter.to_string())
+                            .invoke_async::<i64>(&mut conn)
+                            .await
+                            .map_err(|e| super::classify(&e));
+                        (slot, nonce, answer)
+                    }
+                })
+                .buffer_unordered(SWEEP_CONCURRENCY)
+                .collect()
+                .await;
+        let (mut back, mut again) = (0, 0);
+        if let Some(mut slots) = self.slots() {
+            for (slot, nonce, answer) in results {
+                match answer {
+                    Ok(1) => {
+                        slots.readmitted(slot, nonce);
+                        back += 1;
+                    }
+                    Ok(_) => {
+                        slots.start_over(slot);
+                        again += 1;
+                    }
+                    Err(_) => {}
+                }
+            }
+            self.observer.quarantined_slots(slots.out());
+        }
+        if back > 0 {
+            tracing::info!(node = %self.name, slots = back, "cluster slots readmitted: markers rewritten");
+        }
+        if again > 0 {
+            tracing::warn!(
+                node = %self.name,
+                slots = again,
+                "cluster slots lost their witness while quarantined (lost keys again, or moved): the quarantine starts over"
+            );
+        }
+    }
+
+    /// Slots due for readmission now.
+    pub(crate) fn due_slots(&self) -> Vec<(u16, u64)> {
+        self.slots()
+            .map(|s| s.due(Instant::now()))
+            .unwrap_or_default()
+    }
+
+    /// This master's fencing counters for `slots` (each slot's on a
+    /// cluster; the one counter, for every slot, on a single server), or
+    /// for a single server's catch-up (`slots` empty) the highest of all.
+    ///
+    /// # Errors
+    /// When the master does not answer in time or a counter is not a number.
+    pub async fn read_fences(&self, slots: &[u16]) -> Result<Vec<u64>, NodeError> {
+        if self.part().is_none() {
+            let counter = self.read_fence().await?;
+            return Ok(vec![counter; slots.len().max(1)]);
+        }
+        let wanted: Vec<u16> = if slots.is_empty() {
+            (0..SLOTS).collect()
+        } else {
+            slots.to_vec()
+        };
+        let keys: Vec<String> = wanted
+            .iter()
+            .map(|slot| slot_key(&self.fence_key, *slot))
+            .collect();
+        let mut counters = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(1024) {
+            let values = self
+                .request(Op::Fence, |mut conn| async move {
+                    redis::cmd("MGET")
+                        .arg(chunk)
+                        .query_async::<Vec<Option<String>>>(&mut conn)
+                        .await
+                })
+                .await?;
+            for value in values {
+                counters.push(match value {
+                    None => 0,
+                    Some(text) => text.parse().map_err(|_| {
+                        NodeError::Other(format!("a fencing counter holds {text:?}, not a number"))
+                    })?,
+                });
+            }
+        }
+        if slots.is_empty() {
+            return Ok(vec![counters.into_iter().max().unwrap_or(0)]);
+        }
+        Ok(counters)
+    }
+
+    /// `SCAN` on shard `index` of the last probe's list (by address), for
+    /// listings and the leak scan: a cluster has no scan over all its
+    /// shards. `None` when there is no such shard.
+    pub(crate) async fn scan_shard(
+        &self,
+        conn: &Conn,
+        index: usize,
+        cursor: u64,
+        pattern: &str,
+        count: u64,
+    ) -> Option<Result<(u64, Vec<String>), NodeError>> {
+        let shard = self.shard_addresses().into_iter().nth(index)?;
+        let cluster = conn.cluster()?.clone();
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(count);
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: shard.0,
+            port: shard.1,
+        });
+        let started = Instant::now();
+        let mut cluster = cluster;
+        let result = cluster.route_command(cmd, route).await;
+        self.observer.request(Op::Scan, started.elapsed());
+        Some(
+            result
+                .and_then(|v| Ok(redis::from_redis_value::<(u64, Vec<String>)>(v)?))
+                .map_err(|e| super::classify(&e)),
+        )
+    }
+
+    /// The health task's connection to this cluster (see
+    /// [`ClusterPart`]), opened on first use.
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached.
+    pub(crate) async fn probe_connection(&self) -> Result<Conn, NodeError> {
+        let Some(part) = self.part() else {
+            return Err(NodeError::NotConnected);
+        };
+        if let Some(conn) = part
+            .probe_conn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Ok(conn);
+        }
+        let conn = self
+            .connect(self.probe_timeout(), &[&*scripts::BATCH])
+            .await?;
+        *part.probe_conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Forgets the health task's connection after it failed.
+    pub(crate) fn drop_probe_connection(&self) {
+        if let Some(part) = self.part() {
+            *part.probe_conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
+    /// The primaries' addresses in a stable order (sorted).
+    pub(crate) fn shard_addresses(&self) -> Vec<(String, u16)> {
+        let Some(part) = self.part() else {
+            return Vec::new();
+        };
+        let mut addrs: Vec<(String, u16)> = part
+            .shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|s| (s.host.clone(), s.port))
+            .collect();
+        addrs.sort();
+        addrs
+    }
+}
+
+/// A cursor over all shards: the shard's index in the high 16 bits, its own
+/// `SCAN` cursor in the low 48 (Redis cursors stay far below 2^48).
+pub fn shard_cursor(index: usize, cursor: u64) -> u64 {
+    ((index as u64) << 48) | (cursor & ((1 << 48) - 1))
+}
+
+/// The shard index and shard cursor of a cursor from [`shard_cursor`].
+pub fn split_cursor(cursor: u64) -> (usize, u64) {
+    ((cursor >> 48) as usize, cursor & ((1 << 48) - 1))
+}
+
+/// A map or a flat key/value array (RESP3 or RESP2) as pairs.
+fn pairs(value: &Value) -> Vec<(String, &Value)> {
+    match value {
+        Value::Map(items) => items
+            .iter()
+            .filter_map(|(k, v)| text(k).map(|k| (k, v)))
+            .collect(),
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|kv| match kv {
+                [k, v] => text(k).map(|k| (k, v)),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// The primaries of a `CLUSTER SHARDS` answer, with their slots. `None`
+/// when the answer is not shaped as Redis 7 sends it.
+pub fn parse_shards(value: &Value) -> Option<Vec<Shard>> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    let mut shards = Vec::new();
+    for item in items {
+        let fields = pairs(item);
+        let slots: Vec<u16> = match fields.iter().find(|(k, _)| k == "slots")?.1 {
+            Value::Array(bounds) => bounds
+                .iter()
+                .filter_map(|b| text(b)?.parse().ok())
+                .collect(),
+            _ => return None,
+        };
+        let Value::Array(nodes) = fields.iter().find(|(k, _)| k == "nodes")?.1 else {
+            return None;
+        };
+        let nodes: Vec<Vec<(String, String)>> = nodes
+            .iter()
+            .map(|n| {
+                pairs(n)
+                    .into_iter()
+                    .filter_map(|(k, v)| text(v).map(|v| (k, v)))
+                    .collect()
+            })
+            .collect();
+        let get = |node: &[(String, String)], key: &str| {
+            node.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+        };
+        let Some(primary) = nodes
+            .iter()
+            .find(|n| get(n, "role").as_deref() == Some("master"))
+        else {
+            continue;
+        };
+        if slots.is_empty() {
+            continue;
+        }
+        let host = get(primary, "ip")
+            .or_else(|| get(primary, "endpoint"))
+            .unwrap_or_default();
+        let port = get(primary, "port")
+            .or_else(|| get(primary, "tls-port"))
+            .and_then(|p| p.parse().ok())?;
+        shards.push(Shard {
+            host,
+            port,
+            node_id: get(primary, "id").unwrap_or_default(),
+            slots: slots
+                .chunks(2)
+                .filter(|c| c.len() == 2)
+                .map(|c| [c[0], c[1]])
+                .collect(),
+            replicas: u32::try_from(nodes.len().saturating_sub(1)).unwrap_or(u32::MAX),
+            run_id: None,
+            evicted_keys: None,
+            up: false,
+        });
+    }
+    Some(shards)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn cluster_shards_answer_gives_primaries_and_slots() {
+        let node = |id: &str, port: i64, role: &str| {
+            Value::Array(vec![
+                bulk("id"),
+                bulk(id),
+                bulk("port"),
+                Value::Int(port),
+                bulk("ip"),
+                bulk("127.0.0.1"),
+                bulk("role"),
+                bulk(role),
+                bulk("health"),
+                bulk("online"),
+            ])
+        };
+        let answer = Value::Array(vec![Value::Array(vec![
+            bulk("slots"),
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(100),
+                Value::Int(200),
+                Value::Int(5460),
+            ]),
+            bulk("nodes"),
+            Value::Array(vec![node("r", 7002, "replica"), node("p", 7001, "master")]),
+        ])]);
+        let shards = parse_shards(&answer).unwrap();
+        assert_eq!(shards.len(), 1);
+        assert_eq!(shards[0].addr(), "127.0.0.1:7001");
+        assert_eq!(shards[0].node_id, "p");
+        assert_eq!(shards[0].slots, vec![[0, 100], [200, 5460]]);
+        assert_eq!(shards[0].replicas, 1);
+    }
+
+    #[test]
+    fn shard_cursors_round_trip() {
+        assert_eq!(split_cursor(shard_cursor(2, 12345)), (2, 12345));
+        assert_eq!(split_cursor(0), (0, 0));
+    }
+}
