@@ -198,6 +198,13 @@ enum Undo {
 /// plus this after every heal.
 pub const LIVENESS_MARGIN: Duration = Duration::from_secs(2);
 
+/// The margin instead of [`LIVENESS_MARGIN`] when the masters are clusters:
+/// a shard's slots are readmitted only once the agent has written a witness
+/// in each of them and read each one's fencing counter on the other
+/// masters, thousands of slots, which takes seconds on a busy 2-core
+/// machine; and a later fault may hit another cluster while they wait.
+pub const CLUSTER_LIVENESS_MARGIN: Duration = Duration::from_secs(10);
+
 /// Faults that are over as soon as they are injected: nothing to heal.
 fn over_at_once(kinds: &[FaultKind]) -> bool {
     !kinds.is_empty()
@@ -246,7 +253,13 @@ impl Nemesis {
     ) -> Nemesis {
         // The margin covers noticing the heal (a probe interval), a
         // reconnect (up to ten node timeouts) and a loaded machine.
-        let bound = cluster.settings.quarantine() + LIVENESS_MARGIN;
+        let clusters = cluster.masters.iter().any(|m| m.as_cluster().is_some());
+        let margin = if clusters {
+            CLUSTER_LIVENESS_MARGIN
+        } else {
+            LIVENESS_MARGIN
+        };
+        let bound = cluster.settings.quarantine() + margin;
         Nemesis {
             cluster,
             checker,
@@ -661,13 +674,17 @@ impl Nemesis {
         let limit = healed.plus_ms(self.report.liveness_bound_ms * 2);
         let clients = self.cluster.clients().await;
         let cycle = self.cycle;
+        // 300 ms, or the least the agents take: twice their node timeout.
+        let probe_ttl_ms = u64::try_from(self.cluster.settings.node_timeout.as_millis() * 2)
+            .unwrap_or(u64::MAX)
+            .max(300);
         let probes = clients
             .into_iter()
             .enumerate()
             .map(|(a, client)| async move {
                 let resource = format!("probe-{cycle}-a{}", a + 1);
                 let request = AcquireRequest {
-                    ttl_ms: Some(300),
+                    ttl_ms: Some(probe_ttl_ms),
                     wait_ms: None,
                     owner: Some("probe".into()),
                     ..Default::default()
