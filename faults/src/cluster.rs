@@ -702,7 +702,12 @@ impl Master {
                         window.as_millis()
                     )),
                     Err(e) => {
-                        let _ = c.with(|cl| Ok(cl.thaw_all())).await;
+                        let _ = c
+                            .with(|cl| {
+                                cl.thaw_all();
+                                Ok(())
+                            })
+                            .await;
                         Err(e)
                     }
                 }
