@@ -238,6 +238,13 @@ async fn probe_cluster(node: &Node, peers: &[Arc<Node>], settings: &HealthSettin
             return;
         }
     };
+    if let Some(why) = shares_a_server(node, peers) {
+        let error = NodeError::Other(why);
+        node.drop_probe_connection();
+        went_down(node, was, &error);
+        tracing::warn!(node = node.name(), error = %error, "cluster refused");
+        return;
+    }
     node.record_probe(started.elapsed());
     if reconnected {
         node.install(lock_conn);
@@ -250,9 +257,9 @@ async fn probe_cluster(node: &Node, peers: &[Arc<Node>], settings: &HealthSettin
     if !node.marker_checked() {
         return;
     }
-    for (shard, detector) in changed {
+    for lost in changed {
         if settings.delayed_restart {
-            node.shard_lost(&conn, &shard, detector).await;
+            node.slots_lost(&conn, &lost).await;
         }
     }
     node.read_slot_markers(&conn, settings.masters_fresh).await;
@@ -270,6 +277,39 @@ async fn probe_cluster(node: &Node, peers: &[Arc<Node>], settings: &HealthSettin
         return;
     };
     node.readmit_slots(&conn, due, &catch_up).await;
+}
+
+/// A cluster whose shards include a server that an earlier master (in
+/// config order) is, or has among its shards: its votes would count twice
+/// toward a quorum, so it is kept `down`. Compared by `run_id`, whatever
+/// address each reaches the server by.
+fn shares_a_server(node: &Node, peers: &[Arc<Node>]) -> Option<String> {
+    let mine: Vec<(String, String)> = node
+        .shards()
+        .into_iter()
+        .filter_map(|(shard, _)| shard.run_id.clone().map(|id| (id, shard.addr())))
+        .collect();
+    for peer in peers.iter().take_while(|p| !std::ptr::eq(p.as_ref(), node)) {
+        let theirs: Vec<String> = if peer.is_cluster() {
+            peer.shards()
+                .into_iter()
+                .filter_map(|(shard, _)| shard.run_id)
+                .collect()
+        } else {
+            peer.snapshot()
+                .identity
+                .map(|i| vec![i.run_id])
+                .unwrap_or_default()
+        };
+        if let Some((_, addr)) = mine.iter().find(|(id, _)| theirs.contains(id)) {
+            return Some(format!(
+                "its shard {addr} is also master {}: one server's vote would count twice \
+                 toward a quorum; give each master its own servers",
+                peer.name()
+            ));
+        }
+    }
+    None
 }
 
 /// The fencing counters a cluster master's readmitted `slots` must have at
@@ -353,12 +393,13 @@ pub async fn catch_up(node: &Node, peers: &[Arc<Node>]) -> Option<u64> {
     Some(counters.into_iter().max().unwrap_or(0))
 }
 
-/// The fencing counters of `nodes` that answered.
+/// The fencing counters of `nodes` that answered (a cluster's highest over
+/// its slots: a single master's counter covers every resource).
 async fn read_counters(nodes: &[&Arc<Node>]) -> Vec<u64> {
-    futures::future::join_all(nodes.iter().map(|p| p.read_fence()))
+    futures::future::join_all(nodes.iter().map(|p| p.read_fences(&[])))
         .await
         .into_iter()
-        .filter_map(Result::ok)
+        .filter_map(|counters| counters.ok()?.first().copied())
         .collect()
 }
 

@@ -11,14 +11,19 @@
 //!   [`redlock::master::Master`] trait, reporting to the
 //!   [`redlock::observe::Observer`] it is given. Unit tests run it against
 //!   masters in memory.
-//! - [`node`]: one Redis master behind that trait: its connection and state,
-//!   the lock commands and their scripts, sent in batches ([`node::batch`]:
+//! - [`node`]: one Redis master behind that trait: its connection
+//!   ([`node::conn`]: one server's, or a Redis Cluster's) and state, the
+//!   lock commands and their scripts, sent in batches ([`node::batch`]:
 //!   what queued while the previous call was on its way goes in one script
-//!   call), the health probes' commands, the scans.
+//!   call, one per slot on a cluster), the health probes' commands, the
+//!   scans. A master that is a Redis Cluster ([`node::cluster`]) checks its
+//!   marker per slot against the serving node's ID and quarantines slots
+//!   one by one ([`node::slots`]).
 //! - [`health`]: one task per master that connects, probes, detects restarts
 //!   and lost keys (the incarnation marker, evictions), quarantines such a
 //!   master (delayed restart) and readmits it by rewriting the marker and
-//!   catching its fencing counter up; topology checks.
+//!   catching its fencing counter up; on a cluster, the same per slot, and
+//!   each shard's restarts; topology checks.
 //! - [`lock`]: the lock service, the one home of the lock lifecycle:
 //!   acquire, holds ([`lock::holds`]), extend, release, force release; the
 //!   TTL and owner rules, grant bookkeeping ([`lock::grants`]), waiters

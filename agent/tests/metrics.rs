@@ -129,7 +129,15 @@ async fn figures_follow_lock_traffic() {
     )
     .await;
     let token = agent.acquire_ok("m", json!({"ttl_ms": 5000})).await;
-    let text = scrape(&agent).await;
+    // The grant is answered at a quorum; a straggler's vote is counted
+    // when it lands, so wait for r1's (bounded) before reading the rest.
+    let granted = "redlock_node_votes_total{node=\"r1\",vote=\"granted\"}";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut text = scrape(&agent).await;
+    while sample(&text, granted) != Some(1.0) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        text = scrape(&agent).await;
+    }
     assert_eq!(sample(&text, "redlock_locks_held"), Some(1.0));
     assert_eq!(
         sample(

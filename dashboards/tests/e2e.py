@@ -21,7 +21,10 @@ evaluated its rules on that, the checks:
   - the planted key shows as redlock_leaked_keys{kind="no_ttl"}, and
     RedlockLeakedKeys fires;
   - redlock_node_up is 0 for r5 and 1 for the others, and RedlockNodeDown
-    fires for r5 alone.
+    fires for r5 alone;
+  - redlock_node_quarantined_slots (a Redis Cluster master's slots in
+    quarantine) is there for every master and 0, as it must be for single
+    servers.
 
 Everything started is stopped and the temp dir removed on every exit path;
 the run gives up after RUN_LIMIT_S. Exits 1 when a check fails or the
@@ -568,6 +571,7 @@ def observe(stack: Stack) -> list[Check]:
 
     leaked = prom.values(f'redlock_leaked_keys{{job="{JOB}", kind="no_ttl"}}', "node")
     node_up = prom.values(f'redlock_node_up{{job="{JOB}"}}', "node")
+    slots_out = prom.values(f'redlock_node_quarantined_slots{{job="{JOB}"}}', "node")
     firing = prom.firing()
     print(f"e2e: alerts firing: {', '.join(sorted(describe(a) for a in firing)) or 'none'}")
     print(f"e2e: leaked keys (no_ttl): {sum(leaked.values()):g} "
@@ -586,6 +590,8 @@ def observe(stack: Stack) -> list[Check]:
               f"firing for: {sorted(map(str, down_alerts))}"),
         Check(f"redlock_node_up is 0 for {KILLED}, 1 for the others", node_up == expected_up,
               f"got {node_up}"),
+        Check("redlock_node_quarantined_slots is 0 for every master (single servers)",
+              slots_out == {name: 0.0 for name in MASTERS}, f"got {slots_out}"),
         Check(f"no alert fires but {', '.join(FIRING)}", not unexpected_alerts,
               f"also firing: {sorted(describe(a) for a in unexpected_alerts)}"),
     ]

@@ -240,7 +240,11 @@ impl Node {
         }
         self.observer.batch(jobs.len());
         let mut conn = conn;
-        let result = call.invoke_async::<redis::Value>(&mut conn).await;
+        let result = if slot.is_some() {
+            super::conn::bounded(self.timeout, call.invoke_async::<redis::Value>(&mut conn)).await
+        } else {
+            call.invoke_async::<redis::Value>(&mut conn).await
+        };
         let answers = match result {
             Ok(redis::Value::Array(items)) if items.len() == jobs.len() => items,
             Ok(other) => {

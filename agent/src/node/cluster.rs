@@ -34,6 +34,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::Value;
 use redlock_wire::keys::{key_slot, slot_key, SLOTS};
 
+use super::conn::bounded;
 #[cfg(doc)]
 use super::scripts::BATCH;
 use super::slots::Slots;
@@ -43,7 +44,7 @@ use crate::redlock::observe::Op;
 
 /// Script calls of one kind in flight at once to one cluster, for the
 /// per-slot sweeps (16384 markers at first sight).
-const SWEEP_CONCURRENCY: usize = 64;
+const SWEEP_CONCURRENCY: usize = 256;
 
 /// One shard: a primary and the slots it serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +67,24 @@ impl Shard {
     pub fn addr(&self) -> String {
         format!("{}:{}", self.host, self.port)
     }
+
+    /// Every slot it serves.
+    fn slot_list(&self) -> impl Iterator<Item = u16> + '_ {
+        self.slots
+            .iter()
+            .flat_map(|[a, b]| *a..=(*b).min(SLOTS - 1))
+    }
+}
+
+/// Slots that may have lost keys, as a probe saw it: a shard restarted
+/// with its data or evicted keys, or slots now served by another node
+/// than at the last probe (a failover, a migration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostSlots {
+    /// The shard's address, for the log.
+    pub addr: String,
+    pub slots: Vec<u16>,
+    pub detector: super::Detector,
 }
 
 /// A cluster master's own parts: its client, its slots, its shards.
@@ -240,10 +259,7 @@ impl Node {
     ///
     /// # Errors
     /// When no node answers `CLUSTER SHARDS` in time.
-    pub(crate) async fn probe_shards(
-        &self,
-        conn: &Conn,
-    ) -> Result<Vec<(Shard, super::Detector)>, NodeError> {
+    pub(crate) async fn probe_shards(&self, conn: &Conn) -> Result<Vec<LostSlots>, NodeError> {
         let Some(part) = self.part() else {
             return Ok(Vec::new());
         };
@@ -263,6 +279,7 @@ impl Node {
         let Some(cluster) = conn.cluster() else {
             return Ok(Vec::new());
         };
+        let probe_timeout = self.probe_timeout();
         let infos = futures::future::join_all(shards.iter().map(|shard| {
             let mut cluster = cluster.clone();
             let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
@@ -272,8 +289,7 @@ impl Node {
             async move {
                 let mut cmd = redis::cmd("INFO");
                 cmd.arg("server").arg("stats");
-                cluster
-                    .route_command(cmd, route)
+                bounded(probe_timeout, cluster.route_command(cmd, route))
                     .await
                     .ok()
                     .and_then(|v| redis::from_redis_value::<String>(v).ok())
@@ -290,19 +306,51 @@ impl Node {
         }
         let mut known = part.shards.lock().unwrap_or_else(|e| e.into_inner());
         let mut changed = Vec::new();
+        let lost = |shard: &Shard, detector| LostSlots {
+            addr: shard.addr(),
+            slots: shard.slot_list().collect(),
+            detector,
+        };
         for shard in &shards {
             let Some(before) = known.iter().find(|b| b.node_id == shard.node_id) else {
                 continue;
             };
             if let (Some(b), Some(n)) = (&before.run_id, &shard.run_id) {
                 if b != n {
-                    changed.push((shard.clone(), super::Detector::RunId));
+                    changed.push(lost(shard, super::Detector::RunId));
                     continue;
                 }
             }
             if let (Some(b), Some(n)) = (before.evicted_keys, shard.evicted_keys) {
                 if n > b {
-                    changed.push((shard.clone(), super::Detector::Eviction));
+                    changed.push(lost(shard, super::Detector::Eviction));
+                }
+            }
+        }
+        // Slots served by another node than at the last probe. Their
+        // markers name the old node, so votes refuse them anyway; deleting
+        // the markers also keeps a slot out should it move back (a
+        // failback) before any vote saw it away.
+        if !known.is_empty() {
+            let mut owner: Vec<Option<&str>> = vec![None; usize::from(SLOTS)];
+            for shard in known.iter() {
+                for slot in shard.slot_list() {
+                    owner[usize::from(slot)] = Some(shard.node_id.as_str());
+                }
+            }
+            for shard in &shards {
+                let moved: Vec<u16> = shard
+                    .slot_list()
+                    .filter(|slot| {
+                        owner[usize::from(*slot)].is_some_and(|was| was != shard.node_id)
+                    })
+                    .collect();
+                if !moved.is_empty() {
+                    changed.push(LostSlots {
+                        addr: shard.addr(),
+                        slots: moved,
+                        detector: super::Detector::Marker,
+                    });
                 }
             }
         }
@@ -320,50 +368,39 @@ impl Node {
         Ok(changed)
     }
 
-    /// A shard restarted with its data or evicted keys: its slots' markers
-    /// are deleted, so every agent's next vote in each of them quarantines
-    /// it, and this agent quarantines them now.
-    pub(crate) async fn shard_lost(&self, conn: &Conn, shard: &Shard, detector: super::Detector) {
+    /// Slots a probe saw lose keys (see [`LostSlots`]): their markers are
+    /// deleted, so every agent's next vote in each of them quarantines it,
+    /// and this agent quarantines them now.
+    pub(crate) async fn slots_lost(&self, conn: &Conn, lost: &LostSlots) {
         tracing::warn!(
             node = %self.name,
-            shard = %shard.addr(),
-            detector = detector.as_str(),
-            "a cluster shard restarted or evicted keys: its slots are quarantined"
+            shard = %lost.addr,
+            slots = lost.slots.len(),
+            detector = lost.detector.as_str(),
+            "cluster slots may have lost keys (a shard restarted, evicted keys, failed over, or slots moved): quarantined"
         );
-        self.restart_detected(detector);
-        let slots: Vec<u16> = shard
-            .slots
-            .iter()
-            .flat_map(|[a, b]| *a..=(*b).min(SLOTS - 1))
-            .collect();
+        self.restart_detected(lost.detector);
+        let slots = lost.slots.clone();
         if let Some(mut table) = self.slots() {
             for slot in &slots {
                 table.lose(*slot);
             }
             self.observer.quarantined_slots(table.out());
         }
-        let marker = self.marker_key.clone();
-        let failures = stream::iter(slots)
-            .map(|slot| {
-                let key = slot_key(&marker, slot);
-                let conn = conn.clone();
-                async move {
-                    let mut conn = conn;
-                    redis::cmd("DEL")
-                        .arg(key)
-                        .query_async::<i64>(&mut conn)
-                        .await
-                        .is_err()
-                }
-            })
-            .buffer_unordered(SWEEP_CONCURRENCY)
-            .filter(|failed| std::future::ready(*failed))
-            .count()
-            .await;
+        let keys: Vec<(u16, Vec<String>)> = slots
+            .iter()
+            .map(|slot| (*slot, vec![slot_key(&self.marker_key, *slot)]))
+            .collect();
+        let failures: usize = self
+            .sweep(conn, &SWEEP_DELETE, keys, &[])
+            .await
+            .into_iter()
+            .filter(|(_, answer)| answer.is_err())
+            .count();
         if failures > 0 {
             tracing::warn!(
                 node = %self.name,
-                shard = %shard.addr(),
+                shard = %lost.addr,
                 failures,
                 "could not delete every marker of a restarted shard; its slots stay quarantined here"
             );
@@ -380,30 +417,14 @@ impl Node {
         if part.markers_read.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        let marker = self.marker_key.clone();
-        let answers: Vec<(u16, Result<i64, NodeError>)> = stream::iter(0..SLOTS)
-            .map(|slot| {
-                let key = slot_key(&marker, slot);
-                let conn = conn.clone();
-                async move {
-                    let script = if fresh {
-                        &*scripts::WRITE_SLOT_MARKER
-                    } else {
-                        &*scripts::SLOT_MARKER_OK
-                    };
-                    let mut conn = conn;
-                    let answer = script
-                        .key(key)
-                        .invoke_async::<i64>(&mut conn)
-                        .await
-                        .map_err(|e| super::classify(&e));
-                    (slot, answer)
-                }
-            })
-            .buffer_unordered(SWEEP_CONCURRENCY)
-            .collect()
-            .await;
-        let mut unanswered = 0;
+        let keys: Vec<(u16, Vec<String>)> = (0..SLOTS)
+            .map(|slot| (slot, vec![slot_key(&self.marker_key, slot)]))
+            .collect();
+        let mode = if fresh { "write" } else { "read" };
+        let answers = self.sweep(conn, &SWEEP_MARKERS, keys, &[mode]).await;
+        // Slots on no known shard (a topology being changed) count as
+        // unanswered: read again at the next probe.
+        let mut unanswered = usize::from(SLOTS).saturating_sub(answers.len());
         let mut lost = 0;
         for (slot, answer) in answers {
             match answer {
@@ -414,7 +435,10 @@ impl Node {
                         slots.lose(slot);
                     }
                 }
-                Err(_) => unanswered += 1,
+                Err(e) => {
+                    tracing::trace!(node = %self.name, slot, error = %e, "slot marker not read");
+                    unanswered += 1;
+                }
             }
         }
         self.observer.quarantined_slots(self.quarantined_slots());
@@ -451,33 +475,34 @@ impl Node {
         if wanted.is_empty() {
             return;
         }
-        let ttl = ttl_ms(self.quarantine * 2 + Duration::from_secs(60));
-        let written: Vec<(u16, u64, bool)> = stream::iter(wanted)
+        let ttl = ttl_ms(self.quarantine * 2 + Duration::from_secs(60)).to_string();
+        let nonces: std::collections::HashMap<u16, u64> = wanted.iter().copied().collect();
+        let keys: Vec<(u16, Vec<String>)> = wanted
+            .iter()
             .map(|(slot, nonce)| {
-                let key = self.witness_key(slot).unwrap_or_default();
-                let conn = conn.clone();
-                async move {
-                    let mut conn = conn;
-                    let ok = scripts::WRITE_SLOT_WITNESS
-                        .key(key)
-                        .arg(nonce)
-                        .arg(ttl)
-                        .invoke_async::<i64>(&mut conn)
-                        .await
-                        .is_ok();
-                    (slot, nonce, ok)
-                }
+                let witness = self.witness_key(*slot).unwrap_or_default();
+                (*slot, vec![witness, nonce.to_string()])
             })
-            .buffer_unordered(SWEEP_CONCURRENCY)
-            .collect()
-            .await;
+            .collect();
+        let written: Vec<(u16, u64, bool)> = self
+            .sweep(conn, &SWEEP_WITNESSES, keys, &[&ttl])
+            .await
+            .into_iter()
+            .map(|(slot, answer)| (slot, nonces[&slot], matches!(answer, Ok(1))))
+            .collect();
         let until = Instant::now() + self.quarantine;
+        let mut failed = 0;
         if let Some(mut slots) = self.slots() {
             for (slot, nonce, ok) in written {
                 if ok {
                     slots.witnessed(slot, nonce, until);
+                } else {
+                    failed += 1;
                 }
             }
+        }
+        if failed > 0 {
+            tracing::debug!(node = %self.name, failed, "some quarantine witnesses not written; trying again");
         }
     }
 
@@ -486,35 +511,30 @@ impl Node {
     /// the serving node's ID only where this agent's witness is still there
     /// and was written by that node; elsewhere the slot starts over.
     pub(crate) async fn readmit_slots(&self, conn: &Conn, due: Vec<(u16, u64)>, catch_up: &[u64]) {
-        let marker = self.marker_key.clone();
-        let fence = self.fence_key.clone();
-        let results: Vec<(u16, u64, Result<i64, NodeError>)> =
-            stream::iter(due.into_iter().zip(catch_up.iter().copied()))
-                .map(|((slot, nonce), counter)| {
-                    let keys = (
-                        slot_key(&marker, slot),
-                        self.witness_key(slot).unwrap_or_default(),
-                        slot_key(&fence, slot),
-                    );
-                    let conn = conn.clone();
-                    async move {
-                        let mut conn = conn;
-                        let answer = scripts::READMIT_SLOT
-                            .key(keys.0)
-                            .key(keys.1)
-                            .key(keys.2)
-                            .arg(nonce)
-                            .arg(counter.to_string())
-                            .invoke_async::<i64>(&mut conn)
-                            .await
-                            .map_err(|e| super::classify(&e));
-                        (slot, nonce, answer)
-                    }
-                })
-                .buffer_unordered(SWEEP_CONCURRENCY)
-                .collect()
-                .await;
-        let (mut back, mut again) = (0, 0);
+        let nonces: std::collections::HashMap<u16, u64> = due.iter().copied().collect();
+        let keys: Vec<(u16, Vec<String>)> = due
+            .iter()
+            .zip(catch_up)
+            .map(|((slot, nonce), counter)| {
+                (
+                    *slot,
+                    vec![
+                        slot_key(&self.marker_key, *slot),
+                        self.witness_key(*slot).unwrap_or_default(),
+                        slot_key(&self.fence_key, *slot),
+                        nonce.to_string(),
+                        counter.to_string(),
+                    ],
+                )
+            })
+            .collect();
+        let results: Vec<(u16, u64, Result<i64, NodeError>)> = self
+            .sweep(conn, &SWEEP_READMIT, keys, &[])
+            .await
+            .into_iter()
+            .map(|(slot, answer)| (slot, nonces[&slot], answer))
+            .collect();
+        let (mut back, mut again, mut failed) = (0, 0, None);
         if let Some(mut slots) = self.slots() {
             for (slot, nonce, answer) in results {
                 match answer {
@@ -526,13 +546,16 @@ impl Node {
                         slots.start_over(slot);
                         again += 1;
                     }
-                    Err(_) => {}
+                    Err(e) => failed = Some(e),
                 }
             }
             self.observer.quarantined_slots(slots.out());
         }
         if back > 0 {
             tracing::info!(node = %self.name, slots = back, "cluster slots readmitted: markers rewritten");
+        }
+        if let Some(error) = failed {
+            tracing::debug!(node = %self.name, %error, "some cluster slots not readmitted; trying again");
         }
         if again > 0 {
             tracing::warn!(
@@ -570,23 +593,29 @@ impl Node {
             .iter()
             .map(|slot| slot_key(&self.fence_key, *slot))
             .collect();
-        let mut counters = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(1024) {
-            let values = self
-                .request(Op::Fence, |mut conn| async move {
-                    redis::cmd("MGET")
-                        .arg(chunk)
-                        .query_async::<Vec<Option<String>>>(&mut conn)
-                        .await
-                })
-                .await?;
-            for value in values {
-                counters.push(match value {
-                    None => 0,
-                    Some(text) => text.parse().map_err(|_| {
-                        NodeError::Other(format!("a fencing counter holds {text:?}, not a number"))
-                    })?,
-                });
+        let Some(conn) = self.connection() else {
+            return Err(NodeError::NotConnected);
+        };
+        let keys: Vec<(u16, Vec<String>)> = wanted
+            .iter()
+            .zip(keys)
+            .map(|(slot, key)| (*slot, vec![key]))
+            .collect();
+        let answers: std::collections::HashMap<u16, Result<i64, NodeError>> = self
+            .sweep(&conn, &SWEEP_COUNTERS, keys, &[])
+            .await
+            .into_iter()
+            .collect();
+        let mut counters = Vec::with_capacity(wanted.len());
+        for slot in &wanted {
+            match answers.get(slot) {
+                Some(Ok(counter)) => counters.push(u64::try_from(*counter).unwrap_or(0)),
+                Some(Err(e)) => return Err(e.clone()),
+                None => {
+                    return Err(NodeError::Other(format!(
+                        "slot {slot} is on no known shard"
+                    )))
+                }
             }
         }
         if slots.is_empty() {
@@ -620,10 +649,15 @@ impl Node {
         });
         let started = Instant::now();
         let mut cluster = cluster;
-        let result = cluster.route_command(cmd, route).await;
+        let result = bounded(
+            self.timeout.max(Duration::from_secs(1)),
+            cluster.route_command(cmd, route),
+        )
+        .await;
         self.observer.request(Op::Scan, started.elapsed());
         Some(
             result
+                .and_then(Value::extract_error)
                 .and_then(|v| Ok(redis::from_redis_value::<(u64, Vec<String>)>(v)?))
                 .map_err(|e| super::classify(&e)),
         )
@@ -676,6 +710,235 @@ impl Node {
         addrs
     }
 }
+
+impl Node {
+    /// Runs a sweep script on every shard for the slots it serves, in
+    /// chunks of [`SWEEP_CHUNK`] slots: `per_slot` gives each slot's
+    /// arguments (the same number for every slot), `head` the arguments
+    /// before them. Returns one integer answer per slot that was sent, or
+    /// the chunk's error; slots on no known shard are left out (a later
+    /// probe tries them again).
+    async fn sweep(
+        &self,
+        conn: &Conn,
+        script: &SweepScript,
+        per_slot: Vec<(u16, Vec<String>)>,
+        head: &[&str],
+    ) -> Vec<(u16, Result<i64, NodeError>)> {
+        let Some(cluster) = conn.cluster() else {
+            return Vec::new();
+        };
+        let shards: Vec<Shard> = self
+            .part()
+            .map(|p| p.shards.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .unwrap_or_default();
+        let mut owner: Vec<Option<usize>> = vec![None; usize::from(SLOTS)];
+        for (index, shard) in shards.iter().enumerate() {
+            for slot in shard.slot_list() {
+                owner[usize::from(slot)] = Some(index);
+            }
+        }
+        let mut groups: Vec<Vec<(u16, Vec<String>)>> = vec![Vec::new(); shards.len()];
+        for (slot, args) in per_slot {
+            if let Some(index) = owner[usize::from(slot)] {
+                groups[index].push((slot, args));
+            }
+        }
+        let mut calls = Vec::new();
+        for (index, group) in groups.into_iter().enumerate() {
+            for chunk in group.chunks(SWEEP_CHUNK) {
+                calls.push((index, chunk.to_vec()));
+            }
+        }
+        let bound = self.probe_timeout();
+        let shards = &shards;
+        stream::iter(calls)
+            .map(|(index, chunk)| {
+                let mut cluster = cluster.clone();
+                async move {
+                    let shard = &shards[index];
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: shard.host.clone(),
+                        port: shard.port,
+                    });
+                    let mut args: Vec<String> = head.iter().map(|a| a.to_string()).collect();
+                    for (_, slot_args) in &chunk {
+                        args.extend(slot_args.iter().cloned());
+                    }
+                    let answer = bounded(bound, script.run(&mut cluster, route, &args)).await;
+                    match answer {
+                        Ok(Value::Array(items)) if items.len() == chunk.len() => chunk
+                            .iter()
+                            .zip(items)
+                            .map(|((slot, _), item)| {
+                                let n = match item {
+                                    Value::Int(n) => Ok(n),
+                                    other => Err(NodeError::Other(format!(
+                                        "unexpected sweep answer {other:?}"
+                                    ))),
+                                };
+                                (*slot, n)
+                            })
+                            .collect::<Vec<_>>(),
+                        Ok(other) => {
+                            let error =
+                                NodeError::Other(format!("unexpected sweep answer {other:?}"));
+                            chunk
+                                .iter()
+                                .map(|(slot, _)| (*slot, Err(error.clone())))
+                                .collect()
+                        }
+                        Err(e) => {
+                            let error = super::classify(&e);
+                            chunk
+                                .iter()
+                                .map(|(slot, _)| (*slot, Err(error.clone())))
+                                .collect()
+                        }
+                    }
+                }
+            })
+            .buffer_unordered(SWEEP_CONCURRENCY)
+            .flat_map(stream::iter)
+            .collect()
+            .await
+    }
+}
+
+/// Slots per sweep call: one call holds its shard for a few milliseconds
+/// at most.
+const SWEEP_CHUNK: usize = 1024;
+
+/// A script of the per-slot sweeps, run on one shard for many of its slots
+/// at once. It names its keys in `ARGV` (a script's declared keys must
+/// share a slot) and carries the `allow-cross-slot-keys` flag; Redis runs
+/// it only on keys local to the node, so a chunk whose slots moved fails
+/// whole and is tried again after the next topology read. Each slot's part
+/// is atomic, as every script is; so is the chunk.
+pub struct SweepScript {
+    code: &'static str,
+    hash: std::sync::LazyLock<String>,
+}
+
+impl SweepScript {
+    const fn new(code: &'static str, hash: fn() -> String) -> SweepScript {
+        SweepScript {
+            code,
+            hash: std::sync::LazyLock::new(hash),
+        }
+    }
+
+    /// `EVALSHA` on the node of `route`, loading the script there first if
+    /// it does not know it.
+    async fn run(
+        &self,
+        cluster: &mut ClusterConnection,
+        route: RoutingInfo,
+        args: &[String],
+    ) -> redis::RedisResult<Value> {
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(&*self.hash).arg(0).arg(args);
+        // A routed command answers a server error as a value: made an
+        // error here, like any other request's.
+        let first = cluster
+            .route_command(call.clone(), route.clone())
+            .await
+            .and_then(Value::extract_error);
+        match first {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(self.code);
+                cluster
+                    .route_command(load, route.clone())
+                    .await
+                    .and_then(Value::extract_error)?;
+                cluster
+                    .route_command(call, route)
+                    .await
+                    .and_then(Value::extract_error)
+            }
+            other => other,
+        }
+    }
+}
+
+fn sha1_hex(code: &str) -> String {
+    redis::Script::new(code).get_hash().to_string()
+}
+
+/// `ARGV[1]` "read" or "write", then one marker per slot: 1 where the
+/// marker holds this node's ID (after writing it, for "write": clusters
+/// this process started empty), else 0.
+static SWEEP_MARKERS: SweepScript =
+    SweepScript::new(SWEEP_MARKERS_CODE, || sha1_hex(SWEEP_MARKERS_CODE));
+const SWEEP_MARKERS_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
+local id = redis.call("cluster", "myid")
+local out = {}
+for i = 2, #ARGV do
+  if ARGV[1] == "write" then redis.call("set", ARGV[i], id) end
+  out[i - 1] = redis.call("get", ARGV[i]) == id and 1 or 0
+end
+return out"#;
+
+/// `ARGV[1]` the TTL in ms, then per slot its witness key and nonce: writes
+/// each witness as this node's ID and the nonce. 1 per slot.
+static SWEEP_WITNESSES: SweepScript =
+    SweepScript::new(SWEEP_WITNESSES_CODE, || sha1_hex(SWEEP_WITNESSES_CODE));
+const SWEEP_WITNESSES_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
+local id = redis.call("cluster", "myid")
+local out = {}
+for i = 2, #ARGV, 2 do
+  redis.call("set", ARGV[i], id .. ":" .. ARGV[i + 1], "PX", ARGV[1])
+  out[#out + 1] = 1
+end
+return out"#;
+
+/// Per slot: marker, witness, fencing counter, nonce, catch-up. Each slot
+/// as [`scripts::READMIT_SLOT`]: 1 readmitted, 0 starts over.
+static SWEEP_READMIT: SweepScript =
+    SweepScript::new(SWEEP_READMIT_CODE, || sha1_hex(SWEEP_READMIT_CODE));
+const SWEEP_READMIT_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
+local id = redis.call("cluster", "myid")
+local out = {}
+for i = 1, #ARGV, 5 do
+  local marker, witness, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local marked = redis.call("get", marker) == id
+  local answer = 1
+  if redis.call("get", witness) == id .. ":" .. ARGV[i + 3] then
+    redis.call("del", witness)
+  elseif not marked then
+    answer = 0
+  end
+  if answer == 1 then
+    local current = tonumber(redis.call("get", fence) or "0") or 0
+    if current < tonumber(ARGV[i + 4]) then redis.call("set", fence, ARGV[i + 4]) end
+    if not marked then redis.call("set", marker, id) end
+  end
+  out[#out + 1] = answer
+end
+return out"#;
+
+/// One key per slot, deleted. 1 per slot.
+static SWEEP_DELETE: SweepScript =
+    SweepScript::new(SWEEP_DELETE_CODE, || sha1_hex(SWEEP_DELETE_CODE));
+const SWEEP_DELETE_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
+local out = {}
+for i = 1, #ARGV do
+  redis.call("del", ARGV[i])
+  out[i] = 1
+end
+return out"#;
+
+/// One fencing counter per slot: its value (0 when missing). A counter is
+/// below 2^53, so Lua's number keeps it exact.
+static SWEEP_COUNTERS: SweepScript =
+    SweepScript::new(SWEEP_COUNTERS_CODE, || sha1_hex(SWEEP_COUNTERS_CODE));
+const SWEEP_COUNTERS_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
+local out = {}
+for i = 1, #ARGV do
+  out[i] = tonumber(redis.call("get", ARGV[i]) or "0") or 0
+end
+return out"#;
 
 /// A cursor over all shards: the shard's index in the high 16 bits, its own
 /// `SCAN` cursor in the low 48 (Redis cursors stay far below 2^48).

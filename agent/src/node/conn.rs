@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 /// A master's connection, of the kind its config names.
 #[derive(Clone)]
@@ -70,5 +70,23 @@ impl ConnectionLike for Conn {
             Conn::Single(conn) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
         }
+    }
+}
+
+/// Runs `request` within `bound`. A cluster connection bounds each
+/// attempt, but a request to a shard being reconnected after a failover
+/// can wait longer than that; a lock request must never hang, so cluster
+/// requests also get a timer of their own. A timeout is an I/O timeout,
+/// as the connection's own.
+pub async fn bounded<T>(
+    bound: Duration,
+    request: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    match tokio::time::timeout(bound, request).await {
+        Ok(result) => result,
+        Err(_) => Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "request timed out",
+        ))),
     }
 }

@@ -581,10 +581,20 @@ impl Node {
         F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        // The connection's own response timeout (the node timeout, set in
-        // `open`) bounds the request; no second timer is needed here.
+        // A single server's connection bounds the request with its own
+        // response timeout (set in `open`); a cluster's gets a timer too
+        // (see `conn::bounded`).
         let started = Instant::now();
-        let result = op(conn).await;
+        let result = if self.is_cluster() {
+            let bound = if kind == Op::Probe {
+                self.probe_timeout()
+            } else {
+                self.timeout
+            };
+            conn::bounded(bound, op(conn)).await
+        } else {
+            op(conn).await
+        };
         self.observer.request(kind, started.elapsed());
         result.map_err(|e| self.failed(kind, &e))
     }

@@ -21,7 +21,9 @@ use redis::Script;
 /// [`super::cluster`]). `ARGV[1]` "1" to check that the marker exists, "2"
 /// (a cluster) to check that it holds the ID of the node running the script
 /// (`CLUSTER MYID`: a promoted replica or a slot's new owner holds a copy
-/// naming another node), "0" only under the test switch; `ARGV[2]` "1" to
+/// naming another node; such a copy is deleted, so the slot stays out for
+/// every agent even if it moves back to the node it names), "0" only under
+/// the test switch; `ARGV[2]` "1" to
 /// vote with `SET ... GET` (Redis 7), so a key of another type answers
 /// WRONGTYPE instead of looking taken; then four per command: its letter,
 /// the token, a number, and one more argument.
@@ -69,7 +71,9 @@ local function run(op, key, token, number, more)
   if check ~= "0" and (op == "v" or op == "e") then
     if marker == nil then
       if check == "2" then
-        marker = redis.call("get", KEYS[1]) == redis.call("cluster", "myid")
+        local found = redis.call("get", KEYS[1])
+        marker = found == redis.call("cluster", "myid")
+        if found and not marker then redis.call("del", KEYS[1]) end
       else
         marker = redis.call("exists", KEYS[1]) == 1
       end
