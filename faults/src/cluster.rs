@@ -1146,3 +1146,38 @@ impl Cluster {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cluster master is written as its `cluster:` seeds, a single one as
+    /// its `url:`, in the order given.
+    #[test]
+    fn the_config_names_cluster_masters_by_their_seeds() {
+        let yaml = AgentSettings::default().yaml_for(
+            Path::new("/tmp/a.sock"),
+            9000,
+            &[
+                (
+                    "r1".into(),
+                    MasterAddr::Url("redis://127.0.0.1:7000".into()),
+                ),
+                (
+                    "c2".into(),
+                    MasterAddr::Cluster(vec![
+                        "redis://127.0.0.1:7001".into(),
+                        "redis://127.0.0.1:7002".into(),
+                    ]),
+                ),
+            ],
+        );
+        assert!(
+            yaml.contains(
+                "masters:\n  - name: r1\n    url: \"redis://127.0.0.1:7000\"\n  - name: c2\n    cluster:\n      \
+                 - \"redis://127.0.0.1:7001\"\n      - \"redis://127.0.0.1:7002\"\nlock:"
+            ),
+            "{yaml}"
+        );
+    }
+}
