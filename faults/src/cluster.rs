@@ -730,43 +730,6 @@ impl Master {
         }
     }
 
-    /// Writes every slot's incarnation marker on a cluster master, each
-    /// naming the primary that serves the slot (`CLUSTER MYID`), as agents
-    /// that used the cluster before would have left them: the agents start
-    /// with every slot admitted instead of quarantining the fresh cluster's
-    /// 16384 slots at first sight and readmitting them with a fencing
-    /// catch-up of every slot on every master, which does not finish within
-    /// the node timeout on a busy 2-core machine with five clusters. What
-    /// the suite tests, slots lost and readmitted after a fault, is
-    /// unchanged.
-    ///
-    /// # Errors
-    /// For a single master, or when a primary does not answer.
-    pub async fn seed_markers(&self, key_prefix: &str) -> Result<(), String> {
-        let c = self
-            .as_cluster()
-            .ok_or_else(|| self.single_only("seed markers"))?;
-        let primaries = c.with(|cl| cl.primaries()).await?;
-        let base = format!("{key_prefix}{}", redlock_wire::keys::MARKER_SUFFIX);
-        for primary in primaries {
-            let slots: Vec<u16> = primary.slots.iter().flat_map(|&(lo, hi)| lo..=hi).collect();
-            let mut conn = connect(primary.port).await?;
-            for chunk in slots.chunks(1000) {
-                let mut pipe = redis::pipe();
-                for &slot in chunk {
-                    pipe.cmd("SET")
-                        .arg(redlock_wire::keys::slot_key(&base, slot))
-                        .arg(&primary.node_id)
-                        .ignore();
-                }
-                pipe.query_async::<()>(&mut conn)
-                    .await
-                    .map_err(|e| format!("{}: markers on port {}: {e}", self.name, primary.port))?;
-            }
-        }
-        Ok(())
-    }
-
     /// Begins a lagged failover of the shard serving `slot` (see
     /// [`Master::shard_fault`]); returns the shard.
     ///
@@ -949,11 +912,6 @@ impl Cluster {
                 out
             }
         };
-        for m in &masters {
-            if m.as_cluster().is_some() {
-                m.seed_markers(&settings.key_prefix).await?;
-            }
-        }
         let mut links = Vec::new();
         let mut procs = Vec::new();
         for a in 1..=agents {
@@ -991,7 +949,7 @@ impl Cluster {
             procs.push(agent);
         }
         // At first sight an agent reads every slot's marker of each
-        // cluster (16384 scripts a cluster) before it serves.
+        // cluster before it serves.
         let ready = match topology {
             Topology::Singles => Duration::from_secs(15),
             Topology::Clusters { .. } => Duration::from_secs(90),
