@@ -899,7 +899,7 @@ impl Harness {
                 options.settings.quarantine()
                     + match options.topology {
                         Topology::Singles => Duration::from_secs(5),
-                        // Then a witness in each of its 16384 slots.
+                        // A cluster: witnesses and readmission of 16384 slots.
                         Topology::Clusters { .. } => Duration::from_secs(60),
                     },
             )
