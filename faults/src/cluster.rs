@@ -1,7 +1,9 @@
-//! The system under test as real processes: N `redis-server` masters
-//! (`redlock_testkit::RedisServer`), a fault-injecting proxy per
-//! agent-master pair, and the agents as child processes of the
-//! `redlock-agent` binary so they can be killed with SIGKILL.
+//! The system under test as real processes: N masters, each one
+//! `redis-server` (`redlock_testkit::RedisServer`) behind a fault-injecting
+//! proxy per agent-master pair, or each a Redis Cluster
+//! (`redlock_testkit::RedisCluster`, reached directly: no proxies), and the
+//! agents as child processes of the `redlock-agent` binary so they can be
+//! killed with SIGKILL.
 //!
 //! ## Behavior
 //! - Every process is killed when the [`Cluster`] drops.
@@ -12,6 +14,10 @@
 //!   from then on, on the replica's port: the observer reads it there, the
 //!   agents reach it through their unchanged links, and a later restart
 //!   brings it back empty there.
+//! - A cluster master's faults hit one shard at a time
+//!   ([`Master::shard_fault`]): a restart empty, a lagged failover, a slot
+//!   migration; its node ports never change, and the observer asks the
+//!   cluster which nodes are primaries now.
 
 use std::fmt::Write as _;
 use std::io;
@@ -21,7 +27,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redlock_testkit::{free_port, RedisServer};
+use redlock_testkit::{free_port, RedisCluster, RedisServer};
 
 use crate::client::Client;
 use crate::proxy::Link;
@@ -174,8 +180,24 @@ impl AgentSettings {
         env
     }
 
-    /// The config YAML of an agent on `socket` reaching masters at `urls`.
+    /// The config YAML of an agent on `socket` reaching single masters at
+    /// `urls`.
     pub fn yaml(&self, socket: &Path, metrics_port: u16, urls: &[(String, String)]) -> String {
+        let masters: Vec<(String, MasterAddr)> = urls
+            .iter()
+            .map(|(name, url)| (name.clone(), MasterAddr::Url(url.clone())))
+            .collect();
+        self.yaml_for(socket, metrics_port, &masters)
+    }
+
+    /// The config YAML of an agent on `socket` reaching `masters`, single
+    /// servers or clusters.
+    pub fn yaml_for(
+        &self,
+        socket: &Path,
+        metrics_port: u16,
+        masters: &[(String, MasterAddr)],
+    ) -> String {
         let ms = |d: Duration| format!("{}ms", d.as_millis());
         let mut y = String::new();
         let _ = writeln!(y, "socket:\n  path: {:?}", socket.display().to_string());
@@ -185,8 +207,18 @@ impl AgentSettings {
         let _ = writeln!(y, "metrics:\n  listen: \"127.0.0.1:{metrics_port}\"");
         let _ = writeln!(y, "log:\n  format: json\n  level: {:?}", self.log_level);
         let _ = writeln!(y, "masters:");
-        for (name, url) in urls {
-            let _ = writeln!(y, "  - name: {name}\n    url: {url:?}");
+        for (name, addr) in masters {
+            match addr {
+                MasterAddr::Url(url) => {
+                    let _ = writeln!(y, "  - name: {name}\n    url: {url:?}");
+                }
+                MasterAddr::Cluster(seeds) => {
+                    let _ = writeln!(y, "  - name: {name}\n    cluster:");
+                    for seed in seeds {
+                        let _ = writeln!(y, "      - {seed:?}");
+                    }
+                }
+            }
         }
         let _ = writeln!(y, "lock:\n  key_prefix: {:?}", self.key_prefix);
         let _ = writeln!(y, "  default_ttl: {}", ms(self.default_ttl));
@@ -208,6 +240,27 @@ impl AgentSettings {
         let _ = writeln!(y, "shutdown:\n  grace: 1s");
         y
     }
+}
+
+/// How an agent reaches one master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MasterAddr {
+    /// One server (`url:`).
+    Url(String),
+    /// The seed nodes of a Redis Cluster (`cluster:`).
+    Cluster(Vec<String>),
+}
+
+/// What each master of a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Topology {
+    /// One `redis-server` each, behind a proxy per agent.
+    #[default]
+    Singles,
+    /// A Redis Cluster each: `primaries` shards with `replicas` replicas
+    /// each, reached directly by the agents.
+    Clusters { primaries: usize, replicas: usize },
 }
 
 /// One agent child process.
@@ -408,67 +461,302 @@ pub fn tail(text: &str, n: usize) -> String {
 #[derive(Debug, Clone)]
 pub struct Master {
     pub name: String,
-    /// The process serving this master now: a failover replaces it.
-    pub server: Arc<Mutex<RedisServer>>,
+    pub backend: Backend,
+}
+
+/// What serves a master.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// One `redis-server`: the process serving this master now (a
+    /// failover replaces it).
+    Single(Arc<Mutex<RedisServer>>),
+    /// A Redis Cluster.
+    Cluster(Arc<ClusterMaster>),
+}
+
+/// A Redis Cluster serving one master.
+#[derive(Debug)]
+pub struct ClusterMaster {
+    /// Every node's port, replicas included; they never change.
+    pub ports: Vec<u16>,
+    /// The seed URLs the agents are given.
+    pub seeds: Vec<String>,
+    /// Its faults block (they wait for the cluster to settle), so they run
+    /// on blocking threads, one at a time.
+    cluster: Mutex<RedisCluster>,
+}
+
+/// A fault of one shard of a cluster master ([`Master::shard_fault`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardFault {
+    /// Restart the shard's primary empty on its port, its `nodes.conf` kept.
+    RestartEmpty,
+    /// Freeze the shard's replica and cut its replication, wait, then kill
+    /// the primary and promote the replica, which lacks every write of the
+    /// wait.
+    LaggedFailover,
+    /// Begin migrating the slot to another shard, wait (the agents meet
+    /// `ASK` redirections), then move its keys and finish.
+    MigrateSlot,
+}
+
+impl ClusterMaster {
+    /// `f` on the cluster, on a blocking thread.
+    async fn with<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut RedisCluster) -> Result<T, redlock_testkit::ClusterError> + Send + 'static,
+    ) -> Result<T, String> {
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let mut cluster = me.cluster.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut cluster).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
 }
 
 impl Master {
-    /// The port the master serves on now (it changes with a failover).
+    /// A single master on `server`.
+    pub fn single(server: RedisServer) -> Master {
+        Master {
+            name: server.name().to_string(),
+            backend: Backend::Single(Arc::new(Mutex::new(server))),
+        }
+    }
+
+    /// A cluster master on `cluster`.
+    pub fn cluster(cluster: RedisCluster) -> Master {
+        Master {
+            name: cluster.name().to_string(),
+            backend: Backend::Cluster(Arc::new(ClusterMaster {
+                ports: cluster.ports(),
+                seeds: cluster.seeds(),
+                cluster: Mutex::new(cluster),
+            })),
+        }
+    }
+
+    /// The cluster behind a cluster master.
+    pub fn as_cluster(&self) -> Option<&Arc<ClusterMaster>> {
+        match &self.backend {
+            Backend::Cluster(c) => Some(c),
+            Backend::Single(_) => None,
+        }
+    }
+
+    /// How an agent reaches this master directly.
+    pub fn addr(&self) -> MasterAddr {
+        match &self.backend {
+            Backend::Single(_) => MasterAddr::Url(self.url()),
+            Backend::Cluster(c) => MasterAddr::Cluster(c.seeds.clone()),
+        }
+    }
+
+    /// The port the master serves on now (it changes with a failover); for
+    /// a cluster, its first node's.
     pub fn port(&self) -> u16 {
-        self.with(|s| s.port())
+        match &self.backend {
+            Backend::Single(_) => self.with(|s| s.port()).unwrap_or(0),
+            Backend::Cluster(c) => c.ports.first().copied().unwrap_or(0),
+        }
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port())
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut RedisServer) -> T) -> T {
-        let mut server = self.server.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut server)
+    /// `f` on a single master's process; `None` for a cluster.
+    fn with<T>(&self, f: impl FnOnce(&mut RedisServer) -> T) -> Option<T> {
+        match &self.backend {
+            Backend::Single(server) => {
+                let mut server = server.lock().unwrap_or_else(|p| p.into_inner());
+                Some(f(&mut server))
+            }
+            Backend::Cluster(_) => None,
+        }
     }
 
-    /// SIGKILL.
+    fn single_only(&self, what: &str) -> String {
+        format!(
+            "{what} {}: a cluster master; its faults are shard faults",
+            self.name
+        )
+    }
+
+    /// SIGKILL a single master (nothing for a cluster: see
+    /// [`Master::shard_fault`]).
     pub async fn kill(&self) {
         let me = self.clone();
         let _ = tokio::task::spawn_blocking(move || me.with(RedisServer::kill)).await;
     }
 
-    /// Starts it again, empty, on its port (killing it first if needed).
+    /// Starts a single master again, empty, on its port (killing it first
+    /// if needed).
     ///
     /// # Errors
-    /// When it does not come back.
+    /// When it does not come back, or for a cluster master.
     pub async fn restart(&self) -> Result<(), String> {
         let me = self.clone();
-        tokio::task::spawn_blocking(move || me.with(|s| s.restart().map_err(|e| e.to_string())))
-            .await
-            .map_err(|e| e.to_string())?
+        tokio::task::spawn_blocking(move || {
+            me.with(|s| s.restart().map_err(|e| e.to_string()))
+                .unwrap_or_else(|| Err(me.single_only("restart")))
+        })
+        .await
+        .map_err(|e| e.to_string())?
     }
 
-    /// SIGSTOP.
-    pub fn freeze(&self) -> io::Result<()> {
-        self.with(|s| s.freeze())
-    }
-
-    /// SIGCONT.
-    pub fn thaw(&self) -> io::Result<()> {
-        self.with(|s| s.thaw())
-    }
-
-    pub fn log(&self) -> String {
-        self.with(|s| s.log())
-    }
-
-    /// `FLUSHALL` on the master itself (not through a link): it loses every
-    /// key, the incarnation marker included, while its process lives on.
+    /// SIGSTOP a single master.
     ///
     /// # Errors
-    /// When the master does not answer in time.
+    /// When it is not running, or for a cluster master.
+    pub fn freeze(&self) -> io::Result<()> {
+        self.with(|s| s.freeze())
+            .unwrap_or_else(|| Err(io::Error::other(self.single_only("freeze"))))
+    }
+
+    /// SIGCONT a single master; for a cluster, every frozen node (a
+    /// failover begun and not finished).
+    ///
+    /// # Errors
+    /// When a single master is not running.
+    pub fn thaw(&self) -> io::Result<()> {
+        match &self.backend {
+            Backend::Single(_) => self.with(|s| s.thaw()).unwrap_or(Ok(())),
+            Backend::Cluster(c) => {
+                c.cluster
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .thaw_all();
+                Ok(())
+            }
+        }
+    }
+
+    /// The master's log (every node's for a cluster).
+    pub fn log(&self) -> String {
+        match &self.backend {
+            Backend::Single(_) => self.with(|s| s.log()).unwrap_or_default(),
+            Backend::Cluster(c) => c.cluster.lock().unwrap_or_else(|p| p.into_inner()).logs(),
+        }
+    }
+
+    /// `FLUSHALL` on a single master itself (not through a link): it loses
+    /// every key, the incarnation marker included, while its process lives
+    /// on.
+    ///
+    /// # Errors
+    /// When the master does not answer in time, or for a cluster master.
     pub async fn flush(&self) -> Result<(), String> {
+        if self.as_cluster().is_some() {
+            return Err(self.single_only("flush"));
+        }
         let mut conn = connect(self.port()).await?;
         redis::cmd("FLUSHALL")
             .query_async::<()>(&mut conn)
             .await
             .map_err(|e| format!("FLUSHALL on {}: {e}", self.name))
+    }
+
+    /// `fault` on the shard of a cluster master that serves `slot`, taking
+    /// `window` for the part that waits (a lagged failover's lag, a
+    /// migration's middle). For a migration, `pick` chooses the target
+    /// among the other shards. Returns what was done.
+    ///
+    /// # Errors
+    /// For a single master, or when a step fails (a failover begun is
+    /// thawed again then).
+    pub async fn shard_fault(
+        &self,
+        fault: ShardFault,
+        slot: u16,
+        window: Duration,
+        pick: usize,
+    ) -> Result<String, String> {
+        let Some(c) = self.as_cluster() else {
+            return Err(format!("{fault:?} on {}: not a cluster master", self.name));
+        };
+        let name = self.name.clone();
+        let shard = c.with(move |cl| cl.shard_of_slot(slot)).await?;
+        match fault {
+            ShardFault::RestartEmpty => {
+                c.with(move |cl| cl.restart_empty(shard)).await?;
+                Ok(format!(
+                    "{name} shard {shard} (slot {slot}) restarted empty"
+                ))
+            }
+            ShardFault::LaggedFailover => {
+                c.with(move |cl| cl.begin_lagged_failover(shard)).await?;
+                tokio::time::sleep(window).await;
+                let done = c
+                    .with(move |cl| {
+                        let old = cl.primary_port(shard);
+                        cl.finish_lagged_failover(shard)?;
+                        Ok((old, cl.primary_port(shard)))
+                    })
+                    .await;
+                match done {
+                    Ok((old, new)) => Ok(format!(
+                        "{name} shard {shard} (slot {slot}) failed over from port {old} to \
+                         port {new}, {}ms of writes lost",
+                        window.as_millis()
+                    )),
+                    Err(e) => {
+                        let _ = c
+                            .with(|cl| {
+                                cl.thaw_all();
+                                Ok(())
+                            })
+                            .await;
+                        Err(e)
+                    }
+                }
+            }
+            ShardFault::MigrateSlot => {
+                let migration = c
+                    .with(move |cl| {
+                        let n = cl.shards();
+                        let to = (shard + 1 + pick % n.saturating_sub(1).max(1)) % n;
+                        cl.begin_migration(slot, to)
+                    })
+                    .await?;
+                tokio::time::sleep(window).await;
+                c.with(move |cl| cl.finish_migration(migration)).await?;
+                Ok(format!(
+                    "{name} slot {slot} migrated from shard {} to shard {}",
+                    migration.from, migration.to
+                ))
+            }
+        }
+    }
+
+    /// Begins a lagged failover of the shard serving `slot` (see
+    /// [`Master::shard_fault`]); returns the shard.
+    ///
+    /// # Errors
+    /// For a single master, or when it fails.
+    pub async fn begin_failover(&self, slot: u16) -> Result<usize, String> {
+        let c = self
+            .as_cluster()
+            .ok_or_else(|| self.single_only("failover"))?;
+        c.with(move |cl| {
+            let shard = cl.shard_of_slot(slot)?;
+            cl.begin_lagged_failover(shard)?;
+            Ok(shard)
+        })
+        .await
+    }
+
+    /// Finishes the lagged failover of `shard` begun by
+    /// [`Master::begin_failover`].
+    ///
+    /// # Errors
+    /// For a single master, or when it fails.
+    pub async fn finish_failover(&self, shard: usize) -> Result<(), String> {
+        let c = self
+            .as_cluster()
+            .ok_or_else(|| self.single_only("failover"))?;
+        c.with(move |cl| cl.finish_lagged_failover(shard)).await
     }
 }
 
@@ -561,13 +849,28 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts `masters` masters, the links, and `agents` agents through
-    /// them, and waits until every agent answers.
+    /// Starts `masters` single masters, the links, and `agents` agents
+    /// through them, and waits until every agent answers.
     ///
     /// # Errors
     /// When a process does not start.
     pub async fn start(
         masters: usize,
+        agents: usize,
+        settings: AgentSettings,
+    ) -> Result<Cluster, String> {
+        Cluster::start_with(masters, Topology::Singles, agents, settings).await
+    }
+
+    /// Starts `masters` masters of `topology` (single masters behind
+    /// links, or clusters reached directly), and `agents` agents, and waits
+    /// until every agent answers.
+    ///
+    /// # Errors
+    /// When a process does not start or a cluster does not settle.
+    pub async fn start_with(
+        masters: usize,
+        topology: Topology,
         agents: usize,
         settings: AgentSettings,
     ) -> Result<Cluster, String> {
@@ -577,37 +880,62 @@ impl Cluster {
             .tempdir()
             .map_err(|e| e.to_string())?;
         let dir_path = dir.path().to_path_buf();
-        let servers = tokio::task::spawn_blocking(move || {
-            (1..=masters)
-                .map(|i| RedisServer::start(&dir_path, &format!("r{i}")).map_err(|e| e.to_string()))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await
-        .map_err(|e| e.to_string())??;
-        let masters: Vec<Master> = servers
-            .into_iter()
-            .map(|s| Master {
-                name: s.name().to_string(),
-                server: Arc::new(Mutex::new(s)),
+        let masters: Vec<Master> = match topology {
+            Topology::Singles => tokio::task::spawn_blocking(move || {
+                (1..=masters)
+                    .map(|i| {
+                        RedisServer::start(&dir_path, &format!("r{i}"))
+                            .map(Master::single)
+                            .map_err(|e| e.to_string())
+                    })
+                    .collect::<Result<Vec<_>, _>>()
             })
-            .collect();
+            .await
+            .map_err(|e| e.to_string())??,
+            Topology::Clusters {
+                primaries,
+                replicas,
+            } => {
+                // One thread each: every cluster waits for itself to settle.
+                let starts = (1..=masters).map(|i| {
+                    let dir = dir_path.clone();
+                    tokio::task::spawn_blocking(move || {
+                        RedisCluster::start(&dir, &format!("c{i}"), primaries, replicas)
+                            .map(Master::cluster)
+                            .map_err(|e| format!("cluster c{i}: {e}"))
+                    })
+                });
+                let mut out = Vec::new();
+                for started in futures::future::join_all(starts).await {
+                    out.push(started.map_err(|e| e.to_string())??);
+                }
+                out
+            }
+        };
         let mut links = Vec::new();
         let mut procs = Vec::new();
         for a in 1..=agents {
             let mut row = Vec::new();
-            let mut urls = Vec::new();
+            let mut addrs = Vec::new();
             for m in &masters {
+                if m.as_cluster().is_some() {
+                    addrs.push((m.name.clone(), m.addr()));
+                    continue;
+                }
                 let link = Link::start(format!("a{a}-{}", m.name), m.port())
                     .await
                     .map_err(|e| e.to_string())?;
-                urls.push((m.name.clone(), format!("redis://127.0.0.1:{}", link.port())));
+                addrs.push((
+                    m.name.clone(),
+                    MasterAddr::Url(format!("redis://127.0.0.1:{}", link.port())),
+                ));
                 row.push(link);
             }
             links.push(row);
             let name = format!("a{a}");
             let socket = dir.path().join(format!("{name}.sock"));
             let metrics_port = free_port().map_err(|e| e.to_string())?;
-            let yaml = settings.yaml(&socket, metrics_port, &urls);
+            let yaml = settings.yaml_for(&socket, metrics_port, &addrs);
             let agent = AgentProcess::spawn_with_env(
                 &binary,
                 dir.path(),
@@ -620,8 +948,14 @@ impl Cluster {
             .map_err(|e| format!("start {name} ({}): {e}", binary.display()))?;
             procs.push(agent);
         }
+        // At first sight an agent reads every slot's marker of each
+        // cluster before it serves.
+        let ready = match topology {
+            Topology::Singles => Duration::from_secs(15),
+            Topology::Clusters { .. } => Duration::from_secs(90),
+        };
         for agent in &mut procs {
-            agent.wait_ready(Duration::from_secs(15)).await?;
+            agent.wait_ready(ready).await?;
         }
         Ok(Cluster {
             masters,
@@ -642,7 +976,9 @@ impl Cluster {
         out
     }
 
-    /// Waits until every running agent reports `usable` usable masters.
+    /// Waits until every running agent reports `usable` usable masters and,
+    /// on cluster masters, no slot in quarantine (a fresh cluster's slots
+    /// are all quarantined once, as a fresh single master is).
     ///
     /// # Errors
     /// When one does not within `limit`.
@@ -651,16 +987,25 @@ impl Cluster {
         for agent in &self.agents {
             let client = agent.lock().await.client();
             loop {
-                let seen = match client.get_json("/v1/nodes").await {
-                    Ok((200, nodes)) => nodes["usable"].as_u64().unwrap_or(0),
-                    _ => 0,
+                let (seen, slots) = match client.get_json("/v1/nodes").await {
+                    Ok((200, nodes)) => (
+                        nodes["usable"].as_u64().unwrap_or(0),
+                        nodes["nodes"].as_array().map_or(0, |all| {
+                            all.iter()
+                                .filter(|n| n["kind"] == "cluster")
+                                .map(|n| n["quarantined_slots"].as_u64().unwrap_or(0))
+                                .sum()
+                        }),
+                    ),
+                    _ => (0, 0),
                 };
-                if seen >= usable {
+                if seen >= usable && slots == 0 {
                     break;
                 }
                 if tokio::time::Instant::now() > deadline {
                     return Err(format!(
-                        "{} has {seen} usable masters, wanted {usable}",
+                        "{} has {seen} usable masters (wanted {usable}), \
+                         {slots} cluster slots in quarantine",
                         client.socket().display()
                     ));
                 }
@@ -693,6 +1038,9 @@ impl Cluster {
     /// [`SYNC_TIMEOUT`]; nothing has been switched then.
     pub async fn failover(&self, j: usize) -> Result<String, String> {
         let master = self.masters[j].clone();
+        if master.as_cluster().is_some() {
+            return Err(master.single_only("failover"));
+        }
         let old_port = master.port();
         let n = self.failovers.fetch_add(1, Ordering::Relaxed) + 1;
         let name = format!("{}-replica{n}", master.name);
@@ -737,7 +1085,9 @@ impl Cluster {
         for row in &self.links {
             row[j].switch_upstream(new_port);
         }
-        let mut old = master.with(|s| std::mem::replace(s, replica));
+        let Some(mut old) = master.with(|s| std::mem::replace(s, replica)) else {
+            return Err(master.single_only("failover"));
+        };
         let _ = tokio::task::spawn_blocking(move || old.kill()).await;
         Ok(format!(
             "{}: replica on port {new_port} promoted at offset {synced}, port {old_port} killed",
@@ -752,5 +1102,40 @@ impl Cluster {
                 link.set(crate::proxy::LinkFault::Clear);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cluster master is written as its `cluster:` seeds, a single one as
+    /// its `url:`, in the order given.
+    #[test]
+    fn the_config_names_cluster_masters_by_their_seeds() {
+        let yaml = AgentSettings::default().yaml_for(
+            Path::new("/tmp/a.sock"),
+            9000,
+            &[
+                (
+                    "r1".into(),
+                    MasterAddr::Url("redis://127.0.0.1:7000".into()),
+                ),
+                (
+                    "c2".into(),
+                    MasterAddr::Cluster(vec![
+                        "redis://127.0.0.1:7001".into(),
+                        "redis://127.0.0.1:7002".into(),
+                    ]),
+                ),
+            ],
+        );
+        assert!(
+            yaml.contains(
+                "masters:\n  - name: r1\n    url: \"redis://127.0.0.1:7000\"\n  - name: c2\n    cluster:\n      \
+                 - \"redis://127.0.0.1:7001\"\n      - \"redis://127.0.0.1:7002\"\nlock:"
+            ),
+            "{yaml}"
+        );
     }
 }

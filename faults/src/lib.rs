@@ -10,11 +10,13 @@
 //! - [`proxy`]: the fault-injecting TCP proxy (from `redlock-testkit`),
 //!   one per agent-master link; its upstream can be switched (a failover
 //!   behind a fixed address).
-//! - [`cluster`]: masters, links and agent processes of one run; flushes
-//!   and failovers of masters.
+//! - [`cluster`]: masters (single servers behind links, or Redis
+//!   Clusters reached directly), links and agent processes of one run;
+//!   flushes and failovers of masters, shard faults of cluster masters.
 //! - [`checker`]: critical sections on one clock; safety violations,
 //!   overruns, leaks.
-//! - [`observer`]: reads lock keys on the masters directly for the checker.
+//! - [`observer`]: reads lock keys on the masters directly for the checker
+//!   (on a cluster master, on the shard serving each key).
 //! - [`store`]: the fenced store, a `redis-server` of its own that accepts a
 //!   write only with a fence above the highest it accepted.
 //! - [`lag`]: the harness's own scheduling lag, to tell a paused client
@@ -22,13 +24,14 @@
 //! - [`workload`]: the clients (in-process, and `faults hold-client` /
 //!   `redlock-agent lock` child processes) and their stats.
 //! - [`nemesis`]: the faults, alone and mixed, and recovery times.
-//! - [`run`]: the nemesis run and the control runs, and their report.
+//! - [`run`]: the nemesis run and the control runs (over single masters,
+//!   and in cluster mode), and their report.
 //! - [`openapi`]: `agent/openapi.yaml`, loaded and used to validate answers.
 //! - [`fuzz`]: request shapes for the fuzzer and the verdict on an answer.
 //! - [`load`]: many connections and many waiters; RSS from `/proc`.
 //!
 //! The binary (`cargo run -p faults -- --help`) runs the short mode, the
-//! long soak, the control runs and the load figures.
+//! long soak, the control runs, cluster mode and the load figures.
 
 pub mod checker;
 pub mod client;

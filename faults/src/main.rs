@@ -1,9 +1,10 @@
 //! `faults`: the fault suite's command line.
 //!
 //! ```sh
-//! cargo run -p faults -- short            # nemesis + control, about 2 minutes
+//! cargo run -p faults -- short            # nemesis + control, then cluster mode: about 4 minutes
 //! cargo run -p faults -- long --duration 30m --json soak.json
 //! cargo run -p faults -- control          # only the control runs
+//! cargo run -p faults -- cluster --duration 5m   # masters as Redis Clusters: nemesis + control
 //! cargo run -p faults -- load             # 10,000 connections, 3,000 waiters
 //! ```
 //!
@@ -26,11 +27,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// The short mode: a nemesis run, then the control run.
+    /// The short mode: a nemesis run, then the control runs, then the
+    /// same in cluster mode.
     Short {
         /// Length of the nemesis run.
         #[arg(long, default_value = "50s", value_parser = humantime::parse_duration)]
         duration: Duration,
+        /// Length of the cluster mode's nemesis run.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        cluster_duration: Duration,
         #[arg(long)]
         seed: Option<u64>,
         /// Also write the reports as JSON.
@@ -40,6 +45,19 @@ enum Cmd {
     /// The long mode: a soak of the nemesis run.
     Long {
         #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Cluster mode: every master a Redis Cluster (3 primaries, a replica
+    /// each); a nemesis run over shard restarts, lagged failovers, slot
+    /// migrations and agent and client kills, then the cluster control runs
+    /// (lagged failovers of a lock's shards in a majority of the clusters,
+    /// marker check on, then off).
+    Cluster {
+        #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
         duration: Duration,
         #[arg(long)]
         seed: Option<u64>,
@@ -175,6 +193,7 @@ fn main() -> ExitCode {
         }
         Cmd::Short {
             duration,
+            cluster_duration,
             seed: s,
             json,
         } => {
@@ -182,7 +201,7 @@ fn main() -> ExitCode {
             runtime().block_on(async {
                 let mut reports = Vec::new();
                 let nemesis = Options::nemesis(duration, seed, me.clone());
-                let outcome = match run::nemesis(&nemesis).await {
+                let mut outcome = match run::nemesis(&nemesis).await {
                     Ok(r) => {
                         println!("{r}\n");
                         reports.push(r);
@@ -190,6 +209,21 @@ fn main() -> ExitCode {
                     }
                     Err(e) => Err(e),
                 };
+                if outcome.is_ok() {
+                    outcome = run::cluster_mode(cluster_duration, seed, &me, &mut reports).await;
+                }
+                finish(outcome, &reports, json)
+            })
+        }
+        Cmd::Cluster {
+            duration,
+            seed: s,
+            json,
+        } => {
+            let seed = seed(s);
+            runtime().block_on(async {
+                let mut reports = Vec::new();
+                let outcome = run::cluster_mode(duration, seed, &me, &mut reports).await;
                 finish(outcome, &reports, json)
             })
         }

@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::checker::{Checker, Ending};
 use crate::client::Answer;
 use crate::clock::Mono;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ShardFault};
 use crate::observer;
 use crate::proxy::LinkFault;
 use crate::workload::{Phase, PhaseFlag, Processes};
@@ -55,9 +55,22 @@ pub enum FaultKind {
     /// Fail one master over to a replica promoted behind its address (see
     /// [`Cluster::failover`]); the replica stays that master.
     Failover,
+    /// Cluster masters: restart empty, in one to a majority of the
+    /// clusters, the shard serving a hot resource's slot (or a random one).
+    RestartShard,
+    /// Cluster masters: a lagged failover (the replica frozen and cut off,
+    /// the primary killed, the replica promoted without the writes of the
+    /// lag) of the shard serving a hot resource's slot (or a random one),
+    /// in one to a majority of the clusters at once.
+    ShardFailover,
+    /// Cluster masters: migrate a hot resource's slot (or a random one) to
+    /// another shard, pausing mid-migration, in one to a majority of the
+    /// clusters at once.
+    MigrateSlot,
 }
 
 impl FaultKind {
+    /// Every fault of single-server masters.
     pub const ALL: [FaultKind; 12] = [
         FaultKind::KillMaster,
         FaultKind::RestartMaster,
@@ -71,6 +84,16 @@ impl FaultKind {
         FaultKind::FlushMaster,
         FaultKind::FlushMajority,
         FaultKind::Failover,
+    ];
+
+    /// Every fault of cluster masters (reached without proxies: no link
+    /// faults).
+    pub const CLUSTER: [FaultKind; 5] = [
+        FaultKind::RestartShard,
+        FaultKind::ShardFailover,
+        FaultKind::MigrateSlot,
+        FaultKind::KillAgent,
+        FaultKind::KillClient,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -87,6 +110,9 @@ impl FaultKind {
             FaultKind::FlushMaster => "flush_master",
             FaultKind::FlushMajority => "flush_majority",
             FaultKind::Failover => "failover",
+            FaultKind::RestartShard => "restart_shard",
+            FaultKind::ShardFailover => "shard_failover",
+            FaultKind::MigrateSlot => "migrate_slot",
         }
     }
 
@@ -100,6 +126,9 @@ impl FaultKind {
                 | FaultKind::FlushMaster
                 | FaultKind::FlushMajority
                 | FaultKind::Failover
+                | FaultKind::RestartShard
+                | FaultKind::ShardFailover
+                | FaultKind::MigrateSlot
         )
     }
 
@@ -169,6 +198,13 @@ enum Undo {
 /// plus this after every heal.
 pub const LIVENESS_MARGIN: Duration = Duration::from_secs(2);
 
+/// The margin instead of [`LIVENESS_MARGIN`] when the masters are clusters:
+/// a shard's slots are readmitted only once the agent has written a witness
+/// in each of them and read each one's fencing counter on the other
+/// masters, thousands of slots, which takes seconds on a busy 2-core
+/// machine; and a later fault may hit another cluster while they wait.
+pub const CLUSTER_LIVENESS_MARGIN: Duration = Duration::from_secs(10);
+
 /// Faults that are over as soon as they are injected: nothing to heal.
 fn over_at_once(kinds: &[FaultKind]) -> bool {
     !kinds.is_empty()
@@ -181,6 +217,9 @@ fn over_at_once(kinds: &[FaultKind]) -> bool {
                     | FaultKind::FlushMaster
                     | FaultKind::FlushMajority
                     | FaultKind::Failover
+                    | FaultKind::RestartShard
+                    | FaultKind::ShardFailover
+                    | FaultKind::MigrateSlot
             )
         })
 }
@@ -198,6 +237,9 @@ pub struct Nemesis {
     pub fault_ms: (u64, u64),
     /// Quiet gap after each recovery.
     pub gap: Duration,
+    /// The lock keys of the workload's resources: the slots the cluster
+    /// faults aim at most of the time.
+    pub hot_keys: Vec<String>,
     kill_release: Vec<tokio::task::JoinHandle<Option<f64>>>,
 }
 
@@ -211,7 +253,13 @@ impl Nemesis {
     ) -> Nemesis {
         // The margin covers noticing the heal (a probe interval), a
         // reconnect (up to ten node timeouts) and a loaded machine.
-        let bound = cluster.settings.quarantine() + LIVENESS_MARGIN;
+        let clusters = cluster.masters.iter().any(|m| m.as_cluster().is_some());
+        let margin = if clusters {
+            CLUSTER_LIVENESS_MARGIN
+        } else {
+            LIVENESS_MARGIN
+        };
+        let bound = cluster.settings.quarantine() + margin;
         Nemesis {
             cluster,
             checker,
@@ -225,6 +273,7 @@ impl Nemesis {
             cycle: 0,
             fault_ms: (800, 2000),
             gap: Duration::from_millis(300),
+            hot_keys: Vec::new(),
             kill_release: Vec::new(),
         }
     }
@@ -258,6 +307,60 @@ impl Nemesis {
             .join(",")
     }
 
+    /// A slot for a cluster fault: three times in four a hot resource's.
+    fn pick_slot(&mut self) -> u16 {
+        let hot = self.hot_keys.choose(&mut self.rng).cloned();
+        match hot {
+            Some(key) if self.rng.random_bool(0.75) => redlock_wire::keys::key_slot(key.as_bytes()),
+            _ => self.rng.random_range(0..redlock_wire::keys::SLOTS),
+        }
+    }
+
+    /// A shard fault in one to a majority of the cluster masters at once,
+    /// each on the shard serving a slot of its own choosing.
+    async fn inject_shards(
+        &mut self,
+        kind: FaultKind,
+        fault: ShardFault,
+        busy: &mut Vec<usize>,
+    ) -> Option<Undo> {
+        let majority = self.cluster.masters.len() / 2 + 1;
+        let k = self.rng.random_range(1..=majority);
+        busy.extend(
+            (0..self.cluster.masters.len())
+                .filter(|&j| self.cluster.masters[j].as_cluster().is_none()),
+        );
+        let picked = self.pick_masters(k, busy);
+        if picked.is_empty() {
+            self.report
+                .skipped
+                .push(format!("{}: no free cluster master", kind.as_str()));
+            return None;
+        }
+        let window = Duration::from_millis(self.rng.random_range(200..=800));
+        let targets: Vec<(usize, u16, usize)> = picked
+            .iter()
+            .map(|&j| (j, self.pick_slot(), self.rng.random_range(0..1000)))
+            .collect();
+        let held = self.checker.open();
+        let hits = targets.iter().map(|&(j, slot, pick)| {
+            let m = self.cluster.masters[j].clone();
+            async move { m.shard_fault(fault, slot, window, pick).await }
+        });
+        let mut done = Vec::new();
+        for r in futures::future::join_all(hits).await {
+            match r {
+                Ok(detail) => done.push(detail),
+                Err(e) => self.report.skipped.push(format!("{}: {e}", kind.as_str())),
+            }
+        }
+        if done.is_empty() {
+            return None;
+        }
+        self.record(kind, format!("{} ({held} sections open)", done.join("; ")));
+        Some(Undo::Nothing)
+    }
+
     async fn inject(
         &mut self,
         kind: FaultKind,
@@ -266,6 +369,18 @@ impl Nemesis {
     ) -> Option<Undo> {
         let agents = self.cluster.agents.len();
         match kind {
+            FaultKind::RestartShard => {
+                self.inject_shards(kind, ShardFault::RestartEmpty, busy)
+                    .await
+            }
+            FaultKind::ShardFailover => {
+                self.inject_shards(kind, ShardFault::LaggedFailover, busy)
+                    .await
+            }
+            FaultKind::MigrateSlot => {
+                self.inject_shards(kind, ShardFault::MigrateSlot, busy)
+                    .await
+            }
             FaultKind::KillMaster | FaultKind::RestartMaster | FaultKind::FreezeMaster => {
                 let Some(&j) = self.pick_masters(1, busy).first() else {
                     self.report
@@ -559,13 +674,17 @@ impl Nemesis {
         let limit = healed.plus_ms(self.report.liveness_bound_ms * 2);
         let clients = self.cluster.clients().await;
         let cycle = self.cycle;
+        // 300 ms, or the least the agents take: twice their node timeout.
+        let probe_ttl_ms = u64::try_from(self.cluster.settings.node_timeout.as_millis() * 2)
+            .unwrap_or(u64::MAX)
+            .max(300);
         let probes = clients
             .into_iter()
             .enumerate()
             .map(|(a, client)| async move {
                 let resource = format!("probe-{cycle}-a{}", a + 1);
                 let request = AcquireRequest {
-                    ttl_ms: Some(300),
+                    ttl_ms: Some(probe_ttl_ms),
                     wait_ms: None,
                     owner: Some("probe".into()),
                     ..Default::default()

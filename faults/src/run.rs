@@ -11,6 +11,15 @@
 //!   incarnation marker check, turned off through the agent's test-only
 //!   switch ([`crate::cluster::NO_MARKER_CHECK_ENV`]).
 //!
+//! In cluster mode ([`Options::cluster_nemesis`]) each master is a Redis
+//! Cluster of 3 primaries with a replica each, and the nemesis restarts
+//! shards empty, fails shards over to lagging replicas and migrates slots.
+//! Its control ([`Options::cluster_control`], [`cluster_cases`]) is
+//! deterministic: a lock is taken while the replicas of the shards serving
+//! its slot in a majority of the clusters are frozen, those replicas are
+//! promoted without it, and a second client tries the lock; with the
+//! in-vote marker check off it must get it.
+//!
 //! And one for fences ([`Options::fence_control`]): agents whose clocks
 //! disagree by seconds (the agent's test-only skew of its fence floor,
 //! [`crate::cluster::FENCE_CLOCK_SKEW_ENV`]) mint ordered fences only
@@ -27,21 +36,28 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::checker::{Checker, Findings};
+use crate::checker::{ClientKind, Ending, Grant};
+use crate::client::Answer;
 use crate::clock::Mono;
 use crate::cluster::{
-    tail, AgentSettings, Cluster, FENCE_CLOCK_SKEW_ENV, NO_FENCE_WRITEBACK_ENV, NO_MARKER_CHECK_ENV,
+    tail, AgentSettings, Cluster, Topology, FENCE_CLOCK_SKEW_ENV, NO_FENCE_WRITEBACK_ENV,
+    NO_MARKER_CHECK_ENV,
 };
 use crate::lag::Lag;
 use crate::nemesis::{FaultKind, Nemesis, NemesisReport};
 use crate::observer;
 use crate::store::{FencedStore, StoreClient};
-use crate::workload::{self, Ctx, Mix, PhaseFlag, Plan, Processes, Stats, StatsSnapshot};
+use crate::workload::{
+    self, Ctx, Mix, Outcome, Phase, PhaseFlag, Plan, Processes, Stats, StatsSnapshot,
+};
 
 /// How a run is set up.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub name: String,
     pub masters: usize,
+    /// Single servers or Redis Clusters.
+    pub topology: Topology,
     pub agents: usize,
     pub duration: Duration,
     pub seed: u64,
@@ -77,9 +93,11 @@ pub const FENCE_SKEW_MS: i64 = 5000;
 /// is held, with the agent's protection against it on or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Control {
-    /// [`FaultKind::RestartMajority`] or [`FaultKind::FlushMajority`].
+    /// [`FaultKind::RestartMajority`], [`FaultKind::FlushMajority`] or
+    /// [`FaultKind::ShardFailover`] (cluster masters).
     pub fault: FaultKind,
-    /// Delayed restart (for a restart) or the marker check (for a flush).
+    /// Delayed restart (for a restart) or the marker check (for a flush or
+    /// a shard failover).
     /// Off, the run must find violations.
     pub protected: bool,
 }
@@ -116,6 +134,7 @@ impl Options {
         Options {
             name: "nemesis".into(),
             masters: 5,
+            topology: Topology::Singles,
             agents: 3,
             duration,
             seed,
@@ -160,6 +179,7 @@ impl Options {
                 if delayed_restart { "on" } else { "off" }
             ),
             masters: 5,
+            topology: Topology::Singles,
             agents: 2,
             duration: Duration::from_secs(30),
             seed,
@@ -209,6 +229,58 @@ impl Options {
         options
     }
 
+    /// The nemesis run in cluster mode: 5 masters, each a Redis Cluster of
+    /// [`CLUSTER_PRIMARIES`] primaries with a replica each reached directly
+    /// by 2 agents, the same workload, every cluster fault alone then mixed
+    /// ([`FaultKind::CLUSTER`]).
+    pub fn cluster_nemesis(duration: Duration, seed: u64, faults_bin: PathBuf) -> Options {
+        let mut options = Options::nemesis(duration, seed, faults_bin);
+        options.name = "nemesis (cluster masters)".into();
+        options.topology = CLUSTER_TOPOLOGY;
+        options.agents = 2;
+        options.settings = cluster_settings(options.settings);
+        // A TTL is at least twice the node timeout.
+        options.plan.ttl_ms = (600, 1500);
+        options.plan.hold_ttl_ms = (600, 1200);
+        options.singles = FaultKind::CLUSTER.to_vec();
+        options.pool = FaultKind::CLUSTER.to_vec();
+        options
+    }
+
+    /// The cluster control scenario, deterministic: 5 cluster masters, 2
+    /// agents; the replicas of the shards serving the lock's slot in 3 of
+    /// the clusters are frozen, a client takes the lock through a1 (it is
+    /// written on those primaries only), the replicas are promoted without
+    /// it, and a second client tries the lock through a2 while the first
+    /// holds it. With the in-vote marker check on, it must not get it; off
+    /// (the agents' test-only switch), it must.
+    pub fn cluster_control(marker_check: bool, seed: u64, faults_bin: PathBuf) -> Options {
+        let mut options = Options::control(true, seed, faults_bin);
+        options.name = format!(
+            "control cluster failover (marker check {})",
+            if marker_check { "on" } else { "off" }
+        );
+        options.topology = CLUSTER_TOPOLOGY;
+        // Long enough that the holder still holds when the promotions are
+        // done: each waits for its cluster to settle.
+        options.settings = cluster_settings(options.settings);
+        options.settings.default_ttl = Duration::from_secs(5);
+        options.settings.max_ttl = Duration::from_secs(5);
+        options.settings.marker_check = marker_check;
+        options.plan.ttl_ms = (5000, 5000);
+        options.mix = Mix {
+            acquire: 0,
+            hold: 0,
+            process_hold: 0,
+            lock_command: 0,
+        };
+        options.control = Some(Control {
+            fault: FaultKind::ShardFailover,
+            protected: marker_check,
+        });
+        options
+    }
+
     /// The fence control scenario: 2 agents over 5 masters, a2's clock
     /// [`FENCE_SKEW_MS`] behind a1's for the fence floor, plain acquires and
     /// holds on two resources, no fault; round 2's write-back on or off.
@@ -240,6 +312,7 @@ impl Options {
                 FENCE_SKEW_MS / 1000
             ),
             masters: 5,
+            topology: Topology::Singles,
             agents,
             duration: Duration::from_secs(8),
             seed,
@@ -273,6 +346,56 @@ impl Options {
     }
 }
 
+/// Cluster mode's agent settings from `settings`: a longer node timeout
+/// (and the TTLs it needs, ten times as long) and health interval. The
+/// slot sweeps (markers at first sight, witnesses, readmission with each
+/// slot's fencing counter read on every other master) run in requests of
+/// many slots each, bounded by the node timeout; with 100 ms they timed
+/// out on a busy 2-core machine running five clusters (before the sweeps
+/// were batched per shard: it may be lowered again).
+pub fn cluster_settings(settings: AgentSettings) -> AgentSettings {
+    AgentSettings {
+        node_timeout: CLUSTER_NODE_TIMEOUT,
+        health_interval: CLUSTER_HEALTH_INTERVAL,
+        default_ttl: settings.default_ttl.max(CLUSTER_NODE_TIMEOUT * 10),
+        max_ttl: settings.max_ttl.max(CLUSTER_NODE_TIMEOUT * 10),
+        ..settings
+    }
+}
+
+/// The agents' `lock.node_timeout` in cluster mode.
+pub const CLUSTER_NODE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The agents' `health.interval` in cluster mode: each probe of a cluster
+/// with slots due for readmission reads their counters on every master.
+pub const CLUSTER_HEALTH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Shards of each cluster master in cluster mode.
+pub const CLUSTER_PRIMARIES: usize = 3;
+
+/// Cluster mode's masters: [`CLUSTER_PRIMARIES`] primaries with one
+/// replica each (the lagged failover needs it).
+pub const CLUSTER_TOPOLOGY: Topology = Topology::Clusters {
+    primaries: CLUSTER_PRIMARIES,
+    replicas: 1,
+};
+
+/// The cluster mode's control runs, in order, one round each: a second
+/// round would first wait for the readmission of the three failed-over
+/// shards' slots, which takes longer than the quarantine on a busy machine.
+pub fn cluster_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, usize)> {
+    vec![
+        (
+            Options::cluster_control(true, seed, faults_bin.to_path_buf()),
+            1,
+        ),
+        (
+            Options::cluster_control(false, seed, faults_bin.to_path_buf()),
+            1,
+        ),
+    ]
+}
+
 /// Fenced grants each agent of the fence control makes before it stops
 /// (write-back on).
 const FENCE_CONTROL_GRANTS: usize = 20;
@@ -283,6 +406,7 @@ pub struct Report {
     pub name: String,
     pub seed: u64,
     pub masters: usize,
+    pub topology: Topology,
     pub agents: usize,
     pub clients: usize,
     pub resources: usize,
@@ -394,16 +518,20 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = self.stats.total();
+        let masters = match self.topology {
+            Topology::Singles => format!("{} masters", self.masters),
+            Topology::Clusters {
+                primaries,
+                replicas,
+            } => format!(
+                "{} cluster masters ({primaries} primaries, {replicas} replica each)",
+                self.masters
+            ),
+        };
         writeln!(
             f,
-            "== {}: {} masters, {} agents, {} clients on {} resources, {:.1}s, seed {}",
-            self.name,
-            self.masters,
-            self.agents,
-            self.clients,
-            self.resources,
-            self.seconds,
-            self.seed
+            "== {}: {masters}, {} agents, {} clients on {} resources, {:.1}s, seed {}",
+            self.name, self.agents, self.clients, self.resources, self.seconds, self.seed
         )?;
         writeln!(
             f,
@@ -754,14 +882,26 @@ struct Harness {
 impl Harness {
     async fn start(options: &Options) -> Result<Harness, String> {
         let cluster = Arc::new(
-            Cluster::start(options.masters, options.agents, options.settings.clone()).await?,
+            Cluster::start_with(
+                options.masters,
+                options.topology,
+                options.agents,
+                options.settings.clone(),
+            )
+            .await?,
         );
         // Agents quarantine masters whose uptime is below the quarantine at
-        // first sight: wait for them to take every master.
+        // first sight (and every slot of a fresh cluster): wait for them to
+        // take every master and slot.
         cluster
             .wait_usable(
                 options.masters as u64,
-                options.settings.quarantine() + Duration::from_secs(5),
+                options.settings.quarantine()
+                    + match options.topology {
+                        Topology::Singles => Duration::from_secs(5),
+                        // A cluster: witnesses and readmission of 16384 slots.
+                        Topology::Clusters { .. } => Duration::from_secs(60),
+                    },
             )
             .await?;
         let store = FencedStore::start(cluster.dir.path())?;
@@ -903,6 +1043,7 @@ impl Harness {
             name: options.name.clone(),
             seed: options.seed,
             masters: options.masters,
+            topology: options.topology,
             agents: options.agents,
             clients: mix.acquire + mix.hold + mix.process_hold + mix.lock_command,
             resources: options.plan.resources.len(),
@@ -938,6 +1079,12 @@ pub async fn nemesis(options: &Options) -> Result<Report, String> {
         options.seed ^ 0x5eed,
     );
     nemesis.fault_ms = options.fault_ms;
+    nemesis.hot_keys = options
+        .plan
+        .resources
+        .iter()
+        .map(|r| format!("{}{r}", options.settings.key_prefix))
+        .collect();
     let until = harness.started.plus(options.duration);
     nemesis.run(&options.singles, &options.pool, until).await;
     nemesis.finish().await;
@@ -959,6 +1106,9 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
     let control = options
         .control
         .ok_or_else(|| format!("{} is not a control scenario", options.name))?;
+    if control.fault == FaultKind::ShardFailover {
+        return cluster_control(options, control, rounds).await;
+    }
     let harness = Harness::start(options).await?;
     let resource = options.plan.resources[0].clone();
     if control.fault == FaultKind::RestartMajority && !control.protected {
@@ -1011,6 +1161,227 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
         }
     }
     Ok(harness.finish(options, report).await)
+}
+
+/// How long the short mode's cluster nemesis runs.
+pub const CLUSTER_SHORT_DURATION: Duration = Duration::from_secs(30);
+
+/// Cluster mode: the nemesis run over cluster masters for `duration`, then
+/// the cluster control runs ([`cluster_cases`]); each report is printed
+/// and pushed to `reports` as it comes.
+///
+/// # Errors
+/// When a run cannot start.
+pub async fn cluster_mode(
+    duration: Duration,
+    seed: u64,
+    faults_bin: &std::path::Path,
+    reports: &mut Vec<Report>,
+) -> Result<(), String> {
+    let report = nemesis(&Options::cluster_nemesis(
+        duration,
+        seed,
+        faults_bin.to_path_buf(),
+    ))
+    .await?;
+    println!("{report}\n");
+    reports.push(report);
+    for (options, rounds) in cluster_cases(seed, faults_bin) {
+        let report = control(&options, rounds).await?;
+        println!("{report}\n");
+        reports.push(report);
+    }
+    Ok(())
+}
+
+/// The cluster control scenario ([`Options::cluster_control`]), up to
+/// `rounds` times (without the marker check, until the first violation).
+async fn cluster_control(
+    options: &Options,
+    control: Control,
+    rounds: usize,
+) -> Result<Report, String> {
+    let harness = Harness::start(options).await?;
+    let resource = options.plan.resources[0].clone();
+    let key = format!("{}{resource}", options.settings.key_prefix);
+    let slot = redlock_wire::keys::key_slot(key.as_bytes());
+    let majority: Vec<usize> = (0..options.masters / 2 + 1).collect();
+    let clients = harness.cluster.clients().await;
+    let (first, second) = (clients[0].clone(), clients[1 % clients.len()].clone());
+    let ttl_ms = options.plan.ttl_ms.0;
+    let mut report = NemesisReport::default();
+    for round in 1..=rounds {
+        harness.phase.set(Phase::Faulted);
+        let begun = futures::future::join_all(majority.iter().map(|&j| {
+            let m = harness.cluster.masters[j].clone();
+            async move { (m.begin_failover(slot).await, m) }
+        }))
+        .await;
+        let mut lagging = Vec::new();
+        for (r, m) in begun {
+            match r {
+                Ok(shard) => lagging.push((m, shard)),
+                Err(e) => report.skipped.push(format!("begin failover: {e}")),
+            }
+        }
+        // The holder: written on the primaries whose replicas are frozen.
+        // A later round waits for the slot's quarantine from the one before.
+        let request = redlock_wire::AcquireRequest {
+            ttl_ms: Some(ttl_ms),
+            wait_ms: Some(
+                u64::try_from(options.settings.quarantine().as_millis()).unwrap_or(0) + 2000,
+            ),
+            owner: Some("holder".into()),
+            fence: true,
+        };
+        let requested = Mono::now();
+        let answer = first.acquire(&resource, &request).await;
+        let granted = Mono::now();
+        let holder = match answer {
+            Ok(Answer::Ok(grant)) => {
+                harness
+                    .stats
+                    .attempt(Phase::Faulted, ClientKind::Acquire, Outcome::Granted);
+                let id = harness.checker.enter(
+                    Grant {
+                        resource: resource.clone(),
+                        client: "holder".into(),
+                        kind: ClientKind::Acquire,
+                        agent: 0,
+                        token: grant.token.clone(),
+                        ttl_ms,
+                        requested,
+                        granted,
+                        validity_ms: Some(grant.validity_ms),
+                        fence: grant.fence,
+                    },
+                    granted,
+                );
+                Some((id, grant))
+            }
+            Ok(Answer::Refused { code, message, .. }) => {
+                report.skipped.push(format!(
+                    "round {round}: the holder was refused: {code}: {message}"
+                ));
+                None
+            }
+            Err(e) => {
+                report
+                    .skipped
+                    .push(format!("round {round}: the holder got no answer: {e}"));
+                None
+            }
+        };
+        let promoted =
+            futures::future::join_all(lagging.iter().map(|(m, shard)| async move {
+                (m.name.clone(), m.finish_failover(*shard).await)
+            }))
+            .await;
+        let mut names = Vec::new();
+        for (name, r) in promoted {
+            match r {
+                Ok(()) => names.push(name),
+                Err(e) => report
+                    .skipped
+                    .push(format!("finish failover of {name}: {e}")),
+            }
+        }
+        let Some((holder_id, grant)) = holder else {
+            break;
+        };
+        report.faults.push(crate::nemesis::FaultRecord {
+            kind: control.fault,
+            at: Mono::now(),
+            detail: format!(
+                "{}: the shard of slot {slot} promoted its replica without the lock on {resource}",
+                names.join(",")
+            ),
+        });
+        // The holder works through 80% of its validity; meanwhile a second
+        // client tries the lock through the other agent.
+        let leaves = granted.plus_ms(grant.validity_ms * 4 / 5);
+        let mut intruder = None;
+        while Mono::now() < leaves && intruder.is_none() {
+            let request = redlock_wire::AcquireRequest {
+                ttl_ms: Some(1000),
+                wait_ms: None,
+                owner: Some("intruder".into()),
+                fence: true,
+            };
+            let requested = Mono::now();
+            match second.acquire(&resource, &request).await {
+                Ok(Answer::Ok(g)) => {
+                    let at = Mono::now();
+                    harness
+                        .stats
+                        .attempt(Phase::Faulted, ClientKind::Acquire, Outcome::Granted);
+                    let id = harness.checker.enter(
+                        Grant {
+                            resource: resource.clone(),
+                            client: "intruder".into(),
+                            kind: ClientKind::Acquire,
+                            agent: 1,
+                            token: g.token.clone(),
+                            ttl_ms: 1000,
+                            requested,
+                            granted: at,
+                            validity_ms: Some(g.validity_ms),
+                            fence: g.fence,
+                        },
+                        at,
+                    );
+                    intruder = Some((id, g.token, at));
+                }
+                Ok(Answer::Refused { code, .. }) => {
+                    let outcome = match code.as_str() {
+                        "taken" => Outcome::Taken,
+                        "no_quorum" => Outcome::NoQuorum,
+                        _ => Outcome::Refused,
+                    };
+                    harness
+                        .stats
+                        .attempt(Phase::Faulted, ClientKind::Acquire, outcome);
+                }
+                Err(_) => {
+                    harness
+                        .stats
+                        .attempt(Phase::Faulted, ClientKind::Acquire, Outcome::NoAnswer);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if let Some((id, token, at)) = intruder {
+            let released = second.release(&resource, &token).await;
+            harness
+                .checker
+                .exit(id, at.plus_ms(10).min(Mono::now()), ending(released));
+        }
+        // The holder left when its work was done, even if the harness
+        // records it later.
+        while Mono::now() < leaves {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let released = first.release(&resource, &grant.token).await;
+        harness.checker.exit(holder_id, leaves, ending(released));
+        harness.phase.set(Phase::Quiet);
+        if !control.protected && !harness.checker.findings(Mono::now()).violations.is_empty() {
+            break;
+        }
+    }
+    Ok(harness.finish(options, report).await)
+}
+
+/// How a section ended, from its release's answer.
+fn ending(
+    released: Result<Answer<redlock_wire::ReleaseResponse>, crate::http::HttpError>,
+) -> Ending {
+    match released {
+        Ok(Answer::Ok(r)) => Ending::Released {
+            released: r.released,
+        },
+        Ok(Answer::Refused { .. }) => Ending::Released { released: false },
+        Err(_) => Ending::ReleaseUnanswered,
+    }
 }
 
 /// The fence control scenario: the clients run until each agent made
@@ -1128,11 +1499,18 @@ pub fn verdicts(reports: &[Report]) -> Vec<String> {
                         "PASS {}: the checker saw {n} violations{also}, as it must",
                         r.name
                     ),
-                    (false, _) if control.fault == FaultKind::FlushMajority => format!(
-                        "FAIL {}: no violation found; the checker cannot see a double grant, \
-                         or the agents ignored {NO_MARKER_CHECK_ENV}=1",
-                        r.name
-                    ),
+                    (false, _)
+                        if matches!(
+                            control.fault,
+                            FaultKind::FlushMajority | FaultKind::ShardFailover
+                        ) =>
+                    {
+                        format!(
+                            "FAIL {}: no violation found; the checker cannot see a double grant, \
+                             or the agents ignored {NO_MARKER_CHECK_ENV}=1",
+                            r.name
+                        )
+                    }
                     (false, _) => format!(
                         "FAIL {}: no violation found; the checker cannot see a double grant",
                         r.name
@@ -1165,6 +1543,7 @@ mod tests {
             name: options.name.clone(),
             seed: 1,
             masters: options.masters,
+            topology: options.topology,
             agents: options.agents,
             clients: 6,
             resources: 2,
@@ -1213,6 +1592,33 @@ mod tests {
             later: section,
             across_resources: false,
         }
+    }
+
+    /// The cluster control without the marker check fails when it finds no
+    /// double grant, naming the switch the agents may have ignored; with
+    /// the check, it passes when it finds none.
+    #[test]
+    fn the_cluster_control_needs_a_double_grant_only_without_the_marker_check() {
+        let report = |marker_check| {
+            let options = Options::cluster_control(marker_check, 1, PathBuf::from("faults"));
+            let mut r = fence_report(true, FenceFindings::default());
+            r.name = options.name.clone();
+            r.topology = options.topology;
+            r.control = options.control;
+            r.fence_control = None;
+            r
+        };
+        let blind = verdicts(&[report(false)]).remove(0);
+        assert!(
+            blind.starts_with("FAIL") && blind.contains(NO_MARKER_CHECK_ENV),
+            "{blind}"
+        );
+        let safe = verdicts(&[report(true)]).remove(0);
+        assert!(safe.starts_with("PASS"), "{safe}");
+        assert_eq!(
+            Options::cluster_nemesis(Duration::from_secs(1), 1, PathBuf::from("faults")).pool,
+            FaultKind::CLUSTER.to_vec()
+        );
     }
 
     /// The fence control passes with the write-back only when no fence is

@@ -178,6 +178,9 @@ fn wire_values_match_their_schemas() {
                 uptime_s: Some(3),
                 persistence: Some("none".into()),
                 warnings: vec!["w".into()],
+                kind: "single".into(),
+                quarantined_slots: 0,
+                shards: Vec::new(),
             }],
         },
     );
