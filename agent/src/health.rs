@@ -246,6 +246,21 @@ async fn probe_cluster(node: &Node, peers: &[Arc<Node>], settings: &HealthSettin
         return;
     }
     node.record_probe(started.elapsed());
+    let (lock_conn, reconnected) = if !reconnected && node.stuck_connections() {
+        tracing::warn!(
+            node = node.name(),
+            "every shard answers the probe but lock requests keep failing: opening a fresh cluster connection"
+        );
+        match node.open().await {
+            Ok(conn) => (conn, true),
+            Err(e) => {
+                went_down(node, was, &e);
+                return;
+            }
+        }
+    } else {
+        (lock_conn, reconnected)
+    };
     if reconnected {
         node.install(lock_conn);
         tracing::info!(

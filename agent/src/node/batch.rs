@@ -245,6 +245,9 @@ impl Node {
         } else {
             call.invoke_async::<redis::Value>(&mut conn).await
         };
+        if slot.is_some() {
+            self.cluster_lock_result(matches!(&result, Ok(redis::Value::Array(_))));
+        }
         let answers = match result {
             Ok(redis::Value::Array(items)) if items.len() == jobs.len() => items,
             Ok(other) => {

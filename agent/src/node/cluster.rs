@@ -92,6 +92,13 @@ pub struct ClusterPart {
     client: ClusterClient,
     pub(super) slots: std::sync::Mutex<Slots>,
     shards: std::sync::Mutex<Vec<Shard>>,
+    /// Lock calls to this cluster that failed in a row (timeouts, lost
+    /// connections): with every primary answering the probe, the lock
+    /// connection itself is stuck, and the health task replaces it.
+    lock_failures: std::sync::atomic::AtomicU32,
+    /// Probes in a row in which some primary did not answer: the probe's
+    /// own connection is opened afresh after a few.
+    probe_misses: std::sync::atomic::AtomicU32,
     /// This agent's witness keys are `<key_prefix><id> quarantine witness
     /// {<tag>}`: one name per agent and slot.
     witness_id: String,
@@ -122,6 +129,8 @@ impl ClusterPart {
                 .to_string(),
             markers_read: std::sync::atomic::AtomicBool::new(false),
             probe_conn: std::sync::Mutex::new(None),
+            lock_failures: std::sync::atomic::AtomicU32::new(0),
+            probe_misses: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -687,6 +696,51 @@ impl Node {
         Ok(conn)
     }
 
+    /// Counts a lock call to this cluster that failed, or clears the count
+    /// after one that was answered.
+    pub(crate) fn cluster_lock_result(&self, answered: bool) {
+        if let Some(part) = self.part() {
+            if answered {
+                part.lock_failures
+                    .store(0, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                part.lock_failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// After a probe: whether the lock connection must be replaced. The
+    /// cluster client repairs a connection to a restarted shard in the
+    /// background, but that repair has been seen to stall for good while
+    /// the cluster itself was healthy; a fresh connection works at once.
+    /// So when every primary answered this probe and lock calls kept
+    /// failing (`LOCK_FAILURES_BEFORE_RECONNECT` in a row), the connection
+    /// is at fault, not the cluster. Likewise the probe's own connection is
+    /// dropped after a few probes in a row with a primary silent, so a
+    /// stuck probe connection cannot hide a healthy shard.
+    pub(crate) fn stuck_connections(&self) -> bool {
+        let Some(part) = self.part() else {
+            return false;
+        };
+        let all_up = {
+            let shards = part.shards.lock().unwrap_or_else(|e| e.into_inner());
+            !shards.is_empty() && shards.iter().all(|s| s.up)
+        };
+        use std::sync::atomic::Ordering::Relaxed;
+        if all_up {
+            part.probe_misses.store(0, Relaxed);
+        } else if part.probe_misses.fetch_add(1, Relaxed) + 1 >= PROBE_MISSES_BEFORE_RECONNECT {
+            part.probe_misses.store(0, Relaxed);
+            self.drop_probe_connection();
+        }
+        if all_up && part.lock_failures.load(Relaxed) >= LOCK_FAILURES_BEFORE_RECONNECT {
+            part.lock_failures.store(0, Relaxed);
+            return true;
+        }
+        false
+    }
+
     /// Forgets the health task's connection after it failed.
     pub(crate) fn drop_probe_connection(&self) {
         if let Some(part) = self.part() {
@@ -804,6 +858,14 @@ impl Node {
             .await
     }
 }
+
+/// Failed lock calls in a row, with every primary answering, after which
+/// the lock connection is replaced (see [`Node::stuck_connections`]).
+const LOCK_FAILURES_BEFORE_RECONNECT: u32 = 3;
+
+/// Probes in a row with a primary silent after which the probe's own
+/// connection is opened afresh.
+const PROBE_MISSES_BEFORE_RECONNECT: u32 = 3;
 
 /// Slots per sweep call: one call holds its shard for a few milliseconds
 /// at most.
