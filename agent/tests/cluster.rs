@@ -22,7 +22,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{node, TestAgent};
+use common::{node, wait_for, TestAgent};
 use hyper::StatusCode;
 use redlock_testkit::{Primary, RedisCluster, RedisServer};
 use redlock_wire::keys;
@@ -1303,4 +1303,85 @@ fn each_cluster_config_problem_alone_exits_64_and_a_good_mix_passes() {
     let (code, stderr) = run_agent(&["check"], &good);
     assert_eq!(code, Some(0), "{stderr}\n{good}");
     assert!(stderr.contains("(5 masters, quorum 3)"), "{stderr}");
+}
+
+/// The leak scanner walks every shard of a cluster master (a `SCAN` per
+/// primary): a key without TTL planted on each of a cluster's three shards
+/// is reported, the per-slot bookkeeping keys and live locks are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leak_scan_walks_every_shard_of_a_cluster() {
+    const TOKEN: &str = "5f3a9c0e1b2d4f6a8c0e1b2d4f6a8c0e1b2d4f6a";
+    let masters = Masters::start(3, 0);
+    let agent = masters
+        .agent(&format!(
+            "{SETTINGS}leak_scan:\n  interval: 150ms\n  count: 100\n"
+        ))
+        .await;
+    // One resource per shard of c1, by the slot each name lands in.
+    let c1 = &masters.clusters[0];
+    let mut planted: Vec<(String, u16)> = Vec::new();
+    for i in 0.. {
+        let resource = format!("stuck-{i}");
+        let shard = blocking(|| c1.shard_of_key(lock_key(&resource).as_bytes()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        if planted
+            .iter()
+            .all(|(_, port)| *port != c1.primary_port(shard))
+        {
+            planted.push((resource, c1.primary_port(shard)));
+        }
+        if planted.len() == 3 {
+            break;
+        }
+    }
+    for (resource, port) in &planted {
+        let _: () = redis::cmd("SET")
+            .arg(lock_key(resource))
+            .arg(TOKEN)
+            .query_async(&mut redis(*port).await)
+            .await
+            .unwrap();
+    }
+    acquire(&agent, "live", json!({"ttl_ms": 5000})).await;
+    let before = agent.get("/v1/leaks").await.unwrap().1["scans"]
+        .as_u64()
+        .unwrap();
+    wait_for(
+        "two scans after the planting",
+        Duration::from_secs(30),
+        || async {
+            agent.get("/v1/leaks").await.unwrap().1["scans"]
+                .as_u64()
+                .unwrap()
+                >= before + 2
+        },
+    )
+    .await;
+    let leaks = agent.get("/v1/leaks").await.unwrap().1;
+    let c1_leaks = leaks["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == "c1")
+        .unwrap_or_else(|| panic!("no c1 in {leaks}"));
+    assert_eq!(c1_leaks["no_ttl"], 3, "one per shard: {leaks}");
+    let mut found: Vec<String> = c1_leaks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["resource"].as_str().unwrap().to_string())
+        .collect();
+    found.sort();
+    let mut wanted: Vec<String> = planted.iter().map(|(r, _)| r.clone()).collect();
+    wanted.sort();
+    assert_eq!(found, wanted, "{leaks}");
+    for other in ["c2", "c3"] {
+        let n = leaks["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"] == other)
+            .unwrap();
+        assert_eq!(n["no_ttl"], 0, "{other}: {leaks}");
+    }
 }
