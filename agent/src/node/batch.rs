@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
+use redlock_wire::keys::slot_key;
+
 use super::{classify_text, scripts, ttl_ms, Node};
 use crate::redlock::master::NodeError;
 use crate::redlock::observe::Op;
@@ -199,14 +201,7 @@ impl Node {
             return self.send_group(conn, None, jobs).await;
         }
         // A script's keys must share a slot: one call per slot, all at once.
-        let mut groups: Vec<(u16, Vec<Job>)> = Vec::new();
-        for job in jobs.drain(..) {
-            let slot = redlock_wire::keys::key_slot(job.key.as_bytes());
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, group)) => group.push(job),
-                None => groups.push((slot, vec![job])),
-            }
-        }
+        let mut groups = super::cluster::by_slot(jobs.drain(..), |job| job.key.as_str());
         futures::future::join_all(
             groups
                 .iter_mut()
@@ -221,8 +216,8 @@ impl Node {
         let mut call = scripts::BATCH.prepare_invoke();
         match slot {
             Some(slot) => call
-                .key(self.slot_key(&self.marker_key, slot))
-                .key(self.slot_key(&self.fence_key, slot))
+                .key(slot_key(&self.marker_key, slot))
+                .key(slot_key(&self.fence_key, slot))
                 .arg(if self.marker_check { "2" } else { "0" }),
             None => call
                 .key(&self.marker_key)

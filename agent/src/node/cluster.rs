@@ -247,11 +247,6 @@ impl Node {
             .collect()
     }
 
-    /// The bookkeeping key `base` (marker, fence) for `slot`.
-    pub(crate) fn slot_key(&self, base: &str, slot: u16) -> String {
-        slot_key(base, slot)
-    }
-
     fn witness_key(&self, slot: u16) -> Option<String> {
         let part = self.part()?;
         let prefix = self.marker_key.trim_end_matches(MARKER_SUFFIX);
@@ -879,15 +874,21 @@ const SWEEP_CHUNK: usize = 1024;
 /// is atomic, as every script is; so is the chunk.
 pub struct SweepScript {
     code: &'static str,
-    hash: std::sync::LazyLock<String>,
+    hash: std::sync::OnceLock<String>,
 }
 
 impl SweepScript {
-    const fn new(code: &'static str, hash: fn() -> String) -> SweepScript {
+    const fn new(code: &'static str) -> SweepScript {
         SweepScript {
             code,
-            hash: std::sync::LazyLock::new(hash),
+            hash: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The script's SHA1, as `EVALSHA` names it.
+    fn hash(&self) -> &str {
+        self.hash
+            .get_or_init(|| redis::Script::new(self.code).get_hash().to_string())
     }
 
     /// `EVALSHA` on the node of `route`, loading the script there first if
@@ -899,7 +900,7 @@ impl SweepScript {
         args: &[String],
     ) -> redis::RedisResult<Value> {
         let mut call = redis::cmd("EVALSHA");
-        call.arg(&*self.hash).arg(0).arg(args);
+        call.arg(self.hash()).arg(0).arg(args);
         // A routed command answers a server error as a value: made an
         // error here, like any other request's.
         let first = cluster
@@ -924,15 +925,10 @@ impl SweepScript {
     }
 }
 
-fn sha1_hex(code: &str) -> String {
-    redis::Script::new(code).get_hash().to_string()
-}
-
 /// `ARGV[1]` "read" or "write", then one marker per slot: 1 where the
 /// marker holds this node's ID (after writing it, for "write": clusters
 /// this process started empty), else 0.
-static SWEEP_MARKERS: SweepScript =
-    SweepScript::new(SWEEP_MARKERS_CODE, || sha1_hex(SWEEP_MARKERS_CODE));
+static SWEEP_MARKERS: SweepScript = SweepScript::new(SWEEP_MARKERS_CODE);
 const SWEEP_MARKERS_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
 local out = {}
@@ -944,8 +940,7 @@ return out"#;
 
 /// `ARGV[1]` the TTL in ms, then per slot its witness key and nonce: writes
 /// each witness as this node's ID and the nonce. 1 per slot.
-static SWEEP_WITNESSES: SweepScript =
-    SweepScript::new(SWEEP_WITNESSES_CODE, || sha1_hex(SWEEP_WITNESSES_CODE));
+static SWEEP_WITNESSES: SweepScript = SweepScript::new(SWEEP_WITNESSES_CODE);
 const SWEEP_WITNESSES_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
 local out = {}
@@ -957,8 +952,7 @@ return out"#;
 
 /// Per slot: marker, witness, fencing counter, nonce, catch-up. Each slot
 /// as [`scripts::READMIT_SLOT`]: 1 readmitted, 0 starts over.
-static SWEEP_READMIT: SweepScript =
-    SweepScript::new(SWEEP_READMIT_CODE, || sha1_hex(SWEEP_READMIT_CODE));
+static SWEEP_READMIT: SweepScript = SweepScript::new(SWEEP_READMIT_CODE);
 const SWEEP_READMIT_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
 local out = {}
@@ -981,8 +975,7 @@ end
 return out"#;
 
 /// One key per slot, deleted. 1 per slot.
-static SWEEP_DELETE: SweepScript =
-    SweepScript::new(SWEEP_DELETE_CODE, || sha1_hex(SWEEP_DELETE_CODE));
+static SWEEP_DELETE: SweepScript = SweepScript::new(SWEEP_DELETE_CODE);
 const SWEEP_DELETE_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local out = {}
 for i = 1, #ARGV do
@@ -993,14 +986,31 @@ return out"#;
 
 /// One fencing counter per slot: its value (0 when missing). A counter is
 /// below 2^53, so Lua's number keeps it exact.
-static SWEEP_COUNTERS: SweepScript =
-    SweepScript::new(SWEEP_COUNTERS_CODE, || sha1_hex(SWEEP_COUNTERS_CODE));
+static SWEEP_COUNTERS: SweepScript = SweepScript::new(SWEEP_COUNTERS_CODE);
 const SWEEP_COUNTERS_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local out = {}
 for i = 1, #ARGV do
   out[i] = tonumber(redis.call("get", ARGV[i]) or "0") or 0
 end
 return out"#;
+
+/// `items` grouped by the hash slot of each one's `key`, in first-seen
+/// order: a script's keys must share a slot, so a cluster gets one call per
+/// group.
+pub(crate) fn by_slot<T>(
+    items: impl IntoIterator<Item = T>,
+    key: impl Fn(&T) -> &str,
+) -> Vec<(u16, Vec<T>)> {
+    let mut groups: Vec<(u16, Vec<T>)> = Vec::new();
+    for item in items {
+        let slot = key_slot(key(&item).as_bytes());
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(item),
+            None => groups.push((slot, vec![item])),
+        }
+    }
+    groups
+}
 
 /// A cursor over all shards: the shard's index in the high 16 bits, its own
 /// `SCAN` cursor in the low 48 (Redis cursors stay far below 2^48).

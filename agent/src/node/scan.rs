@@ -154,48 +154,40 @@ impl Node {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        if self.is_cluster() {
-            // A script's keys must share a slot: one read per slot.
-            let mut groups: Vec<(u16, Vec<String>)> = Vec::new();
-            for key in keys {
-                let slot = redlock_wire::keys::key_slot(key.as_bytes());
-                match groups.iter_mut().find(|(s, _)| *s == slot) {
-                    Some((_, group)) => group.push(key.clone()),
-                    None => groups.push((slot, vec![key.clone()])),
-                }
-            }
-            let reads = futures::future::join_all(groups.iter().map(|(_, group)| async move {
-                let reply: Vec<redis::Value> = self
-                    .read_request(conn, |mut conn| async move {
-                        let mut invocation = scripts::READ_KEYS.prepare_invoke();
-                        for key in group {
-                            invocation.key(key);
-                        }
-                        invocation.invoke_async(&mut conn).await
-                    })
-                    .await?;
-                Ok::<_, NodeError>(key_states(group.iter().cloned(), &reply))
-            }))
-            .await;
-            let mut states: HashMap<String, KeyState> = HashMap::with_capacity(keys.len());
-            for read in reads {
-                for state in read? {
-                    states.insert(state.key.clone(), state);
-                }
-            }
-            // In the order asked.
-            return Ok(keys.iter().filter_map(|k| states.remove(k)).collect());
+        // A cluster reads one slot per script call, all at once; a single
+        // server reads them all in one.
+        let groups: Vec<Vec<&String>> = if self.is_cluster() {
+            super::cluster::by_slot(keys, |key| key.as_str())
+                .into_iter()
+                .map(|(_, group)| group)
+                .collect()
+        } else {
+            vec![keys.iter().collect()]
+        };
+        let reads = futures::future::join_all(groups.iter().map(|group| async move {
+            let reply: Vec<redis::Value> = self
+                .read_request(conn, |mut conn| async move {
+                    let mut invocation = scripts::READ_KEYS.prepare_invoke();
+                    for key in group {
+                        invocation.key(*key);
+                    }
+                    invocation.invoke_async(&mut conn).await
+                })
+                .await?;
+            Ok::<_, NodeError>(key_states(group.iter().map(|k| (*k).clone()), &reply))
+        }))
+        .await;
+        if let [read] = &reads[..] {
+            return read.clone();
         }
-        let reply: Vec<redis::Value> = self
-            .read_request(conn, |mut conn| async move {
-                let mut invocation = scripts::READ_KEYS.prepare_invoke();
-                for key in keys {
-                    invocation.key(key);
-                }
-                invocation.invoke_async(&mut conn).await
-            })
-            .await?;
-        Ok(key_states(keys.iter().cloned(), &reply))
+        let mut states: HashMap<String, KeyState> = HashMap::with_capacity(keys.len());
+        for read in reads {
+            for state in read? {
+                states.insert(state.key.clone(), state);
+            }
+        }
+        // In the order asked.
+        Ok(keys.iter().filter_map(|k| states.remove(k)).collect())
     }
 
     /// `DEL key`, for an operator's force release. `Ok(true)` when a key
