@@ -10,7 +10,8 @@
 //! - `lost` is sent at once when a renewal shows that no quorum can hold
 //!   the token any more (gone or another token on too many masters); when
 //!   renewals have failed otherwise (timeouts, no quorum) until `margin`
-//!   before the validity ends; when `max_hold` is reached; or when the agent
+//!   before the validity ends, or a renewal is still unanswered half the
+//!   margin before it ends; when `max_hold` is reached; or when the agent
 //!   shuts down. The lock is then released everywhere and the stream ends.
 //! - A closed connection releases at once (unless the hold asked for
 //!   `on_disconnect: expire`); no event can be sent then.
@@ -91,7 +92,20 @@ pub async fn run(
         if now >= lost_at {
             break last_failure;
         }
-        match engine.extend(&resource, &grant.token, ttl).await {
+        // A renewal that has not answered by half the margin before the
+        // validity ends is given up: the client hears `lost` while its
+        // validity still runs, however long the masters take (a request
+        // can wait a node timeout in its master's queue and another on its
+        // way, more than the margin when the TTL is short).
+        let give_up = valid_until.checked_sub(margin / 2).unwrap_or(valid_until);
+        let outcome =
+            tokio::time::timeout_at(give_up.into(), engine.extend(&resource, &grant.token, ttl))
+                .await;
+        let Ok(outcome) = outcome else {
+            tracing::debug!(%resource, "hold renewal still unanswered near the end of the validity");
+            break last_failure;
+        };
+        match outcome {
             Extend::Extended { validity } => {
                 let now = Instant::now();
                 valid_until = now + validity;
