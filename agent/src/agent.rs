@@ -81,8 +81,14 @@ impl Agent {
                 "{CLOCK_SKEW_SWITCH} is set: the fence floor reads a shifted clock; for tests only"
             );
         }
+        // Every release names its key's waiting flag with the tag of the
+        // key's slot: build the tag table now, not on the first release,
+        // where it would hold up that master's queue (milliseconds, more in
+        // a debug build).
+        redlock_wire::keys::slot_tag(0);
         let node_settings = NodeSettings {
             timeout: config.lock.node_timeout,
+            key_prefix: config.lock.key_prefix.clone(),
             marker_key: marker_key.clone(),
             fence_key: format!("{}{}", config.lock.key_prefix, FENCE_SUFFIX),
             marker_check,

@@ -291,6 +291,97 @@ async fn release_on_one_agent_wakes_a_waiter_on_another() {
     );
 }
 
+/// `PUBLISH` calls master `i` has served (`INFO commandstats`, calls
+/// from scripts included).
+async fn publishes(cluster: &Cluster, i: usize) -> u64 {
+    let mut conn = cluster.redis(i).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// A release nobody waits for publishes nothing; a waiter on another agent
+/// flags the key when its vote finds it taken, so the holder's release
+/// deletes the flag with the key and announces itself once per master, and
+/// the waiter (whose own retries are 30 s apart) gets the lock from that.
+#[tokio::test]
+async fn a_release_is_announced_only_when_someone_waits() {
+    let cluster = Cluster::start(3);
+    let first = TestAgent::start(&cluster, LOCK).await;
+    let prefix = first.config.lock.key_prefix.clone();
+    let flag = redlock_wire::keys::waiting_key(&prefix, &format!("{prefix}shared"));
+    for _ in 0..5 {
+        let token = first.acquire_ok("shared", json!({"ttl_ms": 30000})).await;
+        let (_, body) = first
+            .post("/v1/locks/shared/release", json!({"token": token}))
+            .await;
+        assert_eq!(body["released"], true);
+    }
+    for i in 0..3 {
+        assert_eq!(publishes(&cluster, i).await, 0, "r{}: nobody waited", i + 1);
+    }
+
+    let second = TestAgent::start(
+        &cluster,
+        "lock:\n  node_timeout: 100ms\n  retry_delay: 30s\n  retry_jitter: 0ms\n",
+    )
+    .await;
+    let token = first.acquire_ok("shared", json!({"ttl_ms": 30000})).await;
+    let waiter = {
+        let socket = second.socket.clone();
+        tokio::spawn(async move {
+            common::request(
+                &socket,
+                hyper::Method::POST,
+                "/v1/locks/shared/acquire",
+                json!({"wait_ms": 20000}).to_string().into(),
+            )
+            .await
+            .unwrap()
+        })
+    };
+    wait_for(
+        "the waiter's votes to flag the key on every master",
+        Duration::from_secs(10),
+        || async {
+            let mut flagged = 0;
+            for i in 0..3 {
+                flagged += usize::from(cluster.get(i, &flag).await.is_some());
+            }
+            flagged == 3
+        },
+    )
+    .await;
+    let (_, listed) = first.get("/v1/locks").await.unwrap();
+    let listed = listed["locks"].as_array().unwrap().clone();
+    assert_eq!(listed.len(), 1, "the flag is not a lock: {listed:?}");
+    assert_eq!(listed[0]["resource"], "shared", "{listed:?}");
+    let (_, body) = first
+        .post("/v1/locks/shared/release", json!({"token": token}))
+        .await;
+    assert_eq!(body["released"], true);
+    let (status, body) = waiter.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for i in 0..3 {
+        assert_eq!(publishes(&cluster, i).await, 1, "r{}: one waited", i + 1);
+    }
+    let (_, body) = second
+        .post("/v1/locks/shared/release", json!({"token": body["token"]}))
+        .await;
+    assert_eq!(body["released"], true);
+    // The waiter's own grant was flagged by nobody: its release was silent,
+    // and no flag is left.
+    for i in 0..3 {
+        assert_eq!(publishes(&cluster, i).await, 1, "r{}", i + 1);
+        assert_eq!(cluster.get(i, &flag).await, None, "r{}", i + 1);
+    }
+}
+
 fn lock_command(socket: &Path, args: &[&str], script: &str) -> Command {
     let mut command = Command::new(BIN);
     command

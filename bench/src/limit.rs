@@ -79,17 +79,23 @@ fn run_all(masters: &Masters, shas: &Shas, requests: u64) -> anyhow::Result<Limi
     let mut command_line = String::new();
     for (i, port) in masters.ports.iter().enumerate() {
         let key = format!("bench-limit-{i}:__rand_int__");
+        let flag = format!("bench-limit-{i}: waiting __rand_int__");
+        // KEYS: the marker, the counter, then the command's lock key and
+        // waiting flag (the release deletes it; the vote does not wait).
         // ARGV: the marker checked, `SET ... GET` (as the agent sends it to
         // a Redis 7 master), then one command: its letter, the token, a
-        // number (the TTL) and one more (no counter; the release channel).
+        // number (the TTL) and one more (no counter, no wait; the release
+        // channel).
         let call = |letter: &str, number: &str, more: &str| -> Vec<String> {
+            let flag = if letter == "r" { &flag } else { &key };
             [
                 "EVALSHA",
                 &shas.batch,
-                "3",
+                "4",
                 MARKER,
                 FENCE,
                 &key,
+                flag,
                 "1",
                 "1",
                 letter,

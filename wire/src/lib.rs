@@ -545,12 +545,21 @@ pub mod keys {
     /// vote. No TTL; lost with the marker, restored from the other masters
     /// on readmission.
     pub const FENCE_SUFFIX: &str = " fence";
+    /// The waiting flag of one lock key, after `<key_prefix>` and before
+    /// ` {<tag>} <resource>` (see [`waiting_key`]): set by a vote that found
+    /// the lock taken and will wait for it, with that vote's TTL; the
+    /// release deletes it with the lock and announces the release only when
+    /// it was there. A release nobody waits for publishes nothing.
+    pub const WAITING_SUFFIX: &str = " waiting";
 
     /// The key is one of the agent's bookkeeping keys under `key_prefix`,
     /// not a lock: on a single server, or on a cluster with its slot's hash
     /// tag after the suffix (see [`slot_key`]).
     pub fn is_bookkeeping(key_prefix: &str, key: &str) -> bool {
         key.strip_prefix(key_prefix).is_some_and(|rest| {
+            if rest.starts_with(WAITING_SUFFIX) {
+                return true;
+            }
             let rest = strip_slot_tag(rest);
             rest == MARKER_SUFFIX || rest == FENCE_SUFFIX || rest.ends_with(WITNESS_SUFFIX)
         })
@@ -608,6 +617,16 @@ pub mod keys {
         format!("{key} {{{}}}", slot_tag(slot))
     }
 
+    /// The waiting flag of `lock_key` (`<key_prefix><resource>`):
+    /// `<key_prefix> waiting {<tag>} <resource>`, with the tag of the lock
+    /// key's own slot, so on a cluster the flag lives in the lock's slot and
+    /// one script can write both.
+    pub fn waiting_key(key_prefix: &str, lock_key: &str) -> String {
+        let resource = lock_key.strip_prefix(key_prefix).unwrap_or(lock_key);
+        let tag = slot_tag(key_slot(lock_key.as_bytes()));
+        format!("{key_prefix}{WAITING_SUFFIX} {{{tag}}} {resource}")
+    }
+
     /// `rest` without a trailing ` {<tag>}`.
     fn strip_slot_tag(rest: &str) -> &str {
         match rest.strip_suffix('}').and_then(|r| r.rsplit_once(" {")) {
@@ -650,6 +669,22 @@ pub mod keys {
             assert!(is_bookkeeping(p, "redlock: fence"));
             assert!(!is_bookkeeping(p, "redlock:jobs {42}"));
             assert!(!is_bookkeeping(p, "redlock:{42}"));
+        }
+
+        #[test]
+        fn a_waiting_flag_lives_in_its_locks_slot_and_is_bookkeeping() {
+            let p = "redlock:";
+            for resource in ["jobs", "a{b", "{user7}.orders", "x}y{", "{}z"] {
+                let lock = format!("{p}{resource}");
+                let flag = waiting_key(p, &lock);
+                assert_eq!(
+                    key_slot(flag.as_bytes()),
+                    key_slot(lock.as_bytes()),
+                    "{flag}"
+                );
+                assert!(is_bookkeeping(p, &flag), "{flag}");
+                assert!(flag.ends_with(resource), "{flag}");
+            }
         }
     }
 }

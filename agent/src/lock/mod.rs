@@ -346,7 +346,8 @@ impl Locks {
     fn released(&self, resource: &Resource, token: &Token) {
         self.grants
             .released(resource.as_str(), token.as_str(), &self.metrics);
-        self.waiters.released(resource.as_str());
+        self.waiters
+            .released(resource.as_str(), Some(token.as_str()));
     }
 
     /// Deletes the lock key of `resource` on every master, whoever holds it.
@@ -398,7 +399,7 @@ impl Locks {
         );
         self.metrics.force_releases.inc();
         self.grants.forget(resource.as_str(), &self.metrics);
-        self.waiters.released(resource.as_str());
+        self.waiters.released(resource.as_str(), None);
         ForceReleaseResponse { deleted, failed }
     }
 }

@@ -2,16 +2,25 @@
 //! only the head competes in Redlock, woken the moment a release is known.
 //!
 //! A release wakes the queue of its resource in two ways: a release through
-//! this agent wakes it directly, and the release script PUBLISHes on the
-//! resource's channel `<key_prefix>released:<resource>` on every master, to
-//! which an agent subscribes ([`listen`]) while it has waiters for that
-//! resource, so a release through another agent wakes this one too; with
-//! nobody waiting, nobody receives anything. A lock that expires instead of
-//! being released publishes nothing; for that the head also retries after
-//! `retry_delay` plus jitter, within a budget shared by every queue of the
-//! agent ([`RETRIES_PER_SECOND`]), so thousands of waiters on distinct
-//! resources do not flood the masters. Rounds woken by a release are never
-//! held back.
+//! this agent wakes it directly, and the release script PUBLISHes the
+//! released token on the resource's channel `<key_prefix>released:<resource>`
+//! on every master where a waiting voter had flagged the key (see
+//! `scripts::BATCH`), to which an agent subscribes ([`listen`]) while it has
+//! waiters for that resource, so a release through another agent wakes this
+//! one too. A release nobody waits for publishes nothing.
+//!
+//! One release wakes a queue once: the direct wake and each master's
+//! message carry the same token, and the first of them wakes the head; the
+//! others are ignored, unless the round they woke failed (the message of
+//! the first master to release can come before the others have released).
+//! A head woken twice by one release would only find the lock taken by the
+//! waiter before it, and cost a round of votes for nothing.
+//!
+//! A lock that expires instead of being released publishes nothing; for
+//! that the head also retries after `retry_delay` plus jitter, within a
+//! budget shared by every queue of the agent ([`RETRIES_PER_SECOND`]), so
+//! thousands of waiters on distinct resources do not flood the masters.
+//! Rounds woken by a release are never held back.
 //!
 //! When the agent shuts down, every waiter answers at once
 //! ([`WaitError::ShuttingDown`]).
@@ -46,6 +55,10 @@ struct Queue {
     /// The last head left with the lock: the new head should wait for its
     /// release rather than try at once and find it taken.
     held: bool,
+    /// The token of the release that last woke this queue: the same
+    /// release heard again (another master's message, or the direct wake
+    /// after the messages) does not wake it twice.
+    woken_by: Option<String>,
 }
 
 impl Queue {
@@ -137,6 +150,10 @@ pub fn release_channel(key_prefix: &str, resource: &str) -> String {
     format!("{key_prefix}released:{resource}")
 }
 
+/// What agents before the waiting flag published on every release: no
+/// token, so such a message always wakes the queue.
+const UNNAMED_RELEASE: &str = "released";
+
 /// A place in a queue; leaving (drop) wakes the next waiter.
 struct Ticket<'a> {
     waiters: &'a Waiters,
@@ -205,18 +222,29 @@ impl Waiters {
             .map_or(0, |q| q.order.len() as u64)
     }
 
-    /// Wakes the queue of `resource`: its lock was released.
-    pub fn released(&self, resource: &str) {
+    /// Wakes the queue of `resource`: its lock was released, by the holder
+    /// of `token` when known. A release already heard is ignored.
+    pub fn released(&self, resource: &str, token: Option<&str>) {
         if let Some(queue) = self.lock().get_mut(resource) {
+            if let Some(token) = token {
+                if queue.woken_by.as_deref() == Some(token) {
+                    return;
+                }
+                queue.woken_by = Some(token.to_string());
+            }
             queue.held = false;
             queue.wake_head();
         }
     }
 
-    /// Wakes the queue whose release channel got a message.
-    fn released_on(&self, channel: &str) {
+    /// Wakes the queue whose release channel got `message` (the released
+    /// token).
+    fn released_on(&self, channel: &str, message: &[u8]) {
         if let Some(resource) = channel.strip_prefix(self.channel_prefix.as_str()) {
-            self.released(resource);
+            let token = std::str::from_utf8(message)
+                .ok()
+                .filter(|m| *m != UNNAMED_RELEASE);
+            self.released(resource, token);
         }
     }
 
@@ -242,6 +270,7 @@ impl Waiters {
                 Queue {
                     order: VecDeque::new(),
                     held: false,
+                    woken_by: None,
                 }
             });
         let (sender, wake) = watch::channel(0);
@@ -281,7 +310,9 @@ impl Waiters {
         // subscribe to its release channel) only if it is taken. With
         // waiters, join the queue: newcomers do not overtake them.
         if wait.is_zero() || !self.lock().contains_key(resource.as_str()) {
-            let first = redlock.acquire_once(resource, ttl, &token, fence).await;
+            let first = redlock
+                .acquire_once(resource, ttl, &token, fence, !wait.is_zero())
+                .await;
             let hopeless = matches!(first, Acquire::NoQuorum(_)) && !redlock.quorum_usable();
             if wait.is_zero() || matches!(first, Acquire::Granted(_)) || hopeless {
                 return Ok(first);
@@ -333,7 +364,9 @@ impl Ticket<'_> {
                 }
             }
             self.wake.borrow_and_update();
-            last = redlock.acquire_once(resource, ttl, token, fence).await;
+            last = redlock
+                .acquire_once(resource, ttl, token, fence, true)
+                .await;
             match last {
                 Acquire::Granted(_) => {
                     self.granted = true;
@@ -342,7 +375,7 @@ impl Ticket<'_> {
                 // With no quorum usable there is nothing to wait for here;
                 // answer at once rather than hold the caller.
                 Acquire::NoQuorum(_) if !redlock.quorum_usable() => return Ok(last),
-                Acquire::Taken | Acquire::NoQuorum(_) => {}
+                Acquire::Taken | Acquire::NoQuorum(_) => self.hear_again(),
             }
             // Wait for a release, or retry after a random delay in case the
             // lock expires instead (expiry publishes nothing); such a retry
@@ -360,6 +393,14 @@ impl Ticket<'_> {
                     break;
                 }
             }
+        }
+    }
+
+    /// A round failed: the release that woke it may not have reached every
+    /// master yet, so its later messages may wake this queue again.
+    fn hear_again(&self) {
+        if let Some(queue) = self.waiters.lock().get_mut(&self.resource) {
+            queue.woken_by = None;
         }
     }
 
@@ -443,7 +484,7 @@ pub async fn listen(node: Arc<Node>, waiters: Arc<Waiters>) {
                 loop {
                     tokio::select! {
                         message = stream.next() => match message {
-                            Some(message) => waiters.released_on(message.get_channel_name()),
+                            Some(message) => waiters.released_on(message.get_channel_name(), message.get_payload_bytes()),
                             None => break,
                         },
                         change = changes.recv() => {
@@ -552,6 +593,35 @@ mod tests {
         assert!(matches!(once, Acquire::Taken));
     }
 
+    /// One release wakes a queue once, however many masters announce it and
+    /// whether or not this agent released it; the same release heard again
+    /// after a failed round wakes it again; a release without a token (an
+    /// older agent's message, an operator's force release) always wakes it.
+    #[tokio::test]
+    async fn one_release_wakes_a_queue_once() {
+        let (_, _, waiters) = setup();
+        let r = Resource::new("r").unwrap();
+        let (ticket, _) = waiters.join(&r).unwrap();
+        let wakes = || *ticket.wake.borrow();
+        waiters.released("r", Some("t1"));
+        for _ in 0..3 {
+            waiters.released_on("t:released:r", b"t1");
+        }
+        assert_eq!(wakes(), 1);
+        ticket.hear_again();
+        waiters.released_on("t:released:r", b"t1");
+        assert_eq!(wakes(), 2);
+        waiters.released_on("t:released:r", b"t2");
+        waiters.released("r", Some("t2"));
+        assert_eq!(wakes(), 3);
+        waiters.released_on("t:released:r", b"released");
+        waiters.released_on("t:released:r", b"released");
+        waiters.released("r", None);
+        assert_eq!(wakes(), 6);
+        waiters.released_on("t:released:other", b"t3");
+        assert_eq!(wakes(), 6, "another resource's release");
+    }
+
     /// A release through this agent wakes the queue's head at once, long
     /// before the holder's TTL and without burning retries.
     #[tokio::test(start_paused = true)]
@@ -591,7 +661,7 @@ mod tests {
         }
         let released_at = tokio::time::Instant::now();
         assert!(redlock.release(&r, &first.token).await);
-        waiters.released("r");
+        waiters.released("r", Some(first.token.as_str()));
         let (outcome, _) = waiter.await.unwrap();
         assert!(matches!(outcome, Acquire::Granted(_)), "{outcome:?}");
         assert!(

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use redlock_wire::keys::slot_key;
+use redlock_wire::keys::{slot_key, waiting_key};
 
 use super::{classify_text, scripts, ttl_ms, Node};
 use crate::redlock::master::NodeError;
@@ -46,13 +46,20 @@ pub const MAX_BATCH: usize = 256;
 /// One lock command, as the batch script takes it.
 #[derive(Debug)]
 pub enum Command {
-    /// `SET NX PX` behind the marker; with the fencing counter when asked.
-    Vote { ttl: Duration, read_counter: bool },
+    /// `SET NX PX` behind the marker; with the fencing counter when asked;
+    /// `waiting`: the voter will wait if the lock is taken, so a taken vote
+    /// sets the key's waiting flag.
+    Vote {
+        ttl: Duration,
+        read_counter: bool,
+        waiting: bool,
+    },
     /// Round 2 of a fenced grant: raise the counter while the key is ours.
     Fence { fence: u64 },
     /// Compare-and-pexpire behind the marker.
     Extend { ttl: Duration },
-    /// Compare-and-delete, announced on the resource's release channel.
+    /// Compare-and-delete, announced on the resource's release channel when
+    /// someone waits.
     Release { channel: String },
 }
 
@@ -70,13 +77,28 @@ impl Command {
     /// its letter, a number and one more.
     fn args(&self) -> (&'static str, u64, &str) {
         match self {
-            Command::Vote { ttl, read_counter } => {
-                ("v", ttl_ms(*ttl), if *read_counter { "1" } else { "0" })
+            Command::Vote {
+                ttl,
+                read_counter,
+                waiting,
+            } => {
+                let wants =
+                    ["0", "1", "2", "3"][usize::from(*read_counter) + 2 * usize::from(*waiting)];
+                ("v", ttl_ms(*ttl), wants)
             }
             Command::Fence { fence } => ("f", *fence, ""),
             Command::Extend { ttl } => ("e", ttl_ms(*ttl), ""),
             Command::Release { channel } => ("r", 0, channel),
         }
+    }
+
+    /// Whether the script touches the lock key's waiting flag for this
+    /// command: a waiting vote may set it, a release deletes it.
+    fn uses_flag(&self) -> bool {
+        matches!(
+            self,
+            Command::Vote { waiting: true, .. } | Command::Release { .. }
+        )
     }
 }
 
@@ -227,11 +249,13 @@ impl Node {
         call.arg(if self.lock().set_get { "1" } else { "0" });
         for job in jobs.iter() {
             let (letter, number, more) = job.command.args();
-            call.key(&job.key)
-                .arg(letter)
-                .arg(&job.token)
-                .arg(number)
-                .arg(more);
+            call.key(&job.key);
+            if job.command.uses_flag() {
+                call.key(waiting_key(&self.key_prefix, &job.key));
+            } else {
+                call.key(&job.key);
+            }
+            call.arg(letter).arg(&job.token).arg(number).arg(more);
         }
         self.observer.batch(jobs.len());
         let mut conn = conn;

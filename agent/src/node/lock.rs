@@ -17,9 +17,21 @@ use crate::redlock::observe::{Op, VoteLabel};
 impl Node {
     /// The vote: `SET key value NX PX ttl` behind the incarnation marker
     /// (see [`scripts::BATCH`]), reading the fencing counter in the same
-    /// script when `read_counter`.
-    pub async fn set_nx(&self, key: &str, value: &str, ttl: Duration, read_counter: bool) -> Vote {
-        let command = Command::Vote { ttl, read_counter };
+    /// script when `read_counter`, and setting the key's waiting flag when
+    /// it is taken and the voter is `waiting`.
+    pub async fn set_nx(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+        read_counter: bool,
+        waiting: bool,
+    ) -> Vote {
+        let command = Command::Vote {
+            ttl,
+            read_counter,
+            waiting,
+        };
         match self.batched(key, value, command).await {
             Ok(Answer { status: 1, counter }) => Vote::Granted { counter },
             Ok(Answer { status: -1, .. }) => {
@@ -68,8 +80,8 @@ impl Node {
         }
     }
 
-    /// Compare-and-delete, announced on `channel`. `Ok(true)` when this
-    /// master held the token.
+    /// Compare-and-delete, announced on `channel` when a waiter flagged the
+    /// key. `Ok(true)` when this master held the token.
     ///
     /// # Errors
     /// When the master is not connected, does not answer in time, or fails.
@@ -148,8 +160,15 @@ impl Master for Node {
         self.observer.vote(vote);
     }
 
-    async fn vote(&self, key: &str, value: &str, ttl: Duration, read_counter: bool) -> Vote {
-        self.set_nx(key, value, ttl, read_counter).await
+    async fn vote(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+        read_counter: bool,
+        waiting: bool,
+    ) -> Vote {
+        self.set_nx(key, value, ttl, read_counter, waiting).await
     }
 
     async fn raise_fence(&self, key: &str, value: &str, fence: u64) -> Result<bool, NodeError> {

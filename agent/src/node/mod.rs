@@ -86,6 +86,9 @@ fn classify_text(text: &str) -> NodeError {
 pub struct NodeSettings {
     /// Bound on every lock request.
     pub timeout: Duration,
+    /// `lock.key_prefix`: lock keys are `<key_prefix><resource>`, and each
+    /// has its waiting flag (`redlock_wire::keys::waiting_key`).
+    pub key_prefix: String,
     /// `<key_prefix> incarnation`: present while the master may be trusted.
     pub marker_key: String,
     /// `<key_prefix> fence`: the highest fence minted with this master's vote.
@@ -207,6 +210,7 @@ pub struct Node {
     client: Client,
     timeout: Duration,
     connect_timeout: Duration,
+    key_prefix: String,
     marker_key: String,
     fence_key: String,
     marker_check: bool,
@@ -262,6 +266,7 @@ impl Node {
             name,
             client,
             timeout,
+            key_prefix: settings.key_prefix,
             marker_key: settings.marker_key,
             fence_key: settings.fence_key,
             marker_check: settings.marker_check,

@@ -16,19 +16,22 @@ use redis::Script;
 /// reads the incarnation marker once for the whole batch.
 ///
 /// `KEYS[1]` the incarnation marker, `KEYS[2]` the fencing counter, then
-/// one lock key per command (`KEYS[2 + i]` for command `i`); on a cluster
-/// all of one slot, the marker and counter that slot's (see
-/// [`super::cluster`]). `ARGV[1]` "1" to check that the marker exists, "2"
-/// (a cluster) to check that it holds the ID of the node running the script
-/// (`CLUSTER MYID`: a promoted replica or a slot's new owner holds a copy
-/// naming another node; such a copy is deleted, so the slot stays out for
-/// every agent even if it moves back to the node it names), "0" only under
-/// the test switch; `ARGV[2]` "1" to
-/// vote with `SET ... GET` (Redis 7), so a key of another type answers
-/// WRONGTYPE instead of looking taken; then four per command: its letter,
-/// the token, a number, and one more argument.
+/// two per command: its lock key (`KEYS[1 + 2i]` for command `i`) and that
+/// key's waiting flag (`KEYS[2 + 2i]`, see
+/// `redlock_wire::keys::waiting_key`; the lock key again for commands that
+/// do not touch it); on a cluster all of one slot, the marker and counter
+/// that slot's (see [`super::cluster`]). `ARGV[1]` "1" to check that the
+/// marker exists, "2" (a cluster) to check that it holds the ID of the node
+/// running the script (`CLUSTER MYID`: a promoted replica or a slot's new
+/// owner holds a copy naming another node; such a copy is deleted, so the
+/// slot stays out for every agent even if it moves back to the node it
+/// names), "0" only under the test switch; `ARGV[2]` "1" to vote with
+/// `SET ... GET` (Redis 7), so a key of another type answers WRONGTYPE
+/// instead of looking taken; then four per command: its letter, the token,
+/// a number, and one more argument.
 ///
-/// - `v` (the vote; number: TTL in ms; more: "1" to read the counter):
+/// - `v` (the vote; number: TTL in ms; more: the sum of 1 to read the
+///   counter and 2 for a voter that will wait if the lock is taken):
 ///   `SET key token NX PX ttl`, but only while the master still has its
 ///   marker. Checking the marker in the same script as the write makes the
 ///   check atomic with the vote: a master that lost its keys (FLUSHALL,
@@ -40,7 +43,9 @@ use redis::Script;
 ///   1 granted, 0 taken, -1 marker missing. The counter is read atomically
 ///   with the vote: a grant's fence is raised (`f`) on this master only
 ///   while its key is here, so a vote that finds the key free reads every
-///   fence raised under an earlier holder of this lock.
+///   fence raised under an earlier holder of this lock. A waiting voter
+///   that finds the lock taken sets the key's waiting flag, with its own
+///   TTL, so the holder's release announces itself.
 /// - `f` (round 2 of a fenced grant; number: the fence): raise the counter
 ///   to the fence only while the key still holds the token, so the raise
 ///   happens before any later holder's `SET NX` on this master; never lower
@@ -51,9 +56,12 @@ use redis::Script;
 ///   token and the master still has its marker. 1 extended, 0 not held, -1
 ///   marker missing.
 /// - `r` (release; more: the resource's release channel): delete the key if
-///   it still holds the token and announce the release on the channel, so
-///   the resource's waiters on every agent wake at once (publishing to a
-///   channel nobody listens on costs next to nothing). 1 or 0.
+///   it still holds the token, with its waiting flag in the same `DEL`, and
+///   when the flag was there publish the token on the channel, so the
+///   resource's waiters on every agent wake at once and each wakes once per
+///   release, whichever master's message comes first. A release nobody
+///   waits for publishes nothing: one command per master less than always
+///   announcing. 1 or 0.
 ///
 /// Returns one answer per command, a flat list: the status as an integer,
 /// or as the text `status:more` where there is more to say: the counter for
@@ -67,7 +75,7 @@ pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local check, setget = ARGV[1], ARGV[2] == "1"
 local marker
-local function run(op, key, token, number, more)
+local function run(op, key, flag, token, number, more)
   if check ~= "0" and (op == "v" or op == "e") then
     if marker == nil then
       if check == "2" then
@@ -81,6 +89,7 @@ local function run(op, key, token, number, more)
     if not marker then return -1 end
   end
   if op == "v" then
+    local wants = tonumber(more) or 0
     local status, previous = 0, nil
     if setget then
       previous = redis.call("set", key, token, "NX", "GET", "PX", number)
@@ -94,12 +103,12 @@ local function run(op, key, token, number, more)
       redis.call("pexpire", key, number)
       status = 1
     end
-    if more == "1" then return status .. ":" .. (redis.call("get", KEYS[2]) or "0") end
+    if status == 0 and wants >= 2 then redis.call("set", flag, "1", "PX", number) end
+    if wants % 2 == 1 then return status .. ":" .. (redis.call("get", KEYS[2]) or "0") end
     return status
   elseif op == "r" then
     if redis.call("get", key) ~= token then return 0 end
-    redis.call("del", key)
-    redis.call("publish", more, "released")
+    if redis.call("del", key, flag) == 2 then redis.call("publish", more, token) end
     return 1
   elseif op == "e" then
     if redis.call("get", key) == token then return redis.call("pexpire", key, number) end
@@ -116,7 +125,7 @@ end
 local out = {}
 for i = 1, (#ARGV - 2) / 4 do
   local a = 2 + (i - 1) * 4
-  local ok, answer = pcall(run, ARGV[a + 1], KEYS[2 + i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
+  local ok, answer = pcall(run, ARGV[a + 1], KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
   if not ok then
     if type(answer) == "table" then answer = answer.err end
     answer = "-2:" .. tostring(answer)

@@ -127,13 +127,16 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
 
     /// The vote: `SET key value NX PX ttl`, atomically with the check that
     /// the master has not lost its keys and, with `read_counter`, a read of
-    /// its fencing counter.
+    /// its fencing counter. `waiting`: the voter will wait if the lock is
+    /// taken, so the holder's release should announce itself (see
+    /// [`Master::release`]).
     fn vote(
         &self,
         key: &str,
         value: &str,
         ttl: Duration,
         read_counter: bool,
+        waiting: bool,
     ) -> impl Future<Output = Vote> + Send;
 
     /// Round 2 of a fenced grant: raise the fencing counter to `fence` while
@@ -153,8 +156,9 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
         ttl: Duration,
     ) -> impl Future<Output = Result<Extension, NodeError>> + Send;
 
-    /// Compare-and-delete, announcing the release on `channel`. `Ok(true)`
-    /// when this master held the token.
+    /// Compare-and-delete, announcing the release on `channel` (the token
+    /// as the message) when a waiting voter found the lock taken since it
+    /// was granted. `Ok(true)` when this master held the token.
     fn release(
         &self,
         key: &str,

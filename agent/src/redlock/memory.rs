@@ -103,7 +103,16 @@ impl Master for Memory {
 
     fn count_vote(&self, _: VoteLabel) {}
 
-    async fn vote(&self, key: &str, value: &str, ttl: Duration, read_counter: bool) -> Vote {
+    /// No waiting flag: nothing here publishes (a release wakes the queue
+    /// through the agent, as on a real master without other agents).
+    async fn vote(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+        read_counter: bool,
+        _waiting: bool,
+    ) -> Vote {
         if let Err(e) = self.answer().await {
             return Vote::Failed(e);
         }

@@ -217,12 +217,15 @@ impl<M: Master> Redlock<M> {
     ///
     /// Every round of one request uses the same `token`, so a key an earlier
     /// round left behind counts for this one instead of blocking it.
+    /// `waiting`: the caller will wait if the lock is taken, so the votes
+    /// ask the holder's release to announce itself (see [`Master::vote`]).
     pub async fn acquire_once(
         &self,
         resource: &Resource,
         ttl: Duration,
         token: &Token,
         fence: bool,
+        waiting: bool,
     ) -> Acquire {
         // The semaphore is never closed, so a permit always comes.
         let _turn = self.rounds.acquire().await;
@@ -233,7 +236,10 @@ impl<M: Master> Redlock<M> {
         let key = self.key(resource);
         // tokio's clock: the same as std's, but for tests on a paused one.
         let started = tokio::time::Instant::now();
-        let outcome = match self.attempt(&usable, &key, token, ttl, fence).await {
+        let outcome = match self
+            .attempt(&usable, &key, token, ttl, fence, waiting)
+            .await
+        {
             Attempt::Granted(granting) => {
                 let minted = if fence {
                     match self.mint(&key, token, &granting).await {
@@ -365,6 +371,7 @@ impl<M: Master> Redlock<M> {
         token: &Token,
         ttl: Duration,
         fence: bool,
+        waiting: bool,
     ) -> Attempt<M> {
         let mut votes: FuturesUnordered<_> = usable
             .iter()
@@ -373,7 +380,7 @@ impl<M: Master> Redlock<M> {
                 let key = key.to_string();
                 let value = token.as_str().to_string();
                 async move {
-                    let vote = node.vote(&key, &value, ttl, fence).await;
+                    let vote = node.vote(&key, &value, ttl, fence, waiting).await;
                     (node, vote)
                 }
             })

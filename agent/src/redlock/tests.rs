@@ -71,7 +71,7 @@ async fn acquire(setup: &Setup, name: &str, fence: bool) -> Acquire {
     let token = Token::generate(None, None);
     setup
         .redlock
-        .acquire_once(&resource(name), TTL, &token, fence)
+        .acquire_once(&resource(name), TTL, &token, fence, false)
         .await
 }
 
@@ -170,7 +170,7 @@ async fn extend_tells_a_lost_lock_from_a_failed_round() {
     let token = Token::generate(None, None);
     let r = resource("e");
     assert!(matches!(
-        s.redlock.acquire_once(&r, TTL, &token, false).await,
+        s.redlock.acquire_once(&r, TTL, &token, false, false).await,
         Acquire::Granted(_)
     ));
     assert!(matches!(
@@ -215,7 +215,7 @@ async fn fences_grow_across_shifting_quorums() {
         let token = Token::generate(None, None);
         let Acquire::Granted(grant) = s
             .redlock
-            .acquire_once(&resource(name), TTL, &token, true)
+            .acquire_once(&resource(name), TTL, &token, true, false)
             .await
         else {
             panic!("round {round}: three masters up");
@@ -255,7 +255,13 @@ async fn without_the_write_back_a_clock_behind_mints_fences_out_of_order() {
             Arc::new(Seen::default()),
         );
         let Acquire::Granted(second) = behind
-            .acquire_once(&resource("g"), TTL, &Token::generate(None, None), true)
+            .acquire_once(
+                &resource("g"),
+                TTL,
+                &Token::generate(None, None),
+                true,
+                false,
+            )
             .await
         else {
             panic!("granted");
