@@ -9,11 +9,14 @@
 //! - **Serving**: a hyper connection over the socket, as long as a request
 //!   is in progress (a hold's stream included: a hold keeps its connection
 //!   serving until it ends or the client closes).
-//! - **Parked**: between requests, once hyper has answered everything,
-//!   flushed it and found nothing more to read, the hyper connection is
-//!   taken apart ([`http1::Connection::into_parts`], without closing the
-//!   socket) and the task waits for the socket to become readable with no
-//!   buffer at all. The next request starts a fresh hyper connection.
+//! - **Parked**: once hyper has answered everything, flushed it and found
+//!   nothing more to read, and no request came for a short grace
+//!   (`PARK_AFTER`, 10 ms), the hyper connection is taken apart
+//!   ([`http1::Connection::into_parts`], without closing the socket) and
+//!   the task waits for the socket to become readable with no buffer at
+//!   all. The next request starts a fresh hyper connection. The grace
+//!   spares a client that sends its next request at once (a release after
+//!   an acquire, the next acquire) a new hyper connection per request.
 //!
 //! ## Behavior
 //! - Keep-alive is unchanged for the client: parking never closes the socket
@@ -86,6 +89,9 @@ struct Activity {
     flushed: AtomicBool,
     /// hyper's last read found nothing to read.
     read_pending: AtomicBool,
+    /// Requests begun since the connection opened: tells a new request
+    /// from the one that was last seen finished.
+    begun: AtomicUsize,
 }
 
 impl Activity {
@@ -95,6 +101,7 @@ impl Activity {
             read_since_request: AtomicBool::new(false),
             flushed: AtomicBool::new(true),
             read_pending: AtomicBool::new(false),
+            begun: AtomicUsize::new(0),
         })
     }
 
@@ -116,6 +123,7 @@ impl Activity {
 
     fn begin(self: &Arc<Activity>) -> Exchange {
         self.open.fetch_add(1, Ordering::Relaxed);
+        self.begun.fetch_add(1, Ordering::Relaxed);
         self.read_since_request.store(false, Ordering::Relaxed);
         Exchange(Arc::clone(self))
     }
@@ -236,6 +244,13 @@ impl<S: Socket> AsyncWrite for Watched<S> {
     }
 }
 
+/// How long hyper stays idle before its connection is parked. Most clients
+/// send their next request (the release after an acquire, the next
+/// acquire) well within this, and find hyper ready rather than pay for a
+/// new one; connections that go quiet are parked soon enough that few
+/// hold hyper's buffers at once, even when thousands open in a burst.
+const PARK_AFTER: Duration = Duration::from_millis(10);
+
 /// How one hyper connection over the socket ended.
 enum Served<S> {
     /// Idle and taken apart: the socket, and bytes read but not parsed.
@@ -343,6 +358,11 @@ async fn serve_until_idle<S: Socket>(
     let mut parking = false;
     let cancelled = shutdown.cancelled();
     tokio::pin!(cancelled);
+    // The grace before parking, armed when hyper is seen idle after the
+    // request `idle_after` (by its count in `begun`).
+    let grace = tokio::time::sleep(PARK_AFTER);
+    tokio::pin!(grace);
+    let mut idle_after = None;
     let step = poll_fn(|cx| {
         if !draining && !parking && cancelled.as_mut().poll(cx).is_ready() {
             draining = true;
@@ -355,6 +375,17 @@ async fn serve_until_idle<S: Socket>(
                 return Poll::Ready(Step::Ended(result));
             }
             if draining || !activity.idle() {
+                idle_after = None;
+                return Poll::Pending;
+            }
+            let begun = activity.begun.load(Ordering::Relaxed);
+            if idle_after != Some(begun) {
+                idle_after = Some(begun);
+                grace
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + PARK_AFTER);
+            }
+            if grace.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
             // Idle with everything flushed: closing now makes hyper hand
