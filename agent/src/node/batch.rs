@@ -1,6 +1,7 @@
 //! One master's lock commands, batched: every vote, fence, extension and
-//! release is sent as one call of [`scripts::BATCH`], alone when the master
-//! is idle, or with whatever queued while the previous call was on its way.
+//! release goes through a queue to this node's batch task, which sends
+//! whatever queued while its previous batch was on the way as one call of
+//! [`scripts::BATCH`].
 //!
 //! ## Why
 //! Under load, most of a lock's cost on a master is per call, not per
@@ -10,14 +11,8 @@
 //!
 //! ## Behavior
 //! - At most one batch per master is on its way at a time. A command that
-//!   finds the master idle is sent at once, alone, by its caller: no timer,
-//!   no hop through another task, no latency added at low load. A command
-//!   that finds a call on its way queues; when that call ends, whatever
-//!   queued meanwhile goes as the next batch, sent by this node's batch
-//!   task. Batches grow only while a master is busy.
-//! - A caller that goes away while its own call is on its way (its client
-//!   disconnected) still ends that call's turn: what queued behind it is
-//!   handed to the batch task, never left waiting.
+//!   finds the master idle is sent at once, alone: no timer, no latency
+//!   added at low load. Batches grow only while a master is busy.
 //! - Each command runs in the script exactly as it would alone, in queue
 //!   order; one command's error (WRONGTYPE, OOM) is its own answer and never
 //!   fails the others. The marker is read once per batch: a script is
@@ -103,58 +98,26 @@ struct Job {
     reply: oneshot::Sender<Result<Answer, NodeError>>,
 }
 
-/// Who may send this node's next batch, and what waits for it.
-#[derive(Debug)]
-struct Turn {
-    /// A batch is on its way (sent by a caller or by the batch task), or
-    /// the queue was handed to the batch task to send. While set, commands
-    /// queue; it is cleared only with the queue empty.
-    busy: bool,
-    /// The last batch carried a single command: the master is lightly
-    /// used, and a caller that finds it idle sends its own command. After a
-    /// batch of several, the batch task sends even a lone command: under
-    /// load, a caller's task may wait behind many others before it polls
-    /// its answer, and the turn would wait with it.
-    light: bool,
-    /// Commands that came while busy, in order: the next batches.
-    queue: Vec<Job>,
-}
-
-/// A node's dispatch: its [`Turn`] and the batch task, started on first
-/// use (a node is built before the runtime runs the agent).
+/// The queue to a node's batch task, started on first use (a node is built
+/// before the runtime runs the agent).
 #[derive(Debug)]
 pub struct Batcher {
-    turn: Mutex<Turn>,
-    /// Hands a queue to the batch task when a caller's own call ends.
-    handoff: mpsc::UnboundedSender<Vec<Job>>,
+    queue: mpsc::UnboundedSender<Job>,
     start: Once,
-    pending: Mutex<Option<(mpsc::UnboundedReceiver<Vec<Job>>, Weak<Node>)>>,
+    pending: Mutex<Option<(mpsc::UnboundedReceiver<Job>, Weak<Node>)>>,
 }
 
 impl Batcher {
     pub fn new(node: Weak<Node>) -> Batcher {
-        let (handoff, receiver) = mpsc::unbounded_channel();
+        let (queue, receiver) = mpsc::unbounded_channel();
         Batcher {
-            turn: Mutex::new(Turn {
-                busy: false,
-                light: true,
-                queue: Vec::new(),
-            }),
-            handoff,
+            queue,
             start: Once::new(),
             pending: Mutex::new(Some((receiver, node))),
         }
     }
 
-    /// The turn, even after a panic elsewhere held it: every change to it
-    /// is a single assignment or push, never left half done.
-    fn turn(&self) -> std::sync::MutexGuard<'_, Turn> {
-        self.turn.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Starts the batch task (once, from the runtime: a caller's guard may
-    /// later hand it a queue from a destructor).
-    fn start(&self) {
+    fn submit(&self, job: Job) {
         self.start.call_once(|| {
             let pending = self
                 .pending
@@ -165,80 +128,9 @@ impl Batcher {
                 tokio::spawn(run(node, receiver));
             }
         });
-    }
-
-    /// Takes the master's turn when it is idle and lightly used (the caller
-    /// sends its command itself, then must [`end_turn`](Self::end_turn)),
-    /// or queues `job` for the next batch and gives it back as `None`.
-    fn submit(&self, job: Job) -> Option<Job> {
-        self.start();
-        let mut turn = self.turn();
-        if turn.busy {
-            turn.queue.push(job);
-            return None;
-        }
-        turn.busy = true;
-        if turn.light {
-            return Some(job);
-        }
-        drop(turn);
-        self.hand_off(vec![job]);
-        None
-    }
-
-    /// Gives `jobs` to the batch task, with the turn.
-    fn hand_off(&self, jobs: Vec<Job>) {
         // The task ends only when the node is dropped, and the node is
-        // borrowed by the caller: it takes the jobs. Were it gone, their
-        // senders would drop and their callers hear an error.
-        let _ = self.handoff.send(jobs);
-    }
-
-    /// Ends a caller's turn: the master is idle again, or what queued
-    /// meanwhile goes to the batch task as the next batch.
-    fn end_turn(&self) {
-        let mut turn = self.turn();
-        if turn.queue.is_empty() {
-            turn.busy = false;
-            turn.light = true;
-            return;
-        }
-        let jobs = next_batch(&mut turn.queue);
-        drop(turn);
-        self.hand_off(jobs);
-    }
-
-    /// The batch task's next batch after its previous one of `sent`
-    /// commands ended, or `None` with the turn given back (the master
-    /// idle).
-    fn next(&self, sent: usize) -> Option<Vec<Job>> {
-        let mut turn = self.turn();
-        if turn.queue.is_empty() {
-            turn.busy = false;
-            turn.light = sent == 1;
-            None
-        } else {
-            Some(next_batch(&mut turn.queue))
-        }
-    }
-}
-
-/// The first [`MAX_BATCH`] commands of `queue`, in order.
-fn next_batch(queue: &mut Vec<Job>) -> Vec<Job> {
-    if queue.len() <= MAX_BATCH {
-        std::mem::take(queue)
-    } else {
-        queue.drain(..MAX_BATCH).collect()
-    }
-}
-
-/// A caller's turn at a master: ended when the caller's call is answered or
-/// the caller goes away mid-call, so the turn can never stay taken.
-struct TurnGuard<'a>(&'a Batcher);
-
-impl Drop for TurnGuard<'_> {
-    fn drop(&mut self) {
-        self.0.end_turn();
+        // borrowed here: the queue is open.
+        let _ = self.queue.send(job);
     }
 }
 
@@ -268,25 +160,14 @@ impl Node {
                 counter: 0,
             });
         }
-        let (reply, mut answer) = oneshot::channel();
-        let job = Job {
+        let (reply, answer) = oneshot::channel();
+        self.batcher.submit(Job {
             key: key.to_string(),
             token: token.to_string(),
             command,
             queued: Instant::now(),
             reply,
-        };
-        if let Some(job) = self.batcher.submit(job) {
-            // The master is idle: this caller sends, as a batch of one.
-            let _turn = TurnGuard(&self.batcher);
-            let mut jobs = vec![job];
-            self.send_batch(&mut jobs).await;
-            // Answered by now (or its answer dropped with the job, below).
-            drop(jobs);
-            return answer.try_recv().unwrap_or_else(|_| {
-                Err(NodeError::Other("the command was not answered".to_string()))
-            });
-        }
+        });
         answer
             .await
             .unwrap_or_else(|_| Err(NodeError::Other("the batch task ended".to_string())))
@@ -405,20 +286,21 @@ impl Node {
     }
 }
 
-/// The batch task: sends each queue handed to it, then whatever queued
-/// while that batch was on its way, until the queue is empty and the turn
-/// given back.
-async fn run(node: Weak<Node>, mut handoff: mpsc::UnboundedReceiver<Vec<Job>>) {
-    while let Some(mut jobs) = handoff.recv().await {
-        loop {
-            let Some(node) = node.upgrade() else { return };
-            let sent = jobs.len();
-            node.send_batch(&mut jobs).await;
-            match node.batcher.next(sent) {
-                Some(next) => jobs = next,
-                None => break,
+/// The batch task: one batch on its way at a time; whatever queued
+/// meanwhile is the next batch.
+async fn run(node: Weak<Node>, mut queue: mpsc::UnboundedReceiver<Job>) {
+    let mut jobs = Vec::new();
+    while let Some(first) = queue.recv().await {
+        jobs.push(first);
+        while jobs.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
             }
         }
+        let Some(node) = node.upgrade() else { return };
+        node.send_batch(&mut jobs).await;
+        jobs.clear();
     }
 }
 
@@ -431,182 +313,5 @@ fn parse(item: &redis::Value) -> Option<(i64, &str)> {
             Some((status.parse().ok()?, more))
         }
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! The dispatch on a real master, made deterministic by freezing it
-    //! (SIGSTOP): a call on its way stays on its way until it thaws.
-
-    use std::sync::Arc;
-
-    use redlock_testkit::server::RedisServer;
-
-    use super::*;
-    use crate::node::NodeSettings;
-    use crate::redlock::observe::{NodeObserver, VoteLabel};
-
-    /// Records the size of every batch sent.
-    #[derive(Debug, Default)]
-    struct Batches(Mutex<Vec<usize>>);
-
-    impl Batches {
-        fn sizes(&self) -> Vec<usize> {
-            self.0.lock().unwrap().clone()
-        }
-    }
-
-    impl NodeObserver for Batches {
-        fn vote(&self, _: VoteLabel) {}
-        fn request(&self, _: Op, _: Duration) {}
-        fn batch(&self, commands: usize) {
-            self.0.lock().unwrap().push(commands);
-        }
-        fn error(&self, _: usize) {}
-        fn restart(&self, _: &'static str) {}
-    }
-
-    /// A connected node on `server`, patient enough that a frozen call is
-    /// answered once thawed, not timed out.
-    async fn connected(server: &RedisServer, batches: &Arc<Batches>) -> Arc<Node> {
-        let client = redis::Client::open(server.url()).unwrap();
-        let settings = NodeSettings {
-            timeout: Duration::from_secs(20),
-            marker_key: "test incarnation".to_string(),
-            fence_key: "test fence".to_string(),
-            marker_check: false,
-            quarantine: Duration::ZERO,
-        };
-        let observer: Arc<dyn NodeObserver> = batches.clone();
-        let node = Node::new("r1".to_string(), client, settings, observer);
-        let conn = node.open().await.unwrap();
-        node.install(conn);
-        node
-    }
-
-    /// Waits for `condition`, polling, for at most 20 seconds.
-    async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !condition() {
-            assert!(Instant::now() < deadline, "gave up waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    /// A vote for `key` with token `token-<key>`, in a task of its own.
-    fn vote(node: &Arc<Node>, key: &str) -> tokio::task::JoinHandle<Result<Answer, NodeError>> {
-        let node = Arc::clone(node);
-        let key = key.to_string();
-        tokio::spawn(async move {
-            let command = Command::Vote {
-                ttl: Duration::from_secs(60),
-                read_counter: false,
-            };
-            node.batched(&key, &format!("token-{key}"), command).await
-        })
-    }
-
-    async fn value(server: &RedisServer, key: &str) -> Option<String> {
-        let client = redis::Client::open(server.url()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        redis::cmd("GET")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .unwrap()
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn commands_queued_behind_a_callers_own_call_go_as_one_batch_after_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let server = RedisServer::start(dir.path(), "r1").unwrap();
-        let batches = Arc::new(Batches::default());
-        let node = connected(&server, &batches).await;
-
-        server.freeze().unwrap();
-        // The master is idle: this caller sends its vote itself, and it
-        // stays on its way while the master is frozen.
-        let first = vote(&node, "first");
-        wait_for("the first vote to take the turn", || {
-            node.batcher.turn().busy
-        })
-        .await;
-        let queued: Vec<_> = (0..20).map(|i| vote(&node, &format!("q{i}"))).collect();
-        wait_for("every later vote to queue", || {
-            node.batcher.turn().queue.len() == 20
-        })
-        .await;
-        server.thaw().unwrap();
-
-        let granted = Answer {
-            status: 1,
-            counter: 0,
-        };
-        assert_eq!(first.await.unwrap().unwrap(), granted);
-        for handle in queued {
-            assert_eq!(handle.await.unwrap().unwrap(), granted);
-        }
-        assert_eq!(
-            batches.sizes(),
-            vec![1, 20],
-            "the first vote went alone, the twenty queued behind it in one call"
-        );
-        for i in 0..20 {
-            let key = format!("q{i}");
-            assert_eq!(value(&server, &key).await, Some(format!("token-{key}")));
-        }
-        wait_for("the master to be idle again", || {
-            let turn = node.batcher.turn();
-            !turn.busy && turn.queue.is_empty()
-        })
-        .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_caller_gone_mid_call_strands_nothing_queued_behind_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let server = RedisServer::start(dir.path(), "r1").unwrap();
-        let batches = Arc::new(Batches::default());
-        let node = connected(&server, &batches).await;
-
-        server.freeze().unwrap();
-        let gone = vote(&node, "gone");
-        wait_for("the first vote to take the turn", || {
-            node.batcher.turn().busy
-        })
-        .await;
-        let queued: Vec<_> = (0..5).map(|i| vote(&node, &format!("q{i}"))).collect();
-        wait_for("every later vote to queue", || {
-            node.batcher.turn().queue.len() == 5
-        })
-        .await;
-        // Its client went away: the caller's future is dropped mid-call.
-        gone.abort();
-        assert!(gone.await.unwrap_err().is_cancelled());
-        // Its turn ended with it: the queue went to the batch task.
-        assert!(node.batcher.turn().queue.is_empty());
-        server.thaw().unwrap();
-
-        for (i, handle) in queued.into_iter().enumerate() {
-            assert_eq!(
-                handle.await.unwrap().unwrap().status,
-                1,
-                "queued vote {i} was sent and granted"
-            );
-        }
-        for i in 0..5 {
-            let key = format!("q{i}");
-            assert_eq!(value(&server, &key).await, Some(format!("token-{key}")));
-        }
-        wait_for("the master to be idle again", || {
-            let turn = node.batcher.turn();
-            !turn.busy && turn.queue.is_empty()
-        })
-        .await;
-        // And the next command finds it idle and goes out alone.
-        let next = vote(&node, "next").await.unwrap().unwrap();
-        assert_eq!(next.status, 1);
-        assert_eq!(batches.sizes(), vec![1, 5, 1]);
     }
 }
