@@ -16,7 +16,10 @@
 //!   the task waits for the socket to become readable with no buffer at
 //!   all. The next request starts a fresh hyper connection. The grace
 //!   spares a client that sends its next request at once (a release after
-//!   an acquire, the next acquire) a new hyper connection per request.
+//!   an acquire, the next acquire) a new hyper connection per request; a
+//!   connection that has sent only one request is parked without it, so
+//!   thousands of one-off connections opened at once (health checks) do
+//!   not hold hyper's buffers together.
 //!
 //! ## Behavior
 //! - Keep-alive is unchanged for the client: parking never closes the socket
@@ -244,11 +247,12 @@ impl<S: Socket> AsyncWrite for Watched<S> {
     }
 }
 
-/// How long hyper stays idle before its connection is parked. Most clients
-/// send their next request (the release after an acquire, the next
-/// acquire) well within this, and find hyper ready rather than pay for a
-/// new one; connections that go quiet are parked soon enough that few
-/// hold hyper's buffers at once, even when thousands open in a burst.
+/// How long hyper stays idle before its connection is parked, once the
+/// connection has sent more than one request. Most clients send their next
+/// request (the release after an acquire, the next acquire) well within
+/// this, and find hyper ready rather than pay for a new one; connections
+/// that go quiet are parked soon enough that few hold hyper's buffers at
+/// once.
 const PARK_AFTER: Duration = Duration::from_millis(10);
 
 /// How one hyper connection over the socket ended.
@@ -293,7 +297,9 @@ pub async fn serve<S: Socket>(
             }
         }
         activity.restart();
-        let served = serve_until_idle(
+        // Boxed: a parked connection's task keeps no room for the serving
+        // state.
+        let served = Box::pin(serve_until_idle(
             &agent,
             &builder,
             Watched {
@@ -305,7 +311,7 @@ pub async fn serve<S: Socket>(
             peer,
             &activity,
             &shutdown,
-        )
+        ))
         .await;
         match served {
             Served::Parked(s, bytes) => {
@@ -359,9 +365,10 @@ async fn serve_until_idle<S: Socket>(
     let cancelled = shutdown.cancelled();
     tokio::pin!(cancelled);
     // The grace before parking, armed when hyper is seen idle after the
-    // request `idle_after` (by its count in `begun`).
-    let grace = tokio::time::sleep(PARK_AFTER);
-    tokio::pin!(grace);
+    // request `idle_after` (by its count in `begun`). Boxed, and made only
+    // when needed: every connection task keeps room for this function's
+    // state, parked or not.
+    let mut grace: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let mut idle_after = None;
     let step = poll_fn(|cx| {
         if !draining && !parking && cancelled.as_mut().poll(cx).is_ready() {
@@ -379,14 +386,19 @@ async fn serve_until_idle<S: Socket>(
                 return Poll::Pending;
             }
             let begun = activity.begun.load(Ordering::Relaxed);
-            if idle_after != Some(begun) {
-                idle_after = Some(begun);
-                grace
-                    .as_mut()
-                    .reset(tokio::time::Instant::now() + PARK_AFTER);
-            }
-            if grace.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
+            // One request so far: likely a one-off (a health check), parked
+            // at once, as are many such connections opened together.
+            if begun > 1 {
+                let deadline = tokio::time::Instant::now() + PARK_AFTER;
+                let grace =
+                    grace.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if idle_after != Some(begun) {
+                    idle_after = Some(begun);
+                    grace.as_mut().reset(deadline);
+                }
+                if grace.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
             }
             // Idle with everything flushed: closing now makes hyper hand
             // the socket back untouched.
