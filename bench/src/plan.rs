@@ -447,6 +447,10 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                     agent.pid()
                 };
                 (counted.processes(), agent_pid)
+            } else if matches!(workload, Workload::Uncontended { .. }) {
+                // W1: the masters' CPU per grant, and the agent's.
+                let agent_pid = (peer == Peer::Agent).then(|| agent.pid()).flatten();
+                (masters.processes(), agent_pid)
             } else {
                 (None, None)
             };

@@ -9,11 +9,17 @@
 //! - **Serving**: a hyper connection over the socket, as long as a request
 //!   is in progress (a hold's stream included: a hold keeps its connection
 //!   serving until it ends or the client closes).
-//! - **Parked**: between requests, once hyper has answered everything,
-//!   flushed it and found nothing more to read, the hyper connection is
-//!   taken apart ([`http1::Connection::into_parts`], without closing the
-//!   socket) and the task waits for the socket to become readable with no
-//!   buffer at all. The next request starts a fresh hyper connection.
+//! - **Parked**: once hyper has answered everything, flushed it and found
+//!   nothing more to read, and no request came for a short grace
+//!   (`PARK_AFTER`, 10 ms), the hyper connection is taken apart
+//!   ([`http1::Connection::into_parts`], without closing the socket) and
+//!   the task waits for the socket to become readable with no buffer at
+//!   all. The next request starts a fresh hyper connection. The grace
+//!   spares a client that sends its next request at once (a release after
+//!   an acquire, the next acquire) a new hyper connection per request; a
+//!   connection that has sent only one request is parked without it, so
+//!   thousands of one-off connections opened at once (health checks) do
+//!   not hold hyper's buffers together.
 //!
 //! ## Behavior
 //! - Keep-alive is unchanged for the client: parking never closes the socket
@@ -86,6 +92,9 @@ struct Activity {
     flushed: AtomicBool,
     /// hyper's last read found nothing to read.
     read_pending: AtomicBool,
+    /// Requests begun since the connection opened: tells a new request
+    /// from the one that was last seen finished.
+    begun: AtomicUsize,
 }
 
 impl Activity {
@@ -95,6 +104,7 @@ impl Activity {
             read_since_request: AtomicBool::new(false),
             flushed: AtomicBool::new(true),
             read_pending: AtomicBool::new(false),
+            begun: AtomicUsize::new(0),
         })
     }
 
@@ -116,6 +126,7 @@ impl Activity {
 
     fn begin(self: &Arc<Activity>) -> Exchange {
         self.open.fetch_add(1, Ordering::Relaxed);
+        self.begun.fetch_add(1, Ordering::Relaxed);
         self.read_since_request.store(false, Ordering::Relaxed);
         Exchange(Arc::clone(self))
     }
@@ -236,6 +247,14 @@ impl<S: Socket> AsyncWrite for Watched<S> {
     }
 }
 
+/// How long hyper stays idle before its connection is parked, once the
+/// connection has sent more than one request. Most clients send their next
+/// request (the release after an acquire, the next acquire) well within
+/// this, and find hyper ready rather than pay for a new one; connections
+/// that go quiet are parked soon enough that few hold hyper's buffers at
+/// once.
+const PARK_AFTER: Duration = Duration::from_millis(10);
+
 /// How one hyper connection over the socket ended.
 enum Served<S> {
     /// Idle and taken apart: the socket, and bytes read but not parsed.
@@ -278,7 +297,9 @@ pub async fn serve<S: Socket>(
             }
         }
         activity.restart();
-        let served = serve_until_idle(
+        // Boxed: a parked connection's task keeps no room for the serving
+        // state.
+        let served = Box::pin(serve_until_idle(
             &agent,
             &builder,
             Watched {
@@ -290,7 +311,7 @@ pub async fn serve<S: Socket>(
             peer,
             &activity,
             &shutdown,
-        )
+        ))
         .await;
         match served {
             Served::Parked(s, bytes) => {
@@ -343,6 +364,12 @@ async fn serve_until_idle<S: Socket>(
     let mut parking = false;
     let cancelled = shutdown.cancelled();
     tokio::pin!(cancelled);
+    // The grace before parking, armed when hyper is seen idle after the
+    // request `idle_after` (by its count in `begun`). Boxed, and made only
+    // when needed: every connection task keeps room for this function's
+    // state, parked or not.
+    let mut grace: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut idle_after = None;
     let step = poll_fn(|cx| {
         if !draining && !parking && cancelled.as_mut().poll(cx).is_ready() {
             draining = true;
@@ -355,7 +382,23 @@ async fn serve_until_idle<S: Socket>(
                 return Poll::Ready(Step::Ended(result));
             }
             if draining || !activity.idle() {
+                idle_after = None;
                 return Poll::Pending;
+            }
+            let begun = activity.begun.load(Ordering::Relaxed);
+            // One request so far: likely a one-off (a health check), parked
+            // at once, as are many such connections opened together.
+            if begun > 1 {
+                let deadline = tokio::time::Instant::now() + PARK_AFTER;
+                let grace =
+                    grace.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if idle_after != Some(begun) {
+                    idle_after = Some(begun);
+                    grace.as_mut().reset(deadline);
+                }
+                if grace.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
             }
             // Idle with everything flushed: closing now makes hyper hand
             // the socket back untouched.
