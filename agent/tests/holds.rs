@@ -14,6 +14,31 @@ use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redlock-agent");
 const LOCK: &str = "lock:\n  node_timeout: 100ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\n";
+/// A waiter that retries only every 30 s: within a test's wait, only a
+/// published release can get it the lock.
+const SLOW_RETRIES: &str =
+    "lock:\n  node_timeout: 100ms\n  retry_delay: 30s\n  retry_jitter: 0ms\n";
+
+/// `POST /v1/locks/{resource}/acquire` with `wait_ms` on `agent`, as a task:
+/// its status and body when it answers.
+fn acquire_in_background(
+    agent: &TestAgent,
+    resource: &str,
+    wait_ms: u64,
+) -> tokio::task::JoinHandle<(StatusCode, serde_json::Value)> {
+    let socket = agent.socket.clone();
+    let path = format!("/v1/locks/{resource}/acquire");
+    tokio::spawn(async move {
+        common::request(
+            &socket,
+            hyper::Method::POST,
+            &path,
+            json!({ "wait_ms": wait_ms }).to_string().into(),
+        )
+        .await
+        .unwrap()
+    })
+}
 
 /// A hold outlives several TTLs while its connection is open, renewing on
 /// every master, and is released when the connection closes.
@@ -253,25 +278,9 @@ async fn local_waiters_are_served_in_fifo_order() {
 async fn release_on_one_agent_wakes_a_waiter_on_another() {
     let cluster = Cluster::start(3);
     let first = TestAgent::start(&cluster, LOCK).await;
-    let second = TestAgent::start(
-        &cluster,
-        "lock:\n  node_timeout: 100ms\n  retry_delay: 30s\n  retry_jitter: 0ms\n",
-    )
-    .await;
+    let second = TestAgent::start(&cluster, SLOW_RETRIES).await;
     let token = first.acquire_ok("shared", json!({"ttl_ms": 30000})).await;
-    let waiter = {
-        let socket = second.socket.clone();
-        tokio::spawn(async move {
-            common::request(
-                &socket,
-                hyper::Method::POST,
-                "/v1/locks/shared/acquire",
-                json!({"wait_ms": 5000}).to_string().into(),
-            )
-            .await
-            .unwrap()
-        })
-    };
+    let waiter = acquire_in_background(&second, "shared", 5000);
     wait_for(
         "the waiter to make its first attempt",
         Duration::from_secs(5),
@@ -326,25 +335,9 @@ async fn a_release_is_announced_only_when_someone_waits() {
         assert_eq!(publishes(&cluster, i).await, 0, "r{}: nobody waited", i + 1);
     }
 
-    let second = TestAgent::start(
-        &cluster,
-        "lock:\n  node_timeout: 100ms\n  retry_delay: 30s\n  retry_jitter: 0ms\n",
-    )
-    .await;
+    let second = TestAgent::start(&cluster, SLOW_RETRIES).await;
     let token = first.acquire_ok("shared", json!({"ttl_ms": 30000})).await;
-    let waiter = {
-        let socket = second.socket.clone();
-        tokio::spawn(async move {
-            common::request(
-                &socket,
-                hyper::Method::POST,
-                "/v1/locks/shared/acquire",
-                json!({"wait_ms": 20000}).to_string().into(),
-            )
-            .await
-            .unwrap()
-        })
-    };
+    let waiter = acquire_in_background(&second, "shared", 20000);
     wait_for(
         "the waiter's votes to flag the key on every master",
         Duration::from_secs(10),
