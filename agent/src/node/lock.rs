@@ -15,34 +15,6 @@ use crate::redlock::master::{Extension, Master, NodeError, Vote};
 use crate::redlock::observe::{Op, VoteLabel};
 
 impl Node {
-    /// The vote: `SET key value NX PX ttl` behind the incarnation marker
-    /// (see [`scripts::BATCH`]), reading the fencing counter in the same
-    /// script when `read_counter`, and setting the key's waiting flag when
-    /// it is taken and the voter is `waiting`.
-    pub async fn set_nx(
-        &self,
-        key: &str,
-        value: &str,
-        ttl: Duration,
-        read_counter: bool,
-        waiting: bool,
-    ) -> Vote {
-        let command = Command::Vote {
-            ttl,
-            read_counter,
-            waiting,
-        };
-        match self.batched(key, value, command).await {
-            Ok(Answer { status: 1, counter }) => Vote::Granted { counter },
-            Ok(Answer { status: -1, .. }) => {
-                self.lost_state_at(key);
-                Vote::LostState
-            }
-            Ok(_) => Vote::Taken,
-            Err(e) => Vote::Failed(e),
-        }
-    }
-
     /// Round 2 of a fenced grant (see [`scripts::BATCH`], `f`): raises this
     /// master's fencing counter to `fence` while `key` still holds `value`.
     /// `Ok(true)` when raised (or already as high).
@@ -160,6 +132,10 @@ impl Master for Node {
         self.observer.vote(vote);
     }
 
+    /// The vote: `SET key value NX PX ttl` behind the incarnation marker
+    /// (see [`scripts::BATCH`]), reading the fencing counter in the same
+    /// script when `read_counter`, and setting the key's waiting flag when
+    /// it is taken and the voter is `waiting`.
     async fn vote(
         &self,
         key: &str,
@@ -168,7 +144,20 @@ impl Master for Node {
         read_counter: bool,
         waiting: bool,
     ) -> Vote {
-        self.set_nx(key, value, ttl, read_counter, waiting).await
+        let command = Command::Vote {
+            ttl,
+            read_counter,
+            waiting,
+        };
+        match self.batched(key, value, command).await {
+            Ok(Answer { status: 1, counter }) => Vote::Granted { counter },
+            Ok(Answer { status: -1, .. }) => {
+                self.lost_state_at(key);
+                Vote::LostState
+            }
+            Ok(_) => Vote::Taken,
+            Err(e) => Vote::Failed(e),
+        }
     }
 
     async fn raise_fence(&self, key: &str, value: &str, fence: u64) -> Result<bool, NodeError> {
