@@ -27,15 +27,15 @@
 //! - The task holds only a weak reference to its node: it ends when the
 //!   node is dropped.
 
-use std::sync::{Mutex, Once, Weak};
+use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use redlock_wire::keys::{slot_key, waiting_key};
+use redlock_wire::keys::slot_key;
 
 use super::{classify_text, scripts, ttl_ms, Node};
-use crate::redlock::master::NodeError;
+use crate::redlock::master::{Claim, NodeError};
 use crate::redlock::observe::Op;
 
 /// Most commands in one script call: enough for every client's vote at
@@ -60,7 +60,7 @@ pub enum Command {
     Extend { ttl: Duration },
     /// Compare-and-delete, announced on the resource's release channel when
     /// someone waits.
-    Release { channel: String },
+    Release { channel: Arc<str> },
 }
 
 impl Command {
@@ -113,8 +113,7 @@ pub struct Answer {
 /// A queued command and where its answer goes.
 #[derive(Debug)]
 struct Job {
-    key: String,
-    token: String,
+    claim: Arc<Claim>,
     command: Command,
     queued: Instant,
     reply: oneshot::Sender<Result<Answer, NodeError>>,
@@ -166,8 +165,7 @@ impl Node {
     /// this command (WRONGTYPE, OOM, READONLY, ...).
     pub(super) async fn batched(
         &self,
-        key: &str,
-        token: &str,
+        claim: &Arc<Claim>,
         command: Command,
     ) -> Result<Answer, NodeError> {
         // A cluster slot in quarantine votes no without asking: its marker
@@ -175,7 +173,7 @@ impl Node {
         // its keys are not trusted yet.
         if self.marker_check
             && matches!(command, Command::Vote { .. } | Command::Extend { .. })
-            && self.slot_out(key)
+            && self.slot_out(claim.key())
         {
             return Ok(Answer {
                 status: -1,
@@ -184,8 +182,7 @@ impl Node {
         }
         let (reply, answer) = oneshot::channel();
         self.batcher.submit(Job {
-            key: key.to_string(),
-            token: token.to_string(),
+            claim: Arc::clone(claim),
             command,
             queued: Instant::now(),
             reply,
@@ -223,7 +220,7 @@ impl Node {
             return self.send_group(conn, None, jobs).await;
         }
         // A script's keys must share a slot: one call per slot, all at once.
-        let mut groups = super::cluster::by_slot(jobs.drain(..), |job| job.key.as_str());
+        let mut groups = super::cluster::by_slot(jobs.drain(..), |job| job.claim.key());
         futures::future::join_all(
             groups
                 .iter_mut()
@@ -235,34 +232,17 @@ impl Node {
     /// Sends `jobs` (all in `slot` on a cluster) as one script call and
     /// answers each.
     async fn send_group(&self, conn: super::Conn, slot: Option<u16>, jobs: &mut Vec<Job>) {
-        let mut call = scripts::BATCH.prepare_invoke();
-        match slot {
-            Some(slot) => call
-                .key(slot_key(&self.marker_key, slot))
-                .key(slot_key(&self.fence_key, slot))
-                .arg(if self.marker_check { "2" } else { "0" }),
-            None => call
-                .key(&self.marker_key)
-                .key(&self.fence_key)
-                .arg(if self.marker_check { "1" } else { "0" }),
-        };
-        call.arg(if self.lock().set_get { "1" } else { "0" });
-        for job in jobs.iter() {
-            let (letter, number, more) = job.command.args();
-            call.key(&job.key);
-            if job.command.uses_flag() {
-                call.key(waiting_key(&self.key_prefix, &job.key));
-            } else {
-                call.key(&job.key);
-            }
-            call.arg(letter).arg(&job.token).arg(number).arg(more);
-        }
         self.observer.batch(jobs.len());
+        let call = self.batch_call(slot, jobs);
         let mut conn = conn;
         let result = if slot.is_some() {
-            super::conn::bounded(self.timeout, call.invoke_async::<redis::Value>(&mut conn)).await
+            super::conn::bounded(
+                self.timeout,
+                scripts::evalsha(&scripts::BATCH, &call, &mut conn),
+            )
+            .await
         } else {
-            call.invoke_async::<redis::Value>(&mut conn).await
+            scripts::evalsha(&scripts::BATCH, &call, &mut conn).await
         };
         if slot.is_some() {
             self.cluster_lock_result(matches!(&result, Ok(redis::Value::Array(_))));
@@ -299,6 +279,45 @@ impl Node {
                 .request(job.command.op(), job.queued.elapsed());
             let _ = job.reply.send(answer);
         }
+    }
+
+    /// The `EVALSHA` of [`scripts::BATCH`] for `jobs`, written straight
+    /// into one command buffer (no argument is allocated on its own).
+    fn batch_call(&self, slot: Option<u16>, jobs: &[Job]) -> redis::Cmd {
+        let mut call = redis::Cmd::with_capacity(5 + 6 * jobs.len(), 64 + 96 * jobs.len());
+        call.arg("EVALSHA")
+            .arg(scripts::BATCH.get_hash())
+            .arg(2 + 2 * jobs.len());
+        let marker_mode = match slot {
+            Some(slot) => {
+                call.arg(slot_key(&self.marker_key, slot))
+                    .arg(slot_key(&self.fence_key, slot));
+                "2"
+            }
+            None => {
+                call.arg(&self.marker_key).arg(&self.fence_key);
+                "1"
+            }
+        };
+        for job in jobs {
+            let key = job.claim.key();
+            call.arg(key);
+            if job.command.uses_flag() {
+                call.arg(job.claim.flag(&self.key_prefix));
+            } else {
+                call.arg(key);
+            }
+        }
+        call.arg(if self.marker_check { marker_mode } else { "0" })
+            .arg(if self.lock().set_get { "1" } else { "0" });
+        for job in jobs {
+            let (letter, number, more) = job.command.args();
+            call.arg(letter)
+                .arg(job.claim.token())
+                .arg(number)
+                .arg(more);
+        }
+        call
     }
 
     fn fail_all(&self, jobs: &mut Vec<Job>, error: &NodeError) {

@@ -3,6 +3,7 @@
 //! bounded by the node timeout; and [`Master`], the engine's view of this
 //! master.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redlock_wire::NodeState;
@@ -11,18 +12,18 @@ use super::batch::{Answer, Command};
 #[cfg(doc)]
 use super::scripts;
 use super::Node;
-use crate::redlock::master::{Extension, Master, NodeError, Vote};
+use crate::redlock::master::{Claim, Extension, Master, NodeError, Vote};
 use crate::redlock::observe::{Op, VoteLabel};
 
 impl Node {
     /// Round 2 of a fenced grant (see [`scripts::BATCH`], `f`): raises this
-    /// master's fencing counter to `fence` while `key` still holds `value`.
-    /// `Ok(true)` when raised (or already as high).
+    /// master's fencing counter to `fence` while the claim's key still holds
+    /// its token. `Ok(true)` when raised (or already as high).
     ///
     /// # Errors
     /// When the master is not connected, does not answer in time, or fails.
-    pub async fn raise_fence(&self, key: &str, value: &str, fence: u64) -> Result<bool, NodeError> {
-        let answer = self.batched(key, value, Command::Fence { fence }).await?;
+    pub async fn raise_fence(&self, claim: &Arc<Claim>, fence: u64) -> Result<bool, NodeError> {
+        let answer = self.batched(claim, Command::Fence { fence }).await?;
         Ok(answer.status == 1)
     }
 
@@ -57,11 +58,11 @@ impl Node {
     ///
     /// # Errors
     /// When the master is not connected, does not answer in time, or fails.
-    pub async fn release(&self, key: &str, value: &str, channel: &str) -> Result<bool, NodeError> {
+    pub async fn release(&self, claim: &Arc<Claim>, channel: &Arc<str>) -> Result<bool, NodeError> {
         let command = Command::Release {
-            channel: channel.to_string(),
+            channel: Arc::clone(channel),
         };
-        let answer = self.batched(key, value, command).await?;
+        let answer = self.batched(claim, command).await?;
         Ok(answer.status == 1)
     }
 
@@ -70,17 +71,12 @@ impl Node {
     ///
     /// # Errors
     /// When the master is not connected, does not answer in time, or fails.
-    pub async fn extend(
-        &self,
-        key: &str,
-        value: &str,
-        ttl: Duration,
-    ) -> Result<Extension, NodeError> {
-        let answer = self.batched(key, value, Command::Extend { ttl }).await?;
+    pub async fn extend(&self, claim: &Arc<Claim>, ttl: Duration) -> Result<Extension, NodeError> {
+        let answer = self.batched(claim, Command::Extend { ttl }).await?;
         Ok(match answer.status {
             1 => Extension::Extended,
             -1 => {
-                self.lost_state_at(key);
+                self.lost_state_at(claim.key());
                 Extension::LostState
             }
             _ => Extension::NotHeld,
@@ -138,8 +134,7 @@ impl Master for Node {
     /// it is taken and the voter is `waiting`.
     async fn vote(
         &self,
-        key: &str,
-        value: &str,
+        claim: &Arc<Claim>,
         ttl: Duration,
         read_counter: bool,
         waiting: bool,
@@ -149,10 +144,10 @@ impl Master for Node {
             read_counter,
             waiting,
         };
-        match self.batched(key, value, command).await {
+        match self.batched(claim, command).await {
             Ok(Answer { status: 1, counter }) => Vote::Granted { counter },
             Ok(Answer { status: -1, .. }) => {
-                self.lost_state_at(key);
+                self.lost_state_at(claim.key());
                 Vote::LostState
             }
             Ok(_) => Vote::Taken,
@@ -160,15 +155,15 @@ impl Master for Node {
         }
     }
 
-    async fn raise_fence(&self, key: &str, value: &str, fence: u64) -> Result<bool, NodeError> {
-        Node::raise_fence(self, key, value, fence).await
+    async fn raise_fence(&self, claim: &Arc<Claim>, fence: u64) -> Result<bool, NodeError> {
+        Node::raise_fence(self, claim, fence).await
     }
 
-    async fn extend(&self, key: &str, value: &str, ttl: Duration) -> Result<Extension, NodeError> {
-        Node::extend(self, key, value, ttl).await
+    async fn extend(&self, claim: &Arc<Claim>, ttl: Duration) -> Result<Extension, NodeError> {
+        Node::extend(self, claim, ttl).await
     }
 
-    async fn release(&self, key: &str, value: &str, channel: &str) -> Result<bool, NodeError> {
-        Node::release(self, key, value, channel).await
+    async fn release(&self, claim: &Arc<Claim>, channel: &Arc<str>) -> Result<bool, NodeError> {
+        Node::release(self, claim, channel).await
     }
 }

@@ -2,11 +2,34 @@
 //! caller's token, so a client can only touch a lock it still holds.
 //!
 //! `redis::Script` calls them by SHA (EVALSHA) and loads them again when a
-//! master answers NOSCRIPT (after a restart or `SCRIPT FLUSH`).
+//! master answers NOSCRIPT (after a restart or `SCRIPT FLUSH`); the batch
+//! builds its own `EVALSHA` and calls [`evalsha`], which does the same.
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::aio::ConnectionLike;
+use redis::{Cmd, RedisResult, Script, Value};
+
+/// Runs `call`, an `EVALSHA` of `script` built by the caller, and when the
+/// master answers NOSCRIPT (after a restart or `SCRIPT FLUSH`) loads the
+/// script and runs the call once more, as `redis::Script` does for its
+/// own invocations.
+///
+/// # Errors
+/// The master's or the connection's, of the call or of the load.
+pub async fn evalsha(
+    script: &Script,
+    call: &Cmd,
+    conn: &mut impl ConnectionLike,
+) -> RedisResult<Value> {
+    match call.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            call.query_async(conn).await
+        }
+        result => result,
+    }
+}
 
 /// Every lock command to one master, in batches: the commands that queued
 /// while the previous batch was on its way (see [`super::batch`]) run in one

@@ -5,6 +5,7 @@
 //! engine never sees a connection, a script or a probe.
 
 use std::future::Future;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redlock_wire::NodeState;
@@ -98,6 +99,44 @@ pub enum Extension {
     LostState,
 }
 
+/// One lock command's key and token, built once per request and shared by
+/// every master's copy of the command (an `Arc` clone each): the text is
+/// not copied per master, and the key's waiting flag is named at most once.
+#[derive(Debug)]
+pub struct Claim {
+    key: String,
+    token: String,
+    flag: OnceLock<String>,
+}
+
+impl Claim {
+    pub fn new(key: String, token: &str) -> Arc<Claim> {
+        Arc::new(Claim {
+            key,
+            token: token.to_string(),
+            flag: OnceLock::new(),
+        })
+    }
+
+    /// The lock key, `<key_prefix><resource>`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The token: the key's value while the lock is ours.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The key's waiting flag (`redlock_wire::keys::waiting_key`), named
+    /// on first use. Every master of one agent shares `lock.key_prefix`,
+    /// so the first master's name is every master's.
+    pub fn flag(&self, key_prefix: &str) -> &str {
+        self.flag
+            .get_or_init(|| redlock_wire::keys::waiting_key(key_prefix, &self.key))
+    }
+}
+
 /// One master as Redlock uses it. Every request is bounded by the master's
 /// own timeout: a dead or frozen master costs at most that, never a hang.
 /// The futures are `Send + 'static`-friendly (they borrow only their
@@ -125,34 +164,32 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
     /// Counts this master's answer to one vote.
     fn count_vote(&self, vote: VoteLabel);
 
-    /// The vote: `SET key value NX PX ttl`, atomically with the check that
+    /// The vote: `SET key token NX PX ttl` for `claim`, atomically with the check that
     /// the master has not lost its keys and, with `read_counter`, a read of
     /// its fencing counter. `waiting`: the voter will wait if the lock is
     /// taken, so the holder's release should announce itself (see
     /// [`Master::release`]).
     fn vote(
         &self,
-        key: &str,
-        value: &str,
+        claim: &Arc<Claim>,
         ttl: Duration,
         read_counter: bool,
         waiting: bool,
     ) -> impl Future<Output = Vote> + Send;
 
     /// Round 2 of a fenced grant: raise the fencing counter to `fence` while
-    /// `key` still holds `value`. `Ok(true)` when raised or already as high.
+    /// the claim's key still holds its token. `Ok(true)` when raised or
+    /// already as high.
     fn raise_fence(
         &self,
-        key: &str,
-        value: &str,
+        claim: &Arc<Claim>,
         fence: u64,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send;
 
     /// Compare-and-pexpire.
     fn extend(
         &self,
-        key: &str,
-        value: &str,
+        claim: &Arc<Claim>,
         ttl: Duration,
     ) -> impl Future<Output = Result<Extension, NodeError>> + Send;
 
@@ -161,8 +198,7 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
     /// was granted. `Ok(true)` when this master held the token.
     fn release(
         &self,
-        key: &str,
-        value: &str,
-        channel: &str,
+        claim: &Arc<Claim>,
+        channel: &Arc<str>,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send;
 }

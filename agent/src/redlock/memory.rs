@@ -10,7 +10,7 @@ use std::time::Duration;
 use redlock_wire::NodeState;
 use tokio::time::Instant;
 
-use super::master::{Extension, Master, NodeError, Vote};
+use super::master::{Claim, Extension, Master, NodeError, Vote};
 use super::observe::VoteLabel;
 
 /// How a master in memory behaves.
@@ -107,12 +107,12 @@ impl Master for Memory {
     /// through the agent, as on a real master without other agents).
     async fn vote(
         &self,
-        key: &str,
-        value: &str,
+        claim: &Arc<Claim>,
         ttl: Duration,
         read_counter: bool,
         _waiting: bool,
     ) -> Vote {
+        let (key, value) = (claim.key(), claim.token());
         if let Err(e) = self.answer().await {
             return Vote::Failed(e);
         }
@@ -133,7 +133,8 @@ impl Master for Memory {
         }
     }
 
-    async fn raise_fence(&self, key: &str, value: &str, fence: u64) -> Result<bool, NodeError> {
+    async fn raise_fence(&self, claim: &Arc<Claim>, fence: u64) -> Result<bool, NodeError> {
+        let (key, value) = (claim.key(), claim.token());
         self.answer().await?;
         if self.mode() == Mode::NoRaise {
             return Err(NodeError::Other("refused".into()));
@@ -146,7 +147,8 @@ impl Master for Memory {
         Ok(true)
     }
 
-    async fn extend(&self, key: &str, value: &str, ttl: Duration) -> Result<Extension, NodeError> {
+    async fn extend(&self, claim: &Arc<Claim>, ttl: Duration) -> Result<Extension, NodeError> {
+        let (key, value) = (claim.key(), claim.token());
         self.answer().await?;
         if self.mode() == Mode::LostState {
             return Ok(Extension::LostState);
@@ -159,7 +161,8 @@ impl Master for Memory {
         }
     }
 
-    async fn release(&self, key: &str, value: &str, _channel: &str) -> Result<bool, NodeError> {
+    async fn release(&self, claim: &Arc<Claim>, _channel: &Arc<str>) -> Result<bool, NodeError> {
+        let (key, value) = (claim.key(), claim.token());
         self.answer().await?;
         let mut keys = self.keys.lock().unwrap();
         if keys.get(key).is_some_and(|(held, _)| held == value) {

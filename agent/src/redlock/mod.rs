@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use futures::stream::{FuturesUnordered, StreamExt};
 use rand::Rng;
 
-pub use master::{Extension, Master, NodeError, Vote};
+pub use master::{Claim, Extension, Master, NodeError, Vote};
 pub use observe::{Failure, Observer, VoteLabel};
 pub use resource::{Resource, ResourceError};
 pub use token::Token;
@@ -305,16 +305,13 @@ impl<M: Master> Redlock<M> {
         if !self.settings.fence.writeback {
             return Ok(minted);
         }
+        let claim = Claim::new(key.to_string(), token.as_str());
         let mut raises: FuturesUnordered<_> = granting
             .iter()
             .map(|(node, _)| {
-                let (node, key, value) = (
-                    Arc::clone(node),
-                    key.to_string(),
-                    token.as_str().to_string(),
-                );
+                let (node, claim) = (Arc::clone(node), Arc::clone(&claim));
                 async move {
-                    let reply = node.raise_fence(&key, &value, minted).await;
+                    let reply = node.raise_fence(&claim, minted).await;
                     (node, reply)
                 }
             })
@@ -373,14 +370,13 @@ impl<M: Master> Redlock<M> {
         fence: bool,
         waiting: bool,
     ) -> Attempt<M> {
+        let claim = Claim::new(key.to_string(), token.as_str());
         let mut votes: FuturesUnordered<_> = usable
             .iter()
             .map(|node| {
-                let node = Arc::clone(node);
-                let key = key.to_string();
-                let value = token.as_str().to_string();
+                let (node, claim) = (Arc::clone(node), Arc::clone(&claim));
                 async move {
-                    let vote = node.vote(&key, &value, ttl, fence, waiting).await;
+                    let vote = node.vote(&claim, ttl, fence, waiting).await;
                     (node, vote)
                 }
             })
@@ -452,8 +448,9 @@ impl<M: Master> Redlock<M> {
     /// awaited in the background, so a frozen master does not hold up the
     /// caller.
     pub async fn release(&self, resource: &Resource, token: &Token) -> bool {
-        let key = self.key(resource);
-        let key = key.as_str();
+        let claim = Claim::new(self.key(resource), token.as_str());
+        let channel: Arc<str> =
+            format!("{}{}", self.settings.release_channel_prefix, resource).into();
         // One server reached twice releases once and counts once.
         let targets: Vec<&Arc<M>> = self
             .nodes
@@ -466,11 +463,9 @@ impl<M: Master> Redlock<M> {
         let mut replies: FuturesUnordered<_> = targets
             .into_iter()
             .map(|node| {
-                let node = Arc::clone(node);
-                let key = key.to_string();
-                let value = token.as_str().to_string();
-                let channel = format!("{}{}", self.settings.release_channel_prefix, resource);
-                async move { node.release(&key, &value, &channel).await }
+                let (node, claim, channel) =
+                    (Arc::clone(node), Arc::clone(&claim), Arc::clone(&channel));
+                async move { node.release(&claim, &channel).await }
             })
             .collect();
         let mut released = 0;
@@ -510,14 +505,14 @@ impl<M: Master> Redlock<M> {
         if usable.len() < self.quorum {
             return Extend::NoQuorum(self.describe_unusable());
         }
-        let key = self.key(resource);
+        let claim = Claim::new(self.key(resource), token.as_str());
         // tokio's clock: the same as std's, but for tests on a paused one.
         let started = tokio::time::Instant::now();
         let mut replies: FuturesUnordered<_> = usable
             .iter()
             .map(|node| {
-                let key = &key;
-                async move { node.extend(key, token.as_str(), ttl).await }
+                let claim = &claim;
+                async move { node.extend(claim, ttl).await }
             })
             .collect();
         let (mut extended, mut not_held) = (0, 0);
