@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The agent's own instructions per acquire + release cycle (workload 1,
+# distinct keys), counted by valgrind's callgrind: user space only, and the
+# same on a busy machine as on a quiet one, where cycles/s and CPU seconds
+# are not. For comparing two builds of the agent, or a build against itself
+# after a change, to a few percent; not a throughput figure (under valgrind
+# the agent runs about 50 times slower, so batches are larger than in
+# bench/run.sh).
+#
+#   bench/instructions.sh                     the working tree's release build
+#   bench/instructions.sh A B ...             these agent binaries, in turn
+#   CLIENTS="1 64" SECONDS_MEASURED=15 bench/instructions.sh ...
+#
+# For each binary and client count: the cycles counted, the instructions
+# (Ir) per cycle, and the callgrind file (in bench/results/scratch/) for
+# `callgrind_annotate --inclusive=yes FILE`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tools/setup.sh
+export CARGO_TARGET_DIR="$PWD/target"
+need_packages redis-server:redis-server valgrind:valgrind python3:python3 curl:curl
+
+clients=${CLIENTS:-"1 64"}
+measured=${SECONDS_MEASURED:-15}
+cargo build --quiet --release --manifest-path bench/Cargo.toml
+bins=("$@")
+if [ ${#bins[@]} -eq 0 ]; then
+  cargo build --quiet --release -p redlock-agent
+  bins=(target/release/redlock-agent)
+fi
+
+work=$(mktemp -d)
+out=bench/results/scratch
+mkdir -p "$out"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+masters_yaml="" masters_json=""
+for i in 1 2 3 4 5; do
+  port=$(free_port)
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$work" --logfile "$work/r$i.log" --pidfile "$work/r$i.pid" --daemonize yes >/dev/null
+  for _ in $(seq 50); do [ -s "$work/r$i.pid" ] && break; sleep 0.1; done
+  pids+=("$(cat "$work/r$i.pid")")
+  masters_yaml+="  - {name: r$i, url: \"redis://127.0.0.1:$port\"}"$'\n'
+  masters_json+="\"redis://127.0.0.1:$port\","
+done
+masters_json="[${masters_json%,}]"
+
+metrics_port=$(free_port)
+# Lock requests answered: the cycles counted between zeroing and dumping.
+acquires() {
+  curl -sf "http://127.0.0.1:$metrics_port/metrics" |
+    awk '/^redlock_api_requests_total/ && /route="acquire"/ {n += $2} END {print n + 0}'
+}
+
+printf '%-40s %7s %8s %12s\n' agent clients cycles "Ir/cycle"
+for bin in "${bins[@]}"; do
+  for n in $clients; do
+    # Timeouts far above what valgrind's slowness needs: a slow vote must
+    # not look like a failed one.
+    cat >"$work/agent.yaml" <<YAML
+socket: {path: "$work/agent.sock", request_timeout: 60s}
+metrics: {listen: "127.0.0.1:$metrics_port"}
+log: {level: warn}
+masters:
+$masters_yaml
+lock: {default_ttl: 60s, max_ttl: 120s, node_timeout: 3s, retry_delay: 50ms, retry_jitter: 50ms}
+delayed_restart: {enabled: false}
+leak_scan: {interval: 1h}
+YAML
+    rm -f "$work/agent.sock" "$work"/cg.out*
+    valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
+      "$bin" --config "$work/agent.yaml" >"$work/agent.log" 2>&1 &
+    agent=$!
+    pids+=("$agent")
+    for _ in $(seq 600); do [ -S "$work/agent.sock" ] && break; sleep 0.1; done
+    [ -S "$work/agent.sock" ] || { cat "$work/agent.log" >&2; exit 1; }
+    spec="{\"peer\":\"agent\",\"masters\":$masters_json,\"socket\":\"$work/agent.sock\",\"keys\":\"distinct\",\"clients\":$n,\"warmup_ms\":0,\"duration_ms\":$(((measured + 10) * 1000)),\"ttl_ms\":60000,\"resource_prefix\":\"ir$n\",\"tuned\":false}"
+    target/release/redlock-bench drive "$spec" >"$work/driver.json" 2>"$work/driver.err" &
+    driver=$!
+    # Warm-up: connections open, scripts loaded, allocator pages touched.
+    sleep 5
+    before=$(acquires)
+    callgrind_control --zero "$agent" >/dev/null 2>&1
+    sleep "$measured"
+    callgrind_control --dump "$agent" >/dev/null 2>&1
+    after=$(acquires)
+    wait "$driver" || { cat "$work/driver.err" >&2; exit 1; }
+    kill "$agent"
+    wait "$agent" 2>/dev/null || true
+    cycles=$((after - before))
+    [ "$cycles" -gt 0 ] || { echo "no cycles counted for $bin at $n clients" >&2; exit 1; }
+    ir=$(callgrind_annotate "$work/cg.out.1" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    kept="$out/callgrind-$(basename "$bin")-$n.out"
+    cp "$work/cg.out.1" "$kept"
+    printf '%-40s %7s %8s %12s\n' "$bin" "$n" "$cycles" "$((ir / cycles))"
+  done
+done
