@@ -12,7 +12,11 @@
 #   CLIENTS="1 64" SECONDS_MEASURED=15 bench/instructions.sh ...
 #
 # For each binary and client count: the cycles counted, the instructions
-# (Ir) per cycle, and the callgrind file (in bench/results/scratch/) for
+# (Ir) per cycle (less the agent's idle background work, measured first
+# for 5 s), that idle rate, the lock commands per script call (at 64
+# clients the count per cycle falls as batches grow, and they grow when
+# the agent gets less of the machine: compare counts at like batch sizes),
+# and the callgrind file (in bench/results/scratch/) for
 # `callgrind_annotate --inclusive=yes FILE`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +39,8 @@ mkdir -p "$out"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # The masters may still be writing their logs as they exit.
+  sleep 0.5
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -54,13 +60,22 @@ done
 masters_json="[${masters_json%,}]"
 
 metrics_port=$(free_port)
-# Lock requests answered: the cycles counted between zeroing and dumping.
-acquires() {
+# Lock requests answered (the cycles counted between zeroing and dumping),
+# script calls and the commands in them, every master's.
+counters() {
   curl -sf "http://127.0.0.1:$metrics_port/metrics" |
-    awk '/^redlock_api_requests_total/ && /route="acquire"/ {n += $2} END {print n + 0}'
+    awk '/^redlock_api_requests_total/ && /route="acquire"/ {a += $2}
+         /^redlock_node_batch_commands_count/ {c += $2}
+         /^redlock_node_batch_commands_sum/ {s += $2}
+         END {printf "%d %d %d\n", a, c, s}'
 }
 
-printf '%-40s %7s %8s %12s\n' agent clients cycles "Ir/cycle"
+# The newest dump (callgrind numbers them cg.out.1, cg.out.2, ...).
+dumped() { ls -t "$work"/cg.out.* | head -1; }
+# The instructions in a callgrind file.
+total() { callgrind_annotate "$1" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
+
+printf '%-40s %7s %8s %12s %14s %14s\n' agent clients cycles "Ir/cycle" "idle Ir/s" "commands/call"
 for bin in "${bins[@]}"; do
   for n in $clients; do
     # Timeouts far above what valgrind's slowness needs: a slow vote must
@@ -82,24 +97,37 @@ YAML
     pids+=("$agent")
     for _ in $(seq 600); do [ -S "$work/agent.sock" ] && break; sleep 0.1; done
     [ -S "$work/agent.sock" ] || { cat "$work/agent.log" >&2; exit 1; }
+    # The agent's own background work (probes, timers), per second without
+    # a client, is taken off the count: under valgrind it is a few percent
+    # of a loaded second, and it would move with the cycles/s.
+    sleep 3
+    callgrind_control --zero "$agent" >/dev/null 2>&1
+    idle_start=$(date +%s.%N)
+    sleep 5
+    callgrind_control --dump "$agent" >/dev/null 2>&1
+    idle_per_s=$(python3 -c "print($(total "$(dumped)") / ($(date +%s.%N) - $idle_start))")
     spec="{\"peer\":\"agent\",\"masters\":$masters_json,\"socket\":\"$work/agent.sock\",\"keys\":\"distinct\",\"clients\":$n,\"warmup_ms\":0,\"duration_ms\":$(((measured + 10) * 1000)),\"ttl_ms\":60000,\"resource_prefix\":\"ir$n\",\"tuned\":false}"
     target/release/redlock-bench drive "$spec" >"$work/driver.json" 2>"$work/driver.err" &
     driver=$!
     # Warm-up: connections open, scripts loaded, allocator pages touched.
     sleep 5
-    before=$(acquires)
+    read -r a0 calls0 commands0 < <(counters)
     callgrind_control --zero "$agent" >/dev/null 2>&1
+    start=$(date +%s.%N)
     sleep "$measured"
     callgrind_control --dump "$agent" >/dev/null 2>&1
-    after=$(acquires)
+    took=$(python3 -c "print($(date +%s.%N) - $start)")
+    read -r a1 calls1 commands1 < <(counters)
     wait "$driver" || { cat "$work/driver.err" >&2; exit 1; }
     kill "$agent"
     wait "$agent" 2>/dev/null || true
-    cycles=$((after - before))
+    cycles=$((a1 - a0))
     [ "$cycles" -gt 0 ] || { echo "no cycles counted for $bin at $n clients" >&2; exit 1; }
-    ir=$(callgrind_annotate "$work/cg.out.1" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    ir=$(total "$(dumped)")
     kept="$out/callgrind-$(basename "$bin")-$n.out"
-    cp "$work/cg.out.1" "$kept"
-    printf '%-40s %7s %8s %12s\n' "$bin" "$n" "$cycles" "$((ir / cycles))"
+    cp "$(dumped)" "$kept"
+    per_cycle=$(python3 -c "print(round(($ir - $idle_per_s * $took) / $cycles))")
+    per_call=$(python3 -c "print(round(($commands1 - $commands0) / max(1, $calls1 - $calls0), 1))")
+    printf '%-40s %7s %8s %12s %14.0f %14s\n' "$bin" "$n" "$cycles" "$per_cycle" "$idle_per_s" "$per_call"
   done
 done

@@ -245,24 +245,32 @@ impl Node {
             scripts::evalsha(&scripts::BATCH, &call, &mut conn).await
         };
         if slot.is_some() {
-            self.cluster_lock_result(matches!(&result, Ok(redis::Value::Array(_))));
+            self.cluster_lock_result(matches!(&result, Ok(redis::Value::BulkString(_))));
         }
-        let answers = match result {
-            Ok(redis::Value::Array(items)) if items.len() == jobs.len() => items,
-            Ok(other) => {
+        // One line per command (see [`scripts::BATCH`]).
+        let lines: Option<Vec<&str>> = match &result {
+            Ok(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes)
+                .ok()
+                .map(|text| text.split('\n').collect())
+                .filter(|lines: &Vec<&str>| lines.len() == jobs.len()),
+            _ => None,
+        };
+        let answers = match (lines, &result) {
+            (Some(lines), _) => lines,
+            (None, Err(e)) => {
+                let error = self.failed(Op::Acquire, e);
+                return self.fail_all(jobs, &error);
+            }
+            (None, Ok(other)) => {
                 let error = self.record_error(NodeError::Other(format!(
                     "unexpected answer to a batch of {}: {other:?}",
                     jobs.len()
                 )));
                 return self.fail_all(jobs, &error);
             }
-            Err(e) => {
-                let error = self.failed(Op::Acquire, &e);
-                return self.fail_all(jobs, &error);
-            }
         };
         for (job, item) in jobs.drain(..).zip(answers) {
-            let answer = match parse(&item) {
+            let answer = match parse(item) {
                 Some((-2, text)) => Err(self.record_error(classify_text(text))),
                 Some((status, "")) => Ok(Answer { status, counter: 0 }),
                 Some((status, text)) => match text.parse() {
@@ -348,13 +356,7 @@ async fn run(node: Weak<Node>, mut queue: mpsc::UnboundedReceiver<Job>) {
 }
 
 /// One command's answer: a bare status, or `status:more`.
-fn parse(item: &redis::Value) -> Option<(i64, &str)> {
-    match item {
-        redis::Value::Int(status) => Some((*status, "")),
-        redis::Value::BulkString(text) => {
-            let (status, more) = std::str::from_utf8(text).ok()?.split_once(':')?;
-            Some((status.parse().ok()?, more))
-        }
-        _ => None,
-    }
+fn parse(item: &str) -> Option<(i64, &str)> {
+    let (status, more) = item.split_once(':').unwrap_or((item, ""));
+    Some((status.parse().ok()?, more))
 }

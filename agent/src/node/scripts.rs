@@ -86,12 +86,13 @@ pub async fn evalsha(
 ///   waits for publishes nothing: one command per master less than always
 ///   announcing. 1 or 0.
 ///
-/// Returns one answer per command, a flat list: the status as an integer,
-/// or as the text `status:more` where there is more to say: the counter for
-/// a vote that read it (decimal, "0" when the master has none yet), the
-/// master's error for a command that failed (status -2: WRONGTYPE, OOM,
-/// READONLY; one command's error never fails the others). Flat integers
-/// cost the master and the agent's parser less than a pair per command.
+/// Returns one answer per command, in one text, a line each: the status,
+/// or `status:more` where there is more to say: the counter for a vote that
+/// read it (decimal, "0" when the master has none yet), the master's error
+/// for a command that failed (status -2: WRONGTYPE, OOM, READONLY, its line
+/// breaks made spaces; one command's error never fails the others). One
+/// text costs the agent's reply parser one value per call instead of one
+/// per command, its largest per-command cost after the call itself.
 /// One function, made once per call: a closure per command kind would be
 /// made on every call and cost a small call several times its commands.
 pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
@@ -151,11 +152,11 @@ for i = 1, (#ARGV - 2) / 4 do
   local ok, answer = pcall(run, ARGV[a + 1], KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
   if not ok then
     if type(answer) == "table" then answer = answer.err end
-    answer = "-2:" .. tostring(answer)
+    answer = "-2:" .. string.gsub(tostring(answer), "[\r\n]", " ")
   end
   out[i] = answer
 end
-return out"#,
+return table.concat(out, "\n")"#,
     )
 });
 
