@@ -360,3 +360,21 @@ fn parse(item: &str) -> Option<(i64, &str)> {
     let (status, more) = item.split_once(':').unwrap_or((item, ""));
     Some((status.parse().ok()?, more))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn an_answer_line_is_a_status_and_what_follows_its_first_colon() {
+        assert_eq!(parse("1"), Some((1, "")));
+        assert_eq!(parse("0"), Some((0, "")));
+        assert_eq!(parse("1:42"), Some((1, "42")));
+        assert_eq!(
+            parse("-2:ERR Error running script: oom"),
+            Some((-2, "ERR Error running script: oom"))
+        );
+        assert_eq!(parse(""), None);
+        assert_eq!(parse("granted"), None);
+    }
+}
