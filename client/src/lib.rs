@@ -494,7 +494,7 @@ impl Client {
             .timeout()
             .saturating_add(options.wait.unwrap_or_default());
         let start = async {
-            let (response, mut conn) = self
+            let (response, conn) = self
                 .transport
                 .send(
                     &Method::POST,
@@ -502,8 +502,6 @@ impl Client {
                     Some(&json(&body)),
                 )
                 .await?;
-            // The body streams for as long as the hold lives, read or not.
-            conn.drive_in_background();
             let status = response.status();
             if status != StatusCode::OK {
                 let bytes = transport::read_body(response.into_body()).await?;

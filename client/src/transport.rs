@@ -12,21 +12,11 @@
 //!   sent twice: a failure after that is [`Error::Connection`].
 //! - Every exchange is bounded by the client's timeout plus the wait the
 //!   request asked the agent for.
-//! - The task that makes a request drives its connection (no task hop per
-//!   request); an idle connection in the pool is not polled until it is
-//!   taken, and the first poll then reads whether the agent closed it
-//!   before the request is written. A hold's connection is handed to a
-//!   task of its own ([`Conn::drive_in_background`]), as its body streams
-//!   for as long as the hold lives.
-//! - Dropping a connection closes the socket at once (for a hold: its task
-//!   is aborted, and the agent releases).
+//! - A connection's driver task is aborted when the connection is dropped,
+//!   which closes the socket at once (for a hold: the agent releases).
 
-use std::future::{poll_fn, Future};
 use std::path::{Path, PathBuf};
-use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -76,192 +66,16 @@ pub(crate) fn encode(text: &str) -> String {
     utf8_percent_encode(text, SEGMENT).to_string()
 }
 
-/// hyper's side of one connection: it reads and writes the socket when
-/// polled, and owns the socket.
-type Connection = http1::Connection<TokioIo<UnixStream>, Full<Bytes>>;
-
-/// One open connection: the handle requests are sent on and what drives
-/// the socket.
+/// One open connection and the task driving it.
 pub(crate) struct Conn {
     sender: http1::SendRequest<Full<Bytes>>,
-    /// Polled by the task using the connection; `None` once it ended (every
-    /// request pending on it has then been answered with an error) or once
-    /// it was moved to `driver`.
-    inline: Option<Inline>,
-    /// A hold's connection, driven by a task of its own.
-    driver: Option<JoinHandle<()>>,
+    driver: JoinHandle<()>,
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        // `inline`, if still here, drops with the struct: the socket closes
-        // now.
-        if let Some(driver) = &self.driver {
-            driver.abort();
-        }
+        self.driver.abort();
     }
-}
-
-impl Conn {
-    /// Whether a request could be sent on this connection later.
-    fn reusable(&self) -> bool {
-        self.inline.is_some() && !self.sender.is_closed()
-    }
-
-    /// Runs `work` (a request, its answer's body) while driving the
-    /// connection on this task.
-    async fn drive<F: Future>(&mut self, work: F) -> F::Output {
-        drive(&mut self.inline, work).await
-    }
-
-    /// Hands the connection to a task of its own, for an answer whose body
-    /// streams while the caller does other things (a hold). The task is
-    /// aborted when this `Conn` drops.
-    pub(crate) fn drive_in_background(&mut self) {
-        if let Some(inline) = self.inline.take() {
-            // Its first poll registers the task's own waker with the socket
-            // and hyper's channels, in place of the relay's.
-            self.driver = Some(tokio::spawn(async move {
-                // Its failure is what the body being read reports.
-                let _ = inline.connection.await;
-            }));
-        }
-    }
-
-    /// Forgets the task that last used the connection, so that nothing
-    /// happening on it while idle wakes that task.
-    fn park(&self) {
-        if let Some(inline) = &self.inline {
-            inline.relay.state.store(BUSY, Ordering::Release);
-            inline.relay.set_task(None);
-        }
-    }
-}
-
-/// A connection driven by the task that uses it.
-struct Inline {
-    connection: Connection,
-    relay: Arc<Relay>,
-    /// `relay` as a waker, made once.
-    waker: Waker,
-}
-
-impl Inline {
-    fn new(connection: Connection) -> Inline {
-        let relay = Arc::new(Relay {
-            state: AtomicU8::new(BUSY),
-            task: Mutex::new(None),
-        });
-        Inline {
-            connection,
-            waker: Waker::from(Arc::clone(&relay)),
-            relay,
-        }
-    }
-}
-
-/// [`drive`] returned `Pending`: the task waits, and a wake goes to it.
-const WAITING: u8 = 0;
-/// Anything else (inside [`drive`], between two of its calls, idle in the
-/// pool): the task, if any, polls the connection before it waits again, so a
-/// wake is only noted.
-const BUSY: u8 = 1;
-/// As [`BUSY`], and woken since: [`drive`] polls once more before it waits.
-const WOKEN: u8 = 2;
-
-/// The waker a connection and the request on it are polled with. hyper
-/// wakes one side of a connection from the other (a request queued, a
-/// response or body chunk delivered, room for the next): with both sides
-/// on one task, such a wake lands while that task runs, and the runtime
-/// would then reschedule it as a yield and wake another worker thread to
-/// steal it. The relay instead turns such a wake into one more round of
-/// [`drive`]'s poll, and passes the wakes that come while the task waits
-/// (the socket became readable) to the task.
-struct Relay {
-    state: AtomicU8,
-    task: Mutex<Option<Waker>>,
-}
-
-impl Relay {
-    fn set_task(&self, waker: Option<&Waker>) {
-        let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
-        match (task.as_ref(), waker) {
-            (Some(old), Some(new)) if old.will_wake(new) => {}
-            _ => *task = waker.cloned(),
-        }
-    }
-}
-
-impl Wake for Relay {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        if self
-            .state
-            .compare_exchange(BUSY, WOKEN, Ordering::AcqRel, Ordering::Acquire)
-            .is_err_and(|state| state == WAITING)
-        {
-            let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if let Some(task) = task {
-                task.wake();
-            }
-        }
-    }
-}
-
-/// Rounds of one poll in [`drive`] before it yields to the runtime, as
-/// hyper's own loop does, so a connection that keeps waking itself cannot
-/// starve the task's neighbours.
-const ROUNDS: usize = 8;
-
-/// Polls the connection (while it runs) and then `work`, until `work` is
-/// done. A connection that ended is dropped at once, which answers every
-/// request still pending on it (with the request itself when it was not
-/// written).
-async fn drive<F: Future>(inline: &mut Option<Inline>, work: F) -> F::Output {
-    let mut work = pin!(work);
-    poll_fn(|cx: &mut Context<'_>| {
-        let Some(running) = inline.as_mut() else {
-            return work.as_mut().poll(cx);
-        };
-        running.relay.set_task(Some(cx.waker()));
-        let relay = Arc::clone(&running.relay);
-        let waker = running.waker.clone();
-        let mut relayed = Context::from_waker(&waker);
-        for _ in 0..ROUNDS {
-            relay.state.store(BUSY, Ordering::Release);
-            if let Some(running) = inline.as_mut() {
-                // Its error, if any, is what the pending request reports.
-                if Pin::new(&mut running.connection)
-                    .poll(&mut relayed)
-                    .is_ready()
-                {
-                    *inline = None;
-                }
-            }
-            if let Poll::Ready(done) = work.as_mut().poll(&mut relayed) {
-                return Poll::Ready(done);
-            }
-            if inline.is_none() {
-                // Nothing on this connection will wake `work` any more: the
-                // task's own waker takes over.
-                return work.as_mut().poll(cx);
-            }
-            if relay
-                .state
-                .compare_exchange(BUSY, WAITING, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                return Poll::Pending;
-            }
-        }
-        // Still woken after every round: yield to the runtime.
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    })
-    .await
 }
 
 /// Where the agent listens, how long to wait, and the idle connections.
@@ -316,11 +130,11 @@ impl Transport {
         let (sender, connection) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| Error::Connection(Box::new(e)))?;
-        Ok(Conn {
-            sender,
-            inline: Some(Inline::new(connection)),
-            driver: None,
-        })
+        let driver = tokio::spawn(async move {
+            // Its failure is what the pending request reports.
+            let _ = connection.await;
+        });
+        Ok(Conn { sender, driver })
     }
 
     fn take_idle(&self) -> Option<Conn> {
@@ -330,10 +144,9 @@ impl Transport {
     }
 
     pub(crate) fn put_idle(&self, conn: Conn) {
-        if !conn.reusable() {
+        if conn.sender.is_closed() {
             return;
         }
-        conn.park();
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < MAX_IDLE {
             idle.push(conn);
@@ -341,8 +154,7 @@ impl Transport {
     }
 
     /// Sends one request and returns the answer's head with its connection
-    /// (which must stay alive, and be driven, while the body is read: with
-    /// [`Transport::call`]'s `Conn::drive`, or [`Conn::drive_in_background`]).
+    /// (which must stay alive while the body is read).
     pub(crate) async fn send(
         &self,
         method: &Method,
@@ -364,14 +176,10 @@ impl Transport {
                 .expect("a valid request")
         };
         while let Some(mut conn) = self.take_idle() {
-            // The first poll of an idle connection reads first: a connection
-            // the agent closed ends here, before anything is written.
-            let Conn { sender, inline, .. } = &mut conn;
-            if drive(inline, sender.ready()).await.is_err() {
+            if conn.sender.ready().await.is_err() {
                 continue;
             }
-            let sent = drive(inline, sender.try_send_request(request())).await;
-            match sent {
+            match conn.sender.try_send_request(request()).await {
                 Ok(response) => return Ok((response, conn)),
                 // Not written: the agent had closed this idle connection.
                 Err(e) if e.message().is_some() => continue,
@@ -379,8 +187,9 @@ impl Transport {
             }
         }
         let mut conn = self.connect().await?;
-        let Conn { sender, inline, .. } = &mut conn;
-        let response = drive(inline, sender.send_request(request()))
+        let response = conn
+            .sender
+            .send_request(request())
             .await
             .map_err(|e| Error::Connection(Box::new(e)))?;
         Ok((response, conn))
@@ -397,9 +206,9 @@ impl Transport {
     ) -> Result<T, Error> {
         let limit = self.timeout.saturating_add(wait);
         let exchange = async {
-            let (response, mut conn) = self.send(&method, path, body).await?;
+            let (response, conn) = self.send(&method, path, body).await?;
             let status = response.status();
-            let bytes = conn.drive(read_body(response.into_body())).await?;
+            let bytes = read_body(response.into_body()).await?;
             self.put_idle(conn);
             decode(status, &bytes)
         };
