@@ -19,10 +19,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -50,20 +51,50 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 /// The path of `action` on `resource`: `/v1/locks/{resource}/{action}`,
 /// the resource percent-encoded as one segment (see [`resource_path`]).
 pub fn lock_path(resource: &str, action: &str) -> String {
-    format!("{}/{action}", resource_path(resource))
+    let mut path = resource_path_with_room(resource, 1 + action.len());
+    path.push('/');
+    path.push_str(action);
+    path
 }
 
 /// The path of one lock, `/v1/locks/{resource}`, the resource
 /// percent-encoded as one segment. The only place resources are encoded,
 /// so they never are twice.
 pub fn resource_path(resource: &str) -> String {
-    format!("/v1/locks/{}", encode(resource))
+    resource_path_with_room(resource, 0)
+}
+
+/// [`resource_path`] in one allocation, with `room` bytes to spare for
+/// what the caller appends (when nothing needed encoding).
+fn resource_path_with_room(resource: &str, room: usize) -> String {
+    const PREFIX: &str = "/v1/locks/";
+    let mut path = String::with_capacity(PREFIX.len() + resource.len() + room);
+    path.push_str(PREFIX);
+    path.extend(utf8_percent_encode(resource, SEGMENT));
+    path
 }
 
 /// `text` percent-encoded for a path segment or a query value: everything
 /// but the RFC 3986 unreserved characters.
 pub(crate) fn encode(text: &str) -> String {
     utf8_percent_encode(text, SEGMENT).to_string()
+}
+
+/// A request to the agent. The path moves into the URI and the body into
+/// the request, neither copied; the header values are static.
+fn request(method: Method, path: String, body: Option<Vec<u8>>) -> Request<Full<Bytes>> {
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(HOST, HeaderValue::from_static("localhost"));
+    if body.is_some() {
+        builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    builder
+        .body(Full::new(body.map(Bytes::from).unwrap_or_default()))
+        // Cannot fail: a known method, a path built by lock_path or a
+        // literal, and fixed headers.
+        .expect("a valid request")
 }
 
 /// One open connection and the task driving it.
@@ -157,39 +188,29 @@ impl Transport {
     /// (which must stay alive while the body is read).
     pub(crate) async fn send(
         &self,
-        method: &Method,
-        path: &str,
-        body: Option<&[u8]>,
+        method: Method,
+        path: String,
+        body: Option<Vec<u8>>,
     ) -> Result<(Response<Incoming>, Conn), Error> {
-        let request = || {
-            let mut builder = Request::builder()
-                .method(method.clone())
-                .uri(path)
-                .header(hyper::header::HOST, "localhost");
-            if body.is_some() {
-                builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
-            }
-            builder
-                .body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default())))
-                // Cannot fail: a known method, a path built by lock_path or a
-                // literal, and fixed headers.
-                .expect("a valid request")
-        };
+        // Built once: a connection that could not take it gives it back.
+        let mut request = request(method, path, body);
         while let Some(mut conn) = self.take_idle() {
             if conn.sender.ready().await.is_err() {
                 continue;
             }
-            match conn.sender.try_send_request(request()).await {
+            match conn.sender.try_send_request(request).await {
                 Ok(response) => return Ok((response, conn)),
-                // Not written: the agent had closed this idle connection.
-                Err(e) if e.message().is_some() => continue,
-                Err(e) => return Err(Error::Connection(Box::new(e.into_error()))),
+                Err(mut e) => match e.take_message() {
+                    // Not written: the agent had closed this idle connection.
+                    Some(unsent) => request = unsent,
+                    None => return Err(Error::Connection(Box::new(e.into_error()))),
+                },
             }
         }
         let mut conn = self.connect().await?;
         let response = conn
             .sender
-            .send_request(request())
+            .send_request(request)
             .await
             .map_err(|e| Error::Connection(Box::new(e)))?;
         Ok((response, conn))
@@ -200,13 +221,13 @@ impl Transport {
     pub(crate) async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
-        path: &str,
-        body: Option<&[u8]>,
+        path: String,
+        body: Option<Vec<u8>>,
         wait: Duration,
     ) -> Result<T, Error> {
         let limit = self.timeout.saturating_add(wait);
         let exchange = async {
-            let (response, conn) = self.send(&method, path, body).await?;
+            let (response, conn) = self.send(method, path, body).await?;
             let status = response.status();
             let bytes = read_body(response.into_body()).await?;
             self.put_idle(conn);
@@ -218,13 +239,29 @@ impl Transport {
     }
 }
 
-/// The whole body of an answer, at most [`MAX_ANSWER`] bytes.
+/// The whole body of an answer, at most [`MAX_ANSWER`] bytes. The agent's
+/// answers come in one chunk, which is kept as it came; more are joined.
 pub(crate) async fn read_body(body: Incoming) -> Result<Bytes, Error> {
-    Limited::new(body, MAX_ANSWER)
-        .collect()
-        .await
-        .map(http_body_util::Collected::to_bytes)
-        .map_err(Error::Connection)
+    let mut body = Limited::new(body, MAX_ANSWER);
+    let mut first = Bytes::new();
+    let mut joined: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        // Trailers carry nothing the answers use.
+        let Ok(data) = frame.map_err(Error::Connection)?.into_data() else {
+            continue;
+        };
+        match &mut joined {
+            Some(joined) => joined.extend_from_slice(&data),
+            None if first.is_empty() => first = data,
+            None => {
+                let mut both = BytesMut::with_capacity(first.len() + data.len());
+                both.extend_from_slice(&first);
+                both.extend_from_slice(&data);
+                joined = Some(both);
+            }
+        }
+    }
+    Ok(joined.map_or(first, BytesMut::freeze))
 }
 
 /// An answer as `T` (2xx) or the error it carries.
