@@ -371,8 +371,8 @@ impl Client {
             .transport
             .call(
                 Method::POST,
-                &lock_path(resource, "acquire"),
-                Some(&json(&body)),
+                lock_path(resource, "acquire"),
+                Some(json(&body)),
                 options.wait.unwrap_or_default(),
             )
             .await?;
@@ -421,8 +421,8 @@ impl Client {
             .transport
             .call(
                 Method::POST,
-                &lock_path(resource, "extend"),
-                Some(&json(&body)),
+                lock_path(resource, "extend"),
+                Some(json(&body)),
                 Duration::ZERO,
             )
             .await?;
@@ -448,8 +448,8 @@ impl Client {
             .transport
             .call(
                 Method::POST,
-                &lock_path(resource, "release"),
-                Some(&json(&body)),
+                lock_path(resource, "release"),
+                Some(json(&body)),
                 Duration::ZERO,
             )
             .await?;
@@ -496,11 +496,7 @@ impl Client {
         let start = async {
             let (response, conn) = self
                 .transport
-                .send(
-                    &Method::POST,
-                    &lock_path(resource, "hold"),
-                    Some(&json(&body)),
-                )
+                .send(Method::POST, lock_path(resource, "hold"), Some(json(&body)))
                 .await?;
             let status = response.status();
             if status != StatusCode::OK {
@@ -580,7 +576,7 @@ impl Client {
         self.transport
             .call(
                 Method::POST,
-                &lock_path(resource, "force-release"),
+                lock_path(resource, "force-release"),
                 None,
                 Duration::ZERO,
             )
@@ -593,7 +589,7 @@ impl Client {
     /// # Errors
     /// A transport error, or an API error (`too_many_connections`).
     pub async fn nodes(&self) -> Result<NodesResponse, Error> {
-        self.get("/v1/nodes").await
+        self.get("/v1/nodes".to_string()).await
     }
 
     /// `GET /v1/locks`: the first page of lock keys on the masters (the
@@ -613,7 +609,7 @@ impl Client {
     /// As [`Client::nodes`]; also `429 busy` when two listings already run
     /// on the agent, and `no_quorum` when fewer than a quorum could be read.
     pub async fn locks_page(&self, query: &LocksQuery) -> Result<LocksResponse, Error> {
-        self.get(&query.path()).await
+        self.get(query.path()).await
     }
 
     /// `GET /v1/locks/{resource}`: one lock in full, on every master.
@@ -622,7 +618,7 @@ impl Client {
     /// `404 not_found` when no master has it; otherwise as
     /// [`Client::locks_page`].
     pub async fn lock_info(&self, resource: &str) -> Result<LockResponse, Error> {
-        self.get(&resource_path(resource)).await
+        self.get(resource_path(resource)).await
     }
 
     /// `GET /v1/leaks`: the leaked-key scanner's last findings.
@@ -630,7 +626,7 @@ impl Client {
     /// # Errors
     /// As [`Client::nodes`].
     pub async fn leaks(&self) -> Result<LeaksResponse, Error> {
-        self.get("/v1/leaks").await
+        self.get("/v1/leaks".to_string()).await
     }
 
     /// `GET /v1/summary`: cumulative figures since the agent started.
@@ -638,10 +634,10 @@ impl Client {
     /// # Errors
     /// As [`Client::nodes`].
     pub async fn summary(&self) -> Result<SummaryResponse, Error> {
-        self.get("/v1/summary").await
+        self.get("/v1/summary".to_string()).await
     }
 
-    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
+    async fn get<T: serde::de::DeserializeOwned>(&self, path: String) -> Result<T, Error> {
         self.transport
             .call(Method::GET, path, None, Duration::ZERO)
             .await

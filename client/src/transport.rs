@@ -7,9 +7,11 @@
 //!   complete answer the connection goes back to the pool (at most
 //!   [`MAX_IDLE`] are kept). Concurrent requests use separate connections.
 //! - An idle connection the agent has closed is noticed before the
-//!   request is written (hyper gives the request back) and the request
-//!   goes out on a fresh connection. A request that was written is never
-//!   sent twice: a failure after that is [`Error::Connection`].
+//!   request is written (hyper gives the request back), or, when its
+//!   driver had not seen the close yet, the socket refuses the write
+//!   (EPIPE: nothing delivered); either way the request goes out on a fresh
+//!   connection. A request that was written is never sent twice: a failure
+//!   after that is [`Error::Connection`].
 //! - Every exchange is bounded by the client's timeout plus the wait the
 //!   request asked the agent for.
 //! - A connection's driver task is aborted when the connection is dropped,
@@ -19,11 +21,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use redlock_wire::ErrorResponse;
@@ -50,20 +53,64 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 /// The path of `action` on `resource`: `/v1/locks/{resource}/{action}`,
 /// the resource percent-encoded as one segment (see [`resource_path`]).
 pub fn lock_path(resource: &str, action: &str) -> String {
-    format!("{}/{action}", resource_path(resource))
+    let mut path = resource_path_with_room(resource, 1 + action.len());
+    path.push('/');
+    path.push_str(action);
+    path
 }
 
 /// The path of one lock, `/v1/locks/{resource}`, the resource
 /// percent-encoded as one segment. The only place resources are encoded,
 /// so they never are twice.
 pub fn resource_path(resource: &str) -> String {
-    format!("/v1/locks/{}", encode(resource))
+    resource_path_with_room(resource, 0)
+}
+
+/// [`resource_path`] in one allocation, with `room` bytes to spare for
+/// what the caller appends (when nothing needed encoding).
+fn resource_path_with_room(resource: &str, room: usize) -> String {
+    const PREFIX: &str = "/v1/locks/";
+    let mut path = String::with_capacity(PREFIX.len() + resource.len() + room);
+    path.push_str(PREFIX);
+    path.extend(utf8_percent_encode(resource, SEGMENT));
+    path
 }
 
 /// `text` percent-encoded for a path segment or a query value: everything
 /// but the RFC 3986 unreserved characters.
 pub(crate) fn encode(text: &str) -> String {
     utf8_percent_encode(text, SEGMENT).to_string()
+}
+
+/// A request to the agent: the header values are static, and the URI and
+/// body are shared, not copied, with every rebuild of the same request.
+fn request(method: Method, uri: Uri, body: Option<Bytes>) -> Request<Full<Bytes>> {
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(HOST, HeaderValue::from_static("localhost"));
+    if body.is_some() {
+        builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    builder
+        .body(Full::new(body.unwrap_or_default()))
+        // Cannot fail: a known method, a valid URI, and fixed headers.
+        .expect("a valid request")
+}
+
+/// Whether a request failed because the socket refused to take it (EPIPE:
+/// the agent had closed the connection before it was written). A Unix
+/// socket delivers nothing of a write it refuses, and the agent never acts
+/// on a request it did not receive whole, so it may go out again.
+fn refused_unread(error: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::BrokenPipe;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// One open connection and the task driving it.
@@ -157,39 +204,35 @@ impl Transport {
     /// (which must stay alive while the body is read).
     pub(crate) async fn send(
         &self,
-        method: &Method,
-        path: &str,
-        body: Option<&[u8]>,
+        method: Method,
+        path: String,
+        body: Option<Vec<u8>>,
     ) -> Result<(Response<Incoming>, Conn), Error> {
-        let request = || {
-            let mut builder = Request::builder()
-                .method(method.clone())
-                .uri(path)
-                .header(hyper::header::HOST, "localhost");
-            if body.is_some() {
-                builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
-            }
-            builder
-                .body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default())))
-                // Cannot fail: a known method, a path built by lock_path or a
-                // literal, and fixed headers.
-                .expect("a valid request")
-        };
+        let uri =
+            Uri::try_from(path).map_err(|e| Error::Protocol(format!("not a request path: {e}")))?;
+        let body = body.map(Bytes::from);
+        let rebuild = || request(method.clone(), uri.clone(), body.clone());
+        let mut request = rebuild();
         while let Some(mut conn) = self.take_idle() {
             if conn.sender.ready().await.is_err() {
                 continue;
             }
-            match conn.sender.try_send_request(request()).await {
+            match conn.sender.try_send_request(request).await {
                 Ok(response) => return Ok((response, conn)),
-                // Not written: the agent had closed this idle connection.
-                Err(e) if e.message().is_some() => continue,
-                Err(e) => return Err(Error::Connection(Box::new(e.into_error()))),
+                Err(mut e) => match e.take_message() {
+                    // Not written: the agent had closed this idle connection.
+                    Some(unsent) => request = unsent,
+                    // Written into a socket the agent had closed before its
+                    // driver saw it: nothing was delivered.
+                    None if refused_unread(e.error()) => request = rebuild(),
+                    None => return Err(Error::Connection(Box::new(e.into_error()))),
+                },
             }
         }
         let mut conn = self.connect().await?;
         let response = conn
             .sender
-            .send_request(request())
+            .send_request(request)
             .await
             .map_err(|e| Error::Connection(Box::new(e)))?;
         Ok((response, conn))
@@ -200,13 +243,13 @@ impl Transport {
     pub(crate) async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
-        path: &str,
-        body: Option<&[u8]>,
+        path: String,
+        body: Option<Vec<u8>>,
         wait: Duration,
     ) -> Result<T, Error> {
         let limit = self.timeout.saturating_add(wait);
         let exchange = async {
-            let (response, conn) = self.send(&method, path, body).await?;
+            let (response, conn) = self.send(method, path, body).await?;
             let status = response.status();
             let bytes = read_body(response.into_body()).await?;
             self.put_idle(conn);
@@ -218,13 +261,29 @@ impl Transport {
     }
 }
 
-/// The whole body of an answer, at most [`MAX_ANSWER`] bytes.
+/// The whole body of an answer, at most [`MAX_ANSWER`] bytes. The agent's
+/// answers come in one chunk, which is kept as it came; more are joined.
 pub(crate) async fn read_body(body: Incoming) -> Result<Bytes, Error> {
-    Limited::new(body, MAX_ANSWER)
-        .collect()
-        .await
-        .map(http_body_util::Collected::to_bytes)
-        .map_err(Error::Connection)
+    let mut body = Limited::new(body, MAX_ANSWER);
+    let mut first = Bytes::new();
+    let mut joined: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        // Trailers carry nothing the answers use.
+        let Ok(data) = frame.map_err(Error::Connection)?.into_data() else {
+            continue;
+        };
+        match &mut joined {
+            Some(joined) => joined.extend_from_slice(&data),
+            None if first.is_empty() => first = data,
+            None => {
+                let mut both = BytesMut::with_capacity(first.len() + data.len());
+                both.extend_from_slice(&first);
+                both.extend_from_slice(&data);
+                joined = Some(both);
+            }
+        }
+    }
+    Ok(joined.map_or(first, BytesMut::freeze))
 }
 
 /// An answer as `T` (2xx) or the error it carries.
@@ -270,6 +329,69 @@ mod tests {
             "/v1/locks/a-b_c.d~e/release"
         );
         assert_eq!(resource_path("a b/c"), "/v1/locks/a%20b%2Fc");
+    }
+
+    /// Reads one request head (requests here have no body) and returns
+    /// its request line.
+    fn read_request_line(stream: &mut std::os::unix::net::UnixStream) -> String {
+        use std::io::Read;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = stream.read(&mut byte).expect("read a request");
+            assert_eq!(n, 1, "the connection closed mid-request: {head:?}");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).expect("an ASCII head");
+        head.lines().next().unwrap_or_default().to_string()
+    }
+
+    /// An idle connection that the agent closed while the client's task did
+    /// not run (its driver has not seen the close yet): the request is
+    /// given back unwritten and goes out once, on a fresh connection.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_request_on_a_closed_idle_connection_goes_out_once_on_a_fresh_one() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("closing.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let (pooled_tx, pooled_rx) = std::sync::mpsc::channel::<()>();
+        let (closed_tx, closed_rx) = std::sync::mpsc::channel::<()>();
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 17\r\n\r\n{\"released\":true}";
+        let server = std::thread::spawn(move || {
+            let (mut first, _) = listener.accept().unwrap();
+            let one = read_request_line(&mut first);
+            first.write_all(answer).unwrap();
+            // Closed only once the client has put it back in its pool.
+            pooled_rx.recv().unwrap();
+            drop(first);
+            closed_tx.send(()).unwrap();
+            let (mut second, _) = listener.accept().unwrap();
+            let two = read_request_line(&mut second);
+            second.write_all(answer).unwrap();
+            (one, two)
+        });
+        let transport = Transport::new(socket, Duration::from_secs(10));
+        let first: redlock_wire::ReleaseResponse = transport
+            .call(Method::GET, "/v1/one".into(), None, Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(first.released);
+        assert_eq!(transport.idle.lock().unwrap().len(), 1);
+        pooled_tx.send(()).unwrap();
+        // Blocks this runtime's only thread on purpose: the connection's
+        // driver cannot run between the close and the next request.
+        closed_rx.recv().unwrap();
+        let second: redlock_wire::ReleaseResponse = transport
+            .call(Method::GET, "/v1/two".into(), None, Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(second.released);
+        let (one, two) = server.join().unwrap();
+        assert_eq!(one, "GET /v1/one HTTP/1.1");
+        // The second request went out on the second connection only: the
+        // closed one never carried it.
+        assert_eq!(two, "GET /v1/two HTTP/1.1");
     }
 
     #[test]

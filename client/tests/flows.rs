@@ -12,6 +12,7 @@ use redlock_client::{
     AcquireOptions, Client, Error, ErrorCode, HoldOptions, LocksQuery, LostReason,
 };
 use redlock_testkit::RedisServer;
+use tokio::io::AsyncReadExt;
 use tokio::sync::oneshot;
 
 const DEADLINE: Duration = Duration::from_secs(15);
@@ -28,12 +29,22 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
+    setup_with("").await
+}
+
+/// As [`setup`], with `socket_yaml` added under the config's `socket:`
+/// (indented two spaces, one key a line).
+async fn setup_with(socket_yaml: &str) -> Setup {
     let dir = tempfile::tempdir().expect("temp dir");
     let masters: Vec<RedisServer> = (1..=3)
         .map(|i| RedisServer::start(dir.path(), &format!("r{i}")).unwrap_or_else(|e| panic!("{e}")))
         .collect();
     let socket = dir.path().join("agent.sock");
-    let yaml = redlock_agent::dev::config_yaml(&socket, "127.0.0.1:0", &masters);
+    let yaml = redlock_agent::dev::config_yaml(&socket, "127.0.0.1:0", &masters).replacen(
+        "socket:\n",
+        &format!("socket:\n{socket_yaml}"),
+        1,
+    );
     let config = Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let admin = config.admin.socket.path.clone();
     // The masters were started empty just now: no quarantine for them.
@@ -351,4 +362,29 @@ async fn lock_listings_page_by_cursor_and_one_lock_reads_in_full() {
     let missing = s.client.lock_info("pg/none").await.unwrap_err();
     assert_eq!(missing.code(), Some(ErrorCode::NotFound), "{missing}");
     assert!(!missing.is_transport());
+}
+
+/// The agent closes a connection idle for `socket.request_timeout`; the
+/// client's pooled connection it closed is replaced without the caller
+/// seeing it, and the call is answered.
+#[tokio::test]
+async fn an_idle_connection_the_agent_closed_is_replaced() {
+    let s = setup_with("  request_timeout: 300ms\n").await;
+    assert!(s.client.nodes().await.unwrap().available);
+    // A connection opened after the client's went idle: once the agent has
+    // closed this one for idleness, it has closed the client's too.
+    let mut sentinel = tokio::net::UnixStream::connect(&s.socket).await.unwrap();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(DEADLINE, sentinel.read(&mut buf))
+        .await
+        .expect("the agent closes an idle connection");
+    assert_eq!(read.unwrap(), 0, "the agent closes it without a word");
+    let nodes = s.client.nodes().await.unwrap();
+    assert!(nodes.available, "{nodes:?}");
+    let grant = s
+        .client
+        .acquire("after-idle", &AcquireOptions::new())
+        .await
+        .unwrap();
+    assert!(s.client.release("after-idle", &grant.token).await.unwrap());
 }
