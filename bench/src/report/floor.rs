@@ -93,7 +93,10 @@ pub(super) fn section(md: &mut String, results: &Results) {
         "### The socket's floor\n\nAn explanation, not a target. The agent's W1 driver, clients and keep-alive \
          connections (`redlock-client`), through the same agent, in the same run, but each cycle is two \
          `GET /healthz` (a constant answer: no lock, no master) in place of the acquire and the release: what \
-         two round trips on the socket cost with nothing behind them. Cycle: the two requests (acquire + \
+         two round trips on the socket cost with nothing behind them. A `GET` has no body and a short \
+         answer; an acquire's or a release's JSON body both ways (read, parsed, written) counts as lock work \
+         here. The floor runs as fast as it can, so its CPU per cycle is at its own rate, where one wake-up \
+         may serve more requests than at the agent's. Cycle: the two requests (acquire + \
          release for the others), ms. CPU per cycle in µs (user + system), over the driver's warm-up and \
          window, divided by its grants (for the floor: first requests) in that span: the agent's and the \
          masters' from `/proc/PID/stat`, the driver's (the application's process: for rslock, the library \
