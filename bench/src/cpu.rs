@@ -1,6 +1,8 @@
 //! CPU time of the masters' `redis-server` processes and of the agent
-//! during a run, from `/proc/PID/stat` (user + system): W9's cost of a
-//! grant per shard, from which the report projects what more shards buy.
+//! during a run, from `/proc/PID/stat` (user + system): W1's cost of a
+//! cycle (with the socket's floor), and W9's cost of a grant per shard,
+//! from which the report projects what more shards buy. A Rust driver
+//! reads its own with [`own_cpu_seconds`].
 //!
 //! The figures cover the same span as the Redis command counts (the
 //! driver's warm-up and window), so they divide by the run's
@@ -123,6 +125,19 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     (per_second > 0).then(|| ticks as f64 / per_second as f64)
 }
 
+/// User + system CPU seconds of this process so far, every thread
+/// (`getrusage(RUSAGE_SELF)`, microseconds); `None` if the call fails.
+pub fn own_cpu_seconds() -> Option<f64> {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage for the call to fill.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return None;
+    }
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(seconds(usage.ru_utime) + seconds(usage.ru_stime))
+}
+
 /// `utime + stime` (fields 14 and 15) of a `/proc/PID/stat` line. The
 /// command name (field 2) may hold spaces and parentheses, so the fields
 /// are counted from its last `)`.
@@ -162,6 +177,21 @@ mod tests {
             }
         }
         assert_eq!(cpu_seconds(0), None);
+    }
+
+    /// This process's own reading grows with work on its CPU, as the
+    /// driver's does over its run.
+    #[test]
+    fn own_cpu_seconds_grow_with_work() {
+        let start = own_cpu_seconds().expect("getrusage");
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        let mut x = 0u64;
+        while own_cpu_seconds().expect("getrusage") <= start {
+            assert!(Instant::now() < deadline, "no CPU time counted in 20 s");
+            for i in 0..1_000_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! - `plan`: the run (masters, agents, every workload for every peer, faults)
 //! - `cluster`: the `redis-server` masters, W9's Redis Clusters, and the
 //!   agent processes
-//! - `cpu`: the CPU time of the masters' processes and the agent (W9)
+//! - `cpu`: the CPU time of the masters' processes, the agent and a
+//!   driver (W1, W9)
 //! - `peers`: the peers and how each one's driver is started
 //! - `spec`: the driver protocol (a JSON spec in, a JSON report out)
 //! - `drive`: the Rust drivers (agent over its socket, `rslock`, `redlock`)
@@ -136,7 +137,8 @@ fn drive(spec: &str) -> anyhow::Result<()> {
                     clients.push(
                         drive::agent::AgentClient::connect(&socket, index)
                             .await?
-                            .fenced(spec.fence),
+                            .fenced(spec.fence)
+                            .floor(spec.floor),
                     );
                 }
                 let library = format!(

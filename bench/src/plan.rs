@@ -47,6 +47,13 @@ pub enum Workload {
     Uncontended {
         clients: usize,
     },
+    /// Part of W1, the agent only: the socket's floor. The same driver,
+    /// clients and connections as the agent's W1 run, through the same
+    /// agent, but each cycle is two `GET /healthz` (a constant answer, no
+    /// master): what two round trips on the socket cost without the lock.
+    Floor {
+        clients: usize,
+    },
     Hot {
         clients: usize,
         tuned: bool,
@@ -89,6 +96,9 @@ impl Workload {
     pub fn describe(self) -> String {
         match self {
             Workload::Uncontended { clients } => format!("uncontended, {clients} client(s)"),
+            Workload::Floor { clients } => {
+                format!("W1 socket floor (2 healthz), {clients} client(s)")
+            }
             Workload::Hot { clients, tuned } => {
                 format!(
                     "hot key, {clients} clients, {}",
@@ -125,7 +135,7 @@ impl Workload {
     /// Its id for `--only`.
     pub fn id(self) -> &'static str {
         match self {
-            Workload::Uncontended { .. } => "w1",
+            Workload::Uncontended { .. } | Workload::Floor { .. } => "w1",
             Workload::Hot { .. } => "w2",
             Workload::Degraded { .. } => "w3",
             Workload::MarkerCheck { .. } => "w5",
@@ -138,9 +148,10 @@ impl Workload {
     /// The peers it runs for, when not every one.
     fn only_for(self) -> Option<&'static [Peer]> {
         match self {
-            Workload::MarkerCheck { .. } | Workload::Fence { .. } | Workload::Clustered { .. } => {
-                Some(&[Peer::Agent])
-            }
+            Workload::Floor { .. }
+            | Workload::MarkerCheck { .. }
+            | Workload::Fence { .. }
+            | Workload::Clustered { .. } => Some(&[Peer::Agent]),
             Workload::Processes { .. } => Some(&[Peer::Agent, Peer::Pottery]),
             _ => None,
         }
@@ -188,8 +199,9 @@ pub struct Run {
     /// agent started, so the agent's connections count).
     #[serde(default)]
     pub master_connections: Option<u64>,
-    /// W9 only: the CPU each redis-server process of the masters and the
-    /// agent spent during the run (warm-up included, as `commands`).
+    /// W1 (with its floor) and W9: the CPU each redis-server process of
+    /// the masters and the agent spent during the run (warm-up included,
+    /// as `commands`); the agent's only in its own runs.
     #[serde(default)]
     pub cpu: Option<Cpu>,
 }
@@ -239,6 +251,7 @@ pub fn workloads(smoke: bool) -> Vec<Workload> {
     if smoke {
         let mut list = vec![
             Workload::Uncontended { clients: 1 },
+            Workload::Floor { clients: 1 },
             Workload::Uncontended { clients: 8 },
         ];
         list.extend(marker_pair(1));
@@ -252,9 +265,12 @@ pub fn workloads(smoke: bool) -> Vec<Workload> {
         list.push(Workload::Processes { clients: 4 });
         return list;
     }
+    // Each floor right after the W1 runs it explains, on the same agent.
     let mut list = vec![
         Workload::Uncontended { clients: 1 },
+        Workload::Floor { clients: 1 },
         Workload::Uncontended { clients: 64 },
+        Workload::Floor { clients: 64 },
     ];
     list.extend(marker_pair(1));
     list.extend(marker_pair(64));
@@ -315,7 +331,9 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
             continue;
         }
         let (keys, clients, tuned) = match workload {
-            Workload::Uncontended { clients } => (Keys::Distinct, clients, false),
+            Workload::Uncontended { clients } | Workload::Floor { clients } => {
+                (Keys::Distinct, clients, false)
+            }
             Workload::Hot { clients, tuned } => (Keys::Hot, clients, tuned),
             Workload::Degraded { clients, .. } => (Keys::Distinct, clients, false),
             Workload::MarkerCheck { clients, .. } => (Keys::Distinct, clients, false),
@@ -417,6 +435,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 resource_prefix: format!("bench{}-{run_id}", std::process::id()),
                 tuned,
                 fence: matches!(workload, Workload::Fence { fence: true, .. }),
+                floor: matches!(workload, Workload::Floor { .. }),
                 python_client: (processes && peer == Peer::Agent)
                     .then(|| options.drivers.python_client.display().to_string()),
             };
@@ -447,8 +466,12 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                     agent.pid()
                 };
                 (counted.processes(), agent_pid)
-            } else if matches!(workload, Workload::Uncontended { .. }) {
-                // W1: the masters' CPU per grant, and the agent's.
+            } else if matches!(
+                workload,
+                Workload::Uncontended { .. } | Workload::Floor { .. }
+            ) {
+                // W1 and its floor: the masters' CPU per grant, and the
+                // agent's (the driver reports its own).
                 let agent_pid = (peer == Peer::Agent).then(|| agent.pid()).flatten();
                 (masters.processes(), agent_pid)
             } else {
@@ -504,7 +527,9 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 }
             }
             if let Ok(report) = result.as_mut() {
-                if peer == Peer::Agent {
+                if matches!(workload, Workload::Floor { .. }) {
+                    report.settings = "two GET /healthz per cycle, no lock".to_string();
+                } else if peer == Peer::Agent {
                     let retry = if tuned { AGENT_TUNED } else { AGENT_DEFAULT };
                     report.settings = format!(
                         "{}: wait_ms to the window's end; woken by releases, else retry_delay {}ms + rand(0..{}ms)",
@@ -675,7 +700,7 @@ mod tests {
     #[test]
     fn the_agent_scripts_are_found() {
         let batch = super::agent_script("BATCH");
-        assert!(batch.contains("redis.call(\"del\", key)"), "{batch}");
+        assert!(batch.contains("redis.call(\"del\", key"), "{batch}");
         assert!(batch.contains("redis.call(\"exists\", KEYS[1])"), "{batch}");
         assert!(batch.contains("\"NX\", \"GET\", \"PX\""), "{batch}");
     }

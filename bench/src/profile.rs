@@ -78,6 +78,7 @@ pub fn run(options: &Options) -> anyhow::Result<Profile> {
         resource_prefix: format!("profile{}", std::process::id()),
         tuned: false,
         fence: false,
+        floor: false,
         python_client: None,
     };
     let report = options

@@ -1,9 +1,12 @@
 //! The Markdown report: a summary table (peers as rows, workloads as
 //! columns, each cell with its ratio to the agent), the targets with met or
-//! missed, one detail table per workload, and the environment. W9 (masters
-//! as Redis Clusters, with its projection per shard) is in [`clusters`].
+//! missed, one detail table per workload, and the environment. W1's socket
+//! floor (what two bare round trips cost beside the lock) is in [`floor`];
+//! W9 (masters as Redis Clusters, with its projection per shard) in
+//! [`clusters`].
 
 mod clusters;
+mod floor;
 
 use std::fmt::Write;
 
@@ -698,6 +701,7 @@ fn uncontended(md: &mut String, results: &Results, peers: &[Peer]) {
         }
     }
     md.push('\n');
+    floor::section(md, results);
 }
 
 /// W5's pair of reports for `clients`: the marker check off, then on.

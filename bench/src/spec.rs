@@ -42,6 +42,11 @@ pub struct Spec {
     /// count a grant without one as an error).
     #[serde(default)]
     pub fence: bool,
+    /// Agent driver only: each cycle is two `GET /healthz` on the client's
+    /// connection instead of an acquire and a release; no lock, no master
+    /// (W1's socket floor).
+    #[serde(default)]
+    pub floor: bool,
     /// W7's agent processes only: the directory of the repository's
     /// standard-library client, `clients/python/redlock_client.py`, which
     /// they import as it is.
@@ -109,4 +114,10 @@ pub struct Report {
     /// Clients still inside a call a few seconds after the window closed
     /// (a call with no timeout on a frozen master).
     pub stuck: u64,
+    /// The Rust drivers only: CPU seconds (user + system, every thread)
+    /// the driver's own process spent from the start of the warm-up until
+    /// every client had stopped, its clients' connections already open;
+    /// the same span as `grants_total`, by which it divides.
+    #[serde(default)]
+    pub driver_cpu_s: Option<f64>,
 }

@@ -294,6 +294,12 @@ pub struct Client {
     transport: Arc<transport::Transport>,
 }
 
+/// `GET /healthz`'s answer (`Health` in the agent's OpenAPI document).
+#[derive(serde::Deserialize)]
+struct Health {
+    status: String,
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -635,6 +641,27 @@ impl Client {
     /// As [`Client::nodes`].
     pub async fn summary(&self) -> Result<SummaryResponse, Error> {
         self.get("/v1/summary".to_string()).await
+    }
+
+    /// `GET /healthz`: `Ok` while the agent serves. It goes over the same
+    /// pooled keep-alive connections as every other call and asks nothing
+    /// of the masters, so it also measures the socket's own round trip
+    /// (the benchmark's floor under an acquire + release).
+    ///
+    /// # Errors
+    /// A transport error; [`Error::Api`] (`too_many_connections`) when the
+    /// agent is over its connection limit; [`Error::Protocol`] when the
+    /// answer is not `{"status": "ok"}`.
+    pub async fn healthz(&self) -> Result<(), Error> {
+        let health: Health = self.get("/healthz".to_string()).await?;
+        if health.status == "ok" {
+            Ok(())
+        } else {
+            Err(Error::Protocol(format!(
+                "/healthz answered status {:?}",
+                health.status
+            )))
+        }
     }
 
     async fn get<T: serde::de::DeserializeOwned>(&self, path: String) -> Result<T, Error> {

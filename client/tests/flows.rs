@@ -327,6 +327,22 @@ async fn operator_reads_decode() {
     assert_eq!(s.client.leaks().await.unwrap().repair, "none");
 }
 
+/// `healthz` answers while the agent serves, on the pooled connection
+/// (again and again), and fails once the agent has stopped.
+#[tokio::test]
+async fn healthz_answers_while_the_agent_serves() {
+    let s = setup().await;
+    for _ in 0..3 {
+        s.client.healthz().await.unwrap();
+    }
+    let Setup { client, _stop, .. } = s;
+    let _ = _stop.send(());
+    wait_for("healthz to fail after the stop", || async {
+        client.healthz().await.is_err()
+    })
+    .await;
+}
+
 /// `connect` opens the socket up front; pages of `/v1/locks` walk every
 /// lock under a prefix once, by cursor; one lock reads in full, and a
 /// lock nobody holds is `not_found`.

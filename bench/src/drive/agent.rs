@@ -1,7 +1,8 @@
 //! The agent driver: each client is what an application would be, a
 //! `redlock-client` with one HTTP/1.1 keep-alive connection on the agent's
 //! Unix socket, acquiring with `wait_ms` (the agent waits and retries) and
-//! releasing by token.
+//! releasing by token. For W1's socket floor, the same clients send
+//! `GET /healthz` in place of each: two round trips, no lock work.
 
 use std::time::Instant;
 
@@ -15,6 +16,8 @@ pub struct AgentClient {
     owner: String,
     /// Ask for a fencing token with every acquire.
     fence: bool,
+    /// `GET /healthz` in place of the acquire and of the release.
+    floor: bool,
 }
 
 impl AgentClient {
@@ -33,6 +36,7 @@ impl AgentClient {
             client,
             owner: format!("bench-{index}"),
             fence: false,
+            floor: false,
         })
     }
 
@@ -40,6 +44,13 @@ impl AgentClient {
     /// one is then an error.
     pub fn fenced(mut self, fence: bool) -> AgentClient {
         self.fence = fence;
+        self
+    }
+
+    /// Sends `GET /healthz` in place of every acquire and release when
+    /// `floor`: the same client, connection and loop, without the lock.
+    pub fn floor(mut self, floor: bool) -> AgentClient {
+        self.floor = floor;
         self
     }
 }
@@ -53,6 +64,12 @@ impl Client for AgentClient {
         ttl_ms: u64,
         deadline: Instant,
     ) -> Acquired<Self::Held> {
+        if self.floor {
+            return match self.client.healthz().await {
+                Ok(()) => Acquired::Granted((String::new(), String::new())),
+                Err(e) => Acquired::Failed(format!("healthz: {e}")),
+            };
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Acquired::TimedOut;
@@ -74,6 +91,13 @@ impl Client for AgentClient {
     }
 
     async fn release(&mut self, (resource, token): Self::Held) -> Result<(), String> {
+        if self.floor {
+            return self
+                .client
+                .healthz()
+                .await
+                .map_err(|e| format!("healthz: {e}"));
+        }
         match self.client.release(&resource, &token).await {
             Ok(true) => Ok(()),
             Ok(false) => Err("released=false: the lock had expired".to_string()),

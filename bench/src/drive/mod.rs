@@ -3,8 +3,9 @@
 //! releases ([`Client`]).
 //!
 //! Every client loops: acquire (waiting until the window's end at most),
-//! release at once, again. A driver prints one [`Report`] as JSON and exits;
-//! a client stuck in a call with no timeout does not keep it alive.
+//! release at once, again. A driver prints one [`Report`] as JSON, with
+//! the CPU its own process spent, and exits; a client stuck in a call with
+//! no timeout does not keep it alive.
 
 pub mod agent;
 pub mod redlock_crate;
@@ -71,6 +72,7 @@ impl ClientLog {
 /// library call (no timeout on a frozen master) cannot hang the driver.
 pub async fn run<C: Client>(spec: Spec, library: String, settings: String, clients: Vec<C>) -> ! {
     let base = Instant::now();
+    let cpu_start = crate::cpu::own_cpu_seconds();
     // Tells the orchestrator when the warm-up started (it times faults by it).
     eprintln!("ready");
     let start = base + Duration::from_millis(spec.warmup_ms);
@@ -116,6 +118,9 @@ pub async fn run<C: Client>(spec: Spec, library: String, settings: String, clien
             Err(_) => stuck += 1,
         }
     }
+    let driver_cpu_s = cpu_start
+        .zip(crate::cpu::own_cpu_seconds())
+        .map(|(start, end)| (end - start).max(0.0));
     let now = Instant::now();
     let mut censored: f64 = 0.0;
     for since in waiting.iter() {
@@ -135,6 +140,7 @@ pub async fn run<C: Client>(spec: Spec, library: String, settings: String, clien
         clients: spec.clients,
         window_s: spec.duration_ms as f64 / 1000.0,
         stuck,
+        driver_cpu_s,
         ..Report::default()
     };
     let (mut acquire, mut cycle) = (Vec::new(), Vec::new());
