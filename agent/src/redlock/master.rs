@@ -164,11 +164,11 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
     /// Counts this master's answer to one vote.
     fn count_vote(&self, vote: VoteLabel);
 
-    /// The vote: `SET key token NX PX ttl` for `claim`, atomically with the check that
-    /// the master has not lost its keys and, with `read_counter`, a read of
-    /// its fencing counter. `waiting`: the voter will wait if the lock is
-    /// taken, so the holder's release should announce itself (see
-    /// [`Master::release`]).
+    /// The vote: `SET key token NX PX ttl` for `claim`, atomically with the
+    /// check that the master has not lost its keys and, with
+    /// `read_counter`, a read of its fencing counter. `waiting`: the voter
+    /// will wait if the lock is taken, so the holder's release should
+    /// announce itself (see [`Master::release`]).
     fn vote(
         &self,
         claim: &Arc<Claim>,
