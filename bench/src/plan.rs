@@ -207,6 +207,15 @@ pub struct Run {
 }
 
 impl Run {
+    /// Its report, when the run granted in its window (at least one cycle
+    /// and one grant): the runs a per-cycle or per-grant figure divides by.
+    pub fn granted(&self) -> Option<&Report> {
+        self.result
+            .as_ref()
+            .ok()
+            .filter(|r| r.cycles > 0 && r.grants_total > 0)
+    }
+
     pub fn commands_per_grant(&self) -> Option<f64> {
         let report = self.result.as_ref().ok()?;
         let commands = self.commands?;

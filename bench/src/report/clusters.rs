@@ -29,12 +29,7 @@ const SPREAD_CLIENTS: usize = 8;
 /// A run's report and CPU when it granted in its window.
 fn measured(run: Option<&Run>) -> Option<(&Report, &Cpu)> {
     let run = run?;
-    let report = run
-        .result
-        .as_ref()
-        .ok()
-        .filter(|r| r.grants_total > 0 && r.cycles > 0)?;
-    Some((report, run.cpu.as_ref()?))
+    Some((run.granted()?, run.cpu.as_ref()?))
 }
 
 /// A run that went cleanly to its end: no client stuck, no error. Only

@@ -17,12 +17,7 @@ const CLIENTS: [usize; 3] = [1, 8, 64];
 /// One row's run and report, when it made progress.
 fn measured(run: Option<&Run>) -> Option<(&Run, &Report)> {
     let run = run?;
-    let report = run
-        .result
-        .as_ref()
-        .ok()
-        .filter(|r| r.cycles > 0 && r.grants_total > 0)?;
-    Some((run, report))
+    Some((run, run.granted()?))
 }
 
 /// The three rows for `clients`: the floor, the agent, rslock.
