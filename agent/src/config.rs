@@ -62,7 +62,15 @@ pub struct AgentConfig {
     /// Written into every lock value this agent sets, so `/v1/locks` on any
     /// agent can say which one holds a lock. Default: the host name.
     pub name: String,
+    /// Threads that serve the sockets and run the lock path. Default 1: a
+    /// lock's own work is microseconds of CPU around round trips to the
+    /// masters, and with one thread every hand-off between its tasks stays
+    /// on that thread (no wake-up of another).
+    pub workers: usize,
 }
+
+/// Most `agent.workers`.
+pub const MAX_WORKERS: usize = 256;
 
 /// The admin socket: read-only views and force release, nothing else.
 #[derive(Debug, Clone, Serialize)]
@@ -1428,8 +1436,15 @@ fn read_agent(tree: Value, errors: &mut Vec<FieldError>) -> AgentConfig {
             default_agent_name()
         }
     };
+    let workers = s.take("workers", "a whole number").unwrap_or(1);
+    if !(1..=MAX_WORKERS).contains(&workers) {
+        s.error(
+            "workers",
+            format!("use 1 to {MAX_WORKERS} threads, not {workers}"),
+        );
+    }
     s.finish();
-    AgentConfig { name }
+    AgentConfig { name, workers }
 }
 
 /// `$REDLOCK_AGENT_NAME` (the Helm chart sets the pod name there), else
@@ -1981,6 +1996,28 @@ masters:
                 .any(|e| e.starts_with("agent.name: use 1 to 64")),
             "{errors:#?}"
         );
+    }
+
+    #[test]
+    fn workers_default_to_one_and_are_checked() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.agent.workers, 1);
+        let config = Config::from_yaml(&format!("{MINIMAL}agent: {{workers: 4}}\n")).unwrap();
+        assert_eq!(config.agent.workers, 4);
+        for (workers, expected) in [
+            ("0", "agent.workers: use 1 to 256 threads, not 0"),
+            ("257", "agent.workers: use 1 to 256 threads, not 257"),
+            (
+                "two",
+                "agent.workers: expected a whole number, found a string \"two\"",
+            ),
+        ] {
+            let errors = errors_of(&format!("{MINIMAL}agent: {{workers: {workers}}}\n"));
+            assert!(
+                errors.iter().any(|e| e == expected),
+                "{workers}: {errors:#?}"
+            );
+        }
     }
 
     #[test]

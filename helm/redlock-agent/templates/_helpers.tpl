@@ -217,7 +217,8 @@ mounted Secret) or a password_env (an env var from a Secret).
 {{- define "redlock-agent.config" -}}
 {{- $c := .Values.config -}}
 # agent.name is left to REDLOCK_AGENT_NAME, which the sidecar sets to the pod name.
-agent: {}
+agent:
+  workers: {{ int $c.agent.workers }}
 socket:
   path: {{ printf "%s/%s" $c.socket.dir $c.socket.name | quote }}
   mode: {{ $c.socket.mode | quote }}
