@@ -1163,7 +1163,8 @@ fn environment(md: &mut String, results: &Results, env: &Environment, peers: &[P
         md,
         "\nSettings: TTL 10 s for every peer; the agent with `node_timeout: {NODE_TIMEOUT_MS}ms` and \
          `delayed_restart: {{enabled: false}}` (this run starts the masters itself and restarts one; quarantine \
-         would only keep the restarted master out, it has no place in a throughput figure). \"Tuned\" gives every \
+         would only keep the restarted master out, it has no place in a throughput figure), its other settings \
+         at their defaults (one worker thread: `agent.workers: 1`). \"Tuned\" gives every \
          peer a 10 ms retry delay (jitter 10 ms where it has one) and, where it has a retry budget, no limit.\n"
     );
 }
