@@ -2,7 +2,8 @@
 //! masters and serves it to applications over a Unix socket (HTTP/1.1 + JSON).
 //!
 //! # Layout
-//! - `main.rs`: the thin binary: CLI, config loading, tracing, exit codes.
+//! - `main.rs`: the thin binary: CLI, config loading, tracing, the runtime
+//!   (`agent.workers` threads), exit codes.
 //! - [`config`]: typed configuration, defaults, validation that reports every
 //!   problem at once with its field path.
 //! - [`redlock`]: the algorithm, free of transport, of Redis and of metrics:
