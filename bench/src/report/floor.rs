@@ -204,6 +204,48 @@ fn lines(results: &Results) -> Vec<String> {
                 us(floor_cost.whole(true))
             ));
         }
+        if let (1, Some(a), Some(f), Some(r)) = (
+            clients,
+            p50(agent),
+            p50(floor),
+            rslock.and_then(|(_, r)| p50(r)),
+        ) {
+            // Issue 15's latency target: the agent's p50 at most 1.2×
+            // rslock's.
+            let leaves = 0.2 * r;
+            out.push(format!(
+                "{clients} client(s), what the 1.2× latency target takes: an agent p50 of at most {} ms, {} ms \
+                 over rslock's cycle; the floor alone is {} ms ({:.1}× that), so the lock work beyond the floor \
+                 would have to take at most {} ms, {:.2}× rslock's whole cycle (now {:.2}×).",
+                ms(1.2 * r),
+                ms(leaves),
+                ms(f),
+                f / leaves.max(f64::MIN_POSITIVE),
+                ms(1.2 * r - f),
+                (1.2 * r - f) / r.max(f64::MIN_POSITIVE),
+                (a - f) / r.max(f64::MIN_POSITIVE)
+            ));
+        }
+        if let (Some(a), Some(f), Some(r)) = (
+            agent_cost.whole(true),
+            floor_cost.whole(true),
+            rslock_cost.and_then(|c| c.whole(false)),
+        ) {
+            // Issue 15's throughput target, at 64 clients: on a machine whose
+            // cores are all busy, cycles/s follow the CPU per cycle.
+            if clients == 64 {
+                out.push(format!(
+                    "{clients} client(s), what 1× rslock's cycles/s takes: the whole machine at most rslock's {} \
+                     µs per cycle; less the floor's {} µs, the lock work (agent, driver and masters beyond two \
+                     bare round trips) would have to cost at most {} µs, against {} µs now ({:.2}×).",
+                    num(r),
+                    num(f),
+                    num(r - f),
+                    num(a - f),
+                    (a - f) / (r - f).max(f64::MIN_POSITIVE)
+                ));
+            }
+        }
         if let Some((_, r)) = rslock {
             out.push(format!(
                 "{clients} client(s), throughput: the floor runs {} cycles/s against rslock's {} ({:.2}×) \
@@ -352,6 +394,24 @@ mod tests {
             ),
             "{md}"
         );
+        assert!(
+            md.contains(
+                "1 client(s), what the 1.2× latency target takes: an agent p50 of at most 0.300 ms, 0.050 ms \
+                 over rslock's cycle; the floor alone is 0.200 ms (4.0× that), so the lock work beyond the floor \
+                 would have to take at most 0.100 ms, 0.40× rslock's whole cycle (now 1.00×)."
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "64 client(s), what 1× rslock's cycles/s takes: the whole machine at most rslock's 180 µs per \
+                 cycle; less the floor's 60.0 µs, the lock work (agent, driver and masters beyond two bare round \
+                 trips) would have to cost at most 120 µs, against 140 µs now (1.17×)."
+            ),
+            "{md}"
+        );
+        assert!(!md.contains("1 client(s), what 1×"), "{md}");
+        assert!(!md.contains("64 client(s), what the 1.2×"), "{md}");
         assert!(
             md.contains(
                 "64 client(s), throughput: the floor runs 20000 cycles/s against rslock's 12000 (1.67×) \
