@@ -146,7 +146,10 @@ async fn wrong_token_can_neither_release_nor_extend() {
 }
 
 /// Two of five masters dead: a quorum of three remains and locks work.
-/// Three dead: acquire answers 503 no_quorum, fast, naming the nodes.
+/// Three dead: acquire answers 503 no_quorum, fast, naming the nodes, and
+/// so does the release of a lock taken before: two masters releasing it is
+/// not a quorum, and it is not `released: false` either (the dead may hold
+/// it).
 #[tokio::test]
 async fn locks_work_with_two_dead_and_fail_fast_with_three() {
     let mut cluster = Cluster::start(5);
@@ -161,7 +164,7 @@ async fn locks_work_with_two_dead_and_fail_fast_with_three() {
         .await;
     assert_eq!(body, json!({"released": true}));
     agent.wait_usable(3).await;
-    agent.acquire_ok("job", json!({"ttl_ms": 10000})).await;
+    let held = agent.acquire_ok("job", json!({"ttl_ms": 10000})).await;
 
     cluster.masters[2].kill();
     // Right after the kill (the agent may still think r3 is up) ...
@@ -189,6 +192,28 @@ async fn locks_work_with_two_dead_and_fail_fast_with_three() {
 
     let (status, ready) = agent.get("/readyz").await.unwrap();
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{ready}");
+
+    let (status, body) = agent
+        .post("/v1/locks/job/release", json!({"token": held}))
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["code"], "no_quorum");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("released on 2 of 5 masters"),
+        "{message:?}"
+    );
+    for name in ["r3", "r4", "r5"] {
+        assert!(message.contains(name), "{message:?} should name {name}");
+    }
+    for i in 0..2 {
+        assert_eq!(
+            cluster.get(i, "redlock:job").await,
+            None,
+            "r{} kept it",
+            i + 1
+        );
+    }
 }
 
 /// A frozen master (SIGSTOP) does not slow a grant: the quorum answers

@@ -19,8 +19,9 @@ pub enum Error {
     /// may hold the lock now. Stop using it.
     #[error("lost: {message}")]
     Lost { message: String },
-    /// 503 `no_quorum`: fewer than N/2+1 masters are usable (the message
-    /// names them). Worth retrying later.
+    /// 503 `no_quorum`: fewer than N/2+1 masters are usable, or (a
+    /// release) too many failed to tell whether they held the lock (the
+    /// message names them). Worth retrying later.
     #[error("no quorum: {message}")]
     NoQuorum { message: String },
     /// Any other API error, with its status and code (`invalid_resource`,

@@ -156,8 +156,9 @@ impl LockGuard {
     /// holder's.
     ///
     /// # Errors
-    /// When the agent cannot be reached; the hold's connection is closed
-    /// anyway, so the agent releases the lock if it is up.
+    /// [`Error::NoQuorum`] when too many masters failed to tell, or when
+    /// the agent cannot be reached; the hold's connection is closed anyway,
+    /// so the agent releases the lock if it is up.
     pub async fn release(self) -> Result<bool, Error> {
         self.client.release(&self.resource, &self.token).await
         // Dropped here: the hold's connection closes.

@@ -441,10 +441,12 @@ impl Client {
     }
 
     /// `POST /v1/locks/{resource}/release`, on every master. `Ok(false)`
-    /// means fewer than a quorum still held the token: it had expired (or
-    /// was never yours), and the work may have overlapped another holder's.
+    /// means no quorum still held the token: it had expired (or was never
+    /// yours), and the work may have overlapped another holder's.
     ///
     /// # Errors
+    /// [`Error::NoQuorum`] when the agent cannot tell: too many masters
+    /// failed or timed out (a retry with the same token is safe);
     /// [`Error::Api`] for a refused request, or a transport error.
     pub async fn release(&self, resource: &str, token: &str) -> Result<bool, Error> {
         let body = ReleaseRequest {

@@ -53,7 +53,10 @@ class ApiError extends RedlockError {
 class TakenError extends ApiError {}
 /** 409 `lost`: not extended on a quorum in time; stop using the lock. */
 class LostError extends ApiError {}
-/** 503 `no_quorum`: fewer than N/2+1 masters usable; retry later. */
+/**
+ * 503 `no_quorum`: fewer than N/2+1 masters usable, or (release) too many
+ * failed to tell whether they held the lock; retry later.
+ */
 class NoQuorumError extends ApiError {}
 
 /**
@@ -209,8 +212,10 @@ class Client {
   }
 
   /**
-   * Releases on every master. false means fewer than a quorum still held it:
-   * it had expired, and the work may have overlapped another holder's.
+   * Releases on every master. false means no quorum still held it: it had
+   * expired, and the work may have overlapped another holder's. Throws
+   * NoQuorumError when too many masters failed to tell (a retry with the
+   * same token is safe).
    */
   async release(resource, token) {
     const answer = await this._call('POST', lockPath(resource, 'release'), { token });

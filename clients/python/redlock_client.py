@@ -76,7 +76,8 @@ class Lost(ApiError):
 
 
 class NoQuorum(ApiError):
-    """503 `no_quorum`: fewer than N/2+1 masters usable; retry later."""
+    """503 `no_quorum`: fewer than N/2+1 masters usable, or (release) too
+    many failed to tell whether they held the lock; retry later."""
 
 
 class Unreachable(RedlockError):
@@ -220,9 +221,10 @@ class Client:
         return Extended(answer, time.monotonic())
 
     def release(self, resource, token):
-        """Releases on every master. False means fewer than a quorum still
-        held it: it had expired, and the work may have overlapped another
-        holder's."""
+        """Releases on every master. False means no quorum still held it: it
+        had expired, and the work may have overlapped another holder's.
+        Raises NoQuorum when too many masters failed to tell (a retry with
+        the same token is safe)."""
         answer = self._call("POST", lock_path(resource, "release"), {"token": token})
         return answer["released"]
 

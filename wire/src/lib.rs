@@ -71,7 +71,9 @@ pub struct ReleaseRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseResponse {
     /// True when the lock was still held on a quorum when it was released;
-    /// false means its validity had already run out.
+    /// false when so many masters said they do not hold it that no quorum
+    /// did: its validity had already run out. When neither is known (too
+    /// many masters failed or timed out) the answer is `503 no_quorum`.
     pub released: bool,
 }
 

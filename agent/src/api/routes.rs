@@ -517,7 +517,11 @@ async fn release(
     request: ReleaseRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
-    let released = agent.locks().release(&resource, &token).await;
+    let released = agent
+        .locks()
+        .release(&resource, &token)
+        .await
+        .map_err(lock_error)?;
     Ok(json(StatusCode::OK, &ReleaseResponse { released }))
 }
 

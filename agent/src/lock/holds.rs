@@ -161,7 +161,7 @@ pub async fn run(
         return end;
     }
     let released = locks.release_ended(&resource, &grant.token).await;
-    tracing::debug!(%resource, reason = end.reason(), released, "hold ended");
+    tracing::debug!(%resource, reason = end.reason(), ?released, "hold ended");
     end
 }
 

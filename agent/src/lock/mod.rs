@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{FenceMode, LockConfig};
 use crate::metrics::{Metrics, Outcome};
 use crate::node::Node;
-use crate::redlock::{token, Acquire, Extend, Failure, Grant, Redlock, Resource, Token};
+use crate::redlock::{token, Acquire, Extend, Failure, Grant, Redlock, Release, Resource, Token};
 use grants::{Grants, Holder};
 use listing::Listings;
 use waiters::{WaitError, Waiters};
@@ -311,20 +311,33 @@ impl Locks {
         }
     }
 
-    /// Releases on every master. True when a quorum still held the token.
-    pub async fn release(&self, resource: &Resource, token: &Token) -> bool {
-        let released = self.engine.release(resource, token).await;
-        if released {
-            self.released(resource, token);
-        } else {
-            self.metrics.fail(Failure::ReleaseFailed);
+    /// Releases on every master. True when a quorum still held the token,
+    /// false when no quorum did (its validity had run out).
+    ///
+    /// # Errors
+    /// [`LockError::NoQuorum`] when neither is known: too many masters
+    /// failed or timed out. The grant stays listed here until its validity
+    /// ends, and a retry with the same token is safe.
+    pub async fn release(&self, resource: &Resource, token: &Token) -> Result<bool, LockError> {
+        match self.engine.release(resource, token).await {
+            Release::Released => {
+                self.released(resource, token);
+                Ok(true)
+            }
+            Release::NotHeld => {
+                self.metrics.fail(Failure::ReleaseFailed);
+                Ok(false)
+            }
+            Release::Unconfirmed(message) => {
+                self.metrics.fail(Failure::NoQuorum);
+                Err(LockError::NoQuorum(message))
+            }
         }
-        released
     }
 
     /// Releases the lock of a hold that ended, and forgets it here whether
     /// or not a quorum still held it (a lost hold's key may be gone).
-    async fn release_ended(&self, resource: &Resource, token: &Token) -> bool {
+    async fn release_ended(&self, resource: &Resource, token: &Token) -> Release {
         let released = self.engine.release(resource, token).await;
         self.released(resource, token);
         released

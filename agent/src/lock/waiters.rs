@@ -660,7 +660,10 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let released_at = tokio::time::Instant::now();
-        assert!(redlock.release(&r, &first.token).await);
+        assert_eq!(
+            redlock.release(&r, &first.token).await,
+            crate::redlock::Release::Released
+        );
         waiters.released("r", Some(first.token.as_str()));
         let (outcome, _) = waiter.await.unwrap();
         assert!(matches!(outcome, Acquire::Granted(_)), "{outcome:?}");

@@ -94,6 +94,19 @@ pub enum Extend {
     NoQuorum(String),
 }
 
+/// What a release came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Release {
+    /// A quorum still held the token and deleted it.
+    Released,
+    /// So many masters answered that they do not hold the token that no
+    /// quorum did: its validity had run out, or it was never this lock's.
+    NotHeld,
+    /// Neither is known: too many masters failed or did not answer in time.
+    /// A key left on them expires with its TTL; the message names them.
+    Unconfirmed(String),
+}
+
 /// The result of one round of `SET NX` on every usable master.
 #[derive(Debug)]
 enum Attempt<M> {
@@ -441,13 +454,15 @@ impl<M: Master> Redlock<M> {
         }
     }
 
-    /// Compare-and-delete on every master with a connection, all at once.
-    /// True when a quorum still held the token (false: its validity had
-    /// already run out, or it was never held). Returns as soon as a quorum
-    /// has released or cannot any more; the other masters' answers are
+    /// Compare-and-delete on every master, all at once. [`Release::Released`]
+    /// when a quorum still held the token, [`Release::NotHeld`] when so many
+    /// answered that they do not that no quorum can have, and
+    /// [`Release::Unconfirmed`] when failures (a master down, a timeout)
+    /// leave it open: a master that did not answer may have held it. Returns
+    /// as soon as the outcome is certain; the other masters' answers are
     /// awaited in the background, so a frozen master does not hold up the
-    /// caller.
-    pub async fn release(&self, resource: &Resource, token: &Token) -> bool {
+    /// caller once a quorum has answered.
+    pub async fn release(&self, resource: &Resource, token: &Token) -> Release {
         let claim = Claim::new(self.key(resource), token.as_str());
         let channel: Arc<str> =
             format!("{}{}", self.settings.release_channel_prefix, resource).into();
@@ -465,21 +480,43 @@ impl<M: Master> Redlock<M> {
             .map(|node| {
                 let (node, claim, channel) =
                     (Arc::clone(node), Arc::clone(&claim), Arc::clone(&channel));
-                async move { node.release(&claim, &channel).await }
+                async move {
+                    let reply = node.release(&claim, &channel).await;
+                    (node, reply)
+                }
             })
             .collect();
-        let mut released = 0;
-        while let Some(reply) = replies.next().await {
+        let (mut released, mut not_held) = (0, 0);
+        let mut failures = Vec::new();
+        while let Some((node, reply)) = replies.next().await {
             pending -= 1;
-            released += usize::from(matches!(reply, Ok(true)));
-            if released >= self.quorum || released + pending < self.quorum {
+            match reply {
+                Ok(true) => released += 1,
+                Ok(false) => not_held += 1,
+                Err(e) => failures.push(format!("{} ({e})", node.name())),
+            }
+            // Masters that may hold it: those that released it, and those
+            // that have not said they do not.
+            if released >= self.quorum || released + failures.len() + pending < self.quorum {
                 break;
             }
         }
         if !replies.is_empty() {
             tokio::spawn(async move { while replies.next().await.is_some() {} });
         }
-        released >= self.quorum
+        if released >= self.quorum {
+            Release::Released
+        } else if released + failures.len() + pending < self.quorum {
+            Release::NotHeld
+        } else {
+            Release::Unconfirmed(format!(
+                "released on {released} of {} masters and not held on {not_held}, quorum is {}; \
+                 failed: {}; a key left on those expires with its TTL",
+                self.nodes.len(),
+                self.quorum,
+                failures.join(", ")
+            ))
+        }
     }
 
     /// Extends to a new `ttl` on every usable master; granted only when a

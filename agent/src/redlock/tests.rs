@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::fence::FenceSettings;
 use super::memory::{Memory, Mode};
 use super::observe::{Failure, Observer};
-use super::{duplicates_of, Acquire, Drift, Extend, Redlock};
+use super::{duplicates_of, Acquire, Drift, Extend, Redlock, Release};
 use super::{Resource, Settings, Token};
 
 /// Counts the failures the engine reports.
@@ -114,6 +114,69 @@ async fn a_taken_lock_is_refused_and_the_round_leaves_nothing_behind() {
             m.name
         );
     }
+}
+
+/// A release says released only on a quorum's word, not held only when so
+/// many masters said so that no quorum can have held it, and otherwise that
+/// it does not know: a master that did not answer may still hold the key.
+#[tokio::test(start_paused = true)]
+async fn a_release_tells_not_held_from_unconfirmed() {
+    let s = setup(5, FenceSettings::default());
+    let held = |name: &str| {
+        let token = Token::generate(None, None);
+        for m in &s.masters {
+            m.plant(&format!("t:{name}"), token.as_str(), TTL);
+        }
+        token
+    };
+
+    // Two masters down: the other three make the quorum either way.
+    s.masters[0].set(Mode::Down);
+    s.masters[1].set(Mode::Down);
+    let token = held("a");
+    assert_eq!(
+        s.redlock.release(&resource("a"), &token).await,
+        Release::Released
+    );
+    let stranger = Token::generate(None, None);
+    let _ = held("b");
+    assert_eq!(
+        s.redlock.release(&resource("b"), &stranger).await,
+        Release::NotHeld
+    );
+
+    // Three down: two releases are not a quorum, and the three silent
+    // masters may hold it.
+    s.masters[2].set(Mode::Down);
+    let token = held("c");
+    match s.redlock.release(&resource("c"), &token).await {
+        Release::Unconfirmed(message) => {
+            assert!(
+                message.contains("released on 2 of 5 masters and not held on 0, quorum is 3"),
+                "{message}"
+            );
+            for name in ["m0", "m1", "m2"] {
+                assert!(message.contains(name), "{message} should name {name}");
+            }
+        }
+        other => panic!("2 of 5 answering released: {other:?}"),
+    }
+    // Even a token nobody holds is not known to be free with three silent.
+    assert!(matches!(
+        s.redlock.release(&resource("c"), &stranger).await,
+        Release::Unconfirmed(_)
+    ));
+
+    // One down, one too slow for the caller: three answered "not held",
+    // so no quorum held it, whatever the silent two say.
+    s.masters[1].set(Mode::Up);
+    s.masters[2].set(Mode::Up);
+    s.masters[3].set(Mode::Slow(TTL * 10));
+    let _ = held("d");
+    assert_eq!(
+        s.redlock.release(&resource("d"), &stranger).await,
+        Release::NotHeld
+    );
 }
 
 /// Validity is the TTL minus the slowest vote of the quorum minus drift;
@@ -223,7 +286,10 @@ async fn fences_grow_across_shifting_quorums() {
         let fence = grant.fence.expect("asked for a fence");
         assert!(fence > last, "round {round}: {fence} after {last}");
         last = fence;
-        assert!(s.redlock.release(&resource(name), &token).await);
+        assert_eq!(
+            s.redlock.release(&resource(name), &token).await,
+            Release::Released
+        );
     }
 }
 
