@@ -28,7 +28,7 @@ def _agent_unusable_reason() -> str | None:
     if not AGENT.is_file():
         return (
             f"{AGENT} does not exist: build it with `cargo build -p redlock-agent` "
-            "(run.sh does when it is missing)"
+            "(run.sh does, unless HELM_TESTS_NO_BUILD is set)"
         )
     probe = subprocess.run(
         [AGENT, "check", "--config", "/dev/null/not-a-file"], capture_output=True, text=True, timeout=60
@@ -36,7 +36,7 @@ def _agent_unusable_reason() -> str | None:
     if probe.returncode != EXIT_CONFIG:
         return (
             f"{AGENT} does not implement `check` yet: a missing config exited "
-            f"{probe.returncode}, want {EXIT_CONFIG} (stale build? rebuild with HELM_TESTS_BUILD=1)"
+            f"{probe.returncode}, want {EXIT_CONFIG} (stale build? run.sh rebuilds it unless HELM_TESTS_NO_BUILD is set)"
         )
     return None
 
