@@ -226,25 +226,24 @@ fn lines(results: &Results) -> Vec<String> {
                 (a - f) / r.max(f64::MIN_POSITIVE)
             ));
         }
-        if let (Some(a), Some(f), Some(r)) = (
+        if let (64, Some(a), Some(f), Some(r)) = (
+            clients,
             agent_cost.whole(true),
             floor_cost.whole(true),
             rslock_cost.and_then(|c| c.whole(false)),
         ) {
             // Issue 15's throughput target, at 64 clients: on a machine whose
             // cores are all busy, cycles/s follow the CPU per cycle.
-            if clients == 64 {
-                out.push(format!(
-                    "{clients} client(s), what 1× rslock's cycles/s takes: the whole machine at most rslock's {} \
-                     µs per cycle; less the floor's {} µs, the lock work (agent, driver and masters beyond two \
-                     bare round trips) would have to cost at most {} µs, against {} µs now ({:.2}×).",
-                    num(r),
-                    num(f),
-                    num(r - f),
-                    num(a - f),
-                    (a - f) / (r - f).max(f64::MIN_POSITIVE)
-                ));
-            }
+            out.push(format!(
+                "{clients} client(s), what 1× rslock's cycles/s takes: the whole machine at most rslock's {} \
+                 µs per cycle; less the floor's {} µs, the lock work (agent, driver and masters beyond two \
+                 bare round trips) would have to cost at most {} µs, against {} µs now ({:.2}×).",
+                num(r),
+                num(f),
+                num(r - f),
+                num(a - f),
+                (a - f) / (r - f).max(f64::MIN_POSITIVE)
+            ));
         }
         if let Some((_, r)) = rslock {
             out.push(format!(
