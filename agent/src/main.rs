@@ -274,8 +274,10 @@ fn serve_with(config: Config, format: Option<LogFormat>, masters_fresh: bool) ->
         );
     }
     let started = runtime(config.agent.workers).block_on(async {
+        // Before the socket exists, so an early SIGTERM drains, not kills.
+        let shutdown = redlock_agent::shutdown::signal();
         let bound = redlock_agent::Bound::bind_with(config, masters_fresh).await?;
-        bound.serve(redlock_agent::shutdown::signal()).await;
+        bound.serve(shutdown).await;
         Ok::<(), redlock_agent::StartError>(())
     });
     match started {

@@ -527,6 +527,46 @@ fn check_offline_skips_resolving_the_masters() {
     assert!(stderr.contains("ok (3 masters, quorum 2)"), "{stderr}");
 }
 
+/// A SIGTERM that comes the moment the socket exists drains the agent and
+/// it exits 0: the handler is installed before the socket is bound, so the
+/// signal's default action (killed by SIGTERM) never applies. Each start
+/// signals as soon as the socket file appears; before the fix about half of
+/// such starts died of the signal.
+#[test]
+fn sigterm_as_soon_as_the_socket_exists_still_drains() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("early.sock");
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "socket: {{path: {:?}}}\nmetrics: {{listen: \"127.0.0.1:0\"}}\nmasters:\n  - {{name: r1, url: \"redis://127.0.0.1:1/0\"}}\n",
+            socket.display().to_string()
+        ),
+    )
+    .unwrap();
+    for start in 0..10 {
+        let _ = std::fs::remove_file(&socket);
+        let mut child = Command::new(BIN)
+            .args(["--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        while !socket.exists() {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "start {start}: the agent exited before binding its socket"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        sigterm(child.id());
+        let status = child.wait().unwrap();
+        assert!(status.success(), "start {start}: {status}");
+    }
+}
+
 /// A password in a master URL shows nowhere in the agent's logs, text or
 /// JSON, at debug level, while its master is unreachable (so connection
 /// errors are logged too).
