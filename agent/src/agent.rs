@@ -29,6 +29,14 @@ fn marker_check_disabled() -> bool {
     std::env::var_os(MARKER_SWITCH).is_some_and(|v| v == "1")
 }
 
+/// The test-only switch that turns the in-vote eviction check off, for the
+/// control run that must find the double grant on masters that evict.
+pub use redlock_testkit::switches::NO_EVICTION_CHECK as EVICTION_SWITCH;
+
+fn eviction_check_disabled() -> bool {
+    std::env::var_os(EVICTION_SWITCH).is_some_and(|v| v == "1")
+}
+
 /// State shared by every request.
 #[derive(Debug)]
 pub struct Agent {
@@ -68,6 +76,13 @@ impl Agent {
                  that loses its keys can grant a lock twice; for control runs of the tests only"
             );
         }
+        let eviction_check = !eviction_check_disabled();
+        if !eviction_check {
+            tracing::warn!(
+                "{EVICTION_SWITCH} is set: votes do not check whether a master evicted keys, and \
+                 a master that evicts can grant a lock twice; for control runs of the tests only"
+            );
+        }
         let fence = FenceSettings::from_env();
         if !fence.writeback {
             tracing::warn!(
@@ -92,6 +107,7 @@ impl Agent {
             marker_key: marker_key.clone(),
             fence_key: format!("{}{}", config.lock.key_prefix, FENCE_SUFFIX),
             marker_check,
+            eviction_check,
             quarantine: if config.delayed_restart.enabled {
                 config.quarantine()
             } else {

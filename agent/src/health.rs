@@ -162,7 +162,13 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
         node.restart_detected(detector);
     }
     node.set_identity(identity.clone());
-    node.record_probe(latency);
+    let probes = node.record_probe(latency);
+    if !reconnected && probes % TOPOLOGY_EVERY == 0 {
+        // A policy changed at run time (CONFIG SET maxmemory-policy) is
+        // warned about within this many probes; the votes' eviction check
+        // keeps locks safe in between.
+        check_topology(node, &conn, settings).await;
+    }
     if reconnected {
         check_topology(node, &conn, settings).await;
         node.install(conn.clone());
@@ -429,8 +435,14 @@ async fn check_marker(
     first_sight: bool,
     settings: &HealthSettings,
 ) -> Result<Option<(Detector, Duration)>, NodeError> {
-    if node.marker_present(conn).await? {
-        return Ok(None);
+    let last_evicted = node.snapshot().identity.and_then(|i| i.evicted_keys);
+    match node.check_marker(conn, last_evicted).await? {
+        None => return Ok(None),
+        // The master evicted keys since its marker was written: the script
+        // deleted the marker, so every agent sees the loss; quarantined
+        // even where a readmission was pending, which must start over.
+        Some(Detector::Eviction) => return Ok(Some((Detector::Eviction, settings.quarantine))),
+        Some(_) => {}
     }
     if first_sight && settings.masters_fresh {
         return Ok(match node.write_marker(conn).await {
@@ -496,8 +508,13 @@ fn went_down(node: &Node, was: NodeState, error: &NodeError) {
     node.disconnect(error);
 }
 
-/// Checks a master that (re)connected for setups that break Redlock's
-/// assumptions, and records them as warnings on the node.
+/// How often (in probes that answered) a connected master's topology is
+/// read again: every 10 probes, 5 s at the default interval.
+const TOPOLOGY_EVERY: u64 = 10;
+
+/// Checks a master that (re)connected, and every [`TOPOLOGY_EVERY`] probes
+/// after, for setups that break Redlock's assumptions, and records them as
+/// warnings on the node; logs only what changed.
 async fn check_topology(node: &Node, conn: &Conn, settings: &HealthSettings) {
     let info = node.info(conn).await.ok().flatten().unwrap_or_default();
     let appendonly = node.config_get(conn, "appendonly").await;
@@ -515,12 +532,15 @@ async fn check_topology(node: &Node, conn: &Conn, settings: &HealthSettings) {
             persistence.as_deref().unwrap_or("unknown")
         ));
     }
-    tracing::info!(
-        node = node.name(),
-        persistence = persistence.as_deref().unwrap_or("unknown"),
-        "persistence mode"
-    );
-    for warning in &warnings {
+    let known = node.snapshot();
+    if known.persistence != persistence || node.connection().is_none() {
+        tracing::info!(
+            node = node.name(),
+            persistence = persistence.as_deref().unwrap_or("unknown"),
+            "persistence mode"
+        );
+    }
+    for warning in warnings.iter().filter(|w| !known.warnings.contains(w)) {
         tracing::warn!(node = node.name(), warning = %warning, "topology");
     }
     node.set_topology(warnings, persistence);
@@ -543,7 +563,7 @@ pub fn topology_warnings(info: &HashMap<String, String>) -> Vec<String> {
     if let Some(policy) = info.get("maxmemory_policy") {
         if policy.starts_with("allkeys-") || (limited && policy != "noeviction") {
             warnings.push(format!(
-                "maxmemory-policy {policy} may evict lock keys; use noeviction (an eviction quarantines the master)"
+                "maxmemory-policy {policy} may evict lock keys: every eviction quarantines the master (its votes are refused from that moment); use noeviction"
             ));
         }
     }

@@ -16,5 +16,15 @@ pub const NO_FENCE_WRITEBACK: &str = "REDLOCK_TEST_NO_FENCE_WRITEBACK";
 /// fence floor only: hosts whose clocks disagree.
 pub const FENCE_CLOCK_SKEW_MS: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
 
+/// `1` turns the in-vote eviction check off (a vote no longer asks whether
+/// the master evicted keys since its marker was written): the eviction
+/// control run, which must see a double grant on masters that evict.
+pub const NO_EVICTION_CHECK: &str = "REDLOCK_TEST_NO_EVICTION_CHECK";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 3] = [NO_MARKER_CHECK, NO_FENCE_WRITEBACK, FENCE_CLOCK_SKEW_MS];
+pub const ALL: [&str; 4] = [
+    NO_MARKER_CHECK,
+    NO_FENCE_WRITEBACK,
+    FENCE_CLOCK_SKEW_MS,
+    NO_EVICTION_CHECK,
+];

@@ -931,10 +931,12 @@ impl SweepScript {
 static SWEEP_MARKERS: SweepScript = SweepScript::new(SWEEP_MARKERS_CODE);
 const SWEEP_MARKERS_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
+local evicted = string.match(redis.call("info", "stats"), "evicted_keys:(%d+)")
 local out = {}
 for i = 2, #ARGV do
-  if ARGV[1] == "write" then redis.call("set", ARGV[i], id) end
-  out[i - 1] = redis.call("get", ARGV[i]) == id and 1 or 0
+  if ARGV[1] == "write" then redis.call("set", ARGV[i], evicted and id .. " e=" .. evicted or id) end
+  local found = redis.call("get", ARGV[i])
+  out[i - 1] = found and string.match(found, "^%S+") == id and 1 or 0
 end
 return out"#;
 
@@ -955,10 +957,12 @@ return out"#;
 static SWEEP_READMIT: SweepScript = SweepScript::new(SWEEP_READMIT_CODE);
 const SWEEP_READMIT_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
+local evicted = string.match(redis.call("info", "stats"), "evicted_keys:(%d+)")
 local out = {}
 for i = 1, #ARGV, 5 do
   local marker, witness, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local marked = redis.call("get", marker) == id
+  local found = redis.call("get", marker)
+  local marked = found and string.match(found, "^%S+") == id
   local answer = 1
   if redis.call("get", witness) == id .. ":" .. ARGV[i + 3] then
     redis.call("del", witness)
@@ -968,7 +972,7 @@ for i = 1, #ARGV, 5 do
   if answer == 1 then
     local current = tonumber(redis.call("get", fence) or "0") or 0
     if current < tonumber(ARGV[i + 4]) then redis.call("set", fence, ARGV[i + 4]) end
-    if not marked then redis.call("set", marker, id) end
+    if not marked then redis.call("set", marker, evicted and id .. " e=" .. evicted or id) end
   end
   out[#out + 1] = answer
 end

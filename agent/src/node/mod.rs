@@ -96,6 +96,10 @@ pub struct NodeSettings {
     /// Check the marker in every vote and extension. Off only through the
     /// test switch `REDLOCK_TEST_NO_MARKER_CHECK`, for control runs.
     pub marker_check: bool,
+    /// Check in every vote that the master evicted no key since its marker
+    /// was written (see [`scripts::BATCH`]). Off only through the test
+    /// switch `REDLOCK_TEST_NO_EVICTION_CHECK`, for control runs.
+    pub eviction_check: bool,
     /// `max_ttl + delayed_restart.extra`, or zero with delayed restart off.
     pub quarantine: Duration,
 }
@@ -113,7 +117,8 @@ pub enum Detector {
     /// The incarnation marker key is gone (a flush, a failover, a restart
     /// no other detector saw): seen by a probe or inside a vote.
     Marker,
-    /// `INFO` counted evicted keys since the last probe: lock keys may be
+    /// The master evicted keys since the last probe, or since its marker
+    /// was written (seen inside a vote or by a probe): lock keys may be
     /// among them.
     Eviction,
 }
@@ -187,6 +192,8 @@ struct Inner {
     witness: Option<String>,
     /// Probes that timed out in a row.
     probe_timeouts: u32,
+    /// Probes that answered, counted for the periodic topology check.
+    probes: u64,
     /// A hash of `identity.run_id`, for the duplicate check on every request.
     server_id: Option<u64>,
 }
@@ -214,6 +221,7 @@ pub struct Node {
     marker_key: String,
     fence_key: String,
     marker_check: bool,
+    eviction_check: bool,
     quarantine: Duration,
     // A std Mutex: every critical section is a few field reads or writes and
     // never spans an await.
@@ -270,6 +278,7 @@ impl Node {
             marker_key: settings.marker_key,
             fence_key: settings.fence_key,
             marker_check: settings.marker_check,
+            eviction_check: settings.eviction_check,
             quarantine: settings.quarantine,
             // Connecting includes TCP, TLS and the handshake; allow more than
             // one request's worth, but keep it short so a frozen master is
@@ -293,6 +302,7 @@ impl Node {
                 readmit: false,
                 witness: None,
                 probe_timeouts: 0,
+                probes: 0,
                 server_id: None,
             }),
             wake: Notify::new(),
@@ -379,19 +389,30 @@ impl Node {
     /// lost its keys while this agent was connected. Quarantined at once,
     /// without waiting for a probe; the health task is woken so a zero-length
     /// quarantine (delayed restart off) readmits it promptly.
-    fn lost_state(&self) {
+    ///
+    /// `detector`: [`Detector::Marker`] for a missing marker,
+    /// [`Detector::Eviction`] for a master that evicted keys since its
+    /// marker was written (the vote deleted the marker).
+    fn lost_state(&self, detector: Detector) {
         let newly = {
             let inner = self.lock();
             !(inner.readmit || inner.quarantine_until.is_some_and(|u| u > Instant::now()))
         };
         if newly {
-            tracing::warn!(
-                node = %self.name,
-                quarantine = ?self.quarantine,
-                "incarnation marker missing in a vote: the master lost its keys; quarantined"
-            );
-            self.quarantine(Instant::now() + self.quarantine, Detector::Marker);
-            self.restart_detected(Detector::Marker);
+            match detector {
+                Detector::Eviction => tracing::warn!(
+                    node = %self.name,
+                    quarantine = ?self.quarantine,
+                    "the master evicted keys since its incarnation marker was written (seen in a vote): lock keys may be gone; quarantined"
+                ),
+                _ => tracing::warn!(
+                    node = %self.name,
+                    quarantine = ?self.quarantine,
+                    "incarnation marker missing in a vote: the master lost its keys; quarantined"
+                ),
+            }
+            self.quarantine(Instant::now() + self.quarantine, detector);
+            self.restart_detected(detector);
         }
         self.wake.notify_one();
     }
@@ -560,11 +581,14 @@ impl Node {
         error
     }
 
-    pub(crate) fn record_probe(&self, latency: Duration) {
+    /// Returns how many probes have answered so far, this one included.
+    pub(crate) fn record_probe(&self, latency: Duration) -> u64 {
         let mut inner = self.lock();
         inner.latency = Some(latency);
         inner.last_error = None;
         inner.probe_timeouts = 0;
+        inner.probes += 1;
+        inner.probes
     }
 
     /// Runs one request on the node's connection, bounded by the node timeout.
