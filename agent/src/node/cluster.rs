@@ -931,7 +931,7 @@ impl SweepScript {
 static SWEEP_MARKERS: SweepScript = SweepScript::new(SWEEP_MARKERS_CODE);
 const SWEEP_MARKERS_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
-local evicted = string.match(redis.call("info", "stats"), "evicted_keys:(%d+)")
+local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
 local out = {}
 for i = 2, #ARGV do
   if ARGV[1] == "write" then redis.call("set", ARGV[i], evicted and id .. " e=" .. evicted or id) end
@@ -957,7 +957,7 @@ return out"#;
 static SWEEP_READMIT: SweepScript = SweepScript::new(SWEEP_READMIT_CODE);
 const SWEEP_READMIT_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
-local evicted = string.match(redis.call("info", "stats"), "evicted_keys:(%d+)")
+local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
 local out = {}
 for i = 1, #ARGV, 5 do
   local marker, witness, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]

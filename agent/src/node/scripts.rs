@@ -68,6 +68,9 @@ pub async fn evalsha(
 /// eviction from the votes that must not count. It costs the master one
 /// `INFO stats` per call that votes; markers written without a count (by an
 /// older agent) get one from the health probe (see `Node::check_marker`).
+/// Where an ACL refuses `INFO` (or a server does not report
+/// `evicted_keys`), markers carry no count and evictions go unseen, as the
+/// README says: such masters must keep `noeviction`.
 ///
 /// - `v` (the vote; number: TTL in ms; more: the sum of 1 to read the
 ///   counter and 2 for a voter that will wait if the lock is taken):
@@ -132,7 +135,8 @@ end
 local function unevicted()
   if kept == nil then
     kept = true
-    if evictions and counted and counted ~= string.match(redis.call("info", "stats"), "evicted_keys:(%d+)") then
+    local now = evictions and counted and string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+    if now and counted ~= now then
       redis.call("del", KEYS[1])
       marker, kept = false, false
     end
@@ -250,7 +254,7 @@ pub static READMIT: LazyLock<Script> = LazyLock::new(|| {
 redis.call("del", KEYS[2])
 local current = tonumber(redis.call("get", KEYS[3]) or "0") or 0
 if current < tonumber(ARGV[2]) then redis.call("set", KEYS[3], ARGV[2]) end
-local evicted = string.match(redis.call("info", "stats"), "evicted_keys:(%d+)")
+local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
 redis.call("set", KEYS[1], evicted and ARGV[1] .. " e=" .. evicted or ARGV[1])
 return 1"#,
     )
@@ -273,7 +277,7 @@ return 0"#,
 pub static WRITE_SLOT_MARKER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local id = redis.call("cluster", "myid")
-local evicted = string.match(redis.call("info", "stats"), "evicted_keys:(%d+)")
+local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
 redis.call("set", KEYS[1], evicted and id .. " e=" .. evicted or id)
 return 1"#,
     )
@@ -313,7 +317,7 @@ end
 local current = tonumber(redis.call("get", KEYS[3]) or "0") or 0
 if current < tonumber(ARGV[2]) then redis.call("set", KEYS[3], ARGV[2]) end
 if not marked then
-  local evicted = string.match(redis.call("info", "stats"), "evicted_keys:(%d+)")
+  local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
   redis.call("set", KEYS[1], evicted and id .. " e=" .. evicted or id)
 end
 return 1"#,
@@ -329,7 +333,7 @@ return 1"#,
 /// must outlive every lock. Returns 1.
 pub static MARKER_EVICTIONS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"local evicted = string.match(redis.call("info", "stats"), "evicted_keys:(%d+)")
+        r#"local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
 redis.call("set", KEYS[1], evicted and ARGV[1] .. " e=" .. evicted or ARGV[1])
 return 1"#,
     )
@@ -350,13 +354,13 @@ pub static CHECK_MARKER: LazyLock<Script> = LazyLock::new(|| {
         r#"local found = redis.call("get", KEYS[1])
 if not found then return 0 end
 if ARGV[3] == "0" then return 1 end
-local evicted = string.match(redis.call("info", "stats"), "evicted_keys:(%d+)")
+local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
 local counted = string.match(found, " e=(%d+)$")
 if counted == nil then
   if evicted and evicted == ARGV[2] then redis.call("set", KEYS[1], ARGV[1] .. " e=" .. evicted) end
   return 1
 end
-if counted ~= evicted then
+if evicted and counted ~= evicted then
   redis.call("del", KEYS[1])
   return -3
 end
