@@ -249,3 +249,51 @@ fn explain(tls: bool, error: &NodeError) -> String {
     };
     format!("{error}{hint}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_master_is_named_by_path_and_name_with_every_problem() {
+        let mut verdict = Verdict::new(2, "r3");
+        verdict.answered = Some("single server, redis 7.2.4".to_string());
+        assert!(verdict.usable());
+        assert_eq!(
+            verdict.lines(),
+            ["masters[2] (r3): ok: single server, redis 7.2.4"]
+        );
+        verdict.problems.push("replica (role:slave)".to_string());
+        verdict
+            .problems
+            .push("maxmemory-policy allkeys-lru".to_string());
+        verdict.notes.push("a note".to_string());
+        assert!(!verdict.usable());
+        assert_eq!(
+            verdict.lines(),
+            [
+                "masters[2] (r3): cannot be used: replica (role:slave)",
+                "masters[2] (r3): cannot be used: maxmemory-policy allkeys-lru",
+                "masters[2] (r3): note: a note",
+            ]
+        );
+    }
+
+    #[test]
+    fn scheme_mix_ups_get_a_hint() {
+        let reset = NodeError::Connection("Connection reset by peer (os error 104)".into());
+        let refused = NodeError::Connection("Connection refused (os error 111)".into());
+        let corrupt =
+            NodeError::Connection("received corrupt message of type InvalidContentType".into());
+        assert!(explain(false, &reset).ends_with("if so, use rediss://)"));
+        assert!(!explain(false, &refused).contains("rediss://"));
+        assert!(explain(true, &corrupt).ends_with("use redis://)"));
+        assert!(
+            explain(true, &NodeError::Timeout(DEFAULT_TIMEOUT)).ends_with("if so, use redis://)")
+        );
+        assert_eq!(
+            explain(false, &NodeError::Timeout(DEFAULT_TIMEOUT)),
+            "timed out after 10s"
+        );
+    }
+}

@@ -2,8 +2,8 @@
 //! every master at once and exits 64 naming each one it cannot use and why
 //! (a closed port, a host that does not resolve, TLS to a plain port, plain
 //! to a TLS port, an unknown CA, a wrong password, a cluster listed as a
-//! single server and the reverse, an eviction policy that can evict lock
-//! keys, set at start or at run time); it exits 0 on masters it can use
+//! single server and the reverse, a replica, an eviction policy that can
+//! evict lock keys, set at start or at run time); it exits 0 on masters it can use
 //! (plain, TLS with a client certificate, an ACL user without INFO, a
 //! cluster); `--offline` passes what only a connection can refuse. A CA
 //! file that is not a certificate is refused offline too.
@@ -102,6 +102,7 @@ fn check_names_every_master_it_cannot_use_and_why() {
     let allkeys = start("allkeys", Options::new().maxmemory("0", "allkeys-lru"));
     let acl = start("acl", Options::new().user("agent on >right-pw ~* +@all"));
     let single = start("single", Options::new());
+    let replica = start("replica", Options::new().replica_of(good.port()));
     let tls_a = common::tls::master(dir.path(), "tls-a", &certs, false);
     let tls_b = common::tls::master(dir.path(), "tls-b", &certs, false);
     let cluster = RedisCluster::start(dir.path(), "cl", 1, 0).unwrap_or_else(|e| panic!("{e}"));
@@ -120,6 +121,7 @@ fn check_names_every_master_it_cannot_use_and_why() {
   - {{name: unknown-ca, url: \"rediss://127.0.0.1:{other_tls}\", tls_ca_file: {other_ca:?}}}
   - {{name: cluster-as-single, url: \"redis://127.0.0.1:{cluster_port}\"}}
   - {{name: single-as-cluster, cluster: [\"redis://127.0.0.1:{single}\"]}}
+  - {{name: replica, url: \"redis://127.0.0.1:{replica}\"}}
 ",
         good = good.port(),
         volatile = volatile.port(),
@@ -132,6 +134,7 @@ fn check_names_every_master_it_cannot_use_and_why() {
         other_ca = ca("other-ca.crt"),
         cluster_port = cluster.primary_port(0),
         single = single.port(),
+        replica = replica.port(),
     );
     let out = check(dir.path(), &yaml);
     assert_eq!(out.code, Some(64), "{}", out.stderr);
@@ -166,7 +169,8 @@ fn check_names_every_master_it_cannot_use_and_why() {
                 "single-as-cluster",
                 "it is not a Redis Cluster node (cluster_enabled:0), listed as a cluster",
             ),
-            "9 of 10 masters cannot be used".to_string(),
+            cannot(10, "replica", "replica (role:slave)"),
+            "10 of 11 masters cannot be used".to_string(),
         ],
     );
     // The hint for each scheme mix-up: TLS to a plain port either waits
@@ -205,7 +209,7 @@ fn check_names_every_master_it_cannot_use_and_why() {
     let out = check_offline(dir.path(), &yaml);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
-        out.stderr.contains("ok (10 masters, quorum 6)"),
+        out.stderr.contains("ok (11 masters, quorum 6)"),
         "{}",
         out.stderr
     );
