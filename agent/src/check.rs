@@ -125,24 +125,39 @@ async fn judge(
             return verdict;
         }
     };
-    if let Err(e) = node.ping(&conn).await {
+    if let Err(e) = retry(deadline, || node.ping(&conn)).await {
         verdict.problems.push(format!("does not answer PING: {e}"));
         return verdict;
     }
     if node.is_cluster() {
-        judge_cluster(node, &conn, &mut verdict).await;
+        judge_cluster(node, &conn, deadline, &mut verdict).await;
     } else {
-        judge_single(node, &conn, &mut verdict).await;
+        judge_single(node, &conn, deadline, &mut verdict).await;
     }
     verdict
+}
+
+/// `ask` again while it times out and the deadline has not passed: an
+/// answer late on a busy machine is not a master that cannot be used.
+async fn retry<T, F, Fut>(deadline: Instant, mut ask: F) -> Result<T, NodeError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, NodeError>>,
+{
+    loop {
+        match ask().await {
+            Err(NodeError::Timeout(_)) if Instant::now() < deadline => {}
+            other => return other,
+        }
+    }
 }
 
 /// The note on a master whose ACL refuses `INFO`.
 const INFO_REFUSED: &str = "its ACL refuses INFO, so whether it is a cluster node, a replica or \
                             evicts keys was not checked (add +info to the agent's user to check it)";
 
-async fn judge_single(node: &Node, conn: &Conn, verdict: &mut Verdict) {
-    let info = match node.info(conn).await {
+async fn judge_single(node: &Node, conn: &Conn, deadline: Instant, verdict: &mut Verdict) {
+    let info = match retry(deadline, || node.info(conn)).await {
         Ok(Some(info)) => info,
         Ok(None) => {
             verdict.answered = Some("single server".to_string());
@@ -169,14 +184,21 @@ async fn judge_single(node: &Node, conn: &Conn, verdict: &mut Verdict) {
     verdict.problems.extend(health::topology_warnings(&info));
 }
 
-async fn judge_cluster(node: &Node, conn: &Conn, verdict: &mut Verdict) {
-    if let Err(e) = node.probe_shards(conn).await {
+async fn judge_cluster(node: &Node, conn: &Conn, deadline: Instant, verdict: &mut Verdict) {
+    if let Err(e) = retry(deadline, || node.probe_shards(conn)).await {
         verdict
             .problems
             .push(format!("cannot read its shards (CLUSTER SHARDS): {e}"));
         return;
     }
-    let infos = node.shard_infos(conn).await;
+    let mut infos = node.shard_infos(conn).await;
+    while Instant::now() < deadline
+        && infos
+            .iter()
+            .any(|(_, info)| matches!(info, Err(NodeError::Timeout(_))))
+    {
+        infos = node.shard_infos(conn).await;
+    }
     verdict.answered = Some(format!(
         "Redis Cluster, {} shard{}",
         infos.len(),

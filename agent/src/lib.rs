@@ -52,7 +52,8 @@
 //! - [`shutdown`]: signals that start a drain.
 //!
 //! Imports point one way, with no loops: `daemon` → `api` → `agent` →
-//! `lock` → `node` → `redlock`; `metrics` and `health` beside them.
+//! `lock` → `node` → `redlock`; `check` → `agent`, beside `daemon`;
+//! `metrics` and `health` beside them.
 
 pub mod agent;
 pub mod api;
