@@ -40,6 +40,10 @@
 //!   credentials with who may connect ([`api::peer`]); the wire types are in
 //!   the `redlock-wire` crate.
 //! - [`agent`]: the state shared by every request and its background tasks.
+//! - [`check`]: `redlock-agent check` past the file: every master
+//!   connected at once through the agent's own nodes, and judged usable or
+//!   not (unreachable, TLS or AUTH refused, a cluster listed as a single
+//!   server or the reverse, a policy that evicts lock keys).
 //! - [`daemon`]: binds the listeners, starts the tasks, serves, drains.
 //! - [`dev`]: the local cluster of `redlock-agent dev`: masters from
 //!   `redlock-testkit` and the config over them.
@@ -48,10 +52,12 @@
 //! - [`shutdown`]: signals that start a drain.
 //!
 //! Imports point one way, with no loops: `daemon` → `api` → `agent` →
-//! `lock` → `node` → `redlock`; `metrics` and `health` beside them.
+//! `lock` → `node` → `redlock`; `check` → `agent`, beside `daemon`;
+//! `metrics` and `health` beside them.
 
 pub mod agent;
 pub mod api;
+pub mod check;
 pub mod config;
 pub mod daemon;
 pub mod dev;

@@ -1,6 +1,6 @@
 //! The `redlock-agent` binary: parses the command line, loads the config and
-//! hands over to the library. Exit codes: 0 ok, 64 bad usage or config,
-//! 1 the agent could not start.
+//! hands over to the library. Exit codes: 0 ok, 64 bad usage or config (and,
+//! for `check`, a master it cannot use), 1 the agent could not start.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -59,14 +59,26 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Validate a config, print it resolved with secrets redacted; exit 0 or 64.
+    /// Validate a config, print it resolved with secrets redacted, and
+    /// connect to every master at once; exit 0, or 64 naming each problem
+    /// and each master that cannot be used, and why.
+    ///
+    /// A master cannot be used when it is unreachable within --timeout,
+    /// refuses the TLS handshake or the login, does not answer PING, is a
+    /// Redis Cluster listed as a single server (or the reverse), is a
+    /// replica, or has an eviction policy that can evict lock keys.
     Check {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
-        /// Do not resolve the masters' hosts, so do not compare their
-        /// addresses: to check a file away from the network it will run in.
+        /// Check the file only: neither resolve the masters' hosts (so do
+        /// not compare their addresses) nor connect to them; to check a
+        /// file away from the network it will run in.
         #[arg(long)]
         offline: bool,
+        /// How long the masters have to answer (connect, TLS, AUTH, PING,
+        /// INFO), all at once.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
     },
     /// Start local redis-server masters and run the agent on them.
     ///
@@ -161,14 +173,11 @@ fn main() -> ExitCode {
             fence,
             command,
         }),
-        Some(Cmd::Check { config, offline }) => check(
-            &config,
-            if offline {
-                AddressCheck::Skip
-            } else {
-                AddressCheck::Resolve
-            },
-        ),
+        Some(Cmd::Check {
+            config,
+            offline,
+            timeout,
+        }) => check(&config, (!offline).then_some(timeout)),
         Some(Cmd::Dev {
             socket,
             masters,
@@ -216,22 +225,58 @@ fn load(path: &Path, check: AddressCheck) -> Result<Config, ExitCode> {
     })
 }
 
-fn check(path: &Path, addresses: AddressCheck) -> ExitCode {
-    match load(path, addresses) {
-        Ok(config) => {
-            // Cannot fail: the config holds only strings, numbers and bools.
-            let yaml = serde_saphyr::to_string(&config).expect("config serializes");
-            println!("{yaml}");
-            eprintln!(
-                "{}: ok ({} masters, quorum {})",
-                path.display(),
-                config.masters.len(),
-                config.quorum()
-            );
-            ExitCode::SUCCESS
+/// `check`: the file, then, unless offline (`connect` is `None`), every
+/// master within `connect`.
+fn check(path: &Path, connect: Option<Duration>) -> ExitCode {
+    let addresses = match connect {
+        Some(_) => AddressCheck::Resolve,
+        None => AddressCheck::Skip,
+    };
+    let config = match load(path, addresses) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    // Cannot fail: the config holds only strings, numbers and bools.
+    let yaml = serde_saphyr::to_string(&config).expect("config serializes");
+    println!("{yaml}");
+    if let Some(timeout) = connect {
+        // Cannot fail short of the OS refusing an epoll fd at start.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("start the tokio runtime");
+        let verdicts = match runtime.block_on(redlock_agent::check::masters(&config, timeout)) {
+            Ok(verdicts) => verdicts,
+            Err(e) => {
+                eprintln!(
+                    "redlock-agent: {} is not a usable config:\n{e}",
+                    path.display()
+                );
+                return ExitCode::from(EXIT_CONFIG as u8);
+            }
+        };
+        for verdict in &verdicts {
+            for line in verdict.lines() {
+                eprintln!("{line}");
+            }
         }
-        Err(code) => code,
+        let unusable = verdicts.iter().filter(|v| !v.usable()).count();
+        if unusable > 0 {
+            eprintln!(
+                "redlock-agent: {}: {unusable} of {} masters cannot be used",
+                path.display(),
+                verdicts.len()
+            );
+            return ExitCode::from(EXIT_CONFIG as u8);
+        }
     }
+    eprintln!(
+        "{}: ok ({} masters, quorum {})",
+        path.display(),
+        config.masters.len(),
+        config.quorum()
+    );
+    ExitCode::SUCCESS
 }
 
 fn init_tracing(config: &Config, format: Option<LogFormat>) {

@@ -22,6 +22,7 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKin
 use tokio::sync::Notify;
 
 pub mod batch;
+pub mod check;
 pub mod cluster;
 pub mod conn;
 pub mod lock;
