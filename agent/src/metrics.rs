@@ -84,16 +84,27 @@ pub enum LeakKind {
     /// On fewer than a quorum of masters on two scans in a row: debris of a
     /// partial acquisition.
     Minority,
+    /// Without TTL or with one over `lock.max_ttl`, and a value that looks
+    /// like a token but is not proven to be this key's (an older agent's
+    /// token, a hex digest, a token copied from another key): maybe a leak,
+    /// maybe application data. Never repaired.
+    Unproven,
 }
 
 impl LeakKind {
-    pub const ALL: [LeakKind; 3] = [LeakKind::NoTtl, LeakKind::TtlOverMax, LeakKind::Minority];
+    pub const ALL: [LeakKind; 4] = [
+        LeakKind::NoTtl,
+        LeakKind::TtlOverMax,
+        LeakKind::Minority,
+        LeakKind::Unproven,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             LeakKind::NoTtl => "no_ttl",
             LeakKind::TtlOverMax => "ttl_over_max",
             LeakKind::Minority => "minority",
+            LeakKind::Unproven => "unproven",
         }
     }
 }
@@ -290,7 +301,7 @@ impl Metrics {
             ),
             leaked_keys: gauge_vec(
                 "redlock_leaked_keys",
-                "Leaked lock keys found by the last scan, by kind (no_ttl, ttl_over_max, minority).",
+                "Leaked lock keys found by the last scan, by kind (no_ttl, ttl_over_max, minority; unproven: token-shaped values not proven to be lock keys, never repaired).",
                 &["node", "kind"],
             ),
             leak_scan_duration: histogram(

@@ -1318,7 +1318,6 @@ fn each_cluster_config_problem_alone_exits_64_and_a_good_mix_passes() {
 /// is reported, the per-slot bookkeeping keys and live locks are not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leak_scan_walks_every_shard_of_a_cluster() {
-    const TOKEN: &str = "5f3a9c0e1b2d4f6a8c0e1b2d4f6a8c0e1b2d4f6a";
     let masters = Masters::start(3, 0);
     let agent = masters
         .agent(&format!(
@@ -1343,9 +1342,11 @@ async fn the_leak_scan_walks_every_shard_of_a_cluster() {
         }
     }
     for (resource, port) in &planted {
+        // A token an agent wrote for this key: the scanner counts only those.
+        let token = redlock_agent::redlock::Token::generate(&lock_key(resource), None, None);
         let _: () = redis::cmd("SET")
             .arg(lock_key(resource))
-            .arg(TOKEN)
+            .arg(token.as_str())
             .query_async(&mut redis(*port).await)
             .await
             .unwrap();

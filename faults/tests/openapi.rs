@@ -73,7 +73,7 @@ fn check(s: &Spec, name: &str, value: impl serde::Serialize) {
 #[test]
 fn wire_values_match_their_schemas() {
     let s = spec();
-    let token = "0123456789abcdef0123456789abcdef01234567@pod-0.billing";
+    let token = "rl2-0123456789abcdef0123456789abcdef01234567-0123456789abcdef@pod-0.billing";
     check(
         &s,
         "AcquireRequest",
@@ -258,12 +258,20 @@ fn wire_values_match_their_schemas() {
                 no_ttl: 1,
                 ttl_over_max: 0,
                 minority: 0,
+                unproven: 1,
                 repaired: 0,
-                keys: vec![LeakedKey {
-                    resource: "r".into(),
-                    kind: "no_ttl".into(),
-                    pttl_ms: Some(1),
-                }],
+                keys: vec![
+                    LeakedKey {
+                        resource: "r".into(),
+                        kind: "no_ttl".into(),
+                        pttl_ms: Some(1),
+                    },
+                    LeakedKey {
+                        resource: "sha".into(),
+                        kind: "unproven".into(),
+                        pttl_ms: None,
+                    },
+                ],
             }],
             unread: vec!["r1".into()],
             partial: true,

@@ -21,10 +21,19 @@ pub const FENCE_CLOCK_SKEW_MS: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
 /// control run, which must see a double grant on masters that evict.
 pub const NO_EVICTION_CHECK: &str = "REDLOCK_TEST_NO_EVICTION_CHECK";
 
+/// A `lock.key_prefix`: the leak scanners of agents with that prefix take
+/// any value shaped like a token (`<40 hex>...`, a SHA-1 too) for a lock
+/// key, without the proof bound to the key, as scanners did before tokens
+/// carried one; with `repair: expire` they change application data. The
+/// control run of the scanner's repair test. A prefix, not `1`, so that
+/// only the agents of that test see it, whatever else runs in the process.
+pub const LEAK_REPAIR_BY_SHAPE: &str = "REDLOCK_TEST_LEAK_REPAIR_BY_SHAPE";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 4] = [
+pub const ALL: [&str; 5] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
     NO_EVICTION_CHECK,
+    LEAK_REPAIR_BY_SHAPE,
 ];

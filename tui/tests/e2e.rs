@@ -761,7 +761,7 @@ fn the_tui_shows_a_cluster_masters_shards_and_quarantined_slots() {
 const KEYS: usize = 100_000;
 
 /// `KEYS` lock keys `redlock:job-000000` … on the master at `port`, with
-/// token-shaped values (`<40 hex>.owner-<i mod 7>`), in server-side loops
+/// values of the old token format (`<40 hex>.owner-<i mod 7>`), in server-side loops
 /// of 10,000 so no single call blocks the master long.
 fn fill(port: u16) {
     const SCRIPT: &str = r#"for i = tonumber(ARGV[1]), tonumber(ARGV[2]) - 1 do

@@ -378,7 +378,7 @@ pub struct NodesResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeakedKey {
     pub resource: String,
-    /// `no_ttl`, `ttl_over_max` or `minority`.
+    /// `no_ttl`, `ttl_over_max`, `minority` or `unproven`.
     pub kind: String,
     /// The key's TTL when scanned; absent for keys without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -399,6 +399,13 @@ pub struct NodeLeaks {
     pub no_ttl: u64,
     pub ttl_over_max: u64,
     pub minority: u64,
+    /// Keys without TTL (or with one over `lock.max_ttl`) whose value looks
+    /// like a token but is not proven to be one written for that key: a
+    /// token of an agent from before check values, or application data
+    /// such as a hex digest. Reported so an operator can look, never
+    /// repaired. 0 from agents that predate the count.
+    #[serde(default)]
+    pub unproven: u64,
     /// TTLs given to `no_ttl` keys when `leak_scan.repair` is `expire`.
     pub repaired: u64,
     /// The leaked keys, at most [`MAX_LEAKED_KEYS_SHOWN`] per master.

@@ -304,8 +304,12 @@ impl Waiters {
     ) -> Result<Acquire, WaitError> {
         let deadline = Instant::now() + wait;
         // One token for every round of this request (see
-        // [`Redlock::acquire_once`]).
-        let token = Token::generate(redlock.settings().agent_name.as_deref(), owner);
+        // [`Redlock::acquire_once`]), bound to the resource's lock key.
+        let token = Token::generate(
+            &redlock.key(resource),
+            redlock.settings().agent_name.as_deref(),
+            owner,
+        );
         // No one waits here for this resource: try at once, and queue (and
         // subscribe to its release channel) only if it is taken. With
         // waiters, join the queue: newcomers do not overtake them.

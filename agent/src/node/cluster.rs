@@ -124,9 +124,7 @@ impl ClusterPart {
             client,
             slots: std::sync::Mutex::new(Slots::new()),
             shards: std::sync::Mutex::new(Vec::new()),
-            witness_id: crate::redlock::token::Token::generate(None, None)
-                .as_str()
-                .to_string(),
+            witness_id: crate::redlock::token::random_id(),
             markers_read: std::sync::atomic::AtomicBool::new(false),
             probe_conn: std::sync::Mutex::new(None),
             lock_failures: std::sync::atomic::AtomicU32::new(0),

@@ -123,7 +123,7 @@ impl Node {
         let key = format!(
             "{}{}",
             self.marker_key.trim_end_matches(MARKER_SUFFIX),
-            crate::redlock::token::Token::generate(None, None).as_str()
+            crate::redlock::token::random_id()
         );
         let key = format!("{key}{WITNESS_SUFFIX}");
         let ttl = self.quarantine * 2 + Duration::from_secs(60);
