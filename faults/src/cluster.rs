@@ -120,6 +120,10 @@ pub struct AgentSettings {
     /// [`NO_MARKER_CHECK_ENV`]`=1`, the agent's test-only switch: the
     /// control run that must see what a flush does without it.
     pub marker_check: bool,
+    /// The in-vote eviction check (a vote on a master that evicted keys
+    /// since its marker was written is refused). `false` starts the agents
+    /// with [`NO_EVICTION_CHECK_ENV`]`=1`: the eviction control run.
+    pub eviction_check: bool,
     /// Extra environment variables of each agent (`[0]` is a1's): the
     /// fence control run's clock skews and write-back switch.
     pub agent_env: Vec<Vec<(String, String)>>,
@@ -134,6 +138,13 @@ pub const FENCE_CLOCK_SKEW_ENV: &str = redlock_testkit::switches::FENCE_CLOCK_SK
 /// check off (not a config key, so no deployment can turn it off by
 /// mistake). Removed from every agent's environment unless asked for.
 pub const NO_MARKER_CHECK_ENV: &str = redlock_testkit::switches::NO_MARKER_CHECK;
+
+/// The agent's test-only switch that turns the in-vote eviction check off
+/// (the votes and the probes no longer compare the master's `evicted_keys`
+/// with the count its marker was written with; the probes still see the
+/// count grow from one probe to the next). Removed from every agent's
+/// environment unless asked for.
+pub const NO_EVICTION_CHECK_ENV: &str = redlock_testkit::switches::NO_EVICTION_CHECK;
 
 impl Default for AgentSettings {
     fn default() -> AgentSettings {
@@ -153,6 +164,7 @@ impl Default for AgentSettings {
             lock_extra: Vec::new(),
             log_level: "info".into(),
             marker_check: true,
+            eviction_check: true,
             agent_env: Vec::new(),
         }
     }
@@ -166,11 +178,14 @@ impl AgentSettings {
 
     /// Environment variables the agents start with.
     pub fn env(&self) -> Vec<(String, String)> {
-        if self.marker_check {
-            Vec::new()
-        } else {
-            vec![(NO_MARKER_CHECK_ENV.to_string(), "1".to_string())]
+        let mut env = Vec::new();
+        if !self.marker_check {
+            env.push((NO_MARKER_CHECK_ENV.to_string(), "1".to_string()));
         }
+        if !self.eviction_check {
+            env.push((NO_EVICTION_CHECK_ENV.to_string(), "1".to_string()));
+        }
+        env
     }
 
     /// Environment variables agent `index` (0 for a1) starts with.
@@ -343,6 +358,7 @@ impl AgentProcess {
             .arg(&self.config)
             .env_remove("REDLOCK_LOG")
             .env_remove(NO_MARKER_CHECK_ENV)
+            .env_remove(NO_EVICTION_CHECK_ENV)
             .env_remove(NO_FENCE_WRITEBACK_ENV)
             .env_remove(FENCE_CLOCK_SKEW_ENV)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -658,6 +674,143 @@ impl Master {
             .map_err(|e| format!("FLUSHALL on {}: {e}", self.name))
     }
 
+    /// Makes a single master evict, as a Redis shared with a cache does:
+    /// `maxmemory` set to what it uses now plus [`EVICTION_HEADROOM`], the
+    /// `policy` given (`volatile-lru`, `volatile-ttl`, `allkeys-lru`), then
+    /// up to `writes` cache keys of [`CACHE_VALUE_BYTES`] each with a TTL
+    /// of [`CACHE_TTL`], straight to it (not through a link), under
+    /// [`CACHE_PREFIX`]`<tag>:`, never under a lock prefix. With `until_gone`,
+    /// the writes stop as soon as that key is no longer there (evicted).
+    /// Every lock key has a TTL, so every policy may evict it; only
+    /// `allkeys-*` may evict the incarnation marker (it has none).
+    ///
+    /// The master keeps evicting (the agents' own writes push it over) until
+    /// [`Master::end_eviction`] is given the returned [`Eviction`], which
+    /// is returned even when a write failed part way (see
+    /// [`Eviction::error`]).
+    ///
+    /// # Errors
+    /// When the master does not answer or refuses the `CONFIG SET` (nothing
+    /// to undo then), or for a cluster master.
+    pub async fn evict(
+        &self,
+        policy: &'static str,
+        tag: &str,
+        writes: u32,
+        until_gone: Option<&str>,
+    ) -> Result<Eviction, String> {
+        if self.as_cluster().is_some() {
+            return Err(self.single_only("evict"));
+        }
+        let name = &self.name;
+        let mut conn = connect(self.port()).await?;
+        let was: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory")
+            .query_async::<Vec<String>>(&mut conn)
+            .await
+            .map_err(|e| format!("CONFIG GET maxmemory on {name}: {e}"))?;
+        let was_policy: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query_async::<Vec<String>>(&mut conn)
+            .await
+            .map_err(|e| format!("CONFIG GET maxmemory-policy on {name}: {e}"))?;
+        let (Some(maxmemory), Some(maxmemory_policy)) = (was.get(1), was_policy.get(1)) else {
+            return Err(format!("CONFIG GET on {name}: no value"));
+        };
+        let used = info_u64(&mut conn, "memory", "used_memory").await?;
+        let evicted_before = info_u64(&mut conn, "stats", "evicted_keys").await?;
+        let mut eviction = Eviction {
+            master: name.clone(),
+            policy,
+            maxmemory: maxmemory.clone(),
+            maxmemory_policy: maxmemory_policy.clone(),
+            tag: tag.to_string(),
+            limit: used + EVICTION_HEADROOM,
+            written: 0,
+            evicted: 0,
+            gone: None,
+            error: None,
+        };
+        config_set(&mut conn, "maxmemory-policy", policy)
+            .await
+            .map_err(|e| format!("{name}: {e}"))?;
+        if let Err(e) = config_set(&mut conn, "maxmemory", &eviction.limit.to_string()).await {
+            let _ = config_set(&mut conn, "maxmemory-policy", maxmemory_policy).await;
+            return Err(format!("{name}: {e}"));
+        }
+        let value = "x".repeat(CACHE_VALUE_BYTES);
+        let ttl_ms = u64::try_from(CACHE_TTL.as_millis()).unwrap_or(u64::MAX);
+        while eviction.written < writes {
+            let batch = CACHE_BATCH.min(writes - eviction.written);
+            let mut pipe = redis::pipe();
+            for n in eviction.written..eviction.written + batch {
+                pipe.cmd("SET")
+                    .arg(eviction.key(n))
+                    .arg(&value)
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .ignore();
+            }
+            if let Some(key) = until_gone {
+                pipe.cmd("EXISTS").arg(key);
+            }
+            let reply: Result<Vec<u64>, _> = pipe.query_async(&mut conn).await;
+            eviction.written += batch;
+            match reply {
+                Ok(exists) if exists.first() == Some(&0) => {
+                    eviction.gone = Some(true);
+                    break;
+                }
+                Ok(_) => {
+                    if until_gone.is_some() {
+                        eviction.gone = Some(false);
+                    }
+                }
+                Err(e) => {
+                    eviction.error = Some(format!("cache write on {name}: {e}"));
+                    break;
+                }
+            }
+        }
+        eviction.evicted = info_u64(&mut conn, "stats", "evicted_keys")
+            .await
+            .map_or(0, |n| n.saturating_sub(evicted_before));
+        Ok(eviction)
+    }
+
+    /// Ends an eviction begun by [`Master::evict`]: `maxmemory` and the
+    /// policy as they were, then every cache key it wrote deleted (by
+    /// name: its own prefix only).
+    ///
+    /// # Errors
+    /// When the master does not answer or refuses a command.
+    pub async fn end_eviction(&self, eviction: &Eviction) -> Result<(), String> {
+        let name = &self.name;
+        let mut conn = connect(self.port()).await?;
+        config_set(&mut conn, "maxmemory", &eviction.maxmemory)
+            .await
+            .map_err(|e| format!("{name}: {e}"))?;
+        config_set(&mut conn, "maxmemory-policy", &eviction.maxmemory_policy)
+            .await
+            .map_err(|e| format!("{name}: {e}"))?;
+        let mut n = 0;
+        while n < eviction.written {
+            let end = (n + 512).min(eviction.written);
+            let mut unlink = redis::cmd("UNLINK");
+            for i in n..end {
+                unlink.arg(eviction.key(i));
+            }
+            unlink
+                .query_async::<u64>(&mut conn)
+                .await
+                .map_err(|e| format!("UNLINK cache keys on {name}: {e}"))?;
+            n = end;
+        }
+        Ok(())
+    }
+
     /// `fault` on the shard of a cluster master that serves `slot`, taking
     /// `window` for the part that waits (a lagged failover's lag, a
     /// migration's middle). For a migration, `pick` chooses the target
@@ -772,6 +925,109 @@ async fn connect(port: u16) -> Result<redis::aio::MultiplexedConnection, String>
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .map_err(|e| format!("connect to port {port}: {e}"))
+}
+
+/// `CONFIG SET name value`.
+async fn config_set(
+    conn: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    value: &str,
+) -> Result<(), String> {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query_async::<()>(conn)
+        .await
+        .map_err(|e| format!("CONFIG SET {name} {value}: {e}"))
+}
+
+/// A number field of `INFO <section>`.
+async fn info_u64(
+    conn: &mut redis::aio::MultiplexedConnection,
+    section: &str,
+    field: &str,
+) -> Result<u64, String> {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .map_err(|e| format!("INFO {section}: {e}"))?;
+    info_field(&info, field)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("no {field} in INFO {section}"))
+}
+
+/// Where the cache keys of an eviction go: not under any lock prefix the
+/// suite uses (`faults:`), so neither the observer nor the agents' leak
+/// scan sees them.
+pub const CACHE_PREFIX: &str = "nemesis-cache:";
+
+/// A cache key's value size (as the agent's eviction tests write).
+pub const CACHE_VALUE_BYTES: usize = 16 * 1024;
+
+/// A cache key's TTL: it makes the key volatile (a `volatile-*` policy's
+/// candidate), and long enough that none expires during a fault; the heal
+/// deletes them.
+pub const CACHE_TTL: Duration = Duration::from_secs(600);
+
+/// How far above what a master uses its `maxmemory` is set for an
+/// eviction: about 128 cache keys fit, the rest push keys out.
+pub const EVICTION_HEADROOM: u64 = 2 * 1024 * 1024;
+
+/// Cache keys per round trip.
+const CACHE_BATCH: u32 = 16;
+
+/// One eviction begun by [`Master::evict`] and what it did; given back to
+/// [`Master::end_eviction`] to undo it.
+#[derive(Debug, Clone)]
+pub struct Eviction {
+    pub master: String,
+    pub policy: &'static str,
+    /// `maxmemory` and its policy before, restored by the heal.
+    maxmemory: String,
+    maxmemory_policy: String,
+    tag: String,
+    /// The `maxmemory` set, in bytes.
+    pub limit: u64,
+    /// Cache keys written: [`CACHE_PREFIX`]`<tag>:<n>` for `n` below it.
+    pub written: u32,
+    /// Keys the master evicted during the writes (`evicted_keys` after
+    /// minus before).
+    pub evicted: u64,
+    /// With `until_gone`: whether that key went.
+    pub gone: Option<bool>,
+    /// A write that failed part way (the writes stopped there).
+    pub error: Option<String>,
+}
+
+impl Eviction {
+    fn key(&self, n: u32) -> String {
+        format!("{CACHE_PREFIX}{}:{n}", self.tag)
+    }
+}
+
+impl std::fmt::Display for Eviction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} maxmemory {:.1}MiB: {} cache keys, {} evicted",
+            self.master,
+            self.policy,
+            self.limit as f64 / 1048576.0,
+            self.written,
+            self.evicted
+        )?;
+        match self.gone {
+            Some(true) => write!(f, ", lock key gone")?,
+            Some(false) => write!(f, ", lock key still there")?,
+            None => {}
+        }
+        if let Some(e) = &self.error {
+            write!(f, " ({e})")?;
+        }
+        Ok(())
+    }
 }
 
 /// The value of `field` in an `INFO` reply.
