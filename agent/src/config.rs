@@ -163,6 +163,9 @@ pub struct LockConfig {
     pub max_hold: Duration,
     /// Requests waiting for locks on this agent at once, all resources.
     pub max_waiters: usize,
+    /// Waiting requests one uid may have at once, so one peer cannot take
+    /// every waiter slot.
+    pub max_waiters_per_uid: usize,
     /// When grants carry a fencing token.
     pub fence: FenceMode,
 }
@@ -1358,6 +1361,19 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
     let retry_jitter = s.duration("retry_jitter", Duration::from_millis(50));
     let max_hold = s.duration("max_hold", Duration::from_secs(3600));
     let max_waiters: usize = s.take("max_waiters", "a whole number").unwrap_or(10_000);
+    // Three quarters by default, as socket.max_connections_per_uid: one
+    // uid always leaves room for others.
+    let max_waiters_per_uid: usize = s
+        .take("max_waiters_per_uid", "a whole number")
+        .unwrap_or_else(|| (max_waiters * 3).div_ceil(4));
+    if max_waiters_per_uid == 0 && max_waiters > 0 {
+        s.error("max_waiters_per_uid", "must be at least 1");
+    } else if max_waiters_per_uid > max_waiters {
+        s.error(
+            "max_waiters_per_uid",
+            format!("{max_waiters_per_uid} is above lock.max_waiters ({max_waiters})"),
+        );
+    }
     let fence = s
         .take("fence", "\"on_request\" or \"always\"")
         .unwrap_or(FenceMode::OnRequest);
@@ -1417,6 +1433,7 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
         retry_jitter,
         max_hold,
         max_waiters,
+        max_waiters_per_uid,
         fence,
     }
 }
@@ -2017,6 +2034,39 @@ masters:
                 errors.iter().any(|e| e == expected),
                 "{workers}: {errors:#?}"
             );
+        }
+    }
+
+    #[test]
+    fn waiter_shares_default_to_three_quarters_and_are_checked() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.lock.max_waiters, 10_000);
+        assert_eq!(config.lock.max_waiters_per_uid, 7_500);
+        let config = Config::from_yaml(&format!("{MINIMAL}lock: {{max_waiters: 5}}\n")).unwrap();
+        assert_eq!(config.lock.max_waiters_per_uid, 4);
+        let config = Config::from_yaml(&format!("{MINIMAL}lock: {{max_waiters: 1}}\n")).unwrap();
+        assert_eq!(config.lock.max_waiters_per_uid, 1);
+        let config = Config::from_yaml(&format!(
+            "{MINIMAL}lock: {{max_waiters: 8, max_waiters_per_uid: 8}}\n"
+        ))
+        .unwrap();
+        assert_eq!(config.lock.max_waiters_per_uid, 8);
+        for (lock, expected) in [
+            (
+                "{max_waiters: 4, max_waiters_per_uid: 5}",
+                "lock.max_waiters_per_uid: 5 is above lock.max_waiters (4)",
+            ),
+            (
+                "{max_waiters_per_uid: 0}",
+                "lock.max_waiters_per_uid: must be at least 1",
+            ),
+            (
+                "{max_waiters_per_uid: many}",
+                "lock.max_waiters_per_uid: expected a whole number, found a string \"many\"",
+            ),
+        ] {
+            let errors = errors_of(&format!("{MINIMAL}lock: {lock}\n"));
+            assert_eq!(errors, [expected], "{lock}");
         }
     }
 
