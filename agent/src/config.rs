@@ -72,6 +72,12 @@ pub struct AgentConfig {
 /// Most `agent.workers`.
 pub const MAX_WORKERS: usize = 256;
 
+/// `metrics.max_connections` by default: probes and scrapes need a few.
+pub const DEFAULT_METRICS_MAX_CONNECTIONS: usize = 64;
+
+/// Most `metrics.max_connections`.
+pub const MAX_METRICS_CONNECTIONS: usize = 4096;
+
 /// The admin socket: read-only views and force release, nothing else.
 #[derive(Debug, Clone, Serialize)]
 pub struct AdminConfig {
@@ -90,6 +96,10 @@ pub struct AdminSocketConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct MetricsConfig {
     pub listen: SocketAddr,
+    /// Connections served at once on `listen`; more are closed at once, so
+    /// a flood of connections to the port never takes the descriptors the
+    /// sockets and the masters need.
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -818,8 +828,26 @@ fn read_metrics(tree: Value, errors: &mut Vec<FieldError>) -> MetricsConfig {
             }
         },
     };
+    let max_connections: usize = s
+        .take("max_connections", "a whole number")
+        .unwrap_or(DEFAULT_METRICS_MAX_CONNECTIONS);
+    if max_connections == 0 {
+        s.error("max_connections", "must be at least 1");
+    } else if max_connections > MAX_METRICS_CONNECTIONS {
+        s.error(
+            "max_connections",
+            format!(
+                "{max_connections} is above {MAX_METRICS_CONNECTIONS}: the port serves probes and \
+                 scrapes, and every connection it holds is a descriptor the sockets and the \
+                 masters cannot have"
+            ),
+        );
+    }
     s.finish();
-    MetricsConfig { listen }
+    MetricsConfig {
+        listen,
+        max_connections,
+    }
 }
 
 fn read_log(tree: Value, errors: &mut Vec<FieldError>) -> LogConfig {
@@ -2068,6 +2096,23 @@ masters:
             let errors = errors_of(&format!("{MINIMAL}lock: {lock}\n"));
             assert_eq!(errors, [expected], "{lock}");
         }
+    }
+
+    #[test]
+    fn the_metrics_budget_defaults_to_64_and_is_checked() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.metrics.max_connections, 64);
+        let config =
+            Config::from_yaml(&format!("{MINIMAL}metrics: {{max_connections: 8}}\n")).unwrap();
+        assert_eq!(config.metrics.max_connections, 8);
+        let errors = errors_of(&format!("{MINIMAL}metrics: {{max_connections: 0}}\n"));
+        assert_eq!(errors, ["metrics.max_connections: must be at least 1"]);
+        let errors = errors_of(&format!("{MINIMAL}metrics: {{max_connections: 5000}}\n"));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("metrics.max_connections: 5000 is above 4096"),
+            "{errors:?}"
+        );
     }
 
     #[test]

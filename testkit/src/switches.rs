@@ -16,5 +16,15 @@ pub const NO_FENCE_WRITEBACK: &str = "REDLOCK_TEST_NO_FENCE_WRITEBACK";
 /// fence floor only: hosts whose clocks disagree.
 pub const FENCE_CLOCK_SKEW_MS: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
 
+/// `1` lifts the metrics port's connection budget (`metrics.max_connections`):
+/// the control run of the descriptor budget test, which must see a flood of
+/// connections to the port starve the socket and the masters without it.
+pub const NO_METRICS_BUDGET: &str = "REDLOCK_TEST_NO_METRICS_BUDGET";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 3] = [NO_MARKER_CHECK, NO_FENCE_WRITEBACK, FENCE_CLOCK_SKEW_MS];
+pub const ALL: [&str; 4] = [
+    NO_MARKER_CHECK,
+    NO_FENCE_WRITEBACK,
+    FENCE_CLOCK_SKEW_MS,
+    NO_METRICS_BUDGET,
+];
