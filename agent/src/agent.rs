@@ -190,6 +190,7 @@ impl Agent {
         let waiters = Arc::new(Waiters::new(
             config.lock.key_prefix.clone(),
             config.lock.max_waiters,
+            config.lock.max_waiters_per_uid,
             Arc::clone(&metrics),
             shutdown.clone(),
         ));

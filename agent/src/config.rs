@@ -72,6 +72,12 @@ pub struct AgentConfig {
 /// Most `agent.workers`.
 pub const MAX_WORKERS: usize = 256;
 
+/// `metrics.max_connections` by default: probes and scrapes need a few.
+pub const DEFAULT_METRICS_MAX_CONNECTIONS: usize = 64;
+
+/// Most `metrics.max_connections`.
+pub const MAX_METRICS_CONNECTIONS: usize = 4096;
+
 /// The admin socket: read-only views and force release, nothing else.
 #[derive(Debug, Clone, Serialize)]
 pub struct AdminConfig {
@@ -90,6 +96,10 @@ pub struct AdminSocketConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct MetricsConfig {
     pub listen: SocketAddr,
+    /// Connections served at once on `listen`; more are closed at once, so
+    /// a flood of connections to the port never takes the descriptors the
+    /// sockets and the masters need.
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -163,6 +173,9 @@ pub struct LockConfig {
     pub max_hold: Duration,
     /// Requests waiting for locks on this agent at once, all resources.
     pub max_waiters: usize,
+    /// Waiting requests one uid may have at once, so one peer cannot take
+    /// every waiter slot.
+    pub max_waiters_per_uid: usize,
     /// When grants carry a fencing token.
     pub fence: FenceMode,
 }
@@ -954,8 +967,26 @@ fn read_metrics(tree: Value, errors: &mut Vec<FieldError>) -> MetricsConfig {
             }
         },
     };
+    let max_connections: usize = s
+        .take("max_connections", "a whole number")
+        .unwrap_or(DEFAULT_METRICS_MAX_CONNECTIONS);
+    if max_connections == 0 {
+        s.error("max_connections", "must be at least 1");
+    } else if max_connections > MAX_METRICS_CONNECTIONS {
+        s.error(
+            "max_connections",
+            format!(
+                "{max_connections} is above {MAX_METRICS_CONNECTIONS}: the port serves probes and \
+                 scrapes, and every connection it holds is a descriptor the sockets and the \
+                 masters cannot have"
+            ),
+        );
+    }
     s.finish();
-    MetricsConfig { listen }
+    MetricsConfig {
+        listen,
+        max_connections,
+    }
 }
 
 fn read_log(tree: Value, errors: &mut Vec<FieldError>) -> LogConfig {
@@ -1575,6 +1606,19 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
     let retry_jitter = s.duration("retry_jitter", Duration::from_millis(50));
     let max_hold = s.duration("max_hold", Duration::from_secs(3600));
     let max_waiters: usize = s.take("max_waiters", "a whole number").unwrap_or(10_000);
+    // Three quarters by default, as socket.max_connections_per_uid: one
+    // uid always leaves room for others.
+    let max_waiters_per_uid: usize = s
+        .take("max_waiters_per_uid", "a whole number")
+        .unwrap_or_else(|| (max_waiters * 3).div_ceil(4));
+    if max_waiters_per_uid == 0 && max_waiters > 0 {
+        s.error("max_waiters_per_uid", "must be at least 1");
+    } else if max_waiters_per_uid > max_waiters {
+        s.error(
+            "max_waiters_per_uid",
+            format!("{max_waiters_per_uid} is above lock.max_waiters ({max_waiters})"),
+        );
+    }
     let fence = s
         .take("fence", "\"on_request\" or \"always\"")
         .unwrap_or(FenceMode::OnRequest);
@@ -1634,6 +1678,7 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
         retry_jitter,
         max_hold,
         max_waiters,
+        max_waiters_per_uid,
         fence,
     }
 }
@@ -2453,6 +2498,56 @@ masters:
                 "{workers}: {errors:#?}"
             );
         }
+    }
+
+    #[test]
+    fn waiter_shares_default_to_three_quarters_and_are_checked() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.lock.max_waiters, 10_000);
+        assert_eq!(config.lock.max_waiters_per_uid, 7_500);
+        let config = Config::from_yaml(&format!("{MINIMAL}lock: {{max_waiters: 5}}\n")).unwrap();
+        assert_eq!(config.lock.max_waiters_per_uid, 4);
+        let config = Config::from_yaml(&format!("{MINIMAL}lock: {{max_waiters: 1}}\n")).unwrap();
+        assert_eq!(config.lock.max_waiters_per_uid, 1);
+        let config = Config::from_yaml(&format!(
+            "{MINIMAL}lock: {{max_waiters: 8, max_waiters_per_uid: 8}}\n"
+        ))
+        .unwrap();
+        assert_eq!(config.lock.max_waiters_per_uid, 8);
+        for (lock, expected) in [
+            (
+                "{max_waiters: 4, max_waiters_per_uid: 5}",
+                "lock.max_waiters_per_uid: 5 is above lock.max_waiters (4)",
+            ),
+            (
+                "{max_waiters_per_uid: 0}",
+                "lock.max_waiters_per_uid: must be at least 1",
+            ),
+            (
+                "{max_waiters_per_uid: many}",
+                "lock.max_waiters_per_uid: expected a whole number, found a string \"many\"",
+            ),
+        ] {
+            let errors = errors_of(&format!("{MINIMAL}lock: {lock}\n"));
+            assert_eq!(errors, [expected], "{lock}");
+        }
+    }
+
+    #[test]
+    fn the_metrics_budget_defaults_to_64_and_is_checked() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.metrics.max_connections, 64);
+        let config =
+            Config::from_yaml(&format!("{MINIMAL}metrics: {{max_connections: 8}}\n")).unwrap();
+        assert_eq!(config.metrics.max_connections, 8);
+        let errors = errors_of(&format!("{MINIMAL}metrics: {{max_connections: 0}}\n"));
+        assert_eq!(errors, ["metrics.max_connections: must be at least 1"]);
+        let errors = errors_of(&format!("{MINIMAL}metrics: {{max_connections: 5000}}\n"));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("metrics.max_connections: 5000 is above 4096"),
+            "{errors:?}"
+        );
     }
 
     #[test]

@@ -22,7 +22,8 @@ use prometheus::{
 pub enum Refusal {
     /// The peer's uid and gid are in neither allow list.
     Forbidden,
-    /// `socket.max_connections` (or the admin socket's budget) was reached.
+    /// `socket.max_connections`, the admin socket's budget or
+    /// `metrics.max_connections` was reached.
     MaxConnections,
     /// The peer's uid already has `socket.max_connections_per_uid` open.
     MaxConnectionsPerUid,
@@ -46,6 +47,10 @@ impl Refusal {
 
 /// The Unix listeners, for the `listener` label.
 pub const LISTENERS: [&str; 2] = ["app", "admin"];
+
+/// The metrics port (`metrics.listen`), for the `listener` label; refused
+/// only for `max_connections`.
+pub const TCP_LISTENER: &str = "metrics";
 
 /// How an acquire request ended, for `redlock_acquire_wait_seconds{outcome}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -331,7 +336,7 @@ impl Metrics {
             .expect("valid counter"),
             connections_refused: counter_vec(
                 "redlock_connections_refused_total",
-                "Connections to a Unix socket answered and closed before any request, by listener (app, admin) and reason (forbidden, max_connections, max_connections_per_uid).",
+                "Connections answered and closed before any request, by listener (app, admin, metrics) and reason (forbidden, max_connections, max_connections_per_uid).",
                 &["listener", "reason"],
             ),
             build_info: gauge_vec("redlock_build_info", "Always 1; the agent's version as a label.", &["version"]),
@@ -354,6 +359,8 @@ impl Metrics {
                     .with_label_values(&[listener, refusal.as_str()]);
             }
         }
+        m.connections_refused
+            .with_label_values(&[TCP_LISTENER, Refusal::MaxConnections.as_str()]);
         for result in ["extended", "lost"] {
             m.extensions.with_label_values(&[result]);
         }

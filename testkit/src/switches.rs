@@ -29,11 +29,17 @@ pub const NO_EVICTION_CHECK: &str = "REDLOCK_TEST_NO_EVICTION_CHECK";
 /// only the agents of that test see it, whatever else runs in the process.
 pub const LEAK_REPAIR_BY_SHAPE: &str = "REDLOCK_TEST_LEAK_REPAIR_BY_SHAPE";
 
+/// `1` lifts the metrics port's connection budget (`metrics.max_connections`):
+/// the control run of the descriptor budget test, which must see a flood of
+/// connections to the port starve the socket and the masters without it.
+pub const NO_METRICS_BUDGET: &str = "REDLOCK_TEST_NO_METRICS_BUDGET";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 5] = [
+pub const ALL: [&str; 6] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
     NO_EVICTION_CHECK,
     LEAK_REPAIR_BY_SHAPE,
+    NO_METRICS_BUDGET,
 ];

@@ -452,7 +452,8 @@ pub enum ErrorCode {
     ShuttingDown,
     /// `socket.max_connections` open connections: this one is refused.
     TooManyConnections,
-    /// `lock.max_waiters` requests already wait for locks on this agent.
+    /// `lock.max_waiters` requests already wait for locks on this agent, or
+    /// the caller's uid already has `lock.max_waiters_per_uid` waiting.
     TooManyWaiters,
     /// The request did not arrive in full within `socket.request_timeout`.
     RequestTimeout,

@@ -405,7 +405,7 @@ fn lock_error(error: LockError) -> ApiError {
         LockError::Taken(_) => (StatusCode::CONFLICT, ErrorCode::Taken),
         LockError::Lost(_) => (StatusCode::CONFLICT, ErrorCode::Lost),
         LockError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum),
-        LockError::Wait(WaitError::TooManyWaiters(_)) => {
+        LockError::Wait(WaitError::TooManyWaiters(_) | WaitError::TooManyWaitersPerUid { .. }) => {
             (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyWaiters)
         }
         LockError::Wait(WaitError::ShuttingDown) => {

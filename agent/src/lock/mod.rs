@@ -222,7 +222,15 @@ impl Locks {
         let fence = ask.fence || self.rules.fence == FenceMode::Always;
         let outcome = self
             .waiters
-            .acquire(&self.engine, resource, ttl, ask.owner, wait, fence)
+            .acquire(
+                &self.engine,
+                resource,
+                ttl,
+                ask.owner,
+                wait,
+                fence,
+                ask.holder.map(|h| h.uid),
+            )
             .await?;
         match outcome {
             Acquire::Granted(grant) => {

@@ -22,6 +22,12 @@
 //! thousands of waiters on distinct resources do not flood the masters.
 //! Rounds woken by a release are never held back.
 //!
+//! Waiters are bounded twice: `lock.max_waiters` on the whole agent, and
+//! `lock.max_waiters_per_uid` for each uid (the peer's, from the socket),
+//! so one client cannot take every waiter slot and leave another uid's
+//! waiting request a 503 at once. A request whose peer is unknown counts
+//! only against the whole agent's bound.
+//!
 //! When the agent shuts down, every waiter answers at once
 //! ([`WaitError::ShuttingDown`]).
 
@@ -78,6 +84,11 @@ pub struct Waiters {
     /// Waiters in every queue; changed only with `queues` locked.
     total: std::sync::atomic::AtomicUsize,
     max: usize,
+    /// Waiters per uid, without the uids that have none; changed only with
+    /// `queues` locked (always taken after it).
+    per_uid: Mutex<HashMap<u32, usize>>,
+    /// `lock.max_waiters_per_uid`.
+    max_per_uid: usize,
     metrics: Arc<Metrics>,
     /// `<key_prefix>released:`, the prefix of every release channel.
     channel_prefix: String,
@@ -123,6 +134,12 @@ pub enum WaitError {
     /// `lock.max_waiters` requests already wait on this agent.
     #[error("{0} requests already wait for locks on this agent (lock.max_waiters)")]
     TooManyWaiters(usize),
+    /// The caller's uid already has `lock.max_waiters_per_uid` requests
+    /// waiting on this agent.
+    #[error(
+        "uid {uid} already has {limit} requests waiting for locks on this agent, the most one uid may have (lock.max_waiters_per_uid)"
+    )]
+    TooManyWaitersPerUid { uid: u32, limit: usize },
     /// The agent is shutting down; the request may go to another agent.
     #[error("the agent is shutting down")]
     ShuttingDown,
@@ -159,15 +176,20 @@ struct Ticket<'a> {
     waiters: &'a Waiters,
     resource: String,
     id: u64,
+    /// The uid the ticket counts against, when the peer was known.
+    uid: Option<u32>,
     wake: watch::Receiver<u64>,
     /// Leaving with the lock: the next head waits for its release.
     granted: bool,
 }
 
 impl Waiters {
+    /// Queues for at most `max` waiters (`lock.max_waiters`), `max_per_uid`
+    /// of them (`lock.max_waiters_per_uid`) for any one uid.
     pub fn new(
         key_prefix: String,
         max: usize,
+        max_per_uid: usize,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> Waiters {
@@ -178,6 +200,8 @@ impl Waiters {
             next_id: std::sync::atomic::AtomicU64::new(0),
             total: std::sync::atomic::AtomicUsize::new(0),
             max,
+            per_uid: Mutex::new(HashMap::new()),
+            max_per_uid,
             metrics,
             channel_prefix: release_channel(&key_prefix, ""),
             listeners: Mutex::new(Vec::new()),
@@ -215,6 +239,15 @@ impl Waiters {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn per_uid(&self) -> std::sync::MutexGuard<'_, HashMap<u32, usize>> {
+        self.per_uid.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waiters of `uid` queued on this agent, over every resource.
+    pub fn count_of(&self, uid: u32) -> usize {
+        self.per_uid().get(&uid).copied().unwrap_or(0)
+    }
+
     /// Waiters queued for `resource`.
     pub fn count(&self, resource: &str) -> u64 {
         self.lock()
@@ -248,17 +281,37 @@ impl Waiters {
         }
     }
 
-    /// Queues a waiter for `resource`. The first waiter of a resource also
-    /// gets the confirmations of its release-channel subscriptions.
+    /// Queues a waiter of `uid` (the peer's, when known) for `resource`.
+    /// The first waiter of a resource also gets the confirmations of its
+    /// release-channel subscriptions.
+    ///
+    /// # Errors
+    /// When `uid` already has its share of waiters, or the agent has
+    /// `lock.max_waiters`.
     #[allow(clippy::type_complexity)]
     fn join(
         &self,
         resource: &Resource,
+        uid: Option<u32>,
     ) -> Result<(Ticket<'_>, Vec<oneshot::Receiver<()>>), WaitError> {
         use std::sync::atomic::Ordering::Relaxed;
         let id = self.next_id.fetch_add(1, Relaxed);
         let mut queues = self.lock();
-        if self.total.load(Relaxed) >= self.max {
+        // The uid's own share first: a refusal names the limit this
+        // caller can do something about.
+        if let Some(uid) = uid {
+            let mut per_uid = self.per_uid();
+            if per_uid.get(&uid).copied().unwrap_or(0) >= self.max_per_uid {
+                return Err(WaitError::TooManyWaitersPerUid {
+                    uid,
+                    limit: self.max_per_uid,
+                });
+            }
+            if self.total.load(Relaxed) >= self.max {
+                return Err(WaitError::TooManyWaiters(self.max));
+            }
+            *per_uid.entry(uid).or_default() += 1;
+        } else if self.total.load(Relaxed) >= self.max {
             return Err(WaitError::TooManyWaiters(self.max));
         }
         self.total.fetch_add(1, Relaxed);
@@ -280,6 +333,7 @@ impl Waiters {
             waiters: self,
             resource: resource.as_str().to_string(),
             id,
+            uid,
             wake,
             granted: false,
         };
@@ -288,11 +342,14 @@ impl Waiters {
 
     /// Acquires `resource`, waiting up to `wait` behind this agent's other
     /// waiters for it. `wait` zero is a single round that does not queue; an
-    /// uncontended lock is one round too.
+    /// uncontended lock is one round too. A request that has to wait
+    /// counts against `uid`'s share (the peer's uid, when known).
     ///
     /// # Errors
-    /// When `lock.max_waiters` requests already wait, or the agent shuts
-    /// down while this one waits.
+    /// When `lock.max_waiters` requests already wait, or `uid` already has
+    /// `lock.max_waiters_per_uid` waiting, or the agent shuts down while
+    /// this one waits.
+    #[allow(clippy::too_many_arguments)]
     pub async fn acquire<M: Master>(
         &self,
         redlock: &Redlock<M>,
@@ -301,6 +358,7 @@ impl Waiters {
         owner: Option<&str>,
         wait: Duration,
         fence: bool,
+        uid: Option<u32>,
     ) -> Result<Acquire, WaitError> {
         let deadline = Instant::now() + wait;
         // One token for every round of this request (see
@@ -322,7 +380,7 @@ impl Waiters {
                 return Ok(first);
             }
         }
-        let (mut ticket, subscribed) = self.join(resource)?;
+        let (mut ticket, subscribed) = self.join(resource, uid)?;
         // Once the masters confirm the subscription, no release published
         // after our first attempt can be missed. Bounded: a master that does
         // not answer leaves only the retry delay as the fallback.
@@ -446,6 +504,15 @@ impl Drop for Ticket<'_> {
             self.waiters
                 .total
                 .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(uid) = self.uid {
+                let mut per_uid = self.waiters.per_uid();
+                if let Some(count) = per_uid.get_mut(&uid) {
+                    *count -= 1;
+                    if *count == 0 {
+                        per_uid.remove(&uid);
+                    }
+                }
+            }
             if queue.order.is_empty() {
                 queues.remove(&self.resource);
                 let channel = format!("{}{}", self.waiters.channel_prefix, self.resource);
@@ -539,7 +606,7 @@ mod tests {
 
     use tokio_util::sync::CancellationToken;
 
-    use super::Waiters;
+    use super::{WaitError, Waiters};
     use crate::metrics::Metrics;
     use crate::redlock::fence::FenceSettings;
     use crate::redlock::memory::Memory;
@@ -561,6 +628,7 @@ mod tests {
         let waiters = Waiters::new(
             "t:".into(),
             100,
+            75,
             Arc::new(Metrics::new(&["m0".into(), "m1".into(), "m2".into()])),
             CancellationToken::new(),
         );
@@ -580,7 +648,7 @@ mod tests {
         let r = Resource::new("r").unwrap();
         let started = tokio::time::Instant::now();
         let outcome = waiters
-            .acquire(&redlock, &r, TTL, None, Duration::from_secs(1), false)
+            .acquire(&redlock, &r, TTL, None, Duration::from_secs(1), false, None)
             .await
             .unwrap();
         assert!(matches!(outcome, Acquire::Granted(_)), "{outcome:?}");
@@ -591,7 +659,7 @@ mod tests {
         }
         let q = Resource::new("q").unwrap();
         let once = waiters
-            .acquire(&redlock, &q, TTL, None, Duration::ZERO, false)
+            .acquire(&redlock, &q, TTL, None, Duration::ZERO, false, None)
             .await
             .unwrap();
         assert!(matches!(once, Acquire::Taken));
@@ -605,7 +673,7 @@ mod tests {
     async fn one_release_wakes_a_queue_once() {
         let (_, _, waiters) = setup();
         let r = Resource::new("r").unwrap();
-        let (ticket, _) = waiters.join(&r).unwrap();
+        let (ticket, _) = waiters.join(&r, None).unwrap();
         let wakes = || *ticket.wake.borrow();
         waiters.released("r", Some("t1"));
         for _ in 0..3 {
@@ -642,6 +710,7 @@ mod tests {
                 None,
                 Duration::ZERO,
                 false,
+                None,
             )
             .await
             .unwrap()
@@ -653,7 +722,15 @@ mod tests {
             tokio::spawn(async move {
                 let started = tokio::time::Instant::now();
                 let outcome = waiters
-                    .acquire(&redlock, &r, TTL, None, Duration::from_secs(60), false)
+                    .acquire(
+                        &redlock,
+                        &r,
+                        TTL,
+                        None,
+                        Duration::from_secs(60),
+                        false,
+                        None,
+                    )
                     .await
                     .unwrap();
                 (outcome, started.elapsed())
@@ -676,5 +753,49 @@ mod tests {
             "woken by the release, not by the 30 s TTL"
         );
         assert!(masters.iter().all(|m| m.holds("t:r").is_some()));
+    }
+
+    /// One uid gets at most its share of the waiter slots, another uid
+    /// still gets one, the whole agent's bound holds over every uid, and
+    /// a slot is given back when its waiter leaves; each refusal names
+    /// its limit.
+    #[test]
+    fn each_uid_waits_within_its_share() {
+        let waiters = Waiters::new(
+            "t:".into(),
+            4,
+            3,
+            Arc::new(Metrics::new(&["m0".into()])),
+            CancellationToken::new(),
+        );
+        let r = Resource::new("r").unwrap();
+        let mine: Vec<_> = (0..3).map(|_| waiters.join(&r, Some(7)).unwrap()).collect();
+        assert_eq!(waiters.count_of(7), 3);
+        let Err(refused) = waiters.join(&r, Some(7)) else {
+            panic!("a fourth waiter of uid 7");
+        };
+        assert_eq!(
+            refused,
+            WaitError::TooManyWaitersPerUid { uid: 7, limit: 3 }
+        );
+        assert!(
+            refused.to_string().contains("(lock.max_waiters_per_uid)"),
+            "{refused}"
+        );
+        let other = waiters
+            .join(&r, Some(8))
+            .expect("another uid has its own share");
+        let Err(full) = waiters.join(&r, Some(9)) else {
+            panic!("a fifth waiter on the agent");
+        };
+        assert_eq!(full, WaitError::TooManyWaiters(4));
+        assert!(full.to_string().contains("(lock.max_waiters)"), "{full}");
+        assert!(waiters.join(&r, None).is_err(), "an unknown peer too");
+        assert_eq!(waiters.count_of(9), 0, "a refused uid holds no slot");
+        drop(other);
+        drop(mine);
+        assert_eq!(waiters.count_of(7), 0);
+        assert_eq!(waiters.count("r"), 0);
+        let _again = waiters.join(&r, Some(7)).expect("slots are given back");
     }
 }
