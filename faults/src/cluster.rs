@@ -679,8 +679,10 @@ impl Master {
     /// `policy` given (`volatile-lru`, `volatile-ttl`, `allkeys-lru`), then
     /// up to `writes` cache keys of [`CACHE_VALUE_BYTES`] each with a TTL
     /// of [`CACHE_TTL`], straight to it (not through a link), under
-    /// [`CACHE_PREFIX`]`<tag>:`, never under a lock prefix. With `until_gone`,
-    /// the writes stop as soon as that key is no longer there (evicted).
+    /// [`CACHE_PREFIX`]`<tag>:`, never under a lock prefix. With
+    /// `until_lost: (key, token)`, the writes stop as soon as that key no
+    /// longer holds that token (evicted); when it does not hold it to begin
+    /// with, nothing is done (see [`Eviction::gone`]).
     /// Every lock key has a TTL, so every policy may evict it; only
     /// `allkeys-*` may evict the incarnation marker (it has none).
     ///
@@ -697,7 +699,7 @@ impl Master {
         policy: &'static str,
         tag: &str,
         writes: u32,
-        until_gone: Option<&str>,
+        until_lost: Option<(&str, &str)>,
     ) -> Result<Eviction, String> {
         if self.as_cluster().is_some() {
             return Err(self.single_only("evict"));
@@ -719,6 +721,27 @@ impl Master {
         let (Some(maxmemory), Some(maxmemory_policy)) = (was.get(1), was_policy.get(1)) else {
             return Err(format!("CONFIG GET on {name}: no value"));
         };
+        if let Some((key, token)) = until_lost {
+            let there: Option<String> = redis::cmd("GET")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| format!("GET on {name}: {e}"))?;
+            if there.as_deref() != Some(token) {
+                return Ok(Eviction {
+                    master: name.clone(),
+                    policy,
+                    maxmemory: maxmemory.clone(),
+                    maxmemory_policy: maxmemory_policy.clone(),
+                    tag: tag.to_string(),
+                    limit: 0,
+                    written: 0,
+                    evicted: 0,
+                    gone: None,
+                    error: Some(format!("{key} did not hold the lock: nothing done")),
+                });
+            }
+        }
         let used = info_u64(&mut conn, "memory", "used_memory").await?;
         let evicted_before = info_u64(&mut conn, "stats", "evicted_keys").await?;
         let mut eviction = Eviction {
@@ -753,22 +776,21 @@ impl Master {
                     .arg(ttl_ms)
                     .ignore();
             }
-            if let Some(key) = until_gone {
-                pipe.cmd("EXISTS").arg(key);
+            if let Some((key, _)) = until_lost {
+                pipe.cmd("GET").arg(key);
             }
-            let reply: Result<Vec<u64>, _> = pipe.query_async(&mut conn).await;
+            let reply: Result<Vec<Option<String>>, _> = pipe.query_async(&mut conn).await;
             eviction.written += batch;
-            match reply {
-                Ok(exists) if exists.first() == Some(&0) => {
+            match (reply, until_lost) {
+                (Ok(value), Some((_, token)))
+                    if value.first().cloned().flatten().as_deref() != Some(token) =>
+                {
                     eviction.gone = Some(true);
                     break;
                 }
-                Ok(_) => {
-                    if until_gone.is_some() {
-                        eviction.gone = Some(false);
-                    }
-                }
-                Err(e) => {
+                (Ok(_), Some(_)) => eviction.gone = Some(false),
+                (Ok(_), None) => {}
+                (Err(e), _) => {
                     eviction.error = Some(format!("cache write on {name}: {e}"));
                     break;
                 }
@@ -809,6 +831,22 @@ impl Master {
             n = end;
         }
         Ok(())
+    }
+
+    /// The value of `key` on a single master now, read straight from it.
+    ///
+    /// # Errors
+    /// When the master does not answer, or for a cluster master.
+    pub async fn get(&self, key: &str) -> Result<Option<String>, String> {
+        if self.as_cluster().is_some() {
+            return Err(self.single_only("get"));
+        }
+        let mut conn = connect(self.port()).await?;
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| format!("GET on {}: {e}", self.name))
     }
 
     /// `fault` on the shard of a cluster master that serves `slot`, taking
@@ -995,7 +1033,8 @@ pub struct Eviction {
     /// Keys the master evicted during the writes (`evicted_keys` after
     /// minus before).
     pub evicted: u64,
-    /// With `until_gone`: whether that key went.
+    /// With `until_lost`: whether that key, holding the token at the start,
+    /// lost it (`None`: it did not hold it, and nothing was done).
     pub gone: Option<bool>,
     /// A write that failed part way (the writes stopped there).
     pub error: Option<String>,
@@ -1009,6 +1048,11 @@ impl Eviction {
 
 impl std::fmt::Display for Eviction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.gone.is_none() && self.written == 0 {
+            if let Some(e) = &self.error {
+                return write!(f, "{}: {e}", self.master);
+            }
+        }
         write!(
             f,
             "{} {} maxmemory {:.1}MiB: {} cache keys, {} evicted",
@@ -1019,8 +1063,8 @@ impl std::fmt::Display for Eviction {
             self.evicted
         )?;
         match self.gone {
-            Some(true) => write!(f, ", lock key gone")?,
-            Some(false) => write!(f, ", lock key still there")?,
+            Some(true) => write!(f, ", the lock gone")?,
+            Some(false) => write!(f, ", the lock still there")?,
             None => {}
         }
         if let Some(e) = &self.error {

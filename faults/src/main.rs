@@ -65,8 +65,9 @@ enum Cmd {
         json: Option<PathBuf>,
     },
     /// Only the control runs (a majority restarted with delayed restart on,
-    /// then off; a majority flushed with the marker check on, then off;
-    /// agents with skewed clocks with the fence write-back on, then off).
+    /// then off; a majority flushed with the marker check on, then off; a
+    /// majority made to evict with the eviction check on, then off; agents
+    /// with skewed clocks with the fence write-back on, then off).
     Control {
         #[arg(long)]
         seed: Option<u64>,
