@@ -353,14 +353,17 @@ impl AgentProcess {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        command
             .arg("--config")
             .arg(&self.config)
-            .env_remove("REDLOCK_LOG")
-            .env_remove(NO_MARKER_CHECK_ENV)
-            .env_remove(NO_EVICTION_CHECK_ENV)
-            .env_remove(NO_FENCE_WRITEBACK_ENV)
-            .env_remove(FENCE_CLOCK_SKEW_ENV)
+            .env_remove("REDLOCK_LOG");
+        // No test switch leaks in from the suite's own environment: each
+        // agent gets only the ones its scenario asks for, below.
+        for switch in redlock_testkit::switches::ALL {
+            command.env_remove(switch);
+        }
+        let child = command
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
