@@ -16,5 +16,15 @@ pub const NO_FENCE_WRITEBACK: &str = "REDLOCK_TEST_NO_FENCE_WRITEBACK";
 /// fence floor only: hosts whose clocks disagree.
 pub const FENCE_CLOCK_SKEW_MS: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
 
+/// `1` makes `redlock-agent lock` signal only the command's own process,
+/// not its process group and descendants: the control runs of the process
+/// tree tests, which must see a grandchild outlive the lock without it.
+pub const NO_TREE_KILL: &str = "REDLOCK_TEST_NO_TREE_KILL";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 3] = [NO_MARKER_CHECK, NO_FENCE_WRITEBACK, FENCE_CLOCK_SKEW_MS];
+pub const ALL: [&str; 4] = [
+    NO_MARKER_CHECK,
+    NO_FENCE_WRITEBACK,
+    FENCE_CLOCK_SKEW_MS,
+    NO_TREE_KILL,
+];
