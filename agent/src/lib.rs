@@ -48,7 +48,10 @@
 //! - [`dev`]: the local cluster of `redlock-agent dev`: masters from
 //!   `redlock-testkit` and the config over them.
 //! - [`lock_command`]: `redlock-agent lock -- cmd`, a `redlock-client` of
-//!   the socket.
+//!   the socket; the command runs under a guardian process
+//!   ([`lock_command::guardian`], the hidden `lock-guardian` command) that
+//!   stops its whole process tree ([`lock_command::tree`]: its group and
+//!   every descendant found in `/proc`), even when `lock` is killed.
 //! - [`shutdown`]: signals that start a drain.
 //!
 //! Imports point one way, with no loops: `daemon` → `api` → `agent` →

@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use redlock_agent::config::{AddressCheck, Config, LogFormat, EXIT_CONFIG};
 use redlock_agent::dev::{self, RedisServer};
-use redlock_agent::lock_command::{self, LockCommand};
+use redlock_agent::lock_command::guardian::{self, Guardian};
+use redlock_agent::lock_command::{self, LockCommand, LockError};
 use std::time::Duration;
 
 /// mimalloc: the profile under load showed glibc malloc/free at about 12%.
@@ -97,10 +98,17 @@ enum Cmd {
     },
     /// Run a command while holding a lock; release it when the command exits.
     ///
+    /// The command runs in a process group of its own; on a lost lock, on
+    /// SIGTERM/SIGINT/SIGHUP to `lock`, or when it exits leaving processes
+    /// behind, the group and every descendant that left it get SIGTERM,
+    /// then SIGKILL after --kill-after; the lock is released only once they
+    /// are gone. If `lock` is killed, a guardian process kills them.
+    ///
     /// Exits with the command's status, or: 75 not acquired within --wait
-    /// (the command did not run), 70 the lock was lost (the command got
-    /// SIGTERM, then SIGKILL after --kill-after), 69 no quorum or the agent
-    /// is unreachable, 64 bad usage, 126 the command could not start.
+    /// (the command did not run), 70 the lock was lost (the command was
+    /// stopped), 69 no quorum or the agent is unreachable, 64 bad usage,
+    /// 126 the command could not start; stopped by a signal, `lock` dies by
+    /// that signal once the command's processes are gone.
     Lock {
         /// The agent's socket.
         #[arg(
@@ -121,7 +129,8 @@ enum Cmd {
         /// Give up the lock (and stop the command) after this long.
         #[arg(long, value_parser = humantime::parse_duration)]
         max_hold: Option<Duration>,
-        /// After SIGTERM on a lost lock, SIGKILL the command after this long.
+        /// After SIGTERM to the command's processes, SIGKILL them after this
+        /// long (never later than the end of the lock's validity).
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         kill_after: Duration,
         /// Ask for a fencing token: the command gets it as REDLOCK_FENCE
@@ -134,6 +143,26 @@ enum Cmd {
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Internal: the guardian `lock` starts between itself and the command
+    /// (see `lock_command::guardian`).
+    #[command(name = "lock-guardian", hide = true)]
+    LockGuardian {
+        /// The agent's socket.
+        #[arg(long)]
+        socket: PathBuf,
+        /// The guardian's end of the socket pair `lock` holds.
+        #[arg(long)]
+        control_fd: i32,
+        /// Signal the command's own process only (the test switch).
+        #[arg(long)]
+        no_tree: bool,
+        /// Run the command in this process group.
+        #[arg(long)]
+        join_group: Option<i32>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
     },
 }
 
@@ -173,6 +202,19 @@ fn main() -> ExitCode {
             fence,
             command,
         }),
+        Some(Cmd::LockGuardian {
+            socket,
+            control_fd,
+            no_tree,
+            join_group,
+            command,
+        }) => ExitCode::from(guardian::run(Guardian {
+            socket,
+            control_fd,
+            tree: !no_tree,
+            join_group,
+            command,
+        })),
         Some(Cmd::Check {
             config,
             offline,
@@ -199,8 +241,7 @@ fn main() -> ExitCode {
 }
 
 fn lock(command: LockCommand) -> ExitCode {
-    // One thread: PR_SET_PDEATHSIG fires when the thread that spawned the
-    // command exits, so it must be the one that lives as long as we do.
+    // One thread is plenty: `lock` waits on one socket and one child.
     // Cannot fail short of the OS refusing an epoll fd at start.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -210,6 +251,9 @@ fn lock(command: LockCommand) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("redlock-agent lock: {e}");
+            if let LockError::Signaled { signal, .. } = e {
+                lock_command::die_by(signal);
+            }
             ExitCode::from(e.exit_code())
         }
     }

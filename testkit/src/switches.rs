@@ -34,12 +34,18 @@ pub const LEAK_REPAIR_BY_SHAPE: &str = "REDLOCK_TEST_LEAK_REPAIR_BY_SHAPE";
 /// connections to the port starve the socket and the masters without it.
 pub const NO_METRICS_BUDGET: &str = "REDLOCK_TEST_NO_METRICS_BUDGET";
 
+/// `1` makes `redlock-agent lock` signal only the command's own process,
+/// not its process group and descendants: the control runs of the process
+/// tree tests, which must see a grandchild outlive the lock without it.
+pub const NO_TREE_KILL: &str = "REDLOCK_TEST_NO_TREE_KILL";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 6] = [
+pub const ALL: [&str; 7] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
     NO_EVICTION_CHECK,
     LEAK_REPAIR_BY_SHAPE,
     NO_METRICS_BUDGET,
+    NO_TREE_KILL,
 ];
