@@ -16,5 +16,17 @@ pub const NO_FENCE_WRITEBACK: &str = "REDLOCK_TEST_NO_FENCE_WRITEBACK";
 /// fence floor only: hosts whose clocks disagree.
 pub const FENCE_CLOCK_SKEW_MS: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
 
+/// `1` charges the agent's own time to the masters again: a lock command
+/// queued in the agent longer than the node timeout is answered `timeout`
+/// unsent, and every request is bounded by the node timeout from the call,
+/// however busy the agent is. The load tests' control run, which must see
+/// lock calls fail under the agent's own load without the fix.
+pub const CHARGE_QUEUED_TIME: &str = "REDLOCK_TEST_CHARGE_QUEUED_TIME";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 3] = [NO_MARKER_CHECK, NO_FENCE_WRITEBACK, FENCE_CLOCK_SKEW_MS];
+pub const ALL: [&str; 4] = [
+    NO_MARKER_CHECK,
+    NO_FENCE_WRITEBACK,
+    FENCE_CLOCK_SKEW_MS,
+    CHARGE_QUEUED_TIME,
+];
