@@ -110,39 +110,53 @@ pub fn timed_out() -> RedisError {
 pub enum Within<T> {
     /// The master answered, or its connection failed.
     Answered(RedisResult<T>),
-    /// The master had the whole bound of the agent's attention and did not
-    /// answer: the master's timeout.
+    /// The master had the request for the whole bound and no answer had
+    /// arrived when the agent last looked: the master's timeout.
     TimedOut,
-    /// The overall limit passed before the master had had its bound: the
-    /// agent was too busy to tell (how long it waited in all). Not the
-    /// master's failure.
+    /// The overall limit passed before the agent could even tell that the
+    /// request was on its way (how long it took in all): the agent was too
+    /// busy. Not the master's failure.
     Backlog(Duration),
 }
 
-/// Slices of a master's bound: the agent checks its own lateness this many
-/// times, so a stall of the agent is taken out within a slice of when it
-/// happened.
+/// Looks per bound: how often the agent checks whether an answer has
+/// arrived, and so how much past its bound a master that never answers
+/// is given up (a slice at most).
 const SLICES: u32 = 8;
 
 /// How late a timer fires on a runtime with nothing else to do (tokio's
 /// timer wheel ticks in milliseconds): lateness below this is not a stall.
 const TIMER_GRAIN: Duration = Duration::from_millis(1);
 
-/// Runs `request` until it is answered, the master has had `bound` of the
-/// agent's attention, or `limit` has passed in all.
+/// Turns of the runtime before each look: the connection's reader is a task
+/// of its own, and an answer that reached the socket while the agent was
+/// busy is delivered within these (the first may only hand the runtime to
+/// the reader; the second lets it run).
+const TURNS: usize = 2;
+
+/// Runs `request` until it is answered, the master has had it for `bound`
+/// without answering, or `limit` has passed in all.
 ///
-/// The master's time is counted in slices of `bound`: a slice whose timer
-/// fired late (the runtime busy with other tasks, the agent's threads not
-/// scheduled, the connection's writer or reader not polled) counts only
-/// what was left of it after the lateness, none once the lateness reaches
-/// the slice. Before the master is said to have timed out, the runtime
-/// gets one more turn to deliver an answer that has already arrived.
+/// The master's time is counted from when the request is surely on its
+/// way, and only up to the last time the agent looked for an answer and
+/// found none, so the agent's own stalls are never the master's:
+/// - every slice of `bound`, the agent gives its runtime [`TURNS`] turns
+///   (so the connection's own task writes what is queued and reads what
+///   has arrived) and looks: an answer that arrived while the agent was
+///   busy is found then, whenever that is;
+/// - the request is surely on its way from the first look (the writer had
+///   its turns), or from the start when the first slice's timer fired on
+///   time (the agent was responsive all along);
+/// - the master has timed out once a look at least `bound` after that
+///   still finds no answer.
 ///
 /// ## Behavior
-/// - On a responsive agent, a master that does not answer times out after
-///   `bound` (plus at most a millisecond per slice of timer grain).
-/// - A stalled agent never turns into a master's timeout: past `limit`,
-///   the answer is [`Within::Backlog`].
+/// - A master that answers is never timed out because the agent was
+///   slow: its answer is found at the next look.
+/// - A master that does not answer times out after `bound` (plus at most a
+///   slice), on a busy agent too: the time between looks counts, since the
+///   request was on the socket all along.
+/// - [`Within::Backlog`] only when `limit` passes before the first look.
 /// - The handle `request` runs on must not bound the request below `limit`
 ///   itself (set its response timeout to `limit`, or to none).
 pub async fn answer_within<T>(
@@ -153,37 +167,41 @@ pub async fn answer_within<T>(
     let started = Instant::now();
     let end = started + limit.max(bound);
     let slice = (bound / SLICES).max(TIMER_GRAIN);
-    let mut credited = Duration::ZERO;
+    // From when the master surely has the request.
+    let mut since: Option<Instant> = None;
     tokio::pin!(request);
     loop {
-        let armed = Instant::now();
-        let left = bound.saturating_sub(credited);
-        if left.is_zero() || armed >= end {
-            // One more turn of the runtime: an answer already on the socket
-            // gets read before anyone is blamed.
-            tokio::task::yield_now().await;
-            if let Some(result) = request.as_mut().now_or_never() {
-                return Within::Answered(result);
-            }
-            return if left.is_zero() {
-                Within::TimedOut
-            } else {
-                Within::Backlog(started.elapsed())
-            };
+        let planned = match since {
+            None => started + slice,
+            Some(since) => (Instant::now() + slice).min(since + bound),
         }
-        let planned = (armed + slice.min(left)).min(end);
+        .min(end);
         tokio::select! {
             biased;
             result = &mut request => return Within::Answered(result),
             () = tokio::time::sleep_until(planned) => {}
         }
-        let late = Instant::now()
-            .saturating_duration_since(planned)
-            .saturating_sub(TIMER_GRAIN);
-        credited += (planned - armed).saturating_sub(late);
+        let fired = Instant::now();
+        for _ in 0..TURNS {
+            tokio::task::yield_now().await;
+            if let Some(result) = request.as_mut().now_or_never() {
+                return Within::Answered(result);
+            }
+        }
+        let looked = Instant::now();
+        match since {
+            None if looked >= end => return Within::Backlog(looked - started),
+            None if fired.saturating_duration_since(planned) <= TIMER_GRAIN => {
+                since = Some(started);
+            }
+            None => since = Some(looked),
+            Some(_) => {}
+        }
+        if since.is_some_and(|since| looked.saturating_duration_since(since) >= bound) {
+            return Within::TimedOut;
+        }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,21 +236,59 @@ mod tests {
         assert!(took >= ms(50) && took < ms(100), "{took:?}");
     }
 
+    /// A request whose answer arrives at `at` but is only readable once the
+    /// runtime has had a turn after that (as a reply sits on the socket
+    /// until the connection's task runs).
+    async fn answered_at(at: Instant) -> RedisResult<u8> {
+        tokio::time::sleep_until(at).await;
+        tokio::task::yield_now().await;
+        Ok(1)
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn an_agent_stalled_past_the_limit_is_its_backlog_not_a_timeout() {
-        // Every slice's timer fires a whole slice late: the agent, not the
-        // master, had the time.
-        let request = futures::future::pending::<RedisResult<()>>();
-        let stall = async {
-            loop {
-                tokio::time::sleep(ms(1)).await;
-                // A blocking stretch on the runtime, as a paused clock sees it.
-                tokio::time::advance(ms(20)).await;
-            }
-        };
+    async fn an_answer_that_arrived_while_the_agent_was_stalled_is_found() {
+        let started = Instant::now();
+        // The agent is stalled for 200ms (four bounds) right after sending;
+        // the master answered after 5ms, during the stall.
+        let request = answered_at(started + ms(5));
         let outcome = tokio::select! {
-            outcome = answer_within(ms(50), ms(400), request) => outcome,
-            () = stall => unreachable!(),
+            outcome = answer_within(ms(50), ms(1000), request) => outcome,
+            () = async {
+                tokio::task::yield_now().await;
+                tokio::time::advance(ms(200)).await;
+                futures::future::pending::<()>().await
+            } => unreachable!(),
+        };
+        assert!(matches!(outcome, Within::Answered(Ok(1))), "{outcome:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_stalled_before_its_first_look_does_not_time_the_master_out() {
+        // A stall of 80ms (past the 50ms bound) before the first look: the
+        // master's time starts at that look, and it answers 10ms later.
+        let started = Instant::now();
+        let request = answered_at(started + ms(90));
+        let outcome = tokio::select! {
+            outcome = answer_within(ms(50), ms(1000), request) => outcome,
+            () = async {
+                tokio::task::yield_now().await;
+                tokio::time::advance(ms(80)).await;
+                futures::future::pending::<()>().await
+            } => unreachable!(),
+        };
+        assert!(matches!(outcome, Within::Answered(Ok(1))), "{outcome:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_past_the_limit_before_any_look_is_the_agents_backlog() {
+        let request = futures::future::pending::<RedisResult<()>>();
+        let outcome = tokio::select! {
+            outcome = answer_within(ms(50), ms(300), request) => outcome,
+            () = async {
+                tokio::task::yield_now().await;
+                tokio::time::advance(ms(400)).await;
+                futures::future::pending::<()>().await
+            } => unreachable!(),
         };
         assert!(matches!(outcome, Within::Backlog(_)), "{outcome:?}");
     }
