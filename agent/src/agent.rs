@@ -37,6 +37,15 @@ fn eviction_check_disabled() -> bool {
     std::env::var_os(EVICTION_SWITCH).is_some_and(|v| v == "1")
 }
 
+/// The test-only switch that charges the agent's own time (queued, or too
+/// busy to write or read) to the masters again, so a control run can show
+/// lock calls failing under the agent's own load without the fix.
+pub use redlock_testkit::switches::CHARGE_QUEUED_TIME as CHARGE_QUEUED_SWITCH;
+
+fn charging_queued_time() -> bool {
+    std::env::var_os(CHARGE_QUEUED_SWITCH).is_some_and(|v| v == "1")
+}
+
 /// State shared by every request.
 #[derive(Debug)]
 pub struct Agent {
@@ -83,6 +92,14 @@ impl Agent {
                  a master that evicts can grant a lock twice; for control runs of the tests only"
             );
         }
+        let charge_queued = charging_queued_time();
+        if charge_queued {
+            tracing::warn!(
+                "{CHARGE_QUEUED_SWITCH} is set: time lock commands spend queued in the agent counts \
+                 as the masters' timeouts, and lock calls fail under the agent's own load; for \
+                 control runs of the tests only"
+            );
+        }
         let fence = FenceSettings::from_env();
         if !fence.writeback {
             tracing::warn!(
@@ -113,6 +130,8 @@ impl Agent {
             } else {
                 std::time::Duration::ZERO
             },
+            charge_queued,
+            overall: config.lock.max_ttl,
         };
         let mut nodes = Vec::with_capacity(config.masters.len());
         for (index, master) in config.masters.iter().enumerate() {

@@ -90,6 +90,16 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
                 tracing::debug!(node = node.name(), ?after, "probe late; trying again");
                 return;
             }
+            // The agent was too busy to give the master its time: no
+            // verdict on the master.
+            Err(NodeError::Backlog(waited)) => {
+                tracing::debug!(
+                    node = node.name(),
+                    ?waited,
+                    "probe held up by the agent's own backlog; trying again"
+                );
+                return;
+            }
             // The old connection is gone; try a new one right away, so a
             // restart faster than the interval is seen as such.
             Err(e) => node.disconnect(&e),
@@ -132,6 +142,14 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
             }
             Err(NodeError::Timeout(after)) if !node.probe_timed_out() => {
                 tracing::debug!(node = node.name(), ?after, "marker read late; trying again");
+                return;
+            }
+            Err(NodeError::Backlog(waited)) => {
+                tracing::debug!(
+                    node = node.name(),
+                    ?waited,
+                    "marker read held up by the agent's own backlog; trying again"
+                );
                 return;
             }
             Err(e) => {
@@ -236,6 +254,14 @@ async fn probe_cluster(node: &Node, peers: &[Arc<Node>], settings: &HealthSettin
         Ok(changed) => changed,
         Err(NodeError::Timeout(after)) if !reconnected && !node.probe_timed_out() => {
             tracing::debug!(node = node.name(), ?after, "probe late; trying again");
+            return;
+        }
+        Err(NodeError::Backlog(waited)) if !reconnected => {
+            tracing::debug!(
+                node = node.name(),
+                ?waited,
+                "probe held up by the agent's own backlog; trying again"
+            );
             return;
         }
         Err(e) => {
@@ -449,7 +475,12 @@ async fn check_marker(
             Ok(()) => None,
             // Connected, but it refuses the write (a replica, OOM, an ACL):
             // it cannot take part in locks, and stays out until it can.
-            Err(e) if !matches!(e, NodeError::Timeout(_) | NodeError::Connection(_)) => {
+            Err(e)
+                if !matches!(
+                    e,
+                    NodeError::Timeout(_) | NodeError::Connection(_) | NodeError::Backlog(_)
+                ) =>
+            {
                 Some((Detector::Marker, settings.quarantine))
             }
             Err(e) => return Err(e),

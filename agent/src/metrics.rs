@@ -268,7 +268,7 @@ impl Metrics {
             ),
             node_errors: counter_vec(
                 "redlock_node_errors_total",
-                "Failed requests to each master, by kind (timeout, not_connected, connection, auth, noperm, readonly, oom, wrongtype, script, other).",
+                "Failed requests to each master, by kind (timeout, not_connected, connection, auth, noperm, readonly, oom, wrongtype, script, other; backlog: not sent or not read in time because the agent itself was busy, not the master's failure).",
                 &["node", "kind"],
             ),
             quorum_size: IntGauge::new("redlock_quorum_size", "Masters needed for a lock: N/2+1 of the configured N.")

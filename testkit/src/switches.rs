@@ -39,8 +39,15 @@ pub const NO_METRICS_BUDGET: &str = "REDLOCK_TEST_NO_METRICS_BUDGET";
 /// tree tests, which must see a grandchild outlive the lock without it.
 pub const NO_TREE_KILL: &str = "REDLOCK_TEST_NO_TREE_KILL";
 
+/// `1` charges the agent's own time to the masters again: a lock command
+/// queued in the agent longer than the node timeout is answered `timeout`
+/// unsent, and every request is bounded by the node timeout from the call,
+/// however busy the agent is. The load tests' control run, which must see
+/// lock calls fail under the agent's own load without the fix.
+pub const CHARGE_QUEUED_TIME: &str = "REDLOCK_TEST_CHARGE_QUEUED_TIME";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 7] = [
+pub const ALL: [&str; 8] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -48,4 +55,5 @@ pub const ALL: [&str; 7] = [
     LEAK_REPAIR_BY_SHAPE,
     NO_METRICS_BUDGET,
     NO_TREE_KILL,
+    CHARGE_QUEUED_TIME,
 ];

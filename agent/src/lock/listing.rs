@@ -50,6 +50,10 @@ const SCAN_COUNT: u64 = 5000;
 const READ_CHUNK: usize = 1000;
 /// Longest `cursor` accepted (a resource name is at most 256 bytes).
 const MAX_CURSOR_LEN: usize = 512;
+/// Names or locks a listing handles between two turns it gives back to the
+/// runtime: its sorting and building of up to a million names never holds
+/// a worker thread (and the lock commands waiting on it) for long.
+const YIELD_EVERY: usize = 512;
 
 /// Operator reads' own resources: turns for listings, and one reader
 /// connection per master (see [`Node::open_reader`]), opened on first use
@@ -356,7 +360,10 @@ pub async fn list(locks: &Locks, query: &ListQuery) -> Result<LocksResponse, Rea
         match scan {
             Ok((names, count)) => {
                 scanned += count;
-                all.extend(names.iter().map(String::as_str));
+                for chunk in names.chunks(YIELD_EVERY) {
+                    all.extend(chunk.iter().map(String::as_str));
+                    tokio::task::yield_now().await;
+                }
             }
             Err(e) => {
                 tracing::warn!(node = node.name(), error = %e, "listing could not read a master")
@@ -408,9 +415,9 @@ pub async fn list(locks: &Locks, query: &ListQuery) -> Result<LocksResponse, Rea
     let unread = check_read(locks, &read)?;
 
     let now = Instant::now();
-    let locks = window
-        .iter()
-        .filter_map(|key| {
+    let mut infos = Vec::with_capacity(window.len());
+    for chunk in window.chunks(YIELD_EVERY) {
+        infos.extend(chunk.iter().filter_map(|key| {
             let states: Vec<Option<Option<&KeyState>>> = per_node
                 .iter()
                 .map(|n| n.as_ref().map(|states| states.get(key)))
@@ -422,8 +429,10 @@ pub async fn list(locks: &Locks, query: &ListQuery) -> Result<LocksResponse, Rea
             }
             let resource = key.strip_prefix(key_prefix.as_str()).unwrap_or(key);
             Some(lock_info(locks, resource, &states, now))
-        })
-        .collect();
+        }));
+        tokio::task::yield_now().await;
+    }
+    let locks = infos;
     let next_cursor = if more {
         window
             .last()

@@ -17,13 +17,24 @@
 //!   order; one command's error (WRONGTYPE, OOM) is its own answer and never
 //!   fails the others. The marker is read once per batch: a script is
 //!   atomic, so no flush can fall between two of its commands.
-//! - Every command is bounded as before: the batch by the node timeout, and
-//!   a command that waited in the queue longer than the node timeout is
-//!   answered `timeout` without being sent. A command whose caller is gone
-//!   is not sent.
+//! - The master's time starts when its batch is sent: it has the node
+//!   timeout of the agent's attention to answer (see
+//!   [`super::conn::answer_within`]). Time a command spent queued behind
+//!   the previous batch, and time the agent was too busy to write the call
+//!   or read its answer, is the agent's: never a `timeout` of the master.
+//! - Every command still has an overall bound, counted from when it was
+//!   queued ([`Command::overall`]): one that could not be sent within it is
+//!   answered [`NodeError::Backlog`] unsent, and a batch that outlives the
+//!   bound of every command in it without the master having had its node
+//!   timeout is answered `Backlog` too. Neither counts against the master
+//!   nor changes its state. A command whose caller is gone is not sent.
 //! - A failed batch (connection lost, timeout, NOSCRIPT that could not be
 //!   reloaded) fails each of its commands with the same error, recorded
 //!   once.
+//! - Under the test switch `REDLOCK_TEST_CHARGE_QUEUED_TIME` (control runs
+//!   only), the old bounds come back: a command queued longer than the
+//!   node timeout is answered `timeout` unsent, and the batch is bounded by
+//!   the node timeout from the call, however busy the agent is.
 //! - The task holds only a weak reference to its node: it ends when the
 //!   node is dropped.
 
@@ -34,7 +45,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use redlock_wire::keys::slot_key;
 
-use super::{classify_text, scripts, ttl_ms, Node};
+use super::conn::Within;
+use super::{backlog_index, classify_text, scripts, ttl_ms, Node};
 use crate::redlock::master::{Claim, NodeError};
 use crate::redlock::observe::Op;
 
@@ -99,6 +111,17 @@ impl Command {
             self,
             Command::Vote { waiting: true, .. } | Command::Release { .. }
         )
+    }
+
+    /// How long this command may take in all, queued or on its way, before
+    /// the agent gives it up as its own backlog: `overall` (see
+    /// [`Node::overall_bound`]), and for a vote or an extension no longer
+    /// than its TTL (no validity could be left after it).
+    fn overall(&self, overall: Duration) -> Duration {
+        match self {
+            Command::Vote { ttl, .. } | Command::Extend { ttl } => overall.min(*ttl),
+            Command::Fence { .. } | Command::Release { .. } => overall,
+        }
     }
 }
 
@@ -195,13 +218,26 @@ impl Node {
     /// Sends `jobs` as one script call and answers each.
     async fn send_batch(&self, jobs: &mut Vec<Job>) {
         let now = Instant::now();
+        let overall = self.overall_bound();
         let mut sent = Vec::with_capacity(jobs.len());
+        // How long the batch may stay on its way: until the last of its
+        // commands' overall bounds.
+        let mut limit = Duration::ZERO;
         for job in jobs.drain(..) {
             if job.reply.is_closed() {
                 continue;
             }
-            if now.duration_since(job.queued) >= self.timeout {
-                let _ = job.reply.send(Err(NodeError::Timeout(self.timeout)));
+            let waited = now.duration_since(job.queued);
+            if self.charge_queued {
+                if waited >= self.timeout {
+                    let _ = job.reply.send(Err(NodeError::Timeout(self.timeout)));
+                    continue;
+                }
+            } else if let Some(left) = job.command.overall(overall).checked_sub(waited) {
+                limit = limit.max(left);
+            } else {
+                self.observer.error(backlog_index());
+                let _ = job.reply.send(Err(NodeError::Backlog(waited)));
                 continue;
             }
             sent.push(job);
@@ -217,32 +253,52 @@ impl Node {
             return;
         };
         if !self.is_cluster() {
-            return self.send_group(conn, None, jobs).await;
+            return self.send_group(conn, None, jobs, limit).await;
         }
         // A script's keys must share a slot: one call per slot, all at once.
         let mut groups = super::cluster::by_slot(jobs.drain(..), |job| job.claim.key());
         futures::future::join_all(
             groups
                 .iter_mut()
-                .map(|(slot, group)| self.send_group(conn.clone(), Some(*slot), group)),
+                .map(|(slot, group)| self.send_group(conn.clone(), Some(*slot), group, limit)),
         )
         .await;
     }
 
     /// Sends `jobs` (all in `slot` on a cluster) as one script call and
-    /// answers each.
-    async fn send_group(&self, conn: super::Conn, slot: Option<u16>, jobs: &mut Vec<Job>) {
+    /// answers each; the master has the node timeout from now, the call
+    /// `limit` in all (see [`super::conn::answer_within`]).
+    async fn send_group(
+        &self,
+        conn: super::Conn,
+        slot: Option<u16>,
+        jobs: &mut Vec<Job>,
+        limit: Duration,
+    ) {
         self.observer.batch(jobs.len());
         let call = self.batch_call(slot, jobs);
         let mut conn = conn;
-        let result = if slot.is_some() {
-            super::conn::bounded(
-                self.timeout,
-                scripts::evalsha(&scripts::BATCH, &call, &mut conn),
-            )
-            .await
+        let result = if self.charge_queued {
+            // The control: bounded from the call, the agent's time included.
+            if slot.is_some() {
+                super::conn::bounded(
+                    self.timeout,
+                    scripts::evalsha(&scripts::BATCH, &call, &mut conn),
+                )
+                .await
+            } else {
+                scripts::evalsha(&scripts::BATCH, &call, &mut conn).await
+            }
         } else {
-            scripts::evalsha(&scripts::BATCH, &call, &mut conn).await
+            // The handle's own response timeout must not cut the call short
+            // of the limit; the master's bound is kept here.
+            conn.set_response_timeout(limit.max(self.timeout));
+            let call = scripts::evalsha(&scripts::BATCH, &call, &mut conn);
+            match super::conn::answer_within(self.timeout, limit, call).await {
+                Within::Answered(result) => result,
+                Within::TimedOut => Err(super::conn::timed_out()),
+                Within::Backlog(waited) => return self.backlog(jobs, waited),
+            }
         };
         if slot.is_some() {
             self.cluster_lock_result(matches!(&result, Ok(redis::Value::BulkString(_))));
@@ -327,6 +383,24 @@ impl Node {
                 .arg(more);
         }
         call
+    }
+
+    /// Answers `jobs` [`NodeError::Backlog`]: the agent could not give the
+    /// master its time. Counted, never recorded as the master's error.
+    fn backlog(&self, jobs: &mut Vec<Job>, waited: Duration) {
+        tracing::debug!(
+            node = %self.name,
+            commands = jobs.len(),
+            ?waited,
+            "a batch outlived its commands' bounds while the agent was busy; not the master's failure"
+        );
+        self.observer.error(backlog_index());
+        let error = NodeError::Backlog(waited);
+        for job in jobs.drain(..) {
+            self.observer
+                .request(job.command.op(), job.queued.elapsed());
+            let _ = job.reply.send(Err(error.clone()));
+        }
     }
 
     fn fail_all(&self, jobs: &mut Vec<Job>, error: &NodeError) {

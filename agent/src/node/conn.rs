@@ -3,8 +3,16 @@
 //! (routing each command by its key's slot, following `MOVED` and `ASK`).
 //! Both are cheap handles to clone; every request shares the one
 //! underlying connection (or the cluster's one per node).
+//!
+//! And how long a master had to answer ([`answer_within`]): the time the
+//! agent itself was too busy to write a request or read its answer is the
+//! agent's, never the master's.
 
+use std::future::Future;
 use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::time::Instant;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
@@ -84,9 +92,204 @@ pub async fn bounded<T>(
 ) -> RedisResult<T> {
     match tokio::time::timeout(bound, request).await {
         Ok(result) => result,
-        Err(_) => Err(RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "request timed out",
-        ))),
+        Err(_) => Err(timed_out()),
+    }
+}
+
+/// The error of a request that timed out, an I/O timeout as the
+/// connection's own.
+pub fn timed_out() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "request timed out",
+    ))
+}
+
+/// What became of a request run by [`answer_within`].
+#[derive(Debug)]
+pub enum Within<T> {
+    /// The master answered, or its connection failed.
+    Answered(RedisResult<T>),
+    /// The master had the request for the whole bound and no answer had
+    /// arrived when the agent last looked: the master's timeout.
+    TimedOut,
+    /// The overall limit passed before the agent could even tell that the
+    /// request was on its way (how long it took in all): the agent was too
+    /// busy. Not the master's failure.
+    Backlog(Duration),
+}
+
+/// Looks per bound: how often the agent checks whether an answer has
+/// arrived, and so how much past its bound a master that never answers
+/// is given up (a slice at most).
+const SLICES: u32 = 8;
+
+/// How late a timer fires on a runtime with nothing else to do (tokio's
+/// timer wheel ticks in milliseconds): lateness below this is not a stall.
+const TIMER_GRAIN: Duration = Duration::from_millis(1);
+
+/// Turns of the runtime before each look: the connection's reader is a task
+/// of its own, and an answer that reached the socket while the agent was
+/// busy is delivered within these (the first may only hand the runtime to
+/// the reader; the second lets it run).
+const TURNS: usize = 2;
+
+/// Runs `request` until it is answered, the master has had it for `bound`
+/// without answering, or `limit` has passed in all.
+///
+/// The master's time is counted from when the request is surely on its
+/// way, and only up to the last time the agent looked for an answer and
+/// found none, so the agent's own stalls are never the master's:
+/// - every slice of `bound`, the agent gives its runtime [`TURNS`] turns
+///   (so the connection's own task writes what is queued and reads what
+///   has arrived) and looks: an answer that arrived while the agent was
+///   busy is found then, whenever that is;
+/// - the request is surely on its way from the first look (the writer had
+///   its turns), or from the start when the first slice's timer fired on
+///   time (the agent was responsive all along);
+/// - the master has timed out once a look at least `bound` after that
+///   still finds no answer.
+///
+/// ## Behavior
+/// - A master that answers is never timed out because the agent was
+///   slow: its answer is found at the next look.
+/// - A master that does not answer times out after `bound` (plus at most a
+///   slice), on a busy agent too: the time between looks counts, since the
+///   request was on the socket all along.
+/// - [`Within::Backlog`] only when `limit` passes before the first look.
+/// - The handle `request` runs on must not bound the request below `limit`
+///   itself (set its response timeout to `limit`, or to none).
+pub async fn answer_within<T>(
+    bound: Duration,
+    limit: Duration,
+    request: impl Future<Output = RedisResult<T>>,
+) -> Within<T> {
+    let started = Instant::now();
+    let end = started + limit.max(bound);
+    let slice = (bound / SLICES).max(TIMER_GRAIN);
+    // From when the master surely has the request.
+    let mut since: Option<Instant> = None;
+    tokio::pin!(request);
+    loop {
+        let planned = match since {
+            None => started + slice,
+            Some(since) => (Instant::now() + slice).min(since + bound),
+        }
+        .min(end);
+        tokio::select! {
+            biased;
+            result = &mut request => return Within::Answered(result),
+            () = tokio::time::sleep_until(planned) => {}
+        }
+        let fired = Instant::now();
+        for _ in 0..TURNS {
+            tokio::task::yield_now().await;
+            if let Some(result) = request.as_mut().now_or_never() {
+                return Within::Answered(result);
+            }
+        }
+        let looked = Instant::now();
+        match since {
+            None if looked >= end => return Within::Backlog(looked - started),
+            None if fired.saturating_duration_since(planned) <= TIMER_GRAIN => {
+                since = Some(started);
+            }
+            None => since = Some(looked),
+            Some(_) => {}
+        }
+        if since.is_some_and(|since| looked.saturating_duration_since(since) >= bound) {
+            return Within::TimedOut;
+        }
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_in_time_is_the_answer() {
+        let request = async {
+            tokio::time::sleep(ms(30)).await;
+            Ok(7)
+        };
+        assert!(matches!(
+            answer_within(ms(50), ms(1000), request).await,
+            Within::Answered(Ok(7))
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_master_that_never_answers_times_out_after_its_bound() {
+        let started = Instant::now();
+        let outcome = answer_within(
+            ms(50),
+            ms(1000),
+            futures::future::pending::<RedisResult<()>>(),
+        )
+        .await;
+        assert!(matches!(outcome, Within::TimedOut), "{outcome:?}");
+        let took = started.elapsed();
+        assert!(took >= ms(50) && took < ms(100), "{took:?}");
+    }
+
+    /// A request whose answer arrives at `at` but is only readable once the
+    /// runtime has had a turn after that (as a reply sits on the socket
+    /// until the connection's task runs).
+    async fn answered_at(at: Instant) -> RedisResult<u8> {
+        tokio::time::sleep_until(at).await;
+        tokio::task::yield_now().await;
+        Ok(1)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_that_arrived_while_the_agent_was_stalled_is_found() {
+        let started = Instant::now();
+        // The agent is stalled for 200ms (four bounds) right after sending;
+        // the master answered after 5ms, during the stall.
+        let request = answered_at(started + ms(5));
+        let outcome = tokio::select! {
+            outcome = answer_within(ms(50), ms(1000), request) => outcome,
+            () = async {
+                tokio::task::yield_now().await;
+                tokio::time::advance(ms(200)).await;
+                futures::future::pending::<()>().await
+            } => unreachable!(),
+        };
+        assert!(matches!(outcome, Within::Answered(Ok(1))), "{outcome:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_stalled_before_its_first_look_does_not_time_the_master_out() {
+        // A stall of 80ms (past the 50ms bound) before the first look: the
+        // master's time starts at that look, and it answers 10ms later.
+        let started = Instant::now();
+        let request = answered_at(started + ms(90));
+        let outcome = tokio::select! {
+            outcome = answer_within(ms(50), ms(1000), request) => outcome,
+            () = async {
+                tokio::task::yield_now().await;
+                tokio::time::advance(ms(80)).await;
+                futures::future::pending::<()>().await
+            } => unreachable!(),
+        };
+        assert!(matches!(outcome, Within::Answered(Ok(1))), "{outcome:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_past_the_limit_before_any_look_is_the_agents_backlog() {
+        let request = futures::future::pending::<RedisResult<()>>();
+        let outcome = tokio::select! {
+            outcome = answer_within(ms(50), ms(300), request) => outcome,
+            () = async {
+                tokio::task::yield_now().await;
+                tokio::time::advance(ms(400)).await;
+                futures::future::pending::<()>().await
+            } => unreachable!(),
+        };
+        assert!(matches!(outcome, Within::Backlog(_)), "{outcome:?}");
     }
 }

@@ -6,8 +6,16 @@
 //!
 //! ## Behavior
 //! - One multiplexed connection per master; every request shares it.
-//! - Every request is bounded by `node_timeout`: a dead or frozen master costs
-//!   at most that, never a hang.
+//! - Every request is bounded by `node_timeout` of the master's time,
+//!   counted from when the request is sent and without the time the agent
+//!   itself was too busy to write it or read its answer (see
+//!   [`conn::answer_within`]): a dead or frozen master costs at most that,
+//!   never a hang. Each request also has an overall bound
+//!   ([`Node::overall_bound`]); past it, the answer is the agent's own
+//!   backlog ([`NodeError::Backlog`]), which never changes the node's state.
+//! - The leak scanner's scans run on a connection of their own (see
+//!   [`scan`]), as the operators' listings do: their replies never queue
+//!   ahead of lock commands.
 //! - A connection error (refused, reset, closed) drops the connection, marks
 //!   the node `down` and wakes the health task, which reconnects. Requests
 //!   never reconnect inline.
@@ -103,6 +111,24 @@ pub struct NodeSettings {
     pub eviction_check: bool,
     /// `max_ttl + delayed_restart.extra`, or zero with delayed restart off.
     pub quarantine: Duration,
+    /// Charge the agent's own time (queued, or too busy to write or read)
+    /// to the master, as before it was taken out. On only through the test
+    /// switch `REDLOCK_TEST_CHARGE_QUEUED_TIME`, for control runs.
+    pub charge_queued: bool,
+    /// The longest a request to the master may take in all, queued in the
+    /// agent or on its way, before the agent gives it up as its own
+    /// backlog: `lock.max_ttl`, past which no lock it could concern is
+    /// still held. A vote or an extension also stops at its own TTL (see
+    /// [`batch`]).
+    pub overall: Duration,
+}
+
+/// The index of [`NodeError::Backlog`]'s kind in [`NodeError::KINDS`].
+fn backlog_index() -> usize {
+    NodeError::KINDS
+        .iter()
+        .position(|k| *k == "backlog")
+        .unwrap_or(NodeError::KINDS.len() - 1)
 }
 
 /// Which restart detector put a node in quarantine.
@@ -224,6 +250,14 @@ pub struct Node {
     marker_check: bool,
     eviction_check: bool,
     quarantine: Duration,
+    /// See [`NodeSettings::charge_queued`].
+    charge_queued: bool,
+    /// See [`NodeSettings::overall`].
+    overall: Duration,
+    /// The leak scanner's connection (see [`scan`]), opened on first use
+    /// and dropped after any error. A std Mutex: held only to clone or
+    /// replace the handle.
+    scan_conn: Mutex<Option<Conn>>,
     // A std Mutex: every critical section is a few field reads or writes and
     // never spans an await.
     inner: Mutex<Inner>,
@@ -281,6 +315,9 @@ impl Node {
             marker_check: settings.marker_check,
             eviction_check: settings.eviction_check,
             quarantine: settings.quarantine,
+            charge_queued: settings.charge_queued,
+            overall: settings.overall,
+            scan_conn: Mutex::new(None),
             // Connecting includes TCP, TLS and the handshake; allow more than
             // one request's worth, but keep it short so a frozen master is
             // noticed quickly. Only the health task waits on it.
@@ -324,6 +361,11 @@ impl Node {
 
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// See [`NodeSettings::overall`].
+    pub fn overall_bound(&self) -> Duration {
+        self.overall
     }
 
     /// The master's client, for connections of another kind (pub/sub).
@@ -604,26 +646,51 @@ impl Node {
         self.request_on(kind, conn, op).await
     }
 
-    /// Runs one request on `conn`, bounded by the node timeout; connection
-    /// errors disconnect the node.
+    /// Runs one request on `conn`, bounded by the node timeout (a probe: the
+    /// probe timeout) of the master's time (see [`conn::answer_within`]);
+    /// connection errors disconnect the node. Past the overall bound (a
+    /// probe: four probe timeouts) without the master having had its time,
+    /// [`NodeError::Backlog`], which changes nothing on the node.
     async fn request_on<T, F, Fut>(&self, kind: Op, conn: Conn, op: F) -> Result<T, NodeError>
     where
         F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        // A single server's connection bounds the request with its own
-        // response timeout (set in `open`); a cluster's gets a timer too
-        // (see `conn::bounded`).
-        let started = Instant::now();
-        let result = if self.is_cluster() {
-            let bound = if kind == Op::Probe {
-                self.probe_timeout()
-            } else {
-                self.timeout
-            };
-            conn::bounded(bound, op(conn)).await
+        let bound = if kind == Op::Probe {
+            self.probe_timeout()
         } else {
-            op(conn).await
+            self.timeout
+        };
+        let started = Instant::now();
+        let result = if self.charge_queued {
+            // The control: a single server's connection bounds the request
+            // with its own response timeout from the call (set in `open`);
+            // a cluster's gets a timer too (see `conn::bounded`).
+            if self.is_cluster() {
+                conn::bounded(bound, op(conn)).await
+            } else {
+                op(conn).await
+            }
+        } else {
+            let limit = if kind == Op::Probe {
+                bound * 4
+            } else {
+                self.overall_bound()
+            };
+            // The handle's own response timeout must not cut the request
+            // short of the limit (a cluster's bounds each attempt itself).
+            let mut conn = conn;
+            conn.set_response_timeout(limit);
+            match conn::answer_within(bound, limit, op(conn)).await {
+                conn::Within::Answered(result) => result,
+                conn::Within::TimedOut => Err(conn::timed_out()),
+                conn::Within::Backlog(waited) => {
+                    self.observer.request(kind, started.elapsed());
+                    self.observer.error(backlog_index());
+                    tracing::debug!(node = %self.name, ?kind, ?waited, "request held up by the agent's own backlog; not the master's failure");
+                    return Err(NodeError::Backlog(waited));
+                }
+            }
         };
         self.observer.request(kind, started.elapsed());
         result.map_err(|e| self.failed(kind, &e))

@@ -1,6 +1,7 @@
 //! The operators' and the scanner's commands: `SCAN` and reads of many
-//! keys at once on a reader connection apart from the lock path, and the
-//! scanner's guarded repair.
+//! keys at once on reader connections apart from the lock path (the
+//! listings' own, see [`Node::open_reader`], and the scanner's, kept
+//! here), and the scanner's guarded repair.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -11,9 +12,21 @@ use super::{classify, scripts, ttl_ms, Node};
 use crate::redlock::master::NodeError;
 use crate::redlock::observe::Op;
 
+/// Response timeout on the leak scanner's connection: a `SCAN` and the
+/// `READ_KEYS` of its page may take a few milliseconds more than a vote
+/// under load, and nothing waits on them but the scanner.
+const SCAN_TIMEOUT: Duration = Duration::from_secs(2);
+
 impl Node {
     /// One `SCAN cursor MATCH pattern COUNT count`, then the value and
-    /// PTTL of every key it returned, in one script call.
+    /// PTTL of every key it returned, in one script call; on the scanner's
+    /// own connection, so its replies never queue ahead of lock commands.
+    ///
+    /// ## Behavior
+    /// - The connection is opened on first use, and dropped after any error
+    ///   (the next scan opens a fresh one).
+    /// - Health does not watch it: its errors are the scan's, never change
+    ///   the node's state. A node that is `down` is not scanned.
     ///
     /// # Errors
     /// When the master is not connected, does not answer in time, or fails.
@@ -23,35 +36,33 @@ impl Node {
         pattern: &str,
         count: u64,
     ) -> Result<(u64, Vec<KeyState>), NodeError> {
-        let Some(conn) = self.connection() else {
-            return Err(NodeError::NotConnected);
-        };
-        if self.is_cluster() {
-            let (next, keys) = self.scan_cluster(&conn, cursor, pattern, count).await?;
+        let conn = self.scan_connection().await?;
+        let result = async {
+            let (next, keys) = self.scan_names(&conn, cursor, pattern, count).await?;
             let states = self.read_keys(&conn, &keys).await?;
-            return Ok((next, states));
+            Ok((next, states))
         }
-        let (next, keys): (u64, Vec<String>) = self
-            .request(Op::Scan, |mut conn| async move {
-                scan_cmd(cursor, pattern, count)
-                    .query_async(&mut conn)
-                    .await
-            })
-            .await?;
-        if keys.is_empty() {
-            return Ok((next, Vec::new()));
+        .await;
+        if result.is_err() {
+            *self.scan_conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
-        let script_keys = keys.clone();
-        let reply: Vec<redis::Value> = self
-            .request(Op::Scan, |mut conn| async move {
-                let mut invocation = scripts::READ_KEYS.prepare_invoke();
-                for key in &script_keys {
-                    invocation.key(key);
-                }
-                invocation.invoke_async(&mut conn).await
-            })
-            .await?;
-        Ok((next, key_states(keys.into_iter(), &reply)))
+        result
+    }
+
+    /// The scanner's connection, opened if there is none.
+    async fn scan_connection(&self) -> Result<Conn, NodeError> {
+        // Poisoning needs a panic while held; clone and replace cannot panic.
+        if let Some(conn) = self
+            .scan_conn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Ok(conn);
+        }
+        let conn = self.open_reader(SCAN_TIMEOUT).await?;
+        *self.scan_conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        Ok(conn)
     }
 
     /// One page of a scan over every shard of a cluster, one shard after

@@ -37,11 +37,17 @@ pub enum NodeError {
     Script(String),
     #[error("{0}")]
     Other(String),
+    /// Not answered in time because the agent itself was busy: queued in
+    /// the agent, or the agent too slow to write the request or read the
+    /// answer, for this long in all. Never the master's failure: it does
+    /// not change the master's state.
+    #[error("not sent or not read in time: the agent was busy for {0:?} (its own backlog, not the master)")]
+    Backlog(Duration),
 }
 
 impl NodeError {
     /// Every value of [`NodeError::kind`].
-    pub const KINDS: [&'static str; 10] = [
+    pub const KINDS: [&'static str; 11] = [
         "timeout",
         "not_connected",
         "connection",
@@ -52,6 +58,7 @@ impl NodeError {
         "wrongtype",
         "script",
         "other",
+        "backlog",
     ];
 
     /// A closed label for logs and metrics.
@@ -67,6 +74,7 @@ impl NodeError {
             NodeError::WrongType => "wrongtype",
             NodeError::Script(_) => "script",
             NodeError::Other(_) => "other",
+            NodeError::Backlog(_) => "backlog",
         }
     }
 }

@@ -1,0 +1,346 @@
+//! Lock calls beside the agent's own load, on real healthy masters: full-
+//! speed listings of hundreds of locks, and bursts of thousands of
+//! concurrent acquires, never turn a lock call into `no_quorum` nor mark a
+//! master `down`. Time a command spends queued inside the agent is the
+//! agent's, not the master's.
+//!
+//! Bounded: each client runs a fixed number of cycles, the readers stop
+//! when the clients are done. Nothing here asserts on a duration.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Cluster, TestAgent};
+use redlock_client::{AcquireOptions, Error, LocksQuery};
+
+/// Locks held for the whole run, so every listing reads this many keys on
+/// each master.
+const HELD: usize = 300;
+
+/// What a run came to.
+#[derive(Debug, Default)]
+struct Figures {
+    calls: AtomicUsize,
+    no_quorum: AtomicUsize,
+    /// Any other failure (taken, transport, other API errors).
+    other: AtomicUsize,
+    listings: AtomicUsize,
+    /// Listings answered 429 busy (two run at once per agent).
+    busy: AtomicUsize,
+    /// Listings answered with another error.
+    failed_listings: AtomicUsize,
+    /// Samples of `/v1/nodes` that showed a master not `up`.
+    not_up: AtomicUsize,
+    first_no_quorum: std::sync::Mutex<Option<String>>,
+    first_not_up: std::sync::Mutex<Option<String>>,
+}
+
+impl Figures {
+    fn line(&self) -> String {
+        format!(
+            "{} lock calls, {} no_quorum, {} other failures; {} listings ({} busy, {} failed); {} node samples not up; first no_quorum: {:?}; first not up: {:?}",
+            self.calls.load(Ordering::Relaxed),
+            self.no_quorum.load(Ordering::Relaxed),
+            self.other.load(Ordering::Relaxed),
+            self.listings.load(Ordering::Relaxed),
+            self.busy.load(Ordering::Relaxed),
+            self.failed_listings.load(Ordering::Relaxed),
+            self.not_up.load(Ordering::Relaxed),
+            self.first_no_quorum.lock().unwrap(),
+            self.first_not_up.lock().unwrap(),
+        )
+    }
+
+    fn count(&self, result: Result<(), Error>) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        match result {
+            Ok(()) => {}
+            Err(Error::NoQuorum { message }) => {
+                self.no_quorum.fetch_add(1, Ordering::Relaxed);
+                self.first_no_quorum.lock().unwrap().get_or_insert(message);
+            }
+            Err(e) => {
+                self.other.fetch_add(1, Ordering::Relaxed);
+                eprintln!("lock call failed: {e}");
+            }
+        }
+    }
+}
+
+/// The agents' config: the default node timeout (50ms), and a `max_ttl`
+/// long enough for [`HELD`]'s locks to outlast the slowest run.
+const CONFIG: &str = "lock:\n  max_ttl: 30m\n";
+
+/// Holds [`HELD`] locks (ttl 30 min) so listings have keys to read.
+async fn hold_many(agent: &TestAgent) {
+    let options = AcquireOptions::new().ttl(Duration::from_secs(1800));
+    for i in 0..HELD {
+        agent
+            .client
+            .acquire(&format!("held-{i:03}"), &options)
+            .await
+            .unwrap_or_else(|e| panic!("held-{i:03}: {e}"));
+    }
+}
+
+/// `clients` acquire/release loops of `cycles` each on resources of their
+/// own, `readers` loops of `GET /v1/locks` at full speed until the clients
+/// are done, and a watcher of `/v1/nodes`.
+async fn run(agent: &TestAgent, clients: usize, cycles: usize, readers: usize) -> Arc<Figures> {
+    let figures = Arc::new(Figures::default());
+    let done = Arc::new(AtomicBool::new(false));
+    let mut background = Vec::new();
+    for _ in 0..readers {
+        let (client, figures, done) = (agent.client.clone(), figures.clone(), done.clone());
+        background.push(tokio::spawn(async move {
+            let query = LocksQuery::new().limit(5000);
+            while !done.load(Ordering::Relaxed) {
+                match client.locks_page(&query).await {
+                    Ok(page) => {
+                        assert!(
+                            page.locks.len() >= HELD,
+                            "{} locks listed",
+                            page.locks.len()
+                        );
+                        figures.listings.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) if e.code() == Some(redlock_wire::ErrorCode::Busy) => {
+                        figures.busy.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Not what this file tests (a listing's reads have
+                    // their own bounds); counted and shown.
+                    Err(e) => {
+                        figures.failed_listings.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("listing failed: {e}");
+                    }
+                }
+            }
+        }));
+    }
+    {
+        let (client, figures, done) = (agent.client.clone(), figures.clone(), done.clone());
+        background.push(tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                let nodes = client.nodes().await.expect("nodes");
+                let down: Vec<String> = nodes
+                    .nodes
+                    .iter()
+                    .filter(|n| n.state != redlock_wire::NodeState::Up)
+                    .map(|n| format!("{} {:?} ({:?})", n.name, n.state, n.last_error))
+                    .collect();
+                if !down.is_empty() {
+                    figures.not_up.fetch_add(1, Ordering::Relaxed);
+                    figures
+                        .first_not_up
+                        .lock()
+                        .unwrap()
+                        .get_or_insert(down.join(", "));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }));
+    }
+    let workers: Vec<_> = (0..clients)
+        .map(|c| {
+            let (client, figures) = (agent.client.clone(), figures.clone());
+            tokio::spawn(async move {
+                let options = AcquireOptions::new().ttl(Duration::from_secs(10));
+                for i in 0..cycles {
+                    let resource = format!("work-{c}-{i}");
+                    match client.acquire(&resource, &options).await {
+                        Ok(grant) => {
+                            let released = client.release(&resource, &grant.token).await;
+                            figures.count(Ok(()));
+                            figures.count(released.map(|_| ()));
+                        }
+                        Err(e) => figures.count(Err(e)),
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.expect("a client loop");
+    }
+    done.store(true, Ordering::Relaxed);
+    for task in background {
+        task.await.expect("a reader or the watcher");
+    }
+    figures
+}
+
+/// The workload of the listing tests: 8 clients of 60 acquire/release
+/// cycles each, beside 4 listing loops.
+const CLIENTS: usize = 8;
+const CYCLES: usize = 60;
+const READERS: usize = 4;
+
+/// The tests of this file one at a time: each loads the machine, and the
+/// control sets a process-wide switch while its agent starts.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Sets a test switch (an environment variable) while an agent starts;
+/// removes it when dropped. Agents read their switches when built.
+struct Switch(&'static str);
+
+impl Switch {
+    fn set(name: &'static str) -> Switch {
+        std::env::set_var(name, "1");
+        Switch(name)
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        std::env::remove_var(self.0);
+    }
+}
+
+/// Eight acquire/release clients beside four `GET /v1/locks` readers at
+/// full speed over 300 held locks: no lock call fails and every master
+/// stays `up`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_at_full_speed_never_fail_lock_calls() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::start(5);
+    let agent = TestAgent::start(&cluster, CONFIG).await;
+    hold_many(&agent).await;
+    let figures = run(&agent, CLIENTS, CYCLES, READERS).await;
+    eprintln!("listings beside lock calls: {}", figures.line());
+    assert!(
+        figures.listings.load(Ordering::Relaxed) > 0,
+        "{}",
+        figures.line()
+    );
+    assert_eq!(
+        figures.no_quorum.load(Ordering::Relaxed),
+        0,
+        "{}",
+        figures.line()
+    );
+    assert_eq!(
+        figures.other.load(Ordering::Relaxed),
+        0,
+        "{}",
+        figures.line()
+    );
+    assert_eq!(
+        figures.not_up.load(Ordering::Relaxed),
+        0,
+        "{}",
+        figures.line()
+    );
+    assert_eq!(agent.nodes().await["usable"], 5);
+}
+
+/// 2,000 acquires at once, each on a resource of its own with a wait, then
+/// released: every one is granted, none answers `no_quorum`, and no master
+/// is marked `down` by the agent's own backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_acquires_marks_no_master_down() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::start(5);
+    let agent = TestAgent::start(&cluster, CONFIG).await;
+    let figures = Arc::new(Figures::default());
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (client, figures, done) = (agent.client.clone(), figures.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                let nodes = client.nodes().await.expect("nodes");
+                let down: Vec<String> = nodes
+                    .nodes
+                    .iter()
+                    .filter(|n| n.state != redlock_wire::NodeState::Up)
+                    .map(|n| format!("{} {:?} ({:?})", n.name, n.state, n.last_error))
+                    .collect();
+                if !down.is_empty() {
+                    figures.not_up.fetch_add(1, Ordering::Relaxed);
+                    figures
+                        .first_not_up
+                        .lock()
+                        .unwrap()
+                        .get_or_insert(down.join(", "));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let burst: Vec<_> = (0..2_000)
+        .map(|i| {
+            let (client, figures) = (agent.client.clone(), figures.clone());
+            tokio::spawn(async move {
+                let options = AcquireOptions::new()
+                    .ttl(Duration::from_secs(30))
+                    .wait(Duration::from_secs(20));
+                let resource = format!("burst-{i}");
+                match client.acquire(&resource, &options).await {
+                    Ok(grant) => {
+                        figures.count(Ok(()));
+                        let released = client.release(&resource, &grant.token).await;
+                        figures.count(released.map(|_| ()));
+                    }
+                    Err(e) => figures.count(Err(e)),
+                }
+            })
+        })
+        .collect();
+    for task in burst {
+        task.await.expect("an acquire");
+    }
+    done.store(true, Ordering::Relaxed);
+    watcher.await.expect("the watcher");
+    eprintln!("burst: {}", figures.line());
+    assert_eq!(
+        figures.no_quorum.load(Ordering::Relaxed),
+        0,
+        "{}",
+        figures.line()
+    );
+    assert_eq!(
+        figures.other.load(Ordering::Relaxed),
+        0,
+        "{}",
+        figures.line()
+    );
+    assert_eq!(
+        figures.not_up.load(Ordering::Relaxed),
+        0,
+        "{}",
+        figures.line()
+    );
+}
+
+/// The control of [`listings_at_full_speed_never_fail_lock_calls`]: the
+/// same workload on an agent that charges its own time to the masters
+/// again (`REDLOCK_TEST_CHARGE_QUEUED_TIME=1`: a command queued longer than
+/// the node timeout is answered `timeout` unsent, and every request is
+/// bounded from the call) turns lock calls into `no_quorum`. Up to three
+/// runs, stopping at the first that shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_charging_queued_time_makes_lock_calls_fail() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::start(5);
+    let agent = {
+        let _switch = Switch::set(redlock_testkit::switches::CHARGE_QUEUED_TIME);
+        TestAgent::start(&cluster, CONFIG).await
+    };
+    hold_many(&agent).await;
+    let mut lines = Vec::new();
+    for _ in 0..3 {
+        let figures = run(&agent, CLIENTS, CYCLES, READERS).await;
+        eprintln!("control, queued time charged: {}", figures.line());
+        lines.push(figures.line());
+        if figures.no_quorum.load(Ordering::Relaxed) > 0 {
+            return;
+        }
+    }
+    panic!(
+        "charging the agent's own time never failed a lock call: the workload is too light to \
+         show what the tests above guard against:\n{}",
+        lines.join("\n")
+    );
+}
