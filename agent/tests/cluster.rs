@@ -985,12 +985,69 @@ async fn fenced(agent: &TestAgent, resource: &str) -> (String, u64) {
     (token, fence)
 }
 
+/// The fence counter of `slot` on each cluster's primary in `owners`
+/// (`None` where it has none).
+async fn fence_counters(owners: &[Primary], slot: u16) -> Vec<Option<u64>> {
+    let mut counters = Vec::new();
+    for p in owners {
+        counters.push(get(p.port, &fence_key(slot)).await.map(|c| {
+            c.parse()
+                .unwrap_or_else(|e| panic!("port {}: fence counter {c:?}: {e}", p.port))
+        }));
+    }
+    counters
+}
+
+/// What one fenced grant left in the counters, read after its release:
+/// round 2 wrote `fence` to the masters that voted yes, and the grant was
+/// answered only once a quorum of them confirmed, so at least a quorum of
+/// clusters hold `fence`, each up from a smaller counter or none. No
+/// counter is above `fence` (the largest fence answered so far), and none
+/// went down or vanished (a master that did not vote keeps its counter).
+fn check_counters(
+    masters: &Masters,
+    round: &str,
+    before: &[Option<u64>],
+    after: &[Option<u64>],
+    fence: u64,
+) {
+    let mut holders = Vec::new();
+    for (i, c) in masters.clusters.iter().enumerate() {
+        let name = c.name();
+        match (before[i], after[i]) {
+            (Some(b), None) => panic!("{round}: {name}: the fence counter {b} vanished"),
+            (Some(b), Some(a)) => {
+                assert!(a >= b, "{round}: {name}: the counter went down, {b} to {a}")
+            }
+            _ => {}
+        }
+        let Some(counter) = after[i] else { continue };
+        assert!(
+            counter <= fence,
+            "{round}: {name}: {counter} above the fence answered, {fence}"
+        );
+        if counter == fence {
+            assert!(
+                before[i].is_none_or(|b| b < fence),
+                "{round}: {name}: held the new fence {fence} before it was answered"
+            );
+            holders.push(i);
+        }
+    }
+    assert!(
+        holders.len() >= masters.count() / 2 + 1,
+        "{round}: a quorum of clusters holds the fence {fence}: {holders:?}, counters {after:?}"
+    );
+}
+
 /// Fences for one resource keep growing over grants by two agents on five
-/// clusters; the slot's counter on each cluster's shard holds the last
-/// fence on a quorum and never more. The shard serving it restarts empty
+/// clusters; after each grant, the slot's counter on the shard serving it
+/// holds that fence on a quorum of clusters (the ones that voted yes: a
+/// cluster that did not vote may have an older counter, or none yet) and
+/// is never above it or going down. The shard serving it restarts empty
 /// in three clusters, two holders of the last fence surviving (the counter
 /// gone on the three); once readmitted, their counters have caught up to
-/// the last fence and the next fence is still larger.
+/// the last fence and the next fences are still larger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_keep_growing_on_clusters_across_a_shard_restarted_empty() {
     let mut masters = Masters::start(5, 0);
@@ -998,36 +1055,23 @@ async fn fences_keep_growing_on_clusters_across_a_shard_restarted_empty() {
     let b = masters.agent(SETTINGS).await;
     let slot = slot_of("fenced");
     let shard = blocking(|| masters.clusters[0].shard_of_slot(slot)).unwrap();
+    let owners = masters.owners(slot);
 
     let mut last = 0;
+    let mut counters = vec![None; masters.count()];
     for round in 0..6 {
         let agent = if round % 2 == 0 { &a } else { &b };
         let (token, fence) = fenced(agent, "fenced").await;
         assert!(fence > last, "round {round}: fence {fence} after {last}");
         last = fence;
         release(agent, "fenced", &token).await;
+        let now = fence_counters(&owners, slot).await;
+        check_counters(&masters, &format!("round {round}"), &counters, &now, fence);
+        counters = now;
     }
-    let owners = masters.owners(slot);
-    let mut holders = Vec::new();
-    for (i, (c, p)) in masters.clusters.iter().zip(&owners).enumerate() {
-        let counter: u64 = get(p.port, &fence_key(slot))
-            .await
-            .unwrap_or_else(|| panic!("{}: no fence counter in the slot", c.name()))
-            .parse()
-            .unwrap();
-        assert!(
-            counter <= last,
-            "{}: {counter} above the last fence {last}",
-            c.name()
-        );
-        if counter == last {
-            holders.push(i);
-        }
-    }
-    assert!(
-        holders.len() >= 3,
-        "a quorum of clusters holds the last fence {last}: {holders:?}"
-    );
+    let holders: Vec<usize> = (0..counters.len())
+        .filter(|&i| counters[i] == Some(last))
+        .collect();
 
     // Three clusters restart, the ones without the last fence first, so
     // that two holders of it survive for the catch-up to read (with all
@@ -1074,7 +1118,8 @@ async fn fences_keep_growing_on_clusters_across_a_shard_restarted_empty() {
             "{name}: the counter {counter} caught up to the last fence {last}, which clusters {holders:?} held"
         );
     }
-    for agent in [&b, &a] {
+    let mut counters = fence_counters(&owners, slot).await;
+    for (round, agent) in [&b, &a].into_iter().enumerate() {
         let (token, fence) = fenced(agent, "fenced").await;
         assert!(
             fence > last,
@@ -1082,6 +1127,10 @@ async fn fences_keep_growing_on_clusters_across_a_shard_restarted_empty() {
         );
         last = fence;
         release(agent, "fenced", &token).await;
+        let now = fence_counters(&owners, slot).await;
+        let what = format!("round {round} after the restart");
+        check_counters(&masters, &what, &counters, &now, fence);
+        counters = now;
     }
 }
 

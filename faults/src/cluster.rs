@@ -33,41 +33,41 @@ use crate::client::Client;
 use crate::proxy::Link;
 
 /// Where the `redlock-agent` binary is: `$REDLOCK_AGENT_BIN`, or beside the
-/// running executable (`target/<profile>/`, also from `deps/`), built first
-/// with cargo (once per process) so the suite never runs a stale agent;
-/// `FAULTS_NO_BUILD=1` skips the build.
+/// running executable (`target/<profile>/`, also from `deps/`), current
+/// with its sources. Never built here: a build started from a test would
+/// wait on any other build's cargo locks with the test's timeout running,
+/// so the tests fail at once instead, naming the command that builds it
+/// (`tools/test.sh` builds every binary before the tests). The `faults`
+/// command line builds it first ([`build_agent_if_stale`]).
 ///
 /// # Errors
-/// When it cannot be built or is not there, with the command that builds it.
+/// When it is missing or older than its sources, with the command that
+/// builds it.
 pub fn agent_binary() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("REDLOCK_AGENT_BIN") {
         return Ok(PathBuf::from(path));
     }
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    if std::env::var_os("FAULTS_NO_BUILD").is_none() {
-        static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-        BUILT
-            .get_or_init(|| build_agent(dir.ends_with("release")))
-            .clone()?;
-    }
-    let candidate = dir.join("redlock-agent");
-    if candidate.is_file() {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "{} is missing; build it first with `cargo build -p redlock-agent` \
-             (or point REDLOCK_AGENT_BIN at the binary)",
-            candidate.display()
-        ))
-    }
+    redlock_testkit::bins::workspace_binary("redlock-agent").map_err(|e| e.to_string())
 }
 
-/// `cargo build -p redlock-agent` in this workspace (a no-op when fresh).
-fn build_agent(release: bool) -> Result<(), String> {
+/// For the `faults` command line run by hand: `cargo build -p
+/// redlock-agent` when the binary beside it is missing or older than its
+/// sources, so a run never uses a stale agent; nothing when it is current,
+/// when `$REDLOCK_AGENT_BIN` names another binary, or with
+/// `FAULTS_NO_BUILD=1`.
+///
+/// # Errors
+/// When cargo cannot be run or the build fails, with its output.
+pub fn build_agent_if_stale() -> Result<(), String> {
+    if std::env::var_os("REDLOCK_AGENT_BIN").is_some()
+        || std::env::var_os("FAULTS_NO_BUILD").is_some()
+        || agent_binary().is_ok()
+    {
+        return Ok(());
+    }
+    let release = redlock_testkit::bins::target_dir()
+        .map_err(|e| e.to_string())?
+        .ends_with("release");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
     let mut command = Command::new(cargo);
@@ -85,6 +85,7 @@ fn build_agent(release: bool) -> Result<(), String> {
     if release {
         command.arg("--release");
     }
+    eprintln!("faults: building redlock-agent (cargo build -p redlock-agent)");
     let out = command
         .stdin(Stdio::null())
         .output()
