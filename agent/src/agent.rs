@@ -16,6 +16,7 @@ use crate::node::{Node, NodeSettings, FENCE_SUFFIX};
 use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITCH};
 use crate::redlock::master::NodeError;
 use crate::redlock::{Drift, Settings};
+use redlock_testkit::switches::NO_LOSS_NOTICE;
 use crate::scanner::{ScanSettings, Scanner};
 use tokio_util::sync::CancellationToken;
 
@@ -26,7 +27,12 @@ use tokio_util::sync::CancellationToken;
 pub use redlock_testkit::switches::NO_MARKER_CHECK as MARKER_SWITCH;
 
 fn marker_check_disabled() -> bool {
-    std::env::var_os(MARKER_SWITCH).is_some_and(|v| v == "1")
+    switched_on(MARKER_SWITCH)
+}
+
+/// A test-only switch (see [`redlock_testkit::switches`]) set to `1`.
+fn switched_on(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v == "1")
 }
 
 /// State shared by every request.
@@ -178,9 +184,17 @@ impl Agent {
             shutdown.clone(),
         ));
         let engine = Engine::new(nodes, settings, metrics.clone());
+        let mut rules = Rules::new(&config.lock);
+        if switched_on(NO_LOSS_NOTICE) {
+            tracing::warn!(
+                "{NO_LOSS_NOTICE} is set: holds hear of a force release or of masters that lost \
+                 their keys only at their next renewal; for control runs of the tests only"
+            );
+            rules.loss_notice = false;
+        }
         let locks = Locks::new(
             engine,
-            Rules::new(&config.lock),
+            rules,
             waiters,
             Arc::clone(&metrics),
             shutdown,
@@ -246,7 +260,7 @@ impl Agent {
         for node in nodes {
             tasks.push(tokio::spawn(waiters::listen(
                 Arc::clone(node),
-                Arc::clone(self.locks.waiters()),
+                Arc::clone(&self.locks),
             )));
         }
         tasks

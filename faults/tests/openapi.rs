@@ -142,7 +142,14 @@ fn wire_values_match_their_schemas() {
         },
     );
     check(&s, "HoldEvent", HoldEvent::Renewed { validity_ms: 1 });
-    for reason in ["renew_failed", "no_quorum", "max_hold", "shutdown"] {
+    for reason in [
+        "renew_failed",
+        "no_quorum",
+        "max_hold",
+        "shutdown",
+        "force_released",
+        "node_lost",
+    ] {
         check(
             &s,
             "HoldEvent",

@@ -16,5 +16,16 @@ pub const NO_FENCE_WRITEBACK: &str = "REDLOCK_TEST_NO_FENCE_WRITEBACK";
 /// fence floor only: hosts whose clocks disagree.
 pub const FENCE_CLOCK_SKEW_MS: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
 
+/// `1` turns the loss notices between renewals off: a hold hears of an
+/// operator's force release or of masters that lost its keys only at its
+/// next renewal. The control runs of `agent/tests/loss_notice.rs`, which
+/// must see the notice come late without it.
+pub const NO_LOSS_NOTICE: &str = "REDLOCK_TEST_NO_LOSS_NOTICE";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 3] = [NO_MARKER_CHECK, NO_FENCE_WRITEBACK, FENCE_CLOCK_SKEW_MS];
+pub const ALL: [&str; 4] = [
+    NO_MARKER_CHECK,
+    NO_FENCE_WRITEBACK,
+    FENCE_CLOCK_SKEW_MS,
+    NO_LOSS_NOTICE,
+];

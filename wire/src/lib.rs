@@ -134,7 +134,10 @@ pub enum HoldEvent {
     /// Extended on a quorum; valid for `validity_ms` from now.
     Renewed { validity_ms: u64 },
     /// Last line, sent before the validity ends: stop using the lock.
-    /// `reason`: `renew_failed`, `no_quorum`, `max_hold` or `shutdown`.
+    /// `reason`: `renew_failed`, `no_quorum`, `max_hold`, `shutdown`,
+    /// `force_released` (an operator's force release removed it) or
+    /// `node_lost` (masters it held on lost their keys: fewer than a quorum
+    /// still hold it).
     Lost { reason: String },
 }
 

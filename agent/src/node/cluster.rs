@@ -211,6 +211,7 @@ impl Node {
             } else {
                 tracing::debug!(node = %self.name, slot, why, "cluster slot quarantined");
             }
+            self.lost_keys();
             self.wake.notify_one();
         }
     }
@@ -391,6 +392,7 @@ impl Node {
             }
             self.observer.quarantined_slots(table.out());
         }
+        self.lost_keys();
         let keys: Vec<(u16, Vec<String>)> = slots
             .iter()
             .map(|slot| (*slot, vec![slot_key(&self.marker_key, *slot)]))
@@ -447,6 +449,7 @@ impl Node {
         }
         self.observer.quarantined_slots(self.quarantined_slots());
         if lost > 0 {
+            self.lost_keys();
             self.restart_detected(super::Detector::Marker);
             tracing::warn!(
                 node = %self.name,
