@@ -4,11 +4,12 @@
 //! [`crate::daemon`]'s.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use redlock_wire::{NodeState, NodeStatus, NodesResponse};
 
 use crate::config::Config;
-use crate::health::{self, HealthSettings};
+use crate::health::{self, HealthSettings, Usability};
 use crate::lock::waiters::{self, Waiters};
 use crate::lock::{millis, Engine, Locks, Rules};
 use crate::metrics::{Metrics, NodeSeries};
@@ -16,8 +17,8 @@ use crate::node::{Node, NodeSettings, FENCE_SUFFIX};
 use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITCH};
 use crate::redlock::master::NodeError;
 use crate::redlock::{Drift, Settings};
-use redlock_testkit::switches::NO_LOSS_NOTICE;
 use crate::scanner::{ScanSettings, Scanner};
+use redlock_testkit::switches::{NO_LOSS_NOTICE, NO_SLOT_READINESS};
 use tokio_util::sync::CancellationToken;
 
 /// The test-only switch that turns the in-vote marker check off, so a
@@ -44,6 +45,9 @@ pub struct Agent {
     metrics: Arc<Metrics>,
     scanner: Arc<Scanner>,
     started: std::time::Instant,
+    /// Readiness counts cluster slots in quarantine; off only under the
+    /// test switch `REDLOCK_TEST_NO_SLOT_READINESS`, for control runs.
+    slot_readiness: bool,
 }
 
 /// A master URL the redis crate refuses.
@@ -192,13 +196,14 @@ impl Agent {
             );
             rules.loss_notice = false;
         }
-        let locks = Locks::new(
-            engine,
-            rules,
-            waiters,
-            Arc::clone(&metrics),
-            shutdown,
-        );
+        let slot_readiness = !switched_on(NO_SLOT_READINESS);
+        if !slot_readiness {
+            tracing::warn!(
+                "{NO_SLOT_READINESS} is set: readiness ignores cluster slots in quarantine and \
+                 can say ready while no lock can be granted; for control runs of the tests only"
+            );
+        }
+        let locks = Locks::new(engine, rules, waiters, Arc::clone(&metrics), shutdown);
         Ok(Agent {
             config,
             locks: Arc::new(locks),
@@ -206,6 +211,7 @@ impl Agent {
             metrics,
             scanner,
             started: std::time::Instant::now(),
+            slot_readiness,
         })
     }
 
@@ -266,69 +272,107 @@ impl Agent {
         tasks
     }
 
-    /// `GET /v1/nodes` from the nodes' snapshots.
+    /// `GET /v1/nodes` from the nodes' snapshots, with readiness: whether
+    /// a lock on any resource could get a quorum now (see
+    /// [`health::readiness`]), and why not.
     pub fn nodes(&self) -> NodesResponse {
         let engine = self.engine();
-        let nodes: Vec<NodeStatus> = engine
-            .nodes()
-            .iter()
-            .zip(engine.duplicates())
-            .map(|(node, duplicate)| {
-                let snap = node.snapshot();
-                let mut warnings = snap.warnings;
-                let state = match duplicate {
-                    Some(first) => {
-                        let first = engine.nodes()[first].name();
-                        warnings.push(format!(
-                            "same server as {first} (same run_id): counted once, as {first}"
-                        ));
-                        NodeState::Duplicate
-                    }
-                    None => snap.state,
-                };
-                NodeStatus {
-                    name: node.name().to_string(),
-                    state,
-                    latency_ms: snap.latency.map(|d| d.as_micros() as f64 / 1000.0),
-                    last_error: snap.last_error,
-                    quarantine_remaining_ms: millis(snap.quarantine_remaining),
-                    quarantine_ms: millis(snap.quarantine_len),
-                    detector: snap.detector.map(|d| d.as_str().to_string()),
-                    run_id: snap.identity.as_ref().map(|i| i.run_id.clone()),
-                    uptime_s: snap.identity.as_ref().map(|i| i.uptime.as_secs()),
-                    persistence: snap.persistence,
-                    warnings,
-                    kind: if node.is_cluster() {
-                        "cluster"
-                    } else {
-                        "single"
-                    }
-                    .to_string(),
-                    shards: node
-                        .shards()
-                        .into_iter()
-                        .map(|(shard, out)| redlock_wire::ShardStatus {
-                            addr: shard.addr(),
-                            node_id: shard.node_id,
-                            slots: shard.slots,
-                            state: if shard.up && snap.connected {
-                                NodeState::Up
-                            } else {
-                                NodeState::Down
-                            },
-                            quarantined_slots: out as u64,
-                            replicas: shard.replicas,
-                        })
-                        .collect(),
-                    quarantined_slots: node.quarantined_slots() as u64,
+        let mut usability = Vec::with_capacity(engine.nodes().len());
+        let mut slot_details = Vec::new();
+        let mut nodes: Vec<NodeStatus> = Vec::with_capacity(engine.nodes().len());
+        for (node, duplicate) in engine.nodes().iter().zip(engine.duplicates()) {
+            let snap = node.snapshot();
+            let mut warnings = snap.warnings;
+            let state = match duplicate {
+                Some(first) => {
+                    let first = engine.nodes()[first].name();
+                    warnings.push(format!(
+                        "same server as {first} (same run_id): counted once, as {first}"
+                    ));
+                    NodeState::Duplicate
                 }
-            })
-            .collect();
+                None => snap.state,
+            };
+            let slots = node.slot_usability();
+            let quarantined_slots = node.quarantined_slots();
+            let slots_left = slots.as_ref().map_or(Duration::ZERO, |(_, left)| *left);
+            usability.push(match (state, slots) {
+                (NodeState::Up, Some((can_vote, _))) if self.slot_readiness => {
+                    let cannot = can_vote.iter().filter(|v| !**v).count();
+                    if cannot > 0 {
+                        slot_details.push(slot_detail(
+                            node.name(),
+                            quarantined_slots,
+                            slots_left,
+                            cannot.saturating_sub(quarantined_slots),
+                        ));
+                    }
+                    Usability::Slots(can_vote)
+                }
+                (NodeState::Up, _) => Usability::Everywhere,
+                _ => Usability::Unusable,
+            });
+            nodes.push(NodeStatus {
+                name: node.name().to_string(),
+                state,
+                latency_ms: snap.latency.map(|d| d.as_micros() as f64 / 1000.0),
+                last_error: snap.last_error,
+                quarantine_remaining_ms: millis(snap.quarantine_remaining),
+                quarantine_ms: millis(snap.quarantine_len),
+                detector: snap.detector.map(|d| d.as_str().to_string()),
+                run_id: snap.identity.as_ref().map(|i| i.run_id.clone()),
+                uptime_s: snap.identity.as_ref().map(|i| i.uptime.as_secs()),
+                persistence: snap.persistence,
+                warnings,
+                kind: if node.is_cluster() {
+                    "cluster"
+                } else {
+                    "single"
+                }
+                .to_string(),
+                shards: node
+                    .shards()
+                    .into_iter()
+                    .map(|(shard, out)| redlock_wire::ShardStatus {
+                        addr: shard.addr(),
+                        node_id: shard.node_id,
+                        slots: shard.slots,
+                        state: if shard.up && snap.connected {
+                            NodeState::Up
+                        } else {
+                            NodeState::Down
+                        },
+                        quarantined_slots: out as u64,
+                        replicas: shard.replicas,
+                    })
+                    .collect(),
+                quarantined_slots: quarantined_slots as u64,
+                quarantined_slots_remaining_ms: millis(slots_left),
+            });
+        }
         let usable = nodes.iter().filter(|n| n.state == NodeState::Up).count();
+        let quorum = engine.quorum();
+        let readiness = health::readiness(&usability, quorum);
+        let reason = (!readiness.ready()).then(|| {
+            if usable < quorum {
+                return engine.describe_unusable();
+            }
+            format!(
+                "{} of {} hash slots have fewer than a quorum of masters that can vote in them \
+                 (as few as {}, quorum is {}): a lock on a resource there answers no_quorum; {}",
+                readiness.slots_without_quorum,
+                redlock_wire::keys::SLOTS,
+                readiness.fewest,
+                quorum,
+                slot_details.join("; ")
+            )
+        });
         NodesResponse {
-            quorum: engine.quorum(),
+            quorum,
             usable,
-            available: usable >= engine.quorum(),
+            available: readiness.ready(),
+            reason,
+            slots_without_quorum: readiness.slots_without_quorum,
             nodes,
         }
     }
@@ -371,8 +415,27 @@ impl Agent {
         }
         m.usable_nodes
             .set(i64::try_from(usable).unwrap_or(i64::MAX));
-        m.quorum_available.set(i64::from(usable >= engine.quorum()));
+        // What /readyz says: cluster slots in quarantine count.
+        m.quorum_available.set(i64::from(
+            usable >= engine.quorum() && self.nodes().available,
+        ));
         self.sweep_grants();
         m.encode()
     }
+}
+
+/// Why a cluster master cannot vote in some slots, for `/v1/nodes`'s
+/// `reason`.
+fn slot_detail(name: &str, quarantined: usize, left: Duration, unserved: usize) -> String {
+    let mut parts = Vec::new();
+    if quarantined > 0 {
+        parts.push(format!(
+            "{quarantined} slots in quarantine (lost keys possible) for up to {}ms more",
+            left.as_millis()
+        ));
+    }
+    if unserved > 0 {
+        parts.push(format!("{unserved} slots on shards that are down"));
+    }
+    format!("{name} has {}", parts.join(" and "))
 }

@@ -22,10 +22,17 @@ pub const FENCE_CLOCK_SKEW_MS: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
 /// must see the notice come late without it.
 pub const NO_LOSS_NOTICE: &str = "REDLOCK_TEST_NO_LOSS_NOTICE";
 
+/// `1` makes readiness (`/readyz`, `available` in `/v1/nodes`) ignore the
+/// hash slots a cluster master keeps in quarantine, counting masters only:
+/// the control run of `agent/tests/readiness.rs`, which must see the agent
+/// say ready while no lock can be granted.
+pub const NO_SLOT_READINESS: &str = "REDLOCK_TEST_NO_SLOT_READINESS";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 4] = [
+pub const ALL: [&str; 5] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
     NO_LOSS_NOTICE,
+    NO_SLOT_READINESS,
 ];

@@ -221,6 +221,32 @@ impl Node {
         self.slots().map_or(0, |s| s.out())
     }
 
+    /// For readiness: which slots a cluster master can vote in now (served
+    /// by a primary that answered the last probe, and not in quarantine),
+    /// by slot number, and how long until the last slot in quarantine may
+    /// be readmitted. `None` on a single server.
+    pub fn slot_usability(&self) -> Option<(Vec<bool>, Duration)> {
+        let part = self.part()?;
+        let shards = part
+            .shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut usable = vec![false; usize::from(SLOTS)];
+        for shard in shards.iter().filter(|s| s.up) {
+            for slot in shard.slot_list() {
+                if let Some(u) = usable.get_mut(usize::from(slot)) {
+                    *u = true;
+                }
+            }
+        }
+        let slots = self.slots()?;
+        for (u, out) in usable.iter_mut().zip(slots.out_mask()) {
+            *u &= !out;
+        }
+        Some((usable, slots.left(Instant::now(), self.quarantine)))
+    }
+
     /// The earliest slot readmission to come.
     pub(crate) fn next_slot_due(&self) -> Option<Instant> {
         self.slots()
