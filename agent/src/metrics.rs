@@ -280,7 +280,7 @@ impl Metrics {
             .expect("valid gauge"),
             quorum_available: IntGauge::new(
                 "redlock_quorum_available",
-                "1 when at least a quorum of masters is usable, else 0.",
+                "1 when a lock on any resource can get a quorum now (what /readyz says: a cluster master's slots in quarantine count), else 0.",
             )
             .expect("valid gauge"),
             locks_held: IntGauge::new(

@@ -142,7 +142,14 @@ fn wire_values_match_their_schemas() {
         },
     );
     check(&s, "HoldEvent", HoldEvent::Renewed { validity_ms: 1 });
-    for reason in ["renew_failed", "no_quorum", "max_hold", "shutdown"] {
+    for reason in [
+        "renew_failed",
+        "no_quorum",
+        "max_hold",
+        "shutdown",
+        "force_released",
+        "node_lost",
+    ] {
         check(
             &s,
             "HoldEvent",
@@ -165,7 +172,9 @@ fn wire_values_match_their_schemas() {
         NodesResponse {
             quorum: 3,
             usable: 4,
-            available: true,
+            available: false,
+            reason: Some("r".into()),
+            slots_without_quorum: 7,
             nodes: vec![NodeStatus {
                 name: "r1".into(),
                 state: NodeState::Quarantined,
@@ -180,6 +189,7 @@ fn wire_values_match_their_schemas() {
                 warnings: vec!["w".into()],
                 kind: "single".into(),
                 quarantined_slots: 0,
+                quarantined_slots_remaining_ms: 0,
                 shards: Vec::new(),
             }],
         },
@@ -309,7 +319,7 @@ fn wire_values_match_their_schemas() {
     check(
         &s,
         "Ready",
-        json!({"ready": false, "usable": 2, "quorum": 3}),
+        json!({"ready": false, "usable": 2, "quorum": 3, "slots_without_quorum": 16384, "reason": "r"}),
     );
     // And the strictness is real.
     assert!(s

@@ -46,8 +46,20 @@ pub const NO_TREE_KILL: &str = "REDLOCK_TEST_NO_TREE_KILL";
 /// lock calls fail under the agent's own load without the fix.
 pub const CHARGE_QUEUED_TIME: &str = "REDLOCK_TEST_CHARGE_QUEUED_TIME";
 
+/// `1` turns the loss notices between renewals off: a hold hears of an
+/// operator's force release or of masters that lost its keys only at its
+/// next renewal. The control runs of `agent/tests/loss_notice.rs`, which
+/// must see the notice come late without it.
+pub const NO_LOSS_NOTICE: &str = "REDLOCK_TEST_NO_LOSS_NOTICE";
+
+/// `1` makes readiness (`/readyz`, `available` in `/v1/nodes`) ignore the
+/// hash slots a cluster master keeps in quarantine, counting masters only:
+/// the control run of `agent/tests/readiness.rs`, which must see the agent
+/// say ready while no lock can be granted.
+pub const NO_SLOT_READINESS: &str = "REDLOCK_TEST_NO_SLOT_READINESS";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 10] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -56,4 +68,6 @@ pub const ALL: [&str; 8] = [
     NO_METRICS_BUDGET,
     NO_TREE_KILL,
     CHARGE_QUEUED_TIME,
+    NO_LOSS_NOTICE,
+    NO_SLOT_READINESS,
 ];

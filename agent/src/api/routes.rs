@@ -202,10 +202,16 @@ async fn dispatch(
             } else {
                 StatusCode::SERVICE_UNAVAILABLE
             };
-            Ok(json(
-                status,
-                &serde_json::json!({"ready": nodes.available, "usable": nodes.usable, "quorum": nodes.quorum}),
-            ))
+            let mut body = serde_json::json!({
+                "ready": nodes.available,
+                "usable": nodes.usable,
+                "quorum": nodes.quorum,
+                "slots_without_quorum": nodes.slots_without_quorum,
+            });
+            if let Some(reason) = nodes.reason {
+                body["reason"] = reason.into();
+            }
+            Ok(json(status, &body))
         }
         Route::Nodes => Ok(json(StatusCode::OK, &agent.nodes())),
         Route::Leaks => Ok(json(StatusCode::OK, &agent.scanner().report())),

@@ -16,6 +16,14 @@
 //! A head woken twice by one release would only find the lock taken by the
 //! waiter before it, and cost a round of votes for nothing.
 //!
+//! An operator's force release, on any agent, announces each value it
+//! removed on one channel for the whole fleet,
+//! [`force_release_channel`], to which every agent's listener subscribes
+//! for as long as it runs (one more subscription on the connection it
+//! keeps anyway, not one more connection): the hold of that token, on
+//! whichever agent, ends with `lost` at once (see [`super::holds`]), and
+//! the resource's waiters wake.
+//!
 //! A lock that expires instead of being released publishes nothing; for
 //! that the head also retries after `retry_delay` plus jitter, within a
 //! budget shared by every queue of the agent ([`RETRIES_PER_SECOND`]), so
@@ -92,6 +100,8 @@ pub struct Waiters {
     metrics: Arc<Metrics>,
     /// `<key_prefix>released:`, the prefix of every release channel.
     channel_prefix: String,
+    /// `<key_prefix>force-released`: see [`force_release_channel`].
+    force_channel: String,
     /// One per master's listener: the channels to (un)subscribe as queues
     /// come and go.
     listeners: Mutex<Vec<mpsc::UnboundedSender<Change>>>,
@@ -167,6 +177,14 @@ pub fn release_channel(key_prefix: &str, resource: &str) -> String {
     format!("{key_prefix}released:{resource}")
 }
 
+/// The fleet's force-release channel: an operator's force release
+/// publishes `<resource>\n<value removed>` on it, on every master it
+/// deleted a key on. Not under the release channels' prefix, so no
+/// resource's release channel can be this one.
+pub fn force_release_channel(key_prefix: &str) -> String {
+    format!("{key_prefix}force-released")
+}
+
 /// What agents before the waiting flag published on every release: no
 /// token, so such a message always wakes the queue.
 const UNNAMED_RELEASE: &str = "released";
@@ -204,8 +222,14 @@ impl Waiters {
             max_per_uid,
             metrics,
             channel_prefix: release_channel(&key_prefix, ""),
+            force_channel: force_release_channel(&key_prefix),
             listeners: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The fleet's force-release channel ([`force_release_channel`]).
+    pub fn force_channel(&self) -> &str {
+        &self.force_channel
     }
 
     /// Tells every master's listener to subscribe to `channel`; the
@@ -526,11 +550,14 @@ impl Drop for Ticket<'_> {
     }
 }
 
-/// Keeps one master's subscriptions to the release channels of the
-/// resources with waiters here, forever, and wakes the matching queue on
-/// every message. Reconnects after failures with a capped backoff, then
-/// subscribes again to every channel wanted; returns only when aborted.
-pub async fn listen(node: Arc<Node>, waiters: Arc<Waiters>) {
+/// Keeps one master's subscriptions to the fleet's force-release channel
+/// and to the release channels of the resources with waiters here,
+/// forever: wakes the matching queue on every release, and tells `locks`
+/// of every force release ([`super::Locks::heard_force_release`]).
+/// Reconnects after failures with a capped backoff, then subscribes again
+/// to every channel wanted; returns only when aborted.
+pub async fn listen(node: Arc<Node>, locks: Arc<super::Locks>) {
+    let waiters = Arc::clone(locks.waiters());
     let (changes_tx, mut changes) = mpsc::unbounded_channel();
     waiters
         .listeners
@@ -544,6 +571,7 @@ pub async fn listen(node: Arc<Node>, waiters: Arc<Waiters>) {
             let (mut sink, stream) = pubsub.split();
             // Changes queued so far are covered by the full list below.
             while changes.try_recv().is_ok() {}
+            sink.subscribe(&waiters.force_channel).await?;
             for channel in waiters.wanted() {
                 sink.subscribe(&channel).await?;
             }
@@ -555,6 +583,9 @@ pub async fn listen(node: Arc<Node>, waiters: Arc<Waiters>) {
                 loop {
                     tokio::select! {
                         message = stream.next() => match message {
+                            Some(message) if message.get_channel_name() == waiters.force_channel => {
+                                force_released(&locks, message.get_payload_bytes());
+                            }
                             Some(message) => waiters.released_on(message.get_channel_name(), message.get_payload_bytes()),
                             None => break,
                         },
@@ -592,6 +623,20 @@ pub async fn listen(node: Arc<Node>, waiters: Arc<Waiters>) {
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// A message on the fleet's force-release channel: `<resource>\n<value>`
+/// (a resource has no line break; the value is the rest).
+fn force_released(locks: &super::Locks, message: &[u8]) {
+    let parsed = std::str::from_utf8(message)
+        .ok()
+        .and_then(|m| m.split_once('\n'));
+    match parsed {
+        Some((resource, value)) if !resource.is_empty() && !value.is_empty() => {
+            locks.heard_force_release(resource, value);
+        }
+        _ => tracing::debug!("unreadable message on the force-release channel; ignored"),
     }
 }
 

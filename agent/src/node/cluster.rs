@@ -209,6 +209,7 @@ impl Node {
             } else {
                 tracing::debug!(node = %self.name, slot, why, "cluster slot quarantined");
             }
+            self.lost_keys();
             self.wake.notify_one();
         }
     }
@@ -216,6 +217,32 @@ impl Node {
     /// Slots in quarantine (0 on a single server).
     pub fn quarantined_slots(&self) -> usize {
         self.slots().map_or(0, |s| s.out())
+    }
+
+    /// For readiness: which slots a cluster master can vote in now (served
+    /// by a primary that answered the last probe, and not in quarantine),
+    /// by slot number, and how long until the last slot in quarantine may
+    /// be readmitted. `None` on a single server.
+    pub fn slot_usability(&self) -> Option<(Vec<bool>, Duration)> {
+        let part = self.part()?;
+        let shards = part
+            .shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut usable = vec![false; usize::from(SLOTS)];
+        for shard in shards.iter().filter(|s| s.up) {
+            for slot in shard.slot_list() {
+                if let Some(u) = usable.get_mut(usize::from(slot)) {
+                    *u = true;
+                }
+            }
+        }
+        let slots = self.slots()?;
+        for (u, out) in usable.iter_mut().zip(slots.out_mask()) {
+            *u &= !out;
+        }
+        Some((usable, slots.left(Instant::now(), self.quarantine)))
     }
 
     /// The earliest slot readmission to come.
@@ -389,6 +416,7 @@ impl Node {
             }
             self.observer.quarantined_slots(table.out());
         }
+        self.lost_keys();
         let keys: Vec<(u16, Vec<String>)> = slots
             .iter()
             .map(|slot| (*slot, vec![slot_key(&self.marker_key, *slot)]))
@@ -445,6 +473,7 @@ impl Node {
         }
         self.observer.quarantined_slots(self.quarantined_slots());
         if lost > 0 {
+            self.lost_keys();
             self.restart_detected(super::Detector::Marker);
             tracing::warn!(
                 node = %self.name,

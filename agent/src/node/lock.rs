@@ -135,6 +135,17 @@ impl Master for Node {
         self.observer.vote(vote);
     }
 
+    fn losses(&self) -> u64 {
+        Node::losses(self)
+    }
+
+    /// A single server's loss takes every key; a cluster's, the keys of the
+    /// slots it keeps out (a quarantine longer than any TTL, so a slot lost
+    /// since `mark` is still out when a hold looks).
+    fn lost_since(&self, key: &str, mark: u64) -> bool {
+        Node::losses(self) != mark && (!self.is_cluster() || self.slot_out(key))
+    }
+
     /// The vote: `SET key value NX PX ttl` behind the incarnation marker
     /// (see [`scripts::BATCH`]), reading the fencing counter in the same
     /// script when `read_counter`, and setting the key's waiting flag when

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKind};
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
 pub mod batch;
 pub mod check;
@@ -263,6 +263,9 @@ pub struct Node {
     inner: Mutex<Inner>,
     /// Wakes the health task early after a request saw the connection fail.
     pub(crate) wake: Notify,
+    /// How many times this master was seen to lose keys (see
+    /// [`Node::lost_keys`]); holds watch it to hear of a loss at once.
+    losses: watch::Sender<u64>,
     observer: Arc<dyn NodeObserver>,
     /// The queue of lock commands to this master (see [`batch`]).
     batcher: batch::Batcher,
@@ -344,6 +347,7 @@ impl Node {
                 server_id: None,
             }),
             wake: Notify::new(),
+            losses: watch::Sender::new(0),
             observer,
             batcher: batch::Batcher::new(node.clone()),
             cluster,
@@ -426,6 +430,27 @@ impl Node {
             inner.readmit = true;
             inner.witness = None;
         }
+        drop(inner);
+        self.lost_keys();
+    }
+
+    /// Counts one more loss of keys on this master (on a cluster, of some
+    /// slots', already marked out) and wakes every hold waiting on
+    /// [`Node::loss_events`]: each checks at once whether a quorum of the
+    /// masters it held on still holds it. Called after the state that
+    /// shows the loss is written.
+    pub(crate) fn lost_keys(&self) {
+        self.losses.send_modify(|n| *n += 1);
+    }
+
+    /// Changes whenever this master is seen to lose keys.
+    pub fn loss_events(&self) -> watch::Receiver<u64> {
+        self.losses.subscribe()
+    }
+
+    /// How many times this master was seen to lose keys.
+    pub fn losses(&self) -> u64 {
+        *self.losses.borrow()
     }
 
     /// The master answered a vote or an extension without its marker: it

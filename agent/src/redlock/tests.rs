@@ -373,3 +373,50 @@ fn only_the_first_of_one_server_counts() {
         vec![None, None, Some(0), None, None, Some(1)]
     );
 }
+
+/// The masters a grant and an extension hold on: every yes, the
+/// stragglers' included once they answer; a master seen to lose its keys
+/// since no longer counts, and below a quorum the lock is known lost
+/// without asking the masters.
+#[tokio::test(start_paused = true)]
+async fn the_holding_counts_every_yes_less_the_masters_that_lost_keys() {
+    let s = setup(5, FenceSettings::default());
+    s.masters[4].set(Mode::Slow(Duration::from_millis(50)));
+    let token = Token::generate(None, None);
+    let r = resource("h");
+    let Acquire::Granted(grant) = s.redlock.acquire_once(&r, TTL, &token, false, false).await
+    else {
+        panic!("five masters up");
+    };
+    let key = s.redlock.key(&r);
+    let nodes = s.redlock.nodes();
+    assert!(grant.holding.still_on(nodes, &key) >= 3);
+    settle().await;
+    assert_eq!(
+        grant.holding.still_on(nodes, &key),
+        5,
+        "the straggler's yes"
+    );
+    s.masters[0].lose_keys();
+    assert_eq!(grant.holding.still_on(nodes, &key), 4);
+    s.masters[1].lose_keys();
+    s.masters[2].lose_keys();
+    assert_eq!(grant.holding.still_on(nodes, &key), 2, "below the quorum");
+    // A renewal now holds on the two that kept the key: no quorum.
+    assert!(matches!(
+        s.redlock.extend(&r, &token, TTL).await,
+        Extend::Lost
+    ));
+    // An extension's holding starts from its own answers.
+    let other = Token::generate(None, None);
+    let q = resource("q");
+    assert!(matches!(
+        s.redlock.acquire_once(&q, TTL, &other, false, false).await,
+        Acquire::Granted(_)
+    ));
+    let Extend::Extended { holding, .. } = s.redlock.extend(&q, &other, TTL).await else {
+        panic!("held on five");
+    };
+    settle().await;
+    assert_eq!(holding.still_on(nodes, &s.redlock.key(&q)), 5);
+}

@@ -154,6 +154,13 @@ impl TestAgent {
         .await
     }
 
+    /// As [`TestAgent::start_cautious`], with the whole config YAML that
+    /// `yaml` makes (masters given as Redis Clusters, say): new clusters'
+    /// slots, without markers, are quarantined at first sight.
+    pub async fn start_cautious_with(yaml: impl FnOnce(&Path) -> String) -> TestAgent {
+        TestAgent::launch(yaml, false, AddressCheck::Resolve).await
+    }
+
     /// Starts an agent whose whole config YAML `yaml` makes, given the
     /// socket path to use.
     pub async fn start_with(yaml: impl FnOnce(&Path) -> String) -> TestAgent {
