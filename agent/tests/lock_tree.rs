@@ -3,8 +3,9 @@
 //! backgrounded in its process group and one that double-forked out of it
 //! with `setsid` and ignores SIGTERM, are gone after a force release, after
 //! SIGTERM, SIGKILL or a process-group SIGKILL to `lock`, after
-//! `--max-hold`, after the guardian is killed, and when the command exits
-//! leaving them behind.
+//! `--max-hold`, after the guardian is killed, when the command exits
+//! leaving them behind, and, with `lock` the foreground job of a terminal
+//! (under `script`), after a force release.
 //!
 //! "Gone" is checked by pid, at once, because it is an ordering claim, not
 //! a timing one: `lock` exits only after its guardian, which exits only
@@ -69,10 +70,16 @@ impl Grandchildren {
 impl Drop for Grandchildren {
     fn drop(&mut self) {
         for pid in [self.in_group, self.escaped] {
-            if alive(pid) {
-                // SAFETY: kill(2) on a `sleep` this test started.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+            if !alive(pid) {
+                continue;
             }
+            // The one in the group is a shell over a `sleep` of its own.
+            for below in descendants(pid).unwrap_or_default() {
+                // SAFETY: kill(2) on a process this test started.
+                unsafe { libc::kill(below.pid, libc::SIGKILL) };
+            }
+            // SAFETY: kill(2) on a process this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
 }
@@ -384,4 +391,116 @@ async fn leftovers_of_an_exited_command_are_stopped_before_the_release() {
 #[tokio::test]
 async fn control_leftovers_without_the_tree_kill_run_on() {
     survive(End::Exit).await;
+}
+
+/// Runs `lock` as the foreground job of a terminal (under `script`, which
+/// gives it a pseudo-terminal), its command reading a line from the
+/// terminal before it starts the grandchildren; then force-releases.
+/// Returns the command's `pgid sid`, the line it read, `lock`'s terminal
+/// output, and the grandchildren (alive when `lock` exited).
+async fn run_in_a_terminal(control: bool) -> (String, String, String, Grandchildren, (bool, bool)) {
+    use std::io::Write;
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(&cluster, LOCK).await;
+    let dir = tempfile::tempdir().unwrap();
+    let command = dir.path().join("command.sh");
+    std::fs::write(
+        &command,
+        format!(
+            "cut -d' ' -f5,6 /proc/$$/stat > {dir}/groups; read line; echo \"$line\" > {dir}/read; {}",
+            script(dir.path(), End::ForceRelease),
+            dir = dir.path().display()
+        ),
+    )
+    .unwrap();
+    let mut terminal = Command::new("script");
+    terminal
+        .args(["-qec"])
+        .arg(format!(
+            "{BIN} lock --socket {} --ttl {TTL} --kill-after 1s {RESOURCE} -- sh {}",
+            agent.socket.display(),
+            command.display()
+        ))
+        .arg("/dev/null")
+        .env_remove(TREE_SWITCH)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if control {
+        terminal.env(TREE_SWITCH, "1");
+    }
+    let mut terminal = terminal.spawn().expect("script(1) from util-linux");
+    let mut keyboard = terminal.stdin.take().unwrap();
+    let (bg, esc) = (dir.path().join("bg.pid"), dir.path().join("esc.pid"));
+    wait_for(
+        "the command to start in the terminal",
+        Duration::from_secs(30),
+        || async { dir.path().join("groups").exists() },
+    )
+    .await;
+    keyboard.write_all(b"typed\n").unwrap();
+    // A command in a background group would stop (SIGTTIN) at its `read`.
+    wait_for(
+        "both grandchildren to start after the read",
+        Duration::from_secs(30),
+        || async { bg.exists() && esc.exists() },
+    )
+    .await;
+    let grandchildren = Grandchildren {
+        in_group: pid_in(&bg).expect("bg.pid"),
+        escaped: pid_in(&esc).expect("esc.pid"),
+    };
+    let released = agent.admin_client.force_release(RESOURCE).await;
+    assert!(released.is_ok(), "force release: {released:?}");
+    let output = tokio::task::spawn_blocking(move || {
+        let output = terminal.wait_with_output().unwrap();
+        drop(keyboard);
+        output
+    })
+    .await
+    .unwrap();
+    let at_exit = grandchildren.alive();
+    let screen = String::from_utf8_lossy(&output.stdout).into_owned();
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.path().join(name))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    (read("groups"), read("read"), screen, grandchildren, at_exit)
+}
+
+/// In a terminal's foreground the command joins `lock`'s process group (so
+/// it can read the terminal, and Ctrl-C reaches it), and its whole tree is
+/// still stopped on a loss: found through the guardian alone.
+#[tokio::test]
+async fn in_a_terminals_foreground_the_command_shares_locks_group_and_its_tree_still_stops() {
+    let (groups, read, screen, _grandchildren, alive) = run_in_a_terminal(false).await;
+    let (pgid, sid) = groups.split_once(' ').expect("pgid sid");
+    assert_eq!(
+        pgid, sid,
+        "the command is in the group of lock, the terminal's session leader"
+    );
+    assert_eq!(read, "typed", "the command read the terminal");
+    assert!(screen.contains("lost"), "{screen}");
+    assert_eq!(
+        alive,
+        (false, false),
+        "alive after the force release\n{screen}"
+    );
+}
+
+/// Control: in a terminal, without the tree kill, the escaped grandchild
+/// runs on. (The one in the command's group dies anyway here: `lock` is
+/// the session leader under `script`, and when it exits the kernel hangs
+/// up the terminal's foreground group; under an interactive shell it would
+/// run on too.)
+#[tokio::test]
+async fn control_in_a_terminal_without_the_tree_kill_leaves_the_escaped_grandchild() {
+    let (_, _, screen, _grandchildren, alive) = run_in_a_terminal(true).await;
+    assert!(screen.contains(TREE_SWITCH), "{screen}");
+    assert!(
+        alive.1,
+        "escaped grandchild alive without the tree kill\n{screen}"
+    );
 }
