@@ -671,11 +671,12 @@ fn the_tui_shows_a_cluster_masters_shards_and_quarantined_slots() {
         masters.push_str(&format!("  - name: {name}\n    url: {:?}\n", server.url()));
     }
     // A quarantine long enough to be seen at a 250 ms refresh, short
-    // enough for a test: max_ttl 4s + extra 0s.
+    // enough for a test: max_ttl 4s + extra 0s; the node timeout the most
+    // default_ttl allows, for a busy machine.
     let agent = ConfiguredAgent::start(
         dir.path(),
         &masters,
-        "lock:\n  default_ttl: 4s\n  max_ttl: 4s\n  node_timeout: 200ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 0s\n",
+        "lock:\n  default_ttl: 4s\n  max_ttl: 4s\n  node_timeout: 400ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 0s\n",
     );
     let tmux = Tmux::start(dir.path());
     tmux.type_text(&format!(
