@@ -22,7 +22,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{node, wait_for, TestAgent};
+use common::{node, wait_for, Switch, TestAgent};
 use hyper::StatusCode;
 use redlock_testkit::{Primary, RedisCluster, RedisServer};
 use redlock_wire::keys;
@@ -1214,27 +1214,6 @@ async fn a_cluster_that_turns_out_to_hold_another_masters_node_is_down() {
             "{order}: c1 does not count: {nodes:#}"
         );
         agent.stop().await;
-    }
-}
-
-/// Sets an environment variable for the agents started while it lives;
-/// removes it when dropped. The agent reads its test switches when it is
-/// built, so only agents started in that window see it. Each test runs in
-/// its own process under nextest; under `cargo test` another test of this
-/// file starting an agent in the same instant could see it too, which only
-/// the control test sets, for a few milliseconds.
-struct Switch(&'static str);
-
-impl Switch {
-    fn set(name: &'static str, value: &str) -> Switch {
-        std::env::set_var(name, value);
-        Switch(name)
-    }
-}
-
-impl Drop for Switch {
-    fn drop(&mut self) {
-        std::env::remove_var(self.0);
     }
 }
 

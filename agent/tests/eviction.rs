@@ -16,7 +16,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{node, wait_for, Cluster, TestAgent};
+use common::{node, wait_for, Cluster, Switch, TestAgent};
 use hyper::StatusCode;
 use serde_json::{json, Value};
 
@@ -262,24 +262,4 @@ async fn control_a_vote_after_the_eviction_grants_twice() {
         "the control must find the double grant: {answers:?}"
     );
     a.stop().await;
-}
-
-/// Sets an environment variable for the agents started while it lives;
-/// removes it when dropped. The agent reads its test switches when it is
-/// built. Each test runs in its own process under nextest; under `cargo
-/// test` another test of this file starting an agent in the same window
-/// could see it too, which only the control test sets.
-struct Switch(&'static str);
-
-impl Switch {
-    fn set(name: &'static str, value: &str) -> Switch {
-        std::env::set_var(name, value);
-        Switch(name)
-    }
-}
-
-impl Drop for Switch {
-    fn drop(&mut self) {
-        std::env::remove_var(self.0);
-    }
 }

@@ -13,7 +13,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{wait_for, Cluster, Hold, TestAgent};
+use common::{wait_for, Cluster, Hold, Switch, TestAgent};
 use hyper::StatusCode;
 use redlock_testkit::switches::NO_LOSS_NOTICE;
 use serde_json::json;
@@ -36,29 +36,9 @@ fn bound() -> Duration {
     INTERVAL * 2 + Duration::from_secs(1)
 }
 
-/// Sets a test-only switch for the agents started while it lives (they
-/// read it when built). Each test runs in its own process under nextest;
-/// under `cargo test` another test of this file starting an agent in the
-/// same instant could see it too, which only the control tests set, for
-/// the time one agent takes to start.
-struct Switch(&'static str);
-
-impl Switch {
-    fn set(name: &'static str) -> Switch {
-        std::env::set_var(name, "1");
-        Switch(name)
-    }
-}
-
-impl Drop for Switch {
-    fn drop(&mut self) {
-        std::env::remove_var(self.0);
-    }
-}
-
 /// An agent over `cluster`, with the loss notices on or off.
 async fn agent(cluster: &Cluster, notices: bool) -> TestAgent {
-    let _switch = (!notices).then(|| Switch::set(NO_LOSS_NOTICE));
+    let _switch = (!notices).then(|| Switch::set(NO_LOSS_NOTICE, "1"));
     TestAgent::start(cluster, CONFIG).await
 }
 

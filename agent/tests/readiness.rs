@@ -14,7 +14,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{node, wait_for, TestAgent};
+use common::{node, wait_for, Switch, TestAgent};
 use hyper::StatusCode;
 use redlock_testkit::switches::NO_SLOT_READINESS;
 use redlock_testkit::RedisCluster;
@@ -75,27 +75,8 @@ impl Clusters {
     /// markers, every slot goes into quarantine at first sight. With
     /// `slot_readiness` false, under the control's switch.
     async fn agent(&self, slot_readiness: bool) -> TestAgent {
-        let _switch = (!slot_readiness).then(|| Switch::set(NO_SLOT_READINESS));
+        let _switch = (!slot_readiness).then(|| Switch::set(NO_SLOT_READINESS, "1"));
         TestAgent::start_cautious_with(|socket| self.config_yaml(socket)).await
-    }
-}
-
-/// Sets a test-only switch for the agents started while it lives (they
-/// read it when built). Each test runs in its own process under nextest;
-/// under `cargo test` another test of this file starting an agent in the
-/// same instant could see it too, which only the control test sets.
-struct Switch(&'static str);
-
-impl Switch {
-    fn set(name: &'static str) -> Switch {
-        std::env::set_var(name, "1");
-        Switch(name)
-    }
-}
-
-impl Drop for Switch {
-    fn drop(&mut self) {
-        std::env::remove_var(self.0);
     }
 }
 

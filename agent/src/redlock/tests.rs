@@ -382,7 +382,7 @@ fn only_the_first_of_one_server_counts() {
 async fn the_holding_counts_every_yes_less_the_masters_that_lost_keys() {
     let s = setup(5, FenceSettings::default());
     s.masters[4].set(Mode::Slow(Duration::from_millis(50)));
-    let token = Token::generate(None, None);
+    let token = Token::generate("t:h", None, None);
     let r = resource("h");
     let Acquire::Granted(grant) = s.redlock.acquire_once(&r, TTL, &token, false, false).await
     else {
@@ -408,7 +408,7 @@ async fn the_holding_counts_every_yes_less_the_masters_that_lost_keys() {
         Extend::Lost
     ));
     // An extension's holding starts from its own answers.
-    let other = Token::generate(None, None);
+    let other = Token::generate("t:q", None, None);
     let q = resource("q");
     assert!(matches!(
         s.redlock.acquire_once(&q, TTL, &other, false, false).await,

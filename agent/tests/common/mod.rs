@@ -571,3 +571,24 @@ fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// Sets a test switch (an environment variable) for the agents started
+/// while it lives; removes it when dropped. The agent reads its test
+/// switches when it is built, so only agents started in that window see
+/// it. Each test runs in its own process under nextest; under `cargo test`
+/// another test of the same file starting an agent in the same instant
+/// could see it too, which only control tests set, for a moment.
+pub struct Switch(&'static str);
+
+impl Switch {
+    pub fn set(name: &'static str, value: &str) -> Switch {
+        std::env::set_var(name, value);
+        Switch(name)
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        std::env::remove_var(self.0);
+    }
+}
