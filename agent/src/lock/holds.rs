@@ -153,11 +153,6 @@ impl Registry {
         }
         told
     }
-
-    /// Holds running on this agent.
-    pub fn count(&self) -> usize {
-        self.lock().values().map(Vec::len).sum()
-    }
 }
 
 /// Resolves when any of `receivers` (each master's
