@@ -8,7 +8,8 @@
 //!   problem at once with its field path.
 //! - [`redlock`]: the algorithm, free of transport, of Redis and of metrics:
 //!   quorum, validity and drift ([`redlock::validity`], pure), fencing
-//!   ([`redlock::fence`]), tokens, resources, over the
+//!   ([`redlock::fence`]), which masters hold a grant
+//!   ([`redlock::holding`]), tokens, resources, over the
 //!   [`redlock::master::Master`] trait, reporting to the
 //!   [`redlock::observe::Observer`] it is given. Unit tests run it against
 //!   masters in memory.
@@ -26,11 +27,12 @@
 //!   catching its fencing counter up; on a cluster, the same per slot, and
 //!   each shard's restarts; topology checks.
 //! - [`lock`]: the lock service, the one home of the lock lifecycle:
-//!   acquire, holds ([`lock::holds`]), extend, release, force release; the
-//!   TTL and owner rules, grant bookkeeping ([`lock::grants`]), waiters
-//!   ([`lock::waiters`]: per-resource FIFO queues woken by releases here or,
-//!   through pub/sub, on other agents) and the operators' listing of lock
-//!   keys ([`lock::listing`]).
+//!   acquire, holds ([`lock::holds`]: renewed, and told `lost` the moment
+//!   a force release or a master's loss is heard), extend, release, force
+//!   release; the TTL and owner rules, grant bookkeeping
+//!   ([`lock::grants`]), waiters ([`lock::waiters`]: per-resource FIFO
+//!   queues woken by releases here or, through pub/sub, on other agents)
+//!   and the operators' listing of lock keys ([`lock::listing`]).
 //! - [`metrics`]: every metric, defined in one place; the engine's observer.
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
 //! - [`api`]: HTTP routes ([`api::routes`], requests to the lock service and

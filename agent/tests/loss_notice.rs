@@ -28,7 +28,7 @@ const CONFIG: &str = "lock:\n  default_ttl: 30s\n  max_ttl: 30s\n  node_timeout:
 const TTL_MS: u64 = 30_000;
 
 /// The default `lock.key_prefix`'s force-release channel.
-const CHANNEL: &str = "redlock:force-released";
+const CHANNEL: &str = "redlock:released: force-release";
 
 /// Within one probe interval, with room for a machine at twice its cores
 /// in load: twice the interval and a second.

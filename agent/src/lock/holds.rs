@@ -34,7 +34,7 @@ use redlock_wire::{HoldEvent, OnDisconnect};
 use tokio::sync::{mpsc, watch};
 
 use super::Locks;
-use crate::redlock::{Extend, Failure, Grant, Resource};
+use crate::redlock::{Extend, Failure, Grant, Holding, Resource};
 
 /// Why a hold ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,11 +153,6 @@ impl Registry {
         }
         told
     }
-
-    /// Holds running on this agent.
-    pub fn count(&self) -> usize {
-        self.lock().values().map(Vec::len).sum()
-    }
 }
 
 /// Resolves when any of `receivers` (each master's
@@ -206,6 +201,17 @@ pub async fn run(
     let notices = locks.rules().loss_notice;
     let key = engine.key(&resource);
     let mut holding = Arc::clone(&grant.holding);
+    // Lost on too many of the masters that confirmed the last grant or
+    // renewal for a quorum to hold it still: another client may get it (or
+    // will, once they are readmitted).
+    let lost_on_masters = |holding: &Holding| {
+        let on = holding.still_on(engine.nodes(), &key);
+        let lost = on < engine.quorum();
+        if lost {
+            tracing::debug!(%resource, on, quorum = engine.quorum(), "masters holding the lock lost keys");
+        }
+        lost
+    };
     let mut losses: Vec<watch::Receiver<u64>> = if notices {
         engine.nodes().iter().map(|n| n.loss_events()).collect()
     } else {
@@ -214,8 +220,14 @@ pub async fn run(
     let (_registration, mut notice) = locks
         .holds
         .register(resource.as_str(), grant.token.as_str());
+    // A loss seen between the grant's votes and the receivers above woke
+    // nothing: look once now, as a wake-up would.
+    let lost_already = notices && lost_on_masters(&holding);
 
     let end = loop {
+        if lost_already {
+            break End::NodeLost;
+        }
         let lost_at = valid_until.checked_sub(margin).unwrap_or(valid_until);
         let wake = next_renewal.min(lost_at).min(hold_until);
         let woken = tokio::select! {
@@ -226,12 +238,7 @@ pub async fn run(
             () = tokio::time::sleep_until(wake.into()) => Woken::Timer,
         };
         if let Woken::Loss = woken {
-            // Lost on too many of the masters that confirmed the last
-            // grant or renewal for a quorum to hold it still: another
-            // client may get it (or will, once they are readmitted).
-            let on = holding.still_on(engine.nodes(), &key);
-            if on < engine.quorum() {
-                tracing::debug!(%resource, on, quorum = engine.quorum(), "masters holding the lock lost keys");
+            if lost_on_masters(&holding) {
                 break End::NodeLost;
             }
             continue;

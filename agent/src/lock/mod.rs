@@ -385,11 +385,14 @@ impl Locks {
 
     /// Deletes the lock key of `resource` on every master, whoever holds it.
     /// For operators clearing a stuck lock (only on the admin socket); logged
-    /// with the caller and the holder it removed, and counted. Each master
-    /// announces the value it removed on the fleet's force-release channel
-    /// (see [`waiters::force_release_channel`]), so the hold of that token,
-    /// on whichever agent, hears `lost` at once; one here hears it
-    /// directly, as do the waiters here.
+    /// with the caller and the holder it removed, and counted. Once every
+    /// master has answered, the value each removed is announced on it, on
+    /// the fleet's force-release channel (see
+    /// [`waiters::force_release_channel`]), so the hold of that token, on
+    /// whichever agent, hears `lost` at once; one here hears it directly,
+    /// as do the waiters here. Announced only after the deletes, so the
+    /// hold that ends releases nothing this force release still had to
+    /// delete, and `deleted` counts every key it removed.
     pub async fn force_release(
         &self,
         resource: &Resource,
@@ -398,12 +401,10 @@ impl Locks {
         let key = self.engine.key(resource);
         let nodes = self.engine.nodes();
         let channel = self.waiters.force_channel();
-        let results = futures::future::join_all(
-            nodes
-                .iter()
-                .map(|n| n.force_delete(&key, channel, resource.as_str())),
-        )
-        .await;
+        // Read before the delete: this agent hears its own announcement
+        // and forgets the grant, perhaps before the last master answers.
+        let granted_here = self.grants.current(resource.as_str());
+        let results = futures::future::join_all(nodes.iter().map(|n| n.force_delete(&key))).await;
         let mut deleted = 0;
         let mut failed = Vec::new();
         // The holder, for the log: the value most masters held.
@@ -424,9 +425,9 @@ impl Locks {
             .iter()
             .max_by_key(|&(value, count)| (*count, *value))
             .map(|(value, _)| (*value).to_string());
-        let process = removed
-            .as_deref()
-            .and_then(|value| self.grants.holder(resource.as_str(), value));
+        let process = granted_here
+            .filter(|(token, _)| removed.as_deref() == Some(token.as_str()))
+            .and_then(|(_, holder)| holder);
         let value = removed.as_deref().unwrap_or("");
         tracing::warn!(
             %resource,
@@ -442,10 +443,25 @@ impl Locks {
         );
         self.metrics.force_releases.inc();
         self.grants.forget(resource.as_str(), &self.metrics);
+        let announcements = nodes.iter().zip(&results).filter_map(|(node, result)| {
+            let value = result.as_ref().ok()?.as_ref().filter(|v| !v.is_empty())?;
+            let message = format!("{resource}\n{value}");
+            Some(async move {
+                if let Err(e) = node.announce(channel, &message).await {
+                    // Holds elsewhere then hear of it at their next renewal.
+                    tracing::debug!(node = node.name(), error = %e, "force release not announced");
+                }
+            })
+        });
+        futures::future::join_all(announcements).await;
         for value in votes.keys() {
             self.heard_force_release(resource.as_str(), value);
         }
-        self.waiters.released(resource.as_str(), None);
+        if votes.is_empty() {
+            // No lock's value was removed (no key, or not a lock's): the
+            // waiters here are woken all the same, as before.
+            self.waiters.released(resource.as_str(), None);
+        }
         ForceReleaseResponse { deleted, failed }
     }
 

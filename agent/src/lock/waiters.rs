@@ -100,7 +100,7 @@ pub struct Waiters {
     metrics: Arc<Metrics>,
     /// `<key_prefix>released:`, the prefix of every release channel.
     channel_prefix: String,
-    /// `<key_prefix>force-released`: see [`force_release_channel`].
+    /// `<key_prefix>released: force-release`: see [`force_release_channel`].
     force_channel: String,
     /// One per master's listener: the channels to (un)subscribe as queues
     /// come and go.
@@ -179,10 +179,12 @@ pub fn release_channel(key_prefix: &str, resource: &str) -> String {
 
 /// The fleet's force-release channel: an operator's force release
 /// publishes `<resource>\n<value removed>` on it, on every master it
-/// deleted a key on. Not under the release channels' prefix, so no
-/// resource's release channel can be this one.
+/// deleted a lock's key on, once every master has answered. Under the release channels' prefix, so the channels
+/// an ACL already grants the agent (`&<key_prefix>released:*`) cover it;
+/// no resource's release channel is this one, since a resource has no
+/// space.
 pub fn force_release_channel(key_prefix: &str) -> String {
-    format!("{key_prefix}force-released")
+    format!("{key_prefix}released: force-release")
 }
 
 /// What agents before the waiting flag published on every release: no
@@ -571,7 +573,11 @@ pub async fn listen(node: Arc<Node>, locks: Arc<super::Locks>) {
             let (mut sink, stream) = pubsub.split();
             // Changes queued so far are covered by the full list below.
             while changes.try_recv().is_ok() {}
-            sink.subscribe(&waiters.force_channel).await?;
+            // Refused (an ACL without the channel): waiters still wake, and
+            // holds hear a force release at their next renewal.
+            if let Err(e) = sink.subscribe(&waiters.force_channel).await {
+                tracing::warn!(node = node.name(), error = %e, channel = %waiters.force_channel, "cannot subscribe to the force-release channel: holds here hear of a force release only at their next renewal");
+            }
             for channel in waiters.wanted() {
                 sink.subscribe(&channel).await?;
             }

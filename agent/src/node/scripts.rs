@@ -369,19 +369,15 @@ return 1"#,
 });
 
 /// An operator's force release on one master (`KEYS[1]` the lock key):
-/// deletes the key whoever holds it and, when it held a lock's value,
-/// publishes `<resource>\n<value>` (`ARGV[2]`, then the value) on the
-/// fleet's force-release channel (`ARGV[1]`), so the agent running that
-/// lock's hold, wherever it runs, tells its client `lost` at once; read
-/// and deleted in one script, so the value announced is the one removed.
-/// Returns the value deleted ("" for a key of another type), or nil when
-/// there was no key.
+/// deletes the key whoever holds it, and returns the value it held ("" for
+/// a key of another type), or nil when there was no key: read and deleted
+/// in one script, so the value the force release announces (see
+/// `Node::announce`) is the one it removed.
 pub static FORCE_DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local value = redis.pcall("get", KEYS[1])
 if type(value) == "table" then value = "" end
 if redis.call("del", KEYS[1]) == 0 then return false end
-if value ~= "" then redis.call("publish", ARGV[1], ARGV[2] .. "\n" .. value) end
 return value"#,
     )
 });
