@@ -44,7 +44,9 @@ const SETTINGS: &str = "lock:\n  default_ttl: 5s\n  max_ttl: 5s\n  node_timeout:
 /// failover in three clusters (kill, thaw, takeover, the old primary back
 /// as a replica, settle) must fit inside the first holder's validity for
 /// the control run to be able to show a double grant; a migration, the
-/// checks after it and the holder's release too.
+/// checks after it and the holder's release too; a shard restarted empty
+/// in three clusters, the checks of its quarantine and a lock elsewhere
+/// (over 5s on a busy machine), before the second agent's attempts.
 const SETTINGS_LONG: &str = "lock:\n  default_ttl: 5s\n  max_ttl: 10s\n  node_timeout: 500ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 500ms\n";
 
 /// Runs a blocking cluster operation without stalling the runtime that
@@ -596,14 +598,14 @@ async fn nodes_show_each_cluster_with_its_shards_and_slots() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_restarted_empty_never_grants_twice_and_only_its_slots_wait() {
     let mut masters = Masters::start(5, 0);
-    let a = masters.agent(SETTINGS).await;
-    let b = masters.agent(SETTINGS).await;
+    let a = masters.agent(SETTINGS_LONG).await;
+    let b = masters.agent(SETTINGS_LONG).await;
     let slot = slot_of("held");
     let shard = blocking(|| masters.clusters[0].shard_of_slot(slot)).unwrap();
     let elsewhere = resource_off_shard(&masters.clusters[0], shard, "other");
 
     let (token, valid_until, _) =
-        acquire(&a, "held", json!({"ttl_ms": 5000, "owner": "first"})).await;
+        acquire(&a, "held", json!({"ttl_ms": 10000, "owner": "first"})).await;
     in_clusters(&mut masters, 3, |c| c.restart_empty(shard));
     let owners = masters.owners(slot);
     for (c, p) in masters.clusters.iter().zip(&owners).take(3) {

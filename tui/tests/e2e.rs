@@ -507,8 +507,13 @@ fn the_tui_follows_a_real_agent_and_restores_the_terminal() {
         s.contains("Force-release e2e-demo?") && s.contains("Holder: e2e · on 3 of 3 masters")
     });
     tmux.keys(&["y"]);
+    // The flash says what the agent did: deleted on all three masters or,
+    // when one answered late (the dev agent keeps the default 50ms node
+    // timeout, which a busy machine misses), on the others, naming it.
     tmux.wait_until("the lock to be released", |s| {
-        s.contains("force-released e2e-demo: deleted on 3 masters") && row(s, "e2e-demo").is_none()
+        (s.contains("force-released e2e-demo: deleted on 3 masters")
+            || s.contains("force-released e2e-demo on 2 masters; could not reach r"))
+            && row(s, "e2e-demo").is_none()
     });
 
     // Escape leaves the detail; `:nodes` switches back.
