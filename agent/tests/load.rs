@@ -4,8 +4,16 @@
 //! master `down`. Time a command spends queued inside the agent is the
 //! agent's, not the master's.
 //!
+//! The agent runs in-process with the default `node_timeout` (50ms), and
+//! the clients share its runtime: the load is the agent's own. Each test
+//! has a control that runs the same workload with the agent's own time
+//! charged to the masters again (`REDLOCK_TEST_CHARGE_QUEUED_TIME=1`) and
+//! must see it fail, so a workload too light to show anything cannot pass
+//! unnoticed.
+//!
 //! Bounded: each client runs a fixed number of cycles, the readers stop
-//! when the clients are done. Nothing here asserts on a duration.
+//! when the clients are done, a control runs at most three times. Nothing
+//! here asserts on a duration. The tests run one at a time.
 
 mod common;
 
@@ -86,6 +94,29 @@ async fn hold_many(agent: &TestAgent) {
     }
 }
 
+/// Samples `/v1/nodes` every 10ms until `done`, counting the samples in
+/// which a master was not `up`.
+async fn watch_nodes(client: redlock_client::Client, figures: Arc<Figures>, done: Arc<AtomicBool>) {
+    while !done.load(Ordering::Relaxed) {
+        let nodes = client.nodes().await.expect("nodes");
+        let down: Vec<String> = nodes
+            .nodes
+            .iter()
+            .filter(|n| n.state != redlock_wire::NodeState::Up)
+            .map(|n| format!("{} {:?} ({:?})", n.name, n.state, n.last_error))
+            .collect();
+        if !down.is_empty() {
+            figures.not_up.fetch_add(1, Ordering::Relaxed);
+            figures
+                .first_not_up
+                .lock()
+                .unwrap()
+                .get_or_insert(down.join(", "));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// `clients` acquire/release loops of `cycles` each on resources of their
 /// own, `readers` loops of `GET /v1/locks` at full speed until the clients
 /// are done, and a watcher of `/v1/nodes`.
@@ -120,29 +151,11 @@ async fn run(agent: &TestAgent, clients: usize, cycles: usize, readers: usize) -
             }
         }));
     }
-    {
-        let (client, figures, done) = (agent.client.clone(), figures.clone(), done.clone());
-        background.push(tokio::spawn(async move {
-            while !done.load(Ordering::Relaxed) {
-                let nodes = client.nodes().await.expect("nodes");
-                let down: Vec<String> = nodes
-                    .nodes
-                    .iter()
-                    .filter(|n| n.state != redlock_wire::NodeState::Up)
-                    .map(|n| format!("{} {:?} ({:?})", n.name, n.state, n.last_error))
-                    .collect();
-                if !down.is_empty() {
-                    figures.not_up.fetch_add(1, Ordering::Relaxed);
-                    figures
-                        .first_not_up
-                        .lock()
-                        .unwrap()
-                        .get_or_insert(down.join(", "));
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }));
-    }
+    background.push(tokio::spawn(watch_nodes(
+        agent.client.clone(),
+        figures.clone(),
+        done.clone(),
+    )));
     let workers: Vec<_> = (0..clients)
         .map(|c| {
             let (client, figures) = (agent.client.clone(), figures.clone());
@@ -202,7 +215,7 @@ impl Drop for Switch {
 /// Eight acquire/release clients beside four `GET /v1/locks` readers at
 /// full speed over 300 held locks: no lock call fails and every master
 /// stays `up`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn listings_at_full_speed_never_fail_lock_calls() {
     let _serial = SERIAL.lock().await;
     let cluster = Cluster::start(5);
@@ -236,40 +249,20 @@ async fn listings_at_full_speed_never_fail_lock_calls() {
     assert_eq!(agent.nodes().await["usable"], 5);
 }
 
-/// 2,000 acquires at once, each on a resource of its own with a wait, then
-/// released: every one is granted, none answers `no_quorum`, and no master
-/// is marked `down` by the agent's own backlog.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_acquires_marks_no_master_down() {
-    let _serial = SERIAL.lock().await;
-    let cluster = Cluster::start(5);
-    let agent = TestAgent::start(&cluster, CONFIG).await;
+/// Acquires in the burst tests, all at once.
+const BURST: usize = 2_000;
+
+/// [`BURST`] acquires at once, each on a resource of its own with a wait
+/// (20 s), each released once granted; a watcher of `/v1/nodes` beside.
+async fn burst(agent: &TestAgent) -> Arc<Figures> {
     let figures = Arc::new(Figures::default());
     let done = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (client, figures, done) = (agent.client.clone(), figures.clone(), done.clone());
-        tokio::spawn(async move {
-            while !done.load(Ordering::Relaxed) {
-                let nodes = client.nodes().await.expect("nodes");
-                let down: Vec<String> = nodes
-                    .nodes
-                    .iter()
-                    .filter(|n| n.state != redlock_wire::NodeState::Up)
-                    .map(|n| format!("{} {:?} ({:?})", n.name, n.state, n.last_error))
-                    .collect();
-                if !down.is_empty() {
-                    figures.not_up.fetch_add(1, Ordering::Relaxed);
-                    figures
-                        .first_not_up
-                        .lock()
-                        .unwrap()
-                        .get_or_insert(down.join(", "));
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-    };
-    let burst: Vec<_> = (0..2_000)
+    let watcher = tokio::spawn(watch_nodes(
+        agent.client.clone(),
+        figures.clone(),
+        done.clone(),
+    ));
+    let acquires: Vec<_> = (0..BURST)
         .map(|i| {
             let (client, figures) = (agent.client.clone(), figures.clone());
             tokio::spawn(async move {
@@ -288,11 +281,23 @@ async fn a_burst_of_acquires_marks_no_master_down() {
             })
         })
         .collect();
-    for task in burst {
+    for task in acquires {
         task.await.expect("an acquire");
     }
     done.store(true, Ordering::Relaxed);
     watcher.await.expect("the watcher");
+    figures
+}
+
+/// 2,000 acquires at once, each on a resource of its own with a wait, then
+/// released: every one is granted, none answers `no_quorum`, and no master
+/// is marked `down` by the agent's own backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_burst_of_acquires_marks_no_master_down() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::start(5);
+    let agent = TestAgent::start(&cluster, CONFIG).await;
+    let figures = burst(&agent).await;
     eprintln!("burst: {}", figures.line());
     assert_eq!(
         figures.no_quorum.load(Ordering::Relaxed),
@@ -312,6 +317,7 @@ async fn a_burst_of_acquires_marks_no_master_down() {
         "{}",
         figures.line()
     );
+    assert_eq!(agent.nodes().await["usable"], 5);
 }
 
 /// The control of [`listings_at_full_speed_never_fail_lock_calls`]: the
@@ -320,7 +326,7 @@ async fn a_burst_of_acquires_marks_no_master_down() {
 /// the node timeout is answered `timeout` unsent, and every request is
 /// bounded from the call) turns lock calls into `no_quorum`. Up to three
 /// runs, stopping at the first that shows it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn control_charging_queued_time_makes_lock_calls_fail() {
     let _serial = SERIAL.lock().await;
     let cluster = Cluster::start(5);
@@ -341,6 +347,34 @@ async fn control_charging_queued_time_makes_lock_calls_fail() {
     panic!(
         "charging the agent's own time never failed a lock call: the workload is too light to \
          show what the tests above guard against:\n{}",
+        lines.join("\n")
+    );
+}
+
+/// The control of [`a_burst_of_acquires_marks_no_master_down`]: the same
+/// burst on an agent that charges its own time to the masters again turns
+/// acquires or releases into `no_quorum` (or marks a master down). Up to
+/// three bursts, stopping at the first that shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn control_charging_queued_time_makes_a_burst_fail() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::start(5);
+    let agent = {
+        let _switch = Switch::set(redlock_testkit::switches::CHARGE_QUEUED_TIME);
+        TestAgent::start(&cluster, CONFIG).await
+    };
+    let mut lines = Vec::new();
+    for _ in 0..3 {
+        let figures = burst(&agent).await;
+        eprintln!("control burst, queued time charged: {}", figures.line());
+        lines.push(figures.line());
+        if figures.no_quorum.load(Ordering::Relaxed) + figures.not_up.load(Ordering::Relaxed) > 0 {
+            return;
+        }
+    }
+    panic!(
+        "charging the agent's own time never failed a burst: it is too small to show what \
+         a_burst_of_acquires_marks_no_master_down guards against:\n{}",
         lines.join("\n")
     );
 }
