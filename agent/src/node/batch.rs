@@ -47,7 +47,7 @@ use tokio::sync::{mpsc, oneshot};
 use redlock_wire::keys::slot_key;
 
 use super::conn::Within;
-use super::{backlog_index, classify_text, scripts, ttl_ms, Node};
+use super::{classify_text, scripts, ttl_ms, Node};
 use crate::redlock::master::{Claim, NodeError};
 use crate::redlock::observe::Op;
 
@@ -246,7 +246,7 @@ impl Node {
         }
         if expired {
             // Counted once, as a failed batch is.
-            self.observer.error(backlog_index());
+            self.observer.backlog();
         }
         *jobs = sent;
         if jobs.is_empty() {
@@ -399,7 +399,7 @@ impl Node {
             ?waited,
             "a batch outlived its commands' bounds while the agent was busy; not the master's failure"
         );
-        self.observer.error(backlog_index());
+        self.observer.backlog();
         let error = NodeError::Backlog(waited);
         for job in jobs.drain(..) {
             self.observer
