@@ -1,7 +1,7 @@
 //! Lock calls beside the agent's own load, on real healthy masters: full-
-//! speed listings of hundreds of locks, and bursts of thousands of
-//! concurrent acquires, never turn a lock call into `no_quorum` nor mark a
-//! master `down`. Time a command spends queued inside the agent is the
+//! speed listings of hundreds of locks, a hundred clients, and bursts of
+//! thousands of concurrent acquires, never turn a lock call into
+//! `no_quorum` nor mark a master `down`. Time a command spends queued inside the agent is the
 //! agent's, not the master's.
 //!
 //! The agent runs in-process with the default `node_timeout` (50ms), and
@@ -271,6 +271,72 @@ async fn listings_at_full_speed_never_fail_lock_calls() {
         figures.line()
     );
     assert_eq!(agent.nodes().await["usable"], 5);
+}
+
+/// Clients of the many-clients tests, with no listing beside them.
+const MANY: usize = 96;
+const MANY_CYCLES: usize = 40;
+
+/// 96 acquire/release clients and nothing else: the agent's own batching
+/// and HTTP work never turn a lock call into `no_quorum`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn ninety_six_clients_never_fail_lock_calls() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::start(5);
+    let agent = TestAgent::start(&cluster, CONFIG).await;
+    let figures = run(&agent, MANY, MANY_CYCLES, 0).await;
+    eprintln!(
+        "96 clients: {}; errors counted: {} timeout, {} backlog",
+        figures.line(),
+        errors_of_kind(&agent, "timeout").await,
+        errors_of_kind(&agent, "backlog").await
+    );
+    assert_eq!(
+        figures.no_quorum.load(Ordering::Relaxed),
+        0,
+        "{}",
+        figures.line()
+    );
+    assert_eq!(
+        figures.other.load(Ordering::Relaxed),
+        0,
+        "{}",
+        figures.line()
+    );
+    assert_eq!(
+        figures.not_up.load(Ordering::Relaxed),
+        0,
+        "{}",
+        figures.line()
+    );
+}
+
+/// The control of [`ninety_six_clients_never_fail_lock_calls`], with the
+/// agent's own time charged to the masters again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn control_charging_queued_time_makes_ninety_six_clients_fail() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::start(5);
+    let agent = {
+        let _switch = Switch::set(redlock_testkit::switches::CHARGE_QUEUED_TIME);
+        TestAgent::start(&cluster, CONFIG).await
+    };
+    let mut lines = Vec::new();
+    for _ in 0..CONTROL_RUNS {
+        let figures = run(&agent, MANY, MANY_CYCLES, 0).await;
+        eprintln!(
+            "control, 96 clients, queued time charged: {}",
+            figures.line()
+        );
+        lines.push(figures.line());
+        if figures.no_quorum.load(Ordering::Relaxed) > 0 {
+            return;
+        }
+    }
+    panic!(
+        "charging the agent's own time never failed a lock call of 96 clients:\n{}",
+        lines.join("\n")
+    );
 }
 
 /// Acquires in the burst tests, all at once.
