@@ -3,7 +3,8 @@
 # The redlock-agent image: the agent (entrypoint) and its admin TUI.
 #
 #   docker build -t redlock-agent:0.1.0 .
-#   docker run --rm redlock-agent:0.1.0 check --config /etc/redlock/config.yaml
+#   docker run --rm redlock-agent:0.1.0 check --offline --config /etc/redlock/config.yaml
+#   (without --offline, check also connects to every master it lists)
 #
 # Runs as uid/gid 65532 on a read-only root filesystem; the Helm chart
 # (helm/redlock-agent) mounts the config at /etc/redlock/config.yaml and the

@@ -10,6 +10,13 @@ need_packages redis-server:redis-server promtool:prometheus tmux:tmux curl:curl 
 # installs in about 20 s); without one it is skipped, saying so.
 need_packages go:golang-go || echo "golang-go could not be installed" >&2
 
+# Build every binary once, before any test runs (nextest and cargo test
+# then build every test binary before running the first). The tests use
+# these binaries and never run cargo themselves: they would wait on any
+# other build's cargo locks with their timeouts running. A test that finds
+# a binary missing or older than its sources fails at once, saying so.
+echo "== build"
+cargo build --workspace --bins
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast
 else
@@ -18,10 +25,9 @@ fi
 
 # The clients: the Rust crate's doc examples (nextest does not run
 # doctests), then the Python, Node.js and Go clients' tests, each against a
-# real agent on real masters (`redlock-agent dev`, built by the run above).
+# real agent on real masters (`redlock-agent dev`, built before the tests).
 echo "== clients"
 cargo test -q --doc -p redlock-client
-cargo build -q -p redlock-agent
 target="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 export REDLOCK_AGENT="${target:-$PWD/target}/debug/redlock-agent"
 (cd clients/python && python3 -m unittest -v 2>&1)

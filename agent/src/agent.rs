@@ -4,11 +4,12 @@
 //! [`crate::daemon`]'s.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use redlock_wire::{NodeState, NodeStatus, NodesResponse};
 
 use crate::config::Config;
-use crate::health::{self, HealthSettings};
+use crate::health::{self, HealthSettings, Usability};
 use crate::lock::waiters::{self, Waiters};
 use crate::lock::{millis, Engine, Locks, Rules};
 use crate::metrics::{Metrics, NodeSeries};
@@ -17,6 +18,7 @@ use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITC
 use crate::redlock::master::NodeError;
 use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
+use redlock_testkit::switches::{NO_LOSS_NOTICE, NO_SLOT_READINESS};
 use tokio_util::sync::CancellationToken;
 
 /// The test-only switch that turns the in-vote marker check off, so a
@@ -26,7 +28,20 @@ use tokio_util::sync::CancellationToken;
 pub use redlock_testkit::switches::NO_MARKER_CHECK as MARKER_SWITCH;
 
 fn marker_check_disabled() -> bool {
-    std::env::var_os(MARKER_SWITCH).is_some_and(|v| v == "1")
+    switched_on(MARKER_SWITCH)
+}
+
+/// A test-only switch (see [`redlock_testkit::switches`]) set to `1`.
+fn switched_on(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v == "1")
+}
+
+/// The test-only switch that turns the in-vote eviction check off, for the
+/// control run that must find the double grant on masters that evict.
+pub use redlock_testkit::switches::NO_EVICTION_CHECK as EVICTION_SWITCH;
+
+fn eviction_check_disabled() -> bool {
+    std::env::var_os(EVICTION_SWITCH).is_some_and(|v| v == "1")
 }
 
 /// The test-only switch that charges the agent's own time (queued, or too
@@ -47,6 +62,9 @@ pub struct Agent {
     metrics: Arc<Metrics>,
     scanner: Arc<Scanner>,
     started: std::time::Instant,
+    /// Readiness counts cluster slots in quarantine; off only under the
+    /// test switch `REDLOCK_TEST_NO_SLOT_READINESS`, for control runs.
+    slot_readiness: bool,
 }
 
 /// A master URL the redis crate refuses.
@@ -75,6 +93,13 @@ impl Agent {
             tracing::warn!(
                 "{MARKER_SWITCH} is set: votes do not check the incarnation marker, and a master \
                  that loses its keys can grant a lock twice; for control runs of the tests only"
+            );
+        }
+        let eviction_check = !eviction_check_disabled();
+        if !eviction_check {
+            tracing::warn!(
+                "{EVICTION_SWITCH} is set: votes do not check whether a master evicted keys, and \
+                 a master that evicts can grant a lock twice; for control runs of the tests only"
             );
         }
         let charge_queued = charging_queued_time();
@@ -109,6 +134,7 @@ impl Agent {
             marker_key: marker_key.clone(),
             fence_key: format!("{}{}", config.lock.key_prefix, FENCE_SUFFIX),
             marker_check,
+            eviction_check,
             quarantine: if config.delayed_restart.enabled {
                 config.quarantine()
             } else {
@@ -193,17 +219,27 @@ impl Agent {
         let waiters = Arc::new(Waiters::new(
             config.lock.key_prefix.clone(),
             config.lock.max_waiters,
+            config.lock.max_waiters_per_uid,
             Arc::clone(&metrics),
             shutdown.clone(),
         ));
         let engine = Engine::new(nodes, settings, metrics.clone());
-        let locks = Locks::new(
-            engine,
-            Rules::new(&config.lock),
-            waiters,
-            Arc::clone(&metrics),
-            shutdown,
-        );
+        let mut rules = Rules::new(&config.lock);
+        if switched_on(NO_LOSS_NOTICE) {
+            tracing::warn!(
+                "{NO_LOSS_NOTICE} is set: holds hear of a force release or of masters that lost \
+                 their keys only at their next renewal; for control runs of the tests only"
+            );
+            rules.loss_notice = false;
+        }
+        let slot_readiness = !switched_on(NO_SLOT_READINESS);
+        if !slot_readiness {
+            tracing::warn!(
+                "{NO_SLOT_READINESS} is set: readiness ignores cluster slots in quarantine and \
+                 can say ready while no lock can be granted; for control runs of the tests only"
+            );
+        }
+        let locks = Locks::new(engine, rules, waiters, Arc::clone(&metrics), shutdown);
         Ok(Agent {
             config,
             locks: Arc::new(locks),
@@ -211,6 +247,7 @@ impl Agent {
             metrics,
             scanner,
             started: std::time::Instant::now(),
+            slot_readiness,
         })
     }
 
@@ -265,75 +302,113 @@ impl Agent {
         for node in nodes {
             tasks.push(tokio::spawn(waiters::listen(
                 Arc::clone(node),
-                Arc::clone(self.locks.waiters()),
+                Arc::clone(&self.locks),
             )));
         }
         tasks
     }
 
-    /// `GET /v1/nodes` from the nodes' snapshots.
+    /// `GET /v1/nodes` from the nodes' snapshots, with readiness: whether
+    /// a lock on any resource could get a quorum now (see
+    /// [`health::readiness`]), and why not.
     pub fn nodes(&self) -> NodesResponse {
         let engine = self.engine();
-        let nodes: Vec<NodeStatus> = engine
-            .nodes()
-            .iter()
-            .zip(engine.duplicates())
-            .map(|(node, duplicate)| {
-                let snap = node.snapshot();
-                let mut warnings = snap.warnings;
-                let state = match duplicate {
-                    Some(first) => {
-                        let first = engine.nodes()[first].name();
-                        warnings.push(format!(
-                            "same server as {first} (same run_id): counted once, as {first}"
-                        ));
-                        NodeState::Duplicate
-                    }
-                    None => snap.state,
-                };
-                NodeStatus {
-                    name: node.name().to_string(),
-                    state,
-                    latency_ms: snap.latency.map(|d| d.as_micros() as f64 / 1000.0),
-                    last_error: snap.last_error,
-                    quarantine_remaining_ms: millis(snap.quarantine_remaining),
-                    quarantine_ms: millis(snap.quarantine_len),
-                    detector: snap.detector.map(|d| d.as_str().to_string()),
-                    run_id: snap.identity.as_ref().map(|i| i.run_id.clone()),
-                    uptime_s: snap.identity.as_ref().map(|i| i.uptime.as_secs()),
-                    persistence: snap.persistence,
-                    warnings,
-                    kind: if node.is_cluster() {
-                        "cluster"
-                    } else {
-                        "single"
-                    }
-                    .to_string(),
-                    shards: node
-                        .shards()
-                        .into_iter()
-                        .map(|(shard, out)| redlock_wire::ShardStatus {
-                            addr: shard.addr(),
-                            node_id: shard.node_id,
-                            slots: shard.slots,
-                            state: if shard.up && snap.connected {
-                                NodeState::Up
-                            } else {
-                                NodeState::Down
-                            },
-                            quarantined_slots: out as u64,
-                            replicas: shard.replicas,
-                        })
-                        .collect(),
-                    quarantined_slots: node.quarantined_slots() as u64,
+        let mut usability = Vec::with_capacity(engine.nodes().len());
+        let mut slot_details = Vec::new();
+        let mut nodes: Vec<NodeStatus> = Vec::with_capacity(engine.nodes().len());
+        for (node, duplicate) in engine.nodes().iter().zip(engine.duplicates()) {
+            let snap = node.snapshot();
+            let mut warnings = snap.warnings;
+            let state = match duplicate {
+                Some(first) => {
+                    let first = engine.nodes()[first].name();
+                    warnings.push(format!(
+                        "same server as {first} (same run_id): counted once, as {first}"
+                    ));
+                    NodeState::Duplicate
                 }
-            })
-            .collect();
+                None => snap.state,
+            };
+            let slots = node.slot_usability();
+            let quarantined_slots = node.quarantined_slots();
+            let slots_left = slots.as_ref().map_or(Duration::ZERO, |(_, left)| *left);
+            usability.push(match (state, slots) {
+                (NodeState::Up, Some((can_vote, _))) if self.slot_readiness => {
+                    let cannot = can_vote.iter().filter(|v| !**v).count();
+                    if cannot > 0 {
+                        slot_details.push(slot_detail(
+                            node.name(),
+                            quarantined_slots,
+                            slots_left,
+                            cannot.saturating_sub(quarantined_slots),
+                        ));
+                    }
+                    Usability::Slots(can_vote)
+                }
+                (NodeState::Up, _) => Usability::Everywhere,
+                _ => Usability::Unusable,
+            });
+            nodes.push(NodeStatus {
+                name: node.name().to_string(),
+                state,
+                latency_ms: snap.latency.map(|d| d.as_micros() as f64 / 1000.0),
+                last_error: snap.last_error,
+                quarantine_remaining_ms: millis(snap.quarantine_remaining),
+                quarantine_ms: millis(snap.quarantine_len),
+                detector: snap.detector.map(|d| d.as_str().to_string()),
+                run_id: snap.identity.as_ref().map(|i| i.run_id.clone()),
+                uptime_s: snap.identity.as_ref().map(|i| i.uptime.as_secs()),
+                persistence: snap.persistence,
+                warnings,
+                kind: if node.is_cluster() {
+                    "cluster"
+                } else {
+                    "single"
+                }
+                .to_string(),
+                shards: node
+                    .shards()
+                    .into_iter()
+                    .map(|(shard, out)| redlock_wire::ShardStatus {
+                        addr: shard.addr(),
+                        node_id: shard.node_id,
+                        slots: shard.slots,
+                        state: if shard.up && snap.connected {
+                            NodeState::Up
+                        } else {
+                            NodeState::Down
+                        },
+                        quarantined_slots: out as u64,
+                        replicas: shard.replicas,
+                    })
+                    .collect(),
+                quarantined_slots: quarantined_slots as u64,
+                quarantined_slots_remaining_ms: millis(slots_left),
+            });
+        }
         let usable = nodes.iter().filter(|n| n.state == NodeState::Up).count();
+        let quorum = engine.quorum();
+        let readiness = health::readiness(&usability, quorum);
+        let reason = (!readiness.ready()).then(|| {
+            if usable < quorum {
+                return engine.describe_unusable();
+            }
+            format!(
+                "{} of {} hash slots have fewer than a quorum of masters that can vote in them \
+                 (as few as {}, quorum is {}): a lock on a resource there answers no_quorum; {}",
+                readiness.slots_without_quorum,
+                redlock_wire::keys::SLOTS,
+                readiness.fewest,
+                quorum,
+                slot_details.join("; ")
+            )
+        });
         NodesResponse {
-            quorum: engine.quorum(),
+            quorum,
             usable,
-            available: usable >= engine.quorum(),
+            available: readiness.ready(),
+            reason,
+            slots_without_quorum: readiness.slots_without_quorum,
             nodes,
         }
     }
@@ -376,8 +451,27 @@ impl Agent {
         }
         m.usable_nodes
             .set(i64::try_from(usable).unwrap_or(i64::MAX));
-        m.quorum_available.set(i64::from(usable >= engine.quorum()));
+        // What /readyz says: cluster slots in quarantine count.
+        m.quorum_available.set(i64::from(
+            usable >= engine.quorum() && self.nodes().available,
+        ));
         self.sweep_grants();
         m.encode()
     }
+}
+
+/// Why a cluster master cannot vote in some slots, for `/v1/nodes`'s
+/// `reason`.
+fn slot_detail(name: &str, quarantined: usize, left: Duration, unserved: usize) -> String {
+    let mut parts = Vec::new();
+    if quarantined > 0 {
+        parts.push(format!(
+            "{quarantined} slots in quarantine (lost keys possible) for up to {}ms more",
+            left.as_millis()
+        ));
+    }
+    if unserved > 0 {
+        parts.push(format!("{unserved} slots on shards that are down"));
+    }
+    format!("{name} has {}", parts.join(" and "))
 }

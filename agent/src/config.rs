@@ -72,6 +72,12 @@ pub struct AgentConfig {
 /// Most `agent.workers`.
 pub const MAX_WORKERS: usize = 256;
 
+/// `metrics.max_connections` by default: probes and scrapes need a few.
+pub const DEFAULT_METRICS_MAX_CONNECTIONS: usize = 64;
+
+/// Most `metrics.max_connections`.
+pub const MAX_METRICS_CONNECTIONS: usize = 4096;
+
 /// The admin socket: read-only views and force release, nothing else.
 #[derive(Debug, Clone, Serialize)]
 pub struct AdminConfig {
@@ -90,6 +96,10 @@ pub struct AdminSocketConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct MetricsConfig {
     pub listen: SocketAddr,
+    /// Connections served at once on `listen`; more are closed at once, so
+    /// a flood of connections to the port never takes the descriptors the
+    /// sockets and the masters need.
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -163,6 +173,9 @@ pub struct LockConfig {
     pub max_hold: Duration,
     /// Requests waiting for locks on this agent at once, all resources.
     pub max_waiters: usize,
+    /// Waiting requests one uid may have at once, so one peer cannot take
+    /// every waiter slot.
+    pub max_waiters_per_uid: usize,
     /// When grants carry a fencing token.
     pub fence: FenceMode,
 }
@@ -256,8 +269,11 @@ pub struct MasterUrl {
 }
 
 impl MasterUrl {
-    /// Parses and checks the scheme and the query; the error says what is
-    /// wrong with the value, with any password redacted.
+    /// Parses and checks the scheme, the host and the query; the error says
+    /// what is wrong with the value and shows no more of it than
+    /// [`MasterUrl`]'s `Display` does (nothing at all when it does not
+    /// parse: a password with a reserved character in it breaks the URL
+    /// anywhere, and its pieces land in the host, port, path or query).
     ///
     /// The redis client reads only `protocol` from the query of a TCP URL:
     /// a `?password=` would be silently ignored (the master answers NOAUTH
@@ -265,8 +281,10 @@ impl MasterUrl {
     pub fn parse(raw: &str) -> Result<MasterUrl, String> {
         let url = url::Url::parse(raw).map_err(|e| {
             format!(
-                "not a redis:// or rediss:// URL ({e}): {:?}",
-                redact_str(raw)
+                "not a URL ({e}); the value is not shown, since it may hold a password: write \
+                 redis://[USER:PASSWORD@]HOST[:PORT][/DB] (or rediss://), with any of \
+                 : / ? # @ % in the user or password percent-encoded, or give the password \
+                 in password_file or password_env"
             )
         })?;
         let url = MasterUrl { url };
@@ -280,7 +298,12 @@ impl MasterUrl {
             }
         }
         if url.url.host_str().is_none_or(str::is_empty) {
-            return Err(format!("URL has no host: {:?}", url.to_string()));
+            let hint = if raw.contains("://") {
+                ""
+            } else {
+                " (the scheme takes two slashes: redis://HOST)"
+            };
+            return Err(format!("URL has no host{hint}: {:?}", url.to_string()));
         }
         for (key, _) in url.url.query_pairs() {
             let hint = match key.as_ref() {
@@ -351,34 +374,60 @@ impl MasterUrl {
     }
 }
 
+/// The `protocol` values the redis client knows; any other is shown as
+/// `***`, like every query value but these.
+const PROTOCOLS: &[&str] = &["2", "3", "resp2", "resp3"];
+
+/// Shows the scheme, the host and the port as parsed; the user name only
+/// beside a password (alone, it may be a misplaced password: `***`); the
+/// password as `***`; the path only when it is a database number; the
+/// query's known names with only a known `protocol` value; and a fragment
+/// only when it is `#insecure`. Whatever shape the value has, no other
+/// text of it shows.
 impl fmt::Display for MasterUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut shown = self.url.clone();
-        if shown.password().is_some() {
-            // Cannot fail: the URL has a host.
-            let _ = shown.set_password(Some("***"));
-        } else if !shown.username().is_empty() {
-            // `redis://secret@host`: a password where the user goes
-            // (refused by `read_masters`, shown in its message).
-            let _ = shown.set_username("***");
+        let url = &self.url;
+        write!(f, "{}:", url.scheme())?;
+        if let Some(host) = url.host_str() {
+            f.write_str("//")?;
+            if url.password().is_some() {
+                write!(f, "{}:***@", url.username())?;
+            } else if !url.username().is_empty() {
+                f.write_str("***@")?;
+            }
+            f.write_str(host)?;
+            if let Some(port) = url.port() {
+                write!(f, ":{port}")?;
+            }
         }
-        // Query values other than `protocol` may be secrets (`?password=`,
-        // refused by `parse` but shown in its error message).
-        if shown.query().is_some() {
-            let pairs: Vec<(String, String)> = shown
+        let path = url.path();
+        let number = path.strip_prefix('/').unwrap_or(path);
+        if number.bytes().all(|b| b.is_ascii_digit()) {
+            f.write_str(path)?;
+        } else if path.starts_with('/') {
+            f.write_str("/***")?;
+        } else {
+            f.write_str("***")?;
+        }
+        if url.query().is_some() {
+            let pairs: Vec<String> = url
                 .query_pairs()
                 .map(|(k, v)| {
-                    let v = if k == READ_QUERY_KEY {
+                    let v = if k == READ_QUERY_KEY && PROTOCOLS.contains(&v.as_ref()) {
                         v.into_owned()
                     } else {
                         "***".into()
                     };
-                    (shown_query_key(&k).to_string(), v)
+                    format!("{}={v}", shown_query_key(&k))
                 })
                 .collect();
-            shown.query_pairs_mut().clear().extend_pairs(pairs);
+            write!(f, "?{}", pairs.join("&"))?;
         }
-        f.write_str(shown.as_str())
+        match url.fragment() {
+            None => Ok(()),
+            Some("insecure") => f.write_str("#insecure"),
+            Some(_) => f.write_str("#***"),
+        }
     }
 }
 
@@ -394,31 +443,17 @@ impl Serialize for MasterUrl {
     }
 }
 
-/// Best-effort redaction of a string that did not parse as a URL: the
-/// userinfo and every query value.
-fn redact_str(raw: &str) -> String {
-    let (base, query) = match raw.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (raw, None),
-    };
-    let mut shown = match (base.find("://"), base.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}***{}", &base[..scheme_end + 3], &base[at..])
-        }
-        _ => base.to_string(),
-    };
-    if let Some(query) = query {
-        let pairs: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((key, _)) => format!("{}=***", shown_query_key(key)),
-                None => "***".to_string(),
-            })
-            .collect();
-        shown.push('?');
-        shown.push_str(&pairs.join("&"));
+/// A redis client error without its detail, which may quote the value it
+/// refused (an unknown `?protocol=`, for one).
+fn without_detail(e: &redis::RedisError) -> String {
+    let text = e.to_string();
+    match e.detail() {
+        Some(detail) => text
+            .strip_suffix(detail)
+            .and_then(|t| t.strip_suffix(": "))
+            .map_or_else(|| e.category().to_string(), str::to_string),
+        None => text,
     }
-    shown
 }
 
 fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -506,7 +541,7 @@ impl Config {
             serde_saphyr::from_str(text).map_err(|e| {
                 ConfigError::Invalid(vec![FieldError {
                     path: String::new(),
-                    message: format!("not valid YAML: {e}"),
+                    message: yaml_error(&e),
                 }])
             })?
         };
@@ -527,6 +562,93 @@ impl Config {
     pub fn quarantine(&self) -> Duration {
         self.lock.max_ttl + self.delayed_restart.extra
     }
+}
+
+/// A YAML syntax error as users see it: where, and what went wrong, never
+/// the text there. The parser's own rendering quotes the lines around the
+/// error, and a config's neighbouring lines hold passwords; some of its
+/// messages name a key or a value. So only the location and messages that
+/// quote nothing of the file are shown; any other error is described by
+/// its location alone.
+fn yaml_error(e: &serde_saphyr::Error) -> String {
+    use serde_saphyr::{Error as E, ExternalMessageSource};
+    let e = e.without_snippet();
+    let what = match e {
+        // The scanner's and the parser's own messages are fixed texts (at
+        // most they name one character); quoted words are hidden anyway.
+        E::ExternalMessage { source, msg, .. }
+            if matches!(**source, ExternalMessageSource::Parser(_)) =>
+        {
+            hide_quoted_words(msg)
+        }
+        E::DuplicateMappingKey { key, .. } => match key.as_deref() {
+            Some(key) if is_key(key) => format!("the key {key:?} is given twice in one mapping"),
+            _ => "a key is given twice in one mapping".to_string(),
+        },
+        E::Eof { .. } => "the file ends in the middle of a value".to_string(),
+        E::MultipleDocuments { .. } => "more than one YAML document (---)".to_string(),
+        E::UnknownAnchor { .. } => "an alias (*name) names no anchor (&name)".to_string(),
+        E::Budget { .. } => "too large or too deeply nested".to_string(),
+        _ => "it cannot be read as YAML".to_string(),
+    };
+    match e.location() {
+        Some(at) => format!(
+            "not valid YAML at line {}, column {}: {what} (the text there is not shown: it may hold a password)",
+            at.line(),
+            at.column()
+        ),
+        None => format!("not valid YAML: {what}"),
+    }
+}
+
+/// `text` with every quoted part that holds a letter or a digit replaced
+/// by `***` (`','` and `` `@' `` stay, `'hunter2'` does not). Any of
+/// `'`, `"` and `` ` `` opens or closes a quote.
+fn hide_quoted_words(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut quoted = String::new();
+    let mut inside = false;
+    for c in text.chars() {
+        if matches!(c, '\'' | '"' | '`') {
+            if inside {
+                if quoted.chars().any(char::is_alphanumeric) {
+                    out.push_str("***");
+                } else {
+                    out.push_str(&quoted);
+                }
+                quoted.clear();
+            }
+            inside = !inside;
+            out.push(c);
+        } else if inside {
+            quoted.push(c);
+        } else {
+            out.push(c);
+        }
+    }
+    if quoted.chars().any(char::is_alphanumeric) {
+        out.push_str("***");
+    } else {
+        out.push_str(&quoted);
+    }
+    out
+}
+
+/// A value of a field that holds no secret, quoted, unless it looks like a
+/// URL with credentials pasted into the wrong field (then described only).
+fn echo(text: &str) -> String {
+    if text.contains('@') || text.contains("://") {
+        "(not shown: it looks like a URL and may hold a password)".to_string()
+    } else {
+        format!("{text:?}")
+    }
+}
+
+/// A key that can be shown: a config key's shape (lowercase letters and
+/// underscores), which neither a URL with credentials nor a password of
+/// any strength has.
+fn is_key(text: &str) -> bool {
+    (1..=32).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
 }
 
 /// Reads the fields of one YAML mapping, recording every problem under the
@@ -589,6 +711,28 @@ impl<'e> Section<'e> {
         }
     }
 
+    /// As [`Section::take`] for a field that may hold a password: a value
+    /// of the wrong type is described by its kind only.
+    fn take_secret<T: DeserializeOwned>(&mut self, key: &str, expected: &str) -> Option<T> {
+        let value = self.map.remove(key)?;
+        if value.is_null() {
+            return None;
+        }
+        match serde_json::from_value(value.clone()) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                self.error(
+                    key,
+                    format!(
+                        "expected {expected}, found {} (not shown: it may hold a password)",
+                        kind(&value)
+                    ),
+                );
+                None
+            }
+        }
+    }
+
     fn raw(&mut self, key: &str) -> Option<Value> {
         self.map.remove(key).filter(|v| !v.is_null())
     }
@@ -609,16 +753,24 @@ impl<'e> Section<'e> {
         }
     }
 
+    /// Reports every key nobody took. A key not shaped like a config key
+    /// (a URL with its password written where a key goes, say) is not
+    /// shown.
     fn finish(self) {
         for key in self.map.keys() {
-            let path = if self.path.is_empty() {
-                key.clone()
+            let (path, message) = if !is_key(key) {
+                (
+                    self.path.clone(),
+                    "an unknown key not shaped like one (not shown: it may hold a password)",
+                )
+            } else if self.path.is_empty() {
+                (key.clone(), "unknown key")
             } else {
-                format!("{}.{key}", self.path)
+                (format!("{}.{key}", self.path), "unknown key")
             };
             self.errors.push(FieldError {
                 path,
-                message: "unknown key".to_string(),
+                message: message.to_string(),
             });
         }
     }
@@ -815,8 +967,26 @@ fn read_metrics(tree: Value, errors: &mut Vec<FieldError>) -> MetricsConfig {
             }
         },
     };
+    let max_connections: usize = s
+        .take("max_connections", "a whole number")
+        .unwrap_or(DEFAULT_METRICS_MAX_CONNECTIONS);
+    if max_connections == 0 {
+        s.error("max_connections", "must be at least 1");
+    } else if max_connections > MAX_METRICS_CONNECTIONS {
+        s.error(
+            "max_connections",
+            format!(
+                "{max_connections} is above {MAX_METRICS_CONNECTIONS}: the port serves probes and \
+                 scrapes, and every connection it holds is a descriptor the sockets and the \
+                 masters cannot have"
+            ),
+        );
+    }
     s.finish();
-    MetricsConfig { listen }
+    MetricsConfig {
+        listen,
+        max_connections,
+    }
 }
 
 fn read_log(tree: Value, errors: &mut Vec<FieldError>) -> LogConfig {
@@ -852,7 +1022,10 @@ fn read_masters(
         Some(other) => {
             errors.push(FieldError {
                 path: "masters".into(),
-                message: format!("expected a list of {{name, url}}, found {}", show(&other)),
+                message: format!(
+                    "expected a list of {{name, url}}, found {} (not shown: it may hold a password)",
+                    kind(&other)
+                ),
             });
             return Vec::new();
         }
@@ -871,8 +1044,8 @@ fn read_masters(
         let path = format!("masters[{i}]");
         let mut s = Section::new(&path, item, errors);
         let name: Option<String> = s.take("name", "a string");
-        let url: Option<String> = s.take("url", "a redis:// or rediss:// URL");
-        let seeds: Option<Vec<String>> = s.take(
+        let url: Option<String> = s.take_secret("url", "a redis:// or rediss:// URL");
+        let seeds: Option<Vec<String>> = s.take_secret(
             "cluster",
             "a list of a Redis Cluster's seed nodes as redis:// or rediss:// URLs",
         );
@@ -889,7 +1062,10 @@ fn read_masters(
             Some(name) if !valid_name(&name) => {
                 s.error(
                     "name",
-                    format!("use 1 to 64 letters, digits, '-', '_' or '.': {name:?}"),
+                    format!(
+                        "use 1 to 64 letters, digits, '-', '_' or '.': {}",
+                        echo(&name)
+                    ),
                 );
                 None
             }
@@ -905,7 +1081,11 @@ fn read_masters(
                 Err(e) => {
                     s.error(
                         field,
-                        format!("refused by the redis client ({e}): {:?}", url.to_string()),
+                        format!(
+                            "refused by the redis client ({}): {:?}",
+                            without_detail(&e),
+                            url.to_string()
+                        ),
                     );
                     None
                 }
@@ -992,7 +1172,13 @@ fn read_masters(
                 None
             }
             (Some(file), _) => match std::fs::read(file) {
-                Ok(pem) => Some(pem),
+                Ok(pem) => match check_ca(&pem) {
+                    Ok(()) => Some(pem),
+                    Err(why) => {
+                        s.error("tls_ca_file", format!("{file:?} {why}"));
+                        None
+                    }
+                },
                 Err(e) => {
                     s.error("tls_ca_file", format!("cannot read {file:?}: {e}"));
                     None
@@ -1315,10 +1501,72 @@ fn read_tls_client(
     };
     let cert = read("tls_cert_file", cert_file);
     let key = read("tls_key_file", key_file);
+    let cert = cert.filter(|pem| match check_cert(pem) {
+        Ok(()) => true,
+        Err(why) => {
+            s.error("tls_cert_file", format!("{cert_file:?} {why}"));
+            false
+        }
+    });
+    let key = key.filter(|pem| match check_key(pem) {
+        Ok(()) => true,
+        Err(why) => {
+            s.error("tls_key_file", format!("{key_file:?} {why}"));
+            false
+        }
+    });
     Some(TlsClient {
         cert: cert?,
         key: key?,
     })
+}
+
+/// Checks that `pem` holds certificates, each one rustls takes as a trust
+/// anchor: a file that is not a CA (a key, a text file, a truncated
+/// copy) would otherwise fail only at the first connection, as an unknown
+/// issuer. The messages never quote the file.
+fn check_ca(pem: &[u8]) -> Result<(), String> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut store = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|_| "holds a PEM block that does not decode".to_string())?;
+        store.add(cert).map_err(|_| {
+            "holds a CERTIFICATE block that is not an X.509 certificate a client can trust"
+                .to_string()
+        })?;
+    }
+    if store.is_empty() {
+        return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_string());
+    }
+    Ok(())
+}
+
+/// Checks that `pem` holds a client certificate chain the TLS client reads.
+fn check_cert(pem: &[u8]) -> Result<(), String> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| "holds a PEM block that does not decode".to_string())?;
+    if certs.is_empty() {
+        return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_string());
+    }
+    Ok(())
+}
+
+/// Checks that `pem` holds a private key the TLS client reads. The key is
+/// never shown, nor anything of the file.
+fn check_key(pem: &[u8]) -> Result<(), String> {
+    use rustls::pki_types::{pem::PemObject, PrivateKeyDer};
+    if PrivateKeyDer::from_pem_slice(pem).is_ok() {
+        return Ok(());
+    }
+    let encrypted = pem.windows(b"ENCRYPTED".len()).any(|w| w == b"ENCRYPTED");
+    Err(if encrypted {
+        "holds an encrypted private key: the TLS client needs it unencrypted (PKCS#8, PKCS#1 or SEC1 PEM)"
+    } else {
+        "holds no PEM private key (PKCS#8, PKCS#1 or SEC1)"
+    }
+    .to_string())
 }
 
 fn valid_name(name: &str) -> bool {
@@ -1358,6 +1606,19 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
     let retry_jitter = s.duration("retry_jitter", Duration::from_millis(50));
     let max_hold = s.duration("max_hold", Duration::from_secs(3600));
     let max_waiters: usize = s.take("max_waiters", "a whole number").unwrap_or(10_000);
+    // Three quarters by default, as socket.max_connections_per_uid: one
+    // uid always leaves room for others.
+    let max_waiters_per_uid: usize = s
+        .take("max_waiters_per_uid", "a whole number")
+        .unwrap_or_else(|| (max_waiters * 3).div_ceil(4));
+    if max_waiters_per_uid == 0 && max_waiters > 0 {
+        s.error("max_waiters_per_uid", "must be at least 1");
+    } else if max_waiters_per_uid > max_waiters {
+        s.error(
+            "max_waiters_per_uid",
+            format!("{max_waiters_per_uid} is above lock.max_waiters ({max_waiters})"),
+        );
+    }
     let fence = s
         .take("fence", "\"on_request\" or \"always\"")
         .unwrap_or(FenceMode::OnRequest);
@@ -1417,6 +1678,7 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
         retry_jitter,
         max_hold,
         max_waiters,
+        max_waiters_per_uid,
         fence,
     }
 }
@@ -1430,7 +1692,8 @@ fn read_agent(tree: Value, errors: &mut Vec<FieldError>) -> AgentConfig {
             s.error(
                 "name",
                 format!(
-                    "use 1 to 64 letters, digits, '-' or '_' ('.' and '@' separate the parts of a lock value): {name:?}"
+                    "use 1 to 64 letters, digits, '-' or '_' ('.' and '@' separate the parts of a lock value): {}",
+                    echo(&name)
                 ),
             );
             default_agent_name()
@@ -1938,6 +2201,223 @@ lock:
         assert!(errors[0].contains("line"), "{errors:?}");
     }
 
+    /// Errors of `yaml` without resolving hosts (the shapes below name
+    /// hosts that do not exist).
+    fn errors_offline(yaml: &str) -> Vec<String> {
+        match Config::from_yaml_with(yaml, AddressCheck::Skip) {
+            Ok(_) => Vec::new(),
+            Err(ConfigError::Invalid(errors)) => errors.iter().map(ToString::to_string).collect(),
+            Err(other) => vec![other.to_string()],
+        }
+    }
+
+    /// The password's two halves: a shape that splits it must show neither.
+    const HALVES: [&str; 2] = ["s3cr", "3tPW"];
+
+    #[test]
+    fn malformed_urls_never_show_their_password() {
+        let shapes = [
+            // No authority: the password lands in the path.
+            "redis:/:s3cr3tPW@host:6379",
+            "redis:///:s3cr3tPW@host",
+            "redis:s3cr3tPW@host",
+            // Not a URL at all (no scheme).
+            "redis//:s3cr3tPW@host",
+            "s3cr3tPW",
+            // A reserved character in the password breaks the authority.
+            "redis://:s3cr/3tPW@host",
+            "redis://user:s3cr#3tPW@host",
+            "redis://user:s3cr?3tPW@host",
+            "redis://:s3cr3tPW@host:port",
+            "redis://:s3cr3tPW@host:99999",
+            "redis://:s3cr3tPW@",
+            "redis://:s3cr3tPW@:6379",
+            "redis://:s3cr3tPW@ho st",
+            // Parses, but the password sits where nothing should.
+            "redis://host:6379/0:s3cr3tPW",
+            "rediss://host:6379/#s3cr3tPW",
+            "redis://host:6379/?protocol=s3cr3tPW",
+            "redis://host:6379/?s3cr3tPW",
+            "http://user:s3cr3tPW@host",
+            "redis://s3cr3tPW@host",
+        ];
+        for url in shapes {
+            let yaml = format!("masters:\n  - {{name: r1, url: {url:?}}}\n");
+            let errors = errors_offline(&yaml);
+            assert_eq!(errors.len(), 1, "{url}: {errors:?}");
+            assert!(
+                errors[0].starts_with("masters[0].url: "),
+                "{url}: {errors:?}"
+            );
+            for half in HALVES {
+                assert!(!errors[0].contains(half), "{url}: {errors:?}");
+            }
+            // And as a cluster's seed.
+            let yaml = format!("masters:\n  - {{name: r1, cluster: [{url:?}]}}\n");
+            let errors = errors_offline(&yaml).join("\n");
+            assert!(
+                errors.contains("masters[0].cluster[0]: "),
+                "{url}: {errors}"
+            );
+            assert!(
+                !HALVES.iter().any(|h| errors.contains(h)),
+                "{url}: {errors}"
+            );
+        }
+        // What shows: the scheme, the host, a hint.
+        let errors = errors_offline("masters:\n  - {name: r1, url: \"redis:/:s3cr3tPW@host\"}\n");
+        assert_eq!(
+            errors,
+            ["masters[0].url: URL has no host (the scheme takes two slashes: redis://HOST): \"redis:/***\""]
+        );
+        let errors = errors_offline("masters:\n  - {name: r1, url: \"redis://:s3cr/3tPW@host\"}\n");
+        assert!(
+            errors[0].starts_with("masters[0].url: not a URL (empty host); the value is not shown"),
+            "{errors:?}"
+        );
+        // A fragment the redis client ignores is accepted, and hidden.
+        let config = Config::from_yaml_with(
+            "masters:\n  - {name: r1, url: \"redis://:s3cr3tPW@host:6379/2#s3cr3tPW\"}\n",
+            AddressCheck::Skip,
+        )
+        .unwrap();
+        assert_eq!(
+            config.masters[0].url.to_string(),
+            "redis://:***@host:6379/2#***"
+        );
+    }
+
+    #[test]
+    fn url_fields_of_the_wrong_type_are_described_not_shown() {
+        for yaml in [
+            "masters:\n  - {name: r1, cluster: \"redis://:s3cr3tPW@host\"}\n",
+            "masters:\n  - {name: r1, url: [\"redis://:s3cr3tPW@host\"]}\n",
+            "masters: \"redis://:s3cr3tPW@host\"\n",
+            // A URL written where a key goes, and where the name goes.
+            "masters:\n  - {name: r1, url: \"redis://h:1\", redis://:s3cr3tPW@host}\n",
+            "masters:\n  - {name: r1, url: \"redis://h:1\", s3cr3tPW: 1}\n",
+            "masters:\n  - {name: \"redis://:s3cr3tPW@host\", url: \"redis://h:1\"}\n",
+            "agent: {name: \"redis://:s3cr3tPW@host\"}\nmasters:\n  - {name: r1, url: \"redis://h:1\"}\n",
+        ] {
+            let errors = errors_offline(yaml).join("\n");
+            assert!(errors.contains("masters") || errors.contains("agent.name"), "{yaml}: {errors}");
+            assert!(!errors.contains("s3cr3tPW"), "{yaml}: {errors}");
+        }
+        assert_eq!(
+            errors_offline("masters:\n  - {name: r1, url: \"redis://h:1\", redis://:s3cr3tPW@host}\n"),
+            ["masters[0]: an unknown key not shaped like one (not shown: it may hold a password)"]
+        );
+    }
+
+    #[test]
+    fn yaml_syntax_errors_say_where_and_quote_nothing() {
+        let cases = [
+            // An unclosed flow mapping, the passwords on the lines around it.
+            (
+                "masters:\n  - {name: r1, url: \"redis://:s3cr3tPW@a:1\"\n  - {name: r2, url: \"redis://:s3cr3tPW@b:1\"}\n",
+                3,
+            ),
+            // Bad indentation under a password line.
+            (
+                "masters:\n  - name: r1\n    url: redis://:s3cr3tPW@a:1\n   password_env: X\n",
+                4,
+            ),
+            // A tab, a comment where it cannot be, an unclosed quote.
+            ("masters:\n\ts3cr3tPW: x\n", 2),
+            ("a: s3cr3tPW #c\n  b: s3cr3tPW\n", 1),
+            ("masters:\n  - {name: r1, url: \"redis://:s3cr3tPW@a:1}\n", 2),
+            // A key given twice, an alias without anchor, a stray character.
+            ("s3cr3tPW: 1\ns3cr3tPW: 2\n", 2),
+            ("a: *s3cr3tPW\n", 1),
+            ("a: `s3cr3tPW\n", 1),
+        ];
+        for (yaml, line) in cases {
+            let errors = errors_offline(yaml);
+            assert_eq!(errors.len(), 1, "{yaml}: {errors:?}");
+            assert!(
+                errors[0].starts_with(&format!("not valid YAML at line {line}, column ")),
+                "{yaml}: {errors:?}"
+            );
+            assert!(!errors[0].contains("s3cr3tPW"), "{yaml}: {errors:?}");
+        }
+        assert_eq!(
+            errors_offline("url: 1\nurl: 2\n"),
+            ["not valid YAML at line 2, column 1: the key \"url\" is given twice in one mapping (the text there is not shown: it may hold a password)"]
+        );
+        assert_eq!(
+            hide_quoted_words("did not find expected ',' or ']'"),
+            "did not find expected ',' or ']'"
+        );
+        assert_eq!(
+            hide_quoted_words("unexpected character: `@'"),
+            "unexpected character: `@'"
+        );
+        assert_eq!(
+            hide_quoted_words("found 'abc' and \"d"),
+            "found '***' and \"***"
+        );
+    }
+
+    #[test]
+    fn tls_files_that_are_not_what_they_say_are_refused_without_their_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("notes.txt");
+        std::fs::write(&text, "s3cr3tPW\n").unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(
+            &garbage,
+            "-----BEGIN CERTIFICATE-----\nczNjcjN0UFc=\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let key = dir.path().join("key.pem");
+        std::fs::write(
+            &key,
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nczNjcjN0UFc=\n-----END ENCRYPTED PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let path = |p: &Path| p.display().to_string();
+        let yaml = format!(
+            "masters:
+  - {{name: a, url: \"rediss://h:1\", tls_ca_file: {:?}}}
+  - {{name: b, url: \"rediss://h:2\", tls_ca_file: {:?}}}
+  - {{name: c, url: \"rediss://h:3\", tls_ca_file: {:?}}}
+  - {{name: d, url: \"rediss://h:4\", tls_cert_file: {:?}, tls_key_file: {:?}}}
+",
+            path(&text),
+            path(&empty),
+            path(&garbage),
+            path(&key),
+            path(&key),
+        );
+        let errors = errors_offline(&yaml);
+        let expected = [
+            format!("masters[0].tls_ca_file: {:?} holds no PEM certificate", path(&text)),
+            format!("masters[1].tls_ca_file: {:?} holds no PEM certificate", path(&empty)),
+            format!(
+                "masters[2].tls_ca_file: {:?} holds a CERTIFICATE block that is not an X.509 certificate",
+                path(&garbage)
+            ),
+            format!("masters[3].tls_cert_file: {:?} holds no PEM certificate", path(&key)),
+            format!(
+                "masters[3].tls_key_file: {:?} holds an encrypted private key",
+                path(&key)
+            ),
+        ];
+        assert_eq!(errors.len(), expected.len(), "{errors:#?}");
+        for (error, start) in errors.iter().zip(&expected) {
+            assert!(
+                error.starts_with(start.as_str()),
+                "{error:?} is not {start:?}"
+            );
+            assert!(
+                !error.contains("s3cr3tPW") && !error.contains("czNjcjN0UFc"),
+                "{error}"
+            );
+        }
+    }
+
     #[test]
     fn access_and_admin_defaults() {
         let config = Config::from_yaml(MINIMAL).unwrap();
@@ -2018,6 +2498,56 @@ masters:
                 "{workers}: {errors:#?}"
             );
         }
+    }
+
+    #[test]
+    fn waiter_shares_default_to_three_quarters_and_are_checked() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.lock.max_waiters, 10_000);
+        assert_eq!(config.lock.max_waiters_per_uid, 7_500);
+        let config = Config::from_yaml(&format!("{MINIMAL}lock: {{max_waiters: 5}}\n")).unwrap();
+        assert_eq!(config.lock.max_waiters_per_uid, 4);
+        let config = Config::from_yaml(&format!("{MINIMAL}lock: {{max_waiters: 1}}\n")).unwrap();
+        assert_eq!(config.lock.max_waiters_per_uid, 1);
+        let config = Config::from_yaml(&format!(
+            "{MINIMAL}lock: {{max_waiters: 8, max_waiters_per_uid: 8}}\n"
+        ))
+        .unwrap();
+        assert_eq!(config.lock.max_waiters_per_uid, 8);
+        for (lock, expected) in [
+            (
+                "{max_waiters: 4, max_waiters_per_uid: 5}",
+                "lock.max_waiters_per_uid: 5 is above lock.max_waiters (4)",
+            ),
+            (
+                "{max_waiters_per_uid: 0}",
+                "lock.max_waiters_per_uid: must be at least 1",
+            ),
+            (
+                "{max_waiters_per_uid: many}",
+                "lock.max_waiters_per_uid: expected a whole number, found a string \"many\"",
+            ),
+        ] {
+            let errors = errors_of(&format!("{MINIMAL}lock: {lock}\n"));
+            assert_eq!(errors, [expected], "{lock}");
+        }
+    }
+
+    #[test]
+    fn the_metrics_budget_defaults_to_64_and_is_checked() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.metrics.max_connections, 64);
+        let config =
+            Config::from_yaml(&format!("{MINIMAL}metrics: {{max_connections: 8}}\n")).unwrap();
+        assert_eq!(config.metrics.max_connections, 8);
+        let errors = errors_of(&format!("{MINIMAL}metrics: {{max_connections: 0}}\n"));
+        assert_eq!(errors, ["metrics.max_connections: must be at least 1"]);
+        let errors = errors_of(&format!("{MINIMAL}metrics: {{max_connections: 5000}}\n"));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("metrics.max_connections: 5000 is above 4096"),
+            "{errors:?}"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::agent::{Agent, MasterUrlError};
-use crate::api::server::{self, BindError, SocketListener};
+use crate::api::server::{self, BindError, Budgets, DescriptorError, SocketListener};
 use crate::config::Config;
 
 /// Why the agent could not start.
@@ -16,6 +16,8 @@ pub enum StartError {
     Bind(#[from] BindError),
     #[error(transparent)]
     Master(MasterUrlError),
+    #[error(transparent)]
+    Descriptors(#[from] DescriptorError),
 }
 
 /// An agent whose listeners are bound but which serves nothing yet.
@@ -25,6 +27,7 @@ pub struct Bound {
     socket: SocketListener,
     admin: SocketListener,
     tcp: tokio::net::TcpListener,
+    budgets: Budgets,
 }
 
 impl Bound {
@@ -32,7 +35,8 @@ impl Bound {
     /// fails fast.
     ///
     /// # Errors
-    /// When a listener cannot be bound or a master URL is refused.
+    /// When a listener cannot be bound, a master URL is refused, or the
+    /// open-files limit cannot hold the listeners' budgets.
     pub async fn bind(config: Config) -> Result<Bound, StartError> {
         Bound::bind_with(config, false).await
     }
@@ -42,13 +46,14 @@ impl Bound {
     /// first sight is no reason for quarantine.
     ///
     /// # Errors
-    /// When a listener cannot be bound or a master URL is refused.
+    /// When a listener cannot be bound, a master URL is refused, or the
+    /// open-files limit cannot hold the listeners' budgets.
     pub async fn bind_with(config: Config, masters_fresh: bool) -> Result<Bound, StartError> {
         let mut agent = Agent::new(config).map_err(StartError::Master)?;
         agent.health.masters_fresh = masters_fresh;
         let agent = Arc::new(agent);
         let config = agent.config();
-        server::raise_open_files_limit();
+        let budgets = server::budgets(config)?;
         let socket = SocketListener::bind(&config.socket.path, config.socket.mode).await?;
         let admin =
             SocketListener::bind(&config.admin.socket.path, config.admin.socket.mode).await?;
@@ -58,6 +63,7 @@ impl Bound {
             socket,
             admin,
             tcp,
+            budgets,
         })
     }
 
@@ -83,6 +89,7 @@ impl Bound {
             socket,
             admin,
             tcp,
+            budgets,
         } = self;
         let tasks = agent.start().await;
 
@@ -93,6 +100,9 @@ impl Bound {
             agent_name = %agent.config().agent.name,
             metrics = %tcp.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             masters = agent.engine().nodes().len(),
+            max_connections = budgets.app,
+            metrics_max_connections = budgets.metrics.unwrap_or(0),
+            open_files = budgets.limit.unwrap_or(0),
             usable = status.usable,
             quorum = status.quorum,
             "serving"
@@ -105,11 +115,18 @@ impl Bound {
         }
 
         let token = agent.locks().shutdown_token();
-        server::serve(Arc::clone(&agent), socket, admin, tcp, async move {
-            shutdown.await;
-            // Holds end first (lost, then released), so the drain can finish.
-            token.cancel();
-        })
+        server::serve(
+            Arc::clone(&agent),
+            socket,
+            admin,
+            tcp,
+            budgets,
+            async move {
+                shutdown.await;
+                // Holds end first (lost, then released), so the drain can finish.
+                token.cancel();
+            },
+        )
         .await;
         for task in tasks {
             task.abort();
@@ -121,7 +138,8 @@ impl Bound {
 /// Runs the agent until `shutdown` resolves.
 ///
 /// # Errors
-/// When a listener cannot be bound or a master URL is refused.
+/// When a listener cannot be bound, a master URL is refused, or the
+/// open-files limit cannot hold the listeners' budgets.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
     Bound::bind(config).await?.serve(shutdown).await;
     Ok(())

@@ -20,6 +20,11 @@
 //!   old snapshot restored) is quarantined like a restart.
 //! - `eviction`: `INFO stats` counted evicted keys since the last probe.
 //!
+//! Readiness ([`readiness`]) counts what a lock needs: a quorum of masters
+//! that can vote in its resource's hash slot, with a cluster master's slots
+//! in quarantine (or on a shard that is down) not counted, so `/readyz`
+//! says yes only when a lock on any resource could be granted now.
+//!
 //! The marker is written only when a quarantine ends, by the agent that kept
 //! the master out for the whole period (and at first sight of masters this
 //! process started empty). Any agent that later finds it may trust the
@@ -180,7 +185,13 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
         node.restart_detected(detector);
     }
     node.set_identity(identity.clone());
-    node.record_probe(latency);
+    let probes = node.record_probe(latency);
+    if !reconnected && probes % TOPOLOGY_EVERY == 0 {
+        // A policy changed at run time (CONFIG SET maxmemory-policy) is
+        // warned about within this many probes; the votes' eviction check
+        // keeps locks safe in between.
+        check_topology(node, &conn, settings).await;
+    }
     if reconnected {
         check_topology(node, &conn, settings).await;
         node.install(conn.clone());
@@ -455,8 +466,14 @@ async fn check_marker(
     first_sight: bool,
     settings: &HealthSettings,
 ) -> Result<Option<(Detector, Duration)>, NodeError> {
-    if node.marker_present(conn).await? {
-        return Ok(None);
+    let last_evicted = node.snapshot().identity.and_then(|i| i.evicted_keys);
+    match node.check_marker(conn, last_evicted).await? {
+        None => return Ok(None),
+        // The master evicted keys since its marker was written: the script
+        // deleted the marker, so every agent sees the loss; quarantined
+        // even where a readmission was pending, which must start over.
+        Some(Detector::Eviction) => return Ok(Some((Detector::Eviction, settings.quarantine))),
+        Some(_) => {}
     }
     if first_sight && settings.masters_fresh {
         return Ok(match node.write_marker(conn).await {
@@ -518,6 +535,71 @@ fn detect(
     }
 }
 
+/// What one master can vote in now, as readiness counts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Usability {
+    /// Down, quarantined, or a duplicate of another master.
+    Unusable,
+    /// Every resource (a single server that is up).
+    Everywhere,
+    /// A cluster master: whether it can vote in each hash slot, by slot
+    /// number (served by a primary that is up, and not in quarantine).
+    Slots(Vec<bool>),
+}
+
+/// Whether a lock on any resource could get a quorum now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readiness {
+    /// Hash slots (of 16384) in which fewer than a quorum of masters can
+    /// vote: a lock on a resource there answers `no_quorum`.
+    pub slots_without_quorum: u64,
+    /// The fewest masters that can vote in any one slot.
+    pub fewest: usize,
+}
+
+impl Readiness {
+    /// Ready: no slot without a quorum.
+    pub fn ready(&self) -> bool {
+        self.slots_without_quorum == 0
+    }
+}
+
+/// Counts, slot by slot, the masters that can vote there; with only single
+/// servers every slot counts the same.
+pub fn readiness(masters: &[Usability], quorum: usize) -> Readiness {
+    let everywhere = masters
+        .iter()
+        .filter(|m| **m == Usability::Everywhere)
+        .count();
+    let clusters: Vec<&Vec<bool>> = masters
+        .iter()
+        .filter_map(|m| match m {
+            Usability::Slots(slots) => Some(slots),
+            _ => None,
+        })
+        .collect();
+    let mut fewest = usize::MAX;
+    let mut without = 0;
+    for slot in 0..usize::from(redlock_wire::keys::SLOTS) {
+        let here = everywhere
+            + clusters
+                .iter()
+                .filter(|c| c.get(slot).copied().unwrap_or(false))
+                .count();
+        fewest = fewest.min(here);
+        without += u64::from(here < quorum);
+        if clusters.is_empty() {
+            // Every slot counts the same.
+            without *= u64::from(redlock_wire::keys::SLOTS);
+            break;
+        }
+    }
+    Readiness {
+        slots_without_quorum: without,
+        fewest,
+    }
+}
+
 fn went_down(node: &Node, was: NodeState, error: &NodeError) {
     if was != NodeState::Down {
         // The error itself was logged (once per kind) where it happened.
@@ -527,8 +609,13 @@ fn went_down(node: &Node, was: NodeState, error: &NodeError) {
     node.disconnect(error);
 }
 
-/// Checks a master that (re)connected for setups that break Redlock's
-/// assumptions, and records them as warnings on the node.
+/// How often (in probes that answered) a connected master's topology is
+/// read again: every 10 probes, 5 s at the default interval.
+const TOPOLOGY_EVERY: u64 = 10;
+
+/// Checks a master that (re)connected, and every [`TOPOLOGY_EVERY`] probes
+/// after, for setups that break Redlock's assumptions, and records them as
+/// warnings on the node; logs only what changed.
 async fn check_topology(node: &Node, conn: &Conn, settings: &HealthSettings) {
     let info = node.info(conn).await.ok().flatten().unwrap_or_default();
     let appendonly = node.config_get(conn, "appendonly").await;
@@ -546,12 +633,15 @@ async fn check_topology(node: &Node, conn: &Conn, settings: &HealthSettings) {
             persistence.as_deref().unwrap_or("unknown")
         ));
     }
-    tracing::info!(
-        node = node.name(),
-        persistence = persistence.as_deref().unwrap_or("unknown"),
-        "persistence mode"
-    );
-    for warning in &warnings {
+    let known = node.snapshot();
+    if known.persistence != persistence || node.connection().is_none() {
+        tracing::info!(
+            node = node.name(),
+            persistence = persistence.as_deref().unwrap_or("unknown"),
+            "persistence mode"
+        );
+    }
+    for warning in warnings.iter().filter(|w| !known.warnings.contains(w)) {
         tracing::warn!(node = node.name(), warning = %warning, "topology");
     }
     node.set_topology(warnings, persistence);
@@ -574,7 +664,7 @@ pub fn topology_warnings(info: &HashMap<String, String>) -> Vec<String> {
     if let Some(policy) = info.get("maxmemory_policy") {
         if policy.starts_with("allkeys-") || (limited && policy != "noeviction") {
             warnings.push(format!(
-                "maxmemory-policy {policy} may evict lock keys; use noeviction (an eviction quarantines the master)"
+                "maxmemory-policy {policy} may evict lock keys: every eviction quarantines the master (its votes are refused from that moment); use noeviction"
             ));
         }
     }
@@ -667,6 +757,31 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
         assert!(topology_warnings(&fine).is_empty());
+    }
+
+    #[test]
+    fn readiness_counts_the_masters_that_can_vote_in_each_slot() {
+        use Usability::*;
+        let slots = usize::from(redlock_wire::keys::SLOTS);
+        let all_out = Slots(vec![false; slots]);
+        let half: Vec<bool> = (0..slots).map(|s| s < slots / 2).collect();
+        // Single servers only: every slot or none.
+        let r = readiness(&[Everywhere, Everywhere, Unusable], 2);
+        assert_eq!((r.slots_without_quorum, r.fewest, r.ready()), (0, 2, true));
+        let r = readiness(&[Everywhere, Unusable, Unusable], 2);
+        assert_eq!((r.slots_without_quorum, r.fewest), (16384, 1));
+        // Clusters whose every slot is in quarantine: up, yet no lock.
+        let r = readiness(&[all_out.clone(), all_out.clone(), all_out.clone()], 2);
+        assert_eq!(
+            (r.slots_without_quorum, r.fewest, r.ready()),
+            (16384, 0, false)
+        );
+        // One such cluster among single servers: the others are a quorum.
+        let r = readiness(&[all_out, Everywhere, Everywhere], 2);
+        assert!(r.ready());
+        // Half the slots out in two of three clusters: those lack a quorum.
+        let r = readiness(&[Slots(half.clone()), Slots(half), Everywhere], 2);
+        assert_eq!((r.slots_without_quorum, r.fewest), (8192, 1));
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //!   problem at once with its field path.
 //! - [`redlock`]: the algorithm, free of transport, of Redis and of metrics:
 //!   quorum, validity and drift ([`redlock::validity`], pure), fencing
-//!   ([`redlock::fence`]), tokens, resources, over the
+//!   ([`redlock::fence`]), which masters hold a grant
+//!   ([`redlock::holding`]), tokens, resources, over the
 //!   [`redlock::master::Master`] trait, reporting to the
 //!   [`redlock::observe::Observer`] it is given. Unit tests run it against
 //!   masters in memory.
@@ -26,11 +27,12 @@
 //!   catching its fencing counter up; on a cluster, the same per slot, and
 //!   each shard's restarts; topology checks.
 //! - [`lock`]: the lock service, the one home of the lock lifecycle:
-//!   acquire, holds ([`lock::holds`]), extend, release, force release; the
-//!   TTL and owner rules, grant bookkeeping ([`lock::grants`]), waiters
-//!   ([`lock::waiters`]: per-resource FIFO queues woken by releases here or,
-//!   through pub/sub, on other agents) and the operators' listing of lock
-//!   keys ([`lock::listing`]).
+//!   acquire, holds ([`lock::holds`]: renewed, and told `lost` the moment
+//!   a force release or a master's loss is heard), extend, release, force
+//!   release; the TTL and owner rules, grant bookkeeping
+//!   ([`lock::grants`]), waiters ([`lock::waiters`]: per-resource FIFO
+//!   queues woken by releases here or, through pub/sub, on other agents)
+//!   and the operators' listing of lock keys ([`lock::listing`]).
 //! - [`metrics`]: every metric, defined in one place; the engine's observer.
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
 //! - [`api`]: HTTP routes ([`api::routes`], requests to the lock service and
@@ -40,18 +42,27 @@
 //!   credentials with who may connect ([`api::peer`]); the wire types are in
 //!   the `redlock-wire` crate.
 //! - [`agent`]: the state shared by every request and its background tasks.
+//! - [`check`]: `redlock-agent check` past the file: every master
+//!   connected at once through the agent's own nodes, and judged usable or
+//!   not (unreachable, TLS or AUTH refused, a cluster listed as a single
+//!   server or the reverse, a policy that evicts lock keys).
 //! - [`daemon`]: binds the listeners, starts the tasks, serves, drains.
 //! - [`dev`]: the local cluster of `redlock-agent dev`: masters from
 //!   `redlock-testkit` and the config over them.
 //! - [`lock_command`]: `redlock-agent lock -- cmd`, a `redlock-client` of
-//!   the socket.
+//!   the socket; the command runs under a guardian process
+//!   ([`lock_command::guardian`], the hidden `lock-guardian` command) that
+//!   stops its whole process tree ([`lock_command::tree`]: its group and
+//!   every descendant found in `/proc`), even when `lock` is killed.
 //! - [`shutdown`]: signals that start a drain.
 //!
 //! Imports point one way, with no loops: `daemon` → `api` → `agent` →
-//! `lock` → `node` → `redlock`; `metrics` and `health` beside them.
+//! `lock` → `node` → `redlock`; `check` → `agent`, beside `daemon`;
+//! `metrics` and `health` beside them.
 
 pub mod agent;
 pub mod api;
+pub mod check;
 pub mod config;
 pub mod daemon;
 pub mod dev;

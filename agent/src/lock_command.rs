@@ -5,21 +5,56 @@
 //! command with `REDLOCK_RESOURCE`, `REDLOCK_TOKEN` and
 //! `REDLOCK_VALID_UNTIL_MS` (Unix time in ms) in its environment, plus
 //! `REDLOCK_FENCE` when asked for a fencing token (`--fence`) and the agent
-//! gave one, and closes the hold when the command exits, which releases the
-//! lock. If the agent says the lock is lost (or
-//! the agent goes away, or no renewal arrives in time, as when the agent is
-//! frozen), the command gets SIGTERM at once and SIGKILL after
-//! `--kill-after`, but never later than the end of the last validity. The
-//! command also gets SIGKILL if this process dies (PR_SET_PDEATHSIG), so it
-//! never runs on without the lock.
+//! gave one, and releases the lock once the command and every process it
+//! started are gone.
+//!
+//! The command runs under a guardian ([`guardian`]): `lock`'s own binary
+//! again, a child subreaper, the command's parent, in a process group of
+//! its own. The command gets a process group of its own too (or joins
+//! `lock`'s when `lock` is the foreground job of a terminal), and "the
+//! tree" is that group plus every descendant of the guardian that left it
+//! ([`tree`]). The tree gets SIGTERM, then SIGKILL after `--kill-after`
+//! but never later than the end of the last validity, when:
+//! - the agent says the lock is lost (a force release, `--max-hold`, no
+//!   quorum), the agent goes away, or no renewal arrives in time (a frozen
+//!   agent): `lock` exits 70;
+//! - `lock` gets SIGTERM, SIGINT or SIGHUP: it releases, then dies by the
+//!   same signal (a second one skips the grace);
+//! - the command exits and processes of its tree remain: `lock` exits
+//!   with the command's status once they are gone.
+//!
+//! If `lock` is killed (SIGKILL included), the guardian sees its end of
+//! their socket pair close, SIGKILLs the tree until none of it is left and
+//! then releases the lock: the hold asked to be left to expire when its
+//! connection closes, so the lock is never free while the tree lives. If
+//! the guardian is killed, its direct child dies with it
+//! (`PR_SET_PDEATHSIG`) and the rest of the tree falls to `lock`, a
+//! subreaper too, which kills it. Not covered: both killed at once, and
+//! processes started outside the tree (through systemd, a container
+//! runtime, ssh); see the README.
 
+pub mod guardian;
+pub mod tree;
+
+use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redlock_client::{Client, Error, HoldOptions};
+use redlock_client::{Client, Error, Hold, HoldOptions, OnDisconnect};
 use redlock_wire::HoldEvent;
-use tokio::process::Command;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::time::Instant;
+
+/// `1` turns the tree kill off: `lock` signals only the command's own
+/// process, as it did before the guardian, so the tests' control runs can
+/// show a grandchild outliving the lock. An environment variable, not a
+/// flag: no script should be able to turn it off by accident.
+pub use redlock_testkit::switches::NO_TREE_KILL as TREE_SWITCH;
 
 /// Exit statuses of `lock` itself (otherwise it exits with the command's).
 pub mod exit {
@@ -70,6 +105,16 @@ pub enum LockError {
     Lost { resource: String, reason: String },
     #[error("cannot run {command:?}: {error}")]
     CannotRun { command: String, error: String },
+    #[error(
+        "stopped by {}{}",
+        signal_name(*signal),
+        if *waiting {
+            " while waiting for the lock"
+        } else {
+            "; the command's processes were stopped and the lock released"
+        }
+    )]
+    Signaled { signal: i32, waiting: bool },
 }
 
 impl LockError {
@@ -80,7 +125,18 @@ impl LockError {
             LockError::Refused(_) => exit::USAGE,
             LockError::Lost { .. } => exit::LOST,
             LockError::CannotRun { .. } => exit::CANNOT_RUN,
+            LockError::Signaled { signal, .. } => u8::try_from(128 + signal).unwrap_or(255),
         }
+    }
+}
+
+/// SIGTERM, SIGINT or SIGHUP by name, any other by number.
+fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        other => format!("signal {other}"),
     }
 }
 
@@ -125,13 +181,21 @@ fn refused(cmd: &LockCommand, error: Error) -> LockError {
     }
 }
 
-/// Takes the hold, runs the command, and returns its exit code.
+/// Takes the hold, runs the command under its guardian, and returns its
+/// exit code once nothing of its tree is left.
 ///
 /// # Errors
-/// When the lock is not acquired, is lost, or the command cannot start.
+/// When the lock is not acquired, is lost, or the command cannot start;
+/// [`LockError::Signaled`] when `lock` got SIGTERM, SIGINT or SIGHUP: while
+/// waiting (nothing was granted), or while the command ran (its tree was
+/// stopped and the lock released).
 pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
     let client = Client::new(&cmd.socket).with_timeout(ANSWER_TIMEOUT);
-    let mut options = HoldOptions::new().wait(cmd.wait);
+    // Left to expire if this process dies: the guardian releases it once
+    // the command's tree is dead, never before (see `guardian`).
+    let mut options = HoldOptions::new()
+        .wait(cmd.wait)
+        .on_disconnect(OnDisconnect::Expire);
     if let Some(ttl) = cmd.ttl {
         options = options.ttl(ttl);
     }
@@ -144,101 +208,392 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
     if cmd.fence {
         options = options.fence();
     }
-    let mut hold = client
-        .hold(&cmd.resource, &options)
-        .await
-        .map_err(|e| refused(&cmd, e))?;
-    let validity_ms = ms(hold.validity());
-    let valid_until = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, ms)
-        .saturating_add(validity_ms);
-    let (program, args) = cmd
-        .command
-        .split_first()
-        .ok_or_else(|| LockError::CannotRun {
-            command: String::new(),
-            error: "no command given".into(),
-        })?;
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .env("REDLOCK_RESOURCE", &cmd.resource)
-        .env("REDLOCK_TOKEN", hold.token())
-        .env("REDLOCK_VALID_UNTIL_MS", valid_until.to_string());
-    if let Some(fence) = hold.fence() {
-        command.env("REDLOCK_FENCE", fence.to_string());
-    }
-    // SAFETY: prctl is async-signal-safe; it only sets a flag of the child.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
-    let mut child = command.spawn().map_err(|e| LockError::CannotRun {
+    let program = cmd.command.first().cloned().unwrap_or_default();
+    // Caught from before the wait: one arriving between the grant and the
+    // guardian's start would otherwise leave the lock to expire.
+    let mut signals = Signals::new().map_err(|e| LockError::CannotRun {
         command: program.clone(),
-        error: e.to_string(),
+        error: format!("cannot catch signals: {e}"),
     })?;
+    let hold = tokio::select! {
+        hold = client.hold(&cmd.resource, &options) => hold.map_err(|e| refused(&cmd, e))?,
+        // Dropping the request ends the wait; nothing was granted.
+        signal = signals.recv() => {
+            return Err(LockError::Signaled { signal, waiting: true });
+        }
+    };
+    let tree = !tree_kill_disabled();
+    if !tree {
+        eprintln!(
+            "redlock-agent lock: {TREE_SWITCH} is set: only the command's own process is \
+             signalled, and its children can outlive the lock; for control runs of the tests only"
+        );
+    }
+    let guarded = match Guarded::start(&cmd, hold, tree, signals) {
+        Ok(guarded) => guarded,
+        Err((error, hold)) => {
+            release(&cmd, hold).await;
+            return Err(LockError::CannotRun {
+                command: program,
+                error: format!("cannot start its guardian: {error}"),
+            });
+        }
+    };
+    guarded.run(&cmd, program).await
+}
 
-    // The command must never run past the validity the agent last gave:
-    // if no renewal (or loss notice) arrives in time, as when the agent is
-    // frozen, stop it on our own clock. Counted from arrival, which is
-    // after the agent measured it, so the margins below absorb the gap.
-    let mut valid_for = Duration::from_millis(validity_ms);
-    let mut valid_until = tokio::time::Instant::now() + valid_for;
-    let ended = loop {
-        let term_at = valid_until - cmd.kill_after.min(valid_for / 3);
+/// Whether the test-only switch turned the tree kill off.
+fn tree_kill_disabled() -> bool {
+    std::env::var_os(TREE_SWITCH).is_some_and(|v| v == "1")
+}
+
+/// How long `lock` waits for the agent to answer its release.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Ends a hold that asked to be left to expire: closes it, then releases
+/// the lock by its token. A failed release is reported: the lock then
+/// expires at the end of its validity.
+async fn release(cmd: &LockCommand, hold: Hold) {
+    let token = hold.token().to_string();
+    // Closing first stops the renewals, so none races the release.
+    hold.close();
+    let client = Client::new(&cmd.socket).with_timeout(RELEASE_TIMEOUT);
+    if let Err(e) = client.release(&cmd.resource, &token).await {
+        eprintln!(
+            "redlock-agent lock: cannot release the lock on {} ({e}); it expires at the end \
+             of its validity",
+            cmd.resource
+        );
+    }
+}
+
+/// SIGTERM, SIGINT and SIGHUP to `lock`: each stops the command's tree.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal's number. Cancel-safe: each `recv` is.
+    async fn recv(&mut self) -> i32 {
         tokio::select! {
-            status = child.wait() => break Ok(status),
-            // Cancel-safe: a partial line stays buffered in the hold.
-            event = hold.next_event() => match event {
-                Ok(Some(HoldEvent::Renewed { validity_ms })) => {
-                    valid_for = Duration::from_millis(validity_ms);
-                    valid_until = tokio::time::Instant::now() + valid_for;
-                }
-                Ok(Some(HoldEvent::Acquired { .. })) => {}
-                Ok(Some(HoldEvent::Lost { reason })) => break Err(reason),
-                // The stream ended, failed, or sent something that is
-                // not an event: the lock cannot be trusted past it.
-                Ok(None) | Err(_) => break Err("the agent closed the hold".to_string()),
-            },
-            () = tokio::time::sleep_until(term_at) => {
-                break Err("no renewal arrived before the validity ran out".to_string());
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
+}
+
+/// `lock`'s process group when `lock` is the foreground job of its
+/// controlling terminal: the command then joins it, so the terminal's job
+/// control (Ctrl-C, Ctrl-Z, reading from it) works as for any command.
+fn foreground_group() -> Option<i32> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open("/dev/tty")
+        .ok()?;
+    // SAFETY: tcgetpgrp(3) on an open descriptor; getpgrp(2) cannot fail.
+    let (foreground, own) = unsafe { (libc::tcgetpgrp(tty.as_raw_fd()), libc::getpgrp()) };
+    (foreground == own).then_some(own)
+}
+
+/// Why `lock` is stopping the command's tree.
+#[derive(Debug)]
+enum Stop {
+    /// The command exited, leaving processes behind.
+    Exited,
+    Lost(String),
+    Signal(i32),
+}
+
+/// The command running under its guardian, with the hold.
+struct Guarded {
+    hold: Hold,
+    guardian: Child,
+    reports: Lines<BufReader<OwnedReadHalf>>,
+    orders: OwnedWriteHalf,
+    signals: Signals,
+    tree: bool,
+    /// The command joined `lock`'s process group (see [`foreground_group`]).
+    joined: bool,
+}
+
+impl Guarded {
+    /// Starts the guardian, which starts the command. On failure, the hold
+    /// is handed back for release.
+    #[allow(clippy::result_large_err)]
+    fn start(
+        cmd: &LockCommand,
+        hold: Hold,
+        tree: bool,
+        signals: Signals,
+    ) -> Result<Guarded, (std::io::Error, Hold)> {
+        let join = foreground_group();
+        match Guarded::spawn(cmd, &hold, tree, join) {
+            Ok((guardian, ours)) => {
+                let (reports, orders) = ours.into_split();
+                Ok(Guarded {
+                    hold,
+                    guardian,
+                    reports: BufReader::new(reports).lines(),
+                    orders,
+                    signals,
+                    tree,
+                    joined: join.is_some(),
+                })
+            }
+            Err(e) => Err((e, hold)),
+        }
+    }
+
+    fn spawn(
+        cmd: &LockCommand,
+        hold: &Hold,
+        tree: bool,
+        join: Option<i32>,
+    ) -> std::io::Result<(Child, tokio::net::UnixStream)> {
+        if tree {
+            // Should the guardian die, the command's processes fall to
+            // `lock`, which kills them before it releases.
+            if let Err(e) = tree::become_subreaper() {
+                eprintln!("redlock-agent lock: cannot become a subreaper: {e}");
             }
         }
-    };
-    let reason = match ended {
-        Ok(status) => {
-            // Closing the connection ends the hold: the agent releases.
-            hold.close();
-            let status = status.map_err(|e| LockError::CannotRun {
-                command: program.clone(),
-                error: e.to_string(),
-            })?;
-            return Ok(shell_code(status));
+        let valid_until = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, ms)
+            .saturating_add(ms(hold.validity()));
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        ours.set_nonblocking(true)?;
+        let fd = theirs.as_raw_fd();
+        // The guardian is this binary again: /proc/self/exe is the file we
+        // run even if it was replaced or deleted since.
+        let mut guardian = Command::new("/proc/self/exe");
+        guardian
+            .arg0(
+                std::env::args_os()
+                    .next()
+                    .unwrap_or_else(|| "redlock-agent".into()),
+            )
+            .arg("lock-guardian")
+            .arg("--socket")
+            .arg(&cmd.socket)
+            .arg("--control-fd")
+            .arg(fd.to_string());
+        if !tree {
+            guardian.arg("--no-tree");
         }
-        Err(reason) => reason,
-    };
-    // Lost: SIGTERM now, SIGKILL after --kill-after but never later than
-    // just before the validity ends.
-    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        if let Some(group) = join {
+            guardian.arg("--join-group").arg(group.to_string());
+        }
+        guardian
+            .arg("--")
+            .args(&cmd.command)
+            .env("REDLOCK_RESOURCE", &cmd.resource)
+            .env("REDLOCK_TOKEN", hold.token())
+            .env("REDLOCK_VALID_UNTIL_MS", valid_until.to_string())
+            // A group of its own: a signal to `lock`'s group (`timeout -s
+            // KILL` sends one) leaves it alive to clean up.
+            .process_group(0);
+        if let Some(fence) = hold.fence() {
+            guardian.env("REDLOCK_FENCE", fence.to_string());
+        }
+        // SAFETY: fcntl(2) is async-signal-safe; the closure allocates
+        // nothing. It lets the guardian inherit its end of the pair.
+        unsafe {
+            guardian.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        let child = guardian.spawn()?;
+        drop(theirs);
+        Ok((child, tokio::net::UnixStream::from_std(ours)?))
     }
-    let kill_at = (tokio::time::Instant::now() + cmd.kill_after)
-        .min(valid_until - (valid_for / 10).min(Duration::from_millis(50)));
-    if tokio::time::timeout_at(kill_at, child.wait())
-        .await
-        .is_err()
-    {
-        let _ = child.kill().await;
+
+    /// Waits for the command and its tree, renewing the lock, and stops
+    /// the tree on a loss, on a signal, or when the command left processes
+    /// behind; releases once the tree is gone.
+    async fn run(mut self, cmd: &LockCommand, program: String) -> Result<u8, LockError> {
+        // The command must never run past the validity the agent last gave:
+        // if no renewal (or loss notice) arrives in time, as when the agent
+        // is frozen, stop it on our own clock. Counted from arrival, which
+        // is after the agent measured it, so the margins below absorb the
+        // gap.
+        let mut valid_for = self.hold.validity();
+        let mut valid_until = Instant::now() + valid_for;
+        let mut stop: Option<Stop> = None;
+        let mut kill_at: Option<Instant> = None;
+        let mut killed = false;
+        let mut left = false;
+        let mut cannot_run: Option<String> = None;
+        let mut group: Option<i32> = None;
+        let mut hold_open = true;
+        let mut reports_open = true;
+        let status = loop {
+            let term_at = valid_until - cmd.kill_after.min(valid_for / 3);
+            // SIGTERM now, SIGKILL after --kill-after but never later than
+            // just before the validity ends.
+            let stopping_at = |valid_until: Instant, valid_for: Duration| {
+                (Instant::now() + cmd.kill_after)
+                    .min(valid_until - (valid_for / 10).min(Duration::from_millis(50)))
+            };
+            let mut begin = None;
+            tokio::select! {
+                status = self.guardian.wait() => break status,
+                line = self.reports.next_line(), if reports_open => match line {
+                    Ok(Some(line)) => match guardian::Report::parse(&line) {
+                        Some(guardian::Report::Started { pid }) => {
+                            group = Some(pid);
+                        }
+                        Some(guardian::Report::Left { .. }) => {
+                            left = true;
+                            begin = Some(Stop::Exited);
+                        }
+                        Some(guardian::Report::Error(error)) => cannot_run = Some(error),
+                        None => {}
+                    },
+                    // The guardian is ending; its exit is what counts.
+                    Ok(None) | Err(_) => reports_open = false,
+                },
+                // Cancel-safe: a partial line stays buffered in the hold.
+                event = self.hold.next_event(), if hold_open => match event {
+                    Ok(Some(HoldEvent::Renewed { validity_ms })) => {
+                        valid_for = Duration::from_millis(validity_ms);
+                        valid_until = Instant::now() + valid_for;
+                    }
+                    Ok(Some(HoldEvent::Acquired { .. })) => {}
+                    Ok(Some(HoldEvent::Lost { reason })) => {
+                        hold_open = false;
+                        begin = Some(Stop::Lost(reason));
+                    }
+                    // The stream ended, failed, or sent something that is
+                    // not an event: the lock cannot be trusted past it.
+                    Ok(None) | Err(_) => {
+                        hold_open = false;
+                        begin = Some(Stop::Lost("the agent closed the hold".to_string()));
+                    }
+                },
+                () = tokio::time::sleep_until(term_at), if stop.is_none() => {
+                    begin = Some(Stop::Lost(
+                        "no renewal arrived before the validity ran out".to_string(),
+                    ));
+                }
+                () = sleep_until_some(kill_at), if !killed => {
+                    killed = true;
+                    let _ = self.orders.write_all(guardian::KILL).await;
+                }
+                signal = self.signals.recv() => {
+                    if stop.is_none() {
+                        begin = Some(Stop::Signal(signal));
+                    } else if !killed {
+                        // A second signal while stopping: no more grace.
+                        killed = true;
+                        let _ = self.orders.write_all(guardian::KILL).await;
+                    }
+                }
+            }
+            match (begin, &stop) {
+                (Some(why), None) => {
+                    stop = Some(why);
+                    kill_at = Some(stopping_at(valid_until, valid_for));
+                    let _ = self.orders.write_all(guardian::TERM).await;
+                }
+                // Lost while the processes the command left were being
+                // stopped: they may have run beside another holder.
+                (Some(Stop::Lost(reason)), Some(Stop::Exited)) => stop = Some(Stop::Lost(reason)),
+                _ => {}
+            }
+        };
+        let status = status.map_err(|e| LockError::CannotRun {
+            command: program.clone(),
+            error: e.to_string(),
+        })?;
+        if status.signal().is_some() {
+            // The guardian itself was killed: its direct child died with
+            // it, the rest of the tree fell to us (a subreaper too).
+            eprintln!(
+                "redlock-agent lock: the command's guardian was killed ({status}); killing \
+                 what is left of the command's processes"
+            );
+            if self.tree {
+                let tree = tree::Tree {
+                    root: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
+                    // Not ours to reap: its id is checked against the walk.
+                    command: None,
+                    group: group.filter(|_| !self.joined),
+                };
+                let _ = tokio::task::spawn_blocking(move || tree.kill_all()).await;
+            }
+        }
+        match stop {
+            Some(Stop::Lost(reason)) => {
+                // The agent let the lock go, or cannot be reached: nothing
+                // to release.
+                self.hold.close();
+                Err(LockError::Lost {
+                    resource: cmd.resource.clone(),
+                    reason,
+                })
+            }
+            Some(Stop::Signal(signal)) => {
+                release(cmd, self.hold).await;
+                Err(LockError::Signaled {
+                    signal,
+                    waiting: false,
+                })
+            }
+            Some(Stop::Exited) | None => {
+                release(cmd, self.hold).await;
+                if let Some(error) = cannot_run {
+                    return Err(LockError::CannotRun {
+                        command: program,
+                        error,
+                    });
+                }
+                if left {
+                    eprintln!(
+                        "redlock-agent lock: the command left processes running; they were \
+                         stopped before the lock was released"
+                    );
+                }
+                Ok(shell_code(status))
+            }
+        }
     }
-    Err(LockError::Lost {
-        resource: cmd.resource,
-        reason,
-    })
+}
+
+/// Sleeps until `at`, or forever when there is no `at`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Dies by `signal` as if `lock` had not caught it, so that a parent (a
+/// shell) sees what stopped it. Falls back to returning, for the caller
+/// to exit with 128 + `signal`.
+pub fn die_by(signal: i32) {
+    // SAFETY: resets one signal's disposition and raises it in this
+    // process; nothing else runs concurrently that depends on its handler.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
 }

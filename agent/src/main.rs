@@ -1,6 +1,6 @@
 //! The `redlock-agent` binary: parses the command line, loads the config and
-//! hands over to the library. Exit codes: 0 ok, 64 bad usage or config,
-//! 1 the agent could not start.
+//! hands over to the library. Exit codes: 0 ok, 64 bad usage or config (and,
+//! for `check`, a master it cannot use), 1 the agent could not start.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use redlock_agent::config::{AddressCheck, Config, LogFormat, EXIT_CONFIG};
 use redlock_agent::dev::{self, RedisServer};
-use redlock_agent::lock_command::{self, LockCommand};
+use redlock_agent::lock_command::guardian::{self, Guardian};
+use redlock_agent::lock_command::{self, LockCommand, LockError};
 use std::time::Duration;
 
 /// mimalloc: the profile under load showed glibc malloc/free at about 12%.
@@ -59,14 +60,26 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Validate a config, print it resolved with secrets redacted; exit 0 or 64.
+    /// Validate a config, print it resolved with secrets redacted, and
+    /// connect to every master at once; exit 0, or 64 naming each problem
+    /// and each master that cannot be used, and why.
+    ///
+    /// A master cannot be used when it is unreachable within --timeout,
+    /// refuses the TLS handshake or the login, does not answer PING, is a
+    /// Redis Cluster listed as a single server (or the reverse), is a
+    /// replica, or has an eviction policy that can evict lock keys.
     Check {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
-        /// Do not resolve the masters' hosts, so do not compare their
-        /// addresses: to check a file away from the network it will run in.
+        /// Check the file only: neither resolve the masters' hosts (so do
+        /// not compare their addresses) nor connect to them; to check a
+        /// file away from the network it will run in.
         #[arg(long)]
         offline: bool,
+        /// How long the masters have to answer (connect, TLS, AUTH, PING,
+        /// INFO), all at once.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
     },
     /// Start local redis-server masters and run the agent on them.
     ///
@@ -85,10 +98,17 @@ enum Cmd {
     },
     /// Run a command while holding a lock; release it when the command exits.
     ///
+    /// The command runs in a process group of its own; on a lost lock, on
+    /// SIGTERM/SIGINT/SIGHUP to `lock`, or when it exits leaving processes
+    /// behind, the group and every descendant that left it get SIGTERM,
+    /// then SIGKILL after --kill-after; the lock is released only once they
+    /// are gone. If `lock` is killed, a guardian process kills them.
+    ///
     /// Exits with the command's status, or: 75 not acquired within --wait
-    /// (the command did not run), 70 the lock was lost (the command got
-    /// SIGTERM, then SIGKILL after --kill-after), 69 no quorum or the agent
-    /// is unreachable, 64 bad usage, 126 the command could not start.
+    /// (the command did not run), 70 the lock was lost (the command was
+    /// stopped), 69 no quorum or the agent is unreachable, 64 bad usage,
+    /// 126 the command could not start; stopped by a signal, `lock` dies by
+    /// that signal once the command's processes are gone.
     Lock {
         /// The agent's socket.
         #[arg(
@@ -109,7 +129,8 @@ enum Cmd {
         /// Give up the lock (and stop the command) after this long.
         #[arg(long, value_parser = humantime::parse_duration)]
         max_hold: Option<Duration>,
-        /// After SIGTERM on a lost lock, SIGKILL the command after this long.
+        /// After SIGTERM to the command's processes, SIGKILL them after this
+        /// long (never later than the end of the lock's validity).
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         kill_after: Duration,
         /// Ask for a fencing token: the command gets it as REDLOCK_FENCE
@@ -122,6 +143,26 @@ enum Cmd {
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Internal: the guardian `lock` starts between itself and the command
+    /// (see `lock_command::guardian`).
+    #[command(name = "lock-guardian", hide = true)]
+    LockGuardian {
+        /// The agent's socket.
+        #[arg(long)]
+        socket: PathBuf,
+        /// The guardian's end of the socket pair `lock` holds.
+        #[arg(long)]
+        control_fd: i32,
+        /// Signal the command's own process only (the test switch).
+        #[arg(long)]
+        no_tree: bool,
+        /// Run the command in this process group.
+        #[arg(long)]
+        join_group: Option<i32>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
     },
 }
 
@@ -161,14 +202,24 @@ fn main() -> ExitCode {
             fence,
             command,
         }),
-        Some(Cmd::Check { config, offline }) => check(
-            &config,
-            if offline {
-                AddressCheck::Skip
-            } else {
-                AddressCheck::Resolve
-            },
-        ),
+        Some(Cmd::LockGuardian {
+            socket,
+            control_fd,
+            no_tree,
+            join_group,
+            command,
+        }) => ExitCode::from(guardian::run(Guardian {
+            socket,
+            control_fd,
+            tree: !no_tree,
+            join_group,
+            command,
+        })),
+        Some(Cmd::Check {
+            config,
+            offline,
+            timeout,
+        }) => check(&config, (!offline).then_some(timeout)),
         Some(Cmd::Dev {
             socket,
             masters,
@@ -190,8 +241,7 @@ fn main() -> ExitCode {
 }
 
 fn lock(command: LockCommand) -> ExitCode {
-    // One thread: PR_SET_PDEATHSIG fires when the thread that spawned the
-    // command exits, so it must be the one that lives as long as we do.
+    // One thread is plenty: `lock` waits on one socket and one child.
     // Cannot fail short of the OS refusing an epoll fd at start.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -201,6 +251,9 @@ fn lock(command: LockCommand) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("redlock-agent lock: {e}");
+            if let LockError::Signaled { signal, .. } = e {
+                lock_command::die_by(signal);
+            }
             ExitCode::from(e.exit_code())
         }
     }
@@ -216,22 +269,58 @@ fn load(path: &Path, check: AddressCheck) -> Result<Config, ExitCode> {
     })
 }
 
-fn check(path: &Path, addresses: AddressCheck) -> ExitCode {
-    match load(path, addresses) {
-        Ok(config) => {
-            // Cannot fail: the config holds only strings, numbers and bools.
-            let yaml = serde_saphyr::to_string(&config).expect("config serializes");
-            println!("{yaml}");
-            eprintln!(
-                "{}: ok ({} masters, quorum {})",
-                path.display(),
-                config.masters.len(),
-                config.quorum()
-            );
-            ExitCode::SUCCESS
+/// `check`: the file, then, unless offline (`connect` is `None`), every
+/// master within `connect`.
+fn check(path: &Path, connect: Option<Duration>) -> ExitCode {
+    let addresses = match connect {
+        Some(_) => AddressCheck::Resolve,
+        None => AddressCheck::Skip,
+    };
+    let config = match load(path, addresses) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    // Cannot fail: the config holds only strings, numbers and bools.
+    let yaml = serde_saphyr::to_string(&config).expect("config serializes");
+    println!("{yaml}");
+    if let Some(timeout) = connect {
+        // Cannot fail short of the OS refusing an epoll fd at start.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("start the tokio runtime");
+        let verdicts = match runtime.block_on(redlock_agent::check::masters(&config, timeout)) {
+            Ok(verdicts) => verdicts,
+            Err(e) => {
+                eprintln!(
+                    "redlock-agent: {} is not a usable config:\n{e}",
+                    path.display()
+                );
+                return ExitCode::from(EXIT_CONFIG as u8);
+            }
+        };
+        for verdict in &verdicts {
+            for line in verdict.lines() {
+                eprintln!("{line}");
+            }
         }
-        Err(code) => code,
+        let unusable = verdicts.iter().filter(|v| !v.usable()).count();
+        if unusable > 0 {
+            eprintln!(
+                "redlock-agent: {}: {unusable} of {} masters cannot be used",
+                path.display(),
+                verdicts.len()
+            );
+            return ExitCode::from(EXIT_CONFIG as u8);
+        }
     }
+    eprintln!(
+        "{}: ok ({} masters, quorum {})",
+        path.display(),
+        config.masters.len(),
+        config.quorum()
+    );
+    ExitCode::SUCCESS
 }
 
 fn init_tracing(config: &Config, format: Option<LogFormat>) {

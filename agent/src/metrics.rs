@@ -22,7 +22,8 @@ use prometheus::{
 pub enum Refusal {
     /// The peer's uid and gid are in neither allow list.
     Forbidden,
-    /// `socket.max_connections` (or the admin socket's budget) was reached.
+    /// `socket.max_connections`, the admin socket's budget or
+    /// `metrics.max_connections` was reached.
     MaxConnections,
     /// The peer's uid already has `socket.max_connections_per_uid` open.
     MaxConnectionsPerUid,
@@ -46,6 +47,10 @@ impl Refusal {
 
 /// The Unix listeners, for the `listener` label.
 pub const LISTENERS: [&str; 2] = ["app", "admin"];
+
+/// The metrics port (`metrics.listen`), for the `listener` label; refused
+/// only for `max_connections`.
+pub const TCP_LISTENER: &str = "metrics";
 
 /// How an acquire request ended, for `redlock_acquire_wait_seconds{outcome}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,16 +89,27 @@ pub enum LeakKind {
     /// On fewer than a quorum of masters on two scans in a row: debris of a
     /// partial acquisition.
     Minority,
+    /// Without TTL or with one over `lock.max_ttl`, and a value that looks
+    /// like a token but is not proven to be this key's (an older agent's
+    /// token, a hex digest, a token copied from another key): maybe a leak,
+    /// maybe application data. Never repaired.
+    Unproven,
 }
 
 impl LeakKind {
-    pub const ALL: [LeakKind; 3] = [LeakKind::NoTtl, LeakKind::TtlOverMax, LeakKind::Minority];
+    pub const ALL: [LeakKind; 4] = [
+        LeakKind::NoTtl,
+        LeakKind::TtlOverMax,
+        LeakKind::Minority,
+        LeakKind::Unproven,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             LeakKind::NoTtl => "no_ttl",
             LeakKind::TtlOverMax => "ttl_over_max",
             LeakKind::Minority => "minority",
+            LeakKind::Unproven => "unproven",
         }
     }
 }
@@ -264,7 +280,7 @@ impl Metrics {
             .expect("valid gauge"),
             quorum_available: IntGauge::new(
                 "redlock_quorum_available",
-                "1 when at least a quorum of masters is usable, else 0.",
+                "1 when a lock on any resource can get a quorum now (what /readyz says: a cluster master's slots in quarantine count), else 0.",
             )
             .expect("valid gauge"),
             locks_held: IntGauge::new(
@@ -290,7 +306,7 @@ impl Metrics {
             ),
             leaked_keys: gauge_vec(
                 "redlock_leaked_keys",
-                "Leaked lock keys found by the last scan, by kind (no_ttl, ttl_over_max, minority).",
+                "Leaked lock keys found by the last scan, by kind (no_ttl, ttl_over_max, minority; unproven: token-shaped values not proven to be lock keys, never repaired).",
                 &["node", "kind"],
             ),
             leak_scan_duration: histogram(
@@ -320,7 +336,7 @@ impl Metrics {
             .expect("valid counter"),
             connections_refused: counter_vec(
                 "redlock_connections_refused_total",
-                "Connections to a Unix socket answered and closed before any request, by listener (app, admin) and reason (forbidden, max_connections, max_connections_per_uid).",
+                "Connections answered and closed before any request, by listener (app, admin, metrics) and reason (forbidden, max_connections, max_connections_per_uid).",
                 &["listener", "reason"],
             ),
             build_info: gauge_vec("redlock_build_info", "Always 1; the agent's version as a label.", &["version"]),
@@ -343,6 +359,8 @@ impl Metrics {
                     .with_label_values(&[listener, refusal.as_str()]);
             }
         }
+        m.connections_refused
+            .with_label_values(&[TCP_LISTENER, Refusal::MaxConnections.as_str()]);
         for result in ["extended", "lost"] {
             m.extensions.with_label_values(&[result]);
         }

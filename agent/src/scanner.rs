@@ -10,11 +10,18 @@
 //! that order. The scanner never deletes; with `repair: expire` it gives
 //! `no_ttl` keys a TTL of `lock.max_ttl`.
 //!
-//! Only lock keys count: a key under the prefix whose value does not have
-//! the shape of a token this agent writes ([`is_token_shaped`]: another
-//! type, application data, the incarnation marker) is foreign. Foreign keys
-//! are never reported as leaks and never repaired; each scan logs how many
-//! a master has, since they mean `lock.key_prefix` is shared.
+//! Only keys proven to be lock keys count, and only they are ever changed:
+//! a key whose value is a token with the check value of that very key
+//! ([`token::stored_at`] answers [`Stored::Token`]). The shape of a value
+//! proves nothing (a SHA-1 is 40 hex digits, as tokens of older agents
+//! were), so a value that only looks like a token ([`Stored::Unproven`]:
+//! the old format, any hex digest, a real token copied under another key)
+//! is reported as `unproven` when it has no TTL or one over `max_ttl`,
+//! so an operator can look, and is never repaired nor counted as a leak of
+//! the other kinds. Any other value (another type, application data) is
+//! foreign: neither reported nor repaired. Each scan logs how many unproven
+//! and foreign keys a master has, since they mean `lock.key_prefix` is
+//! shared (or that agents of the old format still run).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -25,8 +32,15 @@ use redlock_wire::{LeakedKey, LeaksResponse, NodeLeaks, MAX_LEAKED_KEYS_SHOWN};
 use crate::config::{LeakScanConfig, Repair};
 use crate::metrics::{unix_now, LeakKind, Metrics};
 use crate::node::{KeyState, Node};
-use crate::redlock::token::is_token_shaped;
+use crate::redlock::token::{self, Stored};
 use crate::redlock::NodeError;
+
+/// Test-only switch (see `redlock_testkit::switches`): set to a
+/// `lock.key_prefix`, the scanners of agents with that prefix take every
+/// value shaped like a token for a lock key, proven or not, as scanners
+/// did before tokens carried a check value. The control run of the repair
+/// test, which must see a SHA-1 under the prefix repaired without the proof.
+pub use redlock_testkit::switches::LEAK_REPAIR_BY_SHAPE as BY_SHAPE_SWITCH;
 
 /// What the scanner needs to know.
 #[derive(Debug, Clone)]
@@ -45,6 +59,9 @@ pub struct ScanSettings {
 struct NodeScan {
     /// Every lock key under the prefix with its PTTL (-1: none).
     keys: HashMap<String, i64>,
+    /// Keys whose value looks like a token but is not proven to be a lock
+    /// key's, with their PTTL (left alone).
+    unproven: HashMap<String, i64>,
     /// Keys under the prefix that are not lock keys (left alone).
     foreign: u64,
     duration: Duration,
@@ -61,6 +78,9 @@ pub struct Scanner {
     // A std Mutex: replaced once per scan, read by `/v1/leaks`.
     last: Mutex<LeaksResponse>,
     previous_minority: Mutex<HashSet<String>>,
+    /// [`BY_SHAPE_SWITCH`] names this agent's prefix: unproven values count
+    /// as lock keys. Never in production.
+    by_shape: bool,
 }
 
 impl Scanner {
@@ -77,11 +97,19 @@ impl Scanner {
             unread: settings.masters.clone(),
             partial: true,
         };
+        let by_shape = std::env::var(BY_SHAPE_SWITCH).is_ok_and(|v| v == settings.key_prefix);
+        if by_shape {
+            tracing::warn!(
+                "{BY_SHAPE_SWITCH} is set: the scanner takes any value shaped like a token for a \
+                 lock key and repairs application data; for control runs of the tests only"
+            );
+        }
         Scanner {
             settings,
             metrics,
             last: Mutex::new(last),
             previous_minority: Mutex::new(HashSet::new()),
+            by_shape,
         }
     }
 
@@ -138,6 +166,7 @@ impl Scanner {
                 (LeakKind::NoTtl, report.no_ttl),
                 (LeakKind::TtlOverMax, report.ttl_over_max),
                 (LeakKind::Minority, report.minority),
+                (LeakKind::Unproven, report.unproven),
             ] {
                 self.metrics
                     .leaked_keys
@@ -152,6 +181,15 @@ impl Scanner {
                     minority = report.minority,
                     repaired = report.repaired,
                     "leaked lock keys"
+                );
+            }
+            if report.unproven > 0 {
+                tracing::warn!(
+                    node = node.name(),
+                    unproven = report.unproven,
+                    "keys under lock.key_prefix without TTL (or with one over lock.max_ttl) whose \
+                     value looks like a token but is not proven to be this key's: an older \
+                     agent's leaked lock, or application data; never repaired, check them by hand"
                 );
             }
             reports.push(report);
@@ -201,16 +239,24 @@ impl Scanner {
             };
             leaked.insert((kind, key, pttl));
         }
+        // Values that only look like tokens: worth a look when they would
+        // never go away by themselves, never repaired.
+        for (key, &pttl) in &scan.unproven {
+            if pttl == -1 || pttl > max_ttl_ms {
+                leaked.insert((LeakKind::Unproven, key, pttl));
+            }
+        }
         let count = |kind| leaked.iter().filter(|(k, _, _)| *k == kind).count() as u64;
         NodeLeaks {
             node: node.name().to_string(),
             scanned_at_ms,
             duration_ms: millis(scan.duration),
-            keys_scanned: scan.keys.len() as u64 + scan.foreign,
+            keys_scanned: scan.keys.len() as u64 + scan.unproven.len() as u64 + scan.foreign,
             error: scan.error.as_ref().map(ToString::to_string),
             no_ttl: count(LeakKind::NoTtl),
             ttl_over_max: count(LeakKind::TtlOverMax),
             minority: count(LeakKind::Minority),
+            unproven: count(LeakKind::Unproven),
             repaired: scan.repaired,
             keys: leaked
                 .iter()
@@ -241,6 +287,7 @@ impl Scanner {
                 Err(e) => {
                     scan.error = Some(e);
                     scan.keys.clear();
+                    scan.unproven.clear();
                     scan.foreign = 0;
                     break;
                 }
@@ -251,10 +298,23 @@ impl Scanner {
                     continue; // the agents' own keys, or a key that expired meanwhile
                 }
                 self.metrics.leak_scan_keys.inc();
-                let Some(value) = value.filter(|v| is_token_shaped(v)) else {
-                    scan.foreign += 1;
-                    continue;
+                let stored = value
+                    .as_deref()
+                    .map_or(Stored::Foreign, |v| token::stored_at(&key, v));
+                let value = match (stored, value) {
+                    (Stored::Token, Some(value)) => value,
+                    (Stored::Unproven, Some(value)) if self.by_shape => value,
+                    (Stored::Unproven, _) => {
+                        scan.unproven.insert(key, pttl);
+                        continue;
+                    }
+                    _ => {
+                        scan.foreign += 1;
+                        continue;
+                    }
                 };
+                // Only a value proven to be this key's token gets here (or,
+                // under the test switch, any value shaped like one).
                 if pttl == -1 && config.repair == Repair::Expire {
                     match node
                         .expire_if_unchanged(&key, &value, self.settings.max_ttl)
@@ -275,20 +335,21 @@ impl Scanner {
                 break;
             }
             // Rate limit: never ahead of keys_per_second.
-            let examined = scan.keys.len() as u64 + scan.foreign;
+            let examined = scan.keys.len() as u64 + scan.unproven.len() as u64 + scan.foreign;
             let due = Duration::from_secs_f64(examined as f64 / config.keys_per_second as f64);
             if let Some(ahead) = due.checked_sub(started.elapsed()) {
                 tokio::time::sleep(ahead).await;
             }
         }
         scan.duration = started.elapsed();
-        if scan.foreign > 0 && scan.error.is_none() {
+        if scan.foreign + scan.unproven.len() as u64 > 0 && scan.error.is_none() {
             tracing::warn!(
                 node = node.name(),
                 foreign = scan.foreign,
+                unproven = scan.unproven.len(),
                 key_prefix = %self.settings.key_prefix,
-                "keys under lock.key_prefix that are not lock keys; the scanner leaves them alone, \
-                 but the prefix should belong to the agent alone"
+                "keys under lock.key_prefix that are not proven lock keys; the scanner leaves them \
+                 alone, but the prefix should belong to the agent alone"
             );
         }
         scan

@@ -185,8 +185,9 @@ async fn agents_work_as_the_documented_acl_user() {
         let mut conn = cluster.redis(i).await;
         let _: () = redis::cmd("SET")
             .arg("redlock:leaked")
-            // Token-shaped: the scanner reports only what an agent wrote.
-            .arg("0123456789abcdef0123456789abcdef01234567")
+            // A token for this key: the scanner reports only what an agent
+            // wrote for the key that holds it.
+            .arg(redlock_agent::redlock::Token::generate("redlock:leaked", None, None).as_str())
             .query_async(&mut conn)
             .await
             .unwrap();

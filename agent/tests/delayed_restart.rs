@@ -56,7 +56,7 @@ async fn without_delayed_restart_a_restarted_majority_grants_twice() {
     let mut cluster = Cluster::start(5);
     let agent = TestAgent::start(
         &cluster,
-        "lock:\n  max_ttl: 60s\n  node_timeout: 100ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  enabled: false\n",
+        "lock:\n  max_ttl: 60s\n  node_timeout: 500ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  enabled: false\n",
     )
     .await;
     let a_valid_until = lock_then_restart_a_majority(&mut cluster, &agent, 30_000).await;
@@ -173,7 +173,7 @@ async fn run_id_detector_catches_a_fast_restart() {
     // Probes are rare, so only the restart itself can wake the health task.
     let agent = TestAgent::start(
         &cluster,
-        "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 100ms\nhealth:\n  interval: 60s\n",
+        "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 200ms\nhealth:\n  interval: 60s\n",
     )
     .await;
     let before = node(&agent.nodes().await, "r1")["run_id"].clone();

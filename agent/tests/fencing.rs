@@ -15,7 +15,7 @@ use hyper::StatusCode;
 use serde_json::{json, Value};
 
 /// Short TTLs so a quarantine (max_ttl + extra = 2.5s) passes quickly.
-const SHORT: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 100ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 500ms\n";
+const SHORT: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 200ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 500ms\n";
 
 const COUNTER: &str = "redlock: fence";
 

@@ -76,7 +76,7 @@ async fn hold_renews_across_several_ttls_and_releases_on_close() {
     assert_eq!(locks["locks"][0]["held_here"], true, "{locks}");
     assert_eq!(locks["locks"][0]["owner"], "job", "{locks}");
     assert!(
-        !locks.to_string().contains(&token[..40]),
+        !locks.to_string().contains(&token[4..44]),
         "/v1/locks never shows a token"
     );
 

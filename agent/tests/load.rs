@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Cluster, TestAgent};
+use common::{Cluster, Switch, TestAgent};
 use redlock_client::{AcquireOptions, Error, LocksQuery};
 
 /// Locks held for the whole run, so every listing reads this many keys on
@@ -214,23 +214,6 @@ const CONTROL_RUNS: usize = 5;
 /// control sets a process-wide switch while its agent starts.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Sets a test switch (an environment variable) while an agent starts;
-/// removes it when dropped. Agents read their switches when built.
-struct Switch(&'static str);
-
-impl Switch {
-    fn set(name: &'static str) -> Switch {
-        std::env::set_var(name, "1");
-        Switch(name)
-    }
-}
-
-impl Drop for Switch {
-    fn drop(&mut self) {
-        std::env::remove_var(self.0);
-    }
-}
-
 /// Eight acquire/release clients beside four `GET /v1/locks` readers at
 /// full speed over 300 held locks: no lock call fails and every master
 /// stays `up`.
@@ -318,7 +301,7 @@ async fn control_charging_queued_time_makes_ninety_six_clients_fail() {
     let _serial = SERIAL.lock().await;
     let cluster = Cluster::start(5);
     let agent = {
-        let _switch = Switch::set(redlock_testkit::switches::CHARGE_QUEUED_TIME);
+        let _switch = Switch::set(redlock_testkit::switches::CHARGE_QUEUED_TIME, "1");
         TestAgent::start(&cluster, CONFIG).await
     };
     let mut lines = Vec::new();
@@ -426,7 +409,7 @@ async fn control_charging_queued_time_makes_lock_calls_fail() {
     let _serial = SERIAL.lock().await;
     let cluster = Cluster::start(5);
     let agent = {
-        let _switch = Switch::set(redlock_testkit::switches::CHARGE_QUEUED_TIME);
+        let _switch = Switch::set(redlock_testkit::switches::CHARGE_QUEUED_TIME, "1");
         TestAgent::start(&cluster, CONFIG).await
     };
     hold_many(&agent).await;
@@ -455,7 +438,7 @@ async fn control_charging_queued_time_makes_a_burst_fail() {
     let _serial = SERIAL.lock().await;
     let cluster = Cluster::start(5);
     let agent = {
-        let _switch = Switch::set(redlock_testkit::switches::CHARGE_QUEUED_TIME);
+        let _switch = Switch::set(redlock_testkit::switches::CHARGE_QUEUED_TIME, "1");
         TestAgent::start(&cluster, CONFIG).await
     };
     let mut lines = Vec::new();

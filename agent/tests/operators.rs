@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 /// Lock keys written on every master.
 const KEYS: usize = 100_000;
 
-/// A value shaped like the agent's tokens: 40 hex digits, a dot, an owner.
+/// A lock value of the agents' old token format (40 hex digits, a dot, an
+/// owner), which the listing shows as it shows current tokens.
 fn token(i: usize) -> String {
     format!("{i:040x}.owner-{}", i % 7)
 }

@@ -6,11 +6,17 @@ mod common;
 use std::time::Duration;
 
 use common::{wait_for, Cluster, TestAgent};
+use redlock_agent::redlock::Token;
 use serde_json::{json, Value};
 
-/// A value with the shape of a token the agent writes (40 hex digits), as a
-/// lock key leaked by a dead client would hold.
-const TOKEN: &str = "5f3a9c0e1b2d4f6a8c0e1b2d4f6a8c0e1b2d4f6a";
+/// A token an agent writes for the lock key `key`, as a lock key leaked by
+/// a dead client would hold.
+fn token(key: &str) -> String {
+    Token::generate(key, None, None).into_string()
+}
+
+/// A SHA-1 in hex: 40 lowercase hex digits, the shape old tokens had.
+const SHA1: &str = "5f3a9c0e1b2d4f6a8c0e1b2d4f6a8c0e1b2d4f6a";
 
 const FAST_SCAN: &str = "lock:\n  max_ttl: 60s\nleak_scan:\n  interval: 150ms\n  count: 10\n";
 
@@ -56,13 +62,13 @@ async fn finds_each_kind_of_leak_and_nothing_else() {
     let mut conn = cluster.redis(0).await;
     let _: () = redis::cmd("SET")
         .arg("redlock:stuck")
-        .arg(TOKEN)
+        .arg(token("redlock:stuck"))
         .query_async(&mut conn)
         .await
         .unwrap();
     let _: () = redis::cmd("SET")
         .arg("other:no-ttl")
-        .arg(TOKEN)
+        .arg(token("other:no-ttl"))
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -73,10 +79,16 @@ async fn finds_each_kind_of_leak_and_nothing_else() {
         .await
         .unwrap();
     cluster
-        .plant(1, "redlock:forever-ish", TOKEN, 3_600_000)
+        .plant(
+            1,
+            "redlock:forever-ish",
+            &token("redlock:forever-ish"),
+            3_600_000,
+        )
         .await;
+    let debris = Token::generate("redlock:debris", Some("pod-2"), Some("job"));
     cluster
-        .plant(2, "redlock:debris", &format!("{TOKEN}.job"), 50_000)
+        .plant(2, "redlock:debris", debris.as_str(), 50_000)
         .await;
     agent.acquire_ok("live", json!({"ttl_ms": 30000})).await;
     // Filler keys so the scan needs several SCAN calls (count 10); their
@@ -138,15 +150,16 @@ async fn repair_expire_sets_a_ttl_and_deletes_nothing() {
     )
     .await;
     let mut conn = cluster.redis(0).await;
+    let stuck = token("redlock:stuck");
     let _: () = redis::cmd("SET")
         .arg("redlock:stuck")
-        .arg(TOKEN)
+        .arg(&stuck)
         .query_async(&mut conn)
         .await
         .unwrap();
     let _: () = redis::cmd("SET")
         .arg("other:no-ttl")
-        .arg(TOKEN)
+        .arg(token("other:no-ttl"))
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -156,10 +169,7 @@ async fn repair_expire_sets_a_ttl_and_deletes_nothing() {
     .await;
     let ttl = pttl(&cluster, 0, "redlock:stuck").await;
     assert!(ttl <= 20_000, "{ttl}");
-    assert_eq!(
-        cluster.get(0, "redlock:stuck").await.as_deref(),
-        Some(TOKEN)
-    );
+    assert_eq!(cluster.get(0, "redlock:stuck").await, Some(stuck));
     assert_eq!(
         pttl(&cluster, 0, "other:no-ttl").await,
         -1,
@@ -205,9 +215,10 @@ async fn repair_touches_only_lock_keys() {
         ("app:important", "42"),
         ("redlock:app-data", "v"),
         ("redlock:json", "{\"owner\": \"billing\"}"),
-        // One hex digit short of a token.
-        ("redlock:almost", &TOKEN[1..]),
+        // One hex digit short of an old-format token.
+        ("redlock:almost", &SHA1[1..]),
     ];
+    let leaked = Token::generate("redlock:leaked", None, Some("worker-3")).into_string();
     for i in 0..3 {
         let mut conn = cluster.redis(i).await;
         for (key, value) in strings {
@@ -230,7 +241,7 @@ async fn repair_touches_only_lock_keys() {
         // The lock key a dead client leaked, without TTL.
         let _: () = redis::cmd("SET")
             .arg("redlock:leaked")
-            .arg(format!("{TOKEN}.worker-3"))
+            .arg(&leaked)
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -280,8 +291,8 @@ async fn repair_touches_only_lock_keys() {
         let ttl = pttl(&cluster, i, "redlock:leaked").await;
         assert!(ttl > 0 && ttl <= 20_000, "r{}: {ttl}", i + 1);
         assert_eq!(
-            cluster.get(i, "redlock:leaked").await,
-            Some(format!("{TOKEN}.worker-3")),
+            cluster.get(i, "redlock:leaked").await.as_ref(),
+            Some(&leaked),
             "repair deletes nothing"
         );
     }
@@ -311,4 +322,201 @@ async fn repair_touches_only_lock_keys() {
         1 + 4 + 1,
         "leaked, the prefixed foreign keys and one-master: {leaks}"
     );
+}
+
+/// Application values under the prefix that look like tokens but were not
+/// written by an agent for their key: a SHA-1, a SHA-1 with `@` or `.`
+/// parts (old-format tokens look the same), a real token copied from
+/// another key, and a token of the old format.
+fn look_alikes(prefix: &str) -> Vec<(String, String)> {
+    vec![
+        (format!("{prefix}sha1"), SHA1.to_string()),
+        (format!("{prefix}sha1-cdn"), format!("{SHA1}@cdn")),
+        (format!("{prefix}sha1-v2"), format!("{SHA1}.v2")),
+        (
+            format!("{prefix}copied"),
+            Token::generate(&format!("{prefix}original"), Some("pod-1"), Some("job")).into_string(),
+        ),
+        (
+            format!("{prefix}old-format"),
+            "0123456789abcdef0123456789abcdef01234567@pod-0.worker".to_string(),
+        ),
+    ]
+}
+
+/// Plants, without TTL on every master, the [`look_alikes`] under `prefix`
+/// and a real leaked lock key (`<prefix>leaked`, a token for that key);
+/// then takes `<prefix>dead-client` through the agent and removes its TTL
+/// on every master, as a client that died with a bug in the way would
+/// leave it. Returns the look-alikes.
+async fn plant_lock_keys_and_look_alikes(
+    cluster: &Cluster,
+    agent: &TestAgent,
+    prefix: &str,
+) -> Vec<(String, String)> {
+    let look_alikes = look_alikes(prefix);
+    let leaked = format!("{prefix}leaked");
+    agent
+        .acquire_ok("dead-client", json!({"ttl_ms": 15000, "owner": "gone"}))
+        .await;
+    for i in 0..cluster.masters.len() {
+        let mut conn = cluster.redis(i).await;
+        for (key, value) in look_alikes
+            .iter()
+            .chain([&(leaked.clone(), token(&leaked))])
+        {
+            let _: () = redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        let persisted: i64 = redis::cmd("PERSIST")
+            .arg(format!("{prefix}dead-client"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(persisted, 1, "r{}: the agent's own lock key", i + 1);
+    }
+    look_alikes
+}
+
+/// Waits until both real leaked lock keys have a TTL on every master.
+async fn wait_repaired(cluster: &Cluster, prefix: &str) {
+    for i in 0..cluster.masters.len() {
+        for key in [format!("{prefix}leaked"), format!("{prefix}dead-client")] {
+            wait_for(
+                &format!("r{}: {key} repaired", i + 1),
+                Duration::from_secs(10),
+                || async { pttl(cluster, i, &key).await > 0 },
+            )
+            .await;
+        }
+    }
+}
+
+/// `repair: expire` on 3 masters: values that only look like tokens (a
+/// SHA-1, `sha1@cdn`, `sha1.v2`, a real token copied from another key, an
+/// old-format token), without TTL under the prefix, never get one and are
+/// reported as `unproven`; the real leaked lock keys (a token written
+/// without TTL, and a lock the agent granted whose TTL was removed) are
+/// repaired. The control is
+/// [`the_shape_alone_would_repair_a_sha1_under_the_test_switch`].
+#[tokio::test]
+async fn repair_never_touches_values_that_only_look_like_tokens() {
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(
+        &cluster,
+        "lock:\n  max_ttl: 20s\nleak_scan:\n  interval: 100ms\n  repair: expire\n",
+    )
+    .await;
+    let look_alikes = plant_lock_keys_and_look_alikes(&cluster, &agent, "redlock:").await;
+    wait_repaired(&cluster, "redlock:").await;
+    // Two more whole scans, each of which saw every planted key.
+    let seen = agent.get("/v1/leaks").await.unwrap().1["scans"]
+        .as_u64()
+        .unwrap();
+    let leaks = leaks_after(&agent, seen + 2).await;
+
+    for i in 0..3 {
+        for (key, value) in &look_alikes {
+            assert_eq!(pttl(&cluster, i, key).await, -1, "r{}: {key}", i + 1);
+            assert_eq!(
+                cluster.get(i, key).await.as_ref(),
+                Some(value),
+                "r{}: {key}",
+                i + 1
+            );
+        }
+        let name = format!("r{}", i + 1);
+        let report = node(&leaks, &name);
+        assert_eq!(report["unproven"], 5, "{name}: {leaks}");
+        assert_eq!(report["no_ttl"], 0, "{name}: repaired: {leaks}");
+        assert_eq!(report["minority"], 0, "{name}: {leaks}");
+        assert_eq!(
+            report["keys_scanned"], 7,
+            "the look-alikes, leaked and dead-client: {leaks}"
+        );
+        for key in ["redlock:leaked", "redlock:dead-client"] {
+            let ttl = pttl(&cluster, i, key).await;
+            assert!(ttl > 0 && ttl <= 20_000, "{name}: {key}: {ttl}");
+        }
+        let mut unproven: Vec<&str> = report["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| k["kind"] == "unproven")
+            .map(|k| k["resource"].as_str().unwrap())
+            .collect();
+        unproven.sort_unstable();
+        assert_eq!(
+            unproven,
+            ["copied", "old-format", "sha1", "sha1-cdn", "sha1-v2"],
+            "{name}: {leaks}"
+        );
+    }
+    let (_, metrics) = agent.get_tcp("/metrics").await;
+    assert!(
+        metrics.contains("redlock_leaked_keys{kind=\"unproven\",node=\"r1\"} 5"),
+        "{metrics}"
+    );
+    assert!(
+        !leaks.to_string().contains(SHA1),
+        "the report never shows values: {leaks}"
+    );
+}
+
+/// Sets the scanner's shape-only switch for agents with `prefix` while it
+/// lives. The agents of other tests in this process use other prefixes, so
+/// they never see it, whenever they start.
+struct ByShape;
+
+impl ByShape {
+    fn set(prefix: &str) -> ByShape {
+        std::env::set_var(redlock_agent::scanner::BY_SHAPE_SWITCH, prefix);
+        ByShape
+    }
+}
+
+impl Drop for ByShape {
+    fn drop(&mut self) {
+        std::env::remove_var(redlock_agent::scanner::BY_SHAPE_SWITCH);
+    }
+}
+
+/// Control of [`repair_never_touches_values_that_only_look_like_tokens`]:
+/// the same planting, with the test switch that makes the scanner trust a
+/// value's shape as scanners did before tokens carried their proof. The
+/// SHA-1 and every other look-alike then get a TTL: the test above can
+/// fail, and fails for the reason it is about.
+#[tokio::test]
+async fn the_shape_alone_would_repair_a_sha1_under_the_test_switch() {
+    let cluster = Cluster::start(3);
+    let prefix = "shape-control:";
+    let agent = {
+        let _switch = ByShape::set(prefix);
+        TestAgent::start(
+            &cluster,
+            &format!(
+                "lock:\n  max_ttl: 20s\n  key_prefix: \"{prefix}\"\nleak_scan:\n  interval: 100ms\n  repair: expire\n"
+            ),
+        )
+        .await
+    };
+    let look_alikes = plant_lock_keys_and_look_alikes(&cluster, &agent, prefix).await;
+    wait_repaired(&cluster, prefix).await;
+    for i in 0..3 {
+        for (key, _) in &look_alikes {
+            wait_for(
+                &format!("r{}: {key} repaired by its shape", i + 1),
+                Duration::from_secs(10),
+                || async { pttl(&cluster, i, key).await > 0 },
+            )
+            .await;
+        }
+    }
+    let sha1 = format!("{prefix}sha1");
+    let ttl = pttl(&cluster, 0, &sha1).await;
+    assert!(ttl > 0 && ttl <= 20_000, "{sha1}: {ttl}");
 }

@@ -293,8 +293,14 @@ async fn locks_show_the_holding_process_and_agent() {
     let here = TestAgent::start(&cluster, "agent:\n  name: agent-here\n").await;
     let there = TestAgent::start(&cluster, "agent:\n  name: agent-there\n").await;
     let token = here.acquire_ok("who", json!({"owner": "billing"})).await;
+    // `rl2-<40 hex random>-<16 hex check>`, then the agent and the owner.
+    assert!(token.starts_with("rl2-"), "{token}");
     assert!(
-        token[..40].bytes().all(|b| b.is_ascii_hexdigit()),
+        token[4..44].bytes().all(|b| b.is_ascii_hexdigit()),
+        "{token}"
+    );
+    assert!(
+        token[45..61].bytes().all(|b| b.is_ascii_hexdigit()),
         "{token}"
     );
     assert!(token.ends_with("@agent-here.billing"), "{token}");
@@ -313,7 +319,10 @@ async fn locks_show_the_holding_process_and_agent() {
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     assert_eq!(lock["uid"], uid);
     assert_eq!(lock["gid"], gid);
-    assert!(!locks.to_string().contains(&token[..40]), "never the token");
+    assert!(
+        !locks.to_string().contains(&token[4..44]),
+        "never the token"
+    );
 
     let locks = there.get("/v1/locks").await.unwrap().1;
     let lock = &locks["locks"][0];

@@ -61,8 +61,7 @@ impl TlsCluster {
 
     /// `GET key` over master `i`'s plain port.
     async fn get(&self, i: usize, key: &str) -> Option<String> {
-        let client = redis::Client::open(self.masters[i].url()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let mut conn = common::redis_at(&self.masters[i].url()).await;
         redis::cmd("GET")
             .arg(key)
             .query_async(&mut conn)

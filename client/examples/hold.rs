@@ -3,10 +3,10 @@
 //! ```sh
 //! cargo run -p redlock-client --example hold -- ./redlock.sock nightly-report
 //! # from another shell, as an operator:
-//! curl --unix-socket ./redlock.sock -X POST localhost/v1/locks/nightly-report/force-release
+//! curl --unix-socket ./redlock-admin.sock -X POST localhost/v1/locks/nightly-report/force-release
 //! ```
 //!
-//! The loss notice arrives within about a TTL (2 s here) and it exits 1.
+//! The loss notice (`force_released`) arrives at once and it exits 1.
 
 use std::time::Duration;
 

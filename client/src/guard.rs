@@ -30,7 +30,8 @@ use crate::{Client, Error};
 #[non_exhaustive]
 pub enum LostReason {
     /// The agent said `lost`; the reason is one of `renew_failed`,
-    /// `no_quorum`, `max_hold` or `shutdown`.
+    /// `no_quorum`, `max_hold`, `shutdown`, `force_released` or
+    /// `node_lost`.
     Agent(String),
     /// The hold's connection ended or failed without a `lost` notice: the
     /// agent stopped or crashed.

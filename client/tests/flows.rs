@@ -265,7 +265,7 @@ async fn a_guard_hears_of_an_operator_force_release() {
     let reason = tokio::time::timeout(DEADLINE, lost)
         .await
         .expect("the loss notice");
-    assert_eq!(reason, LostReason::Agent("renew_failed".into()));
+    assert_eq!(reason, LostReason::Agent("force_released".into()));
     assert!(guard.is_lost());
     // Released on the masters already: ours no more.
     assert!(!guard.release().await.unwrap());

@@ -8,7 +8,7 @@
 //
 //	curl --unix-socket ./redlock-admin.sock -X POST localhost/v1/locks/nightly-report/force-release
 //
-// and it prints the loss notice within about a TTL (2 s here) and exits 1.
+// and it prints the loss notice at once (force_released) and exits 1.
 package main
 
 import (

@@ -107,7 +107,7 @@ func TestExample(t *testing.T) {
 	}
 	select {
 	case reason := <-result:
-		if reason != "renew_failed" {
+		if reason != "force_released" {
 			t.Fatalf("lost: %s", reason)
 		}
 	case <-time.After(deadline):

@@ -73,7 +73,8 @@ class UnreachableError extends RedlockError {
 
 /**
  * A held lock was lost. `reason`: the agent's (`renew_failed`, `no_quorum`,
- * `max_hold`, `shutdown`), `disconnected` or `expired`.
+ * `max_hold`, `shutdown`, `force_released`, `node_lost`), `disconnected` or
+ * `expired`.
  */
 class LockLostError extends RedlockError {
   constructor(resource, reason) {

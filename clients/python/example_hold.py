@@ -6,7 +6,7 @@ Then, from another shell, play the operator and take the lock away:
 
     curl --unix-socket ./redlock-admin.sock -X POST localhost/v1/locks/nightly-report/force-release
 
-and this prints the loss notice within about a TTL (2 s here) and exits 1.
+and this prints the loss notice at once (force_released) and exits 1.
 """
 
 import sys

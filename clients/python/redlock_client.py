@@ -88,9 +88,10 @@ class Unreachable(RedlockError):
 
 class LockLost(RedlockError):
     """A held lock was lost: `reason` is the agent's (`renew_failed`,
-    `no_quorum`, `max_hold`, `shutdown`), `disconnected` (the hold's
-    connection ended without a notice) or `expired` (no renewal arrived
-    before the validity ran out, on this process's clock)."""
+    `no_quorum`, `max_hold`, `shutdown`, `force_released`, `node_lost`),
+    `disconnected` (the hold's connection ended without a notice) or
+    `expired` (no renewal arrived before the validity ran out, on this
+    process's clock)."""
 
     def __init__(self, resource, reason):
         super().__init__("the lock on %s was lost: %s" % (resource, reason))

@@ -208,13 +208,13 @@ class ClientTest(unittest.TestCase):
                 forced = self.admin.force_release("py-nightly")
                 self.assertEqual(forced["deleted"], 3)
                 self.assertTrue(lock.wait_lost(DEADLINE), "no loss notice")
-                self.assertEqual(lock.lost_reason, "renew_failed")
+                self.assertEqual(lock.lost_reason, "force_released")
                 with self.assertRaises(LockLost):
                     lock.check()
-        self.assertEqual(raised.exception.reason, "renew_failed")
+        self.assertEqual(raised.exception.reason, "force_released")
         # on_lost runs on the reader thread, just after `lost` is set.
         wait_for("the on_lost callback", lambda: heard)
-        self.assertEqual([e.reason for e in heard], ["renew_failed"])
+        self.assertEqual([e.reason for e in heard], ["force_released"])
 
     def test_a_hold_stops_on_its_own_clock_when_the_agent_is_frozen(self):
         # SIGSTOP: the agent keeps its socket but sends nothing, so neither
@@ -247,7 +247,7 @@ class ClientTest(unittest.TestCase):
                 example.kill()
                 example.wait()
         self.assertEqual(example.returncode, 1)
-        self.assertIn("stopped: the lock on py-example was lost: renew_failed", rest)
+        self.assertIn("stopped: the lock on py-example was lost: force_released", rest)
 
 
 if __name__ == "__main__":

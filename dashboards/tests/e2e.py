@@ -524,9 +524,14 @@ def drive(stack: Stack, children: Children, omit: set[str]) -> list[Check]:
 
     if "plant" not in omit:
         port = stack.ports[PLANTED_ON]
-        # Token-shaped (40 hex digits and an owner): the scanner reports only
-        # keys whose value an agent could have written.
-        redis_cli(port, "SET", PLANTED_KEY, "0123456789abcdef0123456789abcdef01234567.planted")
+        # A token the agent wrote for this very key (the scanner counts only
+        # values whose check value binds them to their key), then left on
+        # one master without TTL, as a leak would leave it.
+        resource = PLANTED_KEY.removeprefix(KEY_PREFIX)
+        status, body = agent_call(stack.sock, "POST", f"/v1/locks/{resource}/acquire", {"owner": "planted"})
+        if status != 200:
+            raise SetupError(f"acquire {resource}: {status} {json.dumps(body)}")
+        redis_cli(port, "SET", PLANTED_KEY, body["token"])
         if redis_cli(port, "TTL", PLANTED_KEY) != "-1":
             raise SetupError(f"{PLANTED_KEY} on {PLANTED_ON} is not a key without TTL")
     print(f"e2e: {'killed ' + KILLED if 'kill' not in omit else 'killed nothing'}; "

@@ -536,6 +536,19 @@ impl Checker {
             .count()
     }
 
+    /// The tokens of the sections open now on `resource` with at least
+    /// `left_ms` of validity, as [`Checker::inside`] counts them.
+    pub fn holders(&self, resource: &str, left_ms: u64) -> Vec<String> {
+        let now = Mono::now();
+        self.lock()
+            .sections
+            .iter()
+            .filter(|s| s.resource == resource && s.exit.is_none())
+            .filter(|s| s.valid_until.is_none_or(|v| v > now.plus_ms(left_ms)))
+            .map(|s| s.token.clone())
+            .collect()
+    }
+
     /// Sections of `agent` whose grant carried a fence.
     pub fn fenced(&self, agent: usize) -> usize {
         self.lock()

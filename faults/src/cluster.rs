@@ -33,41 +33,41 @@ use crate::client::Client;
 use crate::proxy::Link;
 
 /// Where the `redlock-agent` binary is: `$REDLOCK_AGENT_BIN`, or beside the
-/// running executable (`target/<profile>/`, also from `deps/`), built first
-/// with cargo (once per process) so the suite never runs a stale agent;
-/// `FAULTS_NO_BUILD=1` skips the build.
+/// running executable (`target/<profile>/`, also from `deps/`), current
+/// with its sources. Never built here: a build started from a test would
+/// wait on any other build's cargo locks with the test's timeout running,
+/// so the tests fail at once instead, naming the command that builds it
+/// (`tools/test.sh` builds every binary before the tests). The `faults`
+/// command line builds it first ([`build_agent_if_stale`]).
 ///
 /// # Errors
-/// When it cannot be built or is not there, with the command that builds it.
+/// When it is missing or older than its sources, with the command that
+/// builds it.
 pub fn agent_binary() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("REDLOCK_AGENT_BIN") {
         return Ok(PathBuf::from(path));
     }
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    if std::env::var_os("FAULTS_NO_BUILD").is_none() {
-        static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-        BUILT
-            .get_or_init(|| build_agent(dir.ends_with("release")))
-            .clone()?;
-    }
-    let candidate = dir.join("redlock-agent");
-    if candidate.is_file() {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "{} is missing; build it first with `cargo build -p redlock-agent` \
-             (or point REDLOCK_AGENT_BIN at the binary)",
-            candidate.display()
-        ))
-    }
+    redlock_testkit::bins::workspace_binary("redlock-agent").map_err(|e| e.to_string())
 }
 
-/// `cargo build -p redlock-agent` in this workspace (a no-op when fresh).
-fn build_agent(release: bool) -> Result<(), String> {
+/// For the `faults` command line run by hand: `cargo build -p
+/// redlock-agent` when the binary beside it is missing or older than its
+/// sources, so a run never uses a stale agent; nothing when it is current,
+/// when `$REDLOCK_AGENT_BIN` names another binary, or with
+/// `FAULTS_NO_BUILD=1`.
+///
+/// # Errors
+/// When cargo cannot be run or the build fails, with its output.
+pub fn build_agent_if_stale() -> Result<(), String> {
+    if std::env::var_os("REDLOCK_AGENT_BIN").is_some()
+        || std::env::var_os("FAULTS_NO_BUILD").is_some()
+        || agent_binary().is_ok()
+    {
+        return Ok(());
+    }
+    let release = redlock_testkit::bins::target_dir()
+        .map_err(|e| e.to_string())?
+        .ends_with("release");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
     let mut command = Command::new(cargo);
@@ -85,6 +85,7 @@ fn build_agent(release: bool) -> Result<(), String> {
     if release {
         command.arg("--release");
     }
+    eprintln!("faults: building redlock-agent (cargo build -p redlock-agent)");
     let out = command
         .stdin(Stdio::null())
         .output()
@@ -120,6 +121,10 @@ pub struct AgentSettings {
     /// [`NO_MARKER_CHECK_ENV`]`=1`, the agent's test-only switch: the
     /// control run that must see what a flush does without it.
     pub marker_check: bool,
+    /// The in-vote eviction check (a vote on a master that evicted keys
+    /// since its marker was written is refused). `false` starts the agents
+    /// with [`NO_EVICTION_CHECK_ENV`]`=1`: the eviction control run.
+    pub eviction_check: bool,
     /// Extra environment variables of each agent (`[0]` is a1's): the
     /// fence control run's clock skews and write-back switch.
     pub agent_env: Vec<Vec<(String, String)>>,
@@ -134,6 +139,13 @@ pub const FENCE_CLOCK_SKEW_ENV: &str = redlock_testkit::switches::FENCE_CLOCK_SK
 /// check off (not a config key, so no deployment can turn it off by
 /// mistake). Removed from every agent's environment unless asked for.
 pub const NO_MARKER_CHECK_ENV: &str = redlock_testkit::switches::NO_MARKER_CHECK;
+
+/// The agent's test-only switch that turns the in-vote eviction check off
+/// (the votes and the probes no longer compare the master's `evicted_keys`
+/// with the count its marker was written with; the probes still see the
+/// count grow from one probe to the next). Removed from every agent's
+/// environment unless asked for.
+pub const NO_EVICTION_CHECK_ENV: &str = redlock_testkit::switches::NO_EVICTION_CHECK;
 
 impl Default for AgentSettings {
     fn default() -> AgentSettings {
@@ -153,6 +165,7 @@ impl Default for AgentSettings {
             lock_extra: Vec::new(),
             log_level: "info".into(),
             marker_check: true,
+            eviction_check: true,
             agent_env: Vec::new(),
         }
     }
@@ -166,11 +179,14 @@ impl AgentSettings {
 
     /// Environment variables the agents start with.
     pub fn env(&self) -> Vec<(String, String)> {
-        if self.marker_check {
-            Vec::new()
-        } else {
-            vec![(NO_MARKER_CHECK_ENV.to_string(), "1".to_string())]
+        let mut env = Vec::new();
+        if !self.marker_check {
+            env.push((NO_MARKER_CHECK_ENV.to_string(), "1".to_string()));
         }
+        if !self.eviction_check {
+            env.push((NO_EVICTION_CHECK_ENV.to_string(), "1".to_string()));
+        }
+        env
     }
 
     /// Environment variables agent `index` (0 for a1) starts with.
@@ -338,13 +354,17 @@ impl AgentProcess {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        command
             .arg("--config")
             .arg(&self.config)
-            .env_remove("REDLOCK_LOG")
-            .env_remove(NO_MARKER_CHECK_ENV)
-            .env_remove(NO_FENCE_WRITEBACK_ENV)
-            .env_remove(FENCE_CLOCK_SKEW_ENV)
+            .env_remove("REDLOCK_LOG");
+        // No test switch leaks in from the suite's own environment: each
+        // agent gets only the ones its scenario asks for, below.
+        for switch in redlock_testkit::switches::ALL {
+            command.env_remove(switch);
+        }
+        let child = command
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -658,6 +678,181 @@ impl Master {
             .map_err(|e| format!("FLUSHALL on {}: {e}", self.name))
     }
 
+    /// Makes a single master evict, as a Redis shared with a cache does:
+    /// `maxmemory` set to what it uses now plus [`EVICTION_HEADROOM`], the
+    /// `policy` given (`volatile-lru`, `volatile-ttl`, `allkeys-lru`), then
+    /// up to `writes` cache keys of [`CACHE_VALUE_BYTES`] each with a TTL
+    /// of [`CACHE_TTL`], straight to it (not through a link), under
+    /// [`CACHE_PREFIX`]`<tag>:`, never under a lock prefix. With
+    /// `until_lost: (key, token)`, the writes stop as soon as that key no
+    /// longer holds that token (evicted); when it does not hold it to begin
+    /// with, nothing is done (see [`Eviction::gone`]).
+    /// Every lock key has a TTL, so every policy may evict it; only
+    /// `allkeys-*` may evict the incarnation marker (it has none).
+    ///
+    /// The master keeps evicting (the agents' own writes push it over) until
+    /// [`Master::end_eviction`] is given the returned [`Eviction`], which
+    /// is returned even when a write failed part way (see
+    /// [`Eviction::error`]).
+    ///
+    /// # Errors
+    /// When the master does not answer or refuses the `CONFIG SET` (nothing
+    /// to undo then), or for a cluster master.
+    pub async fn evict(
+        &self,
+        policy: &'static str,
+        tag: &str,
+        writes: u32,
+        until_lost: Option<(&str, &str)>,
+    ) -> Result<Eviction, String> {
+        if self.as_cluster().is_some() {
+            return Err(self.single_only("evict"));
+        }
+        let name = &self.name;
+        let mut conn = connect(self.port()).await?;
+        let was: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory")
+            .query_async::<Vec<String>>(&mut conn)
+            .await
+            .map_err(|e| format!("CONFIG GET maxmemory on {name}: {e}"))?;
+        let was_policy: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query_async::<Vec<String>>(&mut conn)
+            .await
+            .map_err(|e| format!("CONFIG GET maxmemory-policy on {name}: {e}"))?;
+        let (Some(maxmemory), Some(maxmemory_policy)) = (was.get(1), was_policy.get(1)) else {
+            return Err(format!("CONFIG GET on {name}: no value"));
+        };
+        if let Some((key, token)) = until_lost {
+            let there: Option<String> = redis::cmd("GET")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| format!("GET on {name}: {e}"))?;
+            if there.as_deref() != Some(token) {
+                return Ok(Eviction {
+                    master: name.clone(),
+                    policy,
+                    maxmemory: maxmemory.clone(),
+                    maxmemory_policy: maxmemory_policy.clone(),
+                    tag: tag.to_string(),
+                    limit: 0,
+                    written: 0,
+                    evicted: 0,
+                    gone: None,
+                    error: Some(format!("{key} did not hold the lock: nothing done")),
+                });
+            }
+        }
+        let used = info_u64(&mut conn, "memory", "used_memory").await?;
+        let evicted_before = info_u64(&mut conn, "stats", "evicted_keys").await?;
+        let mut eviction = Eviction {
+            master: name.clone(),
+            policy,
+            maxmemory: maxmemory.clone(),
+            maxmemory_policy: maxmemory_policy.clone(),
+            tag: tag.to_string(),
+            limit: used + EVICTION_HEADROOM,
+            written: 0,
+            evicted: 0,
+            gone: None,
+            error: None,
+        };
+        config_set(&mut conn, "maxmemory-policy", policy)
+            .await
+            .map_err(|e| format!("{name}: {e}"))?;
+        if let Err(e) = config_set(&mut conn, "maxmemory", &eviction.limit.to_string()).await {
+            let _ = config_set(&mut conn, "maxmemory-policy", maxmemory_policy).await;
+            return Err(format!("{name}: {e}"));
+        }
+        let value = "x".repeat(CACHE_VALUE_BYTES);
+        let ttl_ms = u64::try_from(CACHE_TTL.as_millis()).unwrap_or(u64::MAX);
+        while eviction.written < writes {
+            let batch = CACHE_BATCH.min(writes - eviction.written);
+            let mut pipe = redis::pipe();
+            for n in eviction.written..eviction.written + batch {
+                pipe.cmd("SET")
+                    .arg(eviction.key(n))
+                    .arg(&value)
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .ignore();
+            }
+            if let Some((key, _)) = until_lost {
+                pipe.cmd("GET").arg(key);
+            }
+            let reply: Result<Vec<Option<String>>, _> = pipe.query_async(&mut conn).await;
+            eviction.written += batch;
+            match (reply, until_lost) {
+                (Ok(value), Some((_, token)))
+                    if value.first().cloned().flatten().as_deref() != Some(token) =>
+                {
+                    eviction.gone = Some(true);
+                    break;
+                }
+                (Ok(_), Some(_)) => eviction.gone = Some(false),
+                (Ok(_), None) => {}
+                (Err(e), _) => {
+                    eviction.error = Some(format!("cache write on {name}: {e}"));
+                    break;
+                }
+            }
+        }
+        eviction.evicted = info_u64(&mut conn, "stats", "evicted_keys")
+            .await
+            .map_or(0, |n| n.saturating_sub(evicted_before));
+        Ok(eviction)
+    }
+
+    /// Ends an eviction begun by [`Master::evict`]: `maxmemory` and the
+    /// policy as they were, then every cache key it wrote deleted (by
+    /// name: its own prefix only).
+    ///
+    /// # Errors
+    /// When the master does not answer or refuses a command.
+    pub async fn end_eviction(&self, eviction: &Eviction) -> Result<(), String> {
+        let name = &self.name;
+        let mut conn = connect(self.port()).await?;
+        config_set(&mut conn, "maxmemory", &eviction.maxmemory)
+            .await
+            .map_err(|e| format!("{name}: {e}"))?;
+        config_set(&mut conn, "maxmemory-policy", &eviction.maxmemory_policy)
+            .await
+            .map_err(|e| format!("{name}: {e}"))?;
+        let mut n = 0;
+        while n < eviction.written {
+            let end = (n + 512).min(eviction.written);
+            let mut unlink = redis::cmd("UNLINK");
+            for i in n..end {
+                unlink.arg(eviction.key(i));
+            }
+            unlink
+                .query_async::<u64>(&mut conn)
+                .await
+                .map_err(|e| format!("UNLINK cache keys on {name}: {e}"))?;
+            n = end;
+        }
+        Ok(())
+    }
+
+    /// The value of `key` on a single master now, read straight from it.
+    ///
+    /// # Errors
+    /// When the master does not answer, or for a cluster master.
+    pub async fn get(&self, key: &str) -> Result<Option<String>, String> {
+        if self.as_cluster().is_some() {
+            return Err(self.single_only("get"));
+        }
+        let mut conn = connect(self.port()).await?;
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| format!("GET on {}: {e}", self.name))
+    }
+
     /// `fault` on the shard of a cluster master that serves `slot`, taking
     /// `window` for the part that waits (a lagged failover's lag, a
     /// migration's middle). For a migration, `pick` chooses the target
@@ -772,6 +967,115 @@ async fn connect(port: u16) -> Result<redis::aio::MultiplexedConnection, String>
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .map_err(|e| format!("connect to port {port}: {e}"))
+}
+
+/// `CONFIG SET name value`.
+async fn config_set(
+    conn: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    value: &str,
+) -> Result<(), String> {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query_async::<()>(conn)
+        .await
+        .map_err(|e| format!("CONFIG SET {name} {value}: {e}"))
+}
+
+/// A number field of `INFO <section>`.
+async fn info_u64(
+    conn: &mut redis::aio::MultiplexedConnection,
+    section: &str,
+    field: &str,
+) -> Result<u64, String> {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .map_err(|e| format!("INFO {section}: {e}"))?;
+    info_field(&info, field)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("no {field} in INFO {section}"))
+}
+
+/// Where the cache keys of an eviction go: not under any lock prefix the
+/// suite uses (`faults:`), so neither the observer nor the agents' leak
+/// scan sees them.
+pub const CACHE_PREFIX: &str = "nemesis-cache:";
+
+/// A cache key's value size (as the agent's eviction tests write).
+pub const CACHE_VALUE_BYTES: usize = 16 * 1024;
+
+/// A cache key's TTL: it makes the key volatile (a `volatile-*` policy's
+/// candidate), and long enough that none expires during a fault; the heal
+/// deletes them.
+pub const CACHE_TTL: Duration = Duration::from_secs(600);
+
+/// How far above what a master uses its `maxmemory` is set for an
+/// eviction: about 128 cache keys fit, the rest push keys out.
+pub const EVICTION_HEADROOM: u64 = 2 * 1024 * 1024;
+
+/// Cache keys per round trip.
+const CACHE_BATCH: u32 = 16;
+
+/// One eviction begun by [`Master::evict`] and what it did; given back to
+/// [`Master::end_eviction`] to undo it.
+#[derive(Debug, Clone)]
+pub struct Eviction {
+    pub master: String,
+    pub policy: &'static str,
+    /// `maxmemory` and its policy before, restored by the heal.
+    maxmemory: String,
+    maxmemory_policy: String,
+    tag: String,
+    /// The `maxmemory` set, in bytes.
+    pub limit: u64,
+    /// Cache keys written: [`CACHE_PREFIX`]`<tag>:<n>` for `n` below it.
+    pub written: u32,
+    /// Keys the master evicted during the writes (`evicted_keys` after
+    /// minus before).
+    pub evicted: u64,
+    /// With `until_lost`: whether that key, holding the token at the start,
+    /// lost it (`None`: it did not hold it, and nothing was done).
+    pub gone: Option<bool>,
+    /// A write that failed part way (the writes stopped there).
+    pub error: Option<String>,
+}
+
+impl Eviction {
+    fn key(&self, n: u32) -> String {
+        format!("{CACHE_PREFIX}{}:{n}", self.tag)
+    }
+}
+
+impl std::fmt::Display for Eviction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.gone.is_none() && self.written == 0 {
+            if let Some(e) = &self.error {
+                return write!(f, "{}: {e}", self.master);
+            }
+        }
+        write!(
+            f,
+            "{} {} maxmemory {:.1}MiB: {} cache keys, {} evicted",
+            self.master,
+            self.policy,
+            self.limit as f64 / 1048576.0,
+            self.written,
+            self.evicted
+        )?;
+        match self.gone {
+            Some(true) => write!(f, ", the lock gone")?,
+            Some(false) => write!(f, ", the lock still there")?,
+            None => {}
+        }
+        if let Some(e) = &self.error {
+            write!(f, " ({e})")?;
+        }
+        Ok(())
+    }
 }
 
 /// The value of `field` in an `INFO` reply.

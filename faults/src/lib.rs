@@ -12,7 +12,8 @@
 //!   behind a fixed address).
 //! - [`cluster`]: masters (single servers behind links, or Redis
 //!   Clusters reached directly), links and agent processes of one run;
-//!   flushes and failovers of masters, shard faults of cluster masters.
+//!   flushes, evictions and failovers of masters, shard faults of cluster
+//!   masters.
 //! - [`checker`]: critical sections on one clock; safety violations,
 //!   overruns, leaks.
 //! - [`observer`]: reads lock keys on the masters directly for the checker

@@ -337,7 +337,12 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
             ),
             "request_timeout: 120s".into(),
         ],
-        lock_extra: vec![format!("max_waiters: {}", options.waiters)],
+        lock_extra: vec![
+            format!("max_waiters: {}", options.waiters),
+            // Every waiter comes from this one process: its uid may take
+            // every slot (the per-uid share has its own test).
+            format!("max_waiters_per_uid: {}", options.waiters),
+        ],
         log_level: "warn".into(),
         ..AgentSettings::default()
     };

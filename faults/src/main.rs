@@ -65,8 +65,9 @@ enum Cmd {
         json: Option<PathBuf>,
     },
     /// Only the control runs (a majority restarted with delayed restart on,
-    /// then off; a majority flushed with the marker check on, then off;
-    /// agents with skewed clocks with the fence write-back on, then off).
+    /// then off; a majority flushed with the marker check on, then off; a
+    /// majority made to evict with the eviction check on, then off; agents
+    /// with skewed clocks with the fence write-back on, then off).
     Control {
         #[arg(long)]
         seed: Option<u64>,
@@ -146,6 +147,17 @@ fn runtime() -> tokio::runtime::Runtime {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("faults"));
+    // The runs start agents; the client processes the suite spawns do not.
+    let runs_agents = !matches!(
+        cli.command,
+        Cmd::HoldClient { .. } | Cmd::FencedWriter { .. } | Cmd::CsChild { .. }
+    );
+    if runs_agents {
+        if let Err(e) = faults::cluster::build_agent_if_stale() {
+            eprintln!("faults: {e}");
+            return ExitCode::from(2);
+        }
+    }
     match cli.command {
         Cmd::HoldClient {
             socket,

@@ -6,6 +6,12 @@
 //! every agent with a fresh resource until it grants (the recovery time),
 //! then a quiet gap. Liveness holds when every recovery takes at most
 //! `max_ttl + delayed_restart.extra` plus a margin.
+//!
+//! Besides killing, freezing and cutting, the faults that lose keys while
+//! the master lives on are the hardest for the agent to see: `FLUSHALL`
+//! (the incarnation marker goes too) and eviction ([`FaultKind::Evict`]:
+//! `maxmemory` lowered under load with an evicting policy; under
+//! `volatile-*` the lock keys go and the marker, which has no TTL, stays).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,7 +26,7 @@ use serde::Serialize;
 use crate::checker::{Checker, Ending};
 use crate::client::Answer;
 use crate::clock::Mono;
-use crate::cluster::{Cluster, ShardFault};
+use crate::cluster::{Cluster, Eviction, ShardFault};
 use crate::observer;
 use crate::proxy::LinkFault;
 use crate::workload::{Phase, PhaseFlag, Processes};
@@ -52,6 +58,14 @@ pub enum FaultKind {
     FlushMaster,
     /// `FLUSHALL` on a majority of the masters at once, while locks are held.
     FlushMajority,
+    /// Make one to a majority of the masters evict while locks are held,
+    /// as a Redis shared with a cache does: `maxmemory` just above what
+    /// each uses, a policy picked at random among [`EVICTION_POLICIES`],
+    /// and [`EVICTION_WRITES`] cache keys with a TTL written straight to it
+    /// (not through a link). Until the heal the agents' own writes keep it
+    /// evicting; the heal restores `maxmemory` and the policy and deletes
+    /// the cache keys (by their own prefix, never a lock key).
+    Evict,
     /// Fail one master over to a replica promoted behind its address (see
     /// [`Cluster::failover`]); the replica stays that master.
     Failover,
@@ -71,7 +85,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every fault of single-server masters.
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::KillMaster,
         FaultKind::RestartMaster,
         FaultKind::FreezeMaster,
@@ -83,6 +97,7 @@ impl FaultKind {
         FaultKind::RestartMajority,
         FaultKind::FlushMaster,
         FaultKind::FlushMajority,
+        FaultKind::Evict,
         FaultKind::Failover,
     ];
 
@@ -109,6 +124,7 @@ impl FaultKind {
             FaultKind::RestartMajority => "restart_majority",
             FaultKind::FlushMaster => "flush_master",
             FaultKind::FlushMajority => "flush_majority",
+            FaultKind::Evict => "evict",
             FaultKind::Failover => "failover",
             FaultKind::RestartShard => "restart_shard",
             FaultKind::ShardFailover => "shard_failover",
@@ -125,6 +141,7 @@ impl FaultKind {
                 | FaultKind::RestartMajority
                 | FaultKind::FlushMaster
                 | FaultKind::FlushMajority
+                | FaultKind::Evict
                 | FaultKind::Failover
                 | FaultKind::RestartShard
                 | FaultKind::ShardFailover
@@ -132,9 +149,13 @@ impl FaultKind {
         )
     }
 
-    /// Faults that take a majority of the masters' keys at once.
+    /// Faults that take (or may take) a majority of the masters' keys at
+    /// once.
     fn takes_a_majority(self) -> bool {
-        matches!(self, FaultKind::RestartMajority | FaultKind::FlushMajority)
+        matches!(
+            self,
+            FaultKind::RestartMajority | FaultKind::FlushMajority | FaultKind::Evict
+        )
     }
 }
 
@@ -192,7 +213,20 @@ enum Undo {
     Thaw(usize),
     ClearLinks(usize, Vec<usize>),
     StartAgent(usize),
+    /// Restore each master's `maxmemory` and policy, delete its cache keys.
+    EndEviction(Vec<(usize, Eviction)>),
 }
+
+/// The policies [`FaultKind::Evict`] picks from: the two that evict only
+/// keys with a TTL (every lock key, never the incarnation marker: only the
+/// votes' eviction check sees what they took) and one that evicts any key
+/// (the marker too, as a flush would).
+pub const EVICTION_POLICIES: [&str; 3] = ["volatile-lru", "volatile-ttl", "allkeys-lru"];
+
+/// Cache keys [`FaultKind::Evict`] writes to each master it hits: 8 MiB,
+/// four times the headroom it leaves ([`crate::cluster::EVICTION_HEADROOM`]),
+/// so most keys there before are evicted.
+pub const EVICTION_WRITES: u32 = 512;
 
 /// Locks must be grantable again within `max_ttl + delayed_restart.extra`
 /// plus this after every heal.
@@ -470,6 +504,50 @@ impl Nemesis {
                     }
                 }
             }
+            FaultKind::Evict => {
+                let majority = self.cluster.masters.len() / 2 + 1;
+                let k = self.rng.random_range(1..=majority);
+                let picked = self.pick_masters(k, busy);
+                if picked.is_empty() {
+                    self.report
+                        .skipped
+                        .push("evict: no free master".to_string());
+                    return None;
+                }
+                let targets: Vec<(usize, &'static str)> = picked
+                    .iter()
+                    .map(|&j| {
+                        let policy = *EVICTION_POLICIES
+                            .choose(&mut self.rng)
+                            .unwrap_or(&EVICTION_POLICIES[0]);
+                        (j, policy)
+                    })
+                    .collect();
+                let held = self.checker.open();
+                let tag = format!("cycle{}", self.cycle);
+                let hits = targets.iter().map(|&(j, policy)| {
+                    let m = self.cluster.masters[j].clone();
+                    let tag = tag.clone();
+                    async move { (j, m.evict(policy, &tag, EVICTION_WRITES, None).await) }
+                });
+                let mut begun = Vec::new();
+                for (j, r) in futures::future::join_all(hits).await {
+                    match r {
+                        Ok(eviction) => begun.push((j, eviction)),
+                        Err(e) => self.report.skipped.push(format!("evict: {e}")),
+                    }
+                }
+                if begun.is_empty() {
+                    return None;
+                }
+                let detail = begun
+                    .iter()
+                    .map(|(_, e)| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                self.record(kind, format!("{detail} ({held} sections open)"));
+                Some(Undo::EndEviction(begun))
+            }
             FaultKind::LinkLatency | FaultKind::LinkCut | FaultKind::LinkBlackhole => {
                 let a = self.rng.random_range(0..agents);
                 let k = self
@@ -576,6 +654,19 @@ impl Nemesis {
             Undo::ClearLinks(a, masters) => {
                 for j in masters {
                     self.cluster.links[a][j].set(LinkFault::Clear);
+                }
+            }
+            Undo::EndEviction(evictions) => {
+                let ends = evictions.iter().map(|(j, eviction)| {
+                    let m = self.cluster.masters[*j].clone();
+                    async move { m.end_eviction(eviction).await }
+                });
+                for r in futures::future::join_all(ends).await {
+                    if let Err(e) = r {
+                        self.report
+                            .liveness_failures
+                            .push(format!("an eviction was not undone: {e}"));
+                    }
                 }
             }
             Undo::StartAgent(a) => {

@@ -5,11 +5,20 @@
 //! masters while locks are held, once with the agent's protection against
 //! it on (no violation expected) and once off (violations expected); if
 //! the second finds nothing, the checker is blind and the suite fails.
-//! Two faults, two protections ([`control_cases`]):
+//! Three faults, three protections ([`control_cases`]):
 //! - restart a majority empty; protection: delayed restart;
 //! - `FLUSHALL` a majority (no restart to see); protection: the in-vote
 //!   incarnation marker check, turned off through the agent's test-only
-//!   switch ([`crate::cluster::NO_MARKER_CHECK_ENV`]).
+//!   switch ([`crate::cluster::NO_MARKER_CHECK_ENV`]);
+//! - eviction on a majority ([`Options::eviction_control`]: `maxmemory`
+//!   lowered with a `volatile-*` policy and a cache's writes until the
+//!   held lock's key is evicted; the marker, without a TTL, stays);
+//!   protection: the in-vote eviction check, turned off through the
+//!   agent's test-only switch ([`crate::cluster::NO_EVICTION_CHECK_ENV`]).
+//!   The agents probe every [`EVICTION_CONTROL_HEALTH_INTERVAL`] there: a
+//!   probe also sees `evicted_keys` grow, so with the usual 100 ms a probe
+//!   could quarantine the masters before a second client's vote and hide
+//!   what the check does.
 //!
 //! In cluster mode ([`Options::cluster_nemesis`]) each master is a Redis
 //! Cluster of 3 primaries with a replica each, and the nemesis restarts
@@ -40,8 +49,8 @@ use crate::checker::{ClientKind, Ending, Grant};
 use crate::client::Answer;
 use crate::clock::Mono;
 use crate::cluster::{
-    tail, AgentSettings, Cluster, Topology, FENCE_CLOCK_SKEW_ENV, NO_FENCE_WRITEBACK_ENV,
-    NO_MARKER_CHECK_ENV,
+    tail, AgentSettings, Cluster, Topology, FENCE_CLOCK_SKEW_ENV, NO_EVICTION_CHECK_ENV,
+    NO_FENCE_WRITEBACK_ENV, NO_MARKER_CHECK_ENV,
 };
 use crate::lag::Lag;
 use crate::nemesis::{FaultKind, Nemesis, NemesisReport};
@@ -93,11 +102,12 @@ pub const FENCE_SKEW_MS: i64 = 5000;
 /// is held, with the agent's protection against it on or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Control {
-    /// [`FaultKind::RestartMajority`], [`FaultKind::FlushMajority`] or
-    /// [`FaultKind::ShardFailover`] (cluster masters).
+    /// [`FaultKind::RestartMajority`], [`FaultKind::FlushMajority`],
+    /// [`FaultKind::Evict`] or [`FaultKind::ShardFailover`] (cluster
+    /// masters).
     pub fault: FaultKind,
-    /// Delayed restart (for a restart) or the marker check (for a flush or
-    /// a shard failover).
+    /// Delayed restart (for a restart), the marker check (for a flush or
+    /// a shard failover) or the eviction check (for an eviction).
     /// Off, the run must find violations.
     pub protected: bool,
 }
@@ -115,6 +125,14 @@ pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, u
         ),
         (
             Options::flush_control(false, seed, faults_bin.to_path_buf()),
+            4,
+        ),
+        (
+            Options::eviction_control(true, seed, faults_bin.to_path_buf()),
+            2,
+        ),
+        (
+            Options::eviction_control(false, seed, faults_bin.to_path_buf()),
             4,
         ),
         (
@@ -225,6 +243,29 @@ impl Options {
         options.control = Some(Control {
             fault: FaultKind::FlushMajority,
             protected: marker_check,
+        });
+        options
+    }
+
+    /// The eviction control scenario: a majority made to evict while long
+    /// locks are held (`maxmemory` just above use, `volatile-ttl` in odd
+    /// rounds and `volatile-lru` in even ones, a cache's writes until the
+    /// held lock's key is gone from each; the incarnation marker has no
+    /// TTL and stays, so the marker check sees nothing), with the agents'
+    /// in-vote eviction check on, or off through the test-only switch.
+    /// The agents probe every [`EVICTION_CONTROL_HEALTH_INTERVAL`], on and
+    /// off alike, so that the second client's vote comes before a probe.
+    pub fn eviction_control(eviction_check: bool, seed: u64, faults_bin: PathBuf) -> Options {
+        let mut options = Options::control(true, seed, faults_bin);
+        options.name = format!(
+            "control eviction (eviction check {})",
+            if eviction_check { "on" } else { "off" }
+        );
+        options.settings.eviction_check = eviction_check;
+        options.settings.health_interval = EVICTION_CONTROL_HEALTH_INTERVAL;
+        options.control = Some(Control {
+            fault: FaultKind::Evict,
+            protected: eviction_check,
         });
         options
     }
@@ -346,6 +387,30 @@ impl Options {
     }
 }
 
+/// The agents' `health.interval` in the eviction control: a probe sees
+/// `evicted_keys` grow and quarantines the master, check or no check, so
+/// probes must be rare enough that a waiting client votes first. The
+/// waiters retry every 20 to 50 ms: with probes 2 s apart, the chance that
+/// one of the three masters is probed in the 100 ms or so between its
+/// eviction and the second grant is about one in seven per round, and the
+/// run has up to four rounds.
+pub const EVICTION_CONTROL_HEALTH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The eviction control's policies, by round (odd, even): only keys with a
+/// TTL go, never the marker.
+pub const EVICTION_CONTROL_POLICIES: [&str; 2] = ["volatile-ttl", "volatile-lru"];
+
+/// The most cache keys the eviction control writes to one master while it
+/// waits for the lock key to be evicted (64 MiB, 32 times the headroom).
+pub const EVICTION_CONTROL_WRITES: u32 = 4096;
+
+/// The validity the eviction control's holder has left, at least, when the
+/// eviction begins: a fresh grant (2.5 s locks). Its reads, `CONFIG SET`s
+/// and writes take a few hundred ms on a busy machine, and a holder one
+/// second from its end may be gone by then (it works 70 to 85% of its TTL):
+/// its key would go by its release, not by eviction.
+pub const EVICTION_CONTROL_LEFT_MS: u64 = 2000;
+
 /// Cluster mode's agent settings from `settings`: a longer node timeout
 /// (and the TTLs it needs, ten times as long) and health interval. The
 /// slot sweeps (markers at first sight, witnesses, readmission with each
@@ -416,6 +481,8 @@ pub struct Report {
     pub delayed_restart: bool,
     /// The agents' in-vote incarnation marker check.
     pub marker_check: bool,
+    /// The agents' in-vote eviction check.
+    pub eviction_check: bool,
     /// Set for a control run.
     pub control: Option<Control>,
     /// Set for the fence control run.
@@ -535,11 +602,12 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "   max_ttl {}ms, quarantine {}ms, delayed_restart {}, marker check {}{}",
+            "   max_ttl {}ms, quarantine {}ms, delayed_restart {}, marker check {}, eviction check {}{}",
             self.max_ttl_ms,
             self.quarantine_ms,
             if self.delayed_restart { "on" } else { "off" },
             if self.marker_check { "on" } else { "off" },
+            if self.eviction_check { "on" } else { "off" },
             match self.fence_control {
                 Some(c) => format!(
                     ", fence write-back {}, agent i's clock i*{}ms behind",
@@ -589,6 +657,13 @@ impl fmt::Display for Report {
                 self.nemesis.faults.len(),
                 list.join(", ")
             )?;
+            // A control run's few faults, each as struck (an eviction's
+            // policy, cache keys and keys evicted per master).
+            if self.control.is_some() {
+                for fault in &self.nemesis.faults {
+                    writeln!(f, "   {} {}", fault.kind.as_str(), fault.detail)?;
+                }
+            }
         }
         let fd = &self.findings;
         let kinds: Vec<String> = fd
@@ -1052,6 +1127,7 @@ impl Harness {
             quarantine_ms: u64::try_from(options.settings.quarantine().as_millis()).unwrap_or(0),
             delayed_restart: options.settings.delayed_restart,
             marker_check: options.settings.marker_check,
+            eviction_check: options.settings.eviction_check,
             control: options.control,
             fence_control: options.fence_control,
             stats: self.stats.snapshot(),
@@ -1092,9 +1168,13 @@ pub async fn nemesis(options: &Options) -> Result<Report, String> {
     Ok(harness.finish(options, report).await)
 }
 
-/// The control scenario: up to `rounds` restarts (or flushes, as
-/// `options.control` says) of a majority while a lock is held with time
-/// left; without the protection it stops at the first violation.
+/// The control scenario: up to `rounds` restarts (or flushes, or
+/// evictions, as `options.control` says) of a majority while a lock is held
+/// with time left; without the protection it stops at the first violation.
+/// An eviction strikes a majority of the masters that hold the holder's
+/// lock then, and is undone (`maxmemory` and the policy restored, the cache
+/// keys deleted) as soon as it is gone from each; a round where it was not
+/// there, or did not go by eviction, is reported as not injected.
 ///
 /// # Errors
 /// When `options` is not a control scenario, or the cluster cannot be
@@ -1119,40 +1199,105 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
     }
     let mut report = NemesisReport::default();
     let majority: Vec<usize> = (0..options.masters / 2 + 1).collect();
-    for _ in 0..rounds {
-        // A holder with at least a second of validity left.
+    let lock_key = format!("{}{resource}", options.settings.key_prefix);
+    let left_ms = if control.fault == FaultKind::Evict {
+        EVICTION_CONTROL_LEFT_MS
+    } else {
+        1000
+    };
+    for round in 1..=rounds {
+        // A holder with at least a second of validity left (two for an
+        // eviction).
         let deadline = Mono::now().plus_ms(10_000);
-        while harness.checker.inside(&resource, 1000) == 0 && Mono::now() < deadline {
+        while harness.checker.inside(&resource, left_ms) == 0 && Mono::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let held = harness.checker.inside(&resource, 0);
         harness.phase.set(crate::workload::Phase::Faulted);
+        // An eviction strikes a majority of the masters the lock is on (a
+        // master still quarantined from the round before may lack it).
+        let holder = harness.checker.holders(&resource, left_ms).pop();
+        if control.fault == FaultKind::Evict && holder.is_none() {
+            // Nothing to evict: cache writes alone prove nothing.
+            report
+                .skipped
+                .push(format!("round {round}: no holder with {left_ms}ms left"));
+            harness.phase.set(crate::workload::Phase::Quiet);
+            continue;
+        }
+        let majority = match (control.fault, &holder) {
+            (FaultKind::Evict, Some(token)) => holding_majority(&harness.cluster, &lock_key, token)
+                .await
+                .unwrap_or_else(|| majority.clone()),
+            _ => majority.clone(),
+        };
+        let policy = EVICTION_CONTROL_POLICIES[(round - 1) % EVICTION_CONTROL_POLICIES.len()];
+        let tag = format!("control{round}");
         let hits = majority.iter().map(|&j| {
             let m = harness.cluster.masters[j].clone();
+            let (tag, lock_key, holder) = (&tag, &lock_key, &holder);
             async move {
-                if control.fault == FaultKind::FlushMajority {
-                    m.flush().await
-                } else {
-                    m.restart().await
-                }
+                let done = match control.fault {
+                    FaultKind::FlushMajority => m.flush().await.map(|()| None),
+                    FaultKind::Evict => {
+                        let until = Some(lock_key.as_str()).zip(holder.as_deref());
+                        m.evict(policy, tag, EVICTION_CONTROL_WRITES, until)
+                            .await
+                            .map(Some)
+                    }
+                    _ => m.restart().await.map(|()| None),
+                };
+                (m, done)
             }
         });
-        for r in futures::future::join_all(hits).await {
-            if let Err(e) = r {
+        let mut struck = true;
+        let mut evictions = Vec::new();
+        for (m, r) in futures::future::join_all(hits).await {
+            match r {
+                Ok(None) => {}
+                Ok(Some(eviction)) => {
+                    struck &= eviction.gone == Some(true) && eviction.evicted > 0;
+                    evictions.push((m, eviction));
+                }
+                Err(e) => {
+                    struck = false;
+                    report
+                        .skipped
+                        .push(format!("{}: {e}", control.fault.as_str()));
+                }
+            }
+        }
+        // Undone at once: the lock key is gone, and the agents' own writes
+        // would keep the masters evicting (and quarantined) otherwise.
+        for (m, eviction) in &evictions {
+            if let Err(e) = m.end_eviction(eviction).await {
                 report
                     .skipped
-                    .push(format!("{}: {e}", control.fault.as_str()));
+                    .push(format!("end of the eviction on {}: {e}", m.name));
             }
         }
         let names: Vec<&str> = majority
             .iter()
             .map(|&j| harness.cluster.masters[j].name.as_str())
             .collect();
-        report.faults.push(crate::nemesis::FaultRecord {
-            kind: control.fault,
-            at: Mono::now(),
-            detail: format!("{} while {held} held {resource}", names.join(",")),
-        });
+        let detail = if evictions.is_empty() {
+            format!("{} while {held} held {resource}", names.join(","))
+        } else {
+            let each: Vec<String> = evictions.iter().map(|(_, e)| e.to_string()).collect();
+            format!("{} while {held} held {resource}", each.join("; "))
+        };
+        if struck || control.fault != FaultKind::Evict {
+            report.faults.push(crate::nemesis::FaultRecord {
+                kind: control.fault,
+                at: Mono::now(),
+                detail,
+            });
+        } else {
+            report.skipped.push(format!(
+                "round {round}: {} did not strike: {detail}",
+                control.fault.as_str()
+            ));
+        }
         // Let waiting clients try, and the old locks run out.
         tokio::time::sleep(options.settings.quarantine() + Duration::from_millis(500)).await;
         harness.phase.set(crate::workload::Phase::Quiet);
@@ -1161,6 +1306,24 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
         }
     }
     Ok(harness.finish(options, report).await)
+}
+
+/// The first majority of the masters where `key` holds `token` now (read
+/// straight from them), or `None` when fewer do. A grant is written on a
+/// quorum, not always on every master, and a waiter's vote on a master the
+/// holder missed is there a moment before the waiter releases it.
+async fn holding_majority(cluster: &Cluster, key: &str, token: &str) -> Option<Vec<usize>> {
+    let majority = cluster.masters.len() / 2 + 1;
+    let reads = cluster.masters.iter().map(|m| m.get(key));
+    let holding: Vec<usize> = futures::future::join_all(reads)
+        .await
+        .into_iter()
+        .enumerate()
+        .filter(|(_, value)| value.as_ref().is_ok_and(|v| v.as_deref() == Some(token)))
+        .map(|(j, _)| j)
+        .take(majority)
+        .collect();
+    (holding.len() == majority).then_some(holding)
 }
 
 /// How long the short mode's cluster nemesis runs.
@@ -1483,8 +1646,16 @@ pub fn verdicts(reports: &[Report]) -> Vec<String> {
         .iter()
         .map(|r| {
             let unprotected = r.control.filter(|c| !c.protected);
+            let evictions = r.control.filter(|c| c.fault == FaultKind::Evict);
             if let Some(fence) = r.fence_control {
                 fence_verdict(r, fence)
+            } else if evictions.is_some() && r.nemesis.faults.is_empty() {
+                format!(
+                    "FAIL {}: the held lock's key was never evicted from a majority; \
+                     the run proves nothing ({})",
+                    r.name,
+                    r.nemesis.skipped.join("; ")
+                )
             } else if let Some(control) = unprotected {
                 let n = r.findings.violations.len();
                 let planted = control.fault != FaultKind::RestartMajority
@@ -1497,6 +1668,12 @@ pub fn verdicts(reports: &[Report]) -> Vec<String> {
                 match (n > 0, planted) {
                     (true, true) => format!(
                         "PASS {}: the checker saw {n} violations{also}, as it must",
+                        r.name
+                    ),
+                    (false, _) if control.fault == FaultKind::Evict => format!(
+                        "FAIL {}: no violation found; the checker cannot see a double grant, \
+                         or the agents ignored {NO_EVICTION_CHECK_ENV}=1, or a probe \
+                         quarantined the masters before every second vote",
                         r.name
                     ),
                     (false, _)
@@ -1552,6 +1729,7 @@ mod tests {
             quarantine_ms: 1500,
             delayed_restart: true,
             marker_check: true,
+            eviction_check: true,
             control: None,
             fence_control: options.fence_control,
             stats: StatsSnapshot::default(),
@@ -1618,6 +1796,66 @@ mod tests {
         assert_eq!(
             Options::cluster_nemesis(Duration::from_secs(1), 1, PathBuf::from("faults")).pool,
             FaultKind::CLUSTER.to_vec()
+        );
+    }
+
+    /// The eviction control fails when the lock key was never evicted from
+    /// a majority (on or off: nothing was tried); off, it needs a double
+    /// grant and names the switch the agents may have ignored; on, it
+    /// passes when it finds none. Both are control cases, and the nemesis
+    /// injects evictions.
+    #[test]
+    fn the_eviction_control_needs_an_eviction_and_a_double_grant_only_without_the_check() {
+        let report = |eviction_check, struck| {
+            let options = Options::eviction_control(eviction_check, 1, PathBuf::from("faults"));
+            let mut r = fence_report(true, FenceFindings::default());
+            r.name = options.name.clone();
+            r.control = options.control;
+            r.fence_control = None;
+            r.eviction_check = eviction_check;
+            if struck {
+                r.nemesis.faults.push(crate::nemesis::FaultRecord {
+                    kind: FaultKind::Evict,
+                    at: Mono(1),
+                    detail: "r1 volatile-ttl ..., lock key gone".into(),
+                });
+            }
+            r
+        };
+        let blind = verdicts(&[report(false, true)]).remove(0);
+        assert!(
+            blind.starts_with("FAIL") && blind.contains(NO_EVICTION_CHECK_ENV),
+            "{blind}"
+        );
+        let safe = verdicts(&[report(true, true)]).remove(0);
+        assert!(safe.starts_with("PASS"), "{safe}");
+        for check in [true, false] {
+            let idle = verdicts(&[report(check, false)]).remove(0);
+            assert!(
+                idle.starts_with("FAIL") && idle.contains("never evicted"),
+                "{idle}"
+            );
+        }
+        let options = Options::eviction_control(false, 1, PathBuf::from("faults"));
+        assert!(options
+            .settings
+            .env()
+            .contains(&(NO_EVICTION_CHECK_ENV.to_string(), "1".to_string())));
+        assert!(Options::eviction_control(true, 1, PathBuf::from("faults"))
+            .settings
+            .env()
+            .is_empty());
+        let cases = control_cases(1, std::path::Path::new("faults"));
+        let evictions: Vec<bool> = cases
+            .iter()
+            .filter_map(|(o, _)| o.control.filter(|c| c.fault == FaultKind::Evict))
+            .map(|c| c.protected)
+            .collect();
+        assert_eq!(evictions, [true, false]);
+        assert!(
+            Options::nemesis(Duration::from_secs(1), 1, PathBuf::from("faults"))
+                .pool
+                .contains(&FaultKind::Evict)
         );
     }
 

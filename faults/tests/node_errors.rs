@@ -306,13 +306,14 @@ async fn noscript_after_script_flush_is_transparent() {
         Answer::Ok(r) => assert!(r.released, "released after SCRIPT FLUSH"),
         other => panic!("{other:?}"),
     }
-    // A hold keeps renewing across a flush.
+    // A hold keeps renewing across a flush. Its TTL is max_ttl: renewals
+    // every third of it leave a busy machine time to answer each one.
     let Answer::Ok(mut hold) = s
         .client()
         .hold(
             "ns-hold",
             &HoldRequest {
-                ttl_ms: Some(300),
+                ttl_ms: Some(1000),
                 ..HoldRequest::default()
             },
         )

@@ -73,7 +73,7 @@ fn check(s: &Spec, name: &str, value: impl serde::Serialize) {
 #[test]
 fn wire_values_match_their_schemas() {
     let s = spec();
-    let token = "0123456789abcdef0123456789abcdef01234567@pod-0.billing";
+    let token = "rl2-0123456789abcdef0123456789abcdef01234567-0123456789abcdef@pod-0.billing";
     check(
         &s,
         "AcquireRequest",
@@ -142,7 +142,14 @@ fn wire_values_match_their_schemas() {
         },
     );
     check(&s, "HoldEvent", HoldEvent::Renewed { validity_ms: 1 });
-    for reason in ["renew_failed", "no_quorum", "max_hold", "shutdown"] {
+    for reason in [
+        "renew_failed",
+        "no_quorum",
+        "max_hold",
+        "shutdown",
+        "force_released",
+        "node_lost",
+    ] {
         check(
             &s,
             "HoldEvent",
@@ -165,7 +172,9 @@ fn wire_values_match_their_schemas() {
         NodesResponse {
             quorum: 3,
             usable: 4,
-            available: true,
+            available: false,
+            reason: Some("r".into()),
+            slots_without_quorum: 7,
             nodes: vec![NodeStatus {
                 name: "r1".into(),
                 state: NodeState::Quarantined,
@@ -180,6 +189,7 @@ fn wire_values_match_their_schemas() {
                 warnings: vec!["w".into()],
                 kind: "single".into(),
                 quarantined_slots: 0,
+                quarantined_slots_remaining_ms: 0,
                 shards: Vec::new(),
             }],
         },
@@ -258,12 +268,20 @@ fn wire_values_match_their_schemas() {
                 no_ttl: 1,
                 ttl_over_max: 0,
                 minority: 0,
+                unproven: 1,
                 repaired: 0,
-                keys: vec![LeakedKey {
-                    resource: "r".into(),
-                    kind: "no_ttl".into(),
-                    pttl_ms: Some(1),
-                }],
+                keys: vec![
+                    LeakedKey {
+                        resource: "r".into(),
+                        kind: "no_ttl".into(),
+                        pttl_ms: Some(1),
+                    },
+                    LeakedKey {
+                        resource: "sha".into(),
+                        kind: "unproven".into(),
+                        pttl_ms: None,
+                    },
+                ],
             }],
             unread: vec!["r1".into()],
             partial: true,
@@ -301,7 +319,7 @@ fn wire_values_match_their_schemas() {
     check(
         &s,
         "Ready",
-        json!({"ready": false, "usable": 2, "quorum": 3}),
+        json!({"ready": false, "usable": 2, "quorum": 3, "slots_without_quorum": 16384, "reason": "r"}),
     );
     // And the strictness is real.
     assert!(s

@@ -1,6 +1,7 @@
 //! The short mode: a nemesis run over every fault (alone, then mixed) with
 //! the checker watching, then the control runs that prove the checker can
-//! see a double grant and fences out of order; then the same in cluster
+//! see a double grant (a majority restarted empty, flushed, made to evict)
+//! and fences out of order; then the same in cluster
 //! mode (every master a Redis Cluster). `tools/test.sh` runs it on its own, after the other
 //! tests, so the machine is quiet:
 //!
@@ -33,7 +34,10 @@ fn faults_bin() -> PathBuf {
 /// margin after every heal; then the control runs: the same restart of a
 /// majority finds nothing with delayed restart on, and violations with it
 /// off; the same flush of a majority finds nothing with the marker check
-/// on, and violations with it off; agents with skewed clocks mint fences in
+/// on, and violations with it off; the same eviction on a majority (a
+/// cache's writes under a lowered `maxmemory`, `volatile-ttl` then
+/// `volatile-lru`) finds nothing with the eviction check on, and
+/// violations with it off; agents with skewed clocks mint fences in
 /// order with round 2's write-back, and out of order without it. Every
 /// run: no fence out of order, no stale write accepted by the fenced store.
 /// Then cluster mode: shards restarted empty, lagged failovers and slot
@@ -115,6 +119,27 @@ fn the_checker_sees_a_double_grant_when_delayed_restart_is_off() {
             .any(|l| l.resource == faults::run::PLANTED),
         "the planted key without a TTL was not seen as a leak\n{report}"
     );
+}
+
+/// The eviction control alone: with the in-vote eviction check off (the
+/// agents' test-only switch), a lock key evicted from a majority by a
+/// cache's writes under a lowered `maxmemory` while its holder works is
+/// granted to a second client, and the checker says so.
+#[test]
+fn the_checker_sees_a_double_grant_when_the_eviction_check_is_off() {
+    let rt = runtime();
+    let options = Options::eviction_control(false, 17, faults_bin());
+    let report = rt
+        .block_on(run::control(&options, 4))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    let verdict = run::verdicts(std::slice::from_ref(&report));
+    println!("{}", verdict[0]);
+    assert!(
+        !report.findings.violations.is_empty(),
+        "the eviction control found no violation: the checker is blind\n{report}"
+    );
+    assert!(verdict[0].starts_with("PASS"), "{verdict:?}");
 }
 
 /// The fence control alone: agents whose clocks are 5 s apart, round 2's

@@ -73,6 +73,8 @@ REFUSED = [
     ("admin-socket-in-the-shared-dir", {"config": {"admin": {"socket": {"dir": "/run/redlock"}}}}, ["config.admin.socket.dir: must differ from config.socket.dir"]),
     ("admin-socket-under-the-shared-dir", {"config": {"admin": {"socket": {"dir": "/run/redlock/admin"}}}}, ["config.admin.socket.dir: must not be inside config.socket.dir"]),
     ("allow-uids-not-numbers", {"config": {"socket": {"allowUids": ["app"]}}}, ["/config/socket/allowUids/0"]),
+    ("waiter-share-above-max-waiters", {"config": {"lock": {"maxWaiters": 100}}}, ["config.lock.maxWaitersPerUid: 7500 is above config.lock.maxWaiters (100)"]),
+    ("metrics-budget-too-large", {"config": {"metrics": {"maxConnections": 5000}}}, ["/config/metrics/maxConnections"]),
 ]
 
 

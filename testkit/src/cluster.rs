@@ -238,8 +238,9 @@ fn node_options() -> Options {
     ])
 }
 
-/// One command on a fresh connection to the node on `port`, with short
-/// timeouts so a frozen node cannot hang the caller.
+/// One command on a fresh connection to the node on `port`, with timeouts
+/// so a frozen node cannot hang the caller, yet long enough for a node on
+/// a busy machine (a fresh connection's handshake took over 500ms there).
 fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Result<T, ClusterError> {
     let fail = |error: String| ClusterError::Command {
         port,
@@ -249,7 +250,7 @@ fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Result<T, Clu
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))
         .map_err(|e| fail(e.to_string()))?;
     let mut conn = client
-        .get_connection_with_timeout(Duration::from_millis(500))
+        .get_connection_with_timeout(Duration::from_secs(5))
         .map_err(|e| fail(e.to_string()))?;
     conn.set_read_timeout(Some(Duration::from_secs(5)))
         .and_then(|()| conn.set_write_timeout(Some(Duration::from_secs(5))))

@@ -7,6 +7,9 @@
 //! that start agents as child processes need not link the agent crate.
 //!
 //! # Layout
+//! - [`bins`]: the workspace's binaries (`redlock-agent`, `redlock-tui`,
+//!   `faults`) as tests find them, built before the tests and never by
+//!   them; missing or stale ones fail at once with the command to run.
 //! - [`server`]: [`RedisServer`], one `redis-server` child process, and
 //!   [`Options`], what it runs with (persistence, TLS, replication, memory
 //!   limit, ACL users, cluster mode, any other argument).
@@ -18,6 +21,7 @@
 //!   suite's links between agents and masters).
 //! - [`switches`]: the names of the agent's test-only environment switches.
 
+pub mod bins;
 pub mod cluster;
 pub mod proxy;
 pub mod server;

@@ -16,6 +16,29 @@ pub const NO_FENCE_WRITEBACK: &str = "REDLOCK_TEST_NO_FENCE_WRITEBACK";
 /// fence floor only: hosts whose clocks disagree.
 pub const FENCE_CLOCK_SKEW_MS: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
 
+/// `1` turns the in-vote eviction check off (a vote no longer asks whether
+/// the master evicted keys since its marker was written): the eviction
+/// control run, which must see a double grant on masters that evict.
+pub const NO_EVICTION_CHECK: &str = "REDLOCK_TEST_NO_EVICTION_CHECK";
+
+/// A `lock.key_prefix`: the leak scanners of agents with that prefix take
+/// any value shaped like a token (`<40 hex>...`, a SHA-1 too) for a lock
+/// key, without the proof bound to the key, as scanners did before tokens
+/// carried one; with `repair: expire` they change application data. The
+/// control run of the scanner's repair test. A prefix, not `1`, so that
+/// only the agents of that test see it, whatever else runs in the process.
+pub const LEAK_REPAIR_BY_SHAPE: &str = "REDLOCK_TEST_LEAK_REPAIR_BY_SHAPE";
+
+/// `1` lifts the metrics port's connection budget (`metrics.max_connections`):
+/// the control run of the descriptor budget test, which must see a flood of
+/// connections to the port starve the socket and the masters without it.
+pub const NO_METRICS_BUDGET: &str = "REDLOCK_TEST_NO_METRICS_BUDGET";
+
+/// `1` makes `redlock-agent lock` signal only the command's own process,
+/// not its process group and descendants: the control runs of the process
+/// tree tests, which must see a grandchild outlive the lock without it.
+pub const NO_TREE_KILL: &str = "REDLOCK_TEST_NO_TREE_KILL";
+
 /// `1` charges the agent's own time to the masters again: a lock command
 /// queued in the agent longer than the node timeout is answered `timeout`
 /// unsent, and every request is bounded by the node timeout from the call,
@@ -23,10 +46,28 @@ pub const FENCE_CLOCK_SKEW_MS: &str = "REDLOCK_TEST_FENCE_CLOCK_SKEW_MS";
 /// lock calls fail under the agent's own load without the fix.
 pub const CHARGE_QUEUED_TIME: &str = "REDLOCK_TEST_CHARGE_QUEUED_TIME";
 
+/// `1` turns the loss notices between renewals off: a hold hears of an
+/// operator's force release or of masters that lost its keys only at its
+/// next renewal. The control runs of `agent/tests/loss_notice.rs`, which
+/// must see the notice come late without it.
+pub const NO_LOSS_NOTICE: &str = "REDLOCK_TEST_NO_LOSS_NOTICE";
+
+/// `1` makes readiness (`/readyz`, `available` in `/v1/nodes`) ignore the
+/// hash slots a cluster master keeps in quarantine, counting masters only:
+/// the control run of `agent/tests/readiness.rs`, which must see the agent
+/// say ready while no lock can be granted.
+pub const NO_SLOT_READINESS: &str = "REDLOCK_TEST_NO_SLOT_READINESS";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 4] = [
+pub const ALL: [&str; 10] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
+    NO_EVICTION_CHECK,
+    LEAK_REPAIR_BY_SHAPE,
+    NO_METRICS_BUDGET,
+    NO_TREE_KILL,
     CHARGE_QUEUED_TIME,
+    NO_LOSS_NOTICE,
+    NO_SLOT_READINESS,
 ];

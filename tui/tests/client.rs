@@ -97,6 +97,8 @@ fn answer(request: &str) -> (&'static str, String) {
                 quorum: 2,
                 usable: 3,
                 available: true,
+                reason: None,
+                slots_without_quorum: 0,
                 nodes: ["r1", "r2", "r3"]
                     .iter()
                     .map(|name| NodeStatus {
@@ -114,6 +116,7 @@ fn answer(request: &str) -> (&'static str, String) {
                         kind: "single".to_string(),
                         shards: Vec::new(),
                         quarantined_slots: 0,
+                        quarantined_slots_remaining_ms: 0,
                     })
                     .collect(),
             }),

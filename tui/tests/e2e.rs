@@ -55,46 +55,11 @@ fn require(tool: &str, args: &[&str]) {
     );
 }
 
-/// `redlock-agent` next to `redlock-tui`, built first so it matches the
-/// sources; an existing binary is used if the build fails (say, the agent
-/// is mid-edit), and the build's output is shown if there is none.
+/// `redlock-agent` next to `redlock-tui`, built before the tests and
+/// current with its sources. Never built here: a build from a test would
+/// wait on any other build's cargo locks with the test's timeout running.
 fn agent_binary() -> PathBuf {
-    let tui = PathBuf::from(env!("CARGO_BIN_EXE_redlock-tui"));
-    let agent = tui.with_file_name("redlock-agent");
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tui/ is in the workspace");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let mut build = Command::new(cargo);
-    build.current_dir(workspace).args([
-        "build",
-        "--quiet",
-        "-p",
-        "redlock-agent",
-        "--bin",
-        "redlock-agent",
-    ]);
-    if tui
-        .parent()
-        .and_then(Path::file_name)
-        .is_some_and(|d| d == "release")
-    {
-        build.arg("--release");
-    }
-    let output = build.output().expect("run cargo");
-    if !output.status.success() {
-        assert!(
-            agent.exists(),
-            "cannot build redlock-agent:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        eprintln!(
-            "warning: building redlock-agent failed; using the existing {}:\n{}",
-            agent.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    agent
+    redlock_testkit::bins::workspace_binary("redlock-agent").unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn signal(pid: u32, signal: libc::c_int) -> bool {
@@ -706,11 +671,12 @@ fn the_tui_shows_a_cluster_masters_shards_and_quarantined_slots() {
         masters.push_str(&format!("  - name: {name}\n    url: {:?}\n", server.url()));
     }
     // A quarantine long enough to be seen at a 250 ms refresh, short
-    // enough for a test: max_ttl 4s + extra 0s.
+    // enough for a test: max_ttl 4s + extra 0s; the node timeout the most
+    // default_ttl allows, for a busy machine.
     let agent = ConfiguredAgent::start(
         dir.path(),
         &masters,
-        "lock:\n  default_ttl: 4s\n  max_ttl: 4s\n  node_timeout: 200ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 0s\n",
+        "lock:\n  default_ttl: 4s\n  max_ttl: 4s\n  node_timeout: 400ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 0s\n",
     );
     let tmux = Tmux::start(dir.path());
     tmux.type_text(&format!(
@@ -761,7 +727,7 @@ fn the_tui_shows_a_cluster_masters_shards_and_quarantined_slots() {
 const KEYS: usize = 100_000;
 
 /// `KEYS` lock keys `redlock:job-000000` … on the master at `port`, with
-/// token-shaped values (`<40 hex>.owner-<i mod 7>`), in server-side loops
+/// values of the old token format (`<40 hex>.owner-<i mod 7>`), in server-side loops
 /// of 10,000 so no single call blocks the master long.
 fn fill(port: u16) {
     const SCRIPT: &str = r#"for i = tonumber(ARGV[1]), tonumber(ARGV[2]) - 1 do

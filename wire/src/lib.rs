@@ -134,7 +134,10 @@ pub enum HoldEvent {
     /// Extended on a quorum; valid for `validity_ms` from now.
     Renewed { validity_ms: u64 },
     /// Last line, sent before the validity ends: stop using the lock.
-    /// `reason`: `renew_failed`, `no_quorum`, `max_hold` or `shutdown`.
+    /// `reason`: `renew_failed`, `no_quorum`, `max_hold`, `shutdown`,
+    /// `force_released` (an operator's force release removed it) or
+    /// `node_lost` (masters it held on lost their keys: fewer than a quorum
+    /// still hold it).
     Lost { reason: String },
 }
 
@@ -336,6 +339,11 @@ pub struct NodeStatus {
     /// 0 for a single server, whose quarantine is the whole master's.
     #[serde(default)]
     pub quarantined_slots: u64,
+    /// Time left before the last of those slots may take part in locks
+    /// again (a slot whose quarantine witness is not written yet counts a
+    /// whole quarantine); 0 with none.
+    #[serde(default)]
+    pub quarantined_slots_remaining_ms: u64,
 }
 
 fn single() -> String {
@@ -369,8 +377,19 @@ pub struct NodesResponse {
     pub quorum: usize,
     /// Nodes that may take part in a lock right now.
     pub usable: usize,
-    /// `usable >= quorum`.
+    /// A lock on any resource could get a quorum now: `usable >= quorum`,
+    /// and no hash slot has fewer than a quorum of masters that can vote in
+    /// it (a cluster master's slots in quarantine, or on a shard that is
+    /// down, do not count). What `/readyz` answers.
     pub available: bool,
+    /// Why not `available`; absent when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Hash slots (of 16384; every resource's key falls in one) in which a
+    /// lock cannot get a quorum now: all of them while fewer than a quorum
+    /// of masters is usable.
+    #[serde(default)]
+    pub slots_without_quorum: u64,
     pub nodes: Vec<NodeStatus>,
 }
 
@@ -378,7 +397,7 @@ pub struct NodesResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeakedKey {
     pub resource: String,
-    /// `no_ttl`, `ttl_over_max` or `minority`.
+    /// `no_ttl`, `ttl_over_max`, `minority` or `unproven`.
     pub kind: String,
     /// The key's TTL when scanned; absent for keys without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -399,6 +418,13 @@ pub struct NodeLeaks {
     pub no_ttl: u64,
     pub ttl_over_max: u64,
     pub minority: u64,
+    /// Keys without TTL (or with one over `lock.max_ttl`) whose value looks
+    /// like a token but is not proven to be one written for that key: a
+    /// token of an agent from before check values, or application data
+    /// such as a hex digest. Reported so an operator can look, never
+    /// repaired. 0 from agents that predate the count.
+    #[serde(default)]
+    pub unproven: u64,
     /// TTLs given to `no_ttl` keys when `leak_scan.repair` is `expire`.
     pub repaired: u64,
     /// The leaked keys, at most [`MAX_LEAKED_KEYS_SHOWN`] per master.
@@ -445,7 +471,8 @@ pub enum ErrorCode {
     ShuttingDown,
     /// `socket.max_connections` open connections: this one is refused.
     TooManyConnections,
-    /// `lock.max_waiters` requests already wait for locks on this agent.
+    /// `lock.max_waiters` requests already wait for locks on this agent, or
+    /// the caller's uid already has `lock.max_waiters_per_uid` waiting.
     TooManyWaiters,
     /// The request did not arrive in full within `socket.request_timeout`.
     RequestTimeout,

@@ -202,10 +202,16 @@ async fn dispatch(
             } else {
                 StatusCode::SERVICE_UNAVAILABLE
             };
-            Ok(json(
-                status,
-                &serde_json::json!({"ready": nodes.available, "usable": nodes.usable, "quorum": nodes.quorum}),
-            ))
+            let mut body = serde_json::json!({
+                "ready": nodes.available,
+                "usable": nodes.usable,
+                "quorum": nodes.quorum,
+                "slots_without_quorum": nodes.slots_without_quorum,
+            });
+            if let Some(reason) = nodes.reason {
+                body["reason"] = reason.into();
+            }
+            Ok(json(status, &body))
         }
         Route::Nodes => Ok(json(StatusCode::OK, &agent.nodes())),
         Route::Leaks => Ok(json(StatusCode::OK, &agent.scanner().report())),
@@ -405,7 +411,7 @@ fn lock_error(error: LockError) -> ApiError {
         LockError::Taken(_) => (StatusCode::CONFLICT, ErrorCode::Taken),
         LockError::Lost(_) => (StatusCode::CONFLICT, ErrorCode::Lost),
         LockError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum),
-        LockError::Wait(WaitError::TooManyWaiters(_)) => {
+        LockError::Wait(WaitError::TooManyWaiters(_) | WaitError::TooManyWaitersPerUid { .. }) => {
             (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyWaiters)
         }
         LockError::Wait(WaitError::ShuttingDown) => {

@@ -67,6 +67,14 @@ impl Grants {
             .and_then(|e| e.holder)
     }
 
+    /// The token of this agent's grant of `resource`, if any, with who
+    /// asked for it.
+    pub fn current(&self, resource: &str) -> Option<(String, Option<Holder>)> {
+        self.lock()
+            .get(resource)
+            .map(|e| (e.token.clone(), e.holder))
+    }
+
     pub fn extended(&self, resource: &str, token: &str, valid_until: Instant) {
         if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
             entry.valid_until = valid_until;

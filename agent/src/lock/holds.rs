@@ -13,17 +13,28 @@
 //!   before the validity ends, or a renewal is still unanswered half the
 //!   margin before it ends; when `max_hold` is reached; or when the agent
 //!   shuts down. The lock is then released everywhere and the stream ends.
+//! - `lost` is also sent between renewals, the moment the agent learns the
+//!   lock is gone: an operator's force release removed its token
+//!   (`force_released`; through this agent, or through another, whose
+//!   force release announces the removed value on the fleet's channel, see
+//!   [`super::waiters::force_release_channel`]), or masters it held on were
+//!   seen to lose keys (a flush, a restart, an eviction: the health probe's
+//!   quarantine, or a vote that found a marker gone) so that fewer than a
+//!   quorum of them still hold it (`node_lost`). A probe sees a loss within
+//!   one `health.interval`; the hold hears it as it is seen.
 //! - A closed connection releases at once (unless the hold asked for
 //!   `on_disconnect: expire`); no event can be sent then.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redlock_wire::{HoldEvent, OnDisconnect};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::Locks;
-use crate::redlock::{Extend, Failure, Grant, Resource};
+use crate::redlock::{Extend, Failure, Grant, Holding, Resource};
 
 /// Why a hold ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +47,10 @@ pub enum End {
     NoQuorum,
     MaxHold,
     Shutdown,
+    /// An operator's force release removed the lock.
+    ForceReleased,
+    /// Masters it held on lost keys: fewer than a quorum still hold it.
+    NodeLost,
 }
 
 impl End {
@@ -46,6 +61,8 @@ impl End {
             End::NoQuorum => "no_quorum",
             End::MaxHold => "max_hold",
             End::Shutdown => "shutdown",
+            End::ForceReleased => "force_released",
+            End::NodeLost => "node_lost",
         }
     }
 }
@@ -56,7 +73,111 @@ pub fn lost_margin(ttl: Duration, node_timeout: Duration) -> Duration {
     (ttl / 10).max(node_timeout * 2).min(ttl / 2)
 }
 
-/// One NDJSON line.
+/// The holds running on this agent, by resource: how an operator's force
+/// release, through this agent or another, reaches the hold whose lock it
+/// removed.
+#[derive(Debug, Default)]
+pub struct Registry {
+    // A std Mutex: short sections, never across an await.
+    holds: Mutex<HashMap<String, Vec<Entry>>>,
+    next_id: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    token: String,
+    notice: mpsc::Sender<End>,
+}
+
+/// A hold's place in the [`Registry`]; leaving it (drop) takes it out.
+struct Registration<'a> {
+    registry: &'a Registry,
+    resource: String,
+    id: u64,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        let mut holds = self.registry.lock();
+        if let Some(entries) = holds.get_mut(&self.resource) {
+            entries.retain(|e| e.id != self.id);
+            if entries.is_empty() {
+                holds.remove(&self.resource);
+            }
+        }
+    }
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Entry>>> {
+        self.holds.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lists the hold of `token` on `resource`; its notices arrive on the
+    /// receiver while the registration lives.
+    fn register(&self, resource: &str, token: &str) -> (Registration<'_>, mpsc::Receiver<End>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (notice, receiver) = mpsc::channel(1);
+        self.lock()
+            .entry(resource.to_string())
+            .or_default()
+            .push(Entry {
+                id,
+                token: token.to_string(),
+                notice,
+            });
+        let registration = Registration {
+            registry: self,
+            resource: resource.to_string(),
+            id,
+        };
+        (registration, receiver)
+    }
+
+    /// An operator's force release removed `value` from the key of
+    /// `resource` on some master: the hold of that token, if it runs here,
+    /// ends with `force_released`. Only the removed token's hold: one
+    /// granted since (the force release freed the lock) is not touched.
+    /// True when a hold here was told.
+    pub fn force_released(&self, resource: &str, value: &str) -> bool {
+        let holds = self.lock();
+        let Some(entries) = holds.get(resource) else {
+            return false;
+        };
+        let mut told = false;
+        for entry in entries.iter().filter(|e| e.token == value) {
+            // A full channel already carries a notice: the hold is ending.
+            let _ = entry.notice.try_send(End::ForceReleased);
+            told = true;
+        }
+        told
+    }
+}
+
+/// Resolves when any of `receivers` (each master's
+/// [`crate::node::Node::loss_events`]) says its master lost keys; never
+/// without receivers.
+async fn any_loss(receivers: &mut [watch::Receiver<u64>]) {
+    if receivers.is_empty() {
+        return std::future::pending().await;
+    }
+    let changes = receivers.iter_mut().map(|r| Box::pin(r.changed()));
+    let (changed, _, _) = futures::future::select_all(changes).await;
+    if changed.is_err() {
+        // The node is gone (the agent is stopping): nothing more to hear.
+        std::future::pending::<()>().await;
+    }
+}
+
+/// What woke a hold between renewals.
+enum Woken {
+    /// Its renewal, its margin or its `max_hold` is due.
+    Timer,
+    /// A master was seen to lose keys.
+    Loss,
+}
+
 /// Runs a granted hold until it ends, sending its events on `events`
 /// (the first, `acquired`, is already sent by the caller), and releases it.
 pub async fn run(
@@ -76,14 +197,51 @@ pub async fn run(
     let mut next_renewal = grant.granted_at + renew_every;
     let mut last_failure = End::RenewFailed;
     let shutdown = locks.shutdown_token();
+    // Loss notices (off only under the test switch, for control runs).
+    let notices = locks.rules().loss_notice;
+    let key = engine.key(&resource);
+    let mut holding = Arc::clone(&grant.holding);
+    // Lost on too many of the masters that confirmed the last grant or
+    // renewal for a quorum to hold it still: another client may get it (or
+    // will, once they are readmitted).
+    let lost_on_masters = |holding: &Holding| {
+        let on = holding.still_on(engine.nodes(), &key);
+        let lost = on < engine.quorum();
+        if lost {
+            tracing::debug!(%resource, on, quorum = engine.quorum(), "masters holding the lock lost keys");
+        }
+        lost
+    };
+    let mut losses: Vec<watch::Receiver<u64>> = if notices {
+        engine.nodes().iter().map(|n| n.loss_events()).collect()
+    } else {
+        Vec::new()
+    };
+    let (_registration, mut notice) = locks
+        .holds
+        .register(resource.as_str(), grant.token.as_str());
+    // A loss seen between the grant's votes and the receivers above woke
+    // nothing: look once now, as a wake-up would.
+    let lost_already = notices && lost_on_masters(&holding);
 
     let end = loop {
+        if lost_already {
+            break End::NodeLost;
+        }
         let lost_at = valid_until.checked_sub(margin).unwrap_or(valid_until);
         let wake = next_renewal.min(lost_at).min(hold_until);
-        tokio::select! {
+        let woken = tokio::select! {
             () = events.closed() => break End::Closed,
             () = shutdown.cancelled() => break End::Shutdown,
-            () = tokio::time::sleep_until(wake.into()) => {}
+            Some(end) = notice.recv(), if notices => break end,
+            () = any_loss(&mut losses) => Woken::Loss,
+            () = tokio::time::sleep_until(wake.into()) => Woken::Timer,
+        };
+        if let Woken::Loss = woken {
+            if lost_on_masters(&holding) {
+                break End::NodeLost;
+            }
+            continue;
         }
         let now = Instant::now();
         if now >= hold_until {
@@ -106,8 +264,12 @@ pub async fn run(
             break last_failure;
         };
         match outcome {
-            Extend::Extended { validity } => {
+            Extend::Extended {
+                validity,
+                holding: extended_on,
+            } => {
                 let now = Instant::now();
+                holding = extended_on;
                 valid_until = now + validity;
                 next_renewal = now + renew_every;
                 locks.extended(&resource, &grant.token, validity);

@@ -586,15 +586,6 @@ fn lock_info(
     }
 }
 
-/// The value of `key` on `node`, if it is connected and answers in time.
-pub(crate) async fn read_value(node: &Node, key: &str) -> Option<String> {
-    let mut conn = node.connection()?;
-    let mut get = redis::cmd("GET");
-    get.arg(key);
-    let get = get.query_async::<Option<String>>(&mut conn);
-    tokio::time::timeout(node.timeout(), get).await.ok()?.ok()?
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,10 @@ pub struct Rules {
     pub node_timeout: Duration,
     pub max_hold: Duration,
     pub fence: FenceMode,
+    /// Holds hear of a loss between renewals (see [`holds`]). Off only
+    /// through the test switch `REDLOCK_TEST_NO_LOSS_NOTICE`, for control
+    /// runs: holds then hear of a loss at their next renewal.
+    pub loss_notice: bool,
 }
 
 impl Rules {
@@ -51,6 +55,7 @@ impl Rules {
             node_timeout: lock.node_timeout,
             max_hold: lock.max_hold,
             fence: lock.fence,
+            loss_notice: true,
         }
     }
 
@@ -137,6 +142,8 @@ pub struct Locks {
     rules: Rules,
     grants: Grants,
     waiters: Arc<Waiters>,
+    /// The holds running here, for the force releases that end them.
+    holds: holds::Registry,
     listings: Listings,
     metrics: Arc<Metrics>,
     /// Cancelled when the agent starts to shut down: holds end with `lost`.
@@ -156,6 +163,7 @@ impl Locks {
             rules,
             grants: Grants::default(),
             waiters,
+            holds: holds::Registry::default(),
             listings: Listings::default(),
             metrics,
             shutdown,
@@ -180,6 +188,10 @@ impl Locks {
 
     pub fn listings(&self) -> &Listings {
         &self.listings
+    }
+
+    pub fn holds(&self) -> &holds::Registry {
+        &self.holds
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -222,7 +234,15 @@ impl Locks {
         let fence = ask.fence || self.rules.fence == FenceMode::Always;
         let outcome = self
             .waiters
-            .acquire(&self.engine, resource, ttl, ask.owner, wait, fence)
+            .acquire(
+                &self.engine,
+                resource,
+                ttl,
+                ask.owner,
+                wait,
+                fence,
+                ask.holder.map(|h| h.uid),
+            )
             .await?;
         match outcome {
             Acquire::Granted(grant) => {
@@ -295,7 +315,7 @@ impl Locks {
     ) -> Result<Extended, LockError> {
         let ttl = self.rules.ttl(ttl_ms)?;
         match self.engine.extend(resource, token, ttl).await {
-            Extend::Extended { validity } => {
+            Extend::Extended { validity, .. } => {
                 self.extended(resource, token, validity);
                 Ok(Extended { validity, ttl })
             }
@@ -365,7 +385,14 @@ impl Locks {
 
     /// Deletes the lock key of `resource` on every master, whoever holds it.
     /// For operators clearing a stuck lock (only on the admin socket); logged
-    /// with the caller and the holder it removed, and counted.
+    /// with the caller and the holder it removed, and counted. Once every
+    /// master has answered, the value each removed is announced on it, on
+    /// the fleet's force-release channel (see
+    /// [`waiters::force_release_channel`]), so the hold of that token, on
+    /// whichever agent, hears `lost` at once; one here hears it directly,
+    /// as do the waiters here. Announced only after the deletes, so the
+    /// hold that ends releases nothing this force release still had to
+    /// delete, and `deleted` counts every key it removed.
     pub async fn force_release(
         &self,
         resource: &Resource,
@@ -373,30 +400,34 @@ impl Locks {
     ) -> ForceReleaseResponse {
         let key = self.engine.key(resource);
         let nodes = self.engine.nodes();
-        // The holder, for the log: the value most masters hold.
-        let values =
-            futures::future::join_all(nodes.iter().map(|n| listing::read_value(n, &key))).await;
+        let channel = self.waiters.force_channel();
+        // Read before the delete: this agent hears its own announcement
+        // and forgets the grant, perhaps before the last master answers.
+        let granted_here = self.grants.current(resource.as_str());
+        let results = futures::future::join_all(nodes.iter().map(|n| n.force_delete(&key))).await;
+        let mut deleted = 0;
+        let mut failed = Vec::new();
+        // The holder, for the log: the value most masters held.
         let mut votes: HashMap<&str, usize> = HashMap::new();
-        for value in values.iter().flatten() {
-            *votes.entry(value.as_str()).or_default() += 1;
+        for (node, result) in nodes.iter().zip(&results) {
+            match result {
+                Ok(Some(value)) => {
+                    deleted += 1;
+                    if !value.is_empty() {
+                        *votes.entry(value.as_str()).or_default() += 1;
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => failed.push(node.name().to_string()),
+            }
         }
         let removed = votes
             .iter()
             .max_by_key(|&(value, count)| (*count, *value))
             .map(|(value, _)| (*value).to_string());
-        let process = removed
-            .as_deref()
-            .and_then(|value| self.grants.holder(resource.as_str(), value));
-        let results = futures::future::join_all(nodes.iter().map(|n| n.delete(&key))).await;
-        let mut deleted = 0;
-        let mut failed = Vec::new();
-        for (node, result) in nodes.iter().zip(results) {
-            match result {
-                Ok(true) => deleted += 1,
-                Ok(false) => {}
-                Err(_) => failed.push(node.name().to_string()),
-            }
-        }
+        let process = granted_here
+            .filter(|(token, _)| removed.as_deref() == Some(token.as_str()))
+            .and_then(|(_, holder)| holder);
         let value = removed.as_deref().unwrap_or("");
         tracing::warn!(
             %resource,
@@ -412,8 +443,39 @@ impl Locks {
         );
         self.metrics.force_releases.inc();
         self.grants.forget(resource.as_str(), &self.metrics);
-        self.waiters.released(resource.as_str(), None);
+        let announcements = nodes.iter().zip(&results).filter_map(|(node, result)| {
+            let value = result.as_ref().ok()?.as_ref().filter(|v| !v.is_empty())?;
+            let message = format!("{resource}\n{value}");
+            Some(async move {
+                if let Err(e) = node.announce(channel, &message).await {
+                    // Holds elsewhere then hear of it at their next renewal.
+                    tracing::debug!(node = node.name(), error = %e, "force release not announced");
+                }
+            })
+        });
+        futures::future::join_all(announcements).await;
+        for value in votes.keys() {
+            self.heard_force_release(resource.as_str(), value);
+        }
+        if votes.is_empty() {
+            // No lock's value was removed (no key, or not a lock's): the
+            // waiters here are woken all the same, as before.
+            self.waiters.released(resource.as_str(), None);
+        }
         ForceReleaseResponse { deleted, failed }
+    }
+
+    /// An operator's force release removed `value` from the key of
+    /// `resource` on some master (told by this agent's own force release,
+    /// or by any agent's on the fleet's channel): the hold of that token
+    /// here ends with `lost` (`force_released`), the grant is forgotten,
+    /// and the waiters for `resource` here are woken once.
+    pub(crate) fn heard_force_release(&self, resource: &str, value: &str) {
+        if self.rules.loss_notice && self.holds.force_released(resource, value) {
+            tracing::info!(%resource, "the lock of a hold here was force-released by an operator");
+        }
+        self.grants.released(resource, value, &self.metrics);
+        self.waiters.released(resource, Some(value));
     }
 }
 

@@ -16,11 +16,25 @@
 //! A head woken twice by one release would only find the lock taken by the
 //! waiter before it, and cost a round of votes for nothing.
 //!
+//! An operator's force release, on any agent, announces each value it
+//! removed on one channel for the whole fleet,
+//! [`force_release_channel`], to which every agent's listener subscribes
+//! for as long as it runs (one more subscription on the connection it
+//! keeps anyway, not one more connection): the hold of that token, on
+//! whichever agent, ends with `lost` at once (see [`super::holds`]), and
+//! the resource's waiters wake.
+//!
 //! A lock that expires instead of being released publishes nothing; for
 //! that the head also retries after `retry_delay` plus jitter, within a
 //! budget shared by every queue of the agent ([`RETRIES_PER_SECOND`]), so
 //! thousands of waiters on distinct resources do not flood the masters.
 //! Rounds woken by a release are never held back.
+//!
+//! Waiters are bounded twice: `lock.max_waiters` on the whole agent, and
+//! `lock.max_waiters_per_uid` for each uid (the peer's, from the socket),
+//! so one client cannot take every waiter slot and leave another uid's
+//! waiting request a 503 at once. A request whose peer is unknown counts
+//! only against the whole agent's bound.
 //!
 //! When the agent shuts down, every waiter answers at once
 //! ([`WaitError::ShuttingDown`]).
@@ -78,9 +92,16 @@ pub struct Waiters {
     /// Waiters in every queue; changed only with `queues` locked.
     total: std::sync::atomic::AtomicUsize,
     max: usize,
+    /// Waiters per uid, without the uids that have none; changed only with
+    /// `queues` locked (always taken after it).
+    per_uid: Mutex<HashMap<u32, usize>>,
+    /// `lock.max_waiters_per_uid`.
+    max_per_uid: usize,
     metrics: Arc<Metrics>,
     /// `<key_prefix>released:`, the prefix of every release channel.
     channel_prefix: String,
+    /// `<key_prefix>released: force-release`: see [`force_release_channel`].
+    force_channel: String,
     /// One per master's listener: the channels to (un)subscribe as queues
     /// come and go.
     listeners: Mutex<Vec<mpsc::UnboundedSender<Change>>>,
@@ -123,6 +144,12 @@ pub enum WaitError {
     /// `lock.max_waiters` requests already wait on this agent.
     #[error("{0} requests already wait for locks on this agent (lock.max_waiters)")]
     TooManyWaiters(usize),
+    /// The caller's uid already has `lock.max_waiters_per_uid` requests
+    /// waiting on this agent.
+    #[error(
+        "uid {uid} already has {limit} requests waiting for locks on this agent, the most one uid may have (lock.max_waiters_per_uid)"
+    )]
+    TooManyWaitersPerUid { uid: u32, limit: usize },
     /// The agent is shutting down; the request may go to another agent.
     #[error("the agent is shutting down")]
     ShuttingDown,
@@ -150,6 +177,16 @@ pub fn release_channel(key_prefix: &str, resource: &str) -> String {
     format!("{key_prefix}released:{resource}")
 }
 
+/// The fleet's force-release channel: an operator's force release
+/// publishes `<resource>\n<value removed>` on it, on every master it
+/// deleted a lock's key on, once every master has answered. Under the release channels' prefix, so the channels
+/// an ACL already grants the agent (`&<key_prefix>released:*`) cover it;
+/// no resource's release channel is this one, since a resource has no
+/// space.
+pub fn force_release_channel(key_prefix: &str) -> String {
+    format!("{key_prefix}released: force-release")
+}
+
 /// What agents before the waiting flag published on every release: no
 /// token, so such a message always wakes the queue.
 const UNNAMED_RELEASE: &str = "released";
@@ -159,15 +196,20 @@ struct Ticket<'a> {
     waiters: &'a Waiters,
     resource: String,
     id: u64,
+    /// The uid the ticket counts against, when the peer was known.
+    uid: Option<u32>,
     wake: watch::Receiver<u64>,
     /// Leaving with the lock: the next head waits for its release.
     granted: bool,
 }
 
 impl Waiters {
+    /// Queues for at most `max` waiters (`lock.max_waiters`), `max_per_uid`
+    /// of them (`lock.max_waiters_per_uid`) for any one uid.
     pub fn new(
         key_prefix: String,
         max: usize,
+        max_per_uid: usize,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> Waiters {
@@ -178,10 +220,18 @@ impl Waiters {
             next_id: std::sync::atomic::AtomicU64::new(0),
             total: std::sync::atomic::AtomicUsize::new(0),
             max,
+            per_uid: Mutex::new(HashMap::new()),
+            max_per_uid,
             metrics,
             channel_prefix: release_channel(&key_prefix, ""),
+            force_channel: force_release_channel(&key_prefix),
             listeners: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The fleet's force-release channel ([`force_release_channel`]).
+    pub fn force_channel(&self) -> &str {
+        &self.force_channel
     }
 
     /// Tells every master's listener to subscribe to `channel`; the
@@ -213,6 +263,15 @@ impl Waiters {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn per_uid(&self) -> std::sync::MutexGuard<'_, HashMap<u32, usize>> {
+        self.per_uid.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waiters of `uid` queued on this agent, over every resource.
+    pub fn count_of(&self, uid: u32) -> usize {
+        self.per_uid().get(&uid).copied().unwrap_or(0)
     }
 
     /// Waiters queued for `resource`.
@@ -248,17 +307,37 @@ impl Waiters {
         }
     }
 
-    /// Queues a waiter for `resource`. The first waiter of a resource also
-    /// gets the confirmations of its release-channel subscriptions.
+    /// Queues a waiter of `uid` (the peer's, when known) for `resource`.
+    /// The first waiter of a resource also gets the confirmations of its
+    /// release-channel subscriptions.
+    ///
+    /// # Errors
+    /// When `uid` already has its share of waiters, or the agent has
+    /// `lock.max_waiters`.
     #[allow(clippy::type_complexity)]
     fn join(
         &self,
         resource: &Resource,
+        uid: Option<u32>,
     ) -> Result<(Ticket<'_>, Vec<oneshot::Receiver<()>>), WaitError> {
         use std::sync::atomic::Ordering::Relaxed;
         let id = self.next_id.fetch_add(1, Relaxed);
         let mut queues = self.lock();
-        if self.total.load(Relaxed) >= self.max {
+        // The uid's own share first: a refusal names the limit this
+        // caller can do something about.
+        if let Some(uid) = uid {
+            let mut per_uid = self.per_uid();
+            if per_uid.get(&uid).copied().unwrap_or(0) >= self.max_per_uid {
+                return Err(WaitError::TooManyWaitersPerUid {
+                    uid,
+                    limit: self.max_per_uid,
+                });
+            }
+            if self.total.load(Relaxed) >= self.max {
+                return Err(WaitError::TooManyWaiters(self.max));
+            }
+            *per_uid.entry(uid).or_default() += 1;
+        } else if self.total.load(Relaxed) >= self.max {
             return Err(WaitError::TooManyWaiters(self.max));
         }
         self.total.fetch_add(1, Relaxed);
@@ -280,6 +359,7 @@ impl Waiters {
             waiters: self,
             resource: resource.as_str().to_string(),
             id,
+            uid,
             wake,
             granted: false,
         };
@@ -288,11 +368,14 @@ impl Waiters {
 
     /// Acquires `resource`, waiting up to `wait` behind this agent's other
     /// waiters for it. `wait` zero is a single round that does not queue; an
-    /// uncontended lock is one round too.
+    /// uncontended lock is one round too. A request that has to wait
+    /// counts against `uid`'s share (the peer's uid, when known).
     ///
     /// # Errors
-    /// When `lock.max_waiters` requests already wait, or the agent shuts
-    /// down while this one waits.
+    /// When `lock.max_waiters` requests already wait, or `uid` already has
+    /// `lock.max_waiters_per_uid` waiting, or the agent shuts down while
+    /// this one waits.
+    #[allow(clippy::too_many_arguments)]
     pub async fn acquire<M: Master>(
         &self,
         redlock: &Redlock<M>,
@@ -301,11 +384,16 @@ impl Waiters {
         owner: Option<&str>,
         wait: Duration,
         fence: bool,
+        uid: Option<u32>,
     ) -> Result<Acquire, WaitError> {
         let deadline = Instant::now() + wait;
         // One token for every round of this request (see
-        // [`Redlock::acquire_once`]).
-        let token = Token::generate(redlock.settings().agent_name.as_deref(), owner);
+        // [`Redlock::acquire_once`]), bound to the resource's lock key.
+        let token = Token::generate(
+            &redlock.key(resource),
+            redlock.settings().agent_name.as_deref(),
+            owner,
+        );
         // No one waits here for this resource: try at once, and queue (and
         // subscribe to its release channel) only if it is taken. With
         // waiters, join the queue: newcomers do not overtake them.
@@ -318,7 +406,7 @@ impl Waiters {
                 return Ok(first);
             }
         }
-        let (mut ticket, subscribed) = self.join(resource)?;
+        let (mut ticket, subscribed) = self.join(resource, uid)?;
         // Once the masters confirm the subscription, no release published
         // after our first attempt can be missed. Bounded: a master that does
         // not answer leaves only the retry delay as the fallback.
@@ -442,6 +530,15 @@ impl Drop for Ticket<'_> {
             self.waiters
                 .total
                 .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(uid) = self.uid {
+                let mut per_uid = self.waiters.per_uid();
+                if let Some(count) = per_uid.get_mut(&uid) {
+                    *count -= 1;
+                    if *count == 0 {
+                        per_uid.remove(&uid);
+                    }
+                }
+            }
             if queue.order.is_empty() {
                 queues.remove(&self.resource);
                 let channel = format!("{}{}", self.waiters.channel_prefix, self.resource);
@@ -455,11 +552,14 @@ impl Drop for Ticket<'_> {
     }
 }
 
-/// Keeps one master's subscriptions to the release channels of the
-/// resources with waiters here, forever, and wakes the matching queue on
-/// every message. Reconnects after failures with a capped backoff, then
-/// subscribes again to every channel wanted; returns only when aborted.
-pub async fn listen(node: Arc<Node>, waiters: Arc<Waiters>) {
+/// Keeps one master's subscriptions to the fleet's force-release channel
+/// and to the release channels of the resources with waiters here,
+/// forever: wakes the matching queue on every release, and tells `locks`
+/// of every force release ([`super::Locks::heard_force_release`]).
+/// Reconnects after failures with a capped backoff, then subscribes again
+/// to every channel wanted; returns only when aborted.
+pub async fn listen(node: Arc<Node>, locks: Arc<super::Locks>) {
+    let waiters = Arc::clone(locks.waiters());
     let (changes_tx, mut changes) = mpsc::unbounded_channel();
     waiters
         .listeners
@@ -473,6 +573,11 @@ pub async fn listen(node: Arc<Node>, waiters: Arc<Waiters>) {
             let (mut sink, stream) = pubsub.split();
             // Changes queued so far are covered by the full list below.
             while changes.try_recv().is_ok() {}
+            // Refused (an ACL without the channel): waiters still wake, and
+            // holds hear a force release at their next renewal.
+            if let Err(e) = sink.subscribe(&waiters.force_channel).await {
+                tracing::warn!(node = node.name(), error = %e, channel = %waiters.force_channel, "cannot subscribe to the force-release channel: holds here hear of a force release only at their next renewal");
+            }
             for channel in waiters.wanted() {
                 sink.subscribe(&channel).await?;
             }
@@ -484,6 +589,9 @@ pub async fn listen(node: Arc<Node>, waiters: Arc<Waiters>) {
                 loop {
                     tokio::select! {
                         message = stream.next() => match message {
+                            Some(message) if message.get_channel_name() == waiters.force_channel => {
+                                force_released(&locks, message.get_payload_bytes());
+                            }
                             Some(message) => waiters.released_on(message.get_channel_name(), message.get_payload_bytes()),
                             None => break,
                         },
@@ -524,6 +632,20 @@ pub async fn listen(node: Arc<Node>, waiters: Arc<Waiters>) {
     }
 }
 
+/// A message on the fleet's force-release channel: `<resource>\n<value>`
+/// (a resource has no line break; the value is the rest).
+fn force_released(locks: &super::Locks, message: &[u8]) {
+    let parsed = std::str::from_utf8(message)
+        .ok()
+        .and_then(|m| m.split_once('\n'));
+    match parsed {
+        Some((resource, value)) if !resource.is_empty() && !value.is_empty() => {
+            locks.heard_force_release(resource, value);
+        }
+        _ => tracing::debug!("unreadable message on the force-release channel; ignored"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The queue against masters in memory, on tokio's paused clock: a
@@ -535,7 +657,7 @@ mod tests {
 
     use tokio_util::sync::CancellationToken;
 
-    use super::Waiters;
+    use super::{WaitError, Waiters};
     use crate::metrics::Metrics;
     use crate::redlock::fence::FenceSettings;
     use crate::redlock::memory::Memory;
@@ -557,6 +679,7 @@ mod tests {
         let waiters = Waiters::new(
             "t:".into(),
             100,
+            75,
             Arc::new(Metrics::new(&["m0".into(), "m1".into(), "m2".into()])),
             CancellationToken::new(),
         );
@@ -576,7 +699,7 @@ mod tests {
         let r = Resource::new("r").unwrap();
         let started = tokio::time::Instant::now();
         let outcome = waiters
-            .acquire(&redlock, &r, TTL, None, Duration::from_secs(1), false)
+            .acquire(&redlock, &r, TTL, None, Duration::from_secs(1), false, None)
             .await
             .unwrap();
         assert!(matches!(outcome, Acquire::Granted(_)), "{outcome:?}");
@@ -587,7 +710,7 @@ mod tests {
         }
         let q = Resource::new("q").unwrap();
         let once = waiters
-            .acquire(&redlock, &q, TTL, None, Duration::ZERO, false)
+            .acquire(&redlock, &q, TTL, None, Duration::ZERO, false, None)
             .await
             .unwrap();
         assert!(matches!(once, Acquire::Taken));
@@ -601,7 +724,7 @@ mod tests {
     async fn one_release_wakes_a_queue_once() {
         let (_, _, waiters) = setup();
         let r = Resource::new("r").unwrap();
-        let (ticket, _) = waiters.join(&r).unwrap();
+        let (ticket, _) = waiters.join(&r, None).unwrap();
         let wakes = || *ticket.wake.borrow();
         waiters.released("r", Some("t1"));
         for _ in 0..3 {
@@ -638,6 +761,7 @@ mod tests {
                 None,
                 Duration::ZERO,
                 false,
+                None,
             )
             .await
             .unwrap()
@@ -649,7 +773,15 @@ mod tests {
             tokio::spawn(async move {
                 let started = tokio::time::Instant::now();
                 let outcome = waiters
-                    .acquire(&redlock, &r, TTL, None, Duration::from_secs(60), false)
+                    .acquire(
+                        &redlock,
+                        &r,
+                        TTL,
+                        None,
+                        Duration::from_secs(60),
+                        false,
+                        None,
+                    )
                     .await
                     .unwrap();
                 (outcome, started.elapsed())
@@ -672,5 +804,49 @@ mod tests {
             "woken by the release, not by the 30 s TTL"
         );
         assert!(masters.iter().all(|m| m.holds("t:r").is_some()));
+    }
+
+    /// One uid gets at most its share of the waiter slots, another uid
+    /// still gets one, the whole agent's bound holds over every uid, and
+    /// a slot is given back when its waiter leaves; each refusal names
+    /// its limit.
+    #[test]
+    fn each_uid_waits_within_its_share() {
+        let waiters = Waiters::new(
+            "t:".into(),
+            4,
+            3,
+            Arc::new(Metrics::new(&["m0".into()])),
+            CancellationToken::new(),
+        );
+        let r = Resource::new("r").unwrap();
+        let mine: Vec<_> = (0..3).map(|_| waiters.join(&r, Some(7)).unwrap()).collect();
+        assert_eq!(waiters.count_of(7), 3);
+        let Err(refused) = waiters.join(&r, Some(7)) else {
+            panic!("a fourth waiter of uid 7");
+        };
+        assert_eq!(
+            refused,
+            WaitError::TooManyWaitersPerUid { uid: 7, limit: 3 }
+        );
+        assert!(
+            refused.to_string().contains("(lock.max_waiters_per_uid)"),
+            "{refused}"
+        );
+        let other = waiters
+            .join(&r, Some(8))
+            .expect("another uid has its own share");
+        let Err(full) = waiters.join(&r, Some(9)) else {
+            panic!("a fifth waiter on the agent");
+        };
+        assert_eq!(full, WaitError::TooManyWaiters(4));
+        assert!(full.to_string().contains("(lock.max_waiters)"), "{full}");
+        assert!(waiters.join(&r, None).is_err(), "an unknown peer too");
+        assert_eq!(waiters.count_of(9), 0, "a refused uid holds no slot");
+        drop(other);
+        drop(mine);
+        assert_eq!(waiters.count_of(7), 0);
+        assert_eq!(waiters.count("r"), 0);
+        let _again = waiters.join(&r, Some(7)).expect("slots are given back");
     }
 }

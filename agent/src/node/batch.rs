@@ -354,7 +354,7 @@ impl Node {
     /// The `EVALSHA` of [`scripts::BATCH`] for `jobs`, written straight
     /// into one command buffer (no argument is allocated on its own).
     fn batch_call(&self, slot: Option<u16>, jobs: &[Job]) -> redis::Cmd {
-        let mut call = redis::Cmd::with_capacity(5 + 6 * jobs.len(), 64 + 96 * jobs.len());
+        let mut call = redis::Cmd::with_capacity(6 + 6 * jobs.len(), 64 + 96 * jobs.len());
         call.arg("EVALSHA")
             .arg(scripts::BATCH.get_hash())
             .arg(2 + 2 * jobs.len());
@@ -379,7 +379,8 @@ impl Node {
             }
         }
         call.arg(if self.marker_check { marker_mode } else { "0" })
-            .arg(if self.lock().set_get { "1" } else { "0" });
+            .arg(if self.lock().set_get { "1" } else { "0" })
+            .arg(if self.eviction_check { "1" } else { "0" });
         for job in jobs {
             let (letter, number, more) = job.command.args();
             call.arg(letter)

@@ -124,9 +124,7 @@ impl ClusterPart {
             client,
             slots: std::sync::Mutex::new(Slots::new()),
             shards: std::sync::Mutex::new(Vec::new()),
-            witness_id: crate::redlock::token::Token::generate(None, None)
-                .as_str()
-                .to_string(),
+            witness_id: crate::redlock::token::random_id(),
             markers_read: std::sync::atomic::AtomicBool::new(false),
             probe_conn: std::sync::Mutex::new(None),
             lock_failures: std::sync::atomic::AtomicU32::new(0),
@@ -211,6 +209,7 @@ impl Node {
             } else {
                 tracing::debug!(node = %self.name, slot, why, "cluster slot quarantined");
             }
+            self.lost_keys();
             self.wake.notify_one();
         }
     }
@@ -218,6 +217,32 @@ impl Node {
     /// Slots in quarantine (0 on a single server).
     pub fn quarantined_slots(&self) -> usize {
         self.slots().map_or(0, |s| s.out())
+    }
+
+    /// For readiness: which slots a cluster master can vote in now (served
+    /// by a primary that answered the last probe, and not in quarantine),
+    /// by slot number, and how long until the last slot in quarantine may
+    /// be readmitted. `None` on a single server.
+    pub fn slot_usability(&self) -> Option<(Vec<bool>, Duration)> {
+        let part = self.part()?;
+        let shards = part
+            .shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut usable = vec![false; usize::from(SLOTS)];
+        for shard in shards.iter().filter(|s| s.up) {
+            for slot in shard.slot_list() {
+                if let Some(u) = usable.get_mut(usize::from(slot)) {
+                    *u = true;
+                }
+            }
+        }
+        let slots = self.slots()?;
+        for (u, out) in usable.iter_mut().zip(slots.out_mask()) {
+            *u &= !out;
+        }
+        Some((usable, slots.left(Instant::now(), self.quarantine)))
     }
 
     /// The earliest slot readmission to come.
@@ -391,6 +416,7 @@ impl Node {
             }
             self.observer.quarantined_slots(table.out());
         }
+        self.lost_keys();
         let keys: Vec<(u16, Vec<String>)> = slots
             .iter()
             .map(|slot| (*slot, vec![slot_key(&self.marker_key, *slot)]))
@@ -447,6 +473,7 @@ impl Node {
         }
         self.observer.quarantined_slots(self.quarantined_slots());
         if lost > 0 {
+            self.lost_keys();
             self.restart_detected(super::Detector::Marker);
             tracing::warn!(
                 node = %self.name,
@@ -931,10 +958,12 @@ impl SweepScript {
 static SWEEP_MARKERS: SweepScript = SweepScript::new(SWEEP_MARKERS_CODE);
 const SWEEP_MARKERS_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
+local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
 local out = {}
 for i = 2, #ARGV do
-  if ARGV[1] == "write" then redis.call("set", ARGV[i], id) end
-  out[i - 1] = redis.call("get", ARGV[i]) == id and 1 or 0
+  if ARGV[1] == "write" then redis.call("set", ARGV[i], evicted and id .. " e=" .. evicted or id) end
+  local found = redis.call("get", ARGV[i])
+  out[i - 1] = found and string.match(found, "^%S+") == id and 1 or 0
 end
 return out"#;
 
@@ -955,10 +984,12 @@ return out"#;
 static SWEEP_READMIT: SweepScript = SweepScript::new(SWEEP_READMIT_CODE);
 const SWEEP_READMIT_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
+local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
 local out = {}
 for i = 1, #ARGV, 5 do
   local marker, witness, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local marked = redis.call("get", marker) == id
+  local found = redis.call("get", marker)
+  local marked = found and string.match(found, "^%S+") == id
   local answer = 1
   if redis.call("get", witness) == id .. ":" .. ARGV[i + 3] then
     redis.call("del", witness)
@@ -968,7 +999,7 @@ for i = 1, #ARGV, 5 do
   if answer == 1 then
     local current = tonumber(redis.call("get", fence) or "0") or 0
     if current < tonumber(ARGV[i + 4]) then redis.call("set", fence, ARGV[i + 4]) end
-    if not marked then redis.call("set", marker, id) end
+    if not marked then redis.call("set", marker, evicted and id .. " e=" .. evicted or id) end
   end
   out[#out + 1] = answer
 end

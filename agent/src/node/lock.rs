@@ -11,7 +11,7 @@ use redlock_wire::NodeState;
 use super::batch::{Answer, Command};
 #[cfg(doc)]
 use super::scripts;
-use super::Node;
+use super::{Detector, Node};
 use crate::redlock::master::{Claim, Extension, Master, NodeError, Vote};
 use crate::redlock::observe::{Op, VoteLabel};
 
@@ -76,7 +76,7 @@ impl Node {
         Ok(match answer.status {
             1 => Extension::Extended,
             -1 => {
-                self.lost_state_at(claim.key());
+                self.lost_state_at(claim.key(), Detector::Marker);
                 Extension::LostState
             }
             _ => Extension::NotHeld,
@@ -86,12 +86,19 @@ impl Node {
 
 impl Node {
     /// A vote or extension of `key` found the marker missing (or, on a
-    /// cluster, naming another node): the whole master is quarantined, or
-    /// on a cluster only the key's slot.
-    fn lost_state_at(&self, key: &str) {
+    /// cluster, naming another node), or the master evicted keys since the
+    /// marker was written: the whole master is quarantined, or on a cluster
+    /// only the key's slot.
+    fn lost_state_at(&self, key: &str, detector: Detector) {
+        let why = match detector {
+            Detector::Eviction => {
+                "the node evicted keys since the slot's marker was written (seen in a vote)"
+            }
+            _ => "marker missing or naming another node in a vote",
+        };
         match self.slot_of(key) {
-            Some(slot) => self.slot_lost(slot, "marker missing or naming another node in a vote"),
-            None => self.lost_state(),
+            Some(slot) => self.slot_lost(slot, why),
+            None => self.lost_state(detector),
         }
     }
 }
@@ -128,6 +135,17 @@ impl Master for Node {
         self.observer.vote(vote);
     }
 
+    fn losses(&self) -> u64 {
+        Node::losses(self)
+    }
+
+    /// A single server's loss takes every key; a cluster's, the keys of the
+    /// slots it keeps out (a quarantine longer than any TTL, so a slot lost
+    /// since `mark` is still out when a hold looks).
+    fn lost_since(&self, key: &str, mark: u64) -> bool {
+        Node::losses(self) != mark && (!self.is_cluster() || self.slot_out(key))
+    }
+
     /// The vote: `SET key value NX PX ttl` behind the incarnation marker
     /// (see [`scripts::BATCH`]), reading the fencing counter in the same
     /// script when `read_counter`, and setting the key's waiting flag when
@@ -147,7 +165,11 @@ impl Master for Node {
         match self.batched(claim, command).await {
             Ok(Answer { status: 1, counter }) => Vote::Granted { counter },
             Ok(Answer { status: -1, .. }) => {
-                self.lost_state_at(claim.key());
+                self.lost_state_at(claim.key(), Detector::Marker);
+                Vote::LostState
+            }
+            Ok(Answer { status: -3, .. }) => {
+                self.lost_state_at(claim.key(), Detector::Eviction);
                 Vote::LostState
             }
             Ok(_) => Vote::Taken,

@@ -27,9 +27,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKind};
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
 pub mod batch;
+pub mod check;
 pub mod cluster;
 pub mod conn;
 pub mod lock;
@@ -104,6 +105,10 @@ pub struct NodeSettings {
     /// Check the marker in every vote and extension. Off only through the
     /// test switch `REDLOCK_TEST_NO_MARKER_CHECK`, for control runs.
     pub marker_check: bool,
+    /// Check in every vote that the master evicted no key since its marker
+    /// was written (see [`scripts::BATCH`]). Off only through the test
+    /// switch `REDLOCK_TEST_NO_EVICTION_CHECK`, for control runs.
+    pub eviction_check: bool,
     /// `max_ttl + delayed_restart.extra`, or zero with delayed restart off.
     pub quarantine: Duration,
     /// Charge the agent's own time (queued, or too busy to write or read)
@@ -131,7 +136,8 @@ pub enum Detector {
     /// The incarnation marker key is gone (a flush, a failover, a restart
     /// no other detector saw): seen by a probe or inside a vote.
     Marker,
-    /// `INFO` counted evicted keys since the last probe: lock keys may be
+    /// The master evicted keys since the last probe, or since its marker
+    /// was written (seen inside a vote or by a probe): lock keys may be
     /// among them.
     Eviction,
 }
@@ -205,6 +211,8 @@ struct Inner {
     witness: Option<String>,
     /// Probes that timed out in a row.
     probe_timeouts: u32,
+    /// Probes that answered, counted for the periodic topology check.
+    probes: u64,
     /// A hash of `identity.run_id`, for the duplicate check on every request.
     server_id: Option<u64>,
 }
@@ -232,6 +240,7 @@ pub struct Node {
     marker_key: String,
     fence_key: String,
     marker_check: bool,
+    eviction_check: bool,
     quarantine: Duration,
     /// See [`NodeSettings::charge_queued`].
     charge_queued: bool,
@@ -246,6 +255,9 @@ pub struct Node {
     inner: Mutex<Inner>,
     /// Wakes the health task early after a request saw the connection fail.
     pub(crate) wake: Notify,
+    /// How many times this master was seen to lose keys (see
+    /// [`Node::lost_keys`]); holds watch it to hear of a loss at once.
+    losses: watch::Sender<u64>,
     observer: Arc<dyn NodeObserver>,
     /// The queue of lock commands to this master (see [`batch`]).
     batcher: batch::Batcher,
@@ -296,6 +308,7 @@ impl Node {
             marker_key: settings.marker_key,
             fence_key: settings.fence_key,
             marker_check: settings.marker_check,
+            eviction_check: settings.eviction_check,
             quarantine: settings.quarantine,
             charge_queued: settings.charge_queued,
             overall: settings.overall,
@@ -322,9 +335,11 @@ impl Node {
                 readmit: false,
                 witness: None,
                 probe_timeouts: 0,
+                probes: 0,
                 server_id: None,
             }),
             wake: Notify::new(),
+            losses: watch::Sender::new(0),
             observer,
             batcher: batch::Batcher::new(node.clone()),
             cluster,
@@ -407,25 +422,57 @@ impl Node {
             inner.readmit = true;
             inner.witness = None;
         }
+        drop(inner);
+        self.lost_keys();
+    }
+
+    /// Counts one more loss of keys on this master (on a cluster, of some
+    /// slots', already marked out) and wakes every hold waiting on
+    /// [`Node::loss_events`]: each checks at once whether a quorum of the
+    /// masters it held on still holds it. Called after the state that
+    /// shows the loss is written.
+    pub(crate) fn lost_keys(&self) {
+        self.losses.send_modify(|n| *n += 1);
+    }
+
+    /// Changes whenever this master is seen to lose keys.
+    pub fn loss_events(&self) -> watch::Receiver<u64> {
+        self.losses.subscribe()
+    }
+
+    /// How many times this master was seen to lose keys.
+    pub fn losses(&self) -> u64 {
+        *self.losses.borrow()
     }
 
     /// The master answered a vote or an extension without its marker: it
     /// lost its keys while this agent was connected. Quarantined at once,
     /// without waiting for a probe; the health task is woken so a zero-length
     /// quarantine (delayed restart off) readmits it promptly.
-    fn lost_state(&self) {
+    ///
+    /// `detector`: [`Detector::Marker`] for a missing marker,
+    /// [`Detector::Eviction`] for a master that evicted keys since its
+    /// marker was written (the vote deleted the marker).
+    fn lost_state(&self, detector: Detector) {
         let newly = {
             let inner = self.lock();
             !(inner.readmit || inner.quarantine_until.is_some_and(|u| u > Instant::now()))
         };
         if newly {
-            tracing::warn!(
-                node = %self.name,
-                quarantine = ?self.quarantine,
-                "incarnation marker missing in a vote: the master lost its keys; quarantined"
-            );
-            self.quarantine(Instant::now() + self.quarantine, Detector::Marker);
-            self.restart_detected(Detector::Marker);
+            match detector {
+                Detector::Eviction => tracing::warn!(
+                    node = %self.name,
+                    quarantine = ?self.quarantine,
+                    "the master evicted keys since its incarnation marker was written (seen in a vote): lock keys may be gone; quarantined"
+                ),
+                _ => tracing::warn!(
+                    node = %self.name,
+                    quarantine = ?self.quarantine,
+                    "incarnation marker missing in a vote: the master lost its keys; quarantined"
+                ),
+            }
+            self.quarantine(Instant::now() + self.quarantine, detector);
+            self.restart_detected(detector);
         }
         self.wake.notify_one();
     }
@@ -594,11 +641,14 @@ impl Node {
         error
     }
 
-    pub(crate) fn record_probe(&self, latency: Duration) {
+    /// Returns how many probes have answered so far, this one included.
+    pub(crate) fn record_probe(&self, latency: Duration) -> u64 {
         let mut inner = self.lock();
         inner.latency = Some(latency);
         inner.last_error = None;
         inner.probe_timeouts = 0;
+        inner.probes += 1;
+        inner.probes
     }
 
     /// Runs one request on the node's connection, bounded by the node timeout.

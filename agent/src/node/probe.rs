@@ -123,7 +123,7 @@ impl Node {
         let key = format!(
             "{}{}",
             self.marker_key.trim_end_matches(MARKER_SUFFIX),
-            crate::redlock::token::Token::generate(None, None).as_str()
+            crate::redlock::token::random_id()
         );
         let key = format!("{key}{WITNESS_SUFFIX}");
         let ttl = self.quarantine * 2 + Duration::from_secs(60);
@@ -296,9 +296,9 @@ impl Node {
         reply.into_iter().nth(1)
     }
 
-    /// Whether the incarnation marker is there. Read-only: a probe never
-    /// writes the marker, only `Node::readmit` does (and the first sight
-    /// of masters this process started empty).
+    /// Whether the incarnation marker is there. A probe never writes the
+    /// marker, only `Node::readmit` does (and the first sight of masters
+    /// this process started empty).
     ///
     /// # Errors
     /// When the master does not answer in time or refuses the read.
@@ -314,19 +314,57 @@ impl Node {
         .map(|n| n == 1)
     }
 
-    /// Writes the incarnation marker. No TTL: it must outlive every lock.
+    /// The probe's check of the marker, with the votes' eviction check
+    /// (see [`scripts::CHECK_MARKER`]): `Ok(None)` when it may be trusted,
+    /// `Some(Detector::Marker)` when it is missing, `Some(Detector::Eviction)`
+    /// when the master evicted keys since it was written (the marker is
+    /// then deleted, so every agent sees the loss). A marker an older agent
+    /// wrote without an eviction count gets one where this probe and the
+    /// last one read the same count.
+    ///
+    /// # Errors
+    /// When the master does not answer in time or refuses the script.
+    pub(crate) async fn check_marker(
+        &self,
+        conn: &Conn,
+        last_evicted: Option<u64>,
+    ) -> Result<Option<Detector>, NodeError> {
+        let key = self.marker_key.as_str();
+        let last = last_evicted.map_or_else(String::new, |n| n.to_string());
+        let check = if self.eviction_check { "1" } else { "0" };
+        let answer = self
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+                scripts::CHECK_MARKER
+                    .key(key)
+                    .arg(MARKER_VALUE)
+                    .arg(last)
+                    .arg(check)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(match answer {
+            1 => None,
+            -3 => Some(Detector::Eviction),
+            _ => Some(Detector::Marker),
+        })
+    }
+
+    /// Writes the incarnation marker with the master's eviction count (see
+    /// [`scripts::MARKER_EVICTIONS`]). No TTL: it must outlive every lock.
     ///
     /// # Errors
     /// When the master does not answer in time or refuses the write.
     pub(crate) async fn write_marker(&self, conn: &Conn) -> Result<(), NodeError> {
         let key = self.marker_key.as_str();
         self.request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
-            redis::cmd("SET")
-                .arg(key)
+            scripts::MARKER_EVICTIONS
+                .key(key)
                 .arg(MARKER_VALUE)
-                .query_async::<()>(&mut conn)
+                .invoke_async::<i64>(&mut conn)
                 .await
         })
         .await
+        .map(|_| ())
     }
 }

@@ -201,20 +201,38 @@ impl Node {
         Ok(keys.iter().filter_map(|k| states.remove(k)).collect())
     }
 
-    /// `DEL key`, for an operator's force release. `Ok(true)` when a key
-    /// was deleted.
+    /// An operator's force release of `key` on this master (see
+    /// [`scripts::FORCE_DELETE`]): deleted whoever holds it.
+    /// `Ok(Some(value))` when a key was deleted ("" for a key of another
+    /// type).
     ///
     /// # Errors
     /// When the master is not connected, does not answer in time, or fails.
-    pub async fn delete(&self, key: &str) -> Result<bool, NodeError> {
+    pub async fn force_delete(&self, key: &str) -> Result<Option<String>, NodeError> {
         self.request(Op::Release, |mut conn| async move {
-            redis::cmd("DEL")
-                .arg(key)
+            scripts::FORCE_DELETE
+                .key(key)
+                .invoke_async::<Option<String>>(&mut conn)
+                .await
+        })
+        .await
+    }
+
+    /// `PUBLISH channel message`: on a cluster, it reaches every node.
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or
+    /// refuses (an ACL without the channel).
+    pub async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {
+        self.request(Op::Release, |mut conn| async move {
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(message)
                 .query_async::<i64>(&mut conn)
                 .await
         })
         .await
-        .map(|n| n == 1)
+        .map(|_| ())
     }
 
     /// `PEXPIRE key ms` on a key that has no TTL and still holds `value`

@@ -50,8 +50,27 @@ pub async fn evalsha(
 /// slot stays out for every agent even if it moves back to the node it
 /// names), "0" only under the test switch; `ARGV[2]` "1" to vote with
 /// `SET ... GET` (Redis 7), so a key of another type answers WRONGTYPE
-/// instead of looking taken; then four per command: its letter, the token,
-/// a number, and one more argument.
+/// instead of looking taken; `ARGV[3]` "1" to check, before the first vote
+/// of the call, that the master evicted no key since its marker was written
+/// ("0" only under the test switch `REDLOCK_TEST_NO_EVICTION_CHECK`); then
+/// four per command: its letter, the token, a number, and one more
+/// argument.
+///
+/// The eviction check: a marker carries the master's `evicted_keys` (`INFO
+/// stats`) from when it was written, as ` e=<count>` at its end (see
+/// [`MARKER_EVICTIONS`]). Lock keys all have a TTL, so any `volatile-*`
+/// policy evicts them first, while the marker, without a TTL, stays: the
+/// marker alone cannot tell that a master dropped a held lock to make room
+/// for a cache's writes. A vote on a master whose count has moved since
+/// deletes the marker (every agent then sees the loss, in its votes and
+/// probes, and quarantines the master) and answers -3 without writing. The
+/// check is atomic with the vote, so no probe interval separates an
+/// eviction from the votes that must not count. It costs the master one
+/// `INFO stats` per call that votes; markers written without a count (by an
+/// older agent) get one from the health probe (see `Node::check_marker`).
+/// Where an ACL refuses `INFO` (or a server does not report
+/// `evicted_keys`), markers carry no count and evictions go unseen, as the
+/// README says: such masters must keep `noeviction`.
 ///
 /// - `v` (the vote; number: TTL in ms; more: the sum of 1 to read the
 ///   counter and 2 for a voter that will wait if the lock is taken):
@@ -63,7 +82,8 @@ pub async fn evalsha(
 ///   holds this very token was written by an earlier round of the same
 ///   request (whose release did not arrive in time): it gets the new TTL and
 ///   counts as granted, so a request is never blocked by its own debris.
-///   1 granted, 0 taken, -1 marker missing. The counter is read atomically
+///   1 granted, 0 taken, -1 marker missing, -3 the master evicted keys
+///   since its marker was written. The counter is read atomically
 ///   with the vote: a grant's fence is raised (`f`) on this master only
 ///   while its key is here, so a vote that finds the key free reads every
 ///   fence raised under an earlier holder of this lock. A waiting voter
@@ -97,20 +117,36 @@ pub async fn evalsha(
 /// made on every call and cost a small call several times its commands.
 pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"local check, setget = ARGV[1], ARGV[2] == "1"
-local marker
+        r#"local check, setget, evictions = ARGV[1], ARGV[2] == "1", ARGV[3] == "1"
+local marker, counted, kept
+local function trusted()
+  if marker == nil then
+    local found = redis.call("get", KEYS[1])
+    if check == "2" then
+      marker = found and string.match(found, "^%S+") == redis.call("cluster", "myid")
+      if found and not marker then redis.call("del", KEYS[1]) end
+    else
+      marker = found and true
+    end
+    if marker then counted = string.match(found, " e=(%d+)$") end
+  end
+  return marker
+end
+local function unevicted()
+  if kept == nil then
+    kept = true
+    local now = evictions and counted and string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+    if now and counted ~= now then
+      redis.call("del", KEYS[1])
+      marker, kept = false, false
+    end
+  end
+  return kept
+end
 local function run(op, key, flag, token, number, more)
   if check ~= "0" and (op == "v" or op == "e") then
-    if marker == nil then
-      if check == "2" then
-        local found = redis.call("get", KEYS[1])
-        marker = found == redis.call("cluster", "myid")
-        if found and not marker then redis.call("del", KEYS[1]) end
-      else
-        marker = redis.call("exists", KEYS[1]) == 1
-      end
-    end
-    if not marker then return -1 end
+    if not trusted() then return -1 end
+    if op == "v" and not unevicted() then return -3 end
   end
   if op == "v" then
     local wants = tonumber(more) or 0
@@ -147,8 +183,8 @@ local function run(op, key, flag, token, number, more)
   error("unknown command " .. tostring(op))
 end
 local out = {}
-for i = 1, (#ARGV - 2) / 4 do
-  local a = 2 + (i - 1) * 4
+for i = 1, (#ARGV - 3) / 4 do
+  local a = 3 + (i - 1) * 4
   local ok, answer = pcall(run, ARGV[a + 1], KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
   if not ok then
     if type(answer) == "table" then answer = answer.err end
@@ -210,32 +246,39 @@ return 0"#,
 /// counter below the fences granted while it was away. When the witness is
 /// gone, the master lost its keys again during the quarantine, possibly
 /// after another agent had already readmitted it: nothing is written (0),
-/// and the quarantine starts over. `ARGV[1]`: the marker's value.
+/// and the quarantine starts over. `ARGV[1]`: the marker's value, to which
+/// the master's eviction count is added (see [`MARKER_EVICTIONS`]).
 pub static READMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"if redis.call("exists", KEYS[2]) == 0 then return 0 end
 redis.call("del", KEYS[2])
 local current = tonumber(redis.call("get", KEYS[3]) or "0") or 0
 if current < tonumber(ARGV[2]) then redis.call("set", KEYS[3], ARGV[2]) end
-redis.call("set", KEYS[1], ARGV[1])
+local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+redis.call("set", KEYS[1], evicted and ARGV[1] .. " e=" .. evicted or ARGV[1])
 return 1"#,
     )
 });
 
 /// A cluster slot's marker (`KEYS[1]`) holds the ID of the node serving the
-/// slot: 1, else 0. Read at first sight of a cluster.
+/// slot (then, for markers written by this version, its eviction count):
+/// 1, else 0. Read at first sight of a cluster.
 pub static SLOT_MARKER_OK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"if redis.call("get", KEYS[1]) == redis.call("cluster", "myid") then return 1 end
+        r#"local found = redis.call("get", KEYS[1])
+if found and string.match(found, "^%S+") == redis.call("cluster", "myid") then return 1 end
 return 0"#,
     )
 });
 
-/// Writes a cluster slot's marker (`KEYS[1]`) with the serving node's ID:
+/// Writes a cluster slot's marker (`KEYS[1]`) with the serving node's ID and
+/// its eviction count (see [`MARKER_EVICTIONS`]):
 /// only at first sight of clusters this process started empty. Returns 1.
 pub static WRITE_SLOT_MARKER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"redis.call("set", KEYS[1], redis.call("cluster", "myid"))
+        r#"local id = redis.call("cluster", "myid")
+local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+redis.call("set", KEYS[1], evicted and id .. " e=" .. evicted or id)
 return 1"#,
     )
 });
@@ -264,7 +307,8 @@ return 1"#,
 pub static READMIT_SLOT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local id = redis.call("cluster", "myid")
-local marked = redis.call("get", KEYS[1]) == id
+local found = redis.call("get", KEYS[1])
+local marked = found and string.match(found, "^%S+") == id
 if redis.call("get", KEYS[2]) == id .. ":" .. ARGV[1] then
   redis.call("del", KEYS[2])
 elseif not marked then
@@ -272,7 +316,68 @@ elseif not marked then
 end
 local current = tonumber(redis.call("get", KEYS[3]) or "0") or 0
 if current < tonumber(ARGV[2]) then redis.call("set", KEYS[3], ARGV[2]) end
-if not marked then redis.call("set", KEYS[1], id) end
+if not marked then
+  local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+  redis.call("set", KEYS[1], evicted and id .. " e=" .. evicted or id)
+end
 return 1"#,
+    )
+});
+
+/// Writes the incarnation marker (`KEYS[1]`): `ARGV[1]`, then ` e=` and the
+/// master's `evicted_keys` from `INFO stats` at this moment (where the
+/// master reports it). Every marker carries that count so that a vote can
+/// tell, atomically, that the master evicted nothing since the marker was
+/// written (see [`BATCH`]): lock keys have a TTL and the marker has none,
+/// so `volatile-*` policies evict lock keys and leave the marker. No TTL: it
+/// must outlive every lock. Returns 1.
+pub static MARKER_EVICTIONS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+redis.call("set", KEYS[1], evicted and ARGV[1] .. " e=" .. evicted or ARGV[1])
+return 1"#,
+    )
+});
+
+/// The health probe's read of the incarnation marker (`KEYS[1]`), with the
+/// same eviction check as a vote's: 0 when the marker is missing, -3 when
+/// the master evicted keys since it was written (the marker is deleted, so
+/// every agent sees the loss), 1 when it may be trusted. A marker written
+/// without a count (an older agent's) gets one when `ARGV[2]` is the count
+/// this agent's previous probe read and the master still reports it: no
+/// key was evicted between that probe, which found the marker, and now.
+/// `ARGV[1]`: the marker's value without its count; `ARGV[2]`: the count
+/// last read, or "" when unknown; `ARGV[3]` "0" to skip the check (the test
+/// switch).
+pub static CHECK_MARKER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local found = redis.call("get", KEYS[1])
+if not found then return 0 end
+if ARGV[3] == "0" then return 1 end
+local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+local counted = string.match(found, " e=(%d+)$")
+if counted == nil then
+  if evicted and evicted == ARGV[2] then redis.call("set", KEYS[1], ARGV[1] .. " e=" .. evicted) end
+  return 1
+end
+if evicted and counted ~= evicted then
+  redis.call("del", KEYS[1])
+  return -3
+end
+return 1"#,
+    )
+});
+
+/// An operator's force release on one master (`KEYS[1]` the lock key):
+/// deletes the key whoever holds it, and returns the value it held ("" for
+/// a key of another type), or nil when there was no key: read and deleted
+/// in one script, so the value the force release announces (see
+/// `Node::announce`) is the one it removed.
+pub static FORCE_DELETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local value = redis.pcall("get", KEYS[1])
+if type(value) == "table" then value = "" end
+if redis.call("del", KEYS[1]) == 0 then return false end
+return value"#,
     )
 });

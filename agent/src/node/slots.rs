@@ -138,6 +138,30 @@ impl Slots {
             .min()
     }
 
+    /// Whether each slot is kept out, by slot number.
+    pub fn out_mask(&self) -> Vec<bool> {
+        self.states
+            .iter()
+            .map(|s| *s != SlotState::Trusted)
+            .collect()
+    }
+
+    /// How long until the last slot kept out may be readmitted, from `now`:
+    /// the latest readmission scheduled, or a whole `period` for a slot
+    /// whose witness is not written yet (its time starts at that write).
+    /// Zero with no slot out.
+    pub fn left(&self, now: Instant, period: std::time::Duration) -> std::time::Duration {
+        self.states
+            .iter()
+            .map(|s| match s {
+                SlotState::Trusted => std::time::Duration::ZERO,
+                SlotState::Lost => period,
+                SlotState::Witnessed { until, .. } => until.saturating_duration_since(now),
+            })
+            .max()
+            .unwrap_or_default()
+    }
+
     /// `slot` was readmitted with witness `nonce`: trusted again. Ignored if
     /// the slot was lost again meanwhile (its state no longer names `nonce`).
     pub fn readmitted(&mut self, slot: u16, nonce: u64) {
@@ -181,6 +205,24 @@ mod tests {
         slots.readmitted(7, again);
         assert!(!slots.is_out(7));
         assert_eq!(slots.out(), 0);
+    }
+
+    #[test]
+    fn the_time_left_is_the_last_readmission_or_a_whole_period_before_the_witness() {
+        let mut slots = Slots::new();
+        let now = Instant::now();
+        let period = Duration::from_secs(10);
+        assert_eq!(slots.left(now, period), Duration::ZERO);
+        slots.lose(1);
+        slots.lose(2);
+        let nonce = slots.nonce();
+        slots.witnessed(1, nonce, now + Duration::from_secs(3));
+        assert_eq!(slots.left(now, period), period, "slot 2 has no witness yet");
+        let nonce = slots.nonce();
+        slots.witnessed(2, nonce, now + Duration::from_secs(4));
+        assert_eq!(slots.left(now, period), Duration::from_secs(4));
+        let mask = slots.out_mask();
+        assert_eq!((mask[0], mask[1], mask[2]), (false, true, true));
     }
 
     #[test]

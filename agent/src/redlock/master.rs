@@ -172,6 +172,23 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
     /// Counts this master's answer to one vote.
     fn count_vote(&self, vote: VoteLabel);
 
+    /// How many times this master was seen to lose keys (a quarantine
+    /// begun: a restart, a flush, an eviction; on a cluster, any slot's);
+    /// it only grows. Read before a vote or an extension is sent, so
+    /// [`Master::lost_since`] can tell later whether what it confirmed is
+    /// still there.
+    fn losses(&self) -> u64 {
+        0
+    }
+
+    /// Whether `key` may have been lost on this master since
+    /// [`Master::losses`] read `mark`: any loss on a single server; on a
+    /// cluster, a loss that keeps `key`'s slot in quarantine now.
+    fn lost_since(&self, key: &str, mark: u64) -> bool {
+        let _ = key;
+        self.losses() != mark
+    }
+
     /// The vote: `SET key token NX PX ttl` for `claim`, atomically with the
     /// check that the master has not lost its keys and, with
     /// `read_counter`, a read of its fencing counter. `waiting`: the voter

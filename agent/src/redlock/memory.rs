@@ -32,6 +32,8 @@ pub(crate) struct Memory {
     mode: Mutex<Mode>,
     pub(crate) keys: Mutex<HashMap<String, (String, Instant)>>,
     pub(crate) counter: Mutex<u64>,
+    /// Losses of keys seen, as [`Master::losses`] counts them.
+    losses: Mutex<u64>,
 }
 
 impl Memory {
@@ -41,6 +43,7 @@ impl Memory {
             mode: Mutex::new(Mode::Up),
             keys: Mutex::new(HashMap::new()),
             counter: Mutex::new(0),
+            losses: Mutex::new(0),
         })
     }
 
@@ -66,6 +69,12 @@ impl Memory {
             .lock()
             .unwrap()
             .insert(key.into(), (value.into(), Instant::now() + ttl));
+    }
+
+    /// Loses every key, as a flushed master whose loss was seen.
+    pub(crate) fn lose_keys(&self) {
+        self.keys.lock().unwrap().clear();
+        *self.losses.lock().unwrap() += 1;
     }
 
     /// Waits as the mode says; `Err` when the master does not answer.
@@ -102,6 +111,10 @@ impl Master for Memory {
     }
 
     fn count_vote(&self, _: VoteLabel) {}
+
+    fn losses(&self) -> u64 {
+        *self.losses.lock().unwrap()
+    }
 
     /// No waiting flag: nothing here publishes (a release wakes the queue
     /// through the agent, as on a real master without other agents).

@@ -8,6 +8,7 @@
 //! enums. Validity math lives in [`validity`], fences in [`fence`].
 
 pub mod fence;
+pub mod holding;
 pub mod master;
 #[cfg(test)]
 pub(crate) mod memory;
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 use futures::stream::{FuturesUnordered, StreamExt};
 use rand::Rng;
 
+pub use holding::Holding;
 pub use master::{Claim, Extension, Master, NodeError, Vote};
 pub use observe::{Failure, Observer, VoteLabel};
 pub use resource::{Resource, ResourceError};
@@ -58,6 +60,8 @@ pub struct Grant {
     pub granted_at: Instant,
     /// The fencing token, when one was asked for (see [`fence`]).
     pub fence: Option<u64>,
+    /// The masters that voted yes, filled in as the stragglers answer.
+    pub holding: Arc<Holding>,
 }
 
 impl Grant {
@@ -82,6 +86,8 @@ pub enum Extend {
     /// Extended on a quorum with validity left.
     Extended {
         validity: Duration,
+        /// The masters that extended, filled in as the stragglers answer.
+        holding: Arc<Holding>,
     },
     /// More than N minus quorum masters answered that they do not hold the
     /// token (gone, another token, or the master lost its keys): no quorum
@@ -111,8 +117,9 @@ pub enum Release {
 #[derive(Debug)]
 enum Attempt<M> {
     /// A quorum voted yes: the masters that did so far, with the fencing
-    /// counter each read (0 when not asked for).
-    Granted(Vec<(Arc<M>, u64)>),
+    /// counter each read (0 when not asked for); every yes, stragglers'
+    /// included, is confirmed in the [`Holding`].
+    Granted(Vec<(Arc<M>, u64)>, Arc<Holding>),
     Taken,
     NoQuorum(String),
 }
@@ -181,6 +188,14 @@ impl<M: Master> Redlock<M> {
     pub fn duplicates(&self) -> Vec<Option<usize>> {
         let ids: Vec<Option<u64>> = self.nodes.iter().map(|n| n.server_id()).collect();
         duplicates_of(&ids)
+    }
+
+    /// The place of `node` in the configured masters.
+    fn index_of(&self, node: &Arc<M>) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| Arc::ptr_eq(n, node))
+            .unwrap_or(usize::MAX)
     }
 
     /// The nodes that may vote now: usable, and not a duplicate of another.
@@ -253,7 +268,7 @@ impl<M: Master> Redlock<M> {
             .attempt(&usable, &key, token, ttl, fence, waiting)
             .await
         {
-            Attempt::Granted(granting) => {
+            Attempt::Granted(granting, holding) => {
                 let minted = if fence {
                     match self.mint(&key, token, &granting).await {
                         Ok(minted) => Some(minted),
@@ -277,6 +292,7 @@ impl<M: Master> Redlock<M> {
                             validity,
                             granted_at: tokio::time::Instant::now().into_std(),
                             fence: minted,
+                            holding,
                         });
                     }
                     None => {
@@ -384,12 +400,18 @@ impl<M: Master> Redlock<M> {
         waiting: bool,
     ) -> Attempt<M> {
         let claim = Claim::new(key.to_string(), token.as_str());
+        let holding = Holding::new(&self.nodes);
         let mut votes: FuturesUnordered<_> = usable
             .iter()
             .map(|node| {
                 let (node, claim) = (Arc::clone(node), Arc::clone(&claim));
+                let index = self.index_of(&node);
+                let holding = Arc::clone(&holding);
                 async move {
                     let vote = node.vote(&claim, ttl, fence, waiting).await;
+                    if matches!(vote, Vote::Granted { .. }) {
+                        holding.confirm(index);
+                    }
                     (node, vote)
                 }
             })
@@ -422,7 +444,7 @@ impl<M: Master> Redlock<M> {
                         }
                     });
                 }
-                return Attempt::Granted(granting);
+                return Attempt::Granted(granting, holding);
             }
             if granting.len() + pending < self.quorum {
                 break;
@@ -543,13 +565,22 @@ impl<M: Master> Redlock<M> {
             return Extend::NoQuorum(self.describe_unusable());
         }
         let claim = Claim::new(self.key(resource), token.as_str());
+        let holding = Holding::new(&self.nodes);
         // tokio's clock: the same as std's, but for tests on a paused one.
         let started = tokio::time::Instant::now();
         let mut replies: FuturesUnordered<_> = usable
             .iter()
             .map(|node| {
-                let claim = &claim;
-                async move { node.extend(claim, ttl).await }
+                let (node, claim) = (Arc::clone(node), Arc::clone(&claim));
+                let index = self.index_of(&node);
+                let holding = Arc::clone(&holding);
+                async move {
+                    let reply = node.extend(&claim, ttl).await;
+                    if matches!(reply, Ok(Extension::Extended)) {
+                        holding.confirm(index);
+                    }
+                    reply
+                }
             })
             .collect();
         let (mut extended, mut not_held) = (0, 0);
@@ -564,7 +595,6 @@ impl<M: Master> Redlock<M> {
             }
         }
         let elapsed = started.elapsed();
-        drop(replies);
         if may_hold - not_held < self.quorum {
             return Extend::Lost;
         }
@@ -572,7 +602,14 @@ impl<M: Master> Redlock<M> {
             return Extend::Failed;
         }
         match self.settings.drift.validity(ttl, elapsed) {
-            Some(validity) => Extend::Extended { validity },
+            Some(validity) => {
+                // The stragglers' answers fill in the holding (each bounded
+                // by its master's timeout).
+                if !replies.is_empty() {
+                    tokio::spawn(async move { while replies.next().await.is_some() {} });
+                }
+                Extend::Extended { validity, holding }
+            }
             None => Extend::Failed,
         }
     }

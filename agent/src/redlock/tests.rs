@@ -68,7 +68,7 @@ async fn settle() {
 }
 
 async fn acquire(setup: &Setup, name: &str, fence: bool) -> Acquire {
-    let token = Token::generate(None, None);
+    let token = Token::generate(&format!("t:{name}"), None, None);
     setup
         .redlock
         .acquire_once(&resource(name), TTL, &token, fence, false)
@@ -123,7 +123,7 @@ async fn a_taken_lock_is_refused_and_the_round_leaves_nothing_behind() {
 async fn a_release_tells_not_held_from_unconfirmed() {
     let s = setup(5, FenceSettings::default());
     let held = |name: &str| {
-        let token = Token::generate(None, None);
+        let token = Token::generate(&format!("t:{name}"), None, None);
         for m in &s.masters {
             m.plant(&format!("t:{name}"), token.as_str(), TTL);
         }
@@ -138,7 +138,7 @@ async fn a_release_tells_not_held_from_unconfirmed() {
         s.redlock.release(&resource("a"), &token).await,
         Release::Released
     );
-    let stranger = Token::generate(None, None);
+    let stranger = Token::generate("t:b", None, None);
     let _ = held("b");
     assert_eq!(
         s.redlock.release(&resource("b"), &stranger).await,
@@ -230,7 +230,7 @@ async fn votes_of_masters_that_lost_their_keys_never_count() {
 #[tokio::test(start_paused = true)]
 async fn extend_tells_a_lost_lock_from_a_failed_round() {
     let s = setup(5, FenceSettings::default());
-    let token = Token::generate(None, None);
+    let token = Token::generate("t:e", None, None);
     let r = resource("e");
     assert!(matches!(
         s.redlock.acquire_once(&r, TTL, &token, false, false).await,
@@ -275,7 +275,7 @@ async fn fences_grow_across_shifting_quorums() {
             });
         }
         let name = if round % 2 == 0 { "x" } else { "y" };
-        let token = Token::generate(None, None);
+        let token = Token::generate(&format!("t:{name}"), None, None);
         let Acquire::Granted(grant) = s
             .redlock
             .acquire_once(&resource(name), TTL, &token, true, false)
@@ -324,7 +324,7 @@ async fn without_the_write_back_a_clock_behind_mints_fences_out_of_order() {
             .acquire_once(
                 &resource("g"),
                 TTL,
-                &Token::generate(None, None),
+                &Token::generate("t:g", None, None),
                 true,
                 false,
             )
@@ -372,4 +372,51 @@ fn only_the_first_of_one_server_counts() {
         duplicates_of(&[Some(1), Some(2), Some(1), None, None, Some(2)]),
         vec![None, None, Some(0), None, None, Some(1)]
     );
+}
+
+/// The masters a grant and an extension hold on: every yes, the
+/// stragglers' included once they answer; a master seen to lose its keys
+/// since no longer counts, and below a quorum the lock is known lost
+/// without asking the masters.
+#[tokio::test(start_paused = true)]
+async fn the_holding_counts_every_yes_less_the_masters_that_lost_keys() {
+    let s = setup(5, FenceSettings::default());
+    s.masters[4].set(Mode::Slow(Duration::from_millis(50)));
+    let token = Token::generate("t:h", None, None);
+    let r = resource("h");
+    let Acquire::Granted(grant) = s.redlock.acquire_once(&r, TTL, &token, false, false).await
+    else {
+        panic!("five masters up");
+    };
+    let key = s.redlock.key(&r);
+    let nodes = s.redlock.nodes();
+    assert!(grant.holding.still_on(nodes, &key) >= 3);
+    settle().await;
+    assert_eq!(
+        grant.holding.still_on(nodes, &key),
+        5,
+        "the straggler's yes"
+    );
+    s.masters[0].lose_keys();
+    assert_eq!(grant.holding.still_on(nodes, &key), 4);
+    s.masters[1].lose_keys();
+    s.masters[2].lose_keys();
+    assert_eq!(grant.holding.still_on(nodes, &key), 2, "below the quorum");
+    // A renewal now holds on the two that kept the key: no quorum.
+    assert!(matches!(
+        s.redlock.extend(&r, &token, TTL).await,
+        Extend::Lost
+    ));
+    // An extension's holding starts from its own answers.
+    let other = Token::generate("t:q", None, None);
+    let q = resource("q");
+    assert!(matches!(
+        s.redlock.acquire_once(&q, TTL, &other, false, false).await,
+        Acquire::Granted(_)
+    ));
+    let Extend::Extended { holding, .. } = s.redlock.extend(&q, &other, TTL).await else {
+        panic!("held on five");
+    };
+    settle().await;
+    assert_eq!(holding.still_on(nodes, &s.redlock.key(&q)), 5);
 }

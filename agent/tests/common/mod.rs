@@ -29,12 +29,13 @@ use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 
 /// Short TTLs and probes: the lock and health sections most tests of
-/// restarts and lost keys run with.
-pub const SHORT: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 100ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\n";
+/// restarts and lost keys run with. The node timeout is the most
+/// default_ttl allows (a tenth), for a machine busy at twice its cores.
+pub const SHORT: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 200ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\n";
 
 /// [`SHORT`] with `delayed_restart.extra: 500ms`, so a quarantine
 /// (max_ttl + extra = 2.5s) passes quickly.
-pub const SHORT_QUARANTINE: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 100ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 500ms\n";
+pub const SHORT_QUARANTINE: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 200ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 500ms\n";
 
 /// The entry of master `name` in a `/v1/nodes` answer.
 pub fn node<'a>(nodes: &'a Value, name: &str) -> &'a Value {
@@ -49,6 +50,25 @@ pub fn node<'a>(nodes: &'a Value, name: &str) -> &'a Value {
 /// How long a test's client call may take beyond the wait it asks for:
 /// long, since the machine running the tests may be busy.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a test's own connection to a master may take to connect and
+/// each command to answer. The client's defaults (1s to connect, its
+/// handshake included, and 500ms per answer) are deadlines a busy machine
+/// misses: the test then fails on its own read, not on what it checks.
+pub const REDIS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A direct connection to the Redis server at `url`, with
+/// [`REDIS_TIMEOUT`]; panics naming `url` if it cannot be made.
+pub async fn redis_at(url: &str) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(REDIS_TIMEOUT))
+        .set_response_timeout(Some(REDIS_TIMEOUT));
+    redis::Client::open(url)
+        .unwrap_or_else(|e| panic!("{url}: {e}"))
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
 
 fn millis(ms: u64) -> Duration {
     Duration::from_millis(ms)
@@ -73,11 +93,7 @@ impl Cluster {
 
     /// A direct connection to master `i`, to look at keys behind the agent.
     pub async fn redis(&self, i: usize) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.masters[i].url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.masters[i].name()))
+        redis_at(&self.masters[i].url()).await
     }
 
     /// `GET key` on master `i`.
@@ -152,6 +168,13 @@ impl TestAgent {
             AddressCheck::Resolve,
         )
         .await
+    }
+
+    /// As [`TestAgent::start_cautious`], with the whole config YAML that
+    /// `yaml` makes (masters given as Redis Clusters, say): new clusters'
+    /// slots, without markers, are quarantined at first sight.
+    pub async fn start_cautious_with(yaml: impl FnOnce(&Path) -> String) -> TestAgent {
+        TestAgent::launch(yaml, false, AddressCheck::Resolve).await
     }
 
     /// Starts an agent whose whole config YAML `yaml` makes, given the
@@ -547,4 +570,25 @@ fn init_tracing() {
         )
         .with_test_writer()
         .try_init();
+}
+
+/// Sets a test switch (an environment variable) for the agents started
+/// while it lives; removes it when dropped. The agent reads its test
+/// switches when it is built, so only agents started in that window see
+/// it. Each test runs in its own process under nextest; under `cargo test`
+/// another test of the same file starting an agent in the same instant
+/// could see it too, which only control tests set, for a moment.
+pub struct Switch(&'static str);
+
+impl Switch {
+    pub fn set(name: &'static str, value: &str) -> Switch {
+        std::env::set_var(name, value);
+        Switch(name)
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        std::env::remove_var(self.0);
+    }
 }

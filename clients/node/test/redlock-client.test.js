@@ -196,10 +196,10 @@ test("a hold's signal aborts when an operator force-releases the lock", async ()
       const reason = await within('the loss notice', lock.lost());
       assert.ok(signal.aborted);
       assert.equal(signal.reason, reason);
-      assert.equal(lock.lostReason, 'renew_failed');
+      assert.equal(lock.lostReason, 'force_released');
       assert.throws(() => lock.throwIfLost(), LockLostError);
     }),
-    (e) => e instanceof LockLostError && e.reason === 'renew_failed',
+    (e) => e instanceof LockLostError && e.reason === 'force_released',
   );
   assert.ok(heard instanceof LockLostError);
 });
@@ -236,7 +236,7 @@ test('the hold example prints the loss notice', async () => {
     assert.match(first.value, /^held js-example/);
     await admin.forceRelease('js-example');
     const next = await within('the loss notice', iterator.next());
-    assert.equal(next.value, 'stopped: the lock on js-example was lost: renew_failed');
+    assert.equal(next.value, 'stopped: the lock on js-example was lost: force_released');
     assert.equal(await exited, 1);
   } finally {
     if (example.exitCode === null) example.kill('SIGKILL');

@@ -134,6 +134,10 @@ node shared by two masters).
 {{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) -}}
 {{- fail (printf "sidecar.native: native sidecars (initContainers with restartPolicy Always) need Kubernetes 1.29 or later, this cluster runs %s; set sidecar.native=false" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
+{{- $lock := .Values.config.lock -}}
+{{- if gt (int $lock.maxWaitersPerUid) (int $lock.maxWaiters) -}}
+{{- fail (printf "config.lock.maxWaitersPerUid: %d is above config.lock.maxWaiters (%d); lower it too (three quarters of maxWaiters leaves room for other uids)" (int $lock.maxWaitersPerUid) (int $lock.maxWaiters)) -}}
+{{- end -}}
 {{- $m := .Values.masters -}}
 {{- $n := 0 -}}
 {{- if $m.deploy -}}
@@ -234,6 +238,7 @@ admin:
   allow_uids: {{ $c.admin.allowUids | toJson }}
 metrics:
   listen: {{ printf "%s:%d" $c.metrics.address (int $c.metrics.port) | quote }}
+  max_connections: {{ int $c.metrics.maxConnections }}
 log:
   format: {{ $c.log.format }}
   level: {{ $c.log.level | quote }}
@@ -267,6 +272,7 @@ lock:
   retry_jitter: {{ $c.lock.retryJitter | quote }}
   max_hold: {{ $c.lock.maxHold | quote }}
   max_waiters: {{ int $c.lock.maxWaiters }}
+  max_waiters_per_uid: {{ int $c.lock.maxWaitersPerUid }}
   fence: {{ $c.lock.fence | quote }}
 health:
   interval: {{ $c.health.interval | quote }}

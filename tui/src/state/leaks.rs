@@ -18,7 +18,7 @@ pub struct LeakRow {
     /// `node/kind/resource`: unique, the selection's anchor.
     key: String,
     pub node: String,
-    /// `no_ttl`, `ttl_over_max` or `minority`.
+    /// `no_ttl`, `ttl_over_max`, `minority` or `unproven`.
     pub kind: String,
     pub resource: String,
     pub ttl: Option<Countdown>,
@@ -169,6 +169,7 @@ pub(crate) mod tests {
             no_ttl: keys.iter().filter(|k| k.kind == "no_ttl").count() as u64,
             ttl_over_max: keys.iter().filter(|k| k.kind == "ttl_over_max").count() as u64,
             minority: keys.iter().filter(|k| k.kind == "minority").count() as u64,
+            unproven: keys.iter().filter(|k| k.kind == "unproven").count() as u64,
             repaired: 0,
             keys,
         };

@@ -293,6 +293,7 @@ pub(crate) mod tests {
             kind: "single".to_string(),
             shards: Vec::new(),
             quarantined_slots: 0,
+            quarantined_slots_remaining_ms: 0,
         }
     }
 
@@ -338,6 +339,8 @@ pub(crate) mod tests {
             quorum,
             usable,
             available: usable >= quorum,
+            reason: None,
+            slots_without_quorum: 0,
             nodes,
         }
     }
