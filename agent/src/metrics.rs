@@ -263,7 +263,7 @@ impl Metrics {
             ),
             node_votes: counter_vec(
                 "redlock_node_votes_total",
-                "Answers of each master to SET NX during acquire (granted, taken, error, timeout).",
+                "Answers of each master to SET NX during acquire (granted, taken, error, timeout; backlog: not answered in time because the agent itself was busy).",
                 &["node", "vote"],
             ),
             node_errors: counter_vec(
@@ -499,10 +499,12 @@ impl Observer for Metrics {
 #[derive(Debug, Clone)]
 pub struct NodeSeries {
     node: String,
-    votes: [IntCounter; 4],
+    votes: [IntCounter; 5],
     requests: [Histogram; 6],
     batches: Histogram,
     errors: Vec<IntCounter>,
+    /// `errors`' series of kind `backlog`, when `kinds` has it.
+    backlog: Option<IntCounter>,
     node_errors: IntCounter,
     restarts: IntCounterVec,
     quarantined_slots: IntGauge,
@@ -525,6 +527,9 @@ impl NodeSeries {
                 .iter()
                 .map(|k| metrics.node_errors.with_label_values(&[node, k]))
                 .collect(),
+            backlog: kinds
+                .contains(&"backlog")
+                .then(|| metrics.node_errors.with_label_values(&[node, "backlog"])),
             node_errors: metrics
                 .failures
                 .with_label_values(&[Failure::NodeError.as_str()]),
@@ -552,6 +557,14 @@ impl NodeObserver for NodeSeries {
     fn error(&self, index: usize) {
         self.node_errors.inc();
         if let Some(counter) = self.errors.get(index) {
+            counter.inc();
+        }
+    }
+
+    /// Counts a request the agent's own backlog held up, under its kind
+    /// only: it is no master's error, so no `node_error` failure.
+    fn backlog(&self) {
+        if let Some(counter) = &self.backlog {
             counter.inc();
         }
     }

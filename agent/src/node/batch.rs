@@ -17,17 +17,18 @@
 //!   order; one command's error (WRONGTYPE, OOM) is its own answer and never
 //!   fails the others. The marker is read once per batch: a script is
 //!   atomic, so no flush can fall between two of its commands.
-//! - The master's time starts when its batch is sent: it has the node
-//!   timeout of the agent's attention to answer (see
-//!   [`super::conn::answer_within`]). Time a command spent queued behind
-//!   the previous batch, and time the agent was too busy to write the call
-//!   or read its answer, is the agent's: never a `timeout` of the master.
+//! - The master's time starts when its batch is on its way: it has the
+//!   node timeout to answer, and an answer that arrived while the agent was
+//!   busy is still found (see [`super::conn::answer_within`]). Time a
+//!   command spent queued behind the previous batch, and time the agent was
+//!   too busy to write the call or read its answer, is the agent's: never a
+//!   `timeout` of the master.
 //! - Every command still has an overall bound, counted from when it was
 //!   queued ([`Command::overall`]): one that could not be sent within it is
-//!   answered [`NodeError::Backlog`] unsent, and a batch that outlives the
-//!   bound of every command in it without the master having had its node
-//!   timeout is answered `Backlog` too. Neither counts against the master
-//!   nor changes its state. A command whose caller is gone is not sent.
+//!   answered [`NodeError::Backlog`] unsent, and so is a batch the agent
+//!   could not even see on its way within the last of its commands'
+//!   bounds. Neither counts against the master nor changes its state. A
+//!   command whose caller is gone is not sent.
 //! - A failed batch (connection lost, timeout, NOSCRIPT that could not be
 //!   reloaded) fails each of its commands with the same error, recorded
 //!   once.
@@ -46,7 +47,7 @@ use tokio::sync::{mpsc, oneshot};
 use redlock_wire::keys::slot_key;
 
 use super::conn::Within;
-use super::{backlog_index, classify_text, scripts, ttl_ms, Node};
+use super::{classify_text, scripts, ttl_ms, Node};
 use crate::redlock::master::{Claim, NodeError};
 use crate::redlock::observe::Op;
 
@@ -223,6 +224,7 @@ impl Node {
         // How long the batch may stay on its way: until the last of its
         // commands' overall bounds.
         let mut limit = Duration::ZERO;
+        let mut expired = false;
         for job in jobs.drain(..) {
             if job.reply.is_closed() {
                 continue;
@@ -236,11 +238,15 @@ impl Node {
             } else if let Some(left) = job.command.overall(overall).checked_sub(waited) {
                 limit = limit.max(left);
             } else {
-                self.observer.error(backlog_index());
+                expired = true;
                 let _ = job.reply.send(Err(NodeError::Backlog(waited)));
                 continue;
             }
             sent.push(job);
+        }
+        if expired {
+            // Counted once, as a failed batch is.
+            self.observer.backlog();
         }
         *jobs = sent;
         if jobs.is_empty() {
@@ -394,7 +400,7 @@ impl Node {
             ?waited,
             "a batch outlived its commands' bounds while the agent was busy; not the master's failure"
         );
-        self.observer.error(backlog_index());
+        self.observer.backlog();
         let error = NodeError::Backlog(waited);
         for job in jobs.drain(..) {
             self.observer

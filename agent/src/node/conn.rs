@@ -130,9 +130,14 @@ const TIMER_GRAIN: Duration = Duration::from_millis(1);
 
 /// Turns of the runtime before each look: the connection's reader is a task
 /// of its own, and an answer that reached the socket while the agent was
-/// busy is delivered within these (the first may only hand the runtime to
-/// the reader; the second lets it run).
-const TURNS: usize = 2;
+/// busy is delivered once the runtime has worked through the tasks queued
+/// ahead of it. At least [`MIN_TURNS`] (the first may only hand the runtime
+/// to the reader), then until a turn comes back within [`QUICK_TURN`] (the
+/// runtime had next to nothing queued: the reader has run), at most
+/// [`MAX_TURNS`].
+const MIN_TURNS: usize = 2;
+const MAX_TURNS: usize = 64;
+const QUICK_TURN: Duration = Duration::from_micros(100);
 
 /// Runs `request` until it is answered, the master has had it for `bound`
 /// without answering, or `limit` has passed in all.
@@ -140,10 +145,11 @@ const TURNS: usize = 2;
 /// The master's time is counted from when the request is surely on its
 /// way, and only up to the last time the agent looked for an answer and
 /// found none, so the agent's own stalls are never the master's:
-/// - every slice of `bound`, the agent gives its runtime [`TURNS`] turns
-///   (so the connection's own task writes what is queued and reads what
-///   has arrived) and looks: an answer that arrived while the agent was
-///   busy is found then, whenever that is;
+/// - every slice of `bound`, the agent gives its runtime turns until it
+///   has worked through what was queued (so the connection's own task
+///   writes what is queued and reads what has arrived; see [`MIN_TURNS`])
+///   and looks: an answer that arrived while the agent was busy is found
+///   then, whenever that is;
 /// - the request is surely on its way from the first look (the writer had
 ///   its turns), or from the start when the first slice's timer fired on
 ///   time (the agent was responsive all along);
@@ -182,10 +188,15 @@ pub async fn answer_within<T>(
             () = tokio::time::sleep_until(planned) => {}
         }
         let fired = Instant::now();
-        for _ in 0..TURNS {
+        for turn in 1..=MAX_TURNS {
+            // The real clock: a turn takes real time even on a paused one.
+            let before = std::time::Instant::now();
             tokio::task::yield_now().await;
             if let Some(result) = request.as_mut().now_or_never() {
                 return Within::Answered(result);
+            }
+            if turn >= MIN_TURNS && before.elapsed() < QUICK_TURN {
+                break;
             }
         }
         let looked = Instant::now();

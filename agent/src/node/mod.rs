@@ -123,14 +123,6 @@ pub struct NodeSettings {
     pub overall: Duration,
 }
 
-/// The index of [`NodeError::Backlog`]'s kind in [`NodeError::KINDS`].
-fn backlog_index() -> usize {
-    NodeError::KINDS
-        .iter()
-        .position(|k| *k == "backlog")
-        .unwrap_or(NodeError::KINDS.len() - 1)
-}
-
 /// Which restart detector put a node in quarantine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Detector {
@@ -711,7 +703,7 @@ impl Node {
                 conn::Within::TimedOut => Err(conn::timed_out()),
                 conn::Within::Backlog(waited) => {
                     self.observer.request(kind, started.elapsed());
-                    self.observer.error(backlog_index());
+                    self.observer.backlog();
                     tracing::debug!(node = %self.name, ?kind, ?waited, "request held up by the agent's own backlog; not the master's failure");
                     return Err(NodeError::Backlog(waited));
                 }

@@ -632,6 +632,7 @@ fn vote_label(vote: &Vote) -> VoteLabel {
         Vote::Granted { .. } => VoteLabel::Granted,
         Vote::Taken => VoteLabel::Taken,
         Vote::Failed(NodeError::Timeout(_)) => VoteLabel::Timeout,
+        Vote::Failed(NodeError::Backlog(_)) => VoteLabel::Backlog,
         Vote::LostState | Vote::Failed(_) => VoteLabel::Error,
     }
 }

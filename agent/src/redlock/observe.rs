@@ -60,14 +60,18 @@ pub enum VoteLabel {
     Taken,
     Error,
     Timeout,
+    /// Not answered in time because the agent itself was busy (see
+    /// [`super::NodeError::Backlog`]): not the master's failure.
+    Backlog,
 }
 
 impl VoteLabel {
-    pub const ALL: [VoteLabel; 4] = [
+    pub const ALL: [VoteLabel; 5] = [
         VoteLabel::Granted,
         VoteLabel::Taken,
         VoteLabel::Error,
         VoteLabel::Timeout,
+        VoteLabel::Backlog,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -76,6 +80,7 @@ impl VoteLabel {
             VoteLabel::Taken => "taken",
             VoteLabel::Error => "error",
             VoteLabel::Timeout => "timeout",
+            VoteLabel::Backlog => "backlog",
         }
     }
 }
@@ -132,6 +137,9 @@ pub trait NodeObserver: Send + Sync + std::fmt::Debug {
     /// One failed request, by its kind's index in
     /// [`super::master::NodeError::KINDS`].
     fn error(&self, kind_index: usize);
+    /// One request the agent's own backlog held up
+    /// ([`super::master::NodeError::Backlog`]): not the master's error.
+    fn backlog(&self) {}
     /// The master lost state or restarted; `detector` names how it was seen.
     fn restart(&self, detector: &'static str);
     /// A cluster master's hash slots in quarantine, now.
