@@ -68,6 +68,19 @@ fn marker_key(slot: u16) -> String {
     keys::slot_key(&format!("{PREFIX}{}", keys::MARKER_SUFFIX), slot)
 }
 
+/// The node ID a slot's incarnation marker on a cluster master names
+/// (the marker is `<node id> e=<evicted keys>`), or `None` without one.
+async fn marker_node(port: u16, slot: u16) -> Option<String> {
+    let marker = get(port, &marker_key(slot)).await?;
+    Some(
+        marker
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
 /// The fence counter of `slot` on a cluster master.
 fn fence_key(slot: u16) -> String {
     keys::slot_key(&format!("{PREFIX}{}", keys::FENCE_SUFFIX), slot)
@@ -717,7 +730,7 @@ async fn a_shard_restarted_empty_never_grants_twice_and_only_its_slots_wait() {
     .await;
     for (c, p) in masters.clusters.iter().zip(&owners).take(3) {
         assert_eq!(
-            get(p.port, &marker_key(slot)).await.as_deref(),
+            marker_node(p.port, slot).await.as_deref(),
             Some(p.node_id.as_str()),
             "{}: the slot's marker names the primary serving it",
             c.name()
@@ -785,7 +798,7 @@ async fn lagged_failover(marker_check: bool) -> (FailoverRun, Masters, TestAgent
         // The replica's copy of the marker names the old primary, unless an
         // agent's probe saw the failover first and deleted it; never the
         // new primary, which would let the slot vote at once.
-        let marker = get(after.port, &marker_key(slot)).await;
+        let marker = marker_node(after.port, slot).await;
         assert_ne!(
             marker.as_deref(),
             Some(after.node_id.as_str()),
@@ -920,7 +933,7 @@ async fn a_slot_migrated_under_a_held_lock_keeps_it_exclusive() {
             // The marker moved with the slot naming the old node, unless an
             // agent's probe saw the new owner first and deleted it; never
             // the new node's ID, which would let the slot vote at once.
-            let marker = get(p.port, &marker_key(slot)).await;
+            let marker = marker_node(p.port, slot).await;
             assert_ne!(
                 marker.as_deref(),
                 Some(p.node_id.as_str()),

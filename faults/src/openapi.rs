@@ -510,7 +510,7 @@ mod tests {
     #[test]
     fn judges_status_content_type_and_body() {
         let s = spec();
-        let ok = r#"{"resource":"a","token":"0123456789abcdef0123456789abcdef01234567","validity_ms":5,"ttl_ms":10}"#;
+        let ok = r#"{"resource":"a","token":"rl2-0123456789abcdef0123456789abcdef01234567-0123456789abcdef","validity_ms":5,"ttl_ms":10}"#;
         s.check(
             "POST",
             "/v1/locks/a/acquire",

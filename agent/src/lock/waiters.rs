@@ -567,16 +567,25 @@ pub async fn listen(node: Arc<Node>, locks: Arc<super::Locks>) {
         .unwrap_or_else(|p| p.into_inner())
         .push(changes_tx);
     let mut backoff = Duration::from_millis(100);
+    let mut refused_said = false;
     loop {
         let connected = async {
             let pubsub = node.client().get_async_pubsub().await?;
             let (mut sink, stream) = pubsub.split();
             // Changes queued so far are covered by the full list below.
             while changes.try_recv().is_ok() {}
-            // Refused (an ACL without the channel): waiters still wake, and
-            // holds hear a force release at their next renewal.
-            if let Err(e) = sink.subscribe(&waiters.force_channel).await {
-                tracing::warn!(node = node.name(), error = %e, channel = %waiters.force_channel, "cannot subscribe to the force-release channel: holds here hear of a force release only at their next renewal");
+            // Refused by an ACL without the channel: waiters still wake, and
+            // holds hear a force release at their next renewal; said once,
+            // not at every reconnect. Any other error (NOAUTH, a dropped
+            // connection) is the connection's, retried like the rest.
+            match sink.subscribe(&waiters.force_channel).await {
+                Ok(()) => {}
+                Err(e) if e.code() == Some("NOPERM") => {
+                    if !std::mem::replace(&mut refused_said, true) {
+                        tracing::warn!(node = node.name(), error = %e, channel = %waiters.force_channel, "cannot subscribe to the force-release channel: holds here hear of a force release only at their next renewal");
+                    }
+                }
+                Err(e) => return Err(e),
             }
             for channel in waiters.wanted() {
                 sink.subscribe(&channel).await?;
