@@ -10,8 +10,11 @@
 //!   request is written (hyper gives the request back), or, when its
 //!   driver had not seen the close yet, the socket refuses the write
 //!   (EPIPE: nothing delivered); either way the request goes out on a fresh
-//!   connection. A request that was written is never sent twice: a failure
-//!   after that is [`Error::Connection`].
+//!   connection. A GET written into a connection the agent then closed
+//!   without answering (its idle timeout racing the request) goes out
+//!   again on a fresh one, as HTTP allows for an idempotent request; any
+//!   other written request is never sent twice: a failure after that is
+//!   [`Error::Connection`].
 //! - Every exchange is bounded by the client's timeout plus the wait the
 //!   request asked the agent for.
 //! - A connection's driver task is aborted when the connection is dropped,
@@ -107,6 +110,23 @@ fn refused_unread(error: &hyper::Error) -> bool {
     while let Some(cause) = source {
         if let Some(io) = cause.downcast_ref::<std::io::Error>() {
             return io.kind() == std::io::ErrorKind::BrokenPipe;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// The connection ended before any answer: reset by the agent, or closed
+/// before a whole answer came (never once an answer has begun: hyper
+/// returns the response as soon as its head is read).
+fn unanswered(error: &hyper::Error) -> bool {
+    if error.is_incomplete_message() {
+        return true;
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionReset;
         }
         source = cause.source();
     }
@@ -225,6 +245,10 @@ impl Transport {
                     // Written into a socket the agent had closed before its
                     // driver saw it: nothing was delivered.
                     None if refused_unread(e.error()) => request = rebuild(),
+                    // Written, and the agent closed the idle connection
+                    // before answering (its idle timeout raced the
+                    // request): sent again only when it is idempotent.
+                    None if method.is_idempotent() && unanswered(e.error()) => request = rebuild(),
                     None => return Err(Error::Connection(Box::new(e.into_error()))),
                 },
             }
@@ -392,6 +416,72 @@ mod tests {
         // The second request went out on the second connection only: the
         // closed one never carried it.
         assert_eq!(two, "GET /v1/two HTTP/1.1");
+    }
+
+    /// The agent closes a pooled connection as a request arrives on it,
+    /// leaving the request unread (its idle timeout racing the request):
+    /// the client sees a reset with no answer. A GET goes out again on a
+    /// fresh connection; a POST is never sent twice and fails.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reset_before_any_answer_resends_only_idempotent_requests() {
+        use std::io::{Read, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("resetting.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 17\r\n\r\n{\"released\":true}";
+        let server = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for _ in 0..2 {
+                let (mut pooled, _) = listener.accept().unwrap();
+                lines.push(read_request_line(&mut pooled));
+                pooled.write_all(answer).unwrap();
+                // The next request's first byte, then the close with the
+                // rest unread: the kernel resets the connection.
+                let mut byte = [0u8; 1];
+                assert_eq!(pooled.read(&mut byte).unwrap(), 1);
+                drop(pooled);
+                if lines.len() == 1 {
+                    // The GET again, on a fresh connection.
+                    let (mut fresh, _) = listener.accept().unwrap();
+                    lines.push(read_request_line(&mut fresh));
+                    fresh.write_all(answer).unwrap();
+                }
+            }
+            lines
+        });
+        let transport = Transport::new(socket, Duration::from_secs(10));
+        for (first, second) in [("/v1/a", Method::GET), ("/v1/c", Method::POST)] {
+            let _: redlock_wire::ReleaseResponse = transport
+                .call(Method::GET, first.into(), None, Duration::ZERO)
+                .await
+                .unwrap();
+            let again = transport
+                .call::<redlock_wire::ReleaseResponse>(
+                    second.clone(),
+                    "/v1/b".into(),
+                    None,
+                    Duration::ZERO,
+                )
+                .await;
+            if second == Method::GET {
+                assert!(again.unwrap().released);
+                // The fresh connection is the pooled one now; drop it so
+                // the next round starts on a new one.
+                transport.idle.lock().unwrap().clear();
+            } else {
+                assert!(matches!(again, Err(Error::Connection(_))), "{again:?}");
+            }
+        }
+        let lines = server.join().unwrap();
+        assert_eq!(
+            lines,
+            [
+                "GET /v1/a HTTP/1.1",
+                "GET /v1/b HTTP/1.1",
+                "GET /v1/c HTTP/1.1"
+            ],
+            "the GET went out again once; the POST never did"
+        );
     }
 
     #[test]
