@@ -31,7 +31,7 @@
 //! (`PR_SET_PDEATHSIG`) and the rest of the tree falls to `lock`, a
 //! subreaper too, which kills it. Not covered: both killed at once, and
 //! processes started outside the tree (through systemd, a container
-//! runtime, ssh); see the README.
+//! runtime, ssh); see docs/scripts.md.
 
 pub mod guardian;
 pub mod tree;

@@ -1,5 +1,5 @@
-//! The minimal Redis ACL that the README documents, proven: real masters
-//! get that user (`ACL SETUSER`, the README's own line), and two agents log
+//! The minimal Redis ACL that docs/security.md documents, proven: real masters
+//! get that user (`ACL SETUSER`, the page's own line), and two agents log
 //! in as it and do everything they do: acquire, extend, release, hold,
 //! waits across agents (pub/sub), the leaked-key scanner, the incarnation
 //! marker and force release. `INFO` is refused, and the masters' ACL logs
@@ -19,17 +19,17 @@ const PASSWORD: &str = "acl-test-pw";
 /// Short scans and probes so the test sees them soon.
 const EXTRA: &str = "leak_scan:\n  interval: 200ms\nhealth:\n  interval: 100ms\n";
 
-/// The `ACL SETUSER redlock ...` line of the README, split into arguments,
+/// The `ACL SETUSER redlock ...` line of docs/security.md, split into arguments,
 /// with the password filled in.
 fn documented_acl() -> Vec<String> {
     let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("read README.md");
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/security.md"))
+            .expect("read docs/security.md");
     let line = readme
         .lines()
         .map(str::trim)
         .find(|l| l.starts_with("ACL SETUSER redlock "))
-        .expect("the README documents the agent's ACL as `ACL SETUSER redlock ...`");
+        .expect("docs/security.md documents the agent's ACL as `ACL SETUSER redlock ...`");
     line.split_whitespace()
         .skip(1)
         .map(|arg| arg.replace(">PASSWORD", &format!(">{PASSWORD}")))

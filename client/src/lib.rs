@@ -32,7 +32,7 @@
 //! ```
 //!
 //! With a fencing token, for storage that can refuse a stale writer (see
-//! the agent's README, "Fencing"): pass the fence with every write, and
+//! the agent's docs/fencing.md): pass the fence with every write, and
 //! have the storage accept a write only when its fence is above the
 //! highest it has seen.
 //!

@@ -4,7 +4,7 @@
 //! A section is `(resource, client, token, validity window, entry, exit)`.
 //! Its validity window starts when the grant arrived and ends at the last
 //! `valid_until` the client was given (grant, extend or renewal, each
-//! counted from when its answer arrived, as the README tells clients), or
+//! counted from when its answer arrived, as docs/api.md tells clients), or
 //! earlier, when the client learned the lock was gone (`lost`, a refused
 //! extend, a broken hold stream). The part of the section inside that
 //! window is where the client *believed* it held the lock.

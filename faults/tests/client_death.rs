@@ -1,6 +1,7 @@
 //! A client that dies in the middle of a hold: the kernel closes its
 //! connection, and the agent must release the lock on every master at once
-//! (README: "closing the connection releases"), not when the TTL runs out
+//! (docs/api.md, the hold: "closing the connection ... releases it on every
+//! master at once"), not when the TTL runs out
 //! or at the next renewal.
 
 use std::process::Stdio;

@@ -1,7 +1,7 @@
 //! Using fences: worked examples against real parts (3 `redis-server`
 //! masters, 2 agent processes over them, a store of each kind), each
-//! showing a store refusing a stale writer. The README's Fencing section
-//! points here:
+//! showing a store refusing a stale writer. docs/fencing.md points
+//! here:
 //!
 //! ```sh
 //! cargo nextest run -p faults --test fencing_examples

@@ -1,6 +1,6 @@
 //! The one key table. Key handling, the header's hint bar, the help screen
-//! and the README's key list are all read from [`BINDINGS`], so they cannot
-//! disagree.
+//! and the key list in docs/operations.md are all read from [`BINDINGS`],
+//! so they cannot disagree.
 //!
 //! A binding belongs to a [`Scope`]; what is active at a moment is a chain
 //! of scopes (a [`Context`]), e.g. the locks table is
@@ -340,7 +340,7 @@ pub fn keys_label(binding: &Binding) -> String {
         .join(" / ")
 }
 
-/// The key table as Markdown, for the README.
+/// The key table as Markdown, for docs/operations.md (a test checks the copy there).
 pub fn markdown(readonly: bool) -> String {
     let mut out = String::from("| Where | Keys | Does |\n|---|---|---|\n");
     for &scope in SCOPES {
@@ -464,5 +464,26 @@ mod tests {
             "{hints:?}"
         );
         assert!(hints.contains(&(":".to_string(), "view")));
+    }
+
+    #[test]
+    fn the_docs_key_table_is_the_one_the_tui_uses() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
+        let page = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+        let (begin, end) = ("<!-- keys:begin -->\n", "\n<!-- keys:end -->");
+        let start = page
+            .find(begin)
+            .unwrap_or_else(|| panic!("{path} has no {begin:?} marker"))
+            + begin.len();
+        let len = page[start..]
+            .find(end)
+            .unwrap_or_else(|| panic!("{path} has no {end:?} marker"));
+        assert_eq!(
+            &page[start..start + len],
+            markdown(false),
+            "the key table in {path} is not what markdown(false) renders: replace the \
+             lines between the keys:begin and keys:end markers with markdown(false)'s \
+             text (the right-hand side above)"
+        );
     }
 }

@@ -9,7 +9,7 @@
 //! - [`event_loop`]: terminal and client events into the app, the view
 //!   drawn after each, the app's query and commands out to the client.
 //! - [`keys`]: the one key table; key handling, the hint bar, the help
-//!   screen and the README's key list are all read from it.
+//!   screen and the key list in docs/operations.md are all read from it.
 //! - [`client`]: the connection to the agent as a state machine, in its own
 //!   task, talking to the app over channels.
 //! - [`state`]: pure data: rows, sort, filter, countdowns, summary rates.

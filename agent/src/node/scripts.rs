@@ -70,7 +70,7 @@ pub async fn evalsha(
 /// older agent) get one from the health probe (see `Node::check_marker`).
 /// Where an ACL refuses `INFO` (or a server does not report
 /// `evicted_keys`), markers carry no count and evictions go unseen, as the
-/// README says: such masters must keep `noeviction`.
+/// docs/safety.md says: such masters must keep `noeviction`.
 ///
 /// - `v` (the vote; number: TTL in ms; more: the sum of 1 to read the
 ///   counter and 2 for a voter that will wait if the lock is taken):
