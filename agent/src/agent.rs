@@ -10,16 +10,21 @@ use redlock_wire::{NodeState, NodeStatus, NodesResponse};
 
 use crate::config::Config;
 use crate::health::{self, HealthSettings, Usability};
-use crate::lock::waiters::{self, Waiters};
-use crate::lock::{millis, Engine, Locks, Rules};
+use crate::lock::waiters::{self, Subscriptions, Waiters};
+use crate::lock::{millis, Rules};
 use crate::metrics::{Metrics, NodeSeries};
-use crate::node::{Node, NodeSettings, FENCE_SUFFIX};
+use crate::node::{subscriber, Node, NodeSettings, FENCE_SUFFIX};
 use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITCH};
 use crate::redlock::master::NodeError;
 use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
 use redlock_testkit::switches::{NO_LOSS_NOTICE, NO_SLOT_READINESS};
 use tokio_util::sync::CancellationToken;
+
+/// The engine over the Redis masters.
+pub type Engine = crate::redlock::Redlock<Node>;
+/// The lock service over the Redis masters.
+pub type Locks = crate::lock::Locks<Node>;
 
 /// The test-only switch that turns the in-vote marker check off, so a
 /// control run can show the fault suite's checker finding the double grant
@@ -300,9 +305,11 @@ impl Agent {
             .collect();
         tasks.push(tokio::spawn(Arc::clone(&self.scanner).run(nodes.to_vec())));
         for node in nodes {
-            tasks.push(tokio::spawn(waiters::listen(
+            let (channels, changes) = Subscriptions::new(Arc::clone(&self.locks));
+            tasks.push(tokio::spawn(subscriber::listen(
                 Arc::clone(node),
-                Arc::clone(&self.locks),
+                Arc::new(channels),
+                changes,
             )));
         }
         tasks

@@ -186,7 +186,7 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
     }
     node.set_identity(identity.clone());
     let probes = node.record_probe(latency);
-    if !reconnected && probes % TOPOLOGY_EVERY == 0 {
+    if !reconnected && probes.is_multiple_of(TOPOLOGY_EVERY) {
         // A policy changed at run time (CONFIG SET maxmemory-policy) is
         // warned about within this many probes; the votes' eviction check
         // keeps locks safe in between.

@@ -12,13 +12,18 @@
 //!   ([`redlock::holding`]), tokens, resources, over the
 //!   [`redlock::master::Master`] trait, reporting to the
 //!   [`redlock::observe::Observer`] it is given. Unit tests run it against
-//!   masters in memory.
+//!   masters in memory. [`redlock::master`] also holds the lock service's
+//!   other ports: [`redlock::Store`] (force deletes, announcements,
+//!   operator reads, loss notices) and [`redlock::Channels`] (what a
+//!   master's pub/sub subscriber serves).
 //! - [`node`]: one Redis master behind that trait: its connection
 //!   ([`node::conn`]: one server's, or a Redis Cluster's) and state, the
 //!   lock commands and their scripts, sent in batches ([`node::batch`]:
 //!   what queued while the previous call was on its way goes in one script
 //!   call, one per slot on a cluster), the health probes' commands, the
-//!   scans. A master that is a Redis Cluster ([`node::cluster`]) checks its
+//!   scans and operator reads, and the pub/sub subscriber
+//!   ([`node::subscriber`]). The only code that talks to Redis for the
+//!   lock service. A master that is a Redis Cluster ([`node::cluster`]) checks its
 //!   marker per slot against the serving node's ID and quarantines slots
 //!   one by one ([`node::slots`]).
 //! - [`health`]: one task per master that connects, probes, detects restarts
@@ -32,7 +37,9 @@
 //!   release; the TTL and owner rules, grant bookkeeping
 //!   ([`lock::grants`]), waiters ([`lock::waiters`]: per-resource FIFO
 //!   queues woken by releases here or, through pub/sub, on other agents)
-//!   and the operators' listing of lock keys ([`lock::listing`]).
+//!   and the operators' listing of lock keys ([`lock::listing`]). Generic
+//!   over [`redlock::Store`]: it imports nothing from [`node`], and its
+//!   unit tests run it on masters in memory.
 //! - [`metrics`]: every metric, defined in one place; the engine's observer.
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
 //! - [`api`]: HTTP routes ([`api::routes`], requests to the lock service and
@@ -41,7 +48,9 @@
 //!   hyper while it has requests, only the socket while idle) and peer
 //!   credentials with who may connect ([`api::peer`]); the wire types are in
 //!   the `redlock-wire` crate.
-//! - [`agent`]: the state shared by every request and its background tasks.
+//! - [`agent`]: the state shared by every request and its background
+//!   tasks; joins the lock service to the Redis masters (`Locks` over
+//!   [`node::Node`], one subscriber per master).
 //! - [`check`]: `redlock-agent check` past the file: every master
 //!   connected at once through the agent's own nodes, and judged usable or
 //!   not (unreachable, TLS or AUTH refused, a cluster listed as a single
@@ -57,8 +66,9 @@
 //! - [`shutdown`]: signals that start a drain.
 //!
 //! Imports point one way, with no loops: `daemon` → `api` → `agent` →
-//! `lock` → `node` → `redlock`; `check` → `agent`, beside `daemon`;
-//! `metrics` and `health` beside them.
+//! `lock` and `node` (side by side: neither imports the other) →
+//! `redlock`; `check` → `agent`, beside `daemon`; `metrics` and `health`
+//! beside them.
 
 pub mod agent;
 pub mod api;

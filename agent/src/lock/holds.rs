@@ -34,7 +34,7 @@ use redlock_wire::{HoldEvent, OnDisconnect};
 use tokio::sync::{mpsc, watch};
 
 use super::Locks;
-use crate::redlock::{Extend, Failure, Grant, Holding, Resource};
+use crate::redlock::{Extend, Failure, Grant, Holding, Resource, Store};
 
 /// Why a hold ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +156,7 @@ impl Registry {
 }
 
 /// Resolves when any of `receivers` (each master's
-/// [`crate::node::Node::loss_events`]) says its master lost keys; never
+/// [`Store::loss_events`]) says its master lost keys; never
 /// without receivers.
 async fn any_loss(receivers: &mut [watch::Receiver<u64>]) {
     if receivers.is_empty() {
@@ -180,8 +180,8 @@ enum Woken {
 
 /// Runs a granted hold until it ends, sending its events on `events`
 /// (the first, `acquired`, is already sent by the caller), and releases it.
-pub async fn run(
-    locks: Arc<Locks>,
+pub async fn run<M: Store>(
+    locks: Arc<Locks<M>>,
     resource: Resource,
     grant: Grant,
     max_hold: Duration,
@@ -223,8 +223,18 @@ pub async fn run(
     // A loss seen between the grant's votes and the receivers above woke
     // nothing: look once now, as a wake-up would.
     let lost_already = notices && lost_on_masters(&holding);
+    // So did a force release heard before the registration above; it
+    // forgot the grant here.
+    let force_released_already = notices
+        && locks
+            .grants()
+            .current(resource.as_str())
+            .is_none_or(|(token, _)| token != grant.token.as_str());
 
     let end = loop {
+        if force_released_already {
+            break End::ForceReleased;
+        }
         if lost_already {
             break End::NodeLost;
         }

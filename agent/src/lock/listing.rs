@@ -2,7 +2,8 @@
 //! (one page of the keys under a prefix, per-master TTLs, the holding
 //! agent's name and, for locks held here, the holding process; never a
 //! token), and `GET /v1/locks/{resource}` (one lock from every master at
-//! once). Read on reader connections apart from the lock path.
+//! once). Read through [`Store`], which keeps these reads apart from the
+//! lock path (on Redis, a reader connection per master).
 //!
 //! Operator answers are never silently wrong: a master that cannot be read
 //! (down, timed out, failed) is named in `unread` and the answer says
@@ -16,17 +17,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-use crate::node::Conn;
 
 use redlock_wire::{LockInfo, LockResponse, LocksResponse, NodeKey};
 use tokio::sync::Semaphore;
 
 use super::Locks;
-use crate::node::{KeyState, Node};
-use crate::redlock::{token, NodeError, Resource};
+use crate::redlock::{token, KeyState, NodeError, Resource, Store};
 
 /// Locks listed in one page when the caller does not say.
 pub const MAX_LOCKS: usize = 1000;
@@ -39,11 +36,6 @@ pub const LISTING_QUEUE_WAIT: Duration = Duration::from_secs(1);
 /// Most matching keys one listing walks on one master; beyond, that master
 /// counts as unread (an answer built from part of it would look complete).
 pub const MAX_SCAN_KEYS: usize = 1_000_000;
-/// Response timeout of one operator read. Longer than a lock vote's
-/// `node_timeout`: a `SCAN` of a thousand keys or a page's `READ_KEYS` may
-/// take a few milliseconds more under load, and an operator waits, not a
-/// lock.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// `SCAN … COUNT` of a listing.
 const SCAN_COUNT: u64 = 5000;
 /// Keys per `READ_KEYS` call, so one script never blocks a master long.
@@ -55,65 +47,17 @@ const MAX_CURSOR_LEN: usize = 512;
 /// a worker thread (and the lock commands waiting on it) for long.
 const YIELD_EVERY: usize = 512;
 
-/// Operator reads' own resources: turns for listings, and one reader
-/// connection per master (see [`Node::open_reader`]), opened on first use
-/// and dropped after any error.
+/// Turns for listings: at most [`MAX_LISTINGS`] scan the masters at once.
 #[derive(Debug)]
 pub struct Listings {
     permits: Semaphore,
-    // A std Mutex: held only to clone or replace a connection handle.
-    readers: Mutex<HashMap<usize, Conn>>,
 }
 
 impl Default for Listings {
     fn default() -> Listings {
         Listings {
             permits: Semaphore::new(MAX_LISTINGS),
-            readers: Mutex::new(HashMap::new()),
         }
-    }
-}
-
-impl Listings {
-    fn readers(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Conn>> {
-        // Poisoning needs a panic while held; clone and insert cannot panic.
-        self.readers.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Master `index`'s reader connection, opened if there is none.
-    async fn reader(&self, index: usize, node: &Node) -> Result<Conn, NodeError> {
-        if let Some(conn) = self.readers().get(&index).cloned() {
-            return Ok(conn);
-        }
-        let conn = node
-            .open_reader(READ_TIMEOUT)
-            .await
-            .map_err(with_read_timeout)?;
-        self.readers().insert(index, conn.clone());
-        Ok(conn)
-    }
-
-    /// Runs `read` on master `index`'s reader; an error drops the reader so
-    /// the next read opens a fresh one.
-    async fn read<T, F, Fut>(&self, index: usize, node: &Node, read: F) -> Result<T, NodeError>
-    where
-        F: FnOnce(Conn) -> Fut,
-        Fut: std::future::Future<Output = Result<T, NodeError>>,
-    {
-        let conn = self.reader(index, node).await?;
-        let result = read(conn).await.map_err(with_read_timeout);
-        if result.is_err() {
-            self.readers().remove(&index);
-        }
-        result
-    }
-}
-
-/// A reader's timeouts are [`READ_TIMEOUT`]; the redis error does not say.
-fn with_read_timeout(error: NodeError) -> NodeError {
-    match error {
-        NodeError::Timeout(_) => NodeError::Timeout(READ_TIMEOUT),
-        other => other,
     }
 }
 
@@ -234,9 +178,8 @@ pub fn escape_glob(text: &str) -> String {
 }
 
 /// One master's names under the pattern, and how many keys `SCAN` returned.
-async fn scan_node(
-    node: &Node,
-    conn: Conn,
+async fn scan_node<M: Store>(
+    node: &M,
     pattern: &str,
     key_prefix: &str,
 ) -> Result<(Vec<String>, u64), ReadFailure> {
@@ -245,9 +188,9 @@ async fn scan_node(
     let mut cursor = 0;
     loop {
         let (next, batch) = node
-            .scan_names(&conn, cursor, pattern, SCAN_COUNT)
+            .list_names(cursor, pattern, SCAN_COUNT)
             .await
-            .map_err(|e| ReadFailure::Node(with_read_timeout(e)))?;
+            .map_err(ReadFailure::Node)?;
         scanned += batch.len() as u64;
         // The agents' own keys (the marker, the fence counter, quarantine
         // witnesses) are not locks.
@@ -285,14 +228,13 @@ impl std::fmt::Display for ReadFailure {
 }
 
 /// The page's keys on one master, in chunks of [`READ_CHUNK`].
-async fn read_node(
-    node: &Node,
-    conn: Conn,
+async fn read_node<M: Store>(
+    node: &M,
     keys: &[String],
 ) -> Result<HashMap<String, KeyState>, NodeError> {
     let mut states = HashMap::with_capacity(keys.len());
     for chunk in keys.chunks(READ_CHUNK) {
-        for state in node.read_keys(&conn, chunk).await? {
+        for state in node.list_keys(chunk).await? {
             if state.pttl != -2 && state.value.is_some() {
                 states.insert(state.key.clone(), state);
             }
@@ -303,7 +245,7 @@ async fn read_node(
 
 /// Fails with [`ReadError::TooFewRead`] when fewer than a quorum of masters
 /// answered; else the names of those that did not.
-fn check_read(locks: &Locks, read: &[bool]) -> Result<Vec<String>, ReadError> {
+fn check_read<M: Store>(locks: &Locks<M>, read: &[bool]) -> Result<Vec<String>, ReadError> {
     let redlock = locks.engine();
     let unread: Vec<String> = redlock
         .nodes()
@@ -329,7 +271,10 @@ fn check_read(locks: &Locks, read: &[bool]) -> Result<Vec<String>, ReadError> {
 /// # Errors
 /// [`ReadError::Busy`] when other listings hold every turn,
 /// [`ReadError::TooFewRead`] when fewer than a quorum of masters answered.
-pub async fn list(locks: &Locks, query: &ListQuery) -> Result<LocksResponse, ReadError> {
+pub async fn list<M: Store>(
+    locks: &Locks<M>,
+    query: &ListQuery,
+) -> Result<LocksResponse, ReadError> {
     let _turn = tokio::time::timeout(LISTING_QUEUE_WAIT, locks.listings().permits.acquire())
         .await
         .map_err(|_| ReadError::Busy)?
@@ -340,18 +285,11 @@ pub async fn list(locks: &Locks, query: &ListQuery) -> Result<LocksResponse, Rea
     let key_prefix = &redlock.settings().key_prefix;
     let pattern = format!("{}*", escape_glob(&format!("{key_prefix}{}", query.prefix)));
     let nodes = redlock.nodes();
-    let listings = locks.listings();
-    let scans = futures::future::join_all(nodes.iter().enumerate().map(|(i, node)| {
-        let pattern = &pattern;
-        async move {
-            let conn = listings.reader(i, node).await.map_err(ReadFailure::Node)?;
-            let scan = scan_node(node, conn, pattern, key_prefix).await;
-            if scan.is_err() {
-                listings.readers().remove(&i);
-            }
-            scan
-        }
-    }))
+    let scans = futures::future::join_all(
+        nodes
+            .iter()
+            .map(|node| scan_node(&**node, &pattern, key_prefix)),
+    )
     .await;
 
     let mut all: BTreeSet<&str> = BTreeSet::new();
@@ -382,22 +320,16 @@ pub async fn list(locks: &Locks, query: &ListQuery) -> Result<LocksResponse, Rea
     let total = all.len() as u64;
 
     let readable: Vec<bool> = scans.iter().map(Result::is_ok).collect();
-    let reads = futures::future::join_all(nodes.iter().zip(&readable).enumerate().map(
-        |(i, (node, ok))| {
-            let window = &window;
-            async move {
-                if *ok {
-                    Some(
-                        listings
-                            .read(i, node, |conn| read_node(node, conn, window))
-                            .await,
-                    )
-                } else {
-                    None
-                }
+    let reads = futures::future::join_all(nodes.iter().zip(&readable).map(|(node, ok)| {
+        let window = &window;
+        async move {
+            if *ok {
+                Some(read_node(&**node, window).await)
+            } else {
+                None
             }
-        },
-    ))
+        }
+    }))
     .await;
     let per_node: Vec<Option<HashMap<String, KeyState>>> = nodes
         .iter()
@@ -466,19 +398,15 @@ pub async fn list(locks: &Locks, query: &ListQuery) -> Result<LocksResponse, Rea
 /// # Errors
 /// [`ReadError::TooFewRead`] when fewer than a quorum of masters answered,
 /// [`ReadError::NotFound`] when none of those that did has the key.
-pub async fn get(locks: &Locks, resource: &Resource) -> Result<LockResponse, ReadError> {
+pub async fn get<M: Store>(
+    locks: &Locks<M>,
+    resource: &Resource,
+) -> Result<LockResponse, ReadError> {
     let redlock = locks.engine();
     let key = redlock.key(resource);
     let keys = [key.clone()];
     let nodes = redlock.nodes();
-    let listings = locks.listings();
-    let reads = futures::future::join_all(nodes.iter().enumerate().map(|(i, node)| {
-        let keys = &keys;
-        listings.read(i, node, move |conn| async move {
-            node.read_keys(&conn, keys).await
-        })
-    }))
-    .await;
+    let reads = futures::future::join_all(nodes.iter().map(|node| node.list_keys(&keys))).await;
     let states: Vec<Option<Option<KeyState>>> = nodes
         .iter()
         .zip(reads)
@@ -514,8 +442,8 @@ pub async fn get(locks: &Locks, resource: &Resource) -> Result<LockResponse, Rea
 
 /// One lock from its key on each master: `None` = the master could not be
 /// read, `Some(None)` = read and missing.
-fn lock_info(
-    locks: &Locks,
+fn lock_info<M: Store>(
+    locks: &Locks<M>,
     resource: &str,
     per_node: &[Option<Option<&KeyState>>],
     now: Instant,

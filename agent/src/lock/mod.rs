@@ -24,14 +24,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{FenceMode, LockConfig};
 use crate::metrics::{Metrics, Outcome};
-use crate::node::Node;
-use crate::redlock::{token, Acquire, Extend, Failure, Grant, Redlock, Release, Resource, Token};
+use crate::redlock::{
+    token, Acquire, Extend, Failure, Grant, Redlock, Release, Resource, Store, Token,
+};
 use grants::{Grants, Holder};
 use listing::Listings;
 use waiters::{WaitError, Waiters};
-
-/// The engine over the Redis masters.
-pub type Engine = Redlock<Node>;
 
 /// The rules every lock request is held to, from `lock.*` in the config.
 #[derive(Debug, Clone)]
@@ -137,8 +135,8 @@ pub struct Extended {
 
 /// The lock service: every lock operation of this agent goes through it.
 #[derive(Debug)]
-pub struct Locks {
-    engine: Engine,
+pub struct Locks<M: Store> {
+    engine: Redlock<M>,
     rules: Rules,
     grants: Grants,
     waiters: Arc<Waiters>,
@@ -150,14 +148,14 @@ pub struct Locks {
     shutdown: CancellationToken,
 }
 
-impl Locks {
+impl<M: Store> Locks<M> {
     pub fn new(
-        engine: Engine,
+        engine: Redlock<M>,
         rules: Rules,
         waiters: Arc<Waiters>,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
-    ) -> Locks {
+    ) -> Locks<M> {
         Locks {
             engine,
             rules,
@@ -170,7 +168,7 @@ impl Locks {
         }
     }
 
-    pub fn engine(&self) -> &Engine {
+    pub fn engine(&self) -> &Redlock<M> {
         &self.engine
     }
 
@@ -486,3 +484,6 @@ pub(crate) fn show_id(id: Option<u32>) -> String {
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,7 @@
 //! this agent wakes it directly, and the release script PUBLISHes the
 //! released token on the resource's channel `<key_prefix>released:<resource>`
 //! on every master where a waiting voter had flagged the key (see
-//! `scripts::BATCH`), to which an agent subscribes ([`listen`]) while it has
+//! `scripts::BATCH`), to which an agent subscribes ([`Subscriptions`]) while it has
 //! waiters for that resource, so a release through another agent wakes this
 //! one too. A release nobody waits for publishes nothing.
 //!
@@ -43,7 +43,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -57,8 +56,7 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
 pub const RETRIES_PER_SECOND: f64 = 1000.0;
 
 use crate::metrics::Metrics;
-use crate::node::Node;
-use crate::redlock::{Acquire, Master, Redlock, Resource, Token};
+use crate::redlock::{Acquire, ChannelChange, Channels, Master, Redlock, Resource, Store, Token};
 
 /// One resource's queue. Each waiter has its own wake-up channel carrying
 /// a generation number: only the head is woken, by a release or when it
@@ -104,7 +102,7 @@ pub struct Waiters {
     force_channel: String,
     /// One per master's listener: the channels to (un)subscribe as queues
     /// come and go.
-    listeners: Mutex<Vec<mpsc::UnboundedSender<Change>>>,
+    listeners: Mutex<Vec<mpsc::UnboundedSender<ChannelChange>>>,
     /// Cancelled when the agent shuts down: every waiter answers at once.
     shutdown: CancellationToken,
     retries: RetryBudget,
@@ -162,14 +160,6 @@ enum Wake {
     Changed,
     TimedOut,
     ShuttingDown,
-}
-
-/// A change in the release channels this agent needs.
-#[derive(Debug)]
-enum Change {
-    /// Subscribe, and say so on the sender once the master confirmed.
-    Subscribe(String, Option<oneshot::Sender<()>>),
-    Unsubscribe(String),
 }
 
 /// The release channel of `resource`; the release script publishes on it.
@@ -242,7 +232,7 @@ impl Waiters {
         listeners.retain(|l| {
             let (done, confirmed) = oneshot::channel();
             confirmations.push(confirmed);
-            l.send(Change::Subscribe(channel.to_string(), Some(done)))
+            l.send(ChannelChange::Subscribe(channel.to_string(), Some(done)))
                 .is_ok()
         });
         confirmations
@@ -250,7 +240,10 @@ impl Waiters {
 
     fn unsubscribe(&self, channel: &str) {
         let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
-        listeners.retain(|l| l.send(Change::Unsubscribe(channel.to_string())).is_ok());
+        listeners.retain(|l| {
+            l.send(ChannelChange::Unsubscribe(channel.to_string()))
+                .is_ok()
+        });
     }
 
     /// The release channels of every resource with waiters.
@@ -552,98 +545,54 @@ impl Drop for Ticket<'_> {
     }
 }
 
-/// Keeps one master's subscriptions to the fleet's force-release channel
-/// and to the release channels of the resources with waiters here,
-/// forever: wakes the matching queue on every release, and tells `locks`
-/// of every force release ([`super::Locks::heard_force_release`]).
-/// Reconnects after failures with a capped backoff, then subscribes again
-/// to every channel wanted; returns only when aborted.
-pub async fn listen(node: Arc<Node>, locks: Arc<super::Locks>) {
-    let waiters = Arc::clone(locks.waiters());
-    let (changes_tx, mut changes) = mpsc::unbounded_channel();
-    waiters
-        .listeners
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(changes_tx);
-    let mut backoff = Duration::from_millis(100);
-    let mut refused_said = false;
-    loop {
-        let connected = async {
-            let pubsub = node.client().get_async_pubsub().await?;
-            let (mut sink, stream) = pubsub.split();
-            // Changes queued so far are covered by the full list below.
-            while changes.try_recv().is_ok() {}
-            // Refused by an ACL without the channel: waiters still wake, and
-            // holds hear a force release at their next renewal; said once,
-            // not at every reconnect. Any other error (NOAUTH, a dropped
-            // connection) is the connection's, retried like the rest.
-            match sink.subscribe(&waiters.force_channel).await {
-                Ok(()) => {}
-                Err(e) if e.code() == Some("NOPERM") => {
-                    if !std::mem::replace(&mut refused_said, true) {
-                        tracing::warn!(node = node.name(), error = %e, channel = %waiters.force_channel, "cannot subscribe to the force-release channel: holds here hear of a force release only at their next renewal");
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-            for channel in waiters.wanted() {
-                sink.subscribe(&channel).await?;
-            }
-            Ok::<_, redis::RedisError>((sink, stream))
-        };
-        match tokio::time::timeout(Duration::from_secs(2), connected).await {
-            Ok(Ok((mut sink, mut stream))) => {
-                backoff = Duration::from_millis(100);
-                loop {
-                    tokio::select! {
-                        message = stream.next() => match message {
-                            Some(message) if message.get_channel_name() == waiters.force_channel => {
-                                force_released(&locks, message.get_payload_bytes());
-                            }
-                            Some(message) => waiters.released_on(message.get_channel_name(), message.get_payload_bytes()),
-                            None => break,
-                        },
-                        change = changes.recv() => {
-                            let done = match change {
-                                Some(Change::Subscribe(channel, confirm)) => {
-                                    let done = sink.subscribe(&channel).await;
-                                    if let (Ok(()), Some(confirm)) = (&done, confirm) {
-                                        let _ = confirm.send(());
-                                    }
-                                    done
-                                }
-                                Some(Change::Unsubscribe(channel)) => sink.unsubscribe(&channel).await,
-                                None => return,
-                            };
-                            if let Err(e) = done {
-                                tracing::debug!(node = node.name(), error = %e, "release channel (un)subscribe failed");
-                                break;
-                            }
-                        }
-                    }
-                }
-                tracing::debug!(
-                    node = node.name(),
-                    "release channels closed; subscribing again"
-                );
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(node = node.name(), error = %e, "cannot subscribe to the release channels")
-            }
-            Err(_) => tracing::debug!(
-                node = node.name(),
-                "subscribing to the release channels timed out"
-            ),
+/// What each master's subscriber (`crate::node::subscriber::listen`)
+/// serves for the lock service: the fleet's force-release channel and the
+/// release channels of the resources with waiters here. A release wakes
+/// the matching queue; a force release is told to `locks`
+/// ([`super::Locks::heard_force_release`]).
+pub struct Subscriptions<M: Store> {
+    locks: Arc<super::Locks<M>>,
+}
+
+impl<M: Store> Subscriptions<M> {
+    /// The channels for one master's subscriber, and the changes to them
+    /// as queues come and go (one receiver per master).
+    pub fn new(
+        locks: Arc<super::Locks<M>>,
+    ) -> (Subscriptions<M>, mpsc::UnboundedReceiver<ChannelChange>) {
+        let (changes_tx, changes) = mpsc::unbounded_channel();
+        locks
+            .waiters()
+            .listeners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(changes_tx);
+        (Subscriptions { locks }, changes)
+    }
+}
+
+impl<M: Store> Channels for Subscriptions<M> {
+    fn always(&self) -> &str {
+        self.locks.waiters().force_channel()
+    }
+
+    fn wanted(&self) -> Vec<String> {
+        self.locks.waiters().wanted()
+    }
+
+    fn message(&self, channel: &str, payload: &[u8]) {
+        let waiters = self.locks.waiters();
+        if channel == waiters.force_channel {
+            force_released(&self.locks, payload);
+        } else {
+            waiters.released_on(channel, payload);
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 
 /// A message on the fleet's force-release channel: `<resource>\n<value>`
 /// (a resource has no line break; the value is the rest).
-fn force_released(locks: &super::Locks, message: &[u8]) {
+fn force_released<M: Store>(locks: &super::Locks<M>, message: &[u8]) {
     let parsed = std::str::from_utf8(message)
         .ok()
         .and_then(|m| m.split_once('\n'));

@@ -1,11 +1,15 @@
 //! One `Node` = one Redis master behind the engine's
 //! [`crate::redlock::Master`]: its connection and state here, its commands
 //! by job in [`lock`] (the votes, extend, release, fences), [`probe`] (the
-//! health task's), [`scan`] (listings and the leak scanner's) and their
-//! [`scripts`].
+//! health task's), [`scan`] (listings, force deletes and the leak
+//! scanner's: with [`lock`], the lock service's
+//! [`crate::redlock::Store`]), [`subscriber`] (the pub/sub channels of
+//! waiters and force releases) and their [`scripts`].
 //!
 //! ## Behavior
-//! - One multiplexed connection per master; every request shares it.
+//! - One multiplexed connection per master shared by every lock command
+//!   and probe; operator reads, the leak scanner and the subscriber each
+//!   have one of their own.
 //! - Every request is bounded by `node_timeout` of the master's time,
 //!   counted from when the request is sent and without the time the agent
 //!   itself was too busy to write it or read its answer (see
@@ -38,9 +42,11 @@ pub mod probe;
 pub mod scan;
 pub mod scripts;
 pub mod slots;
+pub mod subscriber;
 
+pub use crate::redlock::KeyState;
 pub use conn::Conn;
-pub use scan::KeyState;
+pub use scan::READ_TIMEOUT;
 
 use crate::redlock::master::NodeError;
 use crate::redlock::observe::{NodeObserver, Op};
@@ -250,6 +256,8 @@ pub struct Node {
     /// and dropped after any error. A std Mutex: held only to clone or
     /// replace the handle.
     scan_conn: Mutex<Option<Conn>>,
+    /// The listings' reader connection (see [`Node::open_reader`]).
+    list_conn: Mutex<Option<Conn>>,
     // A std Mutex: every critical section is a few field reads or writes and
     // never spans an await.
     inner: Mutex<Inner>,
@@ -313,6 +321,7 @@ impl Node {
             charge_queued: settings.charge_queued,
             overall: settings.overall,
             scan_conn: Mutex::new(None),
+            list_conn: Mutex::new(None),
             // Connecting includes TCP, TLS and the handshake; allow more than
             // one request's worth, but keep it short so a frozen master is
             // noticed quickly. Only the health task waits on it.

@@ -6,16 +6,26 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use std::sync::Mutex;
+
+use tokio::sync::watch;
+
 use super::Conn;
 
 use super::{classify, scripts, ttl_ms, Node};
-use crate::redlock::master::NodeError;
+use crate::redlock::master::{KeyState, NodeError, Store};
 use crate::redlock::observe::Op;
 
 /// Response timeout on the leak scanner's connection: a `SCAN` and the
 /// `READ_KEYS` of its page may take a few milliseconds more than a vote
 /// under load, and nothing waits on them but the scanner.
 const SCAN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Response timeout of one operator read (a listing or a lock lookup).
+/// Longer than a lock vote's `node_timeout`: a `SCAN` of a thousand keys or
+/// a page's `READ_KEYS` may take a few milliseconds more under load, and an
+/// operator waits, not a lock.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Node {
     /// One `SCAN cursor MATCH pattern COUNT count`, then the value and
@@ -51,18 +61,45 @@ impl Node {
 
     /// The scanner's connection, opened if there is none.
     async fn scan_connection(&self) -> Result<Conn, NodeError> {
+        self.reader(&self.scan_conn, SCAN_TIMEOUT).await
+    }
+
+    /// The reader connection kept in `slot`, opened if there is none.
+    async fn reader(
+        &self,
+        slot: &Mutex<Option<Conn>>,
+        timeout: Duration,
+    ) -> Result<Conn, NodeError> {
         // Poisoning needs a panic while held; clone and replace cannot panic.
-        if let Some(conn) = self
-            .scan_conn
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
+        if let Some(conn) = slot.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             return Ok(conn);
         }
-        let conn = self.open_reader(SCAN_TIMEOUT).await?;
-        *self.scan_conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        let conn = self.open_reader(timeout).await?;
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// Runs one operator read on the listings' reader connection (opened
+    /// on first use, dropped after any error so the next read opens a
+    /// fresh one). Its timeouts are [`READ_TIMEOUT`]: the redis error does
+    /// not say.
+    async fn operator_read<T, F, Fut>(&self, read: F) -> Result<T, NodeError>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: std::future::Future<Output = Result<T, NodeError>>,
+    {
+        let conn = self.reader(&self.list_conn, READ_TIMEOUT).await;
+        let result = match conn {
+            Ok(conn) => read(conn).await,
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            *self.list_conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        result.map_err(|e| match e {
+            NodeError::Timeout(_) => NodeError::Timeout(READ_TIMEOUT),
+            other => other,
+        })
     }
 
     /// One page of a scan over every shard of a cluster, one shard after
@@ -262,14 +299,37 @@ impl Node {
     }
 }
 
-/// One key as a scan saw it on one master.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyState {
-    pub key: String,
-    /// `None` when the key is gone or is not a string.
-    pub value: Option<String>,
-    /// Milliseconds left; -1 without TTL, -2 when the key is gone.
-    pub pttl: i64,
+/// Operators' reads go on the listings' reader connection, apart from the
+/// lock path; force deletes and announcements on the shared connection.
+impl Store for Node {
+    fn loss_events(&self) -> watch::Receiver<u64> {
+        Node::loss_events(self)
+    }
+
+    async fn force_delete(&self, key: &str) -> Result<Option<String>, NodeError> {
+        Node::force_delete(self, key).await
+    }
+
+    async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {
+        Node::announce(self, channel, message).await
+    }
+
+    async fn list_names(
+        &self,
+        cursor: u64,
+        pattern: &str,
+        count: u64,
+    ) -> Result<(u64, Vec<String>), NodeError> {
+        self.operator_read(
+            |conn| async move { self.scan_names(&conn, cursor, pattern, count).await },
+        )
+        .await
+    }
+
+    async fn list_keys(&self, keys: &[String]) -> Result<Vec<KeyState>, NodeError> {
+        self.operator_read(|conn| async move { self.read_keys(&conn, keys).await })
+            .await
+    }
 }
 
 /// Pairs key names with `READ_KEYS`'s flat `value, pttl, value, pttl, …`

@@ -227,3 +227,80 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
         channel: &Arc<str>,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send;
 }
+
+/// One key as an operator's read saw it on one master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyState {
+    pub key: String,
+    /// `None` when the key is gone or is not a string.
+    pub value: Option<String>,
+    /// Milliseconds left; -1 without TTL, -2 when the key is gone.
+    pub pttl: i64,
+}
+
+/// One master as the lock service uses it beyond Redlock's own commands:
+/// the losses its holds listen for, an operator's force release and its
+/// announcement, and the operators' reads of lock keys. The lock service
+/// ([`crate::lock`]) sees masters only through this trait and [`Master`];
+/// [`crate::node::Node`] implements both over Redis, the unit tests in
+/// memory.
+pub trait Store: Master {
+    /// Changes whenever [`Master::losses`] grows: a hold wakes on it to
+    /// look at once whether its masters still hold it.
+    fn loss_events(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Deletes `key` whoever holds it. `Ok(Some(value))` when a key was
+    /// deleted (`""` for a key of another type), `Ok(None)` without one.
+    fn force_delete(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<String>, NodeError>> + Send;
+
+    /// Publishes `message` on `channel` (on a cluster, to every node).
+    fn announce(
+        &self,
+        channel: &str,
+        message: &str,
+    ) -> impl Future<Output = Result<(), NodeError>> + Send;
+
+    /// One step of a walk over the key names matching `pattern` (a `SCAN
+    /// MATCH` glob): the next cursor (0 at the end) and the names. Operator
+    /// reads never queue behind or ahead of the lock commands.
+    fn list_names(
+        &self,
+        cursor: u64,
+        pattern: &str,
+        count: u64,
+    ) -> impl Future<Output = Result<(u64, Vec<String>), NodeError>> + Send;
+
+    /// The value and PTTL of each of `keys`, in the order asked; a key
+    /// that is gone answers `pttl: -2`.
+    fn list_keys(
+        &self,
+        keys: &[String],
+    ) -> impl Future<Output = Result<Vec<KeyState>, NodeError>> + Send;
+}
+
+/// A change to the channels a master's subscriber should be on.
+#[derive(Debug)]
+pub enum ChannelChange {
+    /// Subscribe; the sender, if any, hears once the master confirmed.
+    Subscribe(String, Option<tokio::sync::oneshot::Sender<()>>),
+    Unsubscribe(String),
+}
+
+/// What one master's subscriber serves (see
+/// `crate::node::subscriber::listen`): the channels to be on, and where
+/// their messages go. The lock service implements it for its waiters and
+/// holds; changes to the channels come on a [`ChannelChange`] channel.
+pub trait Channels: Send + Sync + 'static {
+    /// The fleet's force-release channel, always subscribed to. A master
+    /// whose ACL refuses it still serves the other channels.
+    fn always(&self) -> &str;
+
+    /// Every other channel wanted now, subscribed to after a (re)connect.
+    fn wanted(&self) -> Vec<String>;
+
+    /// A message arrived on `channel`.
+    fn message(&self, channel: &str, payload: &[u8]);
+}

@@ -1,16 +1,17 @@
-//! A master in memory for the unit tests of the engine and the waiters:
-//! keys with expiry on tokio's clock (paused in the tests), a fencing
-//! counter, and a behaviour each test sets (down, slow, lost state, no
-//! round 2).
+//! A master in memory for the unit tests of the engine and the lock
+//! service: keys with expiry on tokio's clock (paused in the tests), a
+//! fencing counter, the messages announced on it, and a behaviour each
+//! test sets (down, slow, lost state, no round 2).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redlock_wire::NodeState;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::master::{Claim, Extension, Master, NodeError, Vote};
+use super::master::{Claim, Extension, KeyState, Master, NodeError, Store, Vote};
 use super::observe::VoteLabel;
 
 /// How a master in memory behaves.
@@ -33,7 +34,9 @@ pub(crate) struct Memory {
     pub(crate) keys: Mutex<HashMap<String, (String, Instant)>>,
     pub(crate) counter: Mutex<u64>,
     /// Losses of keys seen, as [`Master::losses`] counts them.
-    losses: Mutex<u64>,
+    losses: watch::Sender<u64>,
+    /// Every `(channel, message)` announced here, in order.
+    pub(crate) announced: Mutex<Vec<(String, String)>>,
 }
 
 impl Memory {
@@ -43,7 +46,8 @@ impl Memory {
             mode: Mutex::new(Mode::Up),
             keys: Mutex::new(HashMap::new()),
             counter: Mutex::new(0),
-            losses: Mutex::new(0),
+            losses: watch::Sender::new(0),
+            announced: Mutex::new(Vec::new()),
         })
     }
 
@@ -74,7 +78,7 @@ impl Memory {
     /// Loses every key, as a flushed master whose loss was seen.
     pub(crate) fn lose_keys(&self) {
         self.keys.lock().unwrap().clear();
-        *self.losses.lock().unwrap() += 1;
+        self.losses.send_modify(|n| *n += 1);
     }
 
     /// Waits as the mode says; `Err` when the master does not answer.
@@ -113,7 +117,7 @@ impl Master for Memory {
     fn count_vote(&self, _: VoteLabel) {}
 
     fn losses(&self) -> u64 {
-        *self.losses.lock().unwrap()
+        *self.losses.borrow()
     }
 
     /// No waiting flag: nothing here publishes (a release wakes the queue
@@ -183,5 +187,75 @@ impl Master for Memory {
             return Ok(true);
         }
         Ok(false)
+    }
+}
+
+impl Store for Memory {
+    fn loss_events(&self) -> watch::Receiver<u64> {
+        self.losses.subscribe()
+    }
+
+    async fn force_delete(&self, key: &str) -> Result<Option<String>, NodeError> {
+        self.answer().await?;
+        let value = self.holds(key);
+        self.keys.lock().unwrap().remove(key);
+        Ok(value)
+    }
+
+    async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {
+        self.answer().await?;
+        self.announced
+            .lock()
+            .unwrap()
+            .push((channel.into(), message.into()));
+        Ok(())
+    }
+
+    /// Every name in one step; `pattern` is a listing's: an escaped prefix
+    /// and `*`.
+    async fn list_names(
+        &self,
+        _cursor: u64,
+        pattern: &str,
+        _count: u64,
+    ) -> Result<(u64, Vec<String>), NodeError> {
+        self.answer().await?;
+        let prefix = pattern
+            .strip_suffix('*')
+            .unwrap_or(pattern)
+            .replace('\\', "");
+        let now = Instant::now();
+        let names = self
+            .keys
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(key, (_, until))| key.starts_with(&prefix) && *until > now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        Ok((0, names))
+    }
+
+    async fn list_keys(&self, keys: &[String]) -> Result<Vec<KeyState>, NodeError> {
+        self.answer().await?;
+        let now = Instant::now();
+        Ok(keys
+            .iter()
+            .map(|key| match self.holds(key) {
+                Some(value) => {
+                    let until = self.keys.lock().unwrap()[key].1;
+                    KeyState {
+                        key: key.clone(),
+                        value: Some(value),
+                        pttl: until.duration_since(now).as_millis() as i64,
+                    }
+                }
+                None => KeyState {
+                    key: key.clone(),
+                    value: None,
+                    pttl: -2,
+                },
+            })
+            .collect())
     }
 }

@@ -26,7 +26,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use rand::Rng;
 
 pub use holding::Holding;
-pub use master::{Claim, Extension, Master, NodeError, Vote};
+pub use master::{
+    ChannelChange, Channels, Claim, Extension, KeyState, Master, NodeError, Store, Vote,
+};
 pub use observe::{Failure, Observer, VoteLabel};
 pub use resource::{Resource, ResourceError};
 pub use token::Token;

@@ -1,0 +1,365 @@
+//! The lock service on masters in memory: waiting order, holds and what
+//! ends them, release bookkeeping, force release and its announcement,
+//! the listing's honesty about unread masters, and how failures map to
+//! [`LockError`]s. The integration tests (`agent/tests/`) prove the same
+//! on real masters; these pin the service's own logic without Redis.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlock_wire::{HoldEvent, OnDisconnect};
+use tokio_util::sync::CancellationToken;
+
+use super::listing::{self, ListQuery, ReadError};
+use super::waiters::{Subscriptions, Waiters};
+use super::{Ask, LockError, Locks, Rules};
+use crate::config::FenceMode;
+use crate::metrics::Metrics;
+use crate::redlock::fence::FenceSettings;
+use crate::redlock::memory::{Memory, Mode};
+use crate::redlock::observe::Ignore;
+use crate::redlock::{Channels, Drift, Redlock, Resource, Settings, Token};
+
+/// Long enough that no lock here expires during a test on a busy machine.
+const TTL_MS: u64 = 30_000;
+/// The longest any wait below may take before the test fails.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn service() -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
+    let masters: Vec<Arc<Memory>> = (0..3).map(Memory::new).collect();
+    let names: Vec<String> = masters.iter().map(|m| m.name.clone()).collect();
+    let metrics = Arc::new(Metrics::new(&names));
+    let settings = Settings {
+        key_prefix: "t:".into(),
+        release_channel_prefix: "t:released:".into(),
+        drift: Drift::new(0.01),
+        retry_delay: Duration::from_millis(10),
+        retry_jitter: Duration::ZERO,
+        agent_name: Some("here".into()),
+        fence: FenceSettings::default(),
+    };
+    let engine = Redlock::new(masters.clone(), settings, Arc::new(Ignore));
+    let shutdown = CancellationToken::new();
+    let waiters = Arc::new(Waiters::new(
+        "t:".into(),
+        100,
+        75,
+        Arc::clone(&metrics),
+        shutdown.clone(),
+    ));
+    let rules = Rules {
+        default_ttl: Duration::from_millis(TTL_MS),
+        max_ttl: Duration::from_secs(60),
+        node_timeout: Duration::from_millis(50),
+        max_hold: Duration::from_secs(3600),
+        fence: FenceMode::OnRequest,
+        loss_notice: true,
+    };
+    let locks = Locks::new(engine, rules, waiters, metrics, shutdown);
+    (masters, Arc::new(locks))
+}
+
+fn resource(name: &str) -> Resource {
+    Resource::new(name).unwrap()
+}
+
+fn ask(wait_ms: u64, owner: &str) -> Ask<'_> {
+    Ask {
+        ttl_ms: Some(TTL_MS),
+        wait_ms: Some(wait_ms),
+        owner: Some(owner),
+        ..Ask::default()
+    }
+}
+
+/// Waits until every master holds `key`, or none does (the engine answers
+/// once a quorum did; the last master's command lands a moment later).
+async fn on_every_master(masters: &[Arc<Memory>], key: &str, held: bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !masters.iter().all(|m| m.holds(key).is_some() == held) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{key} held={held} not on every master"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The next event of a hold, failing the test after [`PATIENCE`].
+async fn next(events: &mut tokio::sync::mpsc::Receiver<HoldEvent>) -> HoldEvent {
+    tokio::time::timeout(PATIENCE, events.recv())
+        .await
+        .expect("a hold event in time")
+        .expect("the hold's stream is open")
+}
+
+/// Waiters get the lock in the order they came: each release here hands
+/// it to the next in line, never to a later one.
+#[tokio::test]
+async fn waiters_get_the_lock_in_the_order_they_came() {
+    let (_, locks) = service();
+    let r = resource("r");
+    let first = locks.acquire(&r, ask(0, "first")).await.unwrap();
+    let mut queued = Vec::new();
+    for owner in ["second", "third"] {
+        let (service, name) = (Arc::clone(&locks), r.clone());
+        queued.push(tokio::spawn(async move {
+            let grant = service.acquire(&name, ask(15_000, owner)).await.unwrap();
+            (owner, grant)
+        }));
+        // In line before the next one joins.
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while (locks.waiters().count(r.as_str()) as usize) < queued.len() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{owner} never queued"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let mut order = Vec::new();
+    let mut holder = first.token;
+    for handle in queued {
+        assert!(locks.release(&r, &holder).await.unwrap(), "released");
+        let (owner, grant) = tokio::time::timeout(PATIENCE, handle)
+            .await
+            .expect("the next waiter got the lock in time")
+            .unwrap();
+        order.push(owner);
+        holder = grant.token;
+    }
+    assert_eq!(order, ["second", "third"]);
+    assert!(locks.release(&r, &holder).await.unwrap());
+    assert_eq!(locks.waiters().count(r.as_str()), 0);
+}
+
+/// A grant is remembered with its process until it is released; a second
+/// release of the same token finds nothing, and says so.
+#[tokio::test]
+async fn a_release_forgets_the_grant_and_a_second_release_finds_nothing() {
+    let (masters, locks) = service();
+    let r = resource("orders");
+    let holder = super::grants::Holder {
+        pid: Some(42),
+        uid: 1000,
+        gid: 1000,
+    };
+    let grant = locks
+        .acquire(
+            &r,
+            Ask {
+                holder: Some(holder),
+                ..ask(0, "billing")
+            },
+        )
+        .await
+        .unwrap();
+    on_every_master(&masters, "t:orders", true).await;
+    let (token, process) = locks.grants().current("orders").expect("granted here");
+    assert_eq!(token, grant.token.as_str());
+    assert_eq!(process.and_then(|p| p.pid), Some(42));
+    for m in &masters {
+        assert_eq!(m.holds("t:orders").as_deref(), Some(token.as_str()));
+    }
+    assert!(locks.release(&r, &grant.token).await.unwrap());
+    assert!(locks.grants().current("orders").is_none());
+    on_every_master(&masters, "t:orders", false).await;
+    assert!(!locks.release(&r, &grant.token).await.unwrap());
+}
+
+/// Each way a request can fail comes back as its own error: bad fields
+/// before any master is asked, a lock held elsewhere as `Taken`, too few
+/// masters as `NoQuorum` naming them, an extension of a lost lock as
+/// `Lost`, and a release nobody can confirm as `NoQuorum`.
+#[tokio::test]
+async fn failures_map_to_their_own_errors() {
+    let (masters, locks) = service();
+    let r = resource("r");
+    let short = locks
+        .acquire(
+            &r,
+            Ask {
+                ttl_ms: Some(1),
+                ..Ask::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(
+            short,
+            Err(LockError::TtlOutOfRange {
+                min: 100,
+                ms: 1,
+                ..
+            })
+        ),
+        "{short:?}"
+    );
+    let owner = locks.acquire(&r, ask(0, "a\nb")).await;
+    assert!(matches!(owner, Err(LockError::InvalidOwner)), "{owner:?}");
+    assert!(
+        masters.iter().all(|m| m.holds("t:r").is_none()),
+        "nothing was asked"
+    );
+
+    for m in &masters {
+        m.plant("t:r", "someone else", Duration::from_secs(30));
+    }
+    let taken = locks.acquire(&r, ask(0, "me")).await;
+    assert!(
+        matches!(taken, Err(LockError::Taken(ref t)) if t == &r),
+        "{taken:?}"
+    );
+
+    let free = resource("free");
+    let grant = locks.acquire(&free, ask(0, "me")).await.unwrap();
+    masters[0].set(Mode::Down);
+    masters[1].set(Mode::Down);
+    let none = locks.acquire(&resource("other"), ask(0, "me")).await;
+    match none {
+        Err(LockError::NoQuorum(message)) => {
+            assert!(
+                message.contains("m0") && message.contains("m1"),
+                "{message}"
+            )
+        }
+        other => panic!("expected no_quorum: {other:?}"),
+    }
+    let release = locks.release(&free, &grant.token).await;
+    assert!(
+        matches!(release, Err(LockError::NoQuorum(_))),
+        "{release:?}"
+    );
+    masters[0].set(Mode::Up);
+    masters[1].set(Mode::Up);
+
+    let stranger = Token::generate("t:free", None, None);
+    let lost = locks.extend(&free, &stranger, Some(TTL_MS)).await;
+    assert!(matches!(lost, Err(LockError::Lost(_))), "{lost:?}");
+}
+
+/// An operator's force release deletes the key on every master, announces
+/// the value it removed on the fleet's channel on each, and ends the hold
+/// of that token here with `lost: force_released`.
+#[tokio::test]
+async fn a_force_release_is_announced_and_ends_the_hold() {
+    let (masters, locks) = service();
+    let r = resource("stuck");
+    let mut events = locks
+        .hold(r.clone(), ask(0, "worker"), None, OnDisconnect::Release)
+        .await
+        .unwrap();
+    let HoldEvent::Acquired { token, .. } = next(&mut events).await else {
+        panic!("the first event is acquired");
+    };
+    on_every_master(&masters, "t:stuck", true).await;
+    let answer = locks.force_release(&r, None).await;
+    assert_eq!(answer.deleted, 3, "{answer:?}");
+    assert!(answer.failed.is_empty());
+    let channel = locks.waiters().force_channel().to_string();
+    for m in &masters {
+        assert!(m.holds("t:stuck").is_none());
+        assert_eq!(
+            *m.announced.lock().unwrap(),
+            [(channel.clone(), format!("stuck\n{token}"))]
+        );
+    }
+    match next(&mut events).await {
+        HoldEvent::Lost { reason } => assert_eq!(reason, "force_released"),
+        other => panic!("expected lost: {other:?}"),
+    }
+    assert!(locks.grants().current("stuck").is_none());
+}
+
+/// A force release announced by another agent, as each master's
+/// subscriber hands it over, ends the hold here the same way; a garbled
+/// message ends nothing.
+#[tokio::test]
+async fn a_force_release_heard_from_another_agent_ends_the_hold() {
+    let (_, locks) = service();
+    let (channels, _changes) = Subscriptions::new(Arc::clone(&locks));
+    let r = resource("elsewhere");
+    let mut events = locks
+        .hold(r.clone(), ask(0, "worker"), None, OnDisconnect::Release)
+        .await
+        .unwrap();
+    let HoldEvent::Acquired { token, .. } = next(&mut events).await else {
+        panic!("the first event is acquired");
+    };
+    channels.message(channels.always(), b"no line break");
+    channels.message(channels.always(), b"elsewhere\nanother-token");
+    channels.message(channels.always(), format!("elsewhere\n{token}").as_bytes());
+    match next(&mut events).await {
+        HoldEvent::Lost { reason } => assert_eq!(reason, "force_released"),
+        other => panic!("expected lost: {other:?}"),
+    }
+}
+
+/// Two of three masters lose their keys during a hold: fewer than a
+/// quorum still hold it, so the hold ends with `lost: node_lost` as soon
+/// as the loss is seen, not at its next renewal.
+#[tokio::test]
+async fn a_hold_whose_masters_lose_their_keys_ends_with_node_lost() {
+    let (masters, locks) = service();
+    let mut events = locks
+        .hold(resource("h"), ask(0, "worker"), None, OnDisconnect::Release)
+        .await
+        .unwrap();
+    assert!(matches!(
+        next(&mut events).await,
+        HoldEvent::Acquired { .. }
+    ));
+    masters[0].lose_keys();
+    masters[1].lose_keys();
+    match next(&mut events).await {
+        HoldEvent::Lost { reason } => assert_eq!(reason, "node_lost"),
+        other => panic!("expected lost: {other:?}"),
+    }
+}
+
+/// The listing names a master it could not read and says `partial`; with
+/// fewer than a quorum read it refuses to answer rather than look
+/// complete.
+#[tokio::test]
+async fn the_listing_names_unread_masters_and_refuses_without_a_quorum() {
+    let (masters, locks) = service();
+    let grant = locks
+        .acquire(&resource("a"), ask(0, "billing"))
+        .await
+        .unwrap();
+    masters[2].set(Mode::Down);
+    let page = listing::list(&locks, &ListQuery::default()).await.unwrap();
+    assert_eq!(page.unread, ["m2"]);
+    assert!(page.partial);
+    let [lock] = &page.locks[..] else {
+        panic!("one lock: {page:?}");
+    };
+    assert_eq!(lock.resource, "a");
+    assert_eq!(lock.owner.as_deref(), Some("billing"));
+    assert_eq!(lock.agent.as_deref(), Some("here"));
+    assert!(lock.quorum_agrees && lock.held_here);
+    let states: Vec<&str> = lock.nodes.iter().map(|n| n.state.as_str()).collect();
+    assert_eq!(states, ["held", "held", "unknown"]);
+    assert!(
+        !serde_json::to_string(&page)
+            .unwrap()
+            .contains(grant.token.as_str()),
+        "never a token"
+    );
+
+    masters[1].set(Mode::Down);
+    let refused = listing::list(&locks, &ListQuery::default()).await;
+    assert!(
+        matches!(
+            refused,
+            Err(ReadError::TooFewRead {
+                read: 1,
+                quorum: 2,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let one = listing::get(&locks, &resource("a")).await;
+    assert!(matches!(one, Err(ReadError::TooFewRead { .. })), "{one:?}");
+}
