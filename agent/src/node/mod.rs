@@ -37,8 +37,8 @@ pub mod lock;
 pub mod probe;
 pub mod scan;
 pub mod scripts;
-pub mod slots;
 
+pub use cluster::slots;
 pub use conn::Conn;
 pub use scan::KeyState;
 

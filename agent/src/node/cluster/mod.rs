@@ -16,7 +16,7 @@
 //!   where all its keys are (else the cluster answers `ASK` or `TRYAGAIN`),
 //!   so a vote never reads a marker without the lock key beside it.
 //!
-//! The slot is then quarantined alone ([`super::slots`]): this agent writes
+//! The slot is then quarantined alone ([`slots`]): this agent writes
 //! a witness in it, waits `max_ttl + delayed_restart.extra`, and rewrites
 //! the marker with the serving node's ID only if the witness is still
 //! there and was written by that same node. Every other slot keeps voting.
@@ -37,10 +37,13 @@ use redlock_wire::keys::{key_slot, slot_key, SLOTS};
 use super::conn::bounded;
 #[cfg(doc)]
 use super::scripts::BATCH;
-use super::slots::Slots;
 use super::{info_fields, scripts, ttl_ms, Conn, Node, MARKER_SUFFIX, WITNESS_SUFFIX};
 use crate::redlock::master::NodeError;
 use crate::redlock::observe::Op;
+
+pub mod slots;
+
+use slots::Slots;
 
 /// Script calls of one kind in flight at once to one cluster, for the
 /// per-slot sweeps (16384 markers at first sight).
@@ -167,89 +170,6 @@ pub fn client(
 impl Node {
     fn part(&self) -> Option<&ClusterPart> {
         self.cluster.as_ref()
-    }
-
-    fn slots(&self) -> Option<std::sync::MutexGuard<'_, Slots>> {
-        self.part()
-            .map(|p| p.slots.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// The slot of `key` on a cluster master, `None` on a single server.
-    pub(crate) fn slot_of(&self, key: &str) -> Option<u16> {
-        self.part().map(|_| key_slot(key.as_bytes()))
-    }
-
-    /// A cluster master keeps `key`'s slot out of votes and extensions.
-    pub(crate) fn slot_out(&self, key: &str) -> bool {
-        match (self.slot_of(key), self.slots()) {
-            (Some(slot), Some(slots)) => slots.is_out(slot),
-            _ => false,
-        }
-    }
-
-    /// A vote or extension in `slot` found its marker missing or naming
-    /// another node: the slot may have lost keys. Quarantined at once; the
-    /// health task writes its witness.
-    pub(crate) fn slot_lost(&self, slot: u16, why: &'static str) {
-        let (newly, out) = match self.slots() {
-            Some(mut slots) => (slots.lose(slot), slots.out()),
-            None => return,
-        };
-        if newly {
-            self.observer.quarantined_slots(out);
-            if out == 1 {
-                self.restart_detected(super::Detector::Marker);
-                tracing::warn!(
-                    node = %self.name,
-                    slot,
-                    why,
-                    quarantine = ?self.quarantine,
-                    "a cluster slot may have lost its keys: quarantined (others may follow)"
-                );
-            } else {
-                tracing::debug!(node = %self.name, slot, why, "cluster slot quarantined");
-            }
-            self.lost_keys();
-            self.wake.notify_one();
-        }
-    }
-
-    /// Slots in quarantine (0 on a single server).
-    pub fn quarantined_slots(&self) -> usize {
-        self.slots().map_or(0, |s| s.out())
-    }
-
-    /// For readiness: which slots a cluster master can vote in now (served
-    /// by a primary that answered the last probe, and not in quarantine),
-    /// by slot number, and how long until the last slot in quarantine may
-    /// be readmitted. `None` on a single server.
-    pub fn slot_usability(&self) -> Option<(Vec<bool>, Duration)> {
-        let part = self.part()?;
-        let shards = part
-            .shards
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let mut usable = vec![false; usize::from(SLOTS)];
-        for shard in shards.iter().filter(|s| s.up) {
-            for slot in shard.slot_list() {
-                if let Some(u) = usable.get_mut(usize::from(slot)) {
-                    *u = true;
-                }
-            }
-        }
-        let slots = self.slots()?;
-        for (u, out) in usable.iter_mut().zip(slots.out_mask()) {
-            *u &= !out;
-        }
-        Some((usable, slots.left(Instant::now(), self.quarantine)))
-    }
-
-    /// The earliest slot readmission to come.
-    pub(crate) fn next_slot_due(&self) -> Option<Instant> {
-        self.slots()
-            .and_then(|s| s.next_due())
-            .filter(|until| *until > Instant::now())
     }
 
     /// The shards at the last probe, with their slots out, for `/v1/nodes`.
@@ -395,46 +315,6 @@ impl Node {
         }
         *known = shards;
         Ok(changed)
-    }
-
-    /// Slots a probe saw lose keys (see [`LostSlots`]): their markers are
-    /// deleted, so every agent's next vote in each of them quarantines it,
-    /// and this agent quarantines them now.
-    pub(crate) async fn slots_lost(&self, conn: &Conn, lost: &LostSlots) {
-        tracing::warn!(
-            node = %self.name,
-            shard = %lost.addr,
-            slots = lost.slots.len(),
-            detector = lost.detector.as_str(),
-            "cluster slots may have lost keys (a shard restarted, evicted keys, failed over, or slots moved): quarantined"
-        );
-        self.restart_detected(lost.detector);
-        let slots = lost.slots.clone();
-        if let Some(mut table) = self.slots() {
-            for slot in &slots {
-                table.lose(*slot);
-            }
-            self.observer.quarantined_slots(table.out());
-        }
-        self.lost_keys();
-        let keys: Vec<(u16, Vec<String>)> = slots
-            .iter()
-            .map(|slot| (*slot, vec![slot_key(&self.marker_key, *slot)]))
-            .collect();
-        let failures: usize = self
-            .sweep(conn, &SWEEP_DELETE, keys, &[])
-            .await
-            .into_iter()
-            .filter(|(_, answer)| answer.is_err())
-            .count();
-        if failures > 0 {
-            tracing::warn!(
-                node = %self.name,
-                shard = %lost.addr,
-                failures,
-                "could not delete every marker of a restarted shard; its slots stay quarantined here"
-            );
-        }
     }
 
     /// At first sight, reads every slot's marker: a slot whose marker is
