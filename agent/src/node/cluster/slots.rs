@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use redlock_wire::keys::{key_slot, slot_key, SLOTS};
 
-use super::{LostSlots, SWEEP_DELETE};
+use super::sweep::SWEEP_DELETE;
+use super::LostSlots;
 use crate::node::{Conn, Detector, Node};
 
 /// Where one slot stands.
