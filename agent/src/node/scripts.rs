@@ -3,7 +3,8 @@
 //!
 //! `redis::Script` calls them by SHA (EVALSHA) and loads them again when a
 //! master answers NOSCRIPT (after a restart or `SCRIPT FLUSH`); the batch
-//! builds its own `EVALSHA` and calls [`evalsha`], which does the same.
+//! and a cluster's per-slot sweeps ([`super::cluster::sweep`]) build their
+//! own `EVALSHA` and call [`evalsha`], which does the same.
 
 use std::sync::LazyLock;
 

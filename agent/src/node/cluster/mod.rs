@@ -37,8 +37,11 @@
 
 use std::time::Duration;
 
+use redis::aio::ConnectionLike;
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 use redlock_wire::keys::key_slot;
 
 #[cfg(doc)]
@@ -240,4 +243,48 @@ pub(crate) fn by_slot<T>(
         }
     }
     groups
+}
+
+/// A cluster connection that sends every command to one node, by address
+/// (a primary of the last probe's shards), whatever keys the command
+/// names: for the sweeps' scripts, which name their keys in `ARGV`, and
+/// commands about a node rather than a key.
+pub(crate) struct OnNode {
+    cluster: ClusterConnection,
+    route: SingleNodeRoutingInfo,
+}
+
+impl OnNode {
+    pub(crate) fn new(cluster: ClusterConnection, host: String, port: u16) -> OnNode {
+        OnNode {
+            cluster,
+            route: SingleNodeRoutingInfo::ByAddress { host, port },
+        }
+    }
+}
+
+/// A routed command answers a server error as a value; a query on this
+/// connection makes it an error, like any other request's.
+impl ConnectionLike for OnNode {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let route = RoutingInfo::SingleNode(self.route.clone());
+        Box::pin(self.cluster.route_command(cmd.clone(), route))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let route = self.route.clone();
+        Box::pin(
+            self.cluster
+                .route_pipeline(pipeline.clone(), offset, count, route),
+        )
+    }
+
+    fn get_db(&self) -> i64 {
+        self.cluster.get_db()
+    }
 }

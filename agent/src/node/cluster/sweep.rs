@@ -2,16 +2,25 @@
 //! slots of one shard (read or write their markers, write witnesses,
 //! readmit, delete markers, read fencing counters), so the health task's
 //! work over thousands of slots takes a few calls per shard.
+//!
+//! A sweep script runs on one shard for many of its slots at once. It
+//! names its keys in `ARGV` (a script's declared keys must share a slot)
+//! and carries the `allow-cross-slot-keys` flag; Redis runs it only on keys
+//! local to the node, so a chunk whose slots moved fails whole and is tried
+//! again after the next topology read. Each slot's part is atomic, as every
+//! script is; so is the chunk. It is called by `EVALSHA` on the shard's
+//! node ([`OnNode`]) through [`scripts::evalsha`], as the batch's script
+//! is: loaded there first when the node does not know it.
+
+use std::sync::LazyLock;
 
 use futures::stream::{self, StreamExt};
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::Value;
+use redis::{Script, Value};
 use redlock_wire::keys::SLOTS;
 
-use super::Shard;
+use super::{OnNode, Shard};
 use crate::node::conn::bounded;
-use crate::node::{classify, Conn, Node};
+use crate::node::{classify, scripts, Conn, Node};
 use crate::redlock::master::NodeError;
 
 /// Script calls of one kind in flight at once to one cluster, for the
@@ -32,7 +41,7 @@ impl Node {
     pub(super) async fn sweep(
         &self,
         conn: &Conn,
-        script: &SweepScript,
+        script: &Script,
         per_slot: Vec<(u16, Vec<String>)>,
         head: &[&str],
     ) -> Vec<(u16, Result<i64, NodeError>)> {
@@ -65,18 +74,17 @@ impl Node {
         let shards = &shards;
         stream::iter(calls)
             .map(|(index, chunk)| {
-                let mut cluster = cluster.clone();
+                let cluster = cluster.clone();
                 async move {
                     let shard = &shards[index];
-                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                        host: shard.host.clone(),
-                        port: shard.port,
-                    });
+                    let mut node = OnNode::new(cluster, shard.host.clone(), shard.port);
                     let mut args: Vec<String> = head.iter().map(|a| a.to_string()).collect();
                     for (_, slot_args) in &chunk {
                         args.extend(slot_args.iter().cloned());
                     }
-                    let answer = bounded(bound, script.run(&mut cluster, route, &args)).await;
+                    let mut call = redis::cmd("EVALSHA");
+                    call.arg(script.get_hash()).arg(0).arg(&args);
+                    let answer = bounded(bound, scripts::evalsha(script, &call, &mut node)).await;
                     match answer {
                         Ok(Value::Array(items)) if items.len() == chunk.len() => chunk
                             .iter()
@@ -116,69 +124,11 @@ impl Node {
     }
 }
 
-/// A script of the per-slot sweeps, run on one shard for many of its slots
-/// at once. It names its keys in `ARGV` (a script's declared keys must
-/// share a slot) and carries the `allow-cross-slot-keys` flag; Redis runs
-/// it only on keys local to the node, so a chunk whose slots moved fails
-/// whole and is tried again after the next topology read. Each slot's part
-/// is atomic, as every script is; so is the chunk.
-pub struct SweepScript {
-    code: &'static str,
-    hash: std::sync::OnceLock<String>,
-}
-
-impl SweepScript {
-    const fn new(code: &'static str) -> SweepScript {
-        SweepScript {
-            code,
-            hash: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The script's SHA1, as `EVALSHA` names it.
-    fn hash(&self) -> &str {
-        self.hash
-            .get_or_init(|| redis::Script::new(self.code).get_hash().to_string())
-    }
-
-    /// `EVALSHA` on the node of `route`, loading the script there first if
-    /// it does not know it.
-    async fn run(
-        &self,
-        cluster: &mut ClusterConnection,
-        route: RoutingInfo,
-        args: &[String],
-    ) -> redis::RedisResult<Value> {
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(self.hash()).arg(0).arg(args);
-        // A routed command answers a server error as a value: made an
-        // error here, like any other request's.
-        let first = cluster
-            .route_command(call.clone(), route.clone())
-            .await
-            .and_then(Value::extract_error);
-        match first {
-            Err(e) if e.code() == Some("NOSCRIPT") => {
-                let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(self.code);
-                cluster
-                    .route_command(load, route.clone())
-                    .await
-                    .and_then(Value::extract_error)?;
-                cluster
-                    .route_command(call, route)
-                    .await
-                    .and_then(Value::extract_error)
-            }
-            other => other,
-        }
-    }
-}
-
 /// `ARGV[1]` "read" or "write", then one marker per slot: 1 where the
 /// marker holds this node's ID (after writing it, for "write": clusters
 /// this process started empty), else 0.
-pub(super) static SWEEP_MARKERS: SweepScript = SweepScript::new(SWEEP_MARKERS_CODE);
+pub(super) static SWEEP_MARKERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(SWEEP_MARKERS_CODE));
 const SWEEP_MARKERS_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
 local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
@@ -192,7 +142,8 @@ return out"#;
 
 /// `ARGV[1]` the TTL in ms, then per slot its witness key and nonce: writes
 /// each witness as this node's ID and the nonce. 1 per slot.
-pub(super) static SWEEP_WITNESSES: SweepScript = SweepScript::new(SWEEP_WITNESSES_CODE);
+pub(super) static SWEEP_WITNESSES: LazyLock<Script> =
+    LazyLock::new(|| Script::new(SWEEP_WITNESSES_CODE));
 const SWEEP_WITNESSES_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
 local out = {}
@@ -204,7 +155,8 @@ return out"#;
 
 /// Per slot: marker, witness, fencing counter, nonce, catch-up. Each slot
 /// as [`scripts::READMIT_SLOT`]: 1 readmitted, 0 starts over.
-pub(super) static SWEEP_READMIT: SweepScript = SweepScript::new(SWEEP_READMIT_CODE);
+pub(super) static SWEEP_READMIT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(SWEEP_READMIT_CODE));
 const SWEEP_READMIT_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
 local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
@@ -229,7 +181,7 @@ end
 return out"#;
 
 /// One key per slot, deleted. 1 per slot.
-pub(super) static SWEEP_DELETE: SweepScript = SweepScript::new(SWEEP_DELETE_CODE);
+pub(super) static SWEEP_DELETE: LazyLock<Script> = LazyLock::new(|| Script::new(SWEEP_DELETE_CODE));
 const SWEEP_DELETE_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local out = {}
 for i = 1, #ARGV do
@@ -240,7 +192,8 @@ return out"#;
 
 /// One fencing counter per slot: its value (0 when missing). A counter is
 /// below 2^53, so Lua's number keeps it exact.
-pub(super) static SWEEP_COUNTERS: SweepScript = SweepScript::new(SWEEP_COUNTERS_CODE);
+pub(super) static SWEEP_COUNTERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(SWEEP_COUNTERS_CODE));
 const SWEEP_COUNTERS_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local out = {}
 for i = 1, #ARGV do
