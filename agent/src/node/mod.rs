@@ -22,7 +22,6 @@
 //! - A timeout does not drop the connection by itself (one slow reply is not
 //!   a dead master); the health probe decides.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -728,14 +727,6 @@ impl Node {
 const MARKER_VALUE: &str = "redlock-agent incarnation marker";
 
 pub use redlock_wire::keys::{FENCE_SUFFIX, MARKER_SUFFIX, WITNESS_SUFFIX};
-
-pub fn info_fields(text: &str) -> HashMap<String, String> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect()
-}
 
 /// Milliseconds for PX and PEXPIRE; never 0, which Redis refuses.
 fn ttl_ms(ttl: Duration) -> u64 {

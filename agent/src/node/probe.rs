@@ -2,14 +2,14 @@
 //! topology, the incarnation marker, the quarantine witness and
 //! readmission. Bounded by the probe timeout, not the node timeout.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+use redis::InfoDict;
 
 use super::Conn;
 
 use super::{
-    info_fields, scripts, ttl_ms, Detector, Identity, Node, MARKER_SUFFIX, MARKER_VALUE,
-    WITNESS_SUFFIX,
+    scripts, ttl_ms, Detector, Identity, Node, MARKER_SUFFIX, MARKER_VALUE, WITNESS_SUFFIX,
 };
 use crate::redlock::master::NodeError;
 use crate::redlock::observe::Op;
@@ -212,26 +212,22 @@ impl Node {
                     .arg("server")
                     .cmd("INFO")
                     .arg("stats")
-                    .query_async::<(String, String)>(&mut conn)
+                    .query_async::<(InfoDict, InfoDict)>(&mut conn)
                     .await
             })
             .await;
         let latency = start.elapsed();
         match reply {
             Ok((server, stats)) => {
-                let fields = info_fields(&server);
-                if let Some(major) = fields
-                    .get("redis_version")
-                    .and_then(|v| v.split('.').next())
-                    .and_then(|m| m.parse::<u32>().ok())
+                if let Some(major) = server
+                    .get::<String>("redis_version")
+                    .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
                 {
                     self.lock().set_get = major >= 7;
                 }
-                let run_id = fields.get("run_id").cloned();
-                let uptime = fields.get("uptime_in_seconds").and_then(|v| v.parse().ok());
-                let evicted_keys = info_fields(&stats)
-                    .get("evicted_keys")
-                    .and_then(|v| v.parse().ok());
+                let run_id = server.get("run_id");
+                let uptime = server.get("uptime_in_seconds");
+                let evicted_keys = stats.get("evicted_keys");
                 match (run_id, uptime) {
                     (Some(run_id), Some(secs)) => Ok((
                         latency,
@@ -263,19 +259,19 @@ impl Node {
         conn
     }
 
-    /// The whole `INFO` as key/value pairs, for topology checks. `None` when
-    /// an ACL refuses it.
+    /// The whole `INFO`, for topology checks. `None` when an ACL refuses
+    /// it.
     ///
     /// # Errors
     /// When the master does not answer in time or the connection fails.
-    pub async fn info(&self, conn: &Conn) -> Result<Option<HashMap<String, String>>, NodeError> {
+    pub async fn info(&self, conn: &Conn) -> Result<Option<InfoDict>, NodeError> {
         match self
             .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
-                redis::cmd("INFO").query_async::<String>(&mut conn).await
+                redis::cmd("INFO").query_async::<InfoDict>(&mut conn).await
             })
             .await
         {
-            Ok(text) => Ok(Some(info_fields(&text))),
+            Ok(info) => Ok(Some(info)),
             Err(NodeError::NoPerm(_)) => Ok(None),
             Err(e) => Err(e),
         }

@@ -3,12 +3,12 @@
 //! `run_id` and `evicted_keys`), compared with the last probe's to find
 //! the slots that may have lost keys ([`LostSlots`]).
 
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::Value;
+use redis::{InfoDict, Value};
 use redlock_wire::keys::SLOTS;
 
+use super::OnNode;
 use crate::node::conn::bounded;
-use crate::node::{info_fields, Conn, Detector, Node};
+use crate::node::{Conn, Detector, Node};
 use crate::redlock::master::NodeError;
 use crate::redlock::observe::Op;
 
@@ -103,27 +103,21 @@ impl Node {
         };
         let probe_timeout = self.probe_timeout();
         let infos = futures::future::join_all(shards.iter().map(|shard| {
-            let mut cluster = cluster.clone();
-            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                host: shard.host.clone(),
-                port: shard.port,
-            });
+            let mut node = OnNode::new(cluster.clone(), shard.host.clone(), shard.port);
             async move {
                 let mut cmd = redis::cmd("INFO");
                 cmd.arg("server").arg("stats");
-                bounded(probe_timeout, cluster.route_command(cmd, route))
+                bounded(probe_timeout, cmd.query_async::<InfoDict>(&mut node))
                     .await
                     .ok()
-                    .and_then(|v| redis::from_redis_value::<String>(v).ok())
             }
         }))
         .await;
         for (shard, info) in shards.iter_mut().zip(infos) {
             shard.up = info.is_some();
             if let Some(info) = info {
-                let fields = info_fields(&info);
-                shard.run_id = fields.get("run_id").cloned();
-                shard.evicted_keys = fields.get("evicted_keys").and_then(|v| v.parse().ok());
+                shard.run_id = info.get("run_id");
+                shard.evicted_keys = info.get("evicted_keys");
             }
         }
         let mut known = part.shards.lock().unwrap_or_else(|e| e.into_inner());
