@@ -295,8 +295,9 @@ fn key_states(keys: impl Iterator<Item = String>, reply: &[redis::Value]) -> Vec
     .collect()
 }
 
-/// `SCAN cursor MATCH pattern COUNT count`.
-fn scan_cmd(cursor: u64, pattern: &str, count: u64) -> redis::Cmd {
+/// `SCAN cursor MATCH pattern COUNT count`, on a single server or, on a
+/// cluster, one shard (see [`super::cluster::scan`]).
+pub(super) fn scan_cmd(cursor: u64, pattern: &str, count: u64) -> redis::Cmd {
     let mut cmd = redis::cmd("SCAN");
     cmd.arg(cursor)
         .arg("MATCH")

@@ -4,12 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::Value;
 use redlock_wire::keys::{slot_key, SLOTS};
 
 use super::sweep::SWEEP_COUNTERS;
+use super::OnNode;
 use crate::node::conn::bounded;
+use crate::node::scan::scan_cmd;
 use crate::node::{classify, Conn, Node};
 use crate::redlock::master::NodeError;
 use crate::redlock::observe::Op;
@@ -77,32 +77,16 @@ impl Node {
         pattern: &str,
         count: u64,
     ) -> Option<Result<(u64, Vec<String>), NodeError>> {
-        let shard = self.shard_addresses().into_iter().nth(index)?;
-        let cluster = conn.cluster()?.clone();
-        let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(count);
-        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-            host: shard.0,
-            port: shard.1,
-        });
+        let (host, port) = self.shard_addresses().into_iter().nth(index)?;
+        let mut node = OnNode::new(conn.cluster()?.clone(), host, port);
         let started = Instant::now();
-        let mut cluster = cluster;
         let result = bounded(
             self.timeout.max(Duration::from_secs(1)),
-            cluster.route_command(cmd, route),
+            scan_cmd(cursor, pattern, count).query_async::<(u64, Vec<String>)>(&mut node),
         )
         .await;
         self.observer.request(Op::Scan, started.elapsed());
-        Some(
-            result
-                .and_then(Value::extract_error)
-                .and_then(|v| Ok(redis::from_redis_value::<(u64, Vec<String>)>(v)?))
-                .map_err(|e| classify(&e)),
-        )
+        Some(result.map_err(|e| classify(&e)))
     }
 }
 
