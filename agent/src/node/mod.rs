@@ -354,10 +354,6 @@ impl Node {
         &self.name
     }
 
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// See [`NodeSettings::overall`].
     pub fn overall_bound(&self) -> Duration {
         self.overall
@@ -508,11 +504,6 @@ impl Node {
     /// Whether the marker is checked (false only under the test switch).
     pub fn marker_checked(&self) -> bool {
         self.marker_check
-    }
-
-    /// The incarnation marker's key on this master.
-    pub fn marker_key(&self) -> &str {
-        &self.marker_key
     }
 
     /// Opens a fresh connection and loads the scripts. The node does not use

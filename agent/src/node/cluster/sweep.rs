@@ -153,8 +153,17 @@ for i = 2, #ARGV, 2 do
 end
 return out"#;
 
-/// Per slot: marker, witness, fencing counter, nonce, catch-up. Each slot
-/// as [`scripts::READMIT_SLOT`]: 1 readmitted, 0 starts over.
+/// Per slot: marker, witness, fencing counter, nonce, catch-up. When the
+/// witness still holds this node's ID and this quarantine's nonce, the slot
+/// lost nothing since the witness was written on this very node (no flush,
+/// no failover, no migration: each would have removed it or moved it to a
+/// node with another ID). When the marker already holds this node's ID,
+/// another agent readmitted the slot by the same rule (or this agent did,
+/// and its answer was lost). Either way the counter is raised to the
+/// catch-up value, the marker written with this node's ID (and its
+/// eviction count, where the node reports one) and the witness removed: 1
+/// readmitted. Otherwise nothing is written: 0, the quarantine starts
+/// over.
 pub(super) static SWEEP_READMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(SWEEP_READMIT_CODE));
 const SWEEP_READMIT_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
