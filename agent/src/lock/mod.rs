@@ -479,6 +479,7 @@ impl Locks {
     }
 }
 
+/// A uid or pid for the log; `-` when the kernel did not say.
 pub(crate) fn show_id(id: Option<u32>) -> String {
     id.map_or_else(|| "-".to_string(), |id| id.to_string())
 }
