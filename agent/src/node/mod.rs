@@ -1,24 +1,34 @@
 //! One `Node` = one Redis master behind the engine's
-//! [`crate::redlock::Master`]: its connection and state here, its commands
-//! by job in [`lock`] (the votes, extend, release, fences), [`probe`] (the
-//! health task's), [`scan`] (listings and the leak scanner's) and their
-//! [`scripts`].
+//! [`crate::redlock::Master`]: its connection ([`conn`]) and state here,
+//! its commands by job in [`lock`] (the votes, extend, release, fences,
+//! sent in batches: [`batch`]), [`probe`] (the health task's), [`scan`]
+//! (listings, the leak scanner's, force release), [`check`]
+//! (`redlock-agent check`'s) and their [`scripts`]; a master that is a
+//! Redis Cluster in [`cluster`].
 //!
 //! ## Behavior
-//! - One multiplexed connection per master; every request shares it.
-//! - Every request is bounded by `node_timeout` of the master's time,
-//!   counted from when the request is sent and without the time the agent
-//!   itself was too busy to write it or read its answer (see
-//!   [`conn::answer_within`]): a dead or frozen master costs at most that,
-//!   never a hang. Each request also has an overall bound
-//!   ([`Node::overall_bound`]); past it, the answer is the agent's own
-//!   backlog ([`NodeError::Backlog`]), which never changes the node's state.
+//! - One connection per master that every lock command shares: a
+//!   multiplexed connection, or on a cluster one cluster connection (with
+//!   its own connection to each shard). A single server's health probes
+//!   share it too; a cluster's health task reads the shards and sweeps the
+//!   slots on a connection of its own (see [`cluster`]).
+//! - Every request is bounded by `node_timeout` (a health probe, by the
+//!   probe timeout) of the master's time, counted from when the request is
+//!   sent and without the time the agent itself was too busy to write it
+//!   or read its answer (see [`conn::answer_within`]): a dead or frozen
+//!   master costs at most that, never a hang. Each request also has an
+//!   overall bound ([`Node::overall_bound`]); past it, the answer is the
+//!   agent's own backlog ([`NodeError::Backlog`]), which never changes the
+//!   node's state.
 //! - The leak scanner's scans run on a connection of their own (see
 //!   [`scan`]), as the operators' listings do: their replies never queue
 //!   ahead of lock commands.
 //! - A connection error (refused, reset, closed) drops the connection, marks
 //!   the node `down` and wakes the health task, which reconnects. Requests
-//!   never reconnect inline.
+//!   never reconnect inline. A cluster connection is kept: it reconnects to
+//!   a failed shard by itself, and one shard's error must not take the
+//!   whole master down (the health task replaces a connection that stays
+//!   stuck, see `Node::stuck_connections`).
 //! - A timeout does not drop the connection by itself (one slow reply is not
 //!   a dead master); the health probe decides.
 

@@ -21,23 +21,21 @@ impl Node {
     /// this; every lock the master may have held before it lost its keys has
     /// expired by then.
     ///
-    /// # Errors
-    /// When the master does not take the write; the node stays quarantined.
     /// The marker is written only where this agent's quarantine witness
     /// is still on the master: it proves that nothing was lost since the
     /// quarantine began. Without it (another loss during the quarantine,
     /// perhaps after another agent readmitted the master and it voted
     /// again), the quarantine starts over.
     ///
-    /// True when the node takes part in locks again.
-    ///
-    /// # Errors
-    /// When the master does not take the write; the node stays quarantined.
-    ///
     /// `catch_up`: the highest fencing counter read from the other masters
     /// (see [`crate::health`]); this master's counter is raised to it in the
     /// same step, so it never votes with a counter below a fence granted
     /// while it was away.
+    ///
+    /// True when the node takes part in locks again.
+    ///
+    /// # Errors
+    /// When the master does not take the write; the node stays quarantined.
     pub(crate) async fn readmit(&self, conn: &Conn, catch_up: u64) -> Result<bool, NodeError> {
         // Present already: another agent readmitted it first (by this same
         // rule), or a replica has its master's (its votes fail READONLY

@@ -1,7 +1,9 @@
 //! The operators' and the scanner's commands: `SCAN` and reads of many
 //! keys at once on reader connections apart from the lock path (the
 //! listings' own, see [`Node::open_reader`], and the scanner's, kept
-//! here), and the scanner's guarded repair.
+//! here); and on the lock connection, the scanner's guarded repair and an
+//! operator's force release with its announcement. A cluster is scanned
+//! shard by shard (see [`super::cluster::scan`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -1,5 +1,10 @@
-//! The compare-and-set scripts. Each compares the whole stored value with the
-//! caller's token, so a client can only touch a lock it still holds.
+//! The scripts a master runs: the lock commands' ([`BATCH`]: each command
+//! compares the whole stored value with the caller's token, so a client can
+//! only touch a lock it still holds), the health task's (the incarnation
+//! marker, readmission and the fencing counter's catch-up), and the
+//! scanner's and operators' ([`READ_KEYS`], [`EXPIRE_IF_UNCHANGED`], and
+//! [`FORCE_DELETE`], which deletes the key whoever holds it). A cluster's
+//! per-slot scripts are in [`super::cluster::sweep`].
 //!
 //! `redis::Script` calls them by SHA (EVALSHA) and loads them again when a
 //! master answers NOSCRIPT (after a restart or `SCRIPT FLUSH`); the batch

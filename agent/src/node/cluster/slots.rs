@@ -19,8 +19,8 @@
 //!
 //! ## Here
 //! The table of every slot's state ([`Slots`]), and the node's side of it:
-//! a vote or a probe takes slots out ([`Node::slot_lost`],
-//! [`Node::slots_lost`]); the votes, readiness and `/v1/nodes` read it.
+//! a vote or a probe takes slots out (`Node::slot_lost`,
+//! `Node::slots_lost`); the votes, readiness and `/v1/nodes` read it.
 //! The way back is in [`super::readmit`].
 
 use std::time::{Duration, Instant};

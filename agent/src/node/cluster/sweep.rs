@@ -9,7 +9,7 @@
 //! local to the node, so a chunk whose slots moved fails whole and is tried
 //! again after the next topology read. Each slot's part is atomic, as every
 //! script is; so is the chunk. It is called by `EVALSHA` on the shard's
-//! node ([`OnNode`]) through [`scripts::evalsha`], as the batch's script
+//! node (`OnNode`) through [`scripts::evalsha`], as the batch's script
 //! is: loaded there first when the node does not know it.
 
 use std::sync::LazyLock;
