@@ -9,13 +9,14 @@
 //! votes are as good as before, so only the affected slots are kept out.
 //!
 //! ## The life of a slot
-//! `Trusted` → (a vote finds the marker missing or naming another node, or
-//! a probe saw its shard restart) `Lost` → (this agent wrote its witness in
-//! the slot, on the node that serves it) `Witnessed` → (`max_ttl + extra`
-//! after the witness, the witness still there on the same node: nothing
-//! was lost since) `Trusted`, with the marker rewritten and the fencing
-//! counter caught up. A witness found gone or moved sends the slot back to
-//! `Lost`.
+//! `Trusted` → (a vote finds the marker missing or naming another node, the
+//! first read of every marker does, or a probe saw its shard restart, evict
+//! keys or hand the slot to another node) `Lost` → (this agent wrote its
+//! witness in the slot, on the node that serves it) `Witnessed` →
+//! (`max_ttl + extra` after the witness, the witness still there on the
+//! same node: nothing was lost since) `Trusted`, with the marker rewritten
+//! and the fencing counter caught up. A witness found gone or moved sends
+//! the slot back to `Lost`.
 //!
 //! ## Here
 //! The table of every slot's state ([`Slots`]), and the node's side of it:
