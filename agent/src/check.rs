@@ -169,11 +169,11 @@ async fn judge_single(node: &Node, conn: &Conn, deadline: Instant, verdict: &mut
             return;
         }
     };
-    verdict.answered = Some(match info.get("redis_version") {
+    verdict.answered = Some(match info.get::<String>("redis_version") {
         Some(version) => format!("single server, redis {version}"),
         None => "single server".to_string(),
     });
-    if info.get("cluster_enabled").map(String::as_str) == Some("1") {
+    if info.get::<String>("cluster_enabled").as_deref() == Some("1") {
         verdict.problems.push(
             "it is a Redis Cluster node (cluster_enabled:1), listed as a single server (url): \
              list the cluster's nodes under cluster: instead, so each lock goes to the shard \
@@ -247,7 +247,7 @@ async fn open(node: &Node, deadline: Instant, timeout: Duration) -> Result<Conn,
 async fn not_a_cluster(node: &Node) -> Option<String> {
     let seed = node.open_seed().await.ok()?;
     let info = node.info(&seed).await.ok()??;
-    (info.get("cluster_enabled").map(String::as_str) != Some("1")).then(|| {
+    (info.get::<String>("cluster_enabled").as_deref() != Some("1")).then(|| {
         "it is not a Redis Cluster node (cluster_enabled:0), listed as a cluster (cluster): \
          list it as url: instead"
             .to_string()

@@ -31,9 +31,10 @@
 //! master's keys: every lock it held before it lost them has expired. A
 //! master first seen without a marker is quarantined once.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use redis::InfoDict;
 
 use crate::node::Conn;
 use redlock_wire::NodeState;
@@ -617,7 +618,12 @@ const TOPOLOGY_EVERY: u64 = 10;
 /// after, for setups that break Redlock's assumptions, and records them as
 /// warnings on the node; logs only what changed.
 async fn check_topology(node: &Node, conn: &Conn, settings: &HealthSettings) {
-    let info = node.info(conn).await.ok().flatten().unwrap_or_default();
+    let info = node
+        .info(conn)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| InfoDict::new(""));
     let appendonly = node.config_get(conn, "appendonly").await;
     let appendfsync = node.config_get(conn, "appendfsync").await;
     let save = node.config_get(conn, "save").await;
@@ -648,9 +654,9 @@ async fn check_topology(node: &Node, conn: &Conn, settings: &HealthSettings) {
 }
 
 /// Warnings from one master's `INFO`.
-pub fn topology_warnings(info: &HashMap<String, String>) -> Vec<String> {
+pub fn topology_warnings(info: &InfoDict) -> Vec<String> {
     let mut warnings = Vec::new();
-    if info.get("role").map(String::as_str) == Some("slave") {
+    if info.get::<String>("role").as_deref() == Some("slave") {
         warnings.push(
             "replica (role:slave): Redlock needs independent masters; writes fail or are lost on failover"
                 .to_string(),
@@ -659,9 +665,9 @@ pub fn topology_warnings(info: &HashMap<String, String>) -> Vec<String> {
     // Lock keys all have a TTL, so volatile-* policies evict them first;
     // only noeviction keeps them (a full master then refuses new locks).
     let limited = info
-        .get("maxmemory")
+        .get::<String>("maxmemory")
         .is_some_and(|m| m.parse::<u64>().map_or(true, |m| m > 0));
-    if let Some(policy) = info.get("maxmemory_policy") {
+    if let Some(policy) = info.get::<String>("maxmemory_policy") {
         if policy.starts_with("allkeys-") || (limited && policy != "noeviction") {
             warnings.push(format!(
                 "maxmemory-policy {policy} may evict lock keys: every eviction quarantines the master (its votes are refused from that moment); use noeviction"
@@ -742,20 +748,12 @@ mod tests {
 
     #[test]
     fn topology_warnings_name_replicas_and_evicting_policies() {
-        let info: HashMap<String, String> =
-            [("role", "slave"), ("maxmemory_policy", "allkeys-lru")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+        let info = InfoDict::new("role:slave\r\nmaxmemory_policy:allkeys-lru\r\n");
         let warnings = topology_warnings(&info);
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].starts_with("replica (role:slave)"));
         assert!(warnings[1].contains("allkeys-lru"));
-        let fine: HashMap<String, String> =
-            [("role", "master"), ("maxmemory_policy", "noeviction")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+        let fine = InfoDict::new("role:master\r\nmaxmemory_policy:noeviction\r\n");
         assert!(topology_warnings(&fine).is_empty());
     }
 

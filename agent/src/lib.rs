@@ -18,14 +18,21 @@
 //!   master's pub/sub subscriber serves).
 //! - [`node`]: one Redis master behind that trait: its connection
 //!   ([`node::conn`]: one server's, or a Redis Cluster's) and state, the
-//!   lock commands and their scripts, sent in batches ([`node::batch`]:
-//!   what queued while the previous call was on its way goes in one script
-//!   call, one per slot on a cluster), the health probes' commands, the
-//!   scans and operator reads, and the pub/sub subscriber
-//!   ([`node::subscriber`]). The only code that talks to Redis for the
-//!   lock service. A master that is a Redis Cluster ([`node::cluster`]) checks its
-//!   marker per slot against the serving node's ID and quarantines slots
-//!   one by one ([`node::slots`]).
+//!   lock commands ([`node::lock`]) and their scripts ([`node::scripts`]),
+//!   sent in batches ([`node::batch`]: what queued while the previous call
+//!   was on its way goes in one script call, one per slot on a cluster),
+//!   the health probes' commands ([`node::probe`]), the scans and operator
+//!   reads ([`node::scan`]), `check`'s own ([`node::check`]), and the
+//!   pub/sub subscriber ([`node::subscriber`]): the only code that talks
+//!   to Redis for the lock service. A master that
+//!   is a Redis Cluster ([`node::cluster`]) checks its marker per slot
+//!   against the serving node's ID and quarantines slots one by one
+//!   ([`node::cluster::slots`]); the health task reads its shards
+//!   ([`node::cluster::topology`]) and brings quarantined slots back
+//!   ([`node::cluster::readmit`]: markers, witnesses, readmission), with
+//!   scripts that serve many slots of a shard per call
+//!   ([`node::cluster::sweep`]); it is scanned, and its per-slot fencing
+//!   counters read, shard by shard ([`node::cluster::scan`]).
 //! - [`health`]: one task per master that connects, probes, detects restarts
 //!   and lost keys (the incarnation marker, evictions), quarantines such a
 //!   master (delayed restart) and readmits it by rewriting the marker and

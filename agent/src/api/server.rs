@@ -43,6 +43,7 @@ use super::peer::{Allow, Peer, UidShares, UidSlot};
 use super::routes::Surface;
 use crate::agent::Agent;
 use crate::config::Config;
+use crate::lock::show_id;
 use crate::metrics::{Refusal, TCP_LISTENER};
 
 /// Connections the admin socket serves at once. Its own budget, so an
@@ -561,11 +562,6 @@ impl Gate {
             },
         ))
     }
-}
-
-/// A uid or pid for the log; `-` when the kernel did not say.
-fn show_id(id: Option<u32>) -> String {
-    id.map_or_else(|| "-".to_string(), |id| id.to_string())
 }
 
 /// Serves the listeners until `shutdown` resolves, then stops accepting

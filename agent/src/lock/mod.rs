@@ -477,6 +477,7 @@ impl<M: Store> Locks<M> {
     }
 }
 
+/// A uid or pid for the log; `-` when the kernel did not say.
 pub(crate) fn show_id(id: Option<u32>) -> String {
     id.map_or_else(|| "-".to_string(), |id| id.to_string())
 }

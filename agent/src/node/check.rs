@@ -3,19 +3,17 @@
 //! master's first seed (to tell what answers there when the cluster client
 //! cannot connect), and each shard primary's whole `INFO`.
 
-use std::collections::HashMap;
+use redis::{AsyncConnectionConfig, InfoDict};
 
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::AsyncConnectionConfig;
-
+use super::cluster::OnNode;
 use super::conn::bounded;
-use super::{classify, info_fields, Conn, Node};
+use super::{classify, Conn, Node};
 use crate::redlock::master::NodeError;
 use crate::redlock::observe::Op;
 
 /// One shard primary's `INFO`, by its address: `None` where an ACL refuses
 /// it.
-pub type ShardInfo = (String, Result<Option<HashMap<String, String>>, NodeError>);
+pub type ShardInfo = (String, Result<Option<InfoDict>, NodeError>);
 
 impl Node {
     /// `PING` on `conn`, bounded by the probe timeout.
@@ -69,16 +67,13 @@ impl Node {
         };
         let bound = self.probe_timeout();
         let asks = self.shard_addresses().into_iter().map(|(host, port)| {
-            let mut cluster = cluster.clone();
             let addr = format!("{host}:{port}");
-            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+            let mut node = OnNode::new(cluster.clone(), host, port);
             async move {
-                let answer = bounded(bound, cluster.route_command(redis::cmd("INFO"), route))
-                    .await
-                    .and_then(redis::Value::extract_error)
-                    .and_then(|v| Ok(redis::from_redis_value::<String>(v)?));
+                let answer =
+                    bounded(bound, redis::cmd("INFO").query_async::<InfoDict>(&mut node)).await;
                 let info = match answer {
-                    Ok(text) => Ok(Some(info_fields(&text))),
+                    Ok(info) => Ok(Some(info)),
                     Err(e) => match classify(&e) {
                         NodeError::NoPerm(_) => Ok(None),
                         other => Err(other),

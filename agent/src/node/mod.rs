@@ -1,32 +1,40 @@
 //! One `Node` = one Redis master behind the engine's
-//! [`crate::redlock::Master`]: its connection and state here, its commands
-//! by job in [`lock`] (the votes, extend, release, fences), [`probe`] (the
-//! health task's), [`scan`] (listings, force deletes and the leak
-//! scanner's: with [`lock`], the lock service's
-//! [`crate::redlock::Store`]), [`subscriber`] (the pub/sub channels of
-//! waiters and force releases) and their [`scripts`].
+//! [`crate::redlock::Master`]: its connection ([`conn`]) and state here,
+//! its commands by job in [`lock`] (the votes, extend, release, fences,
+//! sent in batches: [`batch`]), [`probe`] (the health task's), [`scan`]
+//! (listings, the leak scanner's, force release: with [`lock`], the lock
+//! service's [`crate::redlock::Store`]), [`subscriber`] (the pub/sub
+//! channels of waiters and force releases), [`check`]
+//! (`redlock-agent check`'s) and their [`scripts`]; a master that is a
+//! Redis Cluster in [`cluster`].
 //!
 //! ## Behavior
-//! - One multiplexed connection per master shared by every lock command
-//!   and probe; operator reads, the leak scanner and the subscriber each
-//!   have one of their own.
-//! - Every request is bounded by `node_timeout` of the master's time,
-//!   counted from when the request is sent and without the time the agent
-//!   itself was too busy to write it or read its answer (see
-//!   [`conn::answer_within`]): a dead or frozen master costs at most that,
-//!   never a hang. Each request also has an overall bound
-//!   ([`Node::overall_bound`]); past it, the answer is the agent's own
-//!   backlog ([`NodeError::Backlog`]), which never changes the node's state.
+//! - One connection per master that every lock command shares: a
+//!   multiplexed connection, or on a cluster one cluster connection (with
+//!   its own connection to each shard). A single server's health probes
+//!   share it too; a cluster's health task reads the shards and sweeps the
+//!   slots on a connection of its own (see [`cluster`]). Operator reads,
+//!   the leak scanner and the subscriber each have one of their own.
+//! - Every request is bounded by `node_timeout` (a health probe, by the
+//!   probe timeout) of the master's time, counted from when the request is
+//!   sent and without the time the agent itself was too busy to write it
+//!   or read its answer (see [`conn::answer_within`]): a dead or frozen
+//!   master costs at most that, never a hang. Each request also has an
+//!   overall bound ([`Node::overall_bound`]); past it, the answer is the
+//!   agent's own backlog ([`NodeError::Backlog`]), which never changes the
+//!   node's state.
 //! - The leak scanner's scans run on a connection of their own (see
 //!   [`scan`]), as the operators' listings do: their replies never queue
 //!   ahead of lock commands.
 //! - A connection error (refused, reset, closed) drops the connection, marks
 //!   the node `down` and wakes the health task, which reconnects. Requests
-//!   never reconnect inline.
+//!   never reconnect inline. A cluster connection is kept: it reconnects to
+//!   a failed shard by itself, and one shard's error must not take the
+//!   whole master down (the health task replaces a connection that stays
+//!   stuck, see `Node::stuck_connections`).
 //! - A timeout does not drop the connection by itself (one slow reply is not
 //!   a dead master); the health probe decides.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,10 +49,10 @@ pub mod lock;
 pub mod probe;
 pub mod scan;
 pub mod scripts;
-pub mod slots;
 pub mod subscriber;
 
 pub use crate::redlock::KeyState;
+pub use cluster::slots;
 pub use conn::Conn;
 pub use scan::READ_TIMEOUT;
 
@@ -364,10 +372,6 @@ impl Node {
         &self.name
     }
 
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// See [`NodeSettings::overall`].
     pub fn overall_bound(&self) -> Duration {
         self.overall
@@ -518,11 +522,6 @@ impl Node {
     /// Whether the marker is checked (false only under the test switch).
     pub fn marker_checked(&self) -> bool {
         self.marker_check
-    }
-
-    /// The incarnation marker's key on this master.
-    pub fn marker_key(&self) -> &str {
-        &self.marker_key
     }
 
     /// Opens a fresh connection and loads the scripts. The node does not use
@@ -737,14 +736,6 @@ impl Node {
 const MARKER_VALUE: &str = "redlock-agent incarnation marker";
 
 pub use redlock_wire::keys::{FENCE_SUFFIX, MARKER_SUFFIX, WITNESS_SUFFIX};
-
-pub fn info_fields(text: &str) -> HashMap<String, String> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect()
-}
 
 /// Milliseconds for PX and PEXPIRE; never 0, which Redis refuses.
 fn ttl_ms(ttl: Duration) -> u64 {

@@ -2,14 +2,14 @@
 //! topology, the incarnation marker, the quarantine witness and
 //! readmission. Bounded by the probe timeout, not the node timeout.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+use redis::InfoDict;
 
 use super::Conn;
 
 use super::{
-    info_fields, scripts, ttl_ms, Detector, Identity, Node, MARKER_SUFFIX, MARKER_VALUE,
-    WITNESS_SUFFIX,
+    scripts, ttl_ms, Detector, Identity, Node, MARKER_SUFFIX, MARKER_VALUE, WITNESS_SUFFIX,
 };
 use crate::redlock::master::NodeError;
 use crate::redlock::observe::Op;
@@ -21,23 +21,21 @@ impl Node {
     /// this; every lock the master may have held before it lost its keys has
     /// expired by then.
     ///
-    /// # Errors
-    /// When the master does not take the write; the node stays quarantined.
     /// The marker is written only where this agent's quarantine witness
     /// is still on the master: it proves that nothing was lost since the
     /// quarantine began. Without it (another loss during the quarantine,
     /// perhaps after another agent readmitted the master and it voted
     /// again), the quarantine starts over.
     ///
-    /// True when the node takes part in locks again.
-    ///
-    /// # Errors
-    /// When the master does not take the write; the node stays quarantined.
-    ///
     /// `catch_up`: the highest fencing counter read from the other masters
     /// (see [`crate::health`]); this master's counter is raised to it in the
     /// same step, so it never votes with a counter below a fence granted
     /// while it was away.
+    ///
+    /// True when the node takes part in locks again.
+    ///
+    /// # Errors
+    /// When the master does not take the write; the node stays quarantined.
     pub(crate) async fn readmit(&self, conn: &Conn, catch_up: u64) -> Result<bool, NodeError> {
         // Present already: another agent readmitted it first (by this same
         // rule), or a replica has its master's (its votes fail READONLY
@@ -212,26 +210,22 @@ impl Node {
                     .arg("server")
                     .cmd("INFO")
                     .arg("stats")
-                    .query_async::<(String, String)>(&mut conn)
+                    .query_async::<(InfoDict, InfoDict)>(&mut conn)
                     .await
             })
             .await;
         let latency = start.elapsed();
         match reply {
             Ok((server, stats)) => {
-                let fields = info_fields(&server);
-                if let Some(major) = fields
-                    .get("redis_version")
-                    .and_then(|v| v.split('.').next())
-                    .and_then(|m| m.parse::<u32>().ok())
+                if let Some(major) = server
+                    .get::<String>("redis_version")
+                    .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
                 {
                     self.lock().set_get = major >= 7;
                 }
-                let run_id = fields.get("run_id").cloned();
-                let uptime = fields.get("uptime_in_seconds").and_then(|v| v.parse().ok());
-                let evicted_keys = info_fields(&stats)
-                    .get("evicted_keys")
-                    .and_then(|v| v.parse().ok());
+                let run_id = server.get("run_id");
+                let uptime = server.get("uptime_in_seconds");
+                let evicted_keys = stats.get("evicted_keys");
                 match (run_id, uptime) {
                     (Some(run_id), Some(secs)) => Ok((
                         latency,
@@ -263,19 +257,19 @@ impl Node {
         conn
     }
 
-    /// The whole `INFO` as key/value pairs, for topology checks. `None` when
-    /// an ACL refuses it.
+    /// The whole `INFO`, for topology checks. `None` when an ACL refuses
+    /// it.
     ///
     /// # Errors
     /// When the master does not answer in time or the connection fails.
-    pub async fn info(&self, conn: &Conn) -> Result<Option<HashMap<String, String>>, NodeError> {
+    pub async fn info(&self, conn: &Conn) -> Result<Option<InfoDict>, NodeError> {
         match self
             .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
-                redis::cmd("INFO").query_async::<String>(&mut conn).await
+                redis::cmd("INFO").query_async::<InfoDict>(&mut conn).await
             })
             .await
         {
-            Ok(text) => Ok(Some(info_fields(&text))),
+            Ok(info) => Ok(Some(info)),
             Err(NodeError::NoPerm(_)) => Ok(None),
             Err(e) => Err(e),
         }

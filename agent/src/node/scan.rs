@@ -1,7 +1,9 @@
 //! The operators' and the scanner's commands: `SCAN` and reads of many
 //! keys at once on reader connections apart from the lock path (the
 //! listings' own, see [`Node::open_reader`], and the scanner's, kept
-//! here), and the scanner's guarded repair.
+//! here); and on the lock connection, the scanner's guarded repair and an
+//! operator's force release with its announcement. A cluster is scanned
+//! shard by shard (see [`super::cluster::scan`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -355,8 +357,9 @@ fn key_states(keys: impl Iterator<Item = String>, reply: &[redis::Value]) -> Vec
     .collect()
 }
 
-/// `SCAN cursor MATCH pattern COUNT count`.
-fn scan_cmd(cursor: u64, pattern: &str, count: u64) -> redis::Cmd {
+/// `SCAN cursor MATCH pattern COUNT count`, on a single server or, on a
+/// cluster, one shard (see [`super::cluster::scan`]).
+pub(super) fn scan_cmd(cursor: u64, pattern: &str, count: u64) -> redis::Cmd {
     let mut cmd = redis::cmd("SCAN");
     cmd.arg(cursor)
         .arg("MATCH")

@@ -1,9 +1,15 @@
-//! The compare-and-set scripts. Each compares the whole stored value with the
-//! caller's token, so a client can only touch a lock it still holds.
+//! The scripts a master runs: the lock commands' ([`BATCH`]: each command
+//! compares the whole stored value with the caller's token, so a client can
+//! only touch a lock it still holds), the health task's (the incarnation
+//! marker, readmission and the fencing counter's catch-up), and the
+//! scanner's and operators' ([`READ_KEYS`], [`EXPIRE_IF_UNCHANGED`], and
+//! [`FORCE_DELETE`], which deletes the key whoever holds it). A cluster's
+//! per-slot scripts are in [`super::cluster::sweep`].
 //!
 //! `redis::Script` calls them by SHA (EVALSHA) and loads them again when a
 //! master answers NOSCRIPT (after a restart or `SCRIPT FLUSH`); the batch
-//! builds its own `EVALSHA` and calls [`evalsha`], which does the same.
+//! and a cluster's per-slot sweeps ([`super::cluster::sweep`]) build their
+//! own `EVALSHA` and call [`evalsha`], which does the same.
 
 use std::sync::LazyLock;
 
@@ -256,70 +262,6 @@ local current = tonumber(redis.call("get", KEYS[3]) or "0") or 0
 if current < tonumber(ARGV[2]) then redis.call("set", KEYS[3], ARGV[2]) end
 local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
 redis.call("set", KEYS[1], evicted and ARGV[1] .. " e=" .. evicted or ARGV[1])
-return 1"#,
-    )
-});
-
-/// A cluster slot's marker (`KEYS[1]`) holds the ID of the node serving the
-/// slot (then, for markers written by this version, its eviction count):
-/// 1, else 0. Read at first sight of a cluster.
-pub static SLOT_MARKER_OK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local found = redis.call("get", KEYS[1])
-if found and string.match(found, "^%S+") == redis.call("cluster", "myid") then return 1 end
-return 0"#,
-    )
-});
-
-/// Writes a cluster slot's marker (`KEYS[1]`) with the serving node's ID and
-/// its eviction count (see [`MARKER_EVICTIONS`]):
-/// only at first sight of clusters this process started empty. Returns 1.
-pub static WRITE_SLOT_MARKER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local id = redis.call("cluster", "myid")
-local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
-redis.call("set", KEYS[1], evicted and id .. " e=" .. evicted or id)
-return 1"#,
-    )
-});
-
-/// Writes this agent's quarantine witness in a cluster slot (`KEYS[1]`):
-/// the serving node's ID and the quarantine's nonce (`ARGV[1]`), with a TTL
-/// (`ARGV[2]`, ms) that outlasts the quarantine. Returns 1.
-pub static WRITE_SLOT_WITNESS: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"redis.call("set", KEYS[1], redis.call("cluster", "myid") .. ":" .. ARGV[1], "PX", ARGV[2])
-return 1"#,
-    )
-});
-
-/// Readmission of a cluster slot (`KEYS[1]` its marker, `KEYS[2]` this
-/// agent's witness, `KEYS[3]` its fencing counter): when the witness still
-/// holds this node's ID and this quarantine's nonce (`ARGV[1]`), the slot
-/// lost nothing since the witness was written on this very node (no flush,
-/// no failover, no migration: each would have removed it or moved it to a
-/// node with another ID). When the marker already holds this node's ID,
-/// another agent readmitted the slot by the same rule (or this agent did,
-/// and its answer was lost). Either way the counter is raised to the
-/// catch-up value (`ARGV[2]`), the marker written with this node's ID and
-/// the witness removed (1). Otherwise nothing is written (0): the
-/// quarantine starts over.
-pub static READMIT_SLOT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local id = redis.call("cluster", "myid")
-local found = redis.call("get", KEYS[1])
-local marked = found and string.match(found, "^%S+") == id
-if redis.call("get", KEYS[2]) == id .. ":" .. ARGV[1] then
-  redis.call("del", KEYS[2])
-elseif not marked then
-  return 0
-end
-local current = tonumber(redis.call("get", KEYS[3]) or "0") or 0
-if current < tonumber(ARGV[2]) then redis.call("set", KEYS[3], ARGV[2]) end
-if not marked then
-  local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
-  redis.call("set", KEYS[1], evicted and id .. " e=" .. evicted or id)
-end
 return 1"#,
     )
 });

@@ -9,17 +9,28 @@
 //! votes are as good as before, so only the affected slots are kept out.
 //!
 //! ## The life of a slot
-//! `Trusted` → (a vote finds the marker missing or naming another node, or
-//! a probe saw its shard restart) `Lost` → (this agent wrote its witness in
-//! the slot, on the node that serves it) `Witnessed` → (`max_ttl + extra`
-//! after the witness, the witness still there on the same node: nothing
-//! was lost since) `Trusted`, with the marker rewritten and the fencing
-//! counter caught up. A witness found gone or moved sends the slot back to
-//! `Lost`.
+//! `Trusted` → (a vote finds the marker missing or naming another node, the
+//! first read of every marker does, or a probe saw its shard restart, evict
+//! keys or hand the slot to another node) `Lost` → (this agent wrote its
+//! witness in the slot, on the node that serves it) `Witnessed` →
+//! (`max_ttl + extra` after the witness, the witness still there on the
+//! same node: nothing was lost since) `Trusted`, with the marker rewritten
+//! and the fencing counter caught up. A witness found gone or moved sends
+//! the slot back to `Lost`.
+//!
+//! ## Here
+//! The table of every slot's state ([`Slots`]), and the node's side of it:
+//! a vote or a probe takes slots out (`Node::slot_lost`,
+//! `Node::slots_lost`); the votes, readiness and `/v1/nodes` read it.
+//! The way back is in [`super::readmit`].
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use redlock_wire::keys::SLOTS;
+use redlock_wire::keys::{key_slot, slot_key, SLOTS};
+
+use super::sweep::SWEEP_DELETE;
+use super::LostSlots;
+use crate::node::{Conn, Detector, Node};
 
 /// Where one slot stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +185,131 @@ impl Slots {
 
     fn slots_where(&self, keep: impl Fn(SlotState) -> bool) -> Vec<u16> {
         (0..SLOTS).filter(|slot| keep(self.state(*slot))).collect()
+    }
+}
+
+impl Node {
+    pub(super) fn slots(&self) -> Option<std::sync::MutexGuard<'_, Slots>> {
+        self.part()
+            .map(|p| p.slots.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The slot of `key` on a cluster master, `None` on a single server.
+    pub(crate) fn slot_of(&self, key: &str) -> Option<u16> {
+        self.part().map(|_| key_slot(key.as_bytes()))
+    }
+
+    /// A cluster master keeps `key`'s slot out of votes and extensions.
+    pub(crate) fn slot_out(&self, key: &str) -> bool {
+        match (self.slot_of(key), self.slots()) {
+            (Some(slot), Some(slots)) => slots.is_out(slot),
+            _ => false,
+        }
+    }
+
+    /// A vote or extension in `slot` found its marker missing or naming
+    /// another node: the slot may have lost keys. Quarantined at once; the
+    /// health task writes its witness.
+    pub(crate) fn slot_lost(&self, slot: u16, why: &'static str) {
+        let (newly, out) = match self.slots() {
+            Some(mut slots) => (slots.lose(slot), slots.out()),
+            None => return,
+        };
+        if newly {
+            self.observer.quarantined_slots(out);
+            if out == 1 {
+                self.restart_detected(Detector::Marker);
+                tracing::warn!(
+                    node = %self.name,
+                    slot,
+                    why,
+                    quarantine = ?self.quarantine,
+                    "a cluster slot may have lost its keys: quarantined (others may follow)"
+                );
+            } else {
+                tracing::debug!(node = %self.name, slot, why, "cluster slot quarantined");
+            }
+            self.lost_keys();
+            self.wake.notify_one();
+        }
+    }
+
+    /// Slots in quarantine (0 on a single server).
+    pub fn quarantined_slots(&self) -> usize {
+        self.slots().map_or(0, |s| s.out())
+    }
+
+    /// For readiness: which slots a cluster master can vote in now (served
+    /// by a primary that answered the last probe, and not in quarantine),
+    /// by slot number, and how long until the last slot in quarantine may
+    /// be readmitted. `None` on a single server.
+    pub fn slot_usability(&self) -> Option<(Vec<bool>, Duration)> {
+        let part = self.part()?;
+        let shards = part
+            .shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut usable = vec![false; usize::from(SLOTS)];
+        for shard in shards.iter().filter(|s| s.up) {
+            for slot in shard.slot_list() {
+                if let Some(u) = usable.get_mut(usize::from(slot)) {
+                    *u = true;
+                }
+            }
+        }
+        let slots = self.slots()?;
+        for (u, out) in usable.iter_mut().zip(slots.out_mask()) {
+            *u &= !out;
+        }
+        Some((usable, slots.left(Instant::now(), self.quarantine)))
+    }
+
+    /// The earliest slot readmission to come.
+    pub(crate) fn next_slot_due(&self) -> Option<Instant> {
+        self.slots()
+            .and_then(|s| s.next_due())
+            .filter(|until| *until > Instant::now())
+    }
+
+    /// Slots a probe saw lose keys (see [`LostSlots`]): their markers are
+    /// deleted, so every agent's next vote in each of them quarantines it,
+    /// and this agent quarantines them now.
+    pub(crate) async fn slots_lost(&self, conn: &Conn, lost: &LostSlots) {
+        tracing::warn!(
+            node = %self.name,
+            shard = %lost.addr,
+            slots = lost.slots.len(),
+            detector = lost.detector.as_str(),
+            "cluster slots may have lost keys (a shard restarted, evicted keys, failed over, or slots moved): quarantined"
+        );
+        self.restart_detected(lost.detector);
+        let slots = lost.slots.clone();
+        if let Some(mut table) = self.slots() {
+            for slot in &slots {
+                table.lose(*slot);
+            }
+            self.observer.quarantined_slots(table.out());
+        }
+        self.lost_keys();
+        let keys: Vec<(u16, Vec<String>)> = slots
+            .iter()
+            .map(|slot| (*slot, vec![slot_key(&self.marker_key, *slot)]))
+            .collect();
+        let failures: usize = self
+            .sweep(conn, &SWEEP_DELETE, keys, &[])
+            .await
+            .into_iter()
+            .filter(|(_, answer)| answer.is_err())
+            .count();
+        if failures > 0 {
+            tracing::warn!(
+                node = %self.name,
+                shard = %lost.addr,
+                failures,
+                "could not delete every marker of a restarted shard; its slots stay quarantined here"
+            );
+        }
     }
 }
 
