@@ -5,7 +5,12 @@
 //! - `main.rs`: the thin binary: CLI, config loading, tracing, the runtime
 //!   (`agent.workers` threads), exit codes.
 //! - [`config`]: typed configuration, defaults, validation that reports every
-//!   problem at once with its field path.
+//!   problem at once with its field path: the YAML's syntax errors and the
+//!   walker over its tree ([`config::yaml`]), every section but the masters
+//!   ([`config::sections`]), the masters with their passwords and TLS files
+//!   ([`config::masters`]), their URLs parsed and shown without passwords
+//!   ([`config::urls`]), and their hosts resolved so that no two are one
+//!   server ([`config::addresses`]).
 //! - [`redlock`]: the algorithm, free of transport, of Redis and of metrics:
 //!   quorum, validity and drift ([`redlock::validity`], pure), fencing
 //!   ([`redlock::fence`]), which masters hold a grant
