@@ -346,9 +346,10 @@ impl Config {
         };
         let mut errors = Vec::new();
         let config = read_config(tree, check, &mut errors);
-        match config {
-            Some(config) if errors.is_empty() => Ok(config),
-            _ => Err(ConfigError::Invalid(errors)),
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid(errors))
         }
     }
 

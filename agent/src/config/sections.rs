@@ -18,11 +18,15 @@ use super::{
     DEFAULT_METRICS_MAX_CONNECTIONS, MAX_METRICS_CONNECTIONS, MAX_WORKERS,
 };
 
+/// The whole configuration from the parsed tree. Every section is read
+/// even past problems, so that `errors` gets all of them; when it has any,
+/// the config returned is not to be used (a bad value is left at its
+/// default, a bad master out).
 pub(super) fn read_config(
     tree: Value,
     check: AddressCheck,
     errors: &mut Vec<FieldError>,
-) -> Option<Config> {
+) -> Config {
     let mut top = Section::new("", tree, errors);
     let agent_tree = top.raw("agent");
     let admin_tree = top.raw("admin");
@@ -90,7 +94,7 @@ pub(super) fn read_config(
     };
     s.finish();
 
-    Some(Config {
+    Config {
         agent,
         socket,
         admin,
@@ -102,7 +106,7 @@ pub(super) fn read_config(
         delayed_restart,
         leak_scan,
         shutdown,
-    })
+    }
 }
 
 fn read_socket(tree: Value, errors: &mut Vec<FieldError>) -> SocketConfig {
