@@ -42,10 +42,12 @@
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
 //! - [`api`]: HTTP routes ([`api::routes`], requests to the lock service and
 //!   back), the listeners ([`api::server`]: the application socket, the
-//!   admin socket, metrics), each connection's life ([`api::connection`]:
-//!   hyper while it has requests, only the socket while idle) and peer
-//!   credentials with who may connect ([`api::peer`]); the wire types are in
-//!   the `redlock-wire` crate.
+//!   admin socket, metrics; binding them, [`api::server::bind`]; who each
+//!   admits, [`api::server::gate`]; their budgets within the open-files
+//!   limit, [`api::server::descriptors`]), each connection's life
+//!   ([`api::connection`]: hyper while it has requests, only the socket
+//!   while idle) and peer credentials with who may connect ([`api::peer`]);
+//!   the wire types are in the `redlock-wire` crate.
 //! - [`agent`]: the state shared by every request and its background tasks.
 //! - [`check`]: `redlock-agent check` past the file: every master
 //!   connected at once through the agent's own nodes, and judged usable or
