@@ -5,7 +5,12 @@
 //! - `main.rs`: the thin binary: CLI, config loading, tracing, the runtime
 //!   (`agent.workers` threads), exit codes.
 //! - [`config`]: typed configuration, defaults, validation that reports every
-//!   problem at once with its field path.
+//!   problem at once with its field path: the YAML's syntax errors and the
+//!   walker over its tree ([`config::yaml`]), every section but the masters
+//!   ([`config::sections`]), the masters with their passwords and TLS files
+//!   ([`config::masters`]), their URLs parsed and shown without passwords
+//!   ([`config::urls`]), and their hosts resolved so that no two are one
+//!   server ([`config::addresses`]).
 //! - [`redlock`]: the algorithm, free of transport, of Redis and of metrics:
 //!   quorum, validity and drift ([`redlock::validity`], pure), fencing
 //!   ([`redlock::fence`]), which masters hold a grant
@@ -51,10 +56,12 @@
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
 //! - [`api`]: HTTP routes ([`api::routes`], requests to the lock service and
 //!   back), the listeners ([`api::server`]: the application socket, the
-//!   admin socket, metrics), each connection's life ([`api::connection`]:
-//!   hyper while it has requests, only the socket while idle) and peer
-//!   credentials with who may connect ([`api::peer`]); the wire types are in
-//!   the `redlock-wire` crate.
+//!   admin socket, metrics; binding them, [`api::server::bind`]; who each
+//!   admits, [`api::server::gate`]; their budgets within the open-files
+//!   limit, [`api::server::descriptors`]), each connection's life
+//!   ([`api::connection`]: hyper while it has requests, only the socket
+//!   while idle) and peer credentials with who may connect ([`api::peer`]);
+//!   the wire types are in the `redlock-wire` crate.
 //! - [`agent`]: the state shared by every request and its background
 //!   tasks; joins the lock service to the Redis masters (`Locks` over
 //!   [`node::Node`], one subscriber per master).

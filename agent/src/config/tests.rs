@@ -1,0 +1,159 @@
+//! Tests of whole configurations: defaults, every problem at once, the
+//! example file; and the helpers the other files' tests share.
+
+use super::*;
+
+pub(super) const MINIMAL: &str = "masters:\n  - {name: r1, url: \"redis://127.0.0.1:6379\"}\n";
+
+pub(super) fn errors_of(yaml: &str) -> Vec<String> {
+    match Config::from_yaml(yaml) {
+        Ok(_) => Vec::new(),
+        Err(ConfigError::Invalid(errors)) => errors.iter().map(ToString::to_string).collect(),
+        Err(other) => vec![other.to_string()],
+    }
+}
+
+#[test]
+fn minimal_config_gets_the_documented_defaults() {
+    let config = Config::from_yaml(MINIMAL).unwrap();
+    assert_eq!(config.socket.mode, 0o660);
+    assert_eq!(config.lock.key_prefix, "redlock:");
+    assert_eq!(config.lock.default_ttl, Duration::from_secs(10));
+    assert_eq!(config.lock.max_ttl, Duration::from_secs(60));
+    assert_eq!(config.lock.node_timeout, Duration::from_millis(50));
+    assert_eq!(config.health.interval, Duration::from_millis(500));
+    assert!(config.delayed_restart.enabled);
+    assert_eq!(config.quorum(), 1);
+}
+
+#[test]
+fn quorum_is_a_majority_of_the_configured_masters() {
+    for (n, quorum) in [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (7, 4)] {
+        let mut yaml = String::from("masters:\n");
+        for i in 0..n {
+            yaml.push_str(&format!(
+                "  - {{name: r{i}, url: \"redis://127.0.0.1:{}\"}}\n",
+                6379 + i
+            ));
+        }
+        assert_eq!(Config::from_yaml(&yaml).unwrap().quorum(), quorum, "n={n}");
+    }
+}
+
+#[test]
+fn every_problem_is_reported_at_once_with_its_path() {
+    let yaml = r#"
+socket: {mode: 660, extra: 1}
+masters:
+  - {name: r1, url: "redis://127.0.0.1:1"}
+  - {name: r1, url: "http://x"}
+  - {url: "redis://127.0.0.1:3", port: 5}
+lock:
+  ttl: 5s
+  default_ttl: 90s
+  max_ttl: 60s
+  node_timeout: "fast"
+  drift_factor: "big"
+"#;
+    let errors = errors_of(yaml);
+    let expected = [
+        "socket.mode: expected a quoted octal string like \"0660\", found a number 660",
+        "socket.extra: unknown key",
+        "masters[1].name: duplicate master name \"r1\"",
+        "masters[1].url: not a redis:// or rediss:// URL: \"http://x/\"",
+        "masters[2].name: required",
+        "masters[2].port: unknown key",
+        "lock.ttl: unknown key",
+        "lock.default_ttl: 1m 30s is above lock.max_ttl (1m)",
+        "lock.drift_factor: expected a number, found a string \"big\"",
+    ];
+    for line in expected {
+        assert!(
+            errors.iter().any(|e| e == line),
+            "missing {line:?} in {errors:#?}"
+        );
+    }
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("lock.node_timeout: not a duration")),
+        "{errors:#?}"
+    );
+}
+
+/// Errors of `yaml` without resolving hosts (the shapes below name
+/// hosts that do not exist).
+pub(super) fn errors_offline(yaml: &str) -> Vec<String> {
+    match Config::from_yaml_with(yaml, AddressCheck::Skip) {
+        Ok(_) => Vec::new(),
+        Err(ConfigError::Invalid(errors)) => errors.iter().map(ToString::to_string).collect(),
+        Err(other) => vec![other.to_string()],
+    }
+}
+
+#[test]
+fn access_and_admin_defaults() {
+    let config = Config::from_yaml(MINIMAL).unwrap();
+    assert!(config.socket.allow_uids.is_empty() && config.socket.allow_gids.is_empty());
+    assert_eq!(config.socket.max_connections_per_uid, 12_288);
+    assert_eq!(
+        config.admin.socket.path,
+        PathBuf::from("/run/redlock/admin.sock")
+    );
+    assert_eq!(config.admin.socket.mode, 0o600);
+    assert!(crate::redlock::token::valid_agent(&config.agent.name));
+    assert_eq!(
+        default_admin_path(Path::new("/tmp/x/a1.sock")),
+        PathBuf::from("/tmp/x/a1-admin.sock")
+    );
+    let yaml = format!(
+        "{MINIMAL}socket: {{max_connections: 8, allow_uids: [1000], allow_gids: [10]}}\nagent: {{name: pod-7}}\n"
+    );
+    let config = Config::from_yaml(&yaml).unwrap();
+    assert_eq!(config.socket.max_connections_per_uid, 6);
+    assert_eq!(config.socket.allow_uids, [1000]);
+    assert_eq!(config.socket.allow_gids, [10]);
+    assert_eq!(config.agent.name, "pod-7");
+}
+
+#[test]
+fn access_admin_and_tls_problems_are_reported_with_their_paths() {
+    let yaml = r#"
+agent: {name: "host.example"}
+socket: {path: /s/agent.sock, max_connections: 4, max_connections_per_uid: 5, allow_uids: ["root"]}
+admin: {socket: {path: /s/agent.sock, mode: 600}, allow_uids: 0, extra: 1}
+masters:
+  - {name: r1, url: "redis://a:1", tls_cert_file: /nonexistent/c.pem, tls_key_file: /nonexistent/k.pem}
+  - {name: r2, url: "rediss://b:1", tls_cert_file: /nonexistent/c.pem}
+"#;
+    let errors = errors_of(yaml);
+    let expected = [
+        "socket.max_connections_per_uid: 5 is above socket.max_connections (4)",
+        "socket.allow_uids: expected a list of numeric uids, found a list",
+        "admin.allow_uids: expected a list of numeric uids, found a number 0",
+        "admin.extra: unknown key",
+        "admin.socket.path: must differ from socket.path",
+        "admin.socket.mode: expected a quoted octal string like \"0600\", found a number 600",
+        "masters[0].tls_cert_file: only for rediss:// URLs",
+        "masters[1].tls_key_file: required with tls_cert_file",
+    ];
+    for line in expected {
+        assert!(
+            errors.iter().any(|e| e == line),
+            "missing {line:?} in {errors:#?}"
+        );
+    }
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("agent.name: use 1 to 64")),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn the_example_config_loads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config.example.yaml");
+    let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.masters.len(), 3);
+}
