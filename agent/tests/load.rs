@@ -63,6 +63,17 @@ impl Figures {
         )
     }
 
+    /// No lock call failed (no `no_quorum`, nothing else) and no master
+    /// was ever seen not `up`.
+    fn assert_no_failures(&self) {
+        let failures = [
+            self.no_quorum.load(Ordering::Relaxed),
+            self.other.load(Ordering::Relaxed),
+            self.not_up.load(Ordering::Relaxed),
+        ];
+        assert_eq!(failures, [0, 0, 0], "{}", self.line());
+    }
+
     fn count(&self, result: Result<(), Error>) {
         self.calls.fetch_add(1, Ordering::Relaxed);
         match result {
@@ -238,24 +249,7 @@ async fn listings_at_full_speed_never_fail_lock_calls() {
         "{}",
         figures.line()
     );
-    assert_eq!(
-        figures.no_quorum.load(Ordering::Relaxed),
-        0,
-        "{}",
-        figures.line()
-    );
-    assert_eq!(
-        figures.other.load(Ordering::Relaxed),
-        0,
-        "{}",
-        figures.line()
-    );
-    assert_eq!(
-        figures.not_up.load(Ordering::Relaxed),
-        0,
-        "{}",
-        figures.line()
-    );
+    figures.assert_no_failures();
     assert_eq!(agent.nodes().await["usable"], 5);
 }
 
@@ -277,24 +271,7 @@ async fn ninety_six_clients_never_fail_lock_calls() {
         errors_of_kind(&agent, "timeout").await,
         errors_of_kind(&agent, "backlog").await
     );
-    assert_eq!(
-        figures.no_quorum.load(Ordering::Relaxed),
-        0,
-        "{}",
-        figures.line()
-    );
-    assert_eq!(
-        figures.other.load(Ordering::Relaxed),
-        0,
-        "{}",
-        figures.line()
-    );
-    assert_eq!(
-        figures.not_up.load(Ordering::Relaxed),
-        0,
-        "{}",
-        figures.line()
-    );
+    figures.assert_no_failures();
 }
 
 /// The control of [`ninety_six_clients_never_fail_lock_calls`], with the
@@ -386,24 +363,7 @@ async fn a_burst_of_acquires_marks_no_master_down() {
         errors_of_kind(&agent, "timeout").await,
         errors_of_kind(&agent, "backlog").await
     );
-    assert_eq!(
-        figures.no_quorum.load(Ordering::Relaxed),
-        0,
-        "{}",
-        figures.line()
-    );
-    assert_eq!(
-        figures.other.load(Ordering::Relaxed),
-        0,
-        "{}",
-        figures.line()
-    );
-    assert_eq!(
-        figures.not_up.load(Ordering::Relaxed),
-        0,
-        "{}",
-        figures.line()
-    );
+    figures.assert_no_failures();
     assert_eq!(agent.nodes().await["usable"], 5);
 }
 

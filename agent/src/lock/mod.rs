@@ -280,6 +280,21 @@ impl<M: Store> Locks<M> {
     ) -> Result<mpsc::Receiver<HoldEvent>, LockError> {
         let max_hold = self.rules.max_hold(max_hold_ms)?;
         let grant = self.acquire(&resource, ask).await?;
+        // A grant whose masters answered so late that less validity is left
+        // than a hold needs to say `lost` in time is not handed out as a
+        // hold: its holder would work past the validity (released here,
+        // and answered as the slow quorum it is).
+        let left = grant.validity.saturating_sub(grant.granted_at.elapsed());
+        let margin = holds::lost_margin(grant.ttl, self.rules.node_timeout);
+        if left <= margin {
+            self.release_ended(&resource, &grant.token).await;
+            self.metrics.fail(Failure::NoQuorum);
+            return Err(LockError::NoQuorum(format!(
+                "granted with {}ms of validity left, not more than the {}ms a hold needs to say lost in time: the masters answered too slowly; retry",
+                millis(left),
+                millis(margin)
+            )));
+        }
         let (events, receiver) = mpsc::channel::<HoldEvent>(8);
         let acquired = HoldEvent::Acquired {
             token: grant.token.as_str().to_string(),

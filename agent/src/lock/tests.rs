@@ -16,9 +16,9 @@ use super::{Ask, LockError, Locks, Rules};
 use crate::config::FenceMode;
 use crate::metrics::Metrics;
 use crate::redlock::fence::FenceSettings;
-use crate::redlock::memory::{Memory, Mode};
+use crate::redlock::memory::{self, Memory, Mode};
 use crate::redlock::observe::Ignore;
-use crate::redlock::{Channels, Drift, Redlock, Resource, Settings, Token};
+use crate::redlock::{Channels, Redlock, Resource, Token};
 
 /// Long enough that no lock here expires during a test on a busy machine.
 const TTL_MS: u64 = 30_000;
@@ -29,15 +29,7 @@ fn service() -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
     let masters: Vec<Arc<Memory>> = (0..3).map(Memory::new).collect();
     let names: Vec<String> = masters.iter().map(|m| m.name.clone()).collect();
     let metrics = Arc::new(Metrics::new(&names));
-    let settings = Settings {
-        key_prefix: "t:".into(),
-        release_channel_prefix: "t:released:".into(),
-        drift: Drift::new(0.01),
-        retry_delay: Duration::from_millis(10),
-        retry_jitter: Duration::ZERO,
-        agent_name: Some("here".into()),
-        fence: FenceSettings::default(),
-    };
+    let settings = memory::settings(Some("here"), FenceSettings::default());
     let engine = Redlock::new(masters.clone(), settings, Arc::new(Ignore));
     let shutdown = CancellationToken::new();
     let waiters = Arc::new(Waiters::new(
@@ -82,6 +74,34 @@ async fn on_every_master(masters: &[Arc<Memory>], key: &str, held: bool) {
             "{key} held={held} not on every master"
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// A hold on `name`, and the token of its first event, `acquired`.
+async fn start_hold(
+    locks: &Arc<Locks<Memory>>,
+    name: &str,
+) -> (tokio::sync::mpsc::Receiver<HoldEvent>, String) {
+    let mut events = locks
+        .hold(
+            resource(name),
+            ask(0, "worker"),
+            None,
+            OnDisconnect::Release,
+        )
+        .await
+        .unwrap();
+    let HoldEvent::Acquired { token, .. } = next(&mut events).await else {
+        panic!("the first event is acquired");
+    };
+    (events, token)
+}
+
+/// The hold's next event is `lost` with `reason`.
+async fn expect_lost(events: &mut tokio::sync::mpsc::Receiver<HoldEvent>, reason: &str) {
+    match next(events).await {
+        HoldEvent::Lost { reason: said } => assert_eq!(said, reason),
+        other => panic!("expected lost ({reason}): {other:?}"),
     }
 }
 
@@ -245,13 +265,7 @@ async fn failures_map_to_their_own_errors() {
 async fn a_force_release_is_announced_and_ends_the_hold() {
     let (masters, locks) = service();
     let r = resource("stuck");
-    let mut events = locks
-        .hold(r.clone(), ask(0, "worker"), None, OnDisconnect::Release)
-        .await
-        .unwrap();
-    let HoldEvent::Acquired { token, .. } = next(&mut events).await else {
-        panic!("the first event is acquired");
-    };
+    let (mut events, token) = start_hold(&locks, "stuck").await;
     on_every_master(&masters, "t:stuck", true).await;
     let answer = locks.force_release(&r, None).await;
     assert_eq!(answer.deleted, 3, "{answer:?}");
@@ -264,10 +278,7 @@ async fn a_force_release_is_announced_and_ends_the_hold() {
             [(channel.clone(), format!("stuck\n{token}"))]
         );
     }
-    match next(&mut events).await {
-        HoldEvent::Lost { reason } => assert_eq!(reason, "force_released"),
-        other => panic!("expected lost: {other:?}"),
-    }
+    expect_lost(&mut events, "force_released").await;
     assert!(locks.grants().current("stuck").is_none());
 }
 
@@ -278,21 +289,39 @@ async fn a_force_release_is_announced_and_ends_the_hold() {
 async fn a_force_release_heard_from_another_agent_ends_the_hold() {
     let (_, locks) = service();
     let (channels, _changes) = Subscriptions::new(Arc::clone(&locks));
-    let r = resource("elsewhere");
-    let mut events = locks
-        .hold(r.clone(), ask(0, "worker"), None, OnDisconnect::Release)
-        .await
-        .unwrap();
-    let HoldEvent::Acquired { token, .. } = next(&mut events).await else {
-        panic!("the first event is acquired");
-    };
+    let (mut events, token) = start_hold(&locks, "elsewhere").await;
     channels.message(channels.always(), b"no line break");
     channels.message(channels.always(), b"elsewhere\nanother-token");
     channels.message(channels.always(), format!("elsewhere\n{token}").as_bytes());
-    match next(&mut events).await {
-        HoldEvent::Lost { reason } => assert_eq!(reason, "force_released"),
-        other => panic!("expected lost: {other:?}"),
+    expect_lost(&mut events, "force_released").await;
+}
+
+/// Masters so slow that a grant has less validity left than a hold needs
+/// to say `lost` in time: a plain acquire still gets the lock (its caller
+/// sees `validity_ms`), a hold is refused as `no_quorum` and the lock
+/// released, never handed out to be worked past its validity.
+#[tokio::test]
+async fn a_hold_is_never_granted_with_too_little_validity_to_say_lost() {
+    let (masters, locks) = service();
+    for m in &masters {
+        m.set(Mode::Slow(Duration::from_millis(60)));
     }
+    // TTL 100 ms: at most 40 ms of validity left, under the 50 ms margin.
+    let short = |owner| Ask {
+        ttl_ms: Some(100),
+        ..ask(0, owner)
+    };
+    let refused = locks
+        .hold(resource("slow"), short("hold"), None, OnDisconnect::Release)
+        .await;
+    match refused {
+        Err(LockError::NoQuorum(message)) => {
+            assert!(message.contains("validity left"), "{message}")
+        }
+        other => panic!("expected no_quorum: {:?}", other.map(|_| "a hold")),
+    }
+    assert!(locks.grants().current("slow").is_none());
+    on_every_master(&masters, "t:slow", false).await;
 }
 
 /// Two of three masters lose their keys during a hold: fewer than a
@@ -301,20 +330,10 @@ async fn a_force_release_heard_from_another_agent_ends_the_hold() {
 #[tokio::test]
 async fn a_hold_whose_masters_lose_their_keys_ends_with_node_lost() {
     let (masters, locks) = service();
-    let mut events = locks
-        .hold(resource("h"), ask(0, "worker"), None, OnDisconnect::Release)
-        .await
-        .unwrap();
-    assert!(matches!(
-        next(&mut events).await,
-        HoldEvent::Acquired { .. }
-    ));
+    let (mut events, _) = start_hold(&locks, "h").await;
     masters[0].lose_keys();
     masters[1].lose_keys();
-    match next(&mut events).await {
-        HoldEvent::Lost { reason } => assert_eq!(reason, "node_lost"),
-        other => panic!("expected lost: {other:?}"),
-    }
+    expect_lost(&mut events, "node_lost").await;
 }
 
 /// The listing names a master it could not read and says `partial`; with

@@ -618,21 +618,13 @@ mod tests {
     use super::{WaitError, Waiters};
     use crate::metrics::Metrics;
     use crate::redlock::fence::FenceSettings;
-    use crate::redlock::memory::Memory;
+    use crate::redlock::memory::{self, Memory};
     use crate::redlock::observe::Ignore;
-    use crate::redlock::{Acquire, Drift, Redlock, Resource, Settings};
+    use crate::redlock::{Acquire, Redlock, Resource};
 
     fn setup() -> (Vec<Arc<Memory>>, Redlock<Memory>, Waiters) {
         let masters: Vec<Arc<Memory>> = (0..3).map(Memory::new).collect();
-        let settings = Settings {
-            key_prefix: "t:".into(),
-            release_channel_prefix: "t:released:".into(),
-            drift: Drift::new(0.01),
-            retry_delay: Duration::from_millis(10),
-            retry_jitter: Duration::ZERO,
-            agent_name: None,
-            fence: FenceSettings::default(),
-        };
+        let settings = memory::settings(None, FenceSettings::default());
         let redlock = Redlock::new(masters.clone(), settings, Arc::new(Ignore));
         let waiters = Waiters::new(
             "t:".into(),

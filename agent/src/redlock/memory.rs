@@ -11,8 +11,24 @@ use redlock_wire::NodeState;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::fence::FenceSettings;
 use super::master::{Claim, Extension, KeyState, Master, NodeError, Store, Vote};
 use super::observe::VoteLabel;
+use super::{Drift, Settings};
+
+/// The engine's settings in the unit tests: key prefix `t:`, 1% drift,
+/// 10 ms between attempts without jitter.
+pub(crate) fn settings(agent_name: Option<&str>, fence: FenceSettings) -> Settings {
+    Settings {
+        key_prefix: "t:".into(),
+        release_channel_prefix: "t:released:".into(),
+        drift: Drift::new(0.01),
+        retry_delay: Duration::from_millis(10),
+        retry_jitter: Duration::ZERO,
+        agent_name: agent_name.map(str::to_string),
+        fence,
+    }
+}
 
 /// How a master in memory behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

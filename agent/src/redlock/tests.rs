@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::fence::FenceSettings;
-use super::memory::{Memory, Mode};
+use super::memory::{self, Memory, Mode};
 use super::observe::{Failure, Observer};
 use super::{duplicates_of, Acquire, Drift, Extend, Redlock, Release};
 use super::{Resource, Settings, Token};
@@ -36,15 +36,7 @@ struct Setup {
 fn setup(n: usize, fence: FenceSettings) -> Setup {
     let masters: Vec<Arc<Memory>> = (0..n).map(Memory::new).collect();
     let seen = Arc::new(Seen::default());
-    let settings = Settings {
-        key_prefix: "t:".into(),
-        release_channel_prefix: "t:released:".into(),
-        drift: Drift::new(0.01),
-        retry_delay: Duration::from_millis(10),
-        retry_jitter: Duration::ZERO,
-        agent_name: None,
-        fence,
-    };
+    let settings = memory::settings(None, fence);
     let observer: Arc<dyn Observer> = seen.clone();
     let redlock = Redlock::new(masters.clone(), settings, observer);
     Setup {
