@@ -54,7 +54,6 @@ pub mod subscriber;
 pub use crate::redlock::KeyState;
 pub use cluster::slots;
 pub use conn::Conn;
-pub use scan::READ_TIMEOUT;
 
 use crate::redlock::master::NodeError;
 use crate::redlock::observe::{NodeObserver, Op};

@@ -27,7 +27,7 @@ const SCAN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longer than a lock vote's `node_timeout`: a `SCAN` of a thousand keys or
 /// a page's `READ_KEYS` may take a few milliseconds more under load, and an
 /// operator waits, not a lock.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Node {
     /// One `SCAN cursor MATCH pattern COUNT count`, then the value and
