@@ -203,6 +203,9 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
             "node answers"
         );
     }
+    if let Err(e) = node.check_witness(&conn).await {
+        tracing::debug!(node = node.name(), error = %e, "quarantine witness not read; trying again");
+    }
     if node.needs_witness() {
         if let Err(e) = node.write_witness(&conn).await {
             tracing::debug!(node = node.name(), error = %e, "quarantine witness not written; trying again");

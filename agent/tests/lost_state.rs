@@ -360,3 +360,66 @@ async fn a_second_loss_during_the_quarantine_starts_it_over() {
         .unwrap();
     assert!(keys.is_empty(), "witness removed on readmission: {keys:?}");
 }
+
+/// A long quarantine (30 s) whose witness goes a moment after it was
+/// written, as when a cache is still evicting: the next probe sees the
+/// witness gone and starts the quarantine over from there, with a new
+/// witness, instead of finding out only when the spoiled period ends. So
+/// a master that loses keys for a while is readmitted one period after its
+/// last loss, not two.
+#[tokio::test]
+async fn a_witness_lost_during_the_quarantine_starts_it_over_at_the_next_probe() {
+    const LONG: &str = "lock:\n  max_ttl: 30s\n  node_timeout: 200ms\nhealth:\n  interval: 100ms\n";
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(&cluster, LONG).await;
+    flush(&cluster, 0, "FLUSHALL").await;
+    wait_for(
+        "the quarantine witness on r1",
+        Duration::from_secs(5),
+        || async { witnesses(&cluster).await.len() == 1 },
+    )
+    .await;
+    let first = witnesses(&cluster).await.remove(0);
+    let mut conn = cluster.redis(0).await;
+    let _: () = redis::cmd("DEL")
+        .arg(&first)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let restarts = r#"redlock_node_restarts_detected_total{detector="marker",node="r1"}"#;
+    wait_for(
+        "the quarantine to start over (a third of the period: not at its end)",
+        Duration::from_secs(10),
+        || async {
+            let (_, metrics) = agent.get_tcp("/metrics").await;
+            metrics.contains(&format!("{restarts} 2"))
+        },
+    )
+    .await;
+    wait_for("a new witness", Duration::from_secs(5), || async {
+        let now = witnesses(&cluster).await;
+        now.len() == 1 && now[0] != first
+    })
+    .await;
+    let nodes = agent.nodes().await;
+    let r1 = node(&nodes, "r1");
+    assert_eq!(r1["state"], "quarantined", "{nodes}");
+    assert!(
+        r1["quarantine_remaining_ms"].as_u64() > Some(20_000),
+        "the period counts from the new witness: {r1}"
+    );
+    assert!(
+        cluster.get(0, MARKER).await.is_none(),
+        "not readmitted: {r1}"
+    );
+}
+
+/// The quarantine witnesses on r1.
+async fn witnesses(cluster: &Cluster) -> Vec<String> {
+    let mut conn = cluster.redis(0).await;
+    redis::cmd("KEYS")
+        .arg("redlock:* quarantine witness")
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}

@@ -80,26 +80,63 @@ impl Node {
                     .await
             })
             .await?;
-        let mut inner = self.lock();
         if written == 1 {
+            let mut inner = self.lock();
             inner.readmit = false;
             inner.witness = None;
             Ok(true)
         } else {
-            drop(inner);
-            tracing::warn!(
-                node = %self.name,
-                "the master lost its keys again while quarantined: the quarantine starts over"
-            );
-            let mut inner = self.lock();
-            inner.witness = None;
-            inner.quarantine_until = Some(Instant::now() + self.quarantine);
-            inner.quarantine_len = self.quarantine;
-            inner.detector = Some(Detector::Marker);
-            drop(inner);
-            self.restart_detected(Detector::Marker);
+            self.witness_lost();
             Ok(false)
         }
+    }
+
+    /// Checks, at every probe of a quarantine, that this quarantine's
+    /// witness is still on the master. Gone, the master lost keys again
+    /// (a restart, a flush, an eviction that is still going on): the
+    /// quarantine starts over now, with a new witness written in the same
+    /// probe, rather than at the end of a period the loss already spoiled.
+    /// A master that keeps evicting for a while is thus readmitted one
+    /// quarantine after its last loss, not two.
+    ///
+    /// # Errors
+    /// When the master does not answer; checked again at the next probe.
+    pub(crate) async fn check_witness(&self, conn: &Conn) -> Result<(), NodeError> {
+        let witness = {
+            let inner = self.lock();
+            match &inner.witness {
+                Some(witness) if inner.readmit => witness.clone(),
+                _ => return Ok(()),
+            }
+        };
+        let present = self
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+                redis::cmd("EXISTS")
+                    .arg(&witness)
+                    .query_async::<i64>(&mut conn)
+                    .await
+            })
+            .await?;
+        if present == 0 {
+            self.witness_lost();
+        }
+        Ok(())
+    }
+
+    /// The quarantine's witness is gone: the master lost its keys since
+    /// the quarantine began, and the quarantine starts over.
+    fn witness_lost(&self) {
+        tracing::warn!(
+            node = %self.name,
+            "the master lost its keys again while quarantined: the quarantine starts over"
+        );
+        let mut inner = self.lock();
+        inner.witness = None;
+        inner.quarantine_until = Some(Instant::now() + self.quarantine);
+        inner.quarantine_len = self.quarantine;
+        inner.detector = Some(Detector::Marker);
+        drop(inner);
+        self.restart_detected(Detector::Marker);
     }
 
     /// Whether the current quarantine still needs its witness written.
