@@ -87,15 +87,12 @@ pub use transport::{lock_path, resource_path};
 /// How long a request may take beyond the wait it asks for, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What [`Client::acquire`] asks for. Unset fields take the agent's
-/// defaults (`lock.default_ttl`, one attempt, no owner).
+/// What [`Client::acquire`] asks for: the wire's `acquire` body, built
+/// with durations. Unset fields take the agent's defaults
+/// (`lock.default_ttl`, one attempt, no owner).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct AcquireOptions {
-    pub ttl: Option<Duration>,
-    pub wait: Option<Duration>,
-    pub owner: Option<String>,
-    pub fence: bool,
+    request: AcquireRequest,
 }
 
 impl AcquireOptions {
@@ -106,40 +103,40 @@ impl AcquireOptions {
     /// The lock's TTL. The agent accepts twice `lock.node_timeout` (100 ms
     /// by default) to `lock.max_ttl`; otherwise `ttl_out_of_range`.
     pub fn ttl(mut self, ttl: Duration) -> AcquireOptions {
-        self.ttl = Some(ttl);
+        self.request.ttl_ms = Some(millis(ttl));
         self
     }
 
     /// How long the agent may keep trying while the lock is taken.
     pub fn wait(mut self, wait: Duration) -> AcquireOptions {
-        self.wait = Some(wait);
+        self.request.wait_ms = Some(millis(wait));
         self
     }
 
     /// Ask for a fencing token ([`Grant::fence`]).
     pub fn fence(mut self) -> AcquireOptions {
-        self.fence = true;
+        self.request.fence = true;
         self
     }
 
     /// A label operators see beside the lock (1 to 128 printable ASCII).
     pub fn owner(mut self, owner: impl Into<String>) -> AcquireOptions {
-        self.owner = Some(owner.into());
+        self.request.owner = Some(owner.into());
         self
+    }
+
+    /// The body these options send.
+    pub fn request(&self) -> &AcquireRequest {
+        &self.request
     }
 }
 
 /// What [`Client::hold`] and [`Client::lock`] ask for: as
-/// [`AcquireOptions`], plus a bound on how long the hold may last.
+/// [`AcquireOptions`], plus a bound on how long the hold may last and what
+/// happens to the lock if the connection closes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct HoldOptions {
-    pub ttl: Option<Duration>,
-    pub wait: Option<Duration>,
-    pub owner: Option<String>,
-    pub max_hold: Option<Duration>,
-    pub fence: bool,
-    pub on_disconnect: OnDisconnect,
+    request: HoldRequest,
 }
 
 impl HoldOptions {
@@ -147,42 +144,55 @@ impl HoldOptions {
         HoldOptions::default()
     }
 
+    /// A hold asking what `options` ask for an acquire, with the defaults
+    /// for the rest.
+    pub fn from_acquire(options: &AcquireOptions) -> HoldOptions {
+        HoldOptions {
+            request: HoldRequest::with_lock(options.request.clone()),
+        }
+    }
+
     /// The TTL the agent renews every third of (see [`AcquireOptions::ttl`]).
     pub fn ttl(mut self, ttl: Duration) -> HoldOptions {
-        self.ttl = Some(ttl);
+        self.request.ttl_ms = Some(millis(ttl));
         self
     }
 
     /// How long the agent may keep trying while the lock is taken.
     pub fn wait(mut self, wait: Duration) -> HoldOptions {
-        self.wait = Some(wait);
+        self.request.wait_ms = Some(millis(wait));
         self
     }
 
     /// Ask for a fencing token ([`Hold::fence`]).
     pub fn fence(mut self) -> HoldOptions {
-        self.fence = true;
+        self.request.fence = true;
         self
     }
 
     /// What the agent does with the lock when this hold's connection
     /// closes without a release (see [`OnDisconnect`]).
     pub fn on_disconnect(mut self, on_disconnect: OnDisconnect) -> HoldOptions {
-        self.on_disconnect = on_disconnect;
+        self.request.on_disconnect = on_disconnect;
         self
     }
 
     /// A label operators see beside the lock.
     pub fn owner(mut self, owner: impl Into<String>) -> HoldOptions {
-        self.owner = Some(owner.into());
+        self.request.owner = Some(owner.into());
         self
     }
 
     /// End the hold (`lost`, reason `max_hold`) after this long; at most
     /// `lock.max_hold`, which is also the default.
     pub fn max_hold(mut self, max_hold: Duration) -> HoldOptions {
-        self.max_hold = Some(max_hold);
+        self.request.max_hold_ms = Some(millis(max_hold));
         self
+    }
+
+    /// The body these options send.
+    pub fn request(&self) -> &HoldRequest {
+        &self.request
     }
 }
 
@@ -367,19 +377,14 @@ impl Client {
     /// [`Error::NoQuorum`], [`Error::Api`] for a refused request
     /// (`invalid_resource`, `ttl_out_of_range`, ...), or a transport error.
     pub async fn acquire(&self, resource: &str, options: &AcquireOptions) -> Result<Grant, Error> {
-        let body = AcquireRequest {
-            ttl_ms: options.ttl.map(millis),
-            wait_ms: options.wait.map(millis),
-            owner: options.owner.clone(),
-            fence: options.fence,
-        };
+        let body = options.request();
         let answer: AcquireResponse = self
             .transport
             .call(
                 Method::POST,
                 lock_path(resource, "acquire"),
-                Some(json(&body)),
-                options.wait.unwrap_or_default(),
+                Some(json(body)),
+                Duration::from_millis(body.wait_ms.unwrap_or(0)),
             )
             .await?;
         let validity = Duration::from_millis(answer.validity_ms);
@@ -489,22 +494,15 @@ impl Client {
     /// As [`Client::acquire`]; [`Error::Protocol`] when the answer is not an
     /// NDJSON stream that starts with `acquired`.
     pub async fn hold(&self, resource: &str, options: &HoldOptions) -> Result<Hold, Error> {
-        let body = HoldRequest {
-            ttl_ms: options.ttl.map(millis),
-            wait_ms: options.wait.map(millis),
-            owner: options.owner.clone(),
-            max_hold_ms: options.max_hold.map(millis),
-            fence: options.fence,
-            on_disconnect: options.on_disconnect,
-        };
+        let body = options.request();
         let limit = self
             .transport
             .timeout()
-            .saturating_add(options.wait.unwrap_or_default());
+            .saturating_add(Duration::from_millis(body.wait_ms.unwrap_or(0)));
         let start = async {
             let (response, conn) = self
                 .transport
-                .send(Method::POST, lock_path(resource, "hold"), Some(json(&body)))
+                .send(Method::POST, lock_path(resource, "hold"), Some(json(body)))
                 .await?;
             let status = response.status();
             if status != StatusCode::OK {

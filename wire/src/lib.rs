@@ -7,25 +7,75 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Body of `POST /v1/locks/{resource}/acquire`. Every field is optional; an
-/// empty body means "the default TTL, try once, no owner label".
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AcquireRequest {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_ms: Option<u64>,
-    /// How long the agent may keep trying; 0 or absent means one attempt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wait_ms: Option<u64>,
-    /// A label stored beside the token so operators can see who holds a lock.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    /// Ask for a fencing token: the answer carries `fence`, a number minted
-    /// by the same quorum that grants the lock, larger than the fence of
-    /// every earlier grant of any lock on these masters. Always on when the
-    /// agent's `lock.fence` is `always`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub fence: bool,
+pub mod keys;
+
+/// Declares a request body that takes a lock: the fields every such
+/// request shares, written here once for the wire, the server and the Rust
+/// client, then the request's own. Each is a flat JSON object that refuses
+/// unknown fields (serde's `flatten` cannot do both).
+macro_rules! lock_request {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$field_meta:meta])* pub $field:ident: $ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            /// The lock's TTL; the agent's `lock.default_ttl` when absent.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub ttl_ms: Option<u64>,
+            /// How long the agent may keep trying; 0 or absent means one attempt.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub wait_ms: Option<u64>,
+            /// A label stored beside the token so operators can see who holds a lock.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub owner: Option<String>,
+            /// Ask for a fencing token: the answer carries `fence`, a number minted
+            /// by the same quorum that grants the lock, larger than the fence of
+            /// every earlier grant of any lock on these masters. Always on when the
+            /// agent's `lock.fence` is `always`.
+            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            pub fence: bool,
+            $($(#[$field_meta])* pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// The fields every request that takes a lock shares, as an
+            /// `acquire` body.
+            pub fn lock(&self) -> AcquireRequest {
+                AcquireRequest {
+                    ttl_ms: self.ttl_ms,
+                    wait_ms: self.wait_ms,
+                    owner: self.owner.clone(),
+                    fence: self.fence,
+                }
+            }
+
+            /// This request with `lock`'s shared fields and defaults for
+            /// its own.
+            // The update is needless only for a request with no fields of
+            // its own (`acquire`).
+            #[allow(clippy::needless_update)]
+            pub fn with_lock(lock: AcquireRequest) -> $name {
+                $name {
+                    ttl_ms: lock.ttl_ms,
+                    wait_ms: lock.wait_ms,
+                    owner: lock.owner,
+                    fence: lock.fence,
+                    ..$name::default()
+                }
+            }
+        }
+    };
+}
+
+lock_request! {
+    /// Body of `POST /v1/locks/{resource}/acquire`. Every field is optional; an
+    /// empty body means "the default TTL, try once, no owner label".
+    pub struct AcquireRequest {}
 }
 
 /// 200 answer to `acquire`.
@@ -77,30 +127,21 @@ pub struct ReleaseResponse {
     pub released: bool,
 }
 
-/// Body of `POST /v1/locks/{resource}/hold`: a lock tied to this connection.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HoldRequest {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wait_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    /// Ends the hold with `lost` (reason `max_hold`) after this long;
-    /// defaults to `lock.max_hold`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_hold_ms: Option<u64>,
-    /// As in [`AcquireRequest::fence`]: the `acquired` event carries it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub fence: bool,
-    /// What happens to the lock when the client's connection closes
-    /// without a release: `release` (the default) deletes it on every
-    /// master at once; `expire` leaves it to expire on its own, so writes a
-    /// vanished client still had in flight land before anyone else can
-    /// hold the lock (for storage that cannot check a fence).
-    #[serde(default, skip_serializing_if = "OnDisconnect::is_release")]
-    pub on_disconnect: OnDisconnect,
+lock_request! {
+    /// Body of `POST /v1/locks/{resource}/hold`: a lock tied to this connection.
+    pub struct HoldRequest {
+        /// Ends the hold with `lost` (reason `max_hold`) after this long;
+        /// defaults to `lock.max_hold`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub max_hold_ms: Option<u64>,
+        /// What happens to the lock when the client's connection closes
+        /// without a release: `release` (the default) deletes it on every
+        /// master at once; `expire` leaves it to expire on its own, so writes a
+        /// vanished client still had in flight land before anyone else can
+        /// hold the lock (for storage that cannot check a fence).
+        #[serde(default, skip_serializing_if = "OnDisconnect::is_release")]
+        pub on_disconnect: OnDisconnect,
+    }
 }
 
 /// See [`HoldRequest::on_disconnect`].
@@ -554,166 +595,5 @@ mod tests {
     fn unknown_request_fields_are_refused() {
         let err = serde_json::from_str::<AcquireRequest>(r#"{"ttl": 5}"#).unwrap_err();
         assert!(err.to_string().contains("unknown field `ttl`"), "{err}");
-    }
-}
-
-/// The agent's own bookkeeping keys on every master, beside the lock keys
-/// (`<key_prefix><resource>`). Each is the key prefix followed by a suffix
-/// that starts with a space, which no resource may contain, so none of
-/// them can be a lock key; listings, scans and the fault suite's observer
-/// skip them with [`keys::is_bookkeeping`].
-pub mod keys {
-    /// The incarnation marker: written once, no TTL. A master without it
-    /// lost its keys (FLUSHALL, failover, a restart without persistence).
-    pub const MARKER_SUFFIX: &str = " incarnation";
-    /// The quarantine witness, after `<key_prefix><40 hex>` (the agent's
-    /// id): written when a quarantine begins, so readmission can tell that
-    /// the master lost nothing since.
-    pub const WITNESS_SUFFIX: &str = " quarantine witness";
-    /// The fencing counter: the highest fence minted with this master's
-    /// vote. No TTL; lost with the marker, restored from the other masters
-    /// on readmission.
-    pub const FENCE_SUFFIX: &str = " fence";
-    /// The waiting flag of one lock key, after `<key_prefix>` and before
-    /// ` {<tag>} <resource>` (see [`waiting_key`]): set by a vote that found
-    /// the lock taken and will wait for it, with that vote's TTL; the
-    /// release deletes it with the lock and announces the release only when
-    /// it was there. A release nobody waits for publishes nothing.
-    pub const WAITING_SUFFIX: &str = " waiting";
-
-    /// The key is one of the agent's bookkeeping keys under `key_prefix`,
-    /// not a lock: on a single server, or on a cluster with its slot's hash
-    /// tag after the suffix (see [`slot_key`]).
-    pub fn is_bookkeeping(key_prefix: &str, key: &str) -> bool {
-        key.strip_prefix(key_prefix).is_some_and(|rest| {
-            if rest.starts_with(WAITING_SUFFIX) {
-                return true;
-            }
-            let rest = strip_slot_tag(rest);
-            rest == MARKER_SUFFIX || rest == FENCE_SUFFIX || rest.ends_with(WITNESS_SUFFIX)
-        })
-    }
-
-    /// Hash slots of a Redis Cluster.
-    pub const SLOTS: u16 = 16384;
-
-    /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag
-    /// (the text between the first `{` and the next `}`, when not empty) or
-    /// of the whole key, modulo 16384.
-    pub fn key_slot(key: &[u8]) -> u16 {
-        crc16::State::<crc16::XMODEM>::calculate(hash_tag(key)) % SLOTS
-    }
-
-    fn hash_tag(key: &[u8]) -> &[u8] {
-        if let Some(open) = key.iter().position(|b| *b == b'{') {
-            if let Some(len) = key[open + 1..].iter().position(|b| *b == b'}') {
-                if len > 0 {
-                    return &key[open + 1..open + 1 + len];
-                }
-            }
-        }
-        key
-    }
-
-    /// The hash tag that lands in `slot`: the smallest decimal number whose
-    /// slot it is. Every agent derives the same table, so the per-slot
-    /// bookkeeping keys have one name for all of them.
-    pub fn slot_tag(slot: u16) -> &'static str {
-        static TAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-        let tags = TAGS.get_or_init(|| {
-            let mut tags = vec![String::new(); usize::from(SLOTS)];
-            let mut missing = usize::from(SLOTS);
-            let mut n: u64 = 0;
-            while missing > 0 {
-                let text = n.to_string();
-                let slot = usize::from(key_slot(text.as_bytes()));
-                if tags[slot].is_empty() {
-                    tags[slot] = text;
-                    missing -= 1;
-                }
-                n += 1;
-            }
-            tags
-        });
-        &tags[usize::from(slot % SLOTS)]
-    }
-
-    /// A bookkeeping key (`<key_prefix><suffix>`) for the cluster slot
-    /// `slot`: the same name followed by ` {<tag>}`, so the key lives in that
-    /// slot beside the locks it guards. A script's keys must share a slot;
-    /// every vote reads its slot's marker and counter in the same script.
-    pub fn slot_key(key: &str, slot: u16) -> String {
-        format!("{key} {{{}}}", slot_tag(slot))
-    }
-
-    /// The waiting flag of `lock_key` (`<key_prefix><resource>`):
-    /// `<key_prefix> waiting {<tag>} <resource>`, with the tag of the lock
-    /// key's own slot, so on a cluster the flag lives in the lock's slot and
-    /// one script can write both.
-    pub fn waiting_key(key_prefix: &str, lock_key: &str) -> String {
-        let resource = lock_key.strip_prefix(key_prefix).unwrap_or(lock_key);
-        let tag = slot_tag(key_slot(lock_key.as_bytes()));
-        format!("{key_prefix}{WAITING_SUFFIX} {{{tag}}} {resource}")
-    }
-
-    /// `rest` without a trailing ` {<tag>}`.
-    fn strip_slot_tag(rest: &str) -> &str {
-        match rest.strip_suffix('}').and_then(|r| r.rsplit_once(" {")) {
-            Some((head, tag)) if !tag.is_empty() && tag.bytes().all(|b| b.is_ascii_digit()) => head,
-            _ => rest,
-        }
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn slots_match_redis_cluster() {
-            // Values from `CLUSTER KEYSLOT` on Redis 7.
-            assert_eq!(key_slot(b"foo"), 12182);
-            assert_eq!(key_slot(b"bar"), 5061);
-            assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
-            assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
-            assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
-        }
-
-        #[test]
-        fn every_slot_has_a_tag_that_lands_in_it() {
-            for slot in 0..SLOTS {
-                let key = slot_key("redlock: incarnation", slot);
-                assert_eq!(key_slot(key.as_bytes()), slot, "{key}");
-            }
-        }
-
-        #[test]
-        fn slot_keys_are_bookkeeping_and_locks_are_not() {
-            let p = "redlock:";
-            assert!(is_bookkeeping(p, &slot_key("redlock: incarnation", 7)));
-            assert!(is_bookkeeping(p, &slot_key("redlock: fence", 16383)));
-            assert!(is_bookkeeping(
-                p,
-                &slot_key("redlock:0123 quarantine witness", 9)
-            ));
-            assert!(is_bookkeeping(p, "redlock: fence"));
-            assert!(!is_bookkeeping(p, "redlock:jobs {42}"));
-            assert!(!is_bookkeeping(p, "redlock:{42}"));
-        }
-
-        #[test]
-        fn a_waiting_flag_lives_in_its_locks_slot_and_is_bookkeeping() {
-            let p = "redlock:";
-            for resource in ["jobs", "a{b", "{user7}.orders", "x}y{", "{}z"] {
-                let lock = format!("{p}{resource}");
-                let flag = waiting_key(p, &lock);
-                assert_eq!(
-                    key_slot(flag.as_bytes()),
-                    key_slot(lock.as_bytes()),
-                    "{flag}"
-                );
-                assert!(is_bookkeeping(p, &flag), "{flag}");
-                assert!(flag.ends_with(resource), "{flag}");
-            }
-        }
     }
 }

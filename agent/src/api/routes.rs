@@ -428,10 +428,7 @@ async fn acquire(
     request: AcquireRequest,
 ) -> Result<Response<Body>, ApiError> {
     let ask = Ask {
-        ttl_ms: request.ttl_ms,
-        wait_ms: request.wait_ms,
-        owner: request.owner.as_deref(),
-        fence: request.fence,
+        lock: request,
         holder,
     };
     let grant = agent
@@ -465,10 +462,7 @@ async fn hold(
     request: HoldRequest,
 ) -> Result<Response<Body>, ApiError> {
     let ask = Ask {
-        ttl_ms: request.ttl_ms,
-        wait_ms: request.wait_ms,
-        owner: request.owner.as_deref(),
-        fence: request.fence,
+        lock: request.lock(),
         holder,
     };
     let events = agent

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redlock_wire::{ForceReleaseResponse, HoldEvent, OnDisconnect};
+use redlock_wire::{AcquireRequest, ForceReleaseResponse, HoldEvent, OnDisconnect};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -115,13 +115,11 @@ pub enum LockError {
     Wait(#[from] WaitError),
 }
 
-/// What a lock request asks for.
+/// What a lock request asks for: the fields every request that takes a
+/// lock shares, as the wire declares them, and who asks.
 #[derive(Debug, Clone, Default)]
-pub struct Ask<'a> {
-    pub ttl_ms: Option<u64>,
-    pub wait_ms: Option<u64>,
-    pub owner: Option<&'a str>,
-    pub fence: bool,
+pub struct Ask {
+    pub lock: AcquireRequest,
     /// The requesting process, as the kernel reported it.
     pub holder: Option<Holder>,
 }
@@ -207,7 +205,7 @@ impl<M: Store> Locks<M> {
     /// # Errors
     /// A field out of range, the lock taken for all of the wait, no quorum,
     /// too many waiters, or the agent shutting down.
-    pub async fn acquire(&self, resource: &Resource, ask: Ask<'_>) -> Result<Grant, LockError> {
+    pub async fn acquire(&self, resource: &Resource, ask: Ask) -> Result<Grant, LockError> {
         let started = Instant::now();
         let result = self.try_acquire(resource, ask).await;
         let outcome = match &result {
@@ -223,20 +221,25 @@ impl<M: Store> Locks<M> {
         result
     }
 
-    async fn try_acquire(&self, resource: &Resource, ask: Ask<'_>) -> Result<Grant, LockError> {
-        let ttl = self.rules.ttl(ask.ttl_ms)?;
-        if ask.owner.is_some_and(|o| !token::valid_owner(o)) {
+    async fn try_acquire(&self, resource: &Resource, ask: Ask) -> Result<Grant, LockError> {
+        let lock = &ask.lock;
+        let ttl = self.rules.ttl(lock.ttl_ms)?;
+        if lock
+            .owner
+            .as_deref()
+            .is_some_and(|o| !token::valid_owner(o))
+        {
             return Err(LockError::InvalidOwner);
         }
-        let wait = Duration::from_millis(ask.wait_ms.unwrap_or(0));
-        let fence = ask.fence || self.rules.fence == FenceMode::Always;
+        let wait = Duration::from_millis(lock.wait_ms.unwrap_or(0));
+        let fence = lock.fence || self.rules.fence == FenceMode::Always;
         let outcome = self
             .waiters
             .acquire(
                 &self.engine,
                 resource,
                 ttl,
-                ask.owner,
+                lock.owner.as_deref(),
                 wait,
                 fence,
                 ask.holder.map(|h| h.uid),
@@ -274,7 +277,7 @@ impl<M: Store> Locks<M> {
     pub async fn hold(
         self: &Arc<Self>,
         resource: Resource,
-        ask: Ask<'_>,
+        ask: Ask,
         max_hold_ms: Option<u64>,
         on_disconnect: OnDisconnect,
     ) -> Result<mpsc::Receiver<HoldEvent>, LockError> {

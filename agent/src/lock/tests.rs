@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlock_wire::{HoldEvent, OnDisconnect};
+use redlock_wire::{AcquireRequest, HoldEvent, OnDisconnect};
 use tokio_util::sync::CancellationToken;
 
 use super::listing::{self, ListQuery, ReadError};
@@ -55,13 +55,17 @@ fn resource(name: &str) -> Resource {
     Resource::new(name).unwrap()
 }
 
-fn ask(wait_ms: u64, owner: &str) -> Ask<'_> {
-    Ask {
+fn ask(wait_ms: u64, owner: &str) -> Ask {
+    lock_ask(AcquireRequest {
         ttl_ms: Some(TTL_MS),
         wait_ms: Some(wait_ms),
-        owner: Some(owner),
-        ..Ask::default()
-    }
+        owner: Some(owner.into()),
+        fence: false,
+    })
+}
+
+fn lock_ask(lock: AcquireRequest) -> Ask {
+    Ask { lock, holder: None }
 }
 
 /// Waits until every master holds `key`, or none does (the engine answers
@@ -198,10 +202,10 @@ async fn failures_map_to_their_own_errors() {
     let short = locks
         .acquire(
             &r,
-            Ask {
+            lock_ask(AcquireRequest {
                 ttl_ms: Some(1),
-                ..Ask::default()
-            },
+                ..AcquireRequest::default()
+            }),
         )
         .await;
     assert!(
@@ -307,9 +311,11 @@ async fn a_hold_is_never_granted_with_too_little_validity_to_say_lost() {
         m.set(Mode::Slow(Duration::from_millis(60)));
     }
     // TTL 100 ms: at most 40 ms of validity left, under the 50 ms margin.
-    let short = |owner| Ask {
-        ttl_ms: Some(100),
-        ..ask(0, owner)
+    let short = |owner: &str| {
+        lock_ask(AcquireRequest {
+            ttl_ms: Some(100),
+            ..ask(0, owner).lock
+        })
     };
     let refused = locks
         .hold(resource("slow"), short("hold"), None, OnDisconnect::Release)
