@@ -3,7 +3,9 @@
 //!
 //! # Layout
 //! - `main.rs`: the thin binary: CLI, config loading, tracing, the runtime
-//!   (`agent.workers` threads), exit codes.
+//!   (`agent.workers` threads), exit codes; its `dev.rs` is
+//!   `redlock-agent dev` (local masters from `redlock-testkit`, the `dev`
+//!   feature, on by default), which the library does not contain.
 //! - [`config`]: typed configuration, defaults, validation that reports every
 //!   problem at once with its field path: the YAML's syntax errors and the
 //!   walker over its tree ([`config::yaml`]), every section but the masters
@@ -70,8 +72,6 @@
 //!   not (unreachable, TLS or AUTH refused, a cluster listed as a single
 //!   server or the reverse, a policy that evicts lock keys).
 //! - [`daemon`]: binds the listeners, starts the tasks, serves, drains.
-//! - [`dev`]: the local cluster of `redlock-agent dev`: masters from
-//!   `redlock-testkit` and the config over them.
 //! - [`lock_command`]: `redlock-agent lock -- cmd`, a `redlock-client` of
 //!   the socket; the command runs under a guardian process
 //!   ([`lock_command::guardian`], the hidden `lock-guardian` command) that
@@ -89,7 +89,6 @@ pub mod api;
 pub mod check;
 pub mod config;
 pub mod daemon;
-pub mod dev;
 pub mod health;
 pub mod lock;
 pub mod lock_command;

@@ -8,9 +8,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use redlock_agent::config::{AddressCheck, Config, LogFormat, EXIT_CONFIG};
-use redlock_agent::dev::{self, RedisServer};
 use redlock_agent::lock_command::guardian::{self, Guardian};
 use redlock_agent::lock_command::{self, LockCommand, LockError};
+
+#[cfg(feature = "dev")]
+mod dev;
 use std::time::Duration;
 
 /// mimalloc: the profile under load showed glibc malloc/free at about 12%.
@@ -81,6 +83,7 @@ enum Cmd {
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         timeout: Duration,
     },
+    #[cfg(feature = "dev")]
     /// Start local redis-server masters and run the agent on them.
     ///
     /// The admin socket (force release, for redlock-tui) is beside the
@@ -220,23 +223,27 @@ fn main() -> ExitCode {
             offline,
             timeout,
         }) => check(&config, (!offline).then_some(timeout)),
+        #[cfg(feature = "dev")]
         Some(Cmd::Dev {
             socket,
             masters,
             metrics,
-        }) => dev_cluster(&socket, masters, &metrics, cli.log_format),
-        None => {
-            match cli.config {
-                Some(path) => match load(&path, AddressCheck::Resolve) {
-                    Ok(config) => serve(config, cli.log_format),
-                    Err(code) => code,
-                },
-                None => {
-                    eprintln!("redlock-agent: give --config FILE, or try `redlock-agent dev` (see --help)");
-                    ExitCode::from(EXIT_CONFIG as u8)
-                }
+        }) => dev::run(&socket, masters, &metrics, cli.log_format),
+        None => match cli.config {
+            Some(path) => match load(&path, AddressCheck::Resolve) {
+                Ok(config) => serve(config, cli.log_format),
+                Err(code) => code,
+            },
+            None => {
+                let dev = if cfg!(feature = "dev") {
+                    ", or try `redlock-agent dev`"
+                } else {
+                    ""
+                };
+                eprintln!("redlock-agent: give --config FILE{dev} (see --help)");
+                ExitCode::from(EXIT_CONFIG as u8)
             }
-        }
+        },
     }
 }
 
@@ -377,106 +384,4 @@ fn serve_with(config: Config, format: Option<LogFormat>, masters_fresh: bool) ->
             ExitCode::FAILURE
         }
     }
-}
-
-/// `text` as one shell word: as it is when it is plain, else single-quoted.
-fn shell_word(text: &str) -> String {
-    let plain = !text.is_empty()
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/._-:+=@%,".contains(&b));
-    if plain {
-        text.to_string()
-    } else {
-        format!("'{}'", text.replace('\'', "'\\''"))
-    }
-}
-
-/// What `dev` prints to try: commands with full paths, to paste from any
-/// directory (the TUI's when it was built beside this binary).
-fn dev_commands(socket: &Path, admin: &Path) -> String {
-    let s = shell_word(&socket.display().to_string());
-    let a = shell_word(&admin.display().to_string());
-    let mut out = format!(
-        "Try it, from any directory:\n  \
-         curl --unix-socket {s} -X POST localhost/v1/locks/demo/acquire -d '{{\"ttl_ms\": 10000}}'\n  \
-         curl --unix-socket {s} localhost/v1/nodes\n"
-    );
-    let exe = std::env::current_exe().ok();
-    if let Some(exe) = &exe {
-        let agent = shell_word(&exe.display().to_string());
-        out.push_str(&format!(
-            "  {agent} lock --socket {s} --ttl 10s report -- sh -c 'echo \"holding $REDLOCK_RESOURCE\"'\n"
-        ));
-        let tui = exe.with_file_name("redlock-tui");
-        if tui.is_file() {
-            out.push_str(&format!(
-                "  {} --socket {a}\n",
-                shell_word(&tui.display().to_string())
-            ));
-        }
-        if let Some(dir) = exe.parent() {
-            out.push_str(&format!(
-                "\nTo type them without the path: export PATH={}:\"$PATH\"\n",
-                shell_word(&dir.display().to_string())
-            ));
-        }
-    }
-    out.push_str("\nCtrl-C stops the agent and every master.\n");
-    out
-}
-
-fn dev_cluster(socket: &Path, count: usize, metrics: &str, format: Option<LogFormat>) -> ExitCode {
-    if count == 0 {
-        eprintln!("redlock-agent dev: --masters must be at least 1");
-        return ExitCode::from(EXIT_CONFIG as u8);
-    }
-    let dir = match tempfile::Builder::new().prefix("redlock-dev-").tempdir() {
-        Ok(dir) => dir,
-        Err(e) => {
-            eprintln!("redlock-agent dev: cannot make a temp dir: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut masters = Vec::with_capacity(count);
-    for i in 1..=count {
-        match RedisServer::start(dir.path(), &format!("r{i}")) {
-            Ok(server) => masters.push(server),
-            Err(e) => {
-                eprintln!("redlock-agent dev: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    let socket = if socket.is_absolute() {
-        socket.to_path_buf()
-    } else {
-        let relative = socket.strip_prefix(".").unwrap_or(socket);
-        std::env::current_dir()
-            .map(|d| d.join(relative))
-            .unwrap_or_else(|_| socket.to_path_buf())
-    };
-    let yaml = dev::config_yaml(&socket, metrics, &masters);
-    let config_path = dir.path().join("config.yaml");
-    if let Err(e) = std::fs::write(&config_path, &yaml) {
-        eprintln!(
-            "redlock-agent dev: cannot write {}: {e}",
-            config_path.display()
-        );
-        return ExitCode::FAILURE;
-    }
-    let config = match load(&config_path, AddressCheck::Resolve) {
-        Ok(config) => config,
-        Err(code) => return code,
-    };
-    let ports: Vec<String> = masters.iter().map(|m| m.port().to_string()).collect();
-    println!(
-        "redlock-agent dev: {count} masters on 127.0.0.1 ports {}; config {}\n\n{}",
-        ports.join(", "),
-        config_path.display(),
-        dev_commands(&socket, &config.admin.socket.path),
-    );
-    let code = serve_with(config, format, true);
-    drop(masters);
-    code
 }

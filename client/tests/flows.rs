@@ -40,11 +40,17 @@ async fn setup_with(socket_yaml: &str) -> Setup {
         .map(|i| RedisServer::start(dir.path(), &format!("r{i}")).unwrap_or_else(|e| panic!("{e}")))
         .collect();
     let socket = dir.path().join("agent.sock");
-    let yaml = redlock_agent::dev::config_yaml(&socket, "127.0.0.1:0", &masters).replacen(
-        "socket:\n",
-        &format!("socket:\n{socket_yaml}"),
-        1,
+    let mut yaml = format!(
+        "socket:\n  path: {:?}\n{socket_yaml}metrics:\n  listen: 127.0.0.1:0\nmasters:\n",
+        socket.display().to_string()
     );
+    for master in &masters {
+        yaml.push_str(&format!(
+            "  - name: {}\n    url: {}\n",
+            master.name(),
+            master.url()
+        ));
+    }
     let config = Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let admin = config.admin.socket.path.clone();
     // The masters were started empty just now: no quarantine for them.

@@ -21,11 +21,21 @@
 //!   suite's links between agents and masters).
 //! - [`switches`]: the names of the agent's test-only environment switches.
 
+//!
+//! All but [`switches`] are behind the `servers` feature (on by default):
+//! the agent's own build needs only the switches' names.
+
+#[cfg(feature = "servers")]
 pub mod bins;
+#[cfg(feature = "servers")]
 pub mod cluster;
+#[cfg(feature = "servers")]
 pub mod proxy;
+#[cfg(feature = "servers")]
 pub mod server;
 pub mod switches;
 
+#[cfg(feature = "servers")]
 pub use cluster::{ClusterError, Migration, Primary, RedisCluster};
+#[cfg(feature = "servers")]
 pub use server::{free_port, redis_server_binary, Options, RedisServer, SpawnError, Tls};
