@@ -12,11 +12,11 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use redlock_wire::{AcquireRequest, HoldRequest};
+use redlock_wire::AcquireRequest;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 
-use crate::client::{Answer, Client};
+use crate::client::{AcquireOptions, Answer, Client, Error, ErrorCode, HoldOptions};
 use crate::cluster::{AgentSettings, Cluster};
 use crate::http::{self, Conn};
 use crate::openapi::{self, Spec};
@@ -224,16 +224,11 @@ async fn probe(
     for i in 0..n {
         let started = Instant::now();
         let ok = if i % 2 == 0 {
-            matches!(client.get_json("/healthz").await, Ok((200, _)))
+            client.healthz().await.is_ok()
         } else {
             let tag: String = what.chars().filter(char::is_ascii_alphanumeric).collect();
             let resource = format!("probe-{tag}-{i}");
-            let request = AcquireRequest {
-                ttl_ms: Some(1000),
-                wait_ms: None,
-                owner: None,
-                ..Default::default()
-            };
+            let request = AcquireOptions::new().ttl(Duration::from_millis(1000));
             match client.acquire(&resource, &request).await {
                 Ok(Answer::Ok(g)) => client.release(&resource, &g.token).await.is_ok(),
                 _ => false,
@@ -247,10 +242,7 @@ async fn probe(
 }
 
 async fn waiters_now(client: &Client) -> u64 {
-    match client.get_json("/v1/summary").await {
-        Ok((200, s)) => s["waiters"].as_u64().unwrap_or(0),
-        _ => 0,
-    }
+    client.summary().await.map_or(0, |s| s.waiters)
 }
 
 /// Rounds of connections opened and closed, to see memory plateau.
@@ -262,18 +254,8 @@ const SMALL_QUEUE: usize = 20;
 /// Milliseconds per hand-off down a queue of `n` waiters on a fresh
 /// resource, each winner releasing at once.
 async fn handoffs_with(client: &Client, socket: &std::path::Path, body: &[u8], n: usize) -> f64 {
-    let Ok(Answer::Ok(first)) = client
-        .acquire(
-            "small",
-            &AcquireRequest {
-                ttl_ms: Some(2000),
-                wait_ms: None,
-                owner: None,
-                ..Default::default()
-            },
-        )
-        .await
-    else {
+    let first = AcquireOptions::new().ttl(Duration::from_millis(2000));
+    let Ok(Answer::Ok(first)) = client.acquire("small", &first).await else {
         return f64::NAN;
     };
     let mut queue = Vec::new();
@@ -489,19 +471,12 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
 
     // Waiters.
     let hold = client
-        .hold(
-            "hot",
-            &HoldRequest {
-                ttl_ms: Some(2000),
-                ..HoldRequest::default()
-            },
-        )
+        .hold("hot", &HoldOptions::new().ttl(Duration::from_millis(2000)))
         .await
         .map_err(|e| e.to_string())?;
-    let Answer::Ok(mut hold) = hold else {
+    let Answer::Ok(hold) = hold else {
         return Err(format!("cannot hold the hot resource: {hold:?}"));
     };
-    let _ = hold.next().await;
     // Cannot fail: wire types serialize.
     let body = serde_json::to_vec(&AcquireRequest {
         ttl_ms: Some(2000),
@@ -534,23 +509,15 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
             report.waiters_seen, options.waiters
         ));
     }
-    match client
-        .acquire(
-            "hot",
-            &AcquireRequest {
-                ttl_ms: None,
-                wait_ms: Some(1000),
-                owner: None,
-                ..Default::default()
-            },
-        )
-        .await
-    {
-        Ok(Answer::Refused { status, code, .. }) => {
-            report.extra_waiter = format!("{status} {code}");
-            if code != "too_many_waiters" {
+    // Straight through redlock-client, whose refusal keeps its status.
+    let extra = AcquireOptions::new().wait(Duration::from_millis(1000));
+    match client.fresh().acquire("hot", &extra).await {
+        Err(Error::Api { status, code, .. }) => {
+            report.extra_waiter = format!("{status} {}", code.as_str());
+            if code != ErrorCode::TooManyWaiters {
                 report.problems.push(format!(
-                    "one waiter over lock.max_waiters got {status} {code}"
+                    "one waiter over lock.max_waiters got {}",
+                    report.extra_waiter
                 ));
             }
         }
