@@ -1,68 +1,63 @@
-//! The socket API as the harness's clients use it: one fresh connection per
-//! call (as a short-lived application process would), typed with the
-//! `redlock-wire` types, every call bounded in time.
+//! The socket API as the harness's clients use it: through `redlock-client`,
+//! as applications do, one fresh connection per call (as a short-lived
+//! application process would), every call bounded in time, and the agent's
+//! refusals as answers rather than errors.
+//!
+//! ## Behavior
+//! - Each call opens its own connection and closes it once answered: a
+//!   reused connection would not show that the agent still accepts new
+//!   ones (after a restart, a pause, a fuzz case), and idle ones would
+//!   count against its `socket.max_connections`.
+//! - Each call is bounded by [`SLACK`] plus the wait it asks for (a hold:
+//!   until its `acquired` line); past it, [`Error::Timeout`].
+//! - A [`Hold`] keeps its connection until dropped; dropping it (or the
+//!   process dying) closes it, and the agent releases the lock.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use redlock_wire::{
-    AcquireRequest, AcquireResponse, ErrorResponse, ExtendRequest, ExtendResponse, HoldEvent,
-    HoldRequest, ReleaseRequest, ReleaseResponse,
-};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
+pub use redlock_client::{AcquireOptions, Error, ErrorCode, Extended, Grant, Hold, HoldOptions};
+use redlock_wire::{HoldEvent, NodesResponse, SummaryResponse};
 
-use crate::http::{self, Conn, HttpError, Lines, Response};
-
-/// How long past the request's own `wait_ms` an answer may take before the
+/// How long past the request's own wait an answer may take before the
 /// call counts as unanswered.
-const SLACK: Duration = Duration::from_secs(5);
+pub const SLACK: Duration = Duration::from_secs(5);
 
-/// An agent's answer: the 200 body, or the error it sent.
-#[derive(Debug, Clone)]
+/// An agent's answer: what was asked for, or the API error it sent.
+#[derive(Debug)]
 pub enum Answer<T> {
     Ok(T),
-    Refused {
-        status: u16,
-        code: String,
-        message: String,
-    },
+    Refused { code: ErrorCode, message: String },
+}
+
+/// A call's result as an [`Answer`]: the agent's refusals (`taken`, `lost`,
+/// `no_quorum` and every other API error) are answers; what stays an
+/// [`Error`] is a transport failure or an answer out of contract.
+///
+/// # Errors
+/// The error when it is not an API error.
+fn answer<T>(result: Result<T, Error>) -> Result<Answer<T>, Error> {
+    let (code, message) = match result {
+        Ok(value) => return Ok(Answer::Ok(value)),
+        Err(Error::Taken { message }) => (ErrorCode::Taken, message),
+        Err(Error::Lost { message }) => (ErrorCode::Lost, message),
+        Err(Error::NoQuorum { message }) => (ErrorCode::NoQuorum, message),
+        Err(Error::Api { code, message, .. }) => (code, message),
+        Err(e) => return Err(e),
+    };
+    Ok(Answer::Refused { code, message })
+}
+
+/// Whole milliseconds of a duration the agent sent in milliseconds (a
+/// validity, a TTL), for the checker's records.
+pub fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Calls one agent's socket.
 #[derive(Debug, Clone)]
 pub struct Client {
     socket: PathBuf,
-}
-
-/// The path of a lock action on `resource`, percent-encoded.
-pub fn lock_path(resource: &str, action: &str) -> String {
-    let segment: String =
-        percent_encoding::utf8_percent_encode(resource, percent_encoding::NON_ALPHANUMERIC)
-            .collect();
-    format!("/v1/locks/{segment}/{action}")
-}
-
-fn decode<T: DeserializeOwned>(response: &Response) -> Result<Answer<T>, HttpError> {
-    if response.status() == 200 {
-        return serde_json::from_slice(&response.body)
-            .map(Answer::Ok)
-            .map_err(|e| {
-                HttpError::Malformed(format!("200 body ({e}): {}", response.body_text()))
-            });
-    }
-    match serde_json::from_slice::<ErrorResponse>(&response.body) {
-        Ok(error) => Ok(Answer::Refused {
-            status: response.status(),
-            code: error.error.code.as_str().to_string(),
-            message: error.error.message,
-        }),
-        Err(e) => Err(HttpError::Malformed(format!(
-            "{} body is not an error ({e}): {}",
-            response.status(),
-            response.body_text()
-        ))),
-    }
 }
 
 impl Client {
@@ -76,138 +71,79 @@ impl Client {
         &self.socket
     }
 
-    /// One request on a fresh connection.
-    ///
-    /// # Errors
-    /// When the agent cannot be reached or does not answer within `limit`.
-    pub async fn call(
-        &self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-        limit: Duration,
-    ) -> Result<Response, HttpError> {
-        let mut conn = Conn::connect(&self.socket).await?;
-        conn.write(&http::request(method, path, body)).await?;
-        conn.read_response(method, limit).await
-    }
-
-    async fn post<B: Serialize, T: DeserializeOwned>(
-        &self,
-        path: &str,
-        body: &B,
-        limit: Duration,
-    ) -> Result<Answer<T>, HttpError> {
-        // Cannot fail: wire types serialize.
-        let bytes = serde_json::to_vec(body).expect("wire types serialize");
-        decode(&self.call("POST", path, &bytes, limit).await?)
+    /// A `redlock-client` of the agent with no connection yet. Its idle
+    /// connections go when it is dropped, so one call through it uses a
+    /// connection of its own, closed after the answer.
+    pub fn fresh(&self) -> redlock_client::Client {
+        redlock_client::Client::new(&self.socket).with_timeout(SLACK)
     }
 
     /// `POST .../acquire`.
     ///
     /// # Errors
-    /// When the agent cannot be reached or answers out of contract.
+    /// When the agent cannot be reached, does not answer in time, or
+    /// answers out of contract.
     pub async fn acquire(
         &self,
         resource: &str,
-        request: &AcquireRequest,
-    ) -> Result<Answer<AcquireResponse>, HttpError> {
-        let limit = Duration::from_millis(request.wait_ms.unwrap_or(0)) + SLACK;
-        self.post(&lock_path(resource, "acquire"), request, limit)
-            .await
+        options: &AcquireOptions,
+    ) -> Result<Answer<Grant>, Error> {
+        answer(self.fresh().acquire(resource, options).await)
     }
 
-    /// `POST .../extend`.
+    /// `POST .../extend`: a new TTL from now (`None`: the agent's default).
     ///
     /// # Errors
-    /// When the agent cannot be reached or answers out of contract.
+    /// As [`Client::acquire`].
     pub async fn extend(
         &self,
         resource: &str,
         token: &str,
-        ttl_ms: Option<u64>,
-    ) -> Result<Answer<ExtendResponse>, HttpError> {
-        let request = ExtendRequest {
-            token: token.to_string(),
-            ttl_ms,
-        };
-        self.post(&lock_path(resource, "extend"), &request, SLACK)
-            .await
+        ttl: Option<Duration>,
+    ) -> Result<Answer<Extended>, Error> {
+        answer(self.fresh().extend(resource, token, ttl).await)
     }
 
-    /// `POST .../release`.
+    /// `POST .../release`: whether a quorum still held the token.
     ///
     /// # Errors
-    /// When the agent cannot be reached or answers out of contract.
-    pub async fn release(
-        &self,
-        resource: &str,
-        token: &str,
-    ) -> Result<Answer<ReleaseResponse>, HttpError> {
-        let request = ReleaseRequest {
-            token: token.to_string(),
-        };
-        self.post(&lock_path(resource, "release"), &request, SLACK)
-            .await
+    /// As [`Client::acquire`].
+    pub async fn release(&self, resource: &str, token: &str) -> Result<Answer<bool>, Error> {
+        answer(self.fresh().release(resource, token).await)
     }
 
-    /// `GET path` as JSON.
+    /// `POST .../hold`: once `acquired` has arrived, the hold; read its
+    /// next events with [`next_event`]. It lasts until dropped.
     ///
     /// # Errors
-    /// When the agent cannot be reached or the answer is not JSON.
-    pub async fn get_json(&self, path: &str) -> Result<(u16, serde_json::Value), HttpError> {
-        let response = self.call("GET", path, b"", SLACK).await?;
-        let json = response.json().map_err(|e| {
-            HttpError::Malformed(format!("not JSON ({e}): {}", response.body_text()))
-        })?;
-        Ok((response.status(), json))
+    /// As [`Client::acquire`]; [`Error::Protocol`] when the stream does not
+    /// start with `acquired`.
+    pub async fn hold(&self, resource: &str, options: &HoldOptions) -> Result<Answer<Hold>, Error> {
+        answer(self.fresh().hold(resource, options).await)
     }
 
-    /// `POST .../hold`: on 200, the event stream; the hold lasts until the
-    /// stream is dropped.
+    /// `GET /healthz`.
     ///
     /// # Errors
-    /// When the agent cannot be reached or answers out of contract.
-    pub async fn hold(
-        &self,
-        resource: &str,
-        request: &HoldRequest,
-    ) -> Result<Answer<HoldStream>, HttpError> {
-        let limit = Duration::from_millis(request.wait_ms.unwrap_or(0)) + SLACK;
-        let mut conn = Conn::connect(&self.socket).await?;
-        // Cannot fail: wire types serialize.
-        let body = serde_json::to_vec(request).expect("wire types serialize");
-        conn.write(&http::request("POST", &lock_path(resource, "hold"), &body))
-            .await?;
-        let head = tokio::time::timeout(limit, conn.read_head())
-            .await
-            .map_err(|_| HttpError::Timeout(limit))??;
-        if head.status == 200 {
-            if head.header("content-type") != Some("application/x-ndjson") {
-                return Err(HttpError::Malformed(format!(
-                    "hold answered 200 with content-type {:?}",
-                    head.header("content-type")
-                )));
-            }
-            return Ok(Answer::Ok(HoldStream {
-                lines: conn.into_lines(),
-            }));
-        }
-        let body = conn.read_body(&head, "POST").await?;
-        match decode::<serde_json::Value>(&Response { head, body })? {
-            Answer::Refused {
-                status,
-                code,
-                message,
-            } => Ok(Answer::Refused {
-                status,
-                code,
-                message,
-            }),
-            Answer::Ok(other) => Err(HttpError::Malformed(format!(
-                "hold answered 200 twice: {other}"
-            ))),
-        }
+    /// When the agent does not answer `{"status": "ok"}`.
+    pub async fn healthz(&self) -> Result<(), Error> {
+        self.fresh().healthz().await
+    }
+
+    /// `GET /v1/nodes`.
+    ///
+    /// # Errors
+    /// When the agent does not answer with its nodes.
+    pub async fn nodes(&self) -> Result<NodesResponse, Error> {
+        self.fresh().nodes().await
+    }
+
+    /// `GET /v1/summary`.
+    ///
+    /// # Errors
+    /// When the agent does not answer with its summary.
+    pub async fn summary(&self) -> Result<SummaryResponse, Error> {
+        self.fresh().summary().await
     }
 }
 
@@ -221,25 +157,107 @@ pub enum HoldNext {
     Broken(String),
 }
 
-/// A hold's NDJSON events.
-#[derive(Debug)]
-pub struct HoldStream {
-    lines: Lines,
+/// Waits for a hold's next event after `acquired`.
+pub async fn next_event(hold: &mut Hold) -> HoldNext {
+    match hold.next_event().await {
+        Ok(Some(event)) => HoldNext::Event(event),
+        Ok(None) => HoldNext::Ended,
+        Err(e) => HoldNext::Broken(e.to_string()),
+    }
 }
 
-impl HoldStream {
-    /// Waits for the next event.
-    pub async fn next(&mut self) -> HoldNext {
-        match self.lines.next_line().await {
-            Ok(Some(line)) => match serde_json::from_slice(&line) {
-                Ok(event) => HoldNext::Event(event),
-                Err(e) => HoldNext::Broken(format!(
-                    "not a hold event ({e}): {}",
-                    String::from_utf8_lossy(&line)
-                )),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_answers_and_transport_failures_errors() {
+        let refused = |e: Error| match answer::<()>(Err(e)) {
+            Ok(Answer::Refused { code, message }) => Some((code, message)),
+            _ => None,
+        };
+        let m = || "m".to_string();
+        assert_eq!(
+            refused(Error::Taken { message: m() }),
+            Some((ErrorCode::Taken, m()))
+        );
+        assert_eq!(
+            refused(Error::Lost { message: m() }),
+            Some((ErrorCode::Lost, m()))
+        );
+        assert_eq!(
+            refused(Error::NoQuorum { message: m() }),
+            Some((ErrorCode::NoQuorum, m()))
+        );
+        assert_eq!(
+            refused(Error::Api {
+                status: 503,
+                code: ErrorCode::TooManyWaiters,
+                message: m(),
+            }),
+            Some((ErrorCode::TooManyWaiters, m()))
+        );
+        for e in [
+            Error::Timeout(SLACK),
+            Error::Protocol("not JSON".into()),
+            Error::Connect {
+                socket: "/nowhere".into(),
+                source: std::io::ErrorKind::NotFound.into(),
             },
-            Ok(None) => HoldNext::Ended,
-            Err(e) => HoldNext::Broken(e.to_string()),
+        ] {
+            let shown = e.to_string();
+            match answer::<()>(Err(e)) {
+                Err(e) => assert_eq!(e.to_string(), shown),
+                Ok(other) => panic!("{shown} became {other:?}"),
+            }
         }
+        assert!(matches!(answer(Ok(7)), Ok(Answer::Ok(7))));
+    }
+
+    /// Two calls, two connections, although the agent keeps the first
+    /// one open (keep-alive): a reused connection would leave the second
+    /// accept waiting, and the call unanswered.
+    #[tokio::test]
+    async fn every_call_opens_its_own_connection() {
+        use std::io::{BufRead, BufReader, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let agent = std::thread::spawn(move || {
+            let mut open = Vec::new();
+            for _ in 0..2 {
+                let (conn, _) = listener.accept().unwrap();
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                // The request head, up to its empty line.
+                while reader.read_line(&mut line).unwrap() > 2 {
+                    line.clear();
+                }
+                (&conn)
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                          content-length: 15\r\n\r\n{\"status\":\"ok\"}",
+                    )
+                    .unwrap();
+                open.push(conn);
+            }
+            open.len()
+        });
+        let client = Client::new(&socket);
+        client.healthz().await.unwrap();
+        client.healthz().await.unwrap();
+        assert_eq!(agent.join().unwrap(), 2);
+    }
+
+    /// A fresh client per call: nothing listens, so the call fails to
+    /// connect, and it says so at once rather than after the slack.
+    #[tokio::test]
+    async fn an_absent_agent_is_unreachable_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = Client::new(dir.path().join("absent.sock"));
+        let started = std::time::Instant::now();
+        let e = client.healthz().await.unwrap_err();
+        assert!(matches!(e, Error::Connect { .. }), "{e}");
+        assert!(started.elapsed() < SLACK, "{:?}", started.elapsed());
     }
 }

@@ -434,7 +434,7 @@ impl AgentProcess {
     pub async fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            if let Ok((200, _)) = self.client().get_json("/healthz").await {
+            if self.client().healthz().await.is_ok() {
                 return Ok(());
             }
             if !self.is_running() {
@@ -1291,17 +1291,17 @@ impl Cluster {
         for agent in &self.agents {
             let client = agent.lock().await.client();
             loop {
-                let (seen, slots) = match client.get_json("/v1/nodes").await {
-                    Ok((200, nodes)) => (
-                        nodes["usable"].as_u64().unwrap_or(0),
-                        nodes["nodes"].as_array().map_or(0, |all| {
-                            all.iter()
-                                .filter(|n| n["kind"] == "cluster")
-                                .map(|n| n["quarantined_slots"].as_u64().unwrap_or(0))
-                                .sum()
-                        }),
+                let (seen, slots) = match client.nodes().await {
+                    Ok(nodes) => (
+                        nodes.usable as u64,
+                        nodes
+                            .nodes
+                            .iter()
+                            .filter(|n| n.kind == "cluster")
+                            .map(|n| n.quarantined_slots)
+                            .sum(),
                     ),
-                    _ => (0, 0),
+                    Err(_) => (0, 0),
                 };
                 if seen >= usable && slots == 0 {
                     break;

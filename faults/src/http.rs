@@ -37,13 +37,6 @@ pub enum HttpError {
     Timeout(Duration),
 }
 
-impl HttpError {
-    /// The agent could not be reached at all (down, or its socket gone).
-    pub fn is_unreachable(&self) -> bool {
-        matches!(self, HttpError::Connect(_))
-    }
-}
-
 /// Status line and headers of an answer.
 #[derive(Debug, Clone)]
 pub struct Head {

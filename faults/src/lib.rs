@@ -4,9 +4,11 @@
 //!
 //! # Layout
 //! - [`clock`]: `CLOCK_MONOTONIC` readings shared with child processes.
-//! - [`http`]: a raw HTTP/1.1 client over the Unix socket (for the
-//!   fuzzer, and under [`client`]).
-//! - [`client`]: the socket API with the `redlock-wire` types.
+//! - [`http`]: a raw HTTP/1.1 client over the Unix socket, for requests
+//!   no well-behaved client sends and answers read as sent: the fuzzer's,
+//!   and the load's refusals judged against the OpenAPI document.
+//! - [`client`]: the socket API through `redlock-client`, one fresh
+//!   connection per call, the agent's refusals as answers.
 //! - [`proxy`]: the fault-injecting TCP proxy (from `redlock-testkit`),
 //!   one per agent-master link; its upstream can be switched (a failover
 //!   behind a fixed address).

@@ -10,13 +10,14 @@
 //!   the waiting connections empties the queue.
 
 use std::fmt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use redlock_wire::{AcquireRequest, HoldRequest};
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
+use tokio::task::JoinSet;
 
-use crate::client::{Answer, Client};
+use crate::client::{self, AcquireOptions, Answer, Client, Error, ErrorCode, Grant, HoldOptions};
 use crate::cluster::{AgentSettings, Cluster};
 use crate::http::{self, Conn};
 use crate::openapi::{self, Spec};
@@ -197,21 +198,35 @@ fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
 }
 
-/// One served request on a new connection, kept open afterwards.
-async fn served(socket: &std::path::Path) -> Result<Conn, String> {
-    let mut conn = Conn::connect(socket).await.map_err(|e| e.to_string())?;
-    conn.write(&http::request("GET", "/healthz", b""))
-        .await
-        .map_err(|e| e.to_string())?;
-    let r = conn
-        .read_response("GET", Duration::from_secs(30))
-        .await
-        .map_err(|e| e.to_string())?;
-    if r.status() == 200 {
-        Ok(conn)
-    } else {
-        Err(format!("{} {}", r.status(), r.body_text()))
+/// One served request on a new connection, kept open afterwards: the
+/// client returned keeps it for its next call, for as long as it lives.
+async fn served(socket: &Path) -> Result<redlock_client::Client, String> {
+    let client = redlock_client::Client::new(socket).with_timeout(Duration::from_secs(30));
+    client.healthz().await.map_err(|e| e.to_string())?;
+    Ok(client)
+}
+
+/// `n` acquires of `resource` that wait, one per connection. Each
+/// connection is opened in turn, as the agent accepts it (not thousands
+/// at once, past the socket's backlog), and its acquire then waits in a
+/// task of the set; dropping the set closes the connections.
+///
+/// # Errors
+/// When a connection cannot be opened.
+async fn queue(
+    socket: &Path,
+    resource: &'static str,
+    options: &AcquireOptions,
+    n: usize,
+) -> Result<JoinSet<Result<Grant, Error>>, String> {
+    let mut waiting = JoinSet::new();
+    for _ in 0..n {
+        let waiter = redlock_client::Client::new(socket).with_timeout(client::SLACK);
+        waiter.connect().await.map_err(|e| e.to_string())?;
+        let options = options.clone();
+        waiting.spawn(async move { waiter.acquire(resource, &options).await });
     }
+    Ok(waiting)
 }
 
 async fn probe(
@@ -224,16 +239,11 @@ async fn probe(
     for i in 0..n {
         let started = Instant::now();
         let ok = if i % 2 == 0 {
-            matches!(client.get_json("/healthz").await, Ok((200, _)))
+            client.healthz().await.is_ok()
         } else {
             let tag: String = what.chars().filter(char::is_ascii_alphanumeric).collect();
             let resource = format!("probe-{tag}-{i}");
-            let request = AcquireRequest {
-                ttl_ms: Some(1000),
-                wait_ms: None,
-                owner: None,
-                ..Default::default()
-            };
+            let request = AcquireOptions::new().ttl(Duration::from_millis(1000));
             match client.acquire(&resource, &request).await {
                 Ok(Answer::Ok(g)) => client.release(&resource, &g.token).await.is_ok(),
                 _ => false,
@@ -247,10 +257,7 @@ async fn probe(
 }
 
 async fn waiters_now(client: &Client) -> u64 {
-    match client.get_json("/v1/summary").await {
-        Ok((200, s)) => s["waiters"].as_u64().unwrap_or(0),
-        _ => 0,
-    }
+    client.summary().await.map_or(0, |s| s.waiters)
 }
 
 /// Rounds of connections opened and closed, to see memory plateau.
@@ -259,52 +266,25 @@ const ROUNDS: usize = 5;
 /// The short queue the hand-off time is compared with.
 const SMALL_QUEUE: usize = 20;
 
-/// Milliseconds per hand-off down a queue of `n` waiters on a fresh
-/// resource, each winner releasing at once.
-async fn handoffs_with(client: &Client, socket: &std::path::Path, body: &[u8], n: usize) -> f64 {
-    let Ok(Answer::Ok(first)) = client
-        .acquire(
-            "small",
-            &AcquireRequest {
-                ttl_ms: Some(2000),
-                wait_ms: None,
-                owner: None,
-                ..Default::default()
-            },
-        )
-        .await
-    else {
+/// Milliseconds per hand-off down a queue of `n` waiters (asking for
+/// `waiter`) on a fresh resource, each winner releasing at once.
+async fn handoffs_with(client: &Client, waiter: &AcquireOptions, n: usize) -> f64 {
+    let first = AcquireOptions::new().ttl(Duration::from_millis(2000));
+    let Ok(Answer::Ok(first)) = client.acquire("small", &first).await else {
         return f64::NAN;
     };
-    let mut queue = Vec::new();
-    for _ in 0..n {
-        if let Ok(mut c) = Conn::connect(socket).await {
-            if c.write(&http::request("POST", "/v1/locks/small/acquire", body))
-                .await
-                .is_ok()
-            {
-                queue.push(c);
-            }
-        }
-    }
-    while waiters_now(client).await < queue.len() as u64 {
+    let Ok(mut waiting) = queue(client.socket(), "small", waiter, n).await else {
+        return f64::NAN;
+    };
+    while waiters_now(client).await < waiting.len() as u64 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let started = Instant::now();
     let _ = client.release("small", &first.token).await;
-    let mut readers = futures::stream::FuturesUnordered::new();
-    for mut c in queue {
-        readers.push(async move { c.read_response("POST", Duration::from_secs(20)).await });
-    }
-    use futures::StreamExt;
     let mut done = 0;
-    while let Some(r) = readers.next().await {
-        if let Some(token) = r
-            .ok()
-            .and_then(|r| r.json().ok())
-            .and_then(|j| j["token"].as_str().map(str::to_string))
-        {
-            let _ = client.release("small", &token).await;
+    while let Some(answer) = waiting.join_next().await {
+        if let Ok(Ok(grant)) = answer {
+            let _ = client.release("small", &grant.token).await;
         }
         done += 1;
     }
@@ -366,7 +346,7 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
 
     // Connections.
     let started = Instant::now();
-    let mut open: Vec<Conn> = Vec::with_capacity(options.connections);
+    let mut open: Vec<redlock_client::Client> = Vec::with_capacity(options.connections);
     let mut failures = 0usize;
     let mut first_failure = String::new();
     while open.len() + failures < options.connections {
@@ -410,6 +390,9 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
         ));
     }
     // Past the limit: new connections are refused with the documented 503.
+    // Raw HTTP: the refusal is judged against the OpenAPI document as it
+    // was sent (status, content type, body), which a typed client does not
+    // show.
     let extra = headroom * 2;
     report.over_limit_tried = extra;
     let mut extras = Vec::new();
@@ -489,36 +472,17 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
 
     // Waiters.
     let hold = client
-        .hold(
-            "hot",
-            &HoldRequest {
-                ttl_ms: Some(2000),
-                ..HoldRequest::default()
-            },
-        )
+        .hold("hot", &HoldOptions::new().ttl(Duration::from_millis(2000)))
         .await
         .map_err(|e| e.to_string())?;
-    let Answer::Ok(mut hold) = hold else {
+    let Answer::Ok(hold) = hold else {
         return Err(format!("cannot hold the hot resource: {hold:?}"));
     };
-    let _ = hold.next().await;
-    // Cannot fail: wire types serialize.
-    let body = serde_json::to_vec(&AcquireRequest {
-        ttl_ms: Some(2000),
-        wait_ms: Some(120_000),
-        owner: None,
-        ..Default::default()
-    })
-    .expect("wire types serialize");
+    let waiter = AcquireOptions::new()
+        .ttl(Duration::from_millis(2000))
+        .wait(Duration::from_secs(120));
     let started = Instant::now();
-    let mut waiting: Vec<Conn> = Vec::with_capacity(options.waiters);
-    for _ in 0..options.waiters {
-        let mut c = Conn::connect(&socket).await.map_err(|e| e.to_string())?;
-        c.write(&http::request("POST", "/v1/locks/hot/acquire", &body))
-            .await
-            .map_err(|e| e.to_string())?;
-        waiting.push(c);
-    }
+    let mut waiting = queue(&socket, "hot", &waiter, options.waiters).await?;
     // Queued is what is checked, not how fast: on a loaded machine the
     // agent may take longer than 30 s for them all, so the wait gives up
     // only after 30 s in which no more waiter was counted.
@@ -541,23 +505,15 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
             report.waiters_seen, options.waiters
         ));
     }
-    match client
-        .acquire(
-            "hot",
-            &AcquireRequest {
-                ttl_ms: None,
-                wait_ms: Some(1000),
-                owner: None,
-                ..Default::default()
-            },
-        )
-        .await
-    {
-        Ok(Answer::Refused { status, code, .. }) => {
-            report.extra_waiter = format!("{status} {code}");
-            if code != "too_many_waiters" {
+    // Straight through redlock-client, whose refusal keeps its status.
+    let extra = AcquireOptions::new().wait(Duration::from_millis(1000));
+    match client.fresh().acquire("hot", &extra).await {
+        Err(Error::Api { status, code, .. }) => {
+            report.extra_waiter = format!("{status} {}", code.as_str());
+            if code != ErrorCode::TooManyWaiters {
                 report.problems.push(format!(
-                    "one waiter over lock.max_waiters got {status} {code}"
+                    "one waiter over lock.max_waiters got {}",
+                    report.extra_waiter
                 ));
             }
         }
@@ -582,49 +538,27 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
     let started = Instant::now();
     drop(hold);
     let mut granted = 0;
-    let mut readers = futures::stream::FuturesUnordered::new();
-    for c in waiting.drain(..) {
-        readers.push(async move {
-            let mut c = c;
-            let r = c.read_response("POST", Duration::from_secs(20)).await;
-            (c, r)
-        });
-    }
-    use futures::StreamExt;
-    let mut rest = Vec::new();
     while granted < handoffs {
-        let Ok(Some((c, r))) = tokio::time::timeout(Duration::from_secs(10), readers.next()).await
+        let Ok(Some(answer)) =
+            tokio::time::timeout(Duration::from_secs(10), waiting.join_next()).await
         else {
             report.problems.push(format!(
                 "the lock went down the queue only {granted} times (wanted {handoffs})"
             ));
             break;
         };
-        match r {
-            Ok(r) if r.status() == 200 => {
+        match answer {
+            Ok(Ok(grant)) => {
                 granted += 1;
-                let token = r
-                    .json()
-                    .ok()
-                    .and_then(|j| j["token"].as_str().map(str::to_string));
-                if let Some(token) = token {
-                    let _ = client.release("hot", &token).await;
-                }
+                let _ = client.release("hot", &grant.token).await;
             }
-            other => {
-                report.problems.push(format!(
-                    "a waiter got {:?}",
-                    other.map(|r| (r.status(), r.body_text()))
-                ));
-            }
+            other => report.problems.push(format!("a waiter got {other:?}")),
         }
-        rest.push(c);
     }
     report.handed_down = granted;
     report.handoff_seconds = started.elapsed().as_secs_f64();
     // Close every waiting connection: the queue must empty.
-    drop(readers);
-    drop(rest);
+    drop(waiting);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(10);
     loop {
@@ -641,7 +575,7 @@ pub async fn run(options: &LoadOptions) -> Result<LoadReport, String> {
             report.waiters_after_close
         ));
     }
-    report.small_handoff_ms = handoffs_with(&client, &socket, &body, SMALL_QUEUE).await;
+    report.small_handoff_ms = handoffs_with(&client, &waiter, SMALL_QUEUE).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     report.rss_after_waiters_kib = rss();
     // Bounded memory: well under 100 KiB per connection, and it comes back.

@@ -20,11 +20,10 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
-use redlock_wire::AcquireRequest;
 use serde::Serialize;
 
 use crate::checker::{Checker, Ending};
-use crate::client::Answer;
+use crate::client::{AcquireOptions, Answer};
 use crate::clock::Mono;
 use crate::cluster::{Cluster, Eviction, ShardFault};
 use crate::observer;
@@ -766,20 +765,13 @@ impl Nemesis {
         let clients = self.cluster.clients().await;
         let cycle = self.cycle;
         // 300 ms, or the least the agents take: twice their node timeout.
-        let probe_ttl_ms = u64::try_from(self.cluster.settings.node_timeout.as_millis() * 2)
-            .unwrap_or(u64::MAX)
-            .max(300);
+        let probe_ttl = (self.cluster.settings.node_timeout * 2).max(Duration::from_millis(300));
         let probes = clients
             .into_iter()
             .enumerate()
             .map(|(a, client)| async move {
                 let resource = format!("probe-{cycle}-a{}", a + 1);
-                let request = AcquireRequest {
-                    ttl_ms: Some(probe_ttl_ms),
-                    wait_ms: None,
-                    owner: Some("probe".into()),
-                    ..Default::default()
-                };
+                let request = AcquireOptions::new().ttl(probe_ttl).owner("probe");
                 let mut last = String::new();
                 while Mono::now() < limit {
                     match client.acquire(&resource, &request).await {
@@ -788,8 +780,8 @@ impl Nemesis {
                             let _ = client.release(&resource, &grant.token).await;
                             return (Some(at.ms_after(healed)), last);
                         }
-                        Ok(Answer::Refused { code, message, .. }) => {
-                            last = format!("{code}: {message}");
+                        Ok(Answer::Refused { code, message }) => {
+                            last = format!("{}: {message}", code.as_str());
                         }
                         Err(e) => last = e.to_string(),
                     }

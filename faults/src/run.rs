@@ -46,7 +46,7 @@ use tokio::sync::watch;
 
 use crate::checker::{Checker, Findings};
 use crate::checker::{ClientKind, Ending, Grant};
-use crate::client::Answer;
+use crate::client::{self, AcquireOptions, Answer, ErrorCode};
 use crate::clock::Mono;
 use crate::cluster::{
     tail, AgentSettings, Cluster, Topology, FENCE_CLOCK_SKEW_ENV, NO_EVICTION_CHECK_ENV,
@@ -1017,9 +1017,8 @@ impl Harness {
             tokio::spawn(async move {
                 loop {
                     for c in &clients {
-                        if let Ok((200, nodes)) = c.get_json("/v1/nodes").await {
-                            let available = nodes["available"].as_bool().unwrap_or(false);
-                            stats.quorum_reading(phase.get(), available);
+                        if let Ok(nodes) = c.nodes().await {
+                            stats.quorum_reading(phase.get(), nodes.available);
                         }
                     }
                     tokio::select! {
@@ -1389,14 +1388,11 @@ async fn cluster_control(
         }
         // The holder: written on the primaries whose replicas are frozen.
         // A later round waits for the slot's quarantine from the one before.
-        let request = redlock_wire::AcquireRequest {
-            ttl_ms: Some(ttl_ms),
-            wait_ms: Some(
-                u64::try_from(options.settings.quarantine().as_millis()).unwrap_or(0) + 2000,
-            ),
-            owner: Some("holder".into()),
-            fence: true,
-        };
+        let request = AcquireOptions::new()
+            .ttl(Duration::from_millis(ttl_ms))
+            .wait(options.settings.quarantine() + Duration::from_secs(2))
+            .owner("holder")
+            .fence();
         let requested = Mono::now();
         let answer = first.acquire(&resource, &request).await;
         let granted = Mono::now();
@@ -1415,16 +1411,17 @@ async fn cluster_control(
                         ttl_ms,
                         requested,
                         granted,
-                        validity_ms: Some(grant.validity_ms),
+                        validity_ms: Some(client::ms(grant.validity)),
                         fence: grant.fence,
                     },
                     granted,
                 );
                 Some((id, grant))
             }
-            Ok(Answer::Refused { code, message, .. }) => {
+            Ok(Answer::Refused { code, message }) => {
                 report.skipped.push(format!(
-                    "round {round}: the holder was refused: {code}: {message}"
+                    "round {round}: the holder was refused: {}: {message}",
+                    code.as_str()
                 ));
                 None
             }
@@ -1462,15 +1459,13 @@ async fn cluster_control(
         });
         // The holder works through 80% of its validity; meanwhile a second
         // client tries the lock through the other agent.
-        let leaves = granted.plus_ms(grant.validity_ms * 4 / 5);
+        let leaves = granted.plus_ms(client::ms(grant.validity) * 4 / 5);
         let mut intruder = None;
         while Mono::now() < leaves && intruder.is_none() {
-            let request = redlock_wire::AcquireRequest {
-                ttl_ms: Some(1000),
-                wait_ms: None,
-                owner: Some("intruder".into()),
-                fence: true,
-            };
+            let request = AcquireOptions::new()
+                .ttl(Duration::from_millis(1000))
+                .owner("intruder")
+                .fence();
             let requested = Mono::now();
             match second.acquire(&resource, &request).await {
                 Ok(Answer::Ok(g)) => {
@@ -1488,7 +1483,7 @@ async fn cluster_control(
                             ttl_ms: 1000,
                             requested,
                             granted: at,
-                            validity_ms: Some(g.validity_ms),
+                            validity_ms: Some(client::ms(g.validity)),
                             fence: g.fence,
                         },
                         at,
@@ -1496,9 +1491,9 @@ async fn cluster_control(
                     intruder = Some((id, g.token, at));
                 }
                 Ok(Answer::Refused { code, .. }) => {
-                    let outcome = match code.as_str() {
-                        "taken" => Outcome::Taken,
-                        "no_quorum" => Outcome::NoQuorum,
+                    let outcome = match code {
+                        ErrorCode::Taken => Outcome::Taken,
+                        ErrorCode::NoQuorum => Outcome::NoQuorum,
                         _ => Outcome::Refused,
                     };
                     harness
@@ -1535,13 +1530,9 @@ async fn cluster_control(
 }
 
 /// How a section ended, from its release's answer.
-fn ending(
-    released: Result<Answer<redlock_wire::ReleaseResponse>, crate::http::HttpError>,
-) -> Ending {
+fn ending(released: Result<Answer<bool>, client::Error>) -> Ending {
     match released {
-        Ok(Answer::Ok(r)) => Ending::Released {
-            released: r.released,
-        },
+        Ok(Answer::Ok(released)) => Ending::Released { released },
         Ok(Answer::Refused { .. }) => Ending::Released { released: false },
         Err(_) => Ending::ReleaseUnanswered,
     }

@@ -161,21 +161,21 @@ pub async fn run_fenced_writer(
         let _ = out.flush();
     };
     let client = crate::client::Client::new(socket);
-    let request = redlock_wire::AcquireRequest {
-        ttl_ms: Some(ttl_ms),
-        owner: Some("fenced-writer".into()),
-        fence: true,
-        ..Default::default()
-    };
+    let request = crate::client::AcquireOptions::new()
+        .ttl(std::time::Duration::from_millis(ttl_ms))
+        .owner("fenced-writer")
+        .fence();
     let grant = match client.acquire(&resource, &request).await {
         Ok(crate::client::Answer::Ok(grant)) => grant,
-        Ok(crate::client::Answer::Refused { code, .. }) => return say(format!("refused {code}")),
+        Ok(crate::client::Answer::Refused { code, .. }) => {
+            return say(format!("refused {}", code.as_str()))
+        }
         Err(e) => return say(format!("error {e}")),
     };
     say(format!(
         "acquired {} {}",
         grant.fence.map_or("-".to_string(), |f| f.to_string()),
-        grant.validity_ms
+        crate::client::ms(grant.validity)
     ));
     let mut line = String::new();
     let _ = std::io::stdin().lock().read_line(&mut line);

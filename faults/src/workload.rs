@@ -26,15 +26,16 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redlock_wire::{AcquireRequest, HoldEvent, HoldRequest};
+use redlock_wire::HoldEvent;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 
 use crate::checker::{Checker, ClientKind, Ending, Grant, SectionId, StoreWrite};
-use crate::client::{Answer, Client, HoldNext};
+use crate::client::{
+    self, next_event, AcquireOptions, Answer, Client, Error, ErrorCode, HoldNext, HoldOptions,
+};
 use crate::clock::Mono;
-use crate::http::HttpError;
 use crate::store::{self, StoreClient};
 
 /// What the system is going through, for availability by phase.
@@ -416,10 +417,10 @@ impl Ctx {
         outcome
     }
 
-    fn failed(&self, kind: ClientKind, e: &HttpError, what: &str) -> Outcome {
+    fn failed(&self, kind: ClientKind, e: &Error, what: &str) -> Outcome {
         let outcome = match e {
-            HttpError::Connect(_) => Outcome::Unreachable,
-            HttpError::Malformed(m) => {
+            Error::Connect { .. } => Outcome::Unreachable,
+            Error::Protocol(m) => {
                 self.stats.malformed(format!("{what}: {m}"));
                 Outcome::Malformed
             }
@@ -455,14 +456,13 @@ pub async fn acquire_client(mut ctx: Ctx, name: String, agent: usize, client: Cl
         let resource = ctx.plan.resources[rng.random_range(0..ctx.plan.resources.len())].clone();
         let ttl_ms = between(&mut rng, ctx.plan.ttl_ms);
         let wait_ms = ctx.plan.waits_ms[rng.random_range(0..ctx.plan.waits_ms.len())];
-        let request = AcquireRequest {
-            ttl_ms: Some(ttl_ms),
-            wait_ms: Some(wait_ms),
-            owner: Some(name.clone()),
-            fence: true,
-        };
+        let options = AcquireOptions::new()
+            .ttl(Duration::from_millis(ttl_ms))
+            .wait(Duration::from_millis(wait_ms))
+            .owner(name.clone())
+            .fence();
         let requested = Mono::now();
-        let outcome = match client.acquire(&resource, &request).await {
+        let outcome = match client.acquire(&resource, &options).await {
             Ok(Answer::Ok(grant)) => {
                 let granted = Mono::now();
                 ctx.record(kind, Outcome::Granted);
@@ -476,7 +476,7 @@ pub async fn acquire_client(mut ctx: Ctx, name: String, agent: usize, client: Cl
                         ttl_ms,
                         requested,
                         granted,
-                        validity_ms: Some(grant.validity_ms),
+                        validity_ms: Some(client::ms(grant.validity)),
                         fence: grant.fence,
                     },
                     granted,
@@ -487,7 +487,7 @@ pub async fn acquire_client(mut ctx: Ctx, name: String, agent: usize, client: Cl
                 .await;
                 Outcome::Granted
             }
-            Ok(Answer::Refused { code, .. }) => ctx.refused(kind, &code),
+            Ok(Answer::Refused { code, .. }) => ctx.refused(kind, code.as_str()),
             Err(e) => ctx.failed(kind, &e, "acquire"),
         };
         let pause = backoff(outcome) + Duration::from_millis(between(&mut rng, ctx.plan.think_ms));
@@ -503,12 +503,12 @@ async fn work(
     rng: &mut StdRng,
     client: &Client,
     resource: &str,
-    grant: &redlock_wire::AcquireResponse,
+    grant: &client::Grant,
     id: SectionId,
     granted: Mono,
     ttl_ms: u64,
 ) {
-    let (token, validity_ms) = (grant.token.as_str(), grant.validity_ms);
+    let (token, validity_ms) = (grant.token.as_str(), client::ms(grant.validity));
     // A correct client stops a safety margin before its validity ends.
     let margin = |v: u64| (v / 10).max(30);
     let mut valid_until = granted.plus_ms(validity_ms);
@@ -525,22 +525,24 @@ async fn work(
         sleep_until(end.0.saturating_sub(end.0.saturating_sub(granted.0) / 2)).await;
         ctx.stats.bump(|s| s.extends += 1);
         let asked = Mono::now();
-        match client.extend(resource, token, Some(ttl_ms)).await {
+        let ttl = Duration::from_millis(ttl_ms);
+        match client.extend(resource, token, Some(ttl)).await {
             Ok(Answer::Ok(extended)) => {
                 let at = Mono::now();
-                ctx.checker.renewed(id, asked, at, extended.validity_ms);
-                valid_until = at.plus_ms(extended.validity_ms);
-                let more = (extended.validity_ms as f64 * share / 2.0) as u64;
+                let validity_ms = client::ms(extended.validity);
+                ctx.checker.renewed(id, asked, at, validity_ms);
+                valid_until = at.plus_ms(validity_ms);
+                let more = (validity_ms as f64 * share / 2.0) as u64;
                 end = at.plus_ms(more).min(Mono(
                     valid_until
                         .0
-                        .saturating_sub(margin(extended.validity_ms) * 1_000_000),
+                        .saturating_sub(margin(validity_ms) * 1_000_000),
                 ));
             }
             Ok(Answer::Refused { code, .. }) => {
                 let at = Mono::now();
-                ctx.stats.code(&code);
-                if code == "lost" {
+                ctx.stats.code(code.as_str());
+                if code == ErrorCode::Lost {
                     ctx.stats.bump(|s| s.extends_lost += 1);
                     ctx.checker.belief_ended(id, at);
                     ending = Some(Ending::Lost {
@@ -565,18 +567,13 @@ async fn work(
         ending.clone().unwrap_or(Ending::ReleaseUnanswered),
     );
     match client.release(resource, token).await {
-        Ok(Answer::Ok(r)) => {
+        Ok(Answer::Ok(released)) => {
             ctx.stats.bump(|s| {
                 s.releases += 1;
-                s.releases_false += u64::from(!r.released);
+                s.releases_false += u64::from(!released);
             });
             if ending.is_none() {
-                ctx.checker.ended(
-                    id,
-                    Ending::Released {
-                        released: r.released,
-                    },
-                );
+                ctx.checker.ended(id, Ending::Released { released });
             }
         }
         _ => ctx.stats.bump(|s| s.releases_unanswered += 1),
@@ -599,86 +596,70 @@ pub async fn hold_client(mut ctx: Ctx, name: String, agent: usize, client: Clien
         let ttl_ms = between(&mut rng, ctx.plan.hold_ttl_ms);
         let wait_ms = ctx.plan.waits_ms[rng.random_range(0..ctx.plan.waits_ms.len())];
         let hold_ms = between(&mut rng, ctx.plan.hold_ms);
-        let request = HoldRequest {
-            ttl_ms: Some(ttl_ms),
-            wait_ms: Some(wait_ms),
-            owner: Some(name.clone()),
-            max_hold_ms: None,
-            fence: true,
-            ..Default::default()
-        };
+        let options = HoldOptions::new()
+            .ttl(Duration::from_millis(ttl_ms))
+            .wait(Duration::from_millis(wait_ms))
+            .owner(name.clone())
+            .fence();
         let requested = Mono::now();
-        let outcome = match client.hold(&resource, &request).await {
-            Ok(Answer::Ok(mut stream)) => match stream.next().await {
-                HoldNext::Event(HoldEvent::Acquired {
-                    token,
-                    validity_ms,
-                    fence,
-                    ..
-                }) => {
-                    let granted = Mono::now();
-                    ctx.record(kind, Outcome::Granted);
-                    let id = ctx.checker.enter(
-                        Grant {
-                            resource: resource.clone(),
-                            client: name.clone(),
-                            kind,
-                            agent,
-                            token: token.clone(),
-                            ttl_ms,
-                            requested,
-                            granted,
-                            validity_ms: Some(validity_ms),
-                            fence,
-                        },
+        let outcome = match client.hold(&resource, &options).await {
+            Ok(Answer::Ok(mut hold)) => {
+                let granted = Mono::now();
+                let (token, fence) = (hold.token().to_string(), hold.fence());
+                ctx.record(kind, Outcome::Granted);
+                let id = ctx.checker.enter(
+                    Grant {
+                        resource: resource.clone(),
+                        client: name.clone(),
+                        kind,
+                        agent,
+                        token: token.clone(),
+                        ttl_ms,
+                        requested,
                         granted,
-                    );
-                    let data = format!("{resource} by {}", &token[..token.len().min(8)]);
-                    ctx.write(id, &resource, fence, &data).await;
-                    let end = granted.plus_ms(hold_ms);
-                    let ending = loop {
-                        let left = end.since(Mono::now());
-                        tokio::select! {
-                            () = tokio::time::sleep(left) => break Ending::Closed,
-                            next = stream.next() => {
-                                let at = Mono::now();
-                                match next {
-                                    HoldNext::Event(HoldEvent::Renewed { validity_ms }) => {
-                                        ctx.stats.bump(|s| s.renewals += 1);
-                                        ctx.checker.renewed(id, at, at, validity_ms);
-                                    }
-                                    HoldNext::Event(HoldEvent::Lost { reason }) => {
-                                        ctx.stats.bump(|s| s.holds_lost += 1);
-                                        ctx.checker.belief_ended(id, at);
-                                        break Ending::Lost { reason };
-                                    }
-                                    HoldNext::Event(HoldEvent::Acquired { .. }) => {
-                                        ctx.stats.malformed("hold: a second acquired event".into());
-                                    }
-                                    HoldNext::Ended | HoldNext::Broken(_) => {
-                                        ctx.stats.bump(|s| s.holds_broken += 1);
-                                        ctx.checker.belief_ended(id, at);
-                                        break Ending::StreamBroken;
-                                    }
+                        validity_ms: Some(client::ms(hold.validity())),
+                        fence,
+                    },
+                    granted,
+                );
+                let data = format!("{resource} by {}", &token[..token.len().min(8)]);
+                ctx.write(id, &resource, fence, &data).await;
+                let end = granted.plus_ms(hold_ms);
+                let ending = loop {
+                    let left = end.since(Mono::now());
+                    tokio::select! {
+                        () = tokio::time::sleep(left) => break Ending::Closed,
+                        next = next_event(&mut hold) => {
+                            let at = Mono::now();
+                            match next {
+                                HoldNext::Event(HoldEvent::Renewed { validity_ms }) => {
+                                    ctx.stats.bump(|s| s.renewals += 1);
+                                    ctx.checker.renewed(id, at, at, validity_ms);
+                                }
+                                HoldNext::Event(HoldEvent::Lost { reason }) => {
+                                    ctx.stats.bump(|s| s.holds_lost += 1);
+                                    ctx.checker.belief_ended(id, at);
+                                    break Ending::Lost { reason };
+                                }
+                                HoldNext::Event(HoldEvent::Acquired { .. }) => {
+                                    ctx.stats.malformed("hold: a second acquired event".into());
+                                }
+                                HoldNext::Ended | HoldNext::Broken(_) => {
+                                    ctx.stats.bump(|s| s.holds_broken += 1);
+                                    ctx.checker.belief_ended(id, at);
+                                    break Ending::StreamBroken;
                                 }
                             }
                         }
-                    };
-                    ctx.checker.exit(id, Mono::now(), ending);
-                    drop(stream); // closing the connection releases
-                    Outcome::Granted
-                }
-                HoldNext::Event(other) => {
-                    ctx.stats.malformed(format!("hold: first event {other:?}"));
-                    ctx.record(kind, Outcome::Malformed);
-                    Outcome::Malformed
-                }
-                HoldNext::Ended | HoldNext::Broken(_) => {
-                    ctx.record(kind, Outcome::NoAnswer);
-                    Outcome::NoAnswer
-                }
-            },
-            Ok(Answer::Refused { code, .. }) => ctx.refused(kind, &code),
+                    }
+                };
+                ctx.checker.exit(id, Mono::now(), ending);
+                drop(hold); // closing the connection releases
+                Outcome::Granted
+            }
+            Ok(Answer::Refused { code, .. }) => ctx.refused(kind, code.as_str()),
+            // A stream that does not start with `acquired` is a protocol
+            // error: malformed.
             Err(e) => ctx.failed(kind, &e, "hold"),
         };
         let pause = backoff(outcome) + Duration::from_millis(between(&mut rng, ctx.plan.think_ms));
@@ -948,69 +929,62 @@ pub async fn run_hold_client(
         let _ = out.flush();
     };
     let client = Client::new(socket);
-    let request = HoldRequest {
-        ttl_ms: Some(ttl_ms),
-        wait_ms: Some(wait_ms),
-        owner: Some(owner),
-        max_hold_ms: None,
-        fence: true,
-        ..Default::default()
-    };
+    let options = HoldOptions::new()
+        .ttl(Duration::from_millis(ttl_ms))
+        .wait(Duration::from_millis(wait_ms))
+        .owner(owner)
+        .fence();
     let store = match store {
         Some(url) => StoreClient::connect(&url).await.ok(),
         None => None,
     };
     let requested = Mono::now();
-    match client.hold(&resource, &request).await {
-        Ok(Answer::Ok(mut stream)) => match stream.next().await {
-            HoldNext::Event(HoldEvent::Acquired {
-                token,
-                validity_ms,
-                fence,
-                ..
-            }) => {
-                let granted = Mono::now();
+    match client.hold(&resource, &options).await {
+        Ok(Answer::Ok(mut hold)) => {
+            let granted = Mono::now();
+            let (token, fence) = (hold.token().to_string(), hold.fence());
+            say(format!(
+                "acquired {} {token} {} {} {}",
+                granted.to_wire(),
+                client::ms(hold.validity()),
+                requested.to_wire(),
+                fence.map_or("-".to_string(), |f| f.to_string())
+            ));
+            if let (Some(store), Some(fence)) = (&store, fence) {
+                let data = format!("{resource} by {}", &token[..token.len().min(8)]);
+                let outcome = store.write(&resource, fence, &data).await;
                 say(format!(
-                    "acquired {} {token} {validity_ms} {} {}",
-                    granted.to_wire(),
-                    requested.to_wire(),
-                    fence.map_or("-".to_string(), |f| f.to_string())
+                    "write {} {}",
+                    Mono::now().to_wire(),
+                    store::outcome_to_wire(&outcome)
                 ));
-                if let (Some(store), Some(fence)) = (&store, fence) {
-                    let data = format!("{resource} by {}", &token[..token.len().min(8)]);
-                    let outcome = store.write(&resource, fence, &data).await;
-                    say(format!(
-                        "write {} {}",
-                        Mono::now().to_wire(),
-                        store::outcome_to_wire(&outcome)
-                    ));
-                }
-                let end = granted.plus_ms(hold_ms);
-                let why = loop {
-                    tokio::select! {
-                        () = tokio::time::sleep(end.since(Mono::now())) => break "done".to_string(),
-                        next = stream.next() => match next {
-                            HoldNext::Event(HoldEvent::Renewed { validity_ms }) => {
-                                say(format!("renewed {} {validity_ms}", Mono::now().to_wire()));
-                            }
-                            HoldNext::Event(HoldEvent::Lost { reason }) => {
-                                say(format!("lost {} {reason}", Mono::now().to_wire()));
-                                break reason;
-                            }
-                            HoldNext::Event(HoldEvent::Acquired { .. }) => {}
-                            HoldNext::Ended | HoldNext::Broken(_) => break "broken".to_string(),
-                        }
-                    }
-                };
-                say(format!("exit {} {why}", Mono::now().to_wire()));
-                drop(stream);
             }
-            _ => say(format!("noanswer {}", Mono::now().to_wire())),
-        },
-        Ok(Answer::Refused { code, .. }) => {
-            say(format!("refused {} {code}", Mono::now().to_wire()))
+            let end = granted.plus_ms(hold_ms);
+            let why = loop {
+                tokio::select! {
+                    () = tokio::time::sleep(end.since(Mono::now())) => break "done".to_string(),
+                    next = next_event(&mut hold) => match next {
+                        HoldNext::Event(HoldEvent::Renewed { validity_ms }) => {
+                            say(format!("renewed {} {validity_ms}", Mono::now().to_wire()));
+                        }
+                        HoldNext::Event(HoldEvent::Lost { reason }) => {
+                            say(format!("lost {} {reason}", Mono::now().to_wire()));
+                            break reason;
+                        }
+                        HoldNext::Event(HoldEvent::Acquired { .. }) => {}
+                        HoldNext::Ended | HoldNext::Broken(_) => break "broken".to_string(),
+                    }
+                }
+            };
+            say(format!("exit {} {why}", Mono::now().to_wire()));
+            drop(hold);
         }
-        Err(e) if e.is_unreachable() => say(format!("unreachable {}", Mono::now().to_wire())),
+        Ok(Answer::Refused { code, .. }) => say(format!(
+            "refused {} {}",
+            Mono::now().to_wire(),
+            code.as_str()
+        )),
+        Err(Error::Connect { .. }) => say(format!("unreachable {}", Mono::now().to_wire())),
         Err(_) => say(format!("noanswer {}", Mono::now().to_wire())),
     }
 }

@@ -8,10 +8,9 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use faults::client::Answer;
+use faults::client::{AcquireOptions, Answer};
 use faults::clock::Mono;
 use faults::cluster::{agent_binary, AgentSettings, Cluster};
-use redlock_wire::AcquireRequest;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Agent a1 is frozen while `redlock-agent lock` holds a 600ms-TTL lock
@@ -59,12 +58,10 @@ async fn a_frozen_agent_does_not_leave_the_lock_command_running() {
     let granted = a2
         .acquire(
             "paused",
-            &AcquireRequest {
-                ttl_ms: Some(600),
-                wait_ms: Some(5000),
-                owner: Some("other".into()),
-                ..Default::default()
-            },
+            &AcquireOptions::new()
+                .ttl(Duration::from_millis(600))
+                .wait(Duration::from_millis(5000))
+                .owner("other"),
         )
         .await;
     let granted_at = Mono::now();

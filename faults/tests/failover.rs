@@ -7,17 +7,15 @@
 
 use std::time::Duration;
 
-use faults::client::{Answer, Client};
+use faults::client::{AcquireOptions, Answer, Client, ErrorCode};
 use faults::cluster::{agent_binary, wait_in_sync, AgentProcess, AgentSettings};
 use faults::proxy::Link;
 use redlock_testkit::{free_port, RedisServer};
-use redlock_wire::{AcquireRequest, NodeState, NodeStatus, NodesResponse};
+use redlock_wire::{NodeState, NodeStatus, NodesResponse};
 
 /// `/v1/nodes` through the agent's socket.
 async fn nodes(client: &Client) -> NodesResponse {
-    let (status, body) = client.get_json("/v1/nodes").await.unwrap();
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_value(body).unwrap()
+    client.nodes().await.unwrap()
 }
 
 /// Waits until `/v1/nodes` satisfies `wanted`; the last answer.
@@ -53,13 +51,10 @@ async fn redis(port: u16) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-fn acquire(ttl_ms: u64) -> AcquireRequest {
-    AcquireRequest {
-        ttl_ms: Some(ttl_ms),
-        wait_ms: None,
-        owner: Some("failover-test".into()),
-        ..Default::default()
-    }
+fn acquire(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions::new()
+        .ttl(Duration::from_millis(ttl_ms))
+        .owner("failover-test")
 }
 
 /// One agent over r1 (through a proxy), r2 and r3 holds a lock; a replica
@@ -188,8 +183,8 @@ async fn a_replica_promoted_behind_a_masters_address_is_quarantined() {
     })
     .await;
     match client.acquire("fresh", &acquire(1000)).await.unwrap() {
-        Answer::Refused { code, message, .. } => {
-            assert_eq!(code, "no_quorum", "{message}");
+        Answer::Refused { code, message } => {
+            assert_eq!(code, ErrorCode::NoQuorum, "{message}");
             assert!(
                 message.contains("r1 quarantined"),
                 "the refusal names r1's quarantine: {message}"

@@ -20,11 +20,10 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use faults::client::{Answer, Client};
+use faults::client::{AcquireOptions, Answer, Client, Grant};
 use faults::clock::Mono;
 use faults::cluster::{AgentSettings, Cluster};
 use redlock_testkit::RedisServer;
-use redlock_wire::{AcquireRequest, AcquireResponse};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// 3 masters, agents a1 and a2 over them, every master usable.
@@ -42,18 +41,12 @@ async fn cluster() -> Cluster {
 
 /// Acquires `resource` with a fence, waiting up to `wait_ms`; returns the
 /// grant, its fence and when the answer arrived.
-async fn acquire(
-    client: &Client,
-    resource: &str,
-    ttl_ms: u64,
-    wait_ms: u64,
-) -> (AcquireResponse, u64, Mono) {
-    let request = AcquireRequest {
-        ttl_ms: Some(ttl_ms),
-        wait_ms: Some(wait_ms),
-        owner: Some("fencing-example".into()),
-        fence: true,
-    };
+async fn acquire(client: &Client, resource: &str, ttl_ms: u64, wait_ms: u64) -> (Grant, u64, Mono) {
+    let request = AcquireOptions::new()
+        .ttl(Duration::from_millis(ttl_ms))
+        .wait(Duration::from_millis(wait_ms))
+        .owner("fencing-example")
+        .fence();
     match client.acquire(resource, &request).await {
         Ok(Answer::Ok(grant)) => {
             let fence = grant.fence.unwrap_or_else(|| {

@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use faults::client::{Answer, Client};
+use faults::client::{next_event, AcquireOptions, Answer, Client, Grant, HoldNext, HoldOptions};
 use faults::cluster::{agent_binary, AgentProcess, AgentSettings};
 use redlock_testkit::{free_port, RedisServer};
-use redlock_wire::{AcquireRequest, HoldEvent, HoldRequest};
+use redlock_wire::HoldEvent;
 use serde_json::Value;
 
 /// Masters and one agent over them (no proxies: faults here are in the
@@ -129,13 +129,13 @@ impl Setup {
     async fn wait_usable(&self, usable: u64) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok((200, nodes)) = self.client().get_json("/v1/nodes").await {
-                if nodes["usable"].as_u64().unwrap_or(0) >= usable {
+            if let Ok(nodes) = self.client().nodes().await {
+                if nodes.usable as u64 >= usable {
                     return;
                 }
                 assert!(
                     std::time::Instant::now() < deadline,
-                    "never {usable} usable masters: {nodes}"
+                    "never {usable} usable masters: {nodes:?}"
                 );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -168,16 +168,11 @@ impl Setup {
             .collect()
     }
 
-    async fn acquire(&self, resource: &str) -> Answer<redlock_wire::AcquireResponse> {
+    async fn acquire(&self, resource: &str) -> Answer<Grant> {
         self.client()
             .acquire(
                 resource,
-                &AcquireRequest {
-                    ttl_ms: Some(1000),
-                    wait_ms: None,
-                    owner: None,
-                    ..Default::default()
-                },
+                &AcquireOptions::new().ttl(Duration::from_millis(1000)),
             )
             .await
             .unwrap_or_else(|e| panic!("acquire {resource}: {e}"))
@@ -187,7 +182,7 @@ impl Setup {
 fn code<T>(answer: &Answer<T>) -> &str {
     match answer {
         Answer::Ok(_) => "granted",
-        Answer::Refused { code, .. } => code,
+        Answer::Refused { code, .. } => code.as_str(),
     }
 }
 
@@ -272,9 +267,9 @@ async fn readonly_replicas_are_errors_not_taken() {
         );
         logged_once(&s, node, "readonly");
     }
-    let (_, nodes) = s.client().get_json("/v1/nodes").await.unwrap();
-    let warned = nodes["nodes"][1]["warnings"].to_string();
-    assert!(warned.contains("replica"), "{nodes}");
+    let nodes = s.client().nodes().await.unwrap();
+    let warned = nodes.nodes[1].warnings.join("; ");
+    assert!(warned.contains("replica"), "{nodes:?}");
 }
 
 /// After SCRIPT FLUSH every master answers NOSCRIPT to the release and
@@ -291,7 +286,7 @@ async fn noscript_after_script_flush_is_transparent() {
     }
     let extended = s
         .client()
-        .extend("ns", &grant.token, Some(1000))
+        .extend("ns", &grant.token, Some(Duration::from_millis(1000)))
         .await
         .unwrap();
     assert_eq!(
@@ -303,7 +298,7 @@ async fn noscript_after_script_flush_is_transparent() {
         s.cmd(i, &["SCRIPT", "FLUSH"]).await.unwrap();
     }
     match s.client().release("ns", &grant.token).await.unwrap() {
-        Answer::Ok(r) => assert!(r.released, "released after SCRIPT FLUSH"),
+        Answer::Ok(released) => assert!(released, "released after SCRIPT FLUSH"),
         other => panic!("{other:?}"),
     }
     // A hold keeps renewing across a flush. Its TTL is max_ttl: renewals
@@ -312,26 +307,21 @@ async fn noscript_after_script_flush_is_transparent() {
         .client()
         .hold(
             "ns-hold",
-            &HoldRequest {
-                ttl_ms: Some(1000),
-                ..HoldRequest::default()
-            },
+            &HoldOptions::new().ttl(Duration::from_millis(1000)),
         )
         .await
         .unwrap()
     else {
         panic!("no hold")
     };
-    assert!(matches!(
-        hold.next().await,
-        faults::client::HoldNext::Event(HoldEvent::Acquired { .. })
-    ));
+    // A hold is returned only once its first event, `acquired`, arrived.
+    assert!(!hold.token().is_empty(), "acquired: {hold:?}");
     for i in 0..3 {
         s.cmd(i, &["SCRIPT", "FLUSH"]).await.unwrap();
     }
     for _ in 0..3 {
-        match hold.next().await {
-            faults::client::HoldNext::Event(HoldEvent::Renewed { .. }) => {}
+        match next_event(&mut hold).await {
+            HoldNext::Event(HoldEvent::Renewed { .. }) => {}
             other => panic!("after SCRIPT FLUSH the hold said {other:?}"),
         }
     }
