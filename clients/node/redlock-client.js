@@ -21,8 +21,8 @@
  * was lost while it ran.
  *
  * Resources are given as they are; they are percent-encoded here, once.
- * `fence` is passed through as the request's `fence` field for when the
- * agent supports fencing tokens; today's agent refuses it (invalid_request).
+ * `fence: true` asks the agent for a fencing token: the answer's `fence`, a
+ * number larger than every earlier grant's, to pass to storage with each write.
  * Times (`validUntil`) are on performance.now()'s clock, in ms.
  */
 

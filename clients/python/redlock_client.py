@@ -23,8 +23,8 @@ reader thread, and leaving the block raises `LockLost` if the lock was lost
 inside it (the work may have overlapped another holder's).
 
 Resources are given as they are; they are percent-encoded here, once.
-`fence` is passed through to the agent as the request's `fence` field for
-when it supports fencing tokens; today's agent refuses it (`invalid_request`).
+`fence=True` asks the agent for a fencing token: the answer's `fence`, a
+number larger than every earlier grant's, to pass to storage with each write.
 """
 
 import http.client
