@@ -67,12 +67,7 @@ lock:
         "lock.default_ttl: 1m 30s is above lock.max_ttl (1m)",
         "lock.drift_factor: expected a number, found a string \"big\"",
     ];
-    for line in expected {
-        assert!(
-            errors.iter().any(|e| e == line),
-            "missing {line:?} in {errors:#?}"
-        );
-    }
+    assert_reported(&errors, &expected);
     assert!(
         errors
             .iter()
@@ -137,12 +132,7 @@ masters:
         "masters[0].tls_cert_file: only for rediss:// URLs",
         "masters[1].tls_key_file: required with tls_cert_file",
     ];
-    for line in expected {
-        assert!(
-            errors.iter().any(|e| e == line),
-            "missing {line:?} in {errors:#?}"
-        );
-    }
+    assert_reported(&errors, &expected);
     assert!(
         errors
             .iter()
@@ -156,4 +146,14 @@ fn the_example_config_loads() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config.example.yaml");
     let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.masters.len(), 3);
+}
+
+/// Every line of `expected` is among `errors`, word for word.
+fn assert_reported(errors: &[String], expected: &[&str]) {
+    for line in expected {
+        assert!(
+            errors.iter().any(|e| e == line),
+            "missing {line:?} in {errors:#?}"
+        );
+    }
 }

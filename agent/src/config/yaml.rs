@@ -144,17 +144,7 @@ impl<'e> Section<'e> {
     /// Takes a field; `None` when absent, null, or of the wrong type (the
     /// last is recorded).
     pub(super) fn take<T: DeserializeOwned>(&mut self, key: &str, expected: &str) -> Option<T> {
-        let value = self.map.remove(key)?;
-        if value.is_null() {
-            return None;
-        }
-        match serde_json::from_value(value.clone()) {
-            Ok(v) => Some(v),
-            Err(_) => {
-                self.error(key, format!("expected {expected}, found {}", show(&value)));
-                None
-            }
-        }
+        self.take_shown(key, expected, show)
     }
 
     /// As [`Section::take`] for a field that may hold a password: a value
@@ -163,6 +153,19 @@ impl<'e> Section<'e> {
         &mut self,
         key: &str,
         expected: &str,
+    ) -> Option<T> {
+        self.take_shown(key, expected, |value| {
+            format!("{} (not shown: it may hold a password)", kind(value))
+        })
+    }
+
+    /// Takes a field; a value of the wrong type is recorded as `describe`
+    /// shows it.
+    fn take_shown<T: DeserializeOwned>(
+        &mut self,
+        key: &str,
+        expected: &str,
+        describe: impl Fn(&Value) -> String,
     ) -> Option<T> {
         let value = self.map.remove(key)?;
         if value.is_null() {
@@ -173,10 +176,7 @@ impl<'e> Section<'e> {
             Err(_) => {
                 self.error(
                     key,
-                    format!(
-                        "expected {expected}, found {} (not shown: it may hold a password)",
-                        kind(&value)
-                    ),
+                    format!("expected {expected}, found {}", describe(&value)),
                 );
                 None
             }
