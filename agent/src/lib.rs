@@ -14,9 +14,9 @@
 //!   ([`config::urls`]), and their hosts resolved so that no two are one
 //!   server ([`config::addresses`]).
 //! - [`redlock`]: the algorithm, free of transport, of Redis and of metrics:
-//!   quorum, validity and drift ([`redlock::validity`], pure), fencing
-//!   ([`redlock::fence`]), which masters hold a grant
-//!   ([`redlock::holding`]), tokens, resources, over the
+//!   quorum, a grant's validity and drift (pure) and the masters that
+//!   hold it ([`redlock::grant`]), fencing ([`redlock::fence`]), tokens,
+//!   resources, over the
 //!   [`redlock::master::Master`] trait, reporting to the
 //!   [`redlock::observe::Observer`] it is given. Unit tests run it against
 //!   masters in memory. [`redlock::master`] also holds the lock service's
@@ -25,9 +25,9 @@
 //!   master's pub/sub subscriber serves).
 //! - [`node`]: one Redis master behind that trait: its connection
 //!   ([`node::conn`]: one server's, or a Redis Cluster's) and state, the
-//!   lock commands ([`node::lock`]) and their scripts ([`node::scripts`]),
-//!   sent in batches ([`node::batch`]: what queued while the previous call
-//!   was on its way goes in one script call, one per slot on a cluster),
+//!   lock commands ([`node::lock`], sent in batches: what queued while the
+//!   previous call was on its way goes in one script call, one per slot on
+//!   a cluster) and their scripts ([`node::scripts`]),
 //!   the health probes' commands ([`node::probe`]), the scans and operator
 //!   reads ([`node::scan`]), `check`'s own ([`node::check`]), and the
 //!   pub/sub subscriber ([`node::subscriber`]): the only code that talks
@@ -49,7 +49,7 @@
 //!   acquire, holds ([`lock::holds`]: renewed, and told `lost` the moment
 //!   a force release or a master's loss is heard), extend, release, force
 //!   release; the TTL and owner rules, grant bookkeeping
-//!   ([`lock::grants`]), waiters ([`lock::waiters`]: per-resource FIFO
+//!   ([`lock::Grants`]), waiters ([`lock::waiters`]: per-resource FIFO
 //!   queues woken by releases here or, through pub/sub, on other agents)
 //!   and the operators' listing of lock keys ([`lock::listing`]). Generic
 //!   over [`redlock::Store`]: it imports nothing from [`node`], and its

@@ -22,9 +22,9 @@ use serde::Serialize;
 
 use super::peer::Peer;
 use crate::agent::Agent;
-use crate::lock::grants::Holder;
 use crate::lock::listing::{self, ListQuery, ReadError};
 use crate::lock::waiters::WaitError;
+use crate::lock::Holder;
 use crate::lock::{millis, Ask, LockError};
 use crate::redlock::{Resource, Token};
 

@@ -163,7 +163,7 @@ async fn waiters_get_the_lock_in_the_order_they_came() {
 async fn a_release_forgets_the_grant_and_a_second_release_finds_nothing() {
     let (masters, locks) = service();
     let r = resource("orders");
-    let holder = super::grants::Holder {
+    let holder = super::Holder {
         pid: Some(42),
         uid: 1000,
         gid: 1000,

@@ -549,7 +549,7 @@ impl Drop for Ticket<'_> {
 /// serves for the lock service: the fleet's force-release channel and the
 /// release channels of the resources with waiters here. A release wakes
 /// the matching queue; a force release is told to `locks`
-/// ([`super::Locks::heard_force_release`]).
+/// (`Locks::heard_force_release`).
 pub struct Subscriptions<M: Store> {
     locks: Arc<super::Locks<M>>,
 }

@@ -59,7 +59,7 @@ impl Node {
     }
 
     /// Each shard primary's whole `INFO`, at the shards the last
-    /// [`Node::probe_shards`] read, all at once, each bounded by the probe
+    /// `Node::probe_shards` read, all at once, each bounded by the probe
     /// timeout. Empty on a single server.
     pub async fn shard_infos(&self, conn: &Conn) -> Vec<ShardInfo> {
         let Some(cluster) = conn.cluster() else {

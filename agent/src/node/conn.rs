@@ -147,7 +147,7 @@ const QUICK_TURN: Duration = Duration::from_micros(100);
 /// found none, so the agent's own stalls are never the master's:
 /// - every slice of `bound`, the agent gives its runtime turns until it
 ///   has worked through what was queued (so the connection's own task
-///   writes what is queued and reads what has arrived; see [`MIN_TURNS`])
+///   writes what is queued and reads what has arrived; see `MIN_TURNS`)
 ///   and looks: an answer that arrived while the agent was busy is found
 ///   then, whenever that is;
 /// - the request is surely on its way from the first look (the writer had

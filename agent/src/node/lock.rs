@@ -1,17 +1,54 @@
 //! The lock commands: the vote, round 2 of a fenced grant, extend and
-//! release, each one command of this master's next batch ([`super::batch`]),
-//! bounded by the node timeout; and [`Master`], the engine's view of this
-//! master.
+//! release; [`Master`], the engine's view of this master; and the batch
+//! they go in: every one goes through a queue to this node's batch task,
+//! which sends whatever queued while its previous batch was on the way as
+//! one call of [`scripts::BATCH`].
+//!
+//! ## Why batches
+//! Under load, most of a lock's cost on a master is per call, not per
+//! command: reading and parsing the request, a system call each way, the
+//! script lookup, the reply. At 64 clients a master gets dozens of votes
+//! within one round trip; sent together they cost one call.
+//!
+//! ## Behavior
+//! - At most one batch per master is on its way at a time. A command that
+//!   finds the master idle is sent at once, alone: no timer, no latency
+//!   added at low load. Batches grow only while a master is busy.
+//! - Each command runs in the script exactly as it would alone, in queue
+//!   order; one command's error (WRONGTYPE, OOM) is its own answer and never
+//!   fails the others. The marker is read once per batch: a script is
+//!   atomic, so no flush can fall between two of its commands.
+//! - The master's time starts when its batch is on its way: it has the
+//!   node timeout to answer, and an answer that arrived while the agent was
+//!   busy is still found (see [`super::conn::answer_within`]). Time a
+//!   command spent queued behind the previous batch, and time the agent was
+//!   too busy to write the call or read its answer, is the agent's: never a
+//!   `timeout` of the master.
+//! - Every command still has an overall bound, counted from when it was
+//!   queued (`Command::overall`): one that could not be sent within it is
+//!   answered [`NodeError::Backlog`] unsent, and so is a batch the agent
+//!   could not even see on its way within the last of its commands'
+//!   bounds. Neither counts against the master nor changes its state. A
+//!   command whose caller is gone is not sent.
+//! - A failed batch (connection lost, timeout, NOSCRIPT that could not be
+//!   reloaded) fails each of its commands with the same error, recorded
+//!   once.
+//! - Under the test switch `REDLOCK_TEST_CHARGE_QUEUED_TIME` (control runs
+//!   only), the old bounds come back: a command queued longer than the
+//!   node timeout is answered `timeout` unsent, and the batch is bounded by
+//!   the node timeout from the call, however busy the agent is.
+//! - The task holds only a weak reference to its node: it ends when the
+//!   node is dropped.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Once, Weak};
+use std::time::{Duration, Instant};
 
+use redlock_wire::keys::slot_key;
 use redlock_wire::NodeState;
+use tokio::sync::{mpsc, oneshot};
 
-use super::batch::{Answer, Command};
-#[cfg(doc)]
-use super::scripts;
-use super::{Detector, Node};
+use super::conn::Within;
+use super::{classify_text, scripts, ttl_ms, Detector, Node};
 use crate::redlock::master::{Claim, Extension, Master, NodeError, Vote};
 use crate::redlock::observe::{Op, VoteLabel};
 
@@ -187,5 +224,414 @@ impl Master for Node {
 
     async fn release(&self, claim: &Arc<Claim>, channel: &Arc<str>) -> Result<bool, NodeError> {
         Node::release(self, claim, channel).await
+    }
+}
+
+/// Most commands in one script call: enough for every client's vote at
+/// hundreds of clients, short enough that one call never holds a master
+/// for long.
+pub const MAX_BATCH: usize = 256;
+
+/// One lock command, as the batch script takes it.
+#[derive(Debug)]
+pub enum Command {
+    /// `SET NX PX` behind the marker; with the fencing counter when asked;
+    /// `waiting`: the voter will wait if the lock is taken, so a taken vote
+    /// sets the key's waiting flag.
+    Vote {
+        ttl: Duration,
+        read_counter: bool,
+        waiting: bool,
+    },
+    /// Round 2 of a fenced grant: raise the counter while the key is ours.
+    Fence { fence: u64 },
+    /// Compare-and-pexpire behind the marker.
+    Extend { ttl: Duration },
+    /// Compare-and-delete, announced on the resource's release channel when
+    /// someone waits.
+    Release { channel: Arc<str> },
+}
+
+impl Command {
+    fn op(&self) -> Op {
+        match self {
+            Command::Vote { .. } => Op::Acquire,
+            Command::Fence { .. } => Op::Fence,
+            Command::Extend { .. } => Op::Extend,
+            Command::Release { .. } => Op::Release,
+        }
+    }
+
+    /// The script's four arguments for this command after the key and token:
+    /// its letter, a number and one more.
+    fn args(&self) -> (&'static str, u64, &str) {
+        match self {
+            Command::Vote {
+                ttl,
+                read_counter,
+                waiting,
+            } => {
+                let wants =
+                    ["0", "1", "2", "3"][usize::from(*read_counter) + 2 * usize::from(*waiting)];
+                ("v", ttl_ms(*ttl), wants)
+            }
+            Command::Fence { fence } => ("f", *fence, ""),
+            Command::Extend { ttl } => ("e", ttl_ms(*ttl), ""),
+            Command::Release { channel } => ("r", 0, channel),
+        }
+    }
+
+    /// Whether the script touches the lock key's waiting flag for this
+    /// command: a waiting vote may set it, a release deletes it.
+    fn uses_flag(&self) -> bool {
+        matches!(
+            self,
+            Command::Vote { waiting: true, .. } | Command::Release { .. }
+        )
+    }
+
+    /// How long this command may take in all, queued or on its way, before
+    /// the agent gives it up as its own backlog: `overall` (see
+    /// [`Node::overall_bound`]), and for a vote or an extension no longer
+    /// than its TTL (no validity could be left after it).
+    fn overall(&self, overall: Duration) -> Duration {
+        match self {
+            Command::Vote { ttl, .. } | Command::Extend { ttl } => overall.min(*ttl),
+            Command::Fence { .. } | Command::Release { .. } => overall,
+        }
+    }
+}
+
+/// A command's answer: its status (see [`scripts::BATCH`]) and, for a vote
+/// that read it, the fencing counter (0 when the master has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    pub status: i64,
+    pub counter: u64,
+}
+
+/// A queued command and where its answer goes.
+#[derive(Debug)]
+struct Job {
+    claim: Arc<Claim>,
+    command: Command,
+    queued: Instant,
+    reply: oneshot::Sender<Result<Answer, NodeError>>,
+}
+
+/// The queue to a node's batch task, started on first use (a node is built
+/// before the runtime runs the agent).
+#[derive(Debug)]
+pub struct Batcher {
+    queue: mpsc::UnboundedSender<Job>,
+    start: Once,
+    pending: Mutex<Option<(mpsc::UnboundedReceiver<Job>, Weak<Node>)>>,
+}
+
+impl Batcher {
+    pub fn new(node: Weak<Node>) -> Batcher {
+        let (queue, receiver) = mpsc::unbounded_channel();
+        Batcher {
+            queue,
+            start: Once::new(),
+            pending: Mutex::new(Some((receiver, node))),
+        }
+    }
+
+    fn submit(&self, job: Job) {
+        self.start.call_once(|| {
+            let pending = self
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some((receiver, node)) = pending {
+                tokio::spawn(run(node, receiver));
+            }
+        });
+        // The task ends only when the node is dropped, and the node is
+        // borrowed here: the queue is open.
+        let _ = self.queue.send(job);
+    }
+}
+
+impl Node {
+    /// Queues one lock command for this master's next batch and waits for
+    /// its answer.
+    ///
+    /// # Errors
+    /// When the master is not connected, the batch failed or timed out, the
+    /// command waited longer than the node timeout, or the master refused
+    /// this command (WRONGTYPE, OOM, READONLY, ...).
+    pub(super) async fn batched(
+        &self,
+        claim: &Arc<Claim>,
+        command: Command,
+    ) -> Result<Answer, NodeError> {
+        // A cluster slot in quarantine votes no without asking: its marker
+        // check would fail on the master too, or (readmission pending)
+        // its keys are not trusted yet.
+        if self.marker_check
+            && matches!(command, Command::Vote { .. } | Command::Extend { .. })
+            && self.slot_out(claim.key())
+        {
+            return Ok(Answer {
+                status: -1,
+                counter: 0,
+            });
+        }
+        let (reply, answer) = oneshot::channel();
+        self.batcher.submit(Job {
+            claim: Arc::clone(claim),
+            command,
+            queued: Instant::now(),
+            reply,
+        });
+        answer
+            .await
+            .unwrap_or_else(|_| Err(NodeError::Other("the batch task ended".to_string())))
+    }
+
+    /// Sends `jobs` as one script call and answers each.
+    async fn send_batch(&self, jobs: &mut Vec<Job>) {
+        let now = Instant::now();
+        let overall = self.overall_bound();
+        let mut sent = Vec::with_capacity(jobs.len());
+        // How long the batch may stay on its way: until the last of its
+        // commands' overall bounds.
+        let mut limit = Duration::ZERO;
+        let mut expired = false;
+        for job in jobs.drain(..) {
+            if job.reply.is_closed() {
+                continue;
+            }
+            let waited = now.duration_since(job.queued);
+            if self.charge_queued {
+                if waited >= self.timeout {
+                    let _ = job.reply.send(Err(NodeError::Timeout(self.timeout)));
+                    continue;
+                }
+            } else if let Some(left) = job.command.overall(overall).checked_sub(waited) {
+                limit = limit.max(left);
+            } else {
+                expired = true;
+                let _ = job.reply.send(Err(NodeError::Backlog(waited)));
+                continue;
+            }
+            sent.push(job);
+        }
+        if expired {
+            // Counted once, as a failed batch is.
+            self.observer.backlog();
+        }
+        *jobs = sent;
+        if jobs.is_empty() {
+            return;
+        }
+        let Some(conn) = self.connection() else {
+            for job in jobs.drain(..) {
+                let _ = job.reply.send(Err(NodeError::NotConnected));
+            }
+            return;
+        };
+        if !self.is_cluster() {
+            return self.send_group(conn, None, jobs, limit).await;
+        }
+        // A script's keys must share a slot: one call per slot, all at once.
+        let mut groups = super::cluster::by_slot(jobs.drain(..), |job| job.claim.key());
+        futures::future::join_all(
+            groups
+                .iter_mut()
+                .map(|(slot, group)| self.send_group(conn.clone(), Some(*slot), group, limit)),
+        )
+        .await;
+    }
+
+    /// Sends `jobs` (all in `slot` on a cluster) as one script call and
+    /// answers each; the master has the node timeout from now, the call
+    /// `limit` in all (see [`super::conn::answer_within`]).
+    async fn send_group(
+        &self,
+        conn: super::Conn,
+        slot: Option<u16>,
+        jobs: &mut Vec<Job>,
+        limit: Duration,
+    ) {
+        self.observer.batch(jobs.len());
+        let call = self.batch_call(slot, jobs);
+        let mut conn = conn;
+        let result = if self.charge_queued {
+            // The control: bounded from the call, the agent's time included.
+            if slot.is_some() {
+                super::conn::bounded(
+                    self.timeout,
+                    scripts::evalsha(&scripts::BATCH, &call, &mut conn),
+                )
+                .await
+            } else {
+                scripts::evalsha(&scripts::BATCH, &call, &mut conn).await
+            }
+        } else {
+            // The handle's own response timeout must not cut the call short
+            // of the limit; the master's bound is kept here.
+            conn.set_response_timeout(limit.max(self.timeout));
+            let call = scripts::evalsha(&scripts::BATCH, &call, &mut conn);
+            match super::conn::answer_within(self.timeout, limit, call).await {
+                Within::Answered(result) => result,
+                Within::TimedOut => Err(super::conn::timed_out()),
+                Within::Backlog(waited) => return self.backlog(jobs, waited),
+            }
+        };
+        if slot.is_some() {
+            self.cluster_lock_result(matches!(&result, Ok(redis::Value::BulkString(_))));
+        }
+        // One line per command (see [`scripts::BATCH`]).
+        let lines: Option<Vec<&str>> = match &result {
+            Ok(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes)
+                .ok()
+                .map(|text| text.split('\n').collect())
+                .filter(|lines: &Vec<&str>| lines.len() == jobs.len()),
+            _ => None,
+        };
+        let answers = match (lines, &result) {
+            (Some(lines), _) => lines,
+            (None, Err(e)) => {
+                let error = self.failed(Op::Acquire, e);
+                return self.fail_all(jobs, &error);
+            }
+            (None, Ok(other)) => {
+                let error = self.record_error(NodeError::Other(format!(
+                    "unexpected answer to a batch of {}: {other:?}",
+                    jobs.len()
+                )));
+                return self.fail_all(jobs, &error);
+            }
+        };
+        for (job, item) in jobs.drain(..).zip(answers) {
+            let answer = match parse(item) {
+                Some((-2, text)) => Err(self.record_error(classify_text(text))),
+                Some((status, "")) => Ok(Answer { status, counter: 0 }),
+                Some((status, text)) => match text.parse() {
+                    Ok(counter) => Ok(Answer { status, counter }),
+                    Err(_) => Err(self.record_error(NodeError::Other(format!(
+                        "the fencing counter holds {text:?}, not a number"
+                    )))),
+                },
+                None => Err(self.record_error(NodeError::Other(format!(
+                    "unexpected answer in a batch: {item:?}"
+                )))),
+            };
+            self.observer
+                .request(job.command.op(), job.queued.elapsed());
+            let _ = job.reply.send(answer);
+        }
+    }
+
+    /// The `EVALSHA` of [`scripts::BATCH`] for `jobs`, written straight
+    /// into one command buffer (no argument is allocated on its own).
+    fn batch_call(&self, slot: Option<u16>, jobs: &[Job]) -> redis::Cmd {
+        let mut call = redis::Cmd::with_capacity(6 + 6 * jobs.len(), 64 + 96 * jobs.len());
+        call.arg("EVALSHA")
+            .arg(scripts::BATCH.get_hash())
+            .arg(2 + 2 * jobs.len());
+        let marker_mode = match slot {
+            Some(slot) => {
+                call.arg(slot_key(&self.marker_key, slot))
+                    .arg(slot_key(&self.fence_key, slot));
+                "2"
+            }
+            None => {
+                call.arg(&self.marker_key).arg(&self.fence_key);
+                "1"
+            }
+        };
+        for job in jobs {
+            let key = job.claim.key();
+            call.arg(key);
+            if job.command.uses_flag() {
+                call.arg(job.claim.flag(&self.key_prefix));
+            } else {
+                call.arg(key);
+            }
+        }
+        call.arg(if self.marker_check { marker_mode } else { "0" })
+            .arg(if self.lock().set_get { "1" } else { "0" })
+            .arg(if self.eviction_check { "1" } else { "0" });
+        for job in jobs {
+            let (letter, number, more) = job.command.args();
+            call.arg(letter)
+                .arg(job.claim.token())
+                .arg(number)
+                .arg(more);
+        }
+        call
+    }
+
+    /// Answers `jobs` [`NodeError::Backlog`]: the agent could not give the
+    /// master its time. Counted, never recorded as the master's error.
+    fn backlog(&self, jobs: &mut Vec<Job>, waited: Duration) {
+        tracing::debug!(
+            node = %self.name,
+            commands = jobs.len(),
+            ?waited,
+            "a batch outlived its commands' bounds while the agent was busy; not the master's failure"
+        );
+        self.observer.backlog();
+        let error = NodeError::Backlog(waited);
+        for job in jobs.drain(..) {
+            self.observer
+                .request(job.command.op(), job.queued.elapsed());
+            let _ = job.reply.send(Err(error.clone()));
+        }
+    }
+
+    fn fail_all(&self, jobs: &mut Vec<Job>, error: &NodeError) {
+        for job in jobs.drain(..) {
+            self.observer
+                .request(job.command.op(), job.queued.elapsed());
+            let _ = job.reply.send(Err(error.clone()));
+        }
+    }
+}
+
+/// The batch task: one batch on its way at a time; whatever queued
+/// meanwhile is the next batch.
+async fn run(node: Weak<Node>, mut queue: mpsc::UnboundedReceiver<Job>) {
+    let mut jobs = Vec::new();
+    while let Some(first) = queue.recv().await {
+        jobs.push(first);
+        while jobs.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let Some(node) = node.upgrade() else { return };
+        node.send_batch(&mut jobs).await;
+        jobs.clear();
+    }
+}
+
+/// One command's answer: a bare status, or `status:more`.
+fn parse(item: &str) -> Option<(i64, &str)> {
+    let (status, more) = item.split_once(':').unwrap_or((item, ""));
+    Some((status.parse().ok()?, more))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn an_answer_line_is_a_status_and_what_follows_its_first_colon() {
+        assert_eq!(parse("1"), Some((1, "")));
+        assert_eq!(parse("0"), Some((0, "")));
+        assert_eq!(parse("1:42"), Some((1, "42")));
+        assert_eq!(
+            parse("-2:ERR Error running script: oom"),
+            Some((-2, "ERR Error running script: oom"))
+        );
+        assert_eq!(parse(""), None);
+        assert_eq!(parse("granted"), None);
     }
 }

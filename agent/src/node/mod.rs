@@ -1,7 +1,7 @@
 //! One `Node` = one Redis master behind the engine's
 //! [`crate::redlock::Master`]: its connection ([`conn`]) and state here,
 //! its commands by job in [`lock`] (the votes, extend, release, fences,
-//! sent in batches: [`batch`]), [`probe`] (the health task's), [`scan`]
+//! sent in batches), [`probe`] (the health task's), [`scan`]
 //! (listings, the leak scanner's, force release: with [`lock`], the lock
 //! service's [`crate::redlock::Store`]), [`subscriber`] (the pub/sub
 //! channels of waiters and force releases), [`check`]
@@ -41,7 +41,6 @@ use std::time::{Duration, Instant};
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKind};
 use tokio::sync::{watch, Notify};
 
-pub mod batch;
 pub mod check;
 pub mod cluster;
 pub mod conn;
@@ -132,7 +131,7 @@ pub struct NodeSettings {
     /// agent or on its way, before the agent gives it up as its own
     /// backlog: `lock.max_ttl`, past which no lock it could concern is
     /// still held. A vote or an extension also stops at its own TTL (see
-    /// [`batch`]).
+    /// [`lock`]).
     pub overall: Duration,
 }
 
@@ -274,8 +273,8 @@ pub struct Node {
     /// [`Node::lost_keys`]); holds watch it to hear of a loss at once.
     losses: watch::Sender<u64>,
     observer: Arc<dyn NodeObserver>,
-    /// The queue of lock commands to this master (see [`batch`]).
-    batcher: batch::Batcher,
+    /// The queue of lock commands to this master (see [`lock`]).
+    batcher: lock::Batcher,
     /// A master given as a Redis Cluster: its client, shards and slots (see
     /// [`cluster`]); `None` for a single server.
     cluster: Option<cluster::ClusterPart>,
@@ -357,7 +356,7 @@ impl Node {
             wake: Notify::new(),
             losses: watch::Sender::new(0),
             observer,
-            batcher: batch::Batcher::new(node.clone()),
+            batcher: lock::Batcher::new(node.clone()),
             cluster,
         })
     }

@@ -38,7 +38,7 @@ pub async fn evalsha(
 }
 
 /// Every lock command to one master, in batches: the commands that queued
-/// while the previous batch was on its way (see [`super::batch`]) run in one
+/// while the previous batch was on its way (see [`super::lock`]) run in one
 /// script call, each exactly as if it had been called alone, in the order
 /// they were queued. One call instead of many saves the master and the
 /// kernel a round of parsing, a system call and a reply per command, and

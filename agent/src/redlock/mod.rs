@@ -5,10 +5,11 @@
 //! Free of transport, of Redis and of metrics: it works over the
 //! [`Master`] trait (Redis behind it in [`crate::node`], memory in the unit
 //! tests), reports to an [`Observer`] it is given, and answers with outcome
-//! enums. Validity math lives in [`validity`], fences in [`fence`].
+//! enums. A grant's validity and the masters holding it are in [`grant`],
+//! fences in [`fence`].
 
 pub mod fence;
-pub mod holding;
+pub mod grant;
 pub mod master;
 #[cfg(test)]
 pub(crate) mod memory;
@@ -17,22 +18,20 @@ pub mod resource;
 #[cfg(test)]
 mod tests;
 pub mod token;
-pub mod validity;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use rand::Rng;
 
-pub use holding::Holding;
+pub use grant::{Drift, Grant, Holding};
 pub use master::{
     ChannelChange, Channels, Claim, Extension, KeyState, Master, NodeError, Store, Vote,
 };
 pub use observe::{Failure, Observer, VoteLabel};
 pub use resource::{Resource, ResourceError};
 pub use token::Token;
-pub use validity::Drift;
 
 /// The lock settings Redlock needs, taken from `lock.*` in the config.
 #[derive(Debug, Clone)]
@@ -50,26 +49,6 @@ pub struct Settings {
     pub agent_name: Option<String>,
     /// How fences are minted ([`fence`]).
     pub fence: fence::FenceSettings,
-}
-
-/// A lock this agent acquired.
-#[derive(Debug, Clone)]
-pub struct Grant {
-    pub token: Token,
-    pub ttl: Duration,
-    /// Safe to use for this long from `granted_at`.
-    pub validity: Duration,
-    pub granted_at: Instant,
-    /// The fencing token, when one was asked for (see [`fence`]).
-    pub fence: Option<u64>,
-    /// The masters that voted yes, filled in as the stragglers answer.
-    pub holding: Arc<Holding>,
-}
-
-impl Grant {
-    pub fn valid_until(&self) -> Instant {
-        self.granted_at + self.validity
-    }
 }
 
 /// What an acquisition came to.
