@@ -50,8 +50,9 @@
 //!   a force release or a master's loss is heard), extend, release, force
 //!   release; the TTL and owner rules, grant bookkeeping
 //!   ([`lock::Grants`]), waiters ([`lock::waiters`]: per-resource FIFO
-//!   queues woken by releases here or, through pub/sub, on other agents)
-//!   and the operators' listing of lock keys ([`lock::listing`]). Generic
+//!   queues woken by releases here or, through pub/sub, on other agents),
+//!   re-entry by the holding process ([`lock::reentry`]: a count over one
+//!   grant) and the operators' listing of lock keys ([`lock::listing`]). Generic
 //!   over [`redlock::Store`]: it imports nothing from [`node`], and its
 //!   unit tests run it on masters in memory.
 //! - [`metrics`]: every metric, defined in one place; the engine's observer.

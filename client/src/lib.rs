@@ -125,6 +125,17 @@ impl AcquireOptions {
         self
     }
 
+    /// Re-enter a lock this process already holds through the same agent,
+    /// with the token of that grant: the answer has the same token, the
+    /// TTL set again on the masters, and [`Grant::hold_count`]. Each
+    /// release lowers the count ([`Client::release_counted`]); the lock is
+    /// released on the masters only when it reaches zero. Acquires only:
+    /// a hold cannot re-enter.
+    pub fn reenter(mut self, token: impl Into<String>) -> AcquireOptions {
+        self.request.token = Some(token.into());
+        self
+    }
+
     /// The body these options send.
     pub fn request(&self) -> &AcquireRequest {
         &self.request
@@ -268,6 +279,22 @@ pub struct Grant {
     /// grant's. Send it with every write to storage that can refuse a
     /// write whose fence is not above the highest it has seen.
     pub fence: Option<u64>,
+    /// After a re-entry ([`AcquireOptions::reenter`]): the releases the
+    /// lock now takes before it is released on the masters.
+    pub hold_count: Option<u32>,
+}
+
+/// What a release came to ([`Client::release_counted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// Released on a quorum of masters.
+    Released,
+    /// No quorum still held the token: it had expired (or was never
+    /// yours), and the work may have overlapped another holder's.
+    NotHeld,
+    /// A re-entered lock's count was lowered: it is still held, and takes
+    /// this many releases more.
+    StillHeld(u32),
 }
 
 impl std::fmt::Debug for Grant {
@@ -395,6 +422,7 @@ impl Client {
             validity,
             valid_until: std::time::Instant::now() + validity,
             fence: answer.fence,
+            hold_count: answer.hold_count,
         })
     }
 
@@ -447,13 +475,23 @@ impl Client {
 
     /// `POST /v1/locks/{resource}/release`, on every master. `Ok(false)`
     /// means no quorum still held the token: it had expired (or was never
-    /// yours), and the work may have overlapped another holder's.
+    /// yours), and the work may have overlapped another holder's. `Ok(true)`
+    /// also when it lowered a re-entered lock's count, which leaves the lock
+    /// held: [`Client::release_counted`] tells the two apart.
     ///
     /// # Errors
     /// [`Error::NoQuorum`] when the agent cannot tell: too many masters
     /// failed or timed out (a retry with the same token is safe);
     /// [`Error::Api`] for a refused request, or a transport error.
     pub async fn release(&self, resource: &str, token: &str) -> Result<bool, Error> {
+        Ok(self.release_counted(resource, token).await? != Released::NotHeld)
+    }
+
+    /// [`Client::release`], saying whether a re-entered lock is still held.
+    ///
+    /// # Errors
+    /// As [`Client::release`].
+    pub async fn release_counted(&self, resource: &str, token: &str) -> Result<Released, Error> {
         let body = ReleaseRequest {
             token: token.to_string(),
         };
@@ -466,7 +504,11 @@ impl Client {
                 Duration::ZERO,
             )
             .await?;
-        Ok(answer.released)
+        Ok(match (answer.released, answer.hold_count) {
+            (_, Some(count)) => Released::StillHeld(count),
+            (true, None) => Released::Released,
+            (false, None) => Released::NotHeld,
+        })
     }
 
     /// `POST /v1/locks/{resource}/hold`: a lock tied to one connection,

@@ -31,6 +31,7 @@ fn every_code() -> Vec<ErrorCode> {
         TooManyWaiters,
         RequestTimeout,
         Forbidden,
+        NotReentrant,
         Busy,
         Internal,
     ];
@@ -38,7 +39,7 @@ fn every_code() -> Vec<ErrorCode> {
         match code {
             Taken | NoQuorum | Lost | InvalidRequest | InvalidResource | TtlOutOfRange
             | BodyTooLarge | NotFound | MethodNotAllowed | ShuttingDown | TooManyConnections
-            | TooManyWaiters | RequestTimeout | Forbidden | Busy | Internal => {}
+            | TooManyWaiters | RequestTimeout | Forbidden | NotReentrant | Busy | Internal => {}
         }
     }
     all
@@ -82,6 +83,7 @@ fn wire_values_match_their_schemas() {
             wait_ms: Some(0),
             owner: Some("o".into()),
             fence: true,
+            token: Some(token.into()),
         },
     );
     check(
@@ -93,6 +95,7 @@ fn wire_values_match_their_schemas() {
             validity_ms: 9,
             ttl_ms: 10,
             fence: Some(1_732_300_000_000_000),
+            hold_count: Some(2),
         },
     );
     check(
@@ -118,7 +121,14 @@ fn wire_values_match_their_schemas() {
             token: token.into(),
         },
     );
-    check(&s, "ReleaseResponse", ReleaseResponse { released: false });
+    check(
+        &s,
+        "ReleaseResponse",
+        ReleaseResponse {
+            released: false,
+            hold_count: Some(1),
+        },
+    );
     check(
         &s,
         "HoldRequest",

@@ -44,13 +44,14 @@ macro_rules! lock_request {
 
         impl $name {
             /// The fields every request that takes a lock shares, as an
-            /// `acquire` body.
+            /// `acquire` body (without an acquire's own, `token`).
             pub fn lock(&self) -> AcquireRequest {
                 AcquireRequest {
                     ttl_ms: self.ttl_ms,
                     wait_ms: self.wait_ms,
                     owner: self.owner.clone(),
                     fence: self.fence,
+                    ..AcquireRequest::default()
                 }
             }
 
@@ -75,7 +76,17 @@ macro_rules! lock_request {
 lock_request! {
     /// Body of `POST /v1/locks/{resource}/acquire`. Every field is optional; an
     /// empty body means "the default TTL, try once, no owner label".
-    pub struct AcquireRequest {}
+    pub struct AcquireRequest {
+        /// Re-enter a lock this process holds: the token of its grant from
+        /// this agent. The answer carries the same token (and the first
+        /// grant's fence, if it had one), the TTL set again to `ttl_ms` on
+        /// the masters, and `hold_count`; each release lowers the count, and
+        /// the lock is released on the masters only when it reaches zero.
+        /// Only a connection from the process that acquired the lock (the
+        /// same peer pid) may re-enter it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub token: Option<String>,
+    }
 }
 
 /// 200 answer to `acquire`.
@@ -92,6 +103,11 @@ pub struct AcquireResponse {
     /// a write whose fence is not above the highest it has seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<u64>,
+    /// How many times the lock is held after a re-entry (`token` in the
+    /// request): releases it takes before the lock is released on the
+    /// masters. Absent for a first acquire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_count: Option<u32>,
 }
 
 /// Body of `POST /v1/locks/{resource}/extend`.
@@ -124,7 +140,13 @@ pub struct ReleaseResponse {
     /// false when so many masters said they do not hold it that no quorum
     /// did: its validity had already run out. When neither is known (too
     /// many masters failed or timed out) the answer is `503 no_quorum`.
+    /// False with `hold_count`: the lock was re-entered and is still held.
     pub released: bool,
+    /// A release of a re-entered lock that lowered its count without
+    /// releasing it: the releases it still takes. The lock is still held on
+    /// the masters, with its token and TTL unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_count: Option<u32>,
 }
 
 lock_request! {
@@ -518,8 +540,13 @@ pub enum ErrorCode {
     /// The request did not arrive in full within `socket.request_timeout`.
     RequestTimeout,
     /// The peer may not use this socket or this route on it (`socket.allow_uids`,
-    /// `admin.allow_uids`, force-release off the admin socket).
+    /// `admin.allow_uids`, force-release off the admin socket), or re-enter
+    /// a lock another process acquired.
     Forbidden,
+    /// A re-entry (`token` in an acquire) whose token is not this agent's
+    /// current grant of the lock: unknown here, run out, released, or
+    /// acquired through another agent.
+    NotReentrant,
     /// Too many operator listings at once; retry after `Retry-After`.
     Busy,
     Internal,
@@ -542,6 +569,7 @@ impl ErrorCode {
             ErrorCode::TooManyWaiters => "too_many_waiters",
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotReentrant => "not_reentrant",
             ErrorCode::Busy => "busy",
             ErrorCode::Internal => "internal",
         }
@@ -583,6 +611,7 @@ mod tests {
             ErrorCode::TooManyWaiters,
             ErrorCode::RequestTimeout,
             ErrorCode::Forbidden,
+            ErrorCode::NotReentrant,
             ErrorCode::Busy,
             ErrorCode::Internal,
         ] {

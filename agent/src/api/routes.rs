@@ -25,7 +25,7 @@ use crate::agent::Agent;
 use crate::lock::listing::{self, ListQuery, ReadError};
 use crate::lock::waiters::WaitError;
 use crate::lock::Holder;
-use crate::lock::{millis, Ask, LockError};
+use crate::lock::{millis, Ask, LockError, Released};
 use crate::redlock::{Resource, Token};
 
 /// Largest request body read.
@@ -410,6 +410,8 @@ fn lock_error(error: LockError) -> ApiError {
         }
         LockError::Taken(_) => (StatusCode::CONFLICT, ErrorCode::Taken),
         LockError::Lost(_) => (StatusCode::CONFLICT, ErrorCode::Lost),
+        LockError::NotReentrant(_) => (StatusCode::CONFLICT, ErrorCode::NotReentrant),
+        LockError::ReentryForbidden(_) => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
         LockError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum),
         LockError::Wait(WaitError::TooManyWaiters(_) | WaitError::TooManyWaitersPerUid { .. }) => {
             (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyWaiters)
@@ -427,6 +429,29 @@ async fn acquire(
     holder: Option<Holder>,
     request: AcquireRequest,
 ) -> Result<Response<Body>, ApiError> {
+    if let Some(token) = request.token.clone() {
+        let pid = holder.and_then(|h| h.pid);
+        let reentered = agent
+            .locks()
+            .reenter(&resource, &Token::from_client(token), pid, &request)
+            .await
+            .map_err(lock_error)?;
+        return Ok(json(
+            StatusCode::OK,
+            &AcquireResponse {
+                resource: resource.to_string(),
+                validity_ms: millis(
+                    reentered
+                        .validity
+                        .saturating_sub(reentered.extended_at.elapsed()),
+                ),
+                ttl_ms: millis(reentered.ttl),
+                fence: reentered.fence,
+                token: reentered.token.into_string(),
+                hold_count: Some(reentered.hold_count),
+            },
+        ));
+    }
     let ask = Ask {
         lock: request,
         holder,
@@ -444,6 +469,7 @@ async fn acquire(
             ttl_ms: millis(grant.ttl),
             fence: grant.fence,
             token: grant.token.into_string(),
+            hold_count: None,
         },
     ))
 }
@@ -522,7 +548,21 @@ async fn release(
         .release(&resource, &token)
         .await
         .map_err(lock_error)?;
-    Ok(json(StatusCode::OK, &ReleaseResponse { released }))
+    let answer = match released {
+        Released::Released => ReleaseResponse {
+            released: true,
+            hold_count: None,
+        },
+        Released::NotHeld => ReleaseResponse {
+            released: false,
+            hold_count: None,
+        },
+        Released::StillHeld(count) => ReleaseResponse {
+            released: false,
+            hold_count: Some(count),
+        },
+    };
+    Ok(json(StatusCode::OK, &answer))
 }
 
 #[cfg(test)]

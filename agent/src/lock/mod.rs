@@ -9,9 +9,11 @@
 //! - [`waiters`]: per-resource FIFO queues; only the head competes.
 //! - [`holds`]: locks tied to a client's connection, renewed until it ends.
 //! - [`listing`]: the lock keys on the masters as operators read them.
+//! - [`reentry`]: a lock acquired again by the process that holds it.
 
 pub mod holds;
 pub mod listing;
+pub mod reentry;
 pub mod waiters;
 
 use std::collections::HashMap;
@@ -112,6 +114,12 @@ pub enum LockError {
     Lost(Resource),
     #[error(transparent)]
     Wait(#[from] WaitError),
+    /// A re-entry whose token is not this agent's current grant.
+    #[error("{0} is not held here with this token: a re-entry takes the token of this agent's current grant of the lock (acquired here, not run out, not released, not a hold's)")]
+    NotReentrant(Resource),
+    /// A re-entry from another process than the grant's.
+    #[error("{0} was acquired by another process: only the process that acquired a lock (the same peer pid) may re-enter it")]
+    ReentryForbidden(Resource),
 }
 
 /// What a lock request asks for: the fields every request that takes a
@@ -121,6 +129,19 @@ pub struct Ask {
     pub lock: AcquireRequest,
     /// The requesting process, as the kernel reported it.
     pub holder: Option<Holder>,
+}
+
+/// What a release came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// Released on a quorum.
+    Released,
+    /// So many masters did not hold it that no quorum did: its validity
+    /// had run out.
+    NotHeld,
+    /// A re-entered lock's count was lowered: still held, and it takes
+    /// this many releases more.
+    StillHeld(u32),
 }
 
 /// A successful extension.
@@ -246,13 +267,7 @@ impl<M: Store> Locks<M> {
             .await?;
         match outcome {
             Acquire::Granted(grant) => {
-                self.grants.granted(
-                    resource.as_str(),
-                    grant.token.as_str(),
-                    grant.granted_at,
-                    grant.valid_until(),
-                    ask.holder,
-                );
+                self.grants.granted(resource.as_str(), &grant, ask.holder);
                 Ok(grant)
             }
             Acquire::Taken => {
@@ -282,6 +297,10 @@ impl<M: Store> Locks<M> {
     ) -> Result<mpsc::Receiver<HoldEvent>, LockError> {
         let max_hold = self.rules.max_hold(max_hold_ms)?;
         let grant = self.acquire(&resource, ask).await?;
+        // Before anyone can know the token: a hold's grant is renewed and
+        // released by its hold alone, never re-entered.
+        self.grants
+            .mark_hold(resource.as_str(), grant.token.as_str());
         // A grant whose masters answered so late that less validity is left
         // than a hold needs to say `lost` in time is not handed out as a
         // hold: its holder would work past the validity (released here,
@@ -346,22 +365,25 @@ impl<M: Store> Locks<M> {
         }
     }
 
-    /// Releases on every master. True when a quorum still held the token,
-    /// false when no quorum did (its validity had run out).
+    /// Releases on every master, or lowers the count of a re-entered lock
+    /// (see [`reentry`]) without touching them.
     ///
     /// # Errors
     /// [`LockError::NoQuorum`] when neither is known: too many masters
     /// failed or timed out. The grant stays listed here until its validity
     /// ends, and a retry with the same token is safe.
-    pub async fn release(&self, resource: &Resource, token: &Token) -> Result<bool, LockError> {
+    pub async fn release(&self, resource: &Resource, token: &Token) -> Result<Released, LockError> {
+        if let Some(left) = self.grants.release_one(resource.as_str(), token.as_str()) {
+            return Ok(Released::StillHeld(left));
+        }
         match self.engine.release(resource, token).await {
             Release::Released => {
                 self.released(resource, token);
-                Ok(true)
+                Ok(Released::Released)
             }
             Release::NotHeld => {
                 self.metrics.fail(Failure::ReleaseFailed);
-                Ok(false)
+                Ok(Released::NotHeld)
             }
             Release::Unconfirmed(message) => {
                 self.metrics.fail(Failure::NoQuorum);
@@ -500,6 +522,13 @@ struct Entry {
     granted_at: Instant,
     valid_until: Instant,
     holder: Option<Holder>,
+    /// The grant's fence, for the answers to its re-entries.
+    fence: Option<u64>,
+    /// Acquires it takes releases to undo (see [`reentry`]): 1 at the
+    /// grant, one more per re-entry; 0 once a release went to the masters.
+    count: u32,
+    /// A hold's grant, renewed and released by its hold: never re-entered.
+    hold: bool,
 }
 
 /// The process that asked for a grant, as the kernel reported it when it
@@ -529,21 +558,17 @@ impl Grants {
         self.by_resource.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn granted(
-        &self,
-        resource: &str,
-        token: &str,
-        granted_at: Instant,
-        valid_until: Instant,
-        holder: Option<Holder>,
-    ) {
+    pub fn granted(&self, resource: &str, grant: &Grant, holder: Option<Holder>) {
         self.lock().insert(
             resource.to_string(),
             Entry {
-                token: token.to_string(),
-                granted_at,
-                valid_until,
+                token: grant.token.as_str().to_string(),
+                granted_at: grant.granted_at,
+                valid_until: grant.valid_until(),
                 holder,
+                fence: grant.fence,
+                count: 1,
+                hold: false,
             },
         );
     }

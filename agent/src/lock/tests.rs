@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::listing::{self, ListQuery, ReadError};
 use super::waiters::{Subscriptions, Waiters};
-use super::{Ask, LockError, Locks, Rules};
+use super::{Ask, LockError, Locks, Released, Rules};
 use crate::config::FenceMode;
 use crate::metrics::Metrics;
 use crate::redlock::fence::FenceSettings;
@@ -61,6 +61,7 @@ fn ask(wait_ms: u64, owner: &str) -> Ask {
         wait_ms: Some(wait_ms),
         owner: Some(owner.into()),
         fence: false,
+        token: None,
     })
 }
 
@@ -144,7 +145,11 @@ async fn waiters_get_the_lock_in_the_order_they_came() {
     let mut order = Vec::new();
     let mut holder = first.token;
     for handle in queued {
-        assert!(locks.release(&r, &holder).await.unwrap(), "released");
+        assert_eq!(
+            locks.release(&r, &holder).await.unwrap(),
+            Released::Released,
+            "released"
+        );
         let (owner, grant) = tokio::time::timeout(PATIENCE, handle)
             .await
             .expect("the next waiter got the lock in time")
@@ -153,7 +158,10 @@ async fn waiters_get_the_lock_in_the_order_they_came() {
         holder = grant.token;
     }
     assert_eq!(order, ["second", "third"]);
-    assert!(locks.release(&r, &holder).await.unwrap());
+    assert_eq!(
+        locks.release(&r, &holder).await.unwrap(),
+        Released::Released
+    );
     assert_eq!(locks.waiters().count(r.as_str()), 0);
 }
 
@@ -185,10 +193,16 @@ async fn a_release_forgets_the_grant_and_a_second_release_finds_nothing() {
     for m in &masters {
         assert_eq!(m.holds("t:orders").as_deref(), Some(token.as_str()));
     }
-    assert!(locks.release(&r, &grant.token).await.unwrap());
+    assert_eq!(
+        locks.release(&r, &grant.token).await.unwrap(),
+        Released::Released
+    );
     assert!(locks.grants().current("orders").is_none());
     on_every_master(&masters, "t:orders", false).await;
-    assert!(!locks.release(&r, &grant.token).await.unwrap());
+    assert_eq!(
+        locks.release(&r, &grant.token).await.unwrap(),
+        Released::NotHeld
+    );
 }
 
 /// Each way a request can fail comes back as its own error: bad fields
@@ -387,4 +401,61 @@ async fn the_listing_names_unread_masters_and_refuses_without_a_quorum() {
     );
     let one = listing::get(&locks, &resource("a")).await;
     assert!(matches!(one, Err(ReadError::TooFewRead { .. })), "{one:?}");
+}
+
+/// A re-entry counts one acquire more and a release one less, on the
+/// grant's own token; once a release goes to the masters (the count at
+/// zero, its delete perhaps still on its way) no re-entry gets in, and a
+/// process other than the grant's (or one whose pid is unknown) never does.
+#[tokio::test]
+async fn reentries_count_and_end_when_a_release_goes_to_the_masters() {
+    let (masters, locks) = service();
+    let r = resource("ledger");
+    let holder = super::Holder {
+        pid: Some(7),
+        uid: 1000,
+        gid: 1000,
+    };
+    let grant = locks
+        .acquire(
+            &r,
+            Ask {
+                holder: Some(holder),
+                ..ask(0, "billing")
+            },
+        )
+        .await
+        .unwrap();
+    let request = AcquireRequest {
+        token: Some(grant.token.as_str().to_string()),
+        ..AcquireRequest::default()
+    };
+    for pid in [None, Some(8)] {
+        let refused = locks.reenter(&r, &grant.token, pid, &request).await;
+        assert!(
+            matches!(refused, Err(LockError::ReentryForbidden(_))),
+            "pid {pid:?}: {refused:?}"
+        );
+    }
+    let again = locks
+        .reenter(&r, &grant.token, Some(7), &request)
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.hold_count, again.token.as_str()),
+        (2, grant.token.as_str())
+    );
+    assert_eq!(
+        locks.release(&r, &grant.token).await.unwrap(),
+        Released::StillHeld(1)
+    );
+    on_every_master(&masters, "t:ledger", true).await;
+
+    // The last release, as it starts: the count goes to zero first.
+    assert_eq!(
+        locks.grants().release_one("ledger", grant.token.as_str()),
+        None
+    );
+    let late = locks.reenter(&r, &grant.token, Some(7), &request).await;
+    assert!(matches!(late, Err(LockError::NotReentrant(_))), "{late:?}");
 }

@@ -1,0 +1,183 @@
+//! Reentrant locks: an acquire that carries the token of a lock its
+//! process already holds through this agent re-enters it. The answer has
+//! the same token, the first grant's fence, the TTL set again on the
+//! masters, and the count of acquires that releases must undo; a release
+//! lowers the count, and only the release that takes it to zero goes to
+//! the masters.
+//!
+//! ## Why it stays safe
+//! A re-entry grants nothing new: the masters hold one key with one token,
+//! as for any lock, and the re-entry's TTL is a compare-and-pexpire of that
+//! token ([`crate::redlock::Redlock::extend`]), so it succeeds only while a
+//! quorum still holds the key. The count lives in this agent's
+//! bookkeeping ([`super::Grants`]) and only ever delays a release: a lock
+//! whose count is lost (an agent restart, expiry, a force release) is
+//! released by its TTL as any other.
+//!
+//! ## Who may re-enter
+//! Only a connection from the process that acquired the lock (its peer
+//! pid, as the kernel reported it) with its current token, through the
+//! agent that granted it, while the grant is valid. A hold's grant is never
+//! re-entered: its hold renews and releases it. A re-entry does not wait,
+//! and keeps the first grant's owner label and fence: asking for a fence
+//! the first grant did not mint, or for another owner label, is refused.
+//!
+//! ## Races
+//! The count is checked before the re-entry's extension and again after
+//! it. A release that took the count to zero meanwhile (its delete may be
+//! on its way) wins: the re-entry is answered `not_reentrant`, never with
+//! a count for a lock being released.
+
+use std::time::{Duration, Instant};
+
+use redlock_wire::AcquireRequest;
+
+use super::{Grants, LockError, Locks};
+use crate::redlock::{token, Extend, Failure, Resource, Store, Token};
+
+/// A re-entered lock, as the API answers it.
+#[derive(Debug, Clone)]
+pub struct Reentered {
+    pub token: Token,
+    /// Safe to use for this long from `extended_at`.
+    pub validity: Duration,
+    pub extended_at: Instant,
+    pub ttl: Duration,
+    /// The first grant's fence, if it minted one.
+    pub fence: Option<u64>,
+    /// Releases the lock now takes before it is released on the masters.
+    pub hold_count: u32,
+}
+
+/// Why this agent will not re-enter a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not this agent's current grant with that token, run out, being
+    /// released, or a hold's.
+    NotHeld,
+    /// Acquired by another process (or by one whose pid is unknown).
+    OtherProcess,
+}
+
+impl<M: Store> Locks<M> {
+    /// Re-enters the lock of `resource` held with `token` by the process
+    /// `pid`: sets its TTL again to `ttl_ms` on the masters and counts one
+    /// more acquire (see the module docs).
+    ///
+    /// # Errors
+    /// The TTL out of range, another owner label or a fence the first grant
+    /// has not, a token that is not this agent's current grant
+    /// ([`LockError::NotReentrant`]), another process's grant
+    /// ([`LockError::ReentryForbidden`]), the lock lost on the masters, or
+    /// no quorum.
+    pub async fn reenter(
+        &self,
+        resource: &Resource,
+        token: &Token,
+        pid: Option<u32>,
+        ask: &AcquireRequest,
+    ) -> Result<Reentered, LockError> {
+        let ttl = self.rules.ttl(ask.ttl_ms)?;
+        if let Some(owner) = ask.owner.as_deref() {
+            if token::owner_of(token.as_str()) != Some(owner) {
+                return Err(LockError::Invalid(
+                    "owner: a re-entry keeps the owner label of the first acquire; leave it out or give the same".into(),
+                ));
+            }
+        }
+        let fence = self
+            .grants
+            .reentry(resource.as_str(), token.as_str(), pid, Instant::now())
+            .map_err(|refusal| match refusal {
+                Refusal::NotHeld => LockError::NotReentrant(resource.clone()),
+                Refusal::OtherProcess => LockError::ReentryForbidden(resource.clone()),
+            })?;
+        if ask.fence && fence.is_none() {
+            return Err(LockError::Invalid(
+                "fence: this lock was acquired without a fence, and a re-entry answers the first grant's; acquire it with fence: true to have one".into(),
+            ));
+        }
+        match self.engine.extend(resource, token, ttl).await {
+            Extend::Extended { validity, .. } => {
+                let extended_at = Instant::now();
+                let hold_count = self
+                    .grants
+                    .reentered(resource.as_str(), token.as_str(), extended_at + validity)
+                    .ok_or_else(|| LockError::NotReentrant(resource.clone()))?;
+                Ok(Reentered {
+                    token: token.clone(),
+                    validity,
+                    extended_at,
+                    ttl,
+                    fence,
+                    hold_count,
+                })
+            }
+            Extend::Lost | Extend::Failed => {
+                self.metrics.fail(Failure::ExtendFailed);
+                Err(LockError::Lost(resource.clone()))
+            }
+            Extend::NoQuorum(message) => {
+                self.metrics.fail(Failure::NoQuorum);
+                Err(LockError::NoQuorum(message))
+            }
+        }
+    }
+}
+
+impl Grants {
+    /// Whether `pid` may re-enter the grant of `resource` held with
+    /// `token` at `now`: its fence if so.
+    pub fn reentry(
+        &self,
+        resource: &str,
+        token: &str,
+        pid: Option<u32>,
+        now: Instant,
+    ) -> Result<Option<u64>, Refusal> {
+        let grants = self.lock();
+        let entry = grants
+            .get(resource)
+            .filter(|e| e.token == token && e.valid_until > now && e.count > 0 && !e.hold)
+            .ok_or(Refusal::NotHeld)?;
+        match (pid, entry.holder.and_then(|h| h.pid)) {
+            (Some(asking), Some(holding)) if asking == holding => Ok(entry.fence),
+            _ => Err(Refusal::OtherProcess),
+        }
+    }
+
+    /// A re-entry's extension went through: the grant is valid until
+    /// `valid_until` and counts one acquire more, returned. `None` when a
+    /// release took the count to zero meanwhile, or the grant is gone.
+    pub fn reentered(&self, resource: &str, token: &str, valid_until: Instant) -> Option<u32> {
+        let mut grants = self.lock();
+        let entry = grants
+            .get_mut(resource)
+            .filter(|e| e.token == token && e.count > 0)?;
+        entry.count += 1;
+        entry.valid_until = valid_until;
+        Some(entry.count)
+    }
+
+    /// One release of the grant of `resource` held with `token`: `Some(n)`
+    /// when it was re-entered and `n` releases remain (nothing goes to the
+    /// masters); `None` when this release is to go to them (the last one,
+    /// or a grant not known here), from when on it cannot be re-entered.
+    pub fn release_one(&self, resource: &str, token: &str) -> Option<u32> {
+        let mut grants = self.lock();
+        let entry = grants.get_mut(resource).filter(|e| e.token == token)?;
+        if entry.count > 1 {
+            entry.count -= 1;
+            return Some(entry.count);
+        }
+        entry.count = 0;
+        None
+    }
+
+    /// Marks the grant of `resource` held with `token` as a hold's.
+    pub fn mark_hold(&self, resource: &str, token: &str) {
+        if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
+            entry.hold = true;
+        }
+    }
+}
