@@ -147,6 +147,7 @@ impl Agent {
             },
             charge_queued,
             overall: config.lock.max_ttl,
+            agent_name: config.agent.name.clone(),
         };
         let mut nodes = Vec::with_capacity(config.masters.len());
         for (index, master) in config.masters.iter().enumerate() {

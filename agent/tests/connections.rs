@@ -250,3 +250,42 @@ async fn shutdown_closes_idle_connections_and_finishes_a_waiting_request() {
         .expect("the drain ends")
         .unwrap();
 }
+
+/// The name of every connection on master `i` (`CLIENT LIST`), sorted;
+/// unnamed ones as "".
+async fn client_names(cluster: &Cluster, i: usize) -> Vec<String> {
+    let mut conn = cluster.redis(i).await;
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut names: Vec<String> = list
+        .lines()
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|field| field.strip_prefix("name="))
+                .map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// On a master, the agent's connections carry its name and their purpose
+/// (`CLIENT SETNAME`): the lock commands' and, once used, the listings'.
+#[tokio::test]
+async fn the_agents_connections_are_named_after_it_and_their_purpose() {
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(&cluster, "").await;
+    let name = agent.config.agent.name.clone();
+    agent.client.locks().await.expect("a listing");
+    let names = client_names(&cluster, 0).await;
+    for purpose in ["locks", "listings"] {
+        let wanted = format!("redlock-agent:{name}:{purpose}");
+        assert!(
+            names.contains(&wanted),
+            "{wanted} in CLIENT LIST: {names:?}"
+        );
+    }
+}

@@ -35,6 +35,7 @@
 //! - A timeout does not drop the connection by itself (one slow reply is not
 //!   a dead master); the health probe decides.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -133,6 +134,10 @@ pub struct NodeSettings {
     /// still held. A vote or an extension also stops at its own TTL (see
     /// [`lock`]).
     pub overall: Duration,
+    /// `agent.name`: each connection to a single server is named
+    /// `redlock-agent:<agent>:<purpose>` (`CLIENT SETNAME`), so operators
+    /// can tell a fleet's connections apart in `CLIENT LIST`.
+    pub agent_name: String,
 }
 
 /// Which restart detector put a node in quarantine.
@@ -258,6 +263,10 @@ pub struct Node {
     charge_queued: bool,
     /// See [`NodeSettings::overall`].
     overall: Duration,
+    /// See [`NodeSettings::agent_name`].
+    agent_name: String,
+    /// The master refused `CLIENT SETNAME` once: said, not again.
+    setname_refused: AtomicBool,
     /// The leak scanner's connection (see [`scan`]), opened on first use
     /// and dropped after any error. A std Mutex: held only to clone or
     /// replace the handle.
@@ -326,6 +335,8 @@ impl Node {
             quarantine: settings.quarantine,
             charge_queued: settings.charge_queued,
             overall: settings.overall,
+            agent_name: settings.agent_name,
+            setname_refused: AtomicBool::new(false),
             scan_conn: Mutex::new(None),
             list_conn: Mutex::new(None),
             // Connecting includes TCP, TLS and the handshake; allow more than
@@ -530,13 +541,16 @@ impl Node {
     /// When the master cannot be reached or refuses the handshake in time.
     pub async fn open(&self) -> Result<Conn, NodeError> {
         if self.cluster.is_some() {
-            return match self.connect(self.timeout, &[&*scripts::BATCH]).await {
+            return match self
+                .connect(self.timeout, &[&*scripts::BATCH], "locks")
+                .await
+            {
                 Ok(conn) => Ok(conn),
                 Err(e) => Err(self.unreachable(e)),
             };
         }
         match self
-            .connect(self.connect_timeout, &[&*scripts::BATCH])
+            .connect(self.connect_timeout, &[&*scripts::BATCH], "locks")
             .await
         {
             Ok(mut conn) => {
@@ -548,11 +562,14 @@ impl Node {
     }
 
     /// A new connection whose requests are bounded by `response_timeout`,
-    /// with `scripts` loaded, all within the connect timeout.
+    /// with `scripts` loaded, all within the connect timeout. On a single
+    /// server it is named `redlock-agent:<agent>:<purpose>` (see
+    /// [`Node::name_connection`]).
     pub(crate) async fn connect(
         &self,
         response_timeout: Duration,
         scripts: &[&redis::Script],
+        purpose: &str,
     ) -> Result<Conn, NodeError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
@@ -571,12 +588,45 @@ impl Node {
             for script in scripts {
                 script.prepare_invoke().load_async(&mut conn).await?;
             }
+            if let Conn::Single(single) = &mut conn {
+                self.name_connection(single, purpose).await?;
+            }
             Ok::<_, RedisError>(conn)
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(classify(&e)),
             Err(_) => Err(NodeError::Timeout(self.connect_timeout)),
+        }
+    }
+
+    /// Names `conn` `redlock-agent:<agent>:<purpose>` (`CLIENT SETNAME`),
+    /// so an operator tells a fleet's connections apart in `CLIENT LIST`.
+    /// A master whose ACL refuses it (the documented ACL grants
+    /// `client|setname`) keeps the connection unnamed, said once per master;
+    /// any other error is the connection's.
+    ///
+    /// A cluster's connections stay unnamed: the cluster client opens and
+    /// replaces one per shard on its own.
+    async fn name_connection(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        purpose: &str,
+    ) -> Result<(), RedisError> {
+        let name = format!("redlock-agent:{}:{purpose}", self.agent_name);
+        match redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(&name)
+            .query_async::<()>(conn)
+            .await
+        {
+            Err(e) if e.code() == Some("NOPERM") => {
+                if !self.setname_refused.swap(true, Ordering::Relaxed) {
+                    tracing::info!(node = %self.name, error = %e, "the master refuses CLIENT SETNAME: this agent's connections show unnamed in its CLIENT LIST");
+                }
+                Ok(())
+            }
+            result => result,
         }
     }
 

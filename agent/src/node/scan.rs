@@ -63,20 +63,22 @@ impl Node {
 
     /// The scanner's connection, opened if there is none.
     async fn scan_connection(&self) -> Result<Conn, NodeError> {
-        self.reader(&self.scan_conn, SCAN_TIMEOUT).await
+        self.reader(&self.scan_conn, SCAN_TIMEOUT, "scanner").await
     }
 
-    /// The reader connection kept in `slot`, opened if there is none.
+    /// The reader connection kept in `slot`, opened if there is none and
+    /// named after its `purpose`.
     async fn reader(
         &self,
         slot: &Mutex<Option<Conn>>,
         timeout: Duration,
+        purpose: &str,
     ) -> Result<Conn, NodeError> {
         // Poisoning needs a panic while held; clone and replace cannot panic.
         if let Some(conn) = slot.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             return Ok(conn);
         }
-        let conn = self.open_reader(timeout).await?;
+        let conn = self.open_reader(timeout, purpose).await?;
         *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
         Ok(conn)
     }
@@ -90,7 +92,7 @@ impl Node {
         F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T, NodeError>>,
     {
-        let conn = self.reader(&self.list_conn, READ_TIMEOUT).await;
+        let conn = self.reader(&self.list_conn, READ_TIMEOUT, "listings").await;
         let result = match conn {
             Ok(conn) => read(conn).await,
             Err(e) => Err(e),
@@ -146,11 +148,12 @@ impl Node {
     ///
     /// # Errors
     /// When the node is down, or the master cannot be reached in time.
-    pub async fn open_reader(&self, timeout: Duration) -> Result<Conn, NodeError> {
+    pub async fn open_reader(&self, timeout: Duration, purpose: &str) -> Result<Conn, NodeError> {
         if self.connection().is_none() {
             return Err(NodeError::NotConnected);
         }
-        self.connect(timeout, &[&*scripts::READ_KEYS]).await
+        self.connect(timeout, &[&*scripts::READ_KEYS], purpose)
+            .await
     }
 
     /// Runs one operator read on a reader connection (see

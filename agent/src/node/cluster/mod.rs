@@ -160,7 +160,7 @@ impl Node {
             return Ok(conn);
         }
         let conn = self
-            .connect(self.probe_timeout(), &[&*scripts::BATCH])
+            .connect(self.probe_timeout(), &[&*scripts::BATCH], "probe")
             .await?;
         *part.probe_conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
         Ok(conn)
