@@ -69,6 +69,20 @@ fn lock_ask(lock: AcquireRequest) -> Ask {
     Ask { lock, holder: None }
 }
 
+/// Acquires `r` for the process `pid` (uid and gid 1000), owner "billing".
+async fn acquire_as(locks: &Locks<Memory>, r: &Resource, pid: u32) -> crate::redlock::Grant {
+    let holder = super::Holder {
+        pid: Some(pid),
+        uid: 1000,
+        gid: 1000,
+    };
+    let ask = Ask {
+        holder: Some(holder),
+        ..ask(0, "billing")
+    };
+    locks.acquire(r, ask).await.unwrap()
+}
+
 /// Waits until every master holds `key`, or none does (the engine answers
 /// once a quorum did; the last master's command lands a moment later).
 async fn on_every_master(masters: &[Arc<Memory>], key: &str, held: bool) {
@@ -171,21 +185,7 @@ async fn waiters_get_the_lock_in_the_order_they_came() {
 async fn a_release_forgets_the_grant_and_a_second_release_finds_nothing() {
     let (masters, locks) = service();
     let r = resource("orders");
-    let holder = super::Holder {
-        pid: Some(42),
-        uid: 1000,
-        gid: 1000,
-    };
-    let grant = locks
-        .acquire(
-            &r,
-            Ask {
-                holder: Some(holder),
-                ..ask(0, "billing")
-            },
-        )
-        .await
-        .unwrap();
+    let grant = acquire_as(&locks, &r, 42).await;
     on_every_master(&masters, "t:orders", true).await;
     let (token, process) = locks.grants().current("orders").expect("granted here");
     assert_eq!(token, grant.token.as_str());
@@ -411,21 +411,7 @@ async fn the_listing_names_unread_masters_and_refuses_without_a_quorum() {
 async fn reentries_count_and_end_when_a_release_goes_to_the_masters() {
     let (masters, locks) = service();
     let r = resource("ledger");
-    let holder = super::Holder {
-        pid: Some(7),
-        uid: 1000,
-        gid: 1000,
-    };
-    let grant = locks
-        .acquire(
-            &r,
-            Ask {
-                holder: Some(holder),
-                ..ask(0, "billing")
-            },
-        )
-        .await
-        .unwrap();
+    let grant = acquire_as(&locks, &r, 7).await;
     let request = AcquireRequest {
         token: Some(grant.token.as_str().to_string()),
         ..AcquireRequest::default()
