@@ -6,7 +6,8 @@
 //!
 //! And how long a master had to answer ([`answer_within`]): the time the
 //! agent itself was too busy to write a request or read its answer is the
-//! agent's, never the master's.
+//! agent's, never the master's. And the name a connection shows in the
+//! master's `CLIENT LIST` ([`set_name`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -213,6 +214,29 @@ pub async fn answer_within<T>(
         }
     }
 }
+/// Names `conn` `name` (`CLIENT SETNAME`), so an operator tells a fleet's
+/// connections apart in `CLIENT LIST`. `Ok(Err(e))` when the master's ACL
+/// refuses it (the documented ACL grants `client|setname`): the
+/// connection works on, unnamed. Any other error is the connection's.
+///
+/// # Errors
+/// The connection's, or the master's other than `NOPERM`.
+pub async fn set_name(
+    conn: &mut MultiplexedConnection,
+    name: &str,
+) -> RedisResult<Result<(), RedisError>> {
+    match redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(name)
+        .query_async::<()>(conn)
+        .await
+    {
+        Ok(()) => Ok(Ok(())),
+        Err(e) if e.code() == Some("NOPERM") => Ok(Err(e)),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

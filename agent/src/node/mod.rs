@@ -564,7 +564,7 @@ impl Node {
     /// A new connection whose requests are bounded by `response_timeout`,
     /// with `scripts` loaded, all within the connect timeout. On a single
     /// server it is named `redlock-agent:<agent>:<purpose>` (see
-    /// [`Node::name_connection`]).
+    /// [`conn::set_name`]); a refusal is said once per master.
     pub(crate) async fn connect(
         &self,
         response_timeout: Duration,
@@ -588,8 +588,15 @@ impl Node {
             for script in scripts {
                 script.prepare_invoke().load_async(&mut conn).await?;
             }
+            // A cluster's connections stay unnamed: the cluster client
+            // opens and replaces one per shard on its own.
             if let Conn::Single(single) = &mut conn {
-                self.name_connection(single, purpose).await?;
+                let name = format!("redlock-agent:{}:{purpose}", self.agent_name);
+                if let Err(e) = conn::set_name(single, &name).await? {
+                    if !self.setname_refused.swap(true, Ordering::Relaxed) {
+                        tracing::info!(node = %self.name, error = %e, "the master refuses CLIENT SETNAME: this agent's connections show unnamed in its CLIENT LIST");
+                    }
+                }
             }
             Ok::<_, RedisError>(conn)
         };
@@ -597,36 +604,6 @@ impl Node {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(classify(&e)),
             Err(_) => Err(NodeError::Timeout(self.connect_timeout)),
-        }
-    }
-
-    /// Names `conn` `redlock-agent:<agent>:<purpose>` (`CLIENT SETNAME`),
-    /// so an operator tells a fleet's connections apart in `CLIENT LIST`.
-    /// A master whose ACL refuses it (the documented ACL grants
-    /// `client|setname`) keeps the connection unnamed, said once per master;
-    /// any other error is the connection's.
-    ///
-    /// A cluster's connections stay unnamed: the cluster client opens and
-    /// replaces one per shard on its own.
-    async fn name_connection(
-        &self,
-        conn: &mut redis::aio::MultiplexedConnection,
-        purpose: &str,
-    ) -> Result<(), RedisError> {
-        let name = format!("redlock-agent:{}:{purpose}", self.agent_name);
-        match redis::cmd("CLIENT")
-            .arg("SETNAME")
-            .arg(&name)
-            .query_async::<()>(conn)
-            .await
-        {
-            Err(e) if e.code() == Some("NOPERM") => {
-                if !self.setname_refused.swap(true, Ordering::Relaxed) {
-                    tracing::info!(node = %self.name, error = %e, "the master refuses CLIENT SETNAME: this agent's connections show unnamed in its CLIENT LIST");
-                }
-                Ok(())
-            }
-            result => result,
         }
     }
 
