@@ -202,6 +202,57 @@ impl Masters {
         Some(total)
     }
 
+    /// Each master's process id, in order.
+    pub fn pids(&self) -> Vec<u32> {
+        self.servers.iter().filter_map(RedisServer::pid).collect()
+    }
+
+    /// Each master's `total_commands_processed` (`INFO stats`), in order.
+    ///
+    /// # Errors
+    /// When a master cannot be asked.
+    pub fn total_commands(&self) -> anyhow::Result<Vec<u64>> {
+        self.info_field_each("stats", "total_commands_processed")
+    }
+
+    /// Each master's `connected_clients` (`INFO clients`, the asking
+    /// connection included), in order.
+    ///
+    /// # Errors
+    /// When a master cannot be asked.
+    pub fn clients_each(&self) -> anyhow::Result<Vec<u64>> {
+        self.info_field_each("clients", "connected_clients")
+    }
+
+    /// Each master's key count (`DBSIZE`), in order.
+    ///
+    /// # Errors
+    /// When a master cannot be asked.
+    pub fn dbsize_each(&self) -> anyhow::Result<Vec<u64>> {
+        self.ports
+            .iter()
+            .map(|&port| Ok(redis::cmd("DBSIZE").query(&mut connect(port)?)?))
+            .collect()
+    }
+
+    fn info_field_each(&self, section: &str, field: &str) -> anyhow::Result<Vec<u64>> {
+        self.ports
+            .iter()
+            .map(|&port| {
+                let info: String = redis::cmd("INFO").arg(section).query(&mut connect(port)?)?;
+                info.lines()
+                    .find_map(|l| {
+                        l.strip_prefix(field)?
+                            .strip_prefix(':')?
+                            .trim()
+                            .parse()
+                            .ok()
+                    })
+                    .with_context(|| format!("no {field} in INFO {section} of port {port}"))
+            })
+            .collect()
+    }
+
     /// `INFO server`'s `redis_version` of the first master.
     pub fn redis_version(&self) -> String {
         connect(self.ports[0])

@@ -11,6 +11,8 @@
 //! - `spec`: the driver protocol (a JSON spec in, a JSON report out)
 //! - `drive`: the Rust drivers (agent over its socket, `rslock`, `redlock`)
 //! - `idle`: W8, the agent's memory with 10,000 idle connections
+//! - `fleet`: W10, what each idle agent of a sidecar fleet costs the
+//!   masters
 //! - `stats`: percentiles, fairness, the hot-key tracker
 //! - `limit`: the masters' own limit with `redis-benchmark`
 //! - `profile`: `perf` on the agent under the 64-client uncontended load,
@@ -23,6 +25,7 @@
 mod cluster;
 mod cpu;
 mod drive;
+mod fleet;
 mod idle;
 mod limit;
 mod peers;
@@ -73,8 +76,9 @@ struct RunArgs {
     peers: Vec<String>,
     /// Workloads to run, comma-separated: w1 .. w9 (default: all). w5 (the
     /// marker check's cost), w6 (a fenced acquire's), w8 (idle
-    /// connections) and w9 (masters as Redis Clusters) run for the agent
-    /// only, w7 (a Python process per client) for the agent and pottery.
+    /// connections), w9 (masters as Redis Clusters) and w10 (fleets of
+    /// idle agents) run for the agent only, w7 (a Python process per
+    /// client) for the agent and pottery.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The release build of the agent.

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::cluster::{Agent, AgentRetry, Clusters, MasterSet, Masters, MARKER_SWITCH};
 use crate::cpu::{self, Cpu};
+use crate::fleet::{self, Fleet};
 use crate::idle::{self, Idle};
 use crate::limit::{self, Limit};
 use crate::peers::{Drivers, Peer};
@@ -159,8 +160,8 @@ impl Workload {
 }
 
 /// The workload ids `--only` takes (w4 is the masters' limit, w8 the idle
-/// connections).
-pub const WORKLOAD_IDS: [&str; 9] = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9"];
+/// connections, w10 the fleet of idle agents).
+pub const WORKLOAD_IDS: [&str; 10] = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10"];
 
 /// W7's processes in a full run (in the smoke run: 4).
 pub const PROCESSES: usize = 64;
@@ -243,6 +244,8 @@ pub struct Results {
     pub limit: Option<Result<Limit, String>>,
     /// W8, when it ran.
     pub idle: Option<Result<Idle, String>>,
+    /// W10, when it ran.
+    pub fleet: Option<Result<Fleet, String>>,
     pub redis_version: String,
     pub agent_failed: bool,
 }
@@ -330,6 +333,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         runs: Vec::new(),
         limit: None,
         idle: None,
+        fleet: None,
         redis_version,
         agent_failed: false,
     };
@@ -634,6 +638,31 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
     }
     agent.wait_usable(MASTERS, Duration::from_secs(5)).ok();
     drop(agent);
+    // Last, with no other agent on the masters: their own cost is its baseline.
+    if wanted("w10") && options.peers.contains(&Peer::Agent) {
+        let sizes: &[usize] = if options.smoke {
+            &fleet::SMOKE_SIZES
+        } else {
+            &fleet::SIZES
+        };
+        eprintln!(
+            "W10: fleets of {sizes:?} idle agents, {:?} windows",
+            options.duration
+        );
+        let measured = fleet::measure(
+            &options.agent_bin,
+            &options.scratch,
+            &masters,
+            sizes,
+            options.duration,
+        )
+        .map_err(|e| format!("{e:#}"));
+        if let Err(e) = &measured {
+            eprintln!("W10 FAILED: {}", e.lines().next().unwrap_or_default());
+            results.agent_failed = true;
+        }
+        results.fleet = Some(measured);
+    }
     Ok(results)
 }
 
@@ -710,7 +739,7 @@ mod tests {
     fn the_agent_scripts_are_found() {
         let batch = super::agent_script("BATCH");
         assert!(batch.contains("redis.call(\"del\", key"), "{batch}");
-        assert!(batch.contains("redis.call(\"exists\", KEYS[1])"), "{batch}");
+        assert!(batch.contains("redis.call(\"get\", KEYS[1])"), "{batch}");
         assert!(batch.contains("\"NX\", \"GET\", \"PX\""), "{batch}");
     }
 }

@@ -6,6 +6,7 @@
 //! [`clusters`].
 
 mod clusters;
+mod fleet;
 mod floor;
 
 use std::fmt::Write;
@@ -205,6 +206,7 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     processes(&mut md, results);
     idle_connections(&mut md, results);
     clusters::section(&mut md, results, env);
+    fleet::section(&mut md, results);
     environment(&mut md, results, env, peers);
     md
 }
@@ -1202,6 +1204,7 @@ mod tests {
             ],
             limit: None,
             idle: None,
+            fleet: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1235,6 +1238,7 @@ mod tests {
             runs: vec![fence_run(false, 800, 20_000), fence_run(true, 640, 24_000)],
             limit: None,
             idle: None,
+            fleet: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1277,6 +1281,7 @@ mod tests {
             runs: Vec::new(),
             limit: None,
             idle: Some(Ok(measured)),
+            fleet: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1340,6 +1345,7 @@ mod tests {
             ],
             limit: None,
             idle: None,
+            fleet: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1398,6 +1404,7 @@ mod tests {
             ],
             limit: None,
             idle: None,
+            fleet: None,
             redis_version: "7".into(),
             agent_failed: false,
         };

@@ -341,6 +341,7 @@ mod tests {
             ],
             limit: None,
             idle: None,
+            fleet: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -414,6 +415,7 @@ mod tests {
             ],
             limit: None,
             idle: None,
+            fleet: None,
             redis_version: "7".into(),
             agent_failed: true,
         };
@@ -453,6 +455,7 @@ mod tests {
             ],
             limit: None,
             idle: None,
+            fleet: None,
             redis_version: "7".into(),
             agent_failed: true,
         };

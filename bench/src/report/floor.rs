@@ -336,6 +336,7 @@ mod tests {
             ],
             limit: None,
             idle: None,
+            fleet: None,
             redis_version: "7".into(),
             agent_failed: false,
         }
