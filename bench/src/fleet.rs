@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::cluster::{Agent, Masters};
+use crate::cluster::{Agent, AgentRetry, Masters};
 use crate::cpu;
-use crate::plan::AGENT_DEFAULT;
+use crate::idle;
 
 /// Fleet sizes of a full run, and of the smoke run.
 pub const SIZES: [usize; 3] = [50, 200, 500];
@@ -175,8 +175,15 @@ fn read_window(masters: &Masters, agents: usize, window: Duration) -> anyhow::Re
     })
 }
 
-/// `n` agents over `masters`, started [`STARTING_AT_ONCE`] at a time.
-fn start_fleet(bin: &Path, dir: &Path, masters: &Masters, n: usize) -> anyhow::Result<Vec<Agent>> {
+/// `n` agents over `masters` with `retry`, started [`STARTING_AT_ONCE`]
+/// at a time.
+fn start_fleet(
+    bin: &Path,
+    dir: &Path,
+    masters: &Masters,
+    retry: AgentRetry,
+    n: usize,
+) -> anyhow::Result<Vec<Agent>> {
     let mut fleet = Vec::with_capacity(n);
     for chunk_start in (0..n).step_by(STARTING_AT_ONCE) {
         let chunk: Vec<usize> = (chunk_start..n.min(chunk_start + STARTING_AT_ONCE)).collect();
@@ -189,15 +196,7 @@ fn start_fleet(bin: &Path, dir: &Path, masters: &Masters, n: usize) -> anyhow::R
                         // metrics port; the one that loses exits, and goes
                         // again on another.
                         let start = || {
-                            Agent::start(
-                                bin,
-                                dir,
-                                &format!("fleet-{i}"),
-                                masters,
-                                AGENT_DEFAULT,
-                                &[],
-                                "",
-                            )
+                            Agent::start(bin, dir, &format!("fleet-{i}"), masters, retry, &[], "")
                         };
                         start().or_else(|_| start()).or_else(|_| start())
                     })
@@ -247,16 +246,8 @@ fn cycles(agent: &Agent, agents: usize, window: Duration) -> anyhow::Result<Late
     })
 }
 
-/// Resident memory of `pid`, KiB.
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
-/// W10 over `masters` (no other agent on them), for each of `sizes`.
+/// W10 over `masters` (no other agent on them), each agent with `retry`,
+/// for each of `sizes`.
 ///
 /// # Errors
 /// When an agent does not start or a master cannot be read.
@@ -264,13 +255,14 @@ pub fn measure(
     bin: &Path,
     dir: &Path,
     masters: &Masters,
+    retry: AgentRetry,
     sizes: &[usize],
     window: Duration,
 ) -> anyhow::Result<Fleet> {
     let baseline = read_window(masters, 0, window)?;
     let mut latency = Vec::new();
     {
-        let lone = start_fleet(bin, dir, masters, 1)?;
+        let lone = start_fleet(bin, dir, masters, retry, 1)?;
         std::thread::sleep(SETTLE);
         latency.push(cycles(&lone[0], 1, window)?);
     }
@@ -278,7 +270,7 @@ pub fn measure(
     let mut agent_rss_kib = None;
     let mut stopped = None;
     for &n in sizes {
-        let fleet = match start_fleet(bin, dir, masters, n) {
+        let fleet = match start_fleet(bin, dir, masters, retry, n) {
             Ok(fleet) => fleet,
             Err(e) if !fleets.is_empty() => {
                 eprintln!(
@@ -293,7 +285,7 @@ pub fn measure(
         std::thread::sleep(SETTLE);
         fleets.push(read_window(masters, n, window)?);
         latency.push(cycles(&fleet[0], n, window)?);
-        agent_rss_kib = fleet.last().and_then(Agent::pid).and_then(rss_kib);
+        agent_rss_kib = fleet.last().and_then(Agent::pid).and_then(idle::rss_kib);
         eprintln!(
             "W10 {n} idle agents: masters {:.0} µs/s of CPU each ({:.1} per agent), {:.0} commands/s, {:.1} connections per agent",
             fleets.last().map_or(0.0, Window::cpu_us_per_s),

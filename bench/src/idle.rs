@@ -67,7 +67,7 @@ impl Idle {
 }
 
 /// `VmRSS` of `pid`, KiB.
-fn rss_kib(pid: u32) -> Option<u64> {
+pub fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()

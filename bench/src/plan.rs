@@ -653,6 +653,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
             &options.agent_bin,
             &options.scratch,
             &masters,
+            AGENT_DEFAULT,
             sizes,
             options.duration,
         )
