@@ -99,12 +99,21 @@ fn rows(md: &mut String, f: &Fleet) {
     );
     for w in &f.fleets {
         let n = w.agents.max(1) as f64;
+        let per_agent = f.per_agent_cpu(w);
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
             w.agents,
             num(w.cpu_us_per_s()),
-            num(f.per_agent_cpu(w)),
+            if per_agent < 0.0 {
+                // Said, not hidden: the window was too short to see them.
+                format!(
+                    "{} (under the masters' own variation: a longer `--duration` measures it)",
+                    num(per_agent)
+                )
+            } else {
+                num(per_agent)
+            },
             num(w.commands()),
             num((w.commands() - b.commands()) / n),
             num(w.connections_mean()),
