@@ -10,6 +10,7 @@ use redlock_wire::{NodeState, NodeStatus, NodesResponse};
 
 use crate::config::Config;
 use crate::health::{self, HealthSettings, Usability};
+use crate::lock::idle::IDLE_AFTER;
 use crate::lock::waiters::{self, Subscriptions, Waiters};
 use crate::lock::{millis, Rules};
 use crate::metrics::{Metrics, NodeSeries};
@@ -206,6 +207,7 @@ impl Agent {
         };
         let health = HealthSettings {
             interval: config.health.interval,
+            idle_interval: config.health.idle_interval,
             quarantine: config.quarantine(),
             delayed_restart: config.delayed_restart.enabled,
             marker_key,
@@ -285,6 +287,9 @@ impl Agent {
         let settings = Arc::new(self.health.clone());
         let peers: Arc<[Arc<Node>]> = nodes.to_vec().into();
         futures::future::join_all(nodes.iter().map(|n| health::probe(n, &peers, &settings))).await;
+        for node in nodes {
+            node.probed();
+        }
         for (node, duplicate) in nodes.iter().zip(self.engine().duplicates()) {
             if let Some(first) = duplicate {
                 tracing::warn!(
@@ -294,6 +299,9 @@ impl Agent {
                 );
             }
         }
+        let locks = Arc::clone(&self.locks);
+        let idle: Arc<dyn Fn() -> bool + Send + Sync> =
+            Arc::new(move || locks.idle_for() >= IDLE_AFTER);
         let mut tasks: Vec<_> = nodes
             .iter()
             .map(|node| {
@@ -301,6 +309,7 @@ impl Agent {
                     Arc::clone(node),
                     Arc::clone(&peers),
                     Arc::clone(&settings),
+                    Arc::clone(&idle),
                 ))
             })
             .collect();
@@ -314,6 +323,25 @@ impl Agent {
             )));
         }
         tasks
+    }
+
+    /// Brings the masters' states up to date before they are read: an idle
+    /// agent probes seldom (see [`crate::lock::idle`]), so a reader of its
+    /// readiness, nodes or metrics has every master probed first, unless a
+    /// probe finished within two `health.interval`s (waiting at most a
+    /// probe's bound). A busy agent's probes are current already.
+    pub async fn fresh(&self) {
+        if self.locks.idle_for() < IDLE_AFTER {
+            return;
+        }
+        let max_age = self.health.interval * 2;
+        futures::future::join_all(
+            self.engine()
+                .nodes()
+                .iter()
+                .map(|node| node.fresh(max_age, node.probe_timeout())),
+        )
+        .await;
     }
 
     /// `GET /v1/nodes` from the nodes' snapshots, with readiness: whether

@@ -48,6 +48,9 @@ pub use crate::node::{MARKER_SUFFIX, WITNESS_SUFFIX};
 #[derive(Debug, Clone)]
 pub struct HealthSettings {
     pub interval: Duration,
+    /// `health.idle_interval`: the probes' interval while the agent is
+    /// idle (see [`crate::lock::idle`]).
+    pub idle_interval: Duration,
     /// `lock.max_ttl + delayed_restart.extra`.
     pub quarantine: Duration,
     /// `delayed_restart.enabled`: when false, restarts are logged only.
@@ -59,10 +62,25 @@ pub struct HealthSettings {
 }
 
 /// Probes `node` forever, and at the moment its quarantine runs out;
-/// returns only when the task is aborted.
-pub async fn watch(node: Arc<Node>, peers: Arc<[Arc<Node>]>, settings: Arc<HealthSettings>) {
+/// returns only when the task is aborted. Every `health.interval` while
+/// the lock service has work, every `health.idle_interval` while `idle`
+/// says it is idle (see [`crate::lock::idle`]), and at
+/// once when woken: by the lock service getting work again, a request that
+/// failed on the master's connection, or a reader that wants a fresh state
+/// ([`Node::fresh`]).
+pub async fn watch(
+    node: Arc<Node>,
+    peers: Arc<[Arc<Node>]>,
+    settings: Arc<HealthSettings>,
+    idle: Arc<dyn Fn() -> bool + Send + Sync>,
+) {
     loop {
-        let next = Instant::now() + settings.interval;
+        let interval = if idle() {
+            settings.idle_interval
+        } else {
+            settings.interval
+        };
+        let next = node.probed_at().unwrap_or_else(Instant::now) + interval;
         let wake = node
             .quarantine_until()
             .map_or(next, |until| until.min(next));
@@ -71,6 +89,8 @@ pub async fn watch(node: Arc<Node>, peers: Arc<[Arc<Node>]>, settings: Arc<Healt
             () = node.wake.notified() => {}
         }
         probe(&node, &peers, &settings).await;
+        node.probed();
+        node.close_idle_reader();
     }
 }
 
@@ -700,6 +720,7 @@ mod tests {
     fn settings() -> HealthSettings {
         HealthSettings {
             interval: Duration::from_millis(500),
+            idle_interval: Duration::from_secs(10),
             quarantine: Duration::from_secs(61),
             delayed_restart: true,
             marker_key: "redlock: incarnation".into(),

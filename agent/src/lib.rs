@@ -52,7 +52,9 @@
 //!   ([`lock::Grants`]), waiters ([`lock::waiters`]: per-resource FIFO
 //!   queues woken by releases here or, through pub/sub, on other agents),
 //!   re-entry by the holding process ([`lock::reentry`]: a count over one
-//!   grant) and the operators' listing of lock keys ([`lock::listing`]). Generic
+//!   grant), when the service is idle ([`lock::idle`]: probes slow down and
+//!   pub/sub connections close until its next request) and the operators'
+//!   listing of lock keys ([`lock::listing`]). Generic
 //!   over [`redlock::Store`]: it imports nothing from [`node`], and its
 //!   unit tests run it on masters in memory.
 //! - [`metrics`]: every metric, defined in one place; the engine's observer.

@@ -43,7 +43,8 @@ async fn agent(cluster: &Cluster, notices: bool) -> TestAgent {
 }
 
 /// Waits until `agents` listeners are subscribed to the fleet's
-/// force-release channel on every master.
+/// force-release channel on every master (an agent subscribes once it has
+/// work: see `lock::idle`).
 async fn wait_subscribed(cluster: &Cluster, agents: u64) {
     for i in 0..cluster.masters.len() {
         wait_for(
@@ -103,8 +104,9 @@ async fn force_release(through_another: bool, notices: bool) -> Option<(String, 
     } else {
         None
     };
-    wait_subscribed(&cluster, if through_another { 2 } else { 1 }).await;
     let mut hold = hold(&holder, "nightly").await;
+    // The holder's agent started idle; its hold had it subscribe.
+    wait_subscribed(&cluster, 1).await;
 
     let operator = other.as_ref().unwrap_or(&holder);
     let since = Instant::now();

@@ -315,7 +315,16 @@ async fn a_master_that_evicts_keys_is_quarantined() {
 #[tokio::test]
 async fn a_second_loss_during_the_quarantine_starts_it_over() {
     let cluster = Cluster::start(3);
-    let agent = TestAgent::start(&cluster, SHORT).await;
+    // The probes' own detection is under test, not the votes': the agent,
+    // idle all along, probes at the same interval.
+    let agent = TestAgent::start(
+        &cluster,
+        &SHORT.replace(
+            "interval: 100ms\n",
+            "interval: 100ms\n  idle_interval: 100ms\n",
+        ),
+    )
+    .await;
     flush(&cluster, 0, "FLUSHALL").await;
     wait_for(
         "the quarantine witness on r1",
@@ -369,7 +378,9 @@ async fn a_second_loss_during_the_quarantine_starts_it_over() {
 /// last loss, not two.
 #[tokio::test]
 async fn a_witness_lost_during_the_quarantine_starts_it_over_at_the_next_probe() {
-    const LONG: &str = "lock:\n  max_ttl: 30s\n  node_timeout: 200ms\nhealth:\n  interval: 100ms\n";
+    // The probes' own detection is under test: the idle agent probes at
+    // the same interval.
+    const LONG: &str = "lock:\n  max_ttl: 30s\n  node_timeout: 200ms\nhealth:\n  interval: 100ms\n  idle_interval: 100ms\n";
     let cluster = Cluster::start(3);
     let agent = TestAgent::start(&cluster, LONG).await;
     flush(&cluster, 0, "FLUSHALL").await;

@@ -29,6 +29,9 @@ pub const SIZES: [usize; 3] = [50, 200, 500];
 pub const SMOKE_SIZES: [usize; 1] = [5];
 /// The fleet size the report projects to.
 pub const PROJECTED: usize = 10_000;
+/// The shortest window of a full run: three of an idle agent's probe
+/// intervals (`health.idle_interval`, 10 s by default).
+pub const MIN_WINDOW: Duration = Duration::from_secs(30);
 /// Agents started at once.
 const STARTING_AT_ONCE: usize = 25;
 /// Left to the fleet after its start, before the window: every agent's

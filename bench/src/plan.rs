@@ -645,17 +645,21 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         } else {
             &fleet::SIZES
         };
-        eprintln!(
-            "W10: fleets of {sizes:?} idle agents, {:?} windows",
+        // An idle agent probes every `health.idle_interval` (10 s): a full
+        // run's window spans a few of them, so the rows count whole probes.
+        let window = if options.smoke {
             options.duration
-        );
+        } else {
+            options.duration.max(fleet::MIN_WINDOW)
+        };
+        eprintln!("W10: fleets of {sizes:?} idle agents, {window:?} windows");
         let measured = fleet::measure(
             &options.agent_bin,
             &options.scratch,
             &masters,
             AGENT_DEFAULT,
             sizes,
-            options.duration,
+            window,
         )
         .map_err(|e| format!("{e:#}"));
         if let Err(e) = &measured {

@@ -196,6 +196,7 @@ async fn dispatch(
     match route {
         Route::Healthz => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
         Route::Readyz => {
+            agent.fresh().await;
             let nodes = agent.nodes();
             let status = if nodes.available {
                 StatusCode::OK
@@ -213,7 +214,10 @@ async fn dispatch(
             }
             Ok(json(status, &body))
         }
-        Route::Nodes => Ok(json(StatusCode::OK, &agent.nodes())),
+        Route::Nodes => {
+            agent.fresh().await;
+            Ok(json(StatusCode::OK, &agent.nodes()))
+        }
         Route::Leaks => Ok(json(StatusCode::OK, &agent.scanner().report())),
         Route::Locks => {
             let query = ListQuery::parse(request.uri().query())
@@ -229,8 +233,12 @@ async fn dispatch(
                 .map_err(read_error)?;
             Ok(json(StatusCode::OK, &answer))
         }
-        Route::Summary => Ok(json(StatusCode::OK, &agent.summary())),
+        Route::Summary => {
+            agent.fresh().await;
+            Ok(json(StatusCode::OK, &agent.summary()))
+        }
         Route::Metrics => {
+            agent.fresh().await;
             let mut response = Response::new(Full::new(Bytes::from(agent.scrape())).boxed());
             response.headers_mut().insert(
                 CONTENT_TYPE,

@@ -219,6 +219,10 @@ pub enum FenceMode {
 pub struct HealthConfig {
     #[serde(serialize_with = "ser_duration")]
     pub interval: Duration,
+    /// The probes' interval while the agent is idle (see
+    /// [`crate::lock::idle`]).
+    #[serde(serialize_with = "ser_duration")]
+    pub idle_interval: Duration,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -54,8 +54,23 @@ pub(super) fn read_config(
     if interval.is_zero() {
         s.error("interval", "must be above zero");
     }
+    // 10s, or the interval where that is longer.
+    let idle_interval = s.duration("idle_interval", interval.max(Duration::from_secs(10)));
+    if idle_interval < interval {
+        s.error(
+            "idle_interval",
+            format!(
+                "must be at least health.interval ({}ms): an idle agent probes less often, \
+                 never more",
+                interval.as_millis()
+            ),
+        );
+    }
     s.finish();
-    let health = HealthConfig { interval };
+    let health = HealthConfig {
+        interval,
+        idle_interval,
+    };
 
     let mut s = Section::new(
         "delayed_restart",

@@ -114,6 +114,11 @@ impl Registry {
         self.holds.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether no hold runs here.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     /// Lists the hold of `token` on `resource`; its notices arrive on the
     /// receiver while the registration lives.
     fn register(&self, resource: &str, token: &str) -> (Registration<'_>, mpsc::Receiver<End>) {

@@ -10,8 +10,10 @@
 //! - [`holds`]: locks tied to a client's connection, renewed until it ends.
 //! - [`listing`]: the lock keys on the masters as operators read them.
 //! - [`reentry`]: a lock acquired again by the process that holds it.
+//! - [`idle`]: when the service is idle, and what wakes when it is not.
 
 pub mod holds;
+pub mod idle;
 pub mod listing;
 pub mod reentry;
 pub mod waiters;
@@ -164,6 +166,7 @@ pub struct Locks<M: Store> {
     metrics: Arc<Metrics>,
     /// Cancelled when the agent starts to shut down: holds end with `lost`.
     shutdown: CancellationToken,
+    activity: idle::Activity,
 }
 
 impl<M: Store> Locks<M> {
@@ -183,6 +186,30 @@ impl<M: Store> Locks<M> {
             listings: Listings::default(),
             metrics,
             shutdown,
+            activity: idle::Activity::default(),
+        }
+    }
+
+    /// Records a lock request; the first after an idle spell wakes the
+    /// masters' probes and the pub/sub subscribers (see [`idle`]).
+    pub fn touch(&self) {
+        if self.activity.touch() {
+            self.engine.probe_soon();
+            self.waiters.wake_listeners();
+        }
+    }
+
+    /// How long the service has been without work: zero while a grant, a
+    /// hold or a waiter is here, else the time since the last request.
+    /// Idle at [`idle::IDLE_AFTER`].
+    pub fn idle_for(&self) -> Duration {
+        let busy = self.grants.any_valid(Instant::now())
+            || self.waiters.total() > 0
+            || !self.holds.is_empty();
+        if busy {
+            Duration::ZERO
+        } else {
+            self.activity.since()
         }
     }
 
@@ -226,6 +253,7 @@ impl<M: Store> Locks<M> {
     /// A field out of range, the lock taken for all of the wait, no quorum,
     /// too many waiters, or the agent shutting down.
     pub async fn acquire(&self, resource: &Resource, ask: Ask) -> Result<Grant, LockError> {
+        self.touch();
         let started = Instant::now();
         let result = self.try_acquire(resource, ask).await;
         let outcome = match &result {
@@ -297,6 +325,11 @@ impl<M: Store> Locks<M> {
     ) -> Result<mpsc::Receiver<HoldEvent>, LockError> {
         let max_hold = self.rules.max_hold(max_hold_ms)?;
         let grant = self.acquire(&resource, ask).await?;
+        // The subscribers of an agent that was idle connect while the
+        // votes are under way; a hold starts once they are on the
+        // force-release channel, so a force release right after its grant
+        // ends it at once rather than at its first renewal.
+        self.waiters.listening().await;
         // Before anyone can know the token: a hold's grant is renewed and
         // released by its hold alone, never re-entered.
         self.grants
@@ -347,6 +380,7 @@ impl<M: Store> Locks<M> {
         token: &Token,
         ttl_ms: Option<u64>,
     ) -> Result<Extended, LockError> {
+        self.touch();
         let ttl = self.rules.ttl(ttl_ms)?;
         match self.engine.extend(resource, token, ttl).await {
             Extend::Extended { validity, .. } => {
@@ -373,6 +407,7 @@ impl<M: Store> Locks<M> {
     /// failed or timed out. The grant stays listed here until its validity
     /// ends, and a retry with the same token is safe.
     pub async fn release(&self, resource: &Resource, token: &Token) -> Result<Released, LockError> {
+        self.touch();
         if let Some(left) = self.grants.release_one(resource.as_str(), token.as_str()) {
             return Ok(Released::StillHeld(left));
         }
@@ -626,6 +661,11 @@ impl Grants {
                 .hold_duration
                 .observe(end.duration_since(entry.granted_at).as_secs_f64());
         }
+    }
+
+    /// Whether any grant here is still valid at `now`.
+    pub fn any_valid(&self, now: Instant) -> bool {
+        self.lock().values().any(|e| e.valid_until > now)
     }
 
     /// Drops grants whose validity ran out (recording their hold up to

@@ -224,6 +224,45 @@ impl Waiters {
         &self.force_channel
     }
 
+    /// Waiters queued here now.
+    pub fn total(&self) -> usize {
+        self.total.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Tells every master's listener that the lock service has work again:
+    /// one that closed its connection while the agent was idle connects.
+    pub fn wake_listeners(&self) {
+        self.send_all(|| (ChannelChange::Wake(None), None));
+    }
+
+    /// Waits until every master's listener is connected and on the
+    /// force-release channel, at most [`SUBSCRIBE_WAIT`]: at once where it
+    /// already is. A listener that cannot connect (its master is down) is
+    /// waited for no longer than that.
+    pub async fn listening(&self) {
+        let confirmations = self.send_all(|| {
+            let (done, confirmed) = oneshot::channel();
+            (ChannelChange::Wake(Some(done)), Some(confirmed))
+        });
+        let all = futures::future::join_all(confirmations);
+        let _ = tokio::time::timeout(SUBSCRIBE_WAIT, all).await;
+    }
+
+    /// Sends `change()` to every listener still running.
+    fn send_all(
+        &self,
+        mut change: impl FnMut() -> (ChannelChange, Option<oneshot::Receiver<()>>),
+    ) -> Vec<oneshot::Receiver<()>> {
+        let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        let mut confirmations = Vec::new();
+        listeners.retain(|l| {
+            let (change, confirmed) = change();
+            confirmations.extend(confirmed);
+            l.send(change).is_ok()
+        });
+        confirmations
+    }
+
     /// Tells every master's listener to subscribe to `channel`; the
     /// receivers resolve as each master confirms.
     fn subscribe(&self, channel: &str) -> Vec<oneshot::Receiver<()>> {
@@ -578,6 +617,10 @@ impl<M: Store> Channels for Subscriptions<M> {
 
     fn wanted(&self) -> Vec<String> {
         self.locks.waiters().wanted()
+    }
+
+    fn needed(&self) -> bool {
+        self.locks.idle_for() < super::idle::IDLE_AFTER
     }
 
     fn message(&self, channel: &str, payload: &[u8]) {

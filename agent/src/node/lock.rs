@@ -147,6 +147,10 @@ impl Master for Node {
         &self.name
     }
 
+    fn probe_soon(&self) {
+        self.wake.notify_one();
+    }
+
     fn state(&self) -> NodeState {
         Node::state(self)
     }

@@ -271,13 +271,18 @@ pub struct Node {
     /// and dropped after any error. A std Mutex: held only to clone or
     /// replace the handle.
     scan_conn: Mutex<Option<Conn>>,
-    /// The listings' reader connection (see [`Node::open_reader`]).
+    /// The listings' reader connection (see [`Node::open_reader`]), and
+    /// when a listing last used it: closed by the health task once unused
+    /// for a while ([`Node::close_idle_reader`]).
     list_conn: Mutex<Option<Conn>>,
+    list_used: Mutex<Instant>,
     // A std Mutex: every critical section is a few field reads or writes and
     // never spans an await.
     inner: Mutex<Inner>,
     /// Wakes the health task early after a request saw the connection fail.
     pub(crate) wake: Notify,
+    /// When the health task last finished a probe (see [`Node::fresh`]).
+    probed: watch::Sender<Option<Instant>>,
     /// How many times this master was seen to lose keys (see
     /// [`Node::lost_keys`]); holds watch it to hear of a loss at once.
     losses: watch::Sender<u64>,
@@ -339,6 +344,7 @@ impl Node {
             setname_refused: AtomicBool::new(false),
             scan_conn: Mutex::new(None),
             list_conn: Mutex::new(None),
+            list_used: Mutex::new(Instant::now()),
             // Connecting includes TCP, TLS and the handshake; allow more than
             // one request's worth, but keep it short so a frozen master is
             // noticed quickly. Only the health task waits on it.
@@ -365,6 +371,7 @@ impl Node {
                 server_id: None,
             }),
             wake: Notify::new(),
+            probed: watch::Sender::new(None),
             losses: watch::Sender::new(0),
             observer,
             batcher: lock::Batcher::new(node.clone()),

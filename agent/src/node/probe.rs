@@ -193,6 +193,34 @@ impl Node {
         .await
     }
 
+    /// The health task finished a probe, answered or not.
+    pub(crate) fn probed(&self) {
+        self.probed.send_replace(Some(Instant::now()));
+    }
+
+    /// When the health task last finished a probe.
+    pub(crate) fn probed_at(&self) -> Option<Instant> {
+        *self.probed.borrow()
+    }
+
+    /// Makes sure the node's state is no older than `max_age`: when the
+    /// last probe is older (an idle agent probes seldom, see
+    /// [`crate::lock::idle`]), wakes the health task and waits for its
+    /// probe, at most `wait`. Readers of the state (readiness, `/v1/nodes`,
+    /// metrics) call it first, so an idle agent's answer is as fresh as a
+    /// busy one's.
+    pub async fn fresh(&self, max_age: Duration, wait: Duration) {
+        let mut probed = self.probed.subscribe();
+        if probed
+            .borrow_and_update()
+            .is_some_and(|at| at.elapsed() <= max_age)
+        {
+            return;
+        }
+        self.wake.notify_one();
+        let _ = tokio::time::timeout(wait, probed.changed()).await;
+    }
+
     /// Counts one more probe timeout and says whether it is the second in a
     /// row: one late answer under the agent's own load is not a dead master.
     pub(crate) fn probe_timed_out(&self) -> bool {

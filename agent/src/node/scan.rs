@@ -28,6 +28,8 @@ const SCAN_TIMEOUT: Duration = Duration::from_secs(2);
 /// a page's `READ_KEYS` may take a few milliseconds more under load, and an
 /// operator waits, not a lock.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the listings' connection stays open after its last read.
+const READER_LINGER: Duration = Duration::from_secs(30);
 
 impl Node {
     /// One `SCAN cursor MATCH pattern COUNT count`, then the value and
@@ -83,6 +85,23 @@ impl Node {
         Ok(conn)
     }
 
+    /// Closes the listings' reader connection once no listing used it for
+    /// [`READER_LINGER`]: an agent nobody lists keeps one connection per
+    /// master. Called by the health task after each probe.
+    pub(crate) fn close_idle_reader(&self) {
+        let used = *self.list_used.lock().unwrap_or_else(|p| p.into_inner());
+        if used.elapsed() >= READER_LINGER {
+            let closed = self
+                .list_conn
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if closed.is_some() {
+                tracing::debug!(node = self.name(), "listings connection closed: unused");
+            }
+        }
+    }
+
     /// Runs one operator read on the listings' reader connection (opened
     /// on first use, dropped after any error so the next read opens a
     /// fresh one). Its timeouts are [`READ_TIMEOUT`]: the redis error does
@@ -92,6 +111,7 @@ impl Node {
         F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T, NodeError>>,
     {
+        *self.list_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         let conn = self.reader(&self.list_conn, READ_TIMEOUT, "listings").await;
         let result = match conn {
             Ok(conn) => read(conn).await,

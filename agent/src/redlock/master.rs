@@ -161,6 +161,11 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
         self.state() == NodeState::Up
     }
 
+    /// Asks for a health probe now rather than at the next tick: the agent
+    /// has work again after an idle spell (see `crate::lock::idle`).
+    /// Nothing to do for a master without probes.
+    fn probe_soon(&self) {}
+
     /// A stable id of the server process behind this master (a hash of its
     /// `run_id`), when known: two masters with one id are one server.
     fn server_id(&self) -> Option<u64>;
@@ -287,6 +292,9 @@ pub enum ChannelChange {
     /// Subscribe; the sender, if any, hears once the master confirmed.
     Subscribe(String, Option<tokio::sync::oneshot::Sender<()>>),
     Unsubscribe(String),
+    /// The lock service has work again: connect if idle; the sender, if
+    /// any, hears once the connection is on the force-release channel.
+    Wake(Option<tokio::sync::oneshot::Sender<()>>),
 }
 
 /// What one master's subscriber serves (see
@@ -303,4 +311,9 @@ pub trait Channels: Send + Sync + 'static {
 
     /// A message arrived on `channel`.
     fn message(&self, channel: &str, payload: &[u8]);
+
+    /// Whether the lock service needs the channels now: false once it has
+    /// been idle for a while (see `crate::lock::idle`), and the subscriber
+    /// may close its connection until a [`ChannelChange`] comes.
+    fn needed(&self) -> bool;
 }

@@ -145,6 +145,13 @@ impl<M: Master> Redlock<M> {
         &self.nodes
     }
 
+    /// Asks every master for a health probe now ([`Master::probe_soon`]).
+    pub fn probe_soon(&self) {
+        for node in &self.nodes {
+            node.probe_soon();
+        }
+    }
+
     pub fn quorum(&self) -> usize {
         self.quorum
     }

@@ -276,6 +276,7 @@ lock:
   fence: {{ $c.lock.fence | quote }}
 health:
   interval: {{ $c.health.interval | quote }}
+  idle_interval: {{ $c.health.idleInterval | quote }}
 delayed_restart:
   enabled: {{ $c.delayedRestart.enabled }}
   extra: {{ $c.delayedRestart.extra | quote }}
