@@ -220,6 +220,7 @@ impl Agent {
                 max_ttl: config.lock.max_ttl,
                 quorum: config.quorum(),
                 masters: names.clone(),
+                agent_name: config.agent.name.clone(),
             },
             Arc::clone(&metrics),
         ));
@@ -313,7 +314,9 @@ impl Agent {
                 ))
             })
             .collect();
-        tasks.push(tokio::spawn(Arc::clone(&self.scanner).run(nodes.to_vec())));
+        tasks.push(tokio::spawn(
+            Arc::clone(&self.scanner).run(Arc::clone(&self.locks)),
+        ));
         for node in nodes {
             let (channels, changes) = Subscriptions::new(Arc::clone(&self.locks));
             tasks.push(tokio::spawn(subscriber::listen(

@@ -58,7 +58,12 @@
 //!   over [`redlock::Store`]: it imports nothing from [`node`], and its
 //!   unit tests run it on masters in memory.
 //! - [`metrics`]: every metric, defined in one place; the engine's observer.
-//! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority).
+//! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority),
+//!   once per fleet: the agent holding the fleet's scan lock
+//!   ([`scanner::lease`]: a fenced Redlock grant on a reserved resource,
+//!   kept by extension) scans and repairs with its fence, and writes its
+//!   report on every master; every other agent reads the freshest copy
+//!   ([`scanner::shared`]) once per interval.
 //! - [`api`]: HTTP routes ([`api::routes`], requests to the lock service and
 //!   back), the listeners ([`api::server`]: the application socket, the
 //!   admin socket, metrics; binding them, [`api::server::bind`]; who each

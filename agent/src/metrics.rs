@@ -114,6 +114,30 @@ impl LeakKind {
     }
 }
 
+/// The leak scanner's fenced writes, for
+/// `redlock_leak_scan_refused_total{write}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanWrite {
+    /// A new scanner raising each master's scan fence.
+    Claim,
+    /// A TTL given to a lock key left without one.
+    Repair,
+    /// The fleet's report written on a master.
+    Report,
+}
+
+impl ScanWrite {
+    pub const ALL: [ScanWrite; 3] = [ScanWrite::Claim, ScanWrite::Repair, ScanWrite::Report];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScanWrite::Claim => "claim",
+            ScanWrite::Repair => "repair",
+            ScanWrite::Report => "report",
+        }
+    }
+}
+
 /// Wait buckets from 0.5ms up; [`wait_buckets`] cuts them at the ceiling.
 const WAIT_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -169,6 +193,9 @@ pub struct Metrics {
     pub leak_scan_duration: Histogram,
     pub leak_scan_keys: IntCounter,
     pub leak_scan_last_success: Gauge,
+    pub leak_scanner: IntGauge,
+    pub leak_scan_info: IntGaugeVec,
+    pub leak_scan_refused: IntCounterVec,
     pub api_requests: IntCounterVec,
     pub force_releases: IntCounter,
     pub connections_refused: IntCounterVec,
@@ -201,7 +228,9 @@ fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
 impl Metrics {
     /// Registers every metric, with the per-node series of `nodes` and
     /// every closed label value present from the start (at zero), so
-    /// dashboards and alerts see them before the first event.
+    /// dashboards and alerts see them before the first event; but for
+    /// `redlock_leaked_keys`, which only the fleet's scanner exports (see
+    /// `crate::scanner`).
     pub fn new(nodes: &[String]) -> Metrics {
         Metrics::with_wait_ceiling(nodes, DEFAULT_WAIT_CEILING)
     }
@@ -306,7 +335,7 @@ impl Metrics {
             ),
             leaked_keys: gauge_vec(
                 "redlock_leaked_keys",
-                "Leaked lock keys found by the last scan, by kind (no_ttl, ttl_over_max, minority; unproven: token-shaped values not proven to be lock keys, never repaired).",
+                "Leaked lock keys found by the fleet's last scan, by kind (no_ttl, ttl_over_max, minority; unproven: token-shaped values not proven to be lock keys, never repaired). Exported only by the agent that scans for the fleet (redlock_leak_scanner 1), so a fleet has one set of series.",
                 &["node", "kind"],
             ),
             leak_scan_duration: histogram(
@@ -321,9 +350,24 @@ impl Metrics {
             .expect("valid counter"),
             leak_scan_last_success: Gauge::new(
                 "redlock_leak_scan_last_success_timestamp_seconds",
-                "Unix time of the last scan that reached every master it could.",
+                "Unix time of the fleet's last leak scan that reached every master it could, whichever agent made it (as this agent last read it).",
             )
             .expect("valid gauge"),
+            leak_scanner: IntGauge::new(
+                "redlock_leak_scanner",
+                "1 while this agent holds the fleet's scan lock and scans for every agent with its key prefix on its masters, else 0.",
+            )
+            .expect("valid gauge"),
+            leak_scan_info: gauge_vec(
+                "redlock_leak_scan_info",
+                "Always 1; the agent whose leak scan this agent last read (its agent.name), as a label; absent before the first.",
+                &["scanner"],
+            ),
+            leak_scan_refused: counter_vec(
+                "redlock_leak_scan_refused_total",
+                "Leak-scanner writes (claim, repair, report) a master refused because it had seen a newer scanner's fence: this agent scanned on after another took over.",
+                &["write"],
+            ),
             api_requests: counter_vec(
                 "redlock_api_requests_total",
                 "API requests, by route and HTTP status code.",
@@ -361,6 +405,9 @@ impl Metrics {
         }
         m.connections_refused
             .with_label_values(&[TCP_LISTENER, Refusal::MaxConnections.as_str()]);
+        for write in ScanWrite::ALL {
+            m.leak_scan_refused.with_label_values(&[write.as_str()]);
+        }
         for result in ["extended", "lost"] {
             m.extensions.with_label_values(&[result]);
         }
@@ -371,9 +418,6 @@ impl Metrics {
             m.node_quarantined_slots.with_label_values(&[node]);
             for vote in VoteLabel::ALL {
                 m.node_votes.with_label_values(&[node, vote.as_str()]);
-            }
-            for kind in LeakKind::ALL {
-                m.leaked_keys.with_label_values(&[node, kind.as_str()]);
             }
             for kind in crate::redlock::NodeError::KINDS {
                 m.node_errors.with_label_values(&[node, kind]);
@@ -410,6 +454,9 @@ impl Metrics {
             Box::new(self.leak_scan_duration.clone()),
             Box::new(self.leak_scan_keys.clone()),
             Box::new(self.leak_scan_last_success.clone()),
+            Box::new(self.leak_scanner.clone()),
+            Box::new(self.leak_scan_info.clone()),
+            Box::new(self.leak_scan_refused.clone()),
             Box::new(self.api_requests.clone()),
             Box::new(self.force_releases.clone()),
             Box::new(self.connections_refused.clone()),

@@ -295,6 +295,14 @@ fn wire_values_match_their_schemas() {
             }],
             unread: vec!["r1".into()],
             partial: true,
+            scanner: Some("pod-7".into()),
+            fence: Some(1_722_000_000_000_001),
+            scanned_at_ms: Some(1_722_000_000_000),
+            last_success_ms: Some(1_721_999_990_000),
+            age_ms: Some(1_500),
+            stale: false,
+            scanning: false,
+            copies_unread: vec!["r3".into()],
         },
     );
     check(

@@ -58,8 +58,22 @@ pub const NO_LOSS_NOTICE: &str = "REDLOCK_TEST_NO_LOSS_NOTICE";
 /// say ready while no lock can be granted.
 pub const NO_SLOT_READINESS: &str = "REDLOCK_TEST_NO_SLOT_READINESS";
 
+/// `1` turns the scan-fence check off in the leak scanner's writes: a
+/// master no longer refuses the repair or report of a scanner whose fence
+/// is below the highest it has seen. The control run of the paused
+/// scanner test, which must see a superseded scanner's repair go through
+/// without it.
+pub const NO_SCAN_FENCE: &str = "REDLOCK_TEST_NO_SCAN_FENCE";
+
+/// Milliseconds the leak scanner waits before each repair, after its last
+/// look at its scan lock and right before the fenced write: the pause of
+/// a scanner stopped (GC, SIGSTOP) at the worst moment, which the paused
+/// scanner test widens with SIGSTOP. Logged as "test switch: pausing
+/// before a repair".
+pub const LEAK_REPAIR_PAUSE_MS: &str = "REDLOCK_TEST_LEAK_REPAIR_PAUSE_MS";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 12] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -70,4 +84,6 @@ pub const ALL: [&str; 10] = [
     CHARGE_QUEUED_TIME,
     NO_LOSS_NOTICE,
     NO_SLOT_READINESS,
+    NO_SCAN_FENCE,
+    LEAK_REPAIR_PAUSE_MS,
 ];

@@ -139,6 +139,7 @@ fn answer(request: &str) -> (&'static str, String) {
                 nodes: Vec::new(),
                 unread: Vec::new(),
                 partial: false,
+                ..Default::default()
             }),
         ),
         "GET /v1/summary" => (

@@ -21,6 +21,20 @@ pub const FENCE_SUFFIX: &str = " fence";
 /// release deletes it with the lock and announces the release only when
 /// it was there. A release nobody waits for publishes nothing.
 pub const WAITING_SUFFIX: &str = " waiting";
+/// The fleet's leak-scan lock: the key of the reserved resource
+/// `" leak scan"` (a name with a space, which no client may use), taken
+/// with a fenced grant and a TTL by the agent that scans for every agent
+/// with this prefix on these masters.
+pub const LEAK_SCAN_SUFFIX: &str = " leak scan";
+/// The fleet's last leak report (JSON, a `LeaksResponse`), written by the
+/// scanning agent on every master after each scan, with a TTL of a few
+/// scan intervals; every other agent reads it.
+pub const LEAK_REPORT_SUFFIX: &str = " leak report";
+/// The highest scan fence the master has seen: the scanner's repairs and
+/// reports are written in one script with it, and refused when it is
+/// above the writer's fence. No TTL, one per prefix (on a cluster, one per
+/// slot written in, with the slot's hash tag after it; see [`slot_key`]).
+pub const LEAK_FENCE_SUFFIX: &str = " leak fence";
 
 /// The key is one of the agent's bookkeeping keys under `key_prefix`,
 /// not a lock: on a single server, or on a cluster with its slot's hash
@@ -31,7 +45,12 @@ pub fn is_bookkeeping(key_prefix: &str, key: &str) -> bool {
             return true;
         }
         let rest = strip_slot_tag(rest);
-        rest == MARKER_SUFFIX || rest == FENCE_SUFFIX || rest.ends_with(WITNESS_SUFFIX)
+        rest == MARKER_SUFFIX
+            || rest == FENCE_SUFFIX
+            || rest == LEAK_SCAN_SUFFIX
+            || rest == LEAK_REPORT_SUFFIX
+            || rest == LEAK_FENCE_SUFFIX
+            || rest.ends_with(WITNESS_SUFFIX)
     })
 }
 
@@ -138,6 +157,16 @@ mod tests {
         ));
         assert!(is_bookkeeping(p, "redlock: fence"));
         assert!(!is_bookkeeping(p, "redlock:jobs {42}"));
+        for suffix in [LEAK_SCAN_SUFFIX, LEAK_REPORT_SUFFIX, LEAK_FENCE_SUFFIX] {
+            let key = format!("{p}{suffix}");
+            assert!(is_bookkeeping(p, &key), "{key}");
+            assert!(is_bookkeeping(p, &slot_key(&key, 99)), "{key} in slot 99");
+            assert!(
+                !is_bookkeeping("other:", &key),
+                "{key} under another prefix"
+            );
+        }
+        assert!(!is_bookkeeping(p, "redlock:leak scan"));
         assert!(!is_bookkeeping(p, "redlock:{42}"));
     }
 

@@ -497,13 +497,22 @@ pub struct NodeLeaks {
 /// How many leaked keys `/v1/leaks` lists per master.
 pub const MAX_LEAKED_KEYS_SHOWN: usize = 100;
 
-/// 200 answer to `GET /v1/leaks`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// 200 answer to `GET /v1/leaks`: the fleet's last leak scan. One agent
+/// of all those with the same `lock.key_prefix` on the same masters scans
+/// (the one holding the fleet's scan lock) and writes this report on every
+/// master; the others answer the freshest copy they read, saying whose it
+/// is and how old. The same type is the copy written on the masters, where
+/// the fields of the answering agent's view (`age_ms`, `stale`,
+/// `scanning`, `copies_unread`) are absent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaksResponse {
-    /// Scans so far; 0 until the first one ends (then `nodes` is empty).
+    /// Scans so far by the fleet's scanners, each continuing from its
+    /// predecessor's count; 0 until the first one ends (then `nodes` is
+    /// empty).
     pub scans: u64,
+    /// The scanner's `leak_scan.interval`.
     pub interval_ms: u64,
-    /// `none` or `expire`.
+    /// `none` or `expire`: the scanner's `leak_scan.repair`.
     pub repair: String,
     pub nodes: Vec<NodeLeaks>,
     /// Masters the last scan could not read (their `error` says why), or
@@ -513,6 +522,40 @@ pub struct LeaksResponse {
     /// The report does not cover every master: `unread` is not empty.
     #[serde(default)]
     pub partial: bool,
+    /// `agent.name` of the agent that made this scan (the holder of the
+    /// fleet's scan lock). Absent before the first scan, and from agents
+    /// that predate the fleet scan (each scanned for itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scanner: Option<String>,
+    /// The scanner's fence: that of its grant of the scan lock. A scanner
+    /// that took over later has a higher one; the masters refuse the
+    /// repairs and reports of a lower one than they have seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
+    /// Unix time in ms when the scan ended, by the scanner's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scanned_at_ms: Option<u64>,
+    /// Unix time in ms of the fleet's last scan that reached every master
+    /// it could (what `redlock_leak_scan_last_success_timestamp_seconds`
+    /// says); absent before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_ms: Option<u64>,
+    /// How old the report was when the answering agent sent it: its clock
+    /// minus `scanned_at_ms` (0 when its clock is behind the scanner's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_ms: Option<u64>,
+    /// The report is older than the fleet's scans should ever let it be
+    /// (three intervals and the scan's own duration): no agent has scanned
+    /// since, or this agent cannot read the newer copies.
+    #[serde(default)]
+    pub stale: bool,
+    /// The answering agent made this scan itself: it holds the scan lock.
+    #[serde(default)]
+    pub scanning: bool,
+    /// Masters from which the answering agent could not read the report's
+    /// copy at its last look: a fresher copy may be there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies_unread: Vec<String>,
 }
 
 /// Machine-readable error codes. The set only grows.

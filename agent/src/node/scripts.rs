@@ -2,7 +2,7 @@
 //! compares the whole stored value with the caller's token, so a client can
 //! only touch a lock it still holds), the health task's (the incarnation
 //! marker, readmission and the fencing counter's catch-up), and the
-//! scanner's and operators' ([`READ_KEYS`], [`EXPIRE_IF_UNCHANGED`], and
+//! scanner's and operators' ([`READ_KEYS`], [`LEAK_FENCED`], and
 //! [`FORCE_DELETE`], which deletes the key whoever holds it). A cluster's
 //! per-slot scripts are in [`super::cluster::sweep`].
 //!
@@ -230,16 +230,44 @@ return out"#,
     )
 });
 
-/// The scanner's repair: give the key a TTL (`ARGV[2]`, ms) only if it still
-/// holds the value the scan read (`ARGV[1]`, a token) and still has no TTL,
-/// so a key rewritten since the scan (by an application, or re-acquired)
-/// is left alone. Returns 1 or 0.
-pub static EXPIRE_IF_UNCHANGED: LazyLock<Script> = LazyLock::new(|| {
+/// The leak scanner's writes, fenced (see `crate::scanner`): `KEYS[1]` the
+/// master's scan fence (the highest fence of a scanner it has seen; on a
+/// cluster, that of `KEYS[2]`'s slot), `KEYS[2]` the key written; `ARGV[1]`
+/// the writer's fence (decimal), `ARGV[2]` "1" to check it ("0" only under
+/// the test switch `REDLOCK_TEST_NO_SCAN_FENCE`), `ARGV[3]` the write:
+///
+/// - `c` (claim): nothing more; a new scanner raises every master's scan
+///   fence at once, so a paused predecessor is refused from then on, not
+///   from its first repair or report.
+/// - `x` (repair): give `KEYS[2]` a TTL (`ARGV[5]`, ms) only if it still
+///   holds the value the scan read (`ARGV[4]`, a token) and still has no
+///   TTL, so a key rewritten since the scan (by an application, or
+///   re-acquired) is left alone.
+/// - `w` (report): `SET KEYS[2] ARGV[4] PX ARGV[5]`.
+///
+/// A writer whose fence is below the scan fence is refused (-1) and
+/// nothing is written: a newer scanner has taken over, and this one was
+/// paused past its scan lock's validity. Otherwise the scan fence is
+/// raised to the writer's (never lowered; stored as the caller's text, as
+/// Lua would print a large number in exponent form) in the same script as
+/// the write, and the answer is 1 when written, 0 for a repair left alone.
+/// Fences below 2^53 are exact as Lua numbers.
+pub static LEAK_FENCED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"if redis.pcall("get", KEYS[1]) == ARGV[1] and redis.call("pttl", KEYS[1]) == -1 then
-  return redis.call("pexpire", KEYS[1], ARGV[2])
+        r#"local seen = tonumber(redis.call("get", KEYS[1]) or "0") or 0
+local fence = tonumber(ARGV[1])
+if ARGV[2] == "1" and seen > fence then return -1 end
+if seen < fence then redis.call("set", KEYS[1], ARGV[1]) end
+local op = ARGV[3]
+if op == "x" then
+  if redis.pcall("get", KEYS[2]) == ARGV[4] and redis.call("pttl", KEYS[2]) == -1 then
+    return redis.call("pexpire", KEYS[2], ARGV[5])
+  end
+  return 0
+elseif op == "w" then
+  redis.call("set", KEYS[2], ARGV[4], "PX", ARGV[5])
 end
-return 0"#,
+return 1"#,
     )
 });
 

@@ -60,6 +60,15 @@ impl Resource {
         Resource::new(&decoded)
     }
 
+    /// The fleet's leak-scan lock ([`redlock_wire::keys::LEAK_SCAN_SUFFIX`],
+    /// see `crate::scanner`): a name with spaces, which [`Resource::new`]
+    /// refuses, so no client can take, look up or force release it; its key
+    /// `<prefix> leak scan` is one of the agents' bookkeeping keys, which
+    /// listings and the scan itself skip.
+    pub fn leak_scan() -> Resource {
+        Resource(redlock_wire::keys::LEAK_SCAN_SUFFIX.to_string())
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -113,5 +122,15 @@ mod tests {
             Resource::from_path_segment("%ff"),
             Err(ResourceError::BadEncoding)
         );
+    }
+
+    #[test]
+    fn no_client_can_name_the_leak_scan_lock() {
+        let reserved = Resource::leak_scan();
+        assert!(Resource::new(reserved.as_str()).is_err());
+        assert!(Resource::from_path_segment("%20leak%20scan").is_err());
+        let key = reserved.key("redlock:");
+        assert_eq!(key, "redlock: leak scan");
+        assert!(redlock_wire::keys::is_bookkeeping("redlock:", &key));
     }
 }

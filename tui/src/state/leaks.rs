@@ -1,5 +1,5 @@
-//! The leaks view's data: the scanner's last pass over each master, and one
-//! row per leaked key it listed.
+//! The leaks view's data: the fleet scanner's last pass over each master,
+//! and one row per leaked key it listed.
 
 use std::cmp::Ordering;
 use std::time::{Duration, Instant};
@@ -52,6 +52,13 @@ pub struct LeakReport {
     pub rows: Vec<LeakRow>,
     /// Masters the last scan could not read: their leaks are not counted.
     pub unread: Vec<String>,
+    /// The agent that made the scan (one scans for its whole fleet);
+    /// `None` before the first, or from an agent that predates the fleet
+    /// scan.
+    pub scanner: Option<String>,
+    /// The agent says the report is older than the fleet's scans should
+    /// let it be.
+    pub stale: bool,
 }
 
 /// Columns the leaked-keys table sorts by.
@@ -112,6 +119,8 @@ impl Leaks {
             nodes,
             rows,
             unread: response.unread.clone(),
+            scanner: response.scanner.clone(),
+            stale: response.stale,
         });
     }
 
@@ -194,6 +203,7 @@ pub(crate) mod tests {
                 ),
                 node("r2", vec![key("stray", "minority", Some(20_000))]),
             ],
+            ..Default::default()
         }
     }
 

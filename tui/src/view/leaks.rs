@@ -1,5 +1,6 @@
-//! The leaks view: the scanner's last pass per master (counts by kind, or
-//! why it failed) above the list of leaked keys it found.
+//! The leaks view: the fleet scanner's last pass per master (counts by
+//! kind, or why it failed) above the list of leaked keys it found; the
+//! title names the agent that scanned, and says when the report is stale.
 
 use std::time::Instant;
 
@@ -39,10 +40,15 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         return;
     };
     let title = format!(
-        " Leaks · {} scans · every {} · repair {} ",
+        " Leaks · {} scans{} · every {} · repair {}{} ",
         report.scans,
+        report
+            .scanner
+            .as_ref()
+            .map_or(String::new(), |s| format!(" by {s}")),
         fmt::coarse(report.interval),
-        report.repair
+        report.repair,
+        if report.stale { " · STALE" } else { "" }
     );
     if report.scans == 0 || report.nodes.is_empty() {
         let text = "no scan has finished yet";

@@ -572,6 +572,28 @@ fn leaks_view_shows_scans_per_node_and_the_keys_by_kind() {
     );
 }
 
+/// The title names the agent that scanned for the fleet, and says when
+/// the agent finds the report stale.
+#[test]
+fn leaks_view_names_the_fleet_scanner_and_a_stale_report() {
+    let (mut app, t0) = app();
+    let mut report = leak_fixtures::response(1_000_000);
+    report.scanner = Some("pod-9".into());
+    report.stale = true;
+    polled(&mut app, t0, Update::Leaks(Ok(report), 1_004_000));
+    typed(&mut app, ":leaks");
+    key(&mut app, KeyCode::Enter);
+    let screen = shot(&app);
+    assert!(
+        contains(
+            &screen,
+            "┌ Leaks · 3 scans by pod-9 · every 1m00s · repair none · STALE ─"
+        ),
+        "{}",
+        screen.join("\n")
+    );
+}
+
 #[test]
 fn summary_strip_shows_rate_percentiles_and_failures() {
     let (app, _) = app();
