@@ -36,11 +36,18 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 }
 
 /// Every name in dashboards/metrics.txt is exported with the right type and
-/// a help text, and nothing else with our prefix is.
+/// a help text, and nothing else with our prefix is. The agent is its own
+/// fleet: it scans, so it exports the series only the fleet's scanner has.
 #[tokio::test]
 async fn exported_metrics_match_what_dashboards_use() {
     let cluster = Cluster::start(3);
-    let agent = TestAgent::start(&cluster, "").await;
+    let agent = TestAgent::start(&cluster, "leak_scan:\n  interval: 100ms\n").await;
+    common::wait_for(
+        "the first scan",
+        std::time::Duration::from_secs(20),
+        || async { scrape(&agent).await.contains("redlock_leak_scan_info{") },
+    )
+    .await;
     let text = scrape(&agent).await;
     let exported = types(&text);
     let listed = std::fs::read_to_string(

@@ -975,6 +975,7 @@ async fn paused_scanner(fence_check: bool) -> (Vec<i64>, f64, StaleRepair) {
     )
     .await;
     a.signal(libc::SIGSTOP);
+    let stopped = std::time::Instant::now();
     for i in 0..3 {
         assert_eq!(
             pttl(&cluster, i, "redlock:stuck").await,
@@ -984,6 +985,11 @@ async fn paused_scanner(fence_check: bool) -> (Vec<i64>, f64, StaleRepair) {
         );
     }
     // a's scan lock (TTL 2s) expires; b takes it over and pauses too.
+    wait_for("b to take over", Duration::from_secs(30), || async {
+        b.logged("took the fleet's scan lock") >= 1
+    })
+    .await;
+    println!("b took over {:?} after a stopped", stopped.elapsed());
     wait_for(
         "b to pause before its repairs",
         Duration::from_secs(30),
