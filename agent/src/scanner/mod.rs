@@ -671,10 +671,12 @@ impl Scanner {
                 };
                 // Only a value proven to be this key's token gets here (or,
                 // under the test switch, any value shaped like one).
-                if pttl == -1 && config.repair == Repair::Expire && lease.held() {
-                    if self.repair(node, lease, &key, &value).await {
-                        scan.repaired += 1;
-                    }
+                if pttl == -1
+                    && config.repair == Repair::Expire
+                    && lease.held()
+                    && self.repair(node, lease, &key, &value).await
+                {
+                    scan.repaired += 1;
                 }
                 scan.keys.insert(key, pttl);
             }
