@@ -29,9 +29,11 @@
 //!   unseen; the fence, checked by each master, covers that one.
 //! - The keeper stops when the masters say the lock is gone (`Lost`), or
 //!   when extensions keep failing until its validity has run out.
-//! - Dropping a lease stops its keeper and releases the lock in the
-//!   background (when a runtime is still there), so another agent can
-//!   take over at its next look instead of after the TTL.
+//! - [`Lease::release`] stops the keeper and releases the lock on the
+//!   masters (the agent's drain does it), so another agent takes over at
+//!   its next look instead of after the TTL. Dropping a lease stops its
+//!   keeper and releases it in the background, when a runtime is still
+//!   there to run the release.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -80,6 +82,8 @@ pub struct Lease<M: Store> {
     fence: u64,
     state: Arc<Mutex<State>>,
     keeper: tokio::task::JoinHandle<()>,
+    /// Released already: nothing left to do when dropped.
+    released: bool,
 }
 
 impl<M: Store> Lease<M> {
@@ -125,7 +129,19 @@ impl<M: Store> Lease<M> {
             fence,
             state,
             keeper,
+            released: false,
         })
+    }
+
+    /// Stops the keeper and releases the lock on every master, waiting for
+    /// a quorum's answer (or the masters' timeouts).
+    pub async fn release(mut self) {
+        self.keeper.abort();
+        self.released = true;
+        self.locks
+            .engine()
+            .release(&self.resource, &self.token)
+            .await;
     }
 
     /// The fence of this hold's grant: above every earlier holder's.
@@ -154,6 +170,9 @@ impl<M: Store> Lease<M> {
 impl<M: Store> Drop for Lease<M> {
     fn drop(&mut self) {
         self.keeper.abort();
+        if self.released {
+            return;
+        }
         // A compare-and-delete with this hold's token: it removes nothing
         // another agent holds.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -300,15 +319,21 @@ mod tests {
         assert!(second.held());
     }
 
-    /// Dropping a lease releases the lock: the next agent need not wait
-    /// for its TTL.
+    /// A released lease, or a dropped one, frees the lock: the next agent
+    /// need not wait for its TTL.
     #[tokio::test(start_paused = true)]
-    async fn a_dropped_lease_releases_the_lock() {
+    async fn a_released_or_dropped_lease_frees_the_lock() {
         let masters = masters();
         let (a, b) = (agent(&masters, "a"), agent(&masters, "b"));
-        drop(Lease::take(a, TTL).await.expect("the first take"));
+        drop(
+            Lease::take(Arc::clone(&a), TTL)
+                .await
+                .expect("the first take"),
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(Lease::take(b, TTL).await.is_ok());
+        let second = Lease::take(b, TTL).await.expect("free after the drop");
+        second.release().await;
+        assert!(Lease::take(a, TTL).await.is_ok(), "free after the release");
     }
 
     /// A superseded lease is no longer held, whatever its validity.

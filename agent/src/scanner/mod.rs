@@ -242,13 +242,26 @@ impl Scanner {
 
     /// Once per interval, scans for the fleet while this agent holds the
     /// scan lock, or looks at the fleet's report and takes the lock when
-    /// it is free; returns only when aborted (the lock, if held, is then
-    /// released: see [`Lease`]).
+    /// it is free. When the agent starts to drain (the lock service's
+    /// shutdown token), releases the lock so another agent takes over at
+    /// its next look, and returns; aborted, it releases the lock in the
+    /// background (see [`Lease`]).
     pub async fn run(self: Arc<Self>, locks: Arc<Locks<Node>>) {
         let nodes = locks.engine().nodes().to_vec();
+        let shutdown = locks.shutdown_token();
         let mut held: Option<Lease<Node>> = None;
         loop {
-            tokio::time::sleep(self.settings.config.interval).await;
+            tokio::select! {
+                () = tokio::time::sleep(self.settings.config.interval) => {}
+                () = shutdown.cancelled() => {
+                    if let Some(lease) = held.take() {
+                        lease.release().await;
+                        tracing::info!("released the fleet's scan lock: another agent takes over the scan");
+                    }
+                    self.step_down(None);
+                    return;
+                }
+            }
             if held.as_ref().is_some_and(|lease| !lease.held()) {
                 tracing::warn!(
                     "this agent no longer holds the fleet's scan lock; it stops scanning"
