@@ -749,6 +749,51 @@ async fn another_agent_scans_when_the_scanner_stops() {
     assert_eq!(scanning, 1.0);
 }
 
+/// Agents with another `lock.key_prefix` on the same masters are another
+/// fleet: each fleet has its own scan lock, scanner and report, and sees
+/// only its own keys.
+#[tokio::test]
+async fn another_key_prefix_is_another_fleet() {
+    let cluster = Cluster::start(3);
+    let scan = "  interval: 200ms\n";
+    let a = TestAgent::start(&cluster, &fleet_member("a", "60s", scan)).await;
+    let b = TestAgent::start(
+        &cluster,
+        &fleet_member("b", "60s", scan).replace("lock:\n", "lock:\n  key_prefix: \"other:\"\n"),
+    )
+    .await;
+    let mut conn = cluster.redis(0).await;
+    for key in ["redlock:stuck", "other:stuck"] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(token(key))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    for (agent, name) in [(&a, "a"), (&b, "b")] {
+        wait_for(
+            &format!("{name} to scan its fleet"),
+            Duration::from_secs(30),
+            || async {
+                let leaks = agent.get("/v1/leaks").await.unwrap().1;
+                leaks["scanner"] == name
+                    && leaks["scanning"] == true
+                    && node(&leaks, "r1")["no_ttl"] == 1
+            },
+        )
+        .await;
+        assert_eq!(metric(agent, "redlock_leak_scanner").await, 1.0, "{name}");
+    }
+    let theirs = b.get("/v1/leaks").await.unwrap().1;
+    assert_eq!(node(&theirs, "r1")["keys"][0]["resource"], "stuck");
+    assert_eq!(
+        node(&theirs, "r1")["keys_scanned"],
+        1,
+        "only other:stuck: {theirs}"
+    );
+}
+
 // --- A paused scanner -------------------------------------------------------
 
 /// An agent run as a child process, so it can be paused with SIGSTOP; its
