@@ -28,8 +28,11 @@
 //! cannot repair nor overwrite the newer report when it runs again: the
 //! masters refuse it, it counts the refusal
 //! (`redlock_leak_scan_refused_total`) and stops scanning. On a Redis
-//! Cluster master the fence lives per slot: the claim and the report raise
-//! it in the report's slot, each repair in its key's.
+//! Cluster master the fence lives per slot (a script's keys share one):
+//! the claim and the report raise it in the report's slot, each repair in
+//! its key's, so there a paused scanner is refused in the slots the new
+//! one has written in since it took over; in another slot its repair (a
+//! TTL on a proven lock key that still has none) can still land.
 //!
 //! # What is reported
 //! Kinds: `no_ttl` (PTTL -1: a deadlock), `ttl_over_max` (longer than
