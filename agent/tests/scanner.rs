@@ -687,6 +687,25 @@ async fn one_agent_of_three_scans_and_every_agent_shows_its_report() {
         scans_served <= rounds_made + 1 && scans_served + 1 >= rounds_made,
         "{scans_served} SCANs for {rounds_made} rounds"
     );
+    // The fleet's keys on a master: one of each per prefix, none per agent.
+    let mut conn = cluster.redis(0).await;
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg("redlock:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "redlock: fence",
+            "redlock: incarnation",
+            "redlock: leak fence",
+            "redlock: leak report",
+            "redlock: leak scan",
+            "redlock:stuck"
+        ]
+    );
 }
 
 async fn rounds_of(agents: &[&TestAgent]) -> Vec<f64> {
