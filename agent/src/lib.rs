@@ -28,10 +28,11 @@
 //!   lock commands ([`node::lock`], sent in batches: what queued while the
 //!   previous call was on its way goes in one script call, one per slot on
 //!   a cluster) and their scripts ([`node::scripts`]),
-//!   the health probes' commands ([`node::probe`]), the scans and operator
-//!   reads ([`node::scan`]), `check`'s own ([`node::check`]), and the
-//!   pub/sub subscriber ([`node::subscriber`]): the only code that talks
-//!   to Redis for the lock service. A master that
+//!   the health probes' commands ([`node::probe`]), the scans, the leak
+//!   scanner's fenced writes and operator reads ([`node::scan`]),
+//!   `check`'s own ([`node::check`]), and the pub/sub subscriber
+//!   ([`node::subscriber`]): the only code that talks to Redis for the
+//!   lock service. A master that
 //!   is a Redis Cluster ([`node::cluster`]) checks its marker per slot
 //!   against the serving node's ID and quarantines slots one by one
 //!   ([`node::cluster::slots`]); the health task reads its shards
