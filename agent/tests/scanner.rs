@@ -955,7 +955,8 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
-        self.signal(libc::SIGCONT);
+        // SAFETY: kill(2) on our own child; it may have exited already.
+        unsafe { libc::kill(self.pid, libc::SIGCONT) };
         let _ = self.child.start_kill();
         if std::thread::panicking() {
             eprintln!("--- agent {} log ---", self.pid);
