@@ -687,6 +687,19 @@ async fn one_agent_of_three_scans_and_every_agent_shows_its_report() {
         scans_served <= rounds_made + 1 && scans_served + 1 >= rounds_made,
         "{scans_served} SCANs for {rounds_made} rounds"
     );
+    // The scan lock is no client's: listings skip it, and no request can
+    // name it.
+    let (_, listing) = a1.get("/v1/locks").await.unwrap();
+    let listed: Vec<&str> = listing["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["resource"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["stuck"], "{listing}");
+    let (status, body) = a1.get("/v1/locks/%20leak%20scan").await.unwrap();
+    assert_eq!(status, hyper::StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_resource");
     // The fleet's keys on a master: one of each per prefix, none per agent.
     let mut conn = cluster.redis(0).await;
     let mut keys: Vec<String> = redis::cmd("KEYS")

@@ -18,8 +18,9 @@
 //! another agent takes over within two; never above `max_ttl`, so a
 //! master's delayed restart (`max_ttl` + extra) outlasts it as it does any
 //! lock, and quorum intersection still holds across restarts. The
-//! extensions' period is a third of the TTL, as Redisson's watchdog, so
-//! two may fail before the lock's validity runs out.
+//! extensions' period is a third of the TTL, as Redisson's watchdog (a
+//! ninth after a failure), so several may fail before the lock's validity
+//! runs out.
 //!
 //! ## Behavior
 //! - [`Lease::held`] is this agent's own view: not lost, not superseded,
