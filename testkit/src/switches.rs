@@ -58,8 +58,14 @@ pub const NO_LOSS_NOTICE: &str = "REDLOCK_TEST_NO_LOSS_NOTICE";
 /// say ready while no lock can be granted.
 pub const NO_SLOT_READINESS: &str = "REDLOCK_TEST_NO_SLOT_READINESS";
 
+/// A directory the agent reads its peers' cgroups from
+/// (`<dir>/<pid>/cgroup`) instead of `/proc`, under `socket.isolate: pod`:
+/// for tests on machines whose cgroup tree they cannot write, which put
+/// their client processes in pods by writing those files.
+pub const PROC_ROOT: &str = "REDLOCK_TEST_PROC_ROOT";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 11] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -70,4 +76,5 @@ pub const ALL: [&str; 10] = [
     CHARGE_QUEUED_TIME,
     NO_LOSS_NOTICE,
     NO_SLOT_READINESS,
+    PROC_ROOT,
 ];
