@@ -341,7 +341,7 @@ impl Metrics {
             .expect("valid counter"),
             connections_refused: counter_vec(
                 "redlock_connections_refused_total",
-                "Connections answered and closed before any request, by listener (app, admin, metrics) and reason (forbidden, max_connections, max_connections_per_uid).",
+                "Connections answered and closed before any request, by listener (app, admin, metrics) and reason (forbidden, max_connections, max_connections_per_uid, unidentified).",
                 &["listener", "reason"],
             ),
             build_info: gauge_vec("redlock_build_info", "Always 1; the agent's version as a label.", &["version"]),
