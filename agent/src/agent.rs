@@ -233,7 +233,7 @@ impl Agent {
             shutdown.clone(),
         ));
         let engine = Engine::new(nodes, settings, metrics.clone());
-        let mut rules = Rules::new(&config.lock);
+        let mut rules = Rules::new(&config.lock, config.socket.isolate);
         if switched_on(NO_LOSS_NOTICE) {
             tracing::warn!(
                 "{NO_LOSS_NOTICE} is set: holds hear of a force release or of masters that lost \

@@ -54,8 +54,10 @@
 //!   queues woken by releases here or, through pub/sub, on other agents),
 //!   re-entry by the holding process ([`lock::reentry`]: a count over one
 //!   grant), when the service is idle ([`lock::idle`]: probes slow down and
-//!   pub/sub connections close until its next request) and the operators'
-//!   listing of lock keys ([`lock::listing`]). Generic
+//!   pub/sub connections close until its next request), tokens kept to the
+//!   pod or uid that acquired them ([`lock::isolation`], `socket.isolate`,
+//!   for an agent that serves a whole node) and the operators' listing of
+//!   lock keys ([`lock::listing`]). Generic
 //!   over [`redlock::Store`]: it imports nothing from [`node`], and its
 //!   unit tests run it on masters in memory.
 //! - [`metrics`]: every metric, defined in one place; the engine's observer.
@@ -71,8 +73,9 @@
 //!   admits, [`api::server::gate`]; their budgets within the open-files
 //!   limit, [`api::server::descriptors`]), each connection's life
 //!   ([`api::connection`]: hyper while it has requests, only the socket
-//!   while idle) and peer credentials with who may connect ([`api::peer`]);
-//!   the wire types are in the `redlock-wire` crate.
+//!   while idle), peer credentials with who may connect ([`api::peer`])
+//!   and a peer's pod, read from its cgroup ([`api::pod`]); the wire types
+//!   are in the `redlock-wire` crate.
 //! - [`agent`]: the state shared by every request and its background
 //!   tasks; joins the lock service to the Redis masters (`Locks` over
 //!   [`node::Node`], one subscriber per master).

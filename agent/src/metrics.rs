@@ -27,13 +27,17 @@ pub enum Refusal {
     MaxConnections,
     /// The peer's uid already has `socket.max_connections_per_uid` open.
     MaxConnectionsPerUid,
+    /// `socket.isolate` needs the peer's pod (or uid), which could not be
+    /// told.
+    Unidentified,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 3] = [
+    pub const ALL: [Refusal; 4] = [
         Refusal::Forbidden,
         Refusal::MaxConnections,
         Refusal::MaxConnectionsPerUid,
+        Refusal::Unidentified,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,6 +45,7 @@ impl Refusal {
             Refusal::Forbidden => "forbidden",
             Refusal::MaxConnections => "max_connections",
             Refusal::MaxConnectionsPerUid => "max_connections_per_uid",
+            Refusal::Unidentified => "unidentified",
         }
     }
 }
@@ -380,7 +385,7 @@ impl Metrics {
             .expect("valid counter"),
             connections_refused: counter_vec(
                 "redlock_connections_refused_total",
-                "Connections answered and closed before any request, by listener (app, admin, metrics) and reason (forbidden, max_connections, max_connections_per_uid).",
+                "Connections answered and closed before any request, by listener (app, admin, metrics) and reason (forbidden, max_connections, max_connections_per_uid, unidentified).",
                 &["listener", "reason"],
             ),
             build_info: gauge_vec("redlock_build_info", "Always 1; the agent's version as a label.", &["version"]),

@@ -58,11 +58,12 @@ def materialize(rendered, tmp_path: Path) -> tuple[Path, dict[str, str]]:
     config_text = rendered.agent_config_text()
     config = yaml.safe_load(config_text)
     env: dict[str, str] = {}
-    deployments = rendered.of_kind("Deployment")
+    # The agent's pod: the node mode's DaemonSet, else the demo's.
+    workloads = rendered.of_kind("DaemonSet") or rendered.of_kind("Deployment")
     agent = None
     spec = None
-    if deployments:
-        spec = pod_spec(deployments[0])
+    if workloads:
+        spec = pod_spec(workloads[0])
         _, agent = find_container(spec, "redlock-agent")
 
     for master in config["masters"]:

@@ -119,6 +119,27 @@ def test_app_chart_embeds_the_sidecar(app_chart, native):
         kubernetes_validate.validate(doc, KUBE_VERSIONS[0], strict=True)
 
 
+def test_app_chart_in_node_mode_mounts_the_nodes_socket(app_chart):
+    """The same app template with mode=node: no agent in the app's pod but
+    the node's socket directory (a hostPath that must exist) at the same
+    path; the dependency renders the DaemonSet; all valid Kubernetes."""
+    docs = render_app(app_chart, {"redlock": {"mode": "node"}})
+    by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    spec = pod_spec(by_name[("Deployment", "shop-shop")])
+    assert [c["name"] for c in spec["containers"]] == ["shop"]
+    assert not spec.get("initContainers")
+    assert spec["volumes"] == [
+        {"name": "redlock-socket", "hostPath": {"path": "/var/run/redlock-agent", "type": "Directory"}}
+    ]
+    _, app = find_container(spec, "shop")
+    assert {e["name"]: e["value"] for e in app["env"]}["REDLOCK_SOCKET"] == "/run/redlock/agent.sock"
+    assert app["volumeMounts"] == [{"name": "redlock-socket", "mountPath": "/run/redlock", "readOnly": True}]
+    daemonset = by_name[("DaemonSet", "shop-redlock-node")]
+    assert pod_spec(daemonset)["hostPID"] is True
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBE_VERSIONS[0], strict=True)
+
+
 def test_app_chart_values_reach_the_sidecar(app_chart):
     docs = render_app(app_chart, {"redlock": {"config": {"socket": {"dir": "/var/run/shop"}}, "image": {"tag": "0.2.0"}}})
     shop = next(d for d in docs if d["kind"] == "Deployment")

@@ -44,7 +44,7 @@ def test_lint_reports_schema_violations():
 
 
 def test_the_ci_scenarios_the_brief_asks_for_exist():
-    """defaults, external masters, cluster masters, classic sidecar, monitoring, existing secret."""
+    """defaults, external masters, cluster masters, classic sidecar, monitoring, existing secret, node mode."""
     have = {scenario_id(p) for p in SCENARIOS}
-    want = {"default", "external-masters", "cluster-masters", "classic-sidecar", "monitoring", "existing-secret"}
+    want = {"default", "external-masters", "cluster-masters", "classic-sidecar", "monitoring", "existing-secret", "node"}
     assert want <= have, f"missing ci scenarios: {sorted(want - have)}"

@@ -20,6 +20,7 @@ KNOWN_KINDS = {
     ("v1", "Service"),
     ("apps/v1", "StatefulSet"),
     ("apps/v1", "Deployment"),
+    ("apps/v1", "DaemonSet"),
     ("policy/v1", "PodDisruptionBudget"),
 } | CRD_KINDS
 PROM_DURATION = re.compile(r"^(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?$")

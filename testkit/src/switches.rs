@@ -72,8 +72,14 @@ pub const NO_SCAN_FENCE: &str = "REDLOCK_TEST_NO_SCAN_FENCE";
 /// before a repair".
 pub const LEAK_REPAIR_PAUSE_MS: &str = "REDLOCK_TEST_LEAK_REPAIR_PAUSE_MS";
 
+/// A directory the agent reads its peers' cgroups from
+/// (`<dir>/<pid>/cgroup`) instead of `/proc`, under `socket.isolate: pod`:
+/// for tests on machines whose cgroup tree they cannot write, which put
+/// their client processes in pods by writing those files.
+pub const PROC_ROOT: &str = "REDLOCK_TEST_PROC_ROOT";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 13] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -86,4 +92,5 @@ pub const ALL: [&str; 12] = [
     NO_SLOT_READINESS,
     NO_SCAN_FENCE,
     LEAK_REPAIR_PAUSE_MS,
+    PROC_ROOT,
 ];

@@ -244,6 +244,14 @@ pub struct LockInfo {
     pub uid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gid: Option<u32>,
+    /// The UID of that process's pod, read from its cgroup when it
+    /// connected, and its container's ID; only from an agent that keeps
+    /// tokens to their pods (`socket.isolate: pod`), for locks held
+    /// through it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
     /// This agent's requests waiting for this resource.
     pub waiters: u64,
 }

@@ -1,11 +1,13 @@
 //! The HTTP/JSON API: routes on the application socket (locks, views,
 //! probes), on the admin socket (views, force release) and on the TCP
 //! metrics listener (probes, metrics); peer credentials and who may connect
-//! ([`peer`]); one connection's life, hyper only while it has requests
+//! ([`peer`]), and a peer's pod, for an agent that keeps tokens to their
+//! pods ([`pod`]); one connection's life, hyper only while it has requests
 //! ([`connection`]). Wire types live in the
 //! `redlock-wire` crate so clients can use them without the server.
 
 pub mod connection;
 pub mod peer;
+pub mod pod;
 pub mod routes;
 pub mod server;

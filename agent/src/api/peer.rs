@@ -13,13 +13,19 @@ use std::sync::{Arc, Mutex};
 
 use tokio::net::UnixStream;
 
+use crate::lock::isolation::Pod;
+
 /// The process at the other end of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer {
     pub uid: u32,
     pub gid: u32,
-    /// Absent where the platform does not report it.
+    /// Absent where the platform does not report it; 0 for a process in a
+    /// pid namespace the agent does not see.
     pub pid: Option<u32>,
+    /// Its pod, read at accept under `socket.isolate: pod` only
+    /// ([`super::pod`]).
+    pub pod: Option<Pod>,
 }
 
 impl Peer {
@@ -34,6 +40,7 @@ impl Peer {
             uid: cred.uid(),
             gid: cred.gid(),
             pid: cred.pid().and_then(|pid| u32::try_from(pid).ok()),
+            pod: None,
         })
     }
 }
@@ -141,6 +148,7 @@ mod tests {
             uid,
             gid,
             pid: Some(1),
+            pod: None,
         }
     }
 

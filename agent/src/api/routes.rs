@@ -174,6 +174,7 @@ async fn dispatch(
         pid: p.pid,
         uid: p.uid,
         gid: p.gid,
+        pod: p.pod,
     });
     if request.method() != allowed {
         let mut response = ApiError::new(
@@ -252,8 +253,12 @@ async fn dispatch(
                 LockAction::Acquire => {
                     acquire(agent, resource, holder, parse_body(&body, true)?).await
                 }
-                LockAction::Extend => extend(agent, resource, parse_body(&body, false)?).await,
-                LockAction::Release => release(agent, resource, parse_body(&body, false)?).await,
+                LockAction::Extend => {
+                    extend(agent, resource, holder, parse_body(&body, false)?).await
+                }
+                LockAction::Release => {
+                    release(agent, resource, holder, parse_body(&body, false)?).await
+                }
                 LockAction::Hold => hold(agent, resource, holder, parse_body(&body, true)?).await,
                 LockAction::ForceRelease => {
                     let _: ForceReleaseRequest = parse_body(&body, true)?;
@@ -419,7 +424,9 @@ fn lock_error(error: LockError) -> ApiError {
         LockError::Taken(_) => (StatusCode::CONFLICT, ErrorCode::Taken),
         LockError::Lost(_) => (StatusCode::CONFLICT, ErrorCode::Lost),
         LockError::NotReentrant(_) => (StatusCode::CONFLICT, ErrorCode::NotReentrant),
-        LockError::ReentryForbidden(_) => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
+        LockError::ReentryForbidden(_) | LockError::Isolated { .. } => {
+            (StatusCode::FORBIDDEN, ErrorCode::Forbidden)
+        }
         LockError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum),
         LockError::Wait(WaitError::TooManyWaiters(_) | WaitError::TooManyWaitersPerUid { .. }) => {
             (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyWaiters)
@@ -438,10 +445,14 @@ async fn acquire(
     request: AcquireRequest,
 ) -> Result<Response<Body>, ApiError> {
     if let Some(token) = request.token.clone() {
-        let pid = holder.and_then(|h| h.pid);
         let reentered = agent
             .locks()
-            .reenter(&resource, &Token::from_client(token), pid, &request)
+            .reenter(
+                &resource,
+                &Token::from_client(token),
+                holder.as_ref(),
+                &request,
+            )
             .await
             .map_err(lock_error)?;
         return Ok(json(
@@ -528,12 +539,13 @@ fn line(event: &HoldEvent) -> Bytes {
 async fn extend(
     agent: &Agent,
     resource: Resource,
+    holder: Option<Holder>,
     request: ExtendRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
     let extended = agent
         .locks()
-        .extend(&resource, &token, request.ttl_ms)
+        .extend(&resource, &token, request.ttl_ms, holder.as_ref())
         .await
         .map_err(lock_error)?;
     Ok(json(
@@ -548,12 +560,13 @@ async fn extend(
 async fn release(
     agent: &Agent,
     resource: Resource,
+    holder: Option<Holder>,
     request: ReleaseRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
     let released = agent
         .locks()
-        .release(&resource, &token)
+        .release(&resource, &token, holder.as_ref())
         .await
         .map_err(lock_error)?;
     let answer = match released {

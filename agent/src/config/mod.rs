@@ -78,6 +78,35 @@ pub struct SocketConfig {
     pub allow_gids: Vec<u32>,
     /// Open connections one uid may have, so one peer cannot take every slot.
     pub max_connections_per_uid: usize,
+    /// Whose tokens a connection may use: anyone's, or only those its own
+    /// uid or pod acquired (an agent serving a whole node).
+    pub isolate: Isolate,
+}
+
+/// `socket.isolate`: who may use a token besides the connection that got
+/// it. A token is a bearer secret; with an agent per application that is
+/// enough, but an agent that serves every pod of a node keeps each pod's
+/// tokens to that pod (see [`crate::lock::isolation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolate {
+    /// Any client of the socket that has a token may use it.
+    None,
+    /// Only connections of the uid that acquired the lock.
+    Uid,
+    /// Only connections from the pod that acquired the lock, told by each
+    /// peer's cgroup; a connection whose pod cannot be told is refused.
+    Pod,
+}
+
+impl Isolate {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolate::None => "none",
+            Isolate::Uid => "uid",
+            Isolate::Pod => "pod",
+        }
+    }
 }
 
 /// This agent as others see it.

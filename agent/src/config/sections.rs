@@ -13,7 +13,7 @@ use super::masters::read_masters;
 use super::yaml::{echo, show, Section};
 use super::{
     default_admin_path, default_agent_name, AdminConfig, AdminSocketConfig, AgentConfig, Config,
-    DelayedRestartConfig, FenceMode, FieldError, HealthConfig, LeakScanConfig, LockConfig,
+    DelayedRestartConfig, FenceMode, FieldError, HealthConfig, Isolate, LeakScanConfig, LockConfig,
     LogConfig, LogFormat, MetricsConfig, Repair, ShutdownConfig, SocketConfig,
     DEFAULT_METRICS_MAX_CONNECTIONS, MAX_METRICS_CONNECTIONS, MAX_WORKERS,
 };
@@ -43,7 +43,7 @@ pub(super) fn read_config(
 
     let socket = read_socket(socket_tree.unwrap_or(Value::Null), errors);
     let agent = read_agent(agent_tree.unwrap_or(Value::Null), errors);
-    let admin = read_admin(admin_tree.unwrap_or(Value::Null), &socket.path, errors);
+    let admin = read_admin(admin_tree.unwrap_or(Value::Null), &socket, errors);
     let metrics = read_metrics(metrics_tree.unwrap_or(Value::Null), errors);
     let log = read_log(log_tree.unwrap_or(Value::Null), errors);
     let masters = read_masters(masters_tree, check, errors);
@@ -186,6 +186,15 @@ fn read_socket(tree: Value, errors: &mut Vec<FieldError>) -> SocketConfig {
             ),
         );
     }
+    let isolate = s
+        .take("isolate", "\"none\", \"uid\" or \"pod\"")
+        .unwrap_or(Isolate::None);
+    if isolate == Isolate::Pod && !cfg!(target_os = "linux") {
+        s.error(
+            "isolate",
+            "pod needs Linux: a peer's pod is read from /proc/<pid>/cgroup",
+        );
+    }
     s.finish();
     SocketConfig {
         path,
@@ -195,6 +204,7 @@ fn read_socket(tree: Value, errors: &mut Vec<FieldError>) -> SocketConfig {
         allow_uids,
         allow_gids,
         max_connections_per_uid,
+        isolate,
     }
 }
 
@@ -412,7 +422,8 @@ fn mode_field(s: &mut Section<'_>, key: &str, default: u32) -> u32 {
     }
 }
 
-fn read_admin(tree: Value, socket_path: &Path, errors: &mut Vec<FieldError>) -> AdminConfig {
+fn read_admin(tree: Value, socket: &SocketConfig, errors: &mut Vec<FieldError>) -> AdminConfig {
+    let socket_path = socket.path.as_path();
     let mut s = Section::new("admin", tree, errors);
     let socket_tree = s.raw("socket");
     let allow_uids = s
@@ -428,6 +439,29 @@ fn read_admin(tree: Value, socket_path: &Path, errors: &mut Vec<FieldError>) -> 
         s.error("path", "must not be empty");
     } else if path == socket_path {
         s.error("path", "must differ from socket.path");
+    } else if socket.isolate != Isolate::None {
+        // Whoever reaches the application socket's directory (a node's
+        // pods, through their mount of it) would reach force release, which
+        // ends any pod's lock, past the isolation.
+        let shared = socket_path.parent().filter(|dir| path.starts_with(dir));
+        if let Some(dir) = shared {
+            s.error(
+                "path",
+                format!(
+                    "{} is inside {}, the directory of socket.path: with socket.isolate: {} \
+                     the clients that reach the application socket would reach force release \
+                     too; put the admin socket in a directory only operators see",
+                    path.display(),
+                    if dir.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        dir
+                    }
+                    .display(),
+                    socket.isolate.as_str()
+                ),
+            );
+        }
     }
     let mode = mode_field(&mut s, "mode", 0o600);
     s.finish();
@@ -513,6 +547,46 @@ mod tests {
             let errors = errors_of(&format!("{MINIMAL}lock: {lock}\n"));
             assert_eq!(errors, [expected], "{lock}");
         }
+    }
+
+    #[test]
+    fn isolation_is_off_by_default_and_keeps_the_admin_socket_apart() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.socket.isolate, Isolate::None);
+        let apart = "admin: {socket: {path: /run/redlock-admin/admin.sock}}\n";
+        for (value, isolate) in [
+            ("none", Isolate::None),
+            ("uid", Isolate::Uid),
+            ("pod", Isolate::Pod),
+        ] {
+            let yaml = format!("{MINIMAL}socket: {{isolate: {value}}}\n{apart}");
+            assert_eq!(Config::from_yaml(&yaml).unwrap().socket.isolate, isolate);
+        }
+        let errors = errors_of(&format!("{MINIMAL}socket: {{isolate: node}}\n"));
+        assert_eq!(
+            errors,
+            ["socket.isolate: expected \"none\", \"uid\" or \"pod\", found a string \"node\""]
+        );
+        // The admin socket where the clients of an isolating socket reach
+        // it: beside it by default, given there, or below it.
+        for admin in [
+            "",
+            "admin: {socket: {path: /run/redlock/admin.sock}}\n",
+            "admin: {socket: {path: /run/redlock/ops/admin.sock}}\n",
+        ] {
+            let errors = errors_of(&format!("{MINIMAL}socket: {{isolate: pod}}\n{admin}"));
+            assert_eq!(errors.len(), 1, "{admin}: {errors:?}");
+            assert!(
+                errors[0].starts_with("admin.socket.path: /run/redlock/")
+                    && errors[0].contains("is inside /run/redlock, the directory of socket.path")
+                    && errors[0].contains("socket.isolate: pod"),
+                "{errors:?}"
+            );
+        }
+        let errors = errors_of(&format!("{MINIMAL}socket: {{isolate: uid}}\n"));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        // Without isolation the default stays as it was.
+        assert!(errors_of(&format!("{MINIMAL}socket: {{isolate: none}}\n")).is_empty());
     }
 
     #[test]

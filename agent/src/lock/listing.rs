@@ -505,6 +505,10 @@ fn lock_info<M: Store>(
         pid: process.and_then(|p| p.pid),
         uid: process.map(|p| p.uid),
         gid: process.map(|p| p.gid),
+        pod: process.and_then(|p| p.pod).map(|p| p.uid.to_string()),
+        container: process
+            .and_then(|p| p.pod?.container)
+            .map(|c| c.to_string()),
         validity_ms,
         quorum_agrees: agreeing >= quorum,
         held_here: held_here.is_some(),

@@ -11,9 +11,12 @@
 //! - [`listing`]: the lock keys on the masters as operators read them.
 //! - [`reentry`]: a lock acquired again by the process that holds it.
 //! - [`idle`]: when the service is idle, and what wakes when it is not.
+//! - [`isolation`]: tokens kept to the pod (or uid) that acquired them,
+//!   for an agent that serves a whole node.
 
 pub mod holds;
 pub mod idle;
+pub mod isolation;
 pub mod listing;
 pub mod reentry;
 pub mod waiters;
@@ -26,7 +29,7 @@ use redlock_wire::{AcquireRequest, ForceReleaseResponse, HoldEvent, OnDisconnect
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{FenceMode, LockConfig};
+use crate::config::{FenceMode, Isolate, LockConfig};
 use crate::metrics::{Metrics, Outcome};
 use crate::redlock::{
     token, Acquire, Extend, Failure, Grant, Redlock, Release, Resource, Store, Token,
@@ -46,10 +49,13 @@ pub struct Rules {
     /// through the test switch `REDLOCK_TEST_NO_LOSS_NOTICE`, for control
     /// runs: holds then hear of a loss at their next renewal.
     pub loss_notice: bool,
+    /// Whose tokens a caller may use (`socket.isolate`, see [`isolation`]).
+    pub isolate: Isolate,
 }
 
 impl Rules {
-    pub fn new(lock: &LockConfig) -> Rules {
+    /// From `lock.*` and `socket.isolate`.
+    pub fn new(lock: &LockConfig, isolate: Isolate) -> Rules {
         Rules {
             default_ttl: lock.default_ttl,
             max_ttl: lock.max_ttl,
@@ -57,6 +63,7 @@ impl Rules {
             max_hold: lock.max_hold,
             fence: lock.fence,
             loss_notice: true,
+            isolate,
         }
     }
 
@@ -122,6 +129,20 @@ pub enum LockError {
     /// A re-entry from another process than the grant's.
     #[error("{0} was acquired by another process: only the process that acquired a lock (the same peer pid) may re-enter it")]
     ReentryForbidden(Resource),
+    /// Under `socket.isolate`, a token that is not a grant held here for
+    /// the caller's pod (or uid): another's, or none; never said which.
+    #[error(
+        "{resource}: this {} holds no lock here with this token (socket.isolate: {}): a token is \
+         used only from the {} that acquired it, through the agent that granted it, while that \
+         agent holds the lock",
+        .isolate.as_str(),
+        .isolate.as_str(),
+        .isolate.as_str()
+    )]
+    Isolated {
+        resource: Resource,
+        isolate: Isolate,
+    },
 }
 
 /// What a lock request asks for: the fields every request that takes a
@@ -369,18 +390,22 @@ impl<M: Store> Locks<M> {
         Ok(receiver)
     }
 
-    /// A new TTL from now for a lock held with `token`.
+    /// A new TTL from now for a lock held with `token`, asked for by
+    /// `caller`.
     ///
     /// # Errors
-    /// The TTL out of range, the lock lost (not extended on a quorum in
-    /// time), or no quorum.
+    /// Under `socket.isolate`, a token not held here for the caller's pod
+    /// or uid ([`LockError::Isolated`]); the TTL out of range, the lock lost
+    /// (not extended on a quorum in time), or no quorum.
     pub async fn extend(
         &self,
         resource: &Resource,
         token: &Token,
         ttl_ms: Option<u64>,
+        caller: Option<&Holder>,
     ) -> Result<Extended, LockError> {
         self.touch();
+        self.check_isolation(resource, token, caller)?;
         let ttl = self.rules.ttl(ttl_ms)?;
         match self.engine.extend(resource, token, ttl).await {
             Extend::Extended { validity, .. } => {
@@ -400,14 +425,22 @@ impl<M: Store> Locks<M> {
     }
 
     /// Releases on every master, or lowers the count of a re-entered lock
-    /// (see [`reentry`]) without touching them.
+    /// (see [`reentry`]) without touching them; asked for by `caller`.
     ///
     /// # Errors
-    /// [`LockError::NoQuorum`] when neither is known: too many masters
-    /// failed or timed out. The grant stays listed here until its validity
-    /// ends, and a retry with the same token is safe.
-    pub async fn release(&self, resource: &Resource, token: &Token) -> Result<Released, LockError> {
+    /// Under `socket.isolate`, a token not held here for the caller's pod
+    /// or uid ([`LockError::Isolated`]). [`LockError::NoQuorum`] when
+    /// neither is known: too many masters failed or timed out. The grant
+    /// stays listed here until its validity ends, and a retry with the same
+    /// token is safe.
+    pub async fn release(
+        &self,
+        resource: &Resource,
+        token: &Token,
+        caller: Option<&Holder>,
+    ) -> Result<Released, LockError> {
         self.touch();
+        self.check_isolation(resource, token, caller)?;
         if let Some(left) = self.grants.release_one(resource.as_str(), token.as_str()) {
             return Ok(Released::StillHeld(left));
         }
@@ -573,6 +606,9 @@ pub struct Holder {
     pub pid: Option<u32>,
     pub uid: u32,
     pub gid: u32,
+    /// Its pod, read from its cgroup when it connected; only under
+    /// `socket.isolate: pod` (see [`isolation`]).
+    pub pod: Option<isolation::Pod>,
 }
 
 /// The locks this agent granted and that are not yet released, by

@@ -21,6 +21,9 @@
 //! re-entered: its hold renews and releases it. A re-entry does not wait,
 //! and keeps the first grant's owner label and fence: asking for a fence
 //! the first grant did not mint, or for another owner label, is refused.
+//! Under `socket.isolate` a token of another pod (or uid) is refused
+//! first, as any call with it is ([`super::isolation`]), so that a re-entry
+//! tells no other pod whether the token is held.
 //!
 //! ## Races
 //! The count is checked before the re-entry's extension and again after
@@ -32,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use redlock_wire::AcquireRequest;
 
-use super::{Grants, LockError, Locks};
+use super::{Grants, Holder, LockError, Locks};
 use crate::redlock::{token, Extend, Failure, Resource, Store, Token};
 
 /// A re-entered lock, as the API answers it.
@@ -60,12 +63,15 @@ pub enum Refusal {
 }
 
 impl<M: Store> Locks<M> {
-    /// Re-enters the lock of `resource` held with `token` by the process
-    /// `pid`: sets its TTL again to `ttl_ms` on the masters and counts one
-    /// more acquire (see the module docs).
+    /// Re-enters the lock of `resource` held with `token` for `caller`
+    /// (the process asking, by its peer pid): sets its TTL again to
+    /// `ttl_ms` on the masters and counts one more acquire (see the module
+    /// docs).
     ///
     /// # Errors
-    /// The TTL out of range, another owner label or a fence the first grant
+    /// Under `socket.isolate`, a token not held here for the caller's pod
+    /// or uid ([`LockError::Isolated`], before any other check); the TTL
+    /// out of range, another owner label or a fence the first grant
     /// has not, a token that is not this agent's current grant
     /// ([`LockError::NotReentrant`]), another process's grant
     /// ([`LockError::ReentryForbidden`]), the lock lost on the masters, or
@@ -74,9 +80,11 @@ impl<M: Store> Locks<M> {
         &self,
         resource: &Resource,
         token: &Token,
-        pid: Option<u32>,
+        caller: Option<&Holder>,
         ask: &AcquireRequest,
     ) -> Result<Reentered, LockError> {
+        self.check_isolation(resource, token, caller)?;
+        let pid = caller.and_then(|c| c.pid);
         let ttl = self.rules.ttl(ask.ttl_ms)?;
         if let Some(owner) = ask.owner.as_deref() {
             if token::owner_of(token.as_str()) != Some(owner) {

@@ -10,10 +10,11 @@ use std::time::Duration;
 use redlock_wire::{AcquireRequest, HoldEvent, OnDisconnect};
 use tokio_util::sync::CancellationToken;
 
+use super::isolation::{Pod, PodUid};
 use super::listing::{self, ListQuery, ReadError};
 use super::waiters::{Subscriptions, Waiters};
-use super::{Ask, LockError, Locks, Released, Rules};
-use crate::config::FenceMode;
+use super::{Ask, Holder, LockError, Locks, Released, Rules};
+use crate::config::{FenceMode, Isolate};
 use crate::metrics::Metrics;
 use crate::redlock::fence::FenceSettings;
 use crate::redlock::memory::{self, Memory, Mode};
@@ -26,6 +27,11 @@ const TTL_MS: u64 = 30_000;
 const PATIENCE: Duration = Duration::from_secs(20);
 
 fn service() -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
+    service_with(Isolate::None)
+}
+
+/// The service, keeping tokens to their holders as `isolate` says.
+fn service_with(isolate: Isolate) -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
     let masters: Vec<Arc<Memory>> = (0..3).map(Memory::new).collect();
     let names: Vec<String> = masters.iter().map(|m| m.name.clone()).collect();
     let metrics = Arc::new(Metrics::new(&names));
@@ -46,6 +52,7 @@ fn service() -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
         max_hold: Duration::from_secs(3600),
         fence: FenceMode::OnRequest,
         loss_notice: true,
+        isolate,
     };
     let locks = Locks::new(engine, rules, waiters, metrics, shutdown);
     (masters, Arc::new(locks))
@@ -69,13 +76,35 @@ fn lock_ask(lock: AcquireRequest) -> Ask {
     Ask { lock, holder: None }
 }
 
-/// Acquires `r` for the process `pid` (uid and gid 1000), owner "billing".
-async fn acquire_as(locks: &Locks<Memory>, r: &Resource, pid: u32) -> crate::redlock::Grant {
-    let holder = super::Holder {
-        pid: Some(pid),
+/// The process `pid` (uid and gid 1000), in no pod.
+fn process(pid: Option<u32>) -> Holder {
+    Holder {
+        pid,
         uid: 1000,
         gid: 1000,
-    };
+        pod: None,
+    }
+}
+
+/// A process of the pod whose UID ends in `pod` (a hex digit).
+fn in_pod(pid: u32, pod: char) -> Holder {
+    let uid = format!("00000000-0000-0000-0000-00000000000{pod}");
+    Holder {
+        pod: Some(Pod {
+            uid: PodUid::parse(&uid).unwrap(),
+            container: None,
+        }),
+        ..process(Some(pid))
+    }
+}
+
+/// Acquires `r` for the process `pid` (uid and gid 1000), owner "billing".
+async fn acquire_as(locks: &Locks<Memory>, r: &Resource, pid: u32) -> crate::redlock::Grant {
+    acquire_for(locks, r, process(Some(pid))).await
+}
+
+/// Acquires `r` for `holder`, owner "billing".
+async fn acquire_for(locks: &Locks<Memory>, r: &Resource, holder: Holder) -> crate::redlock::Grant {
     let ask = Ask {
         holder: Some(holder),
         ..ask(0, "billing")
@@ -160,7 +189,7 @@ async fn waiters_get_the_lock_in_the_order_they_came() {
     let mut holder = first.token;
     for handle in queued {
         assert_eq!(
-            locks.release(&r, &holder).await.unwrap(),
+            locks.release(&r, &holder, None).await.unwrap(),
             Released::Released,
             "released"
         );
@@ -173,7 +202,7 @@ async fn waiters_get_the_lock_in_the_order_they_came() {
     }
     assert_eq!(order, ["second", "third"]);
     assert_eq!(
-        locks.release(&r, &holder).await.unwrap(),
+        locks.release(&r, &holder, None).await.unwrap(),
         Released::Released
     );
     assert_eq!(locks.waiters().count(r.as_str()), 0);
@@ -194,13 +223,13 @@ async fn a_release_forgets_the_grant_and_a_second_release_finds_nothing() {
         assert_eq!(m.holds("t:orders").as_deref(), Some(token.as_str()));
     }
     assert_eq!(
-        locks.release(&r, &grant.token).await.unwrap(),
+        locks.release(&r, &grant.token, None).await.unwrap(),
         Released::Released
     );
     assert!(locks.grants().current("orders").is_none());
     on_every_master(&masters, "t:orders", false).await;
     assert_eq!(
-        locks.release(&r, &grant.token).await.unwrap(),
+        locks.release(&r, &grant.token, None).await.unwrap(),
         Released::NotHeld
     );
 }
@@ -263,7 +292,7 @@ async fn failures_map_to_their_own_errors() {
         }
         other => panic!("expected no_quorum: {other:?}"),
     }
-    let release = locks.release(&free, &grant.token).await;
+    let release = locks.release(&free, &grant.token, None).await;
     assert!(
         matches!(release, Err(LockError::NoQuorum(_))),
         "{release:?}"
@@ -272,7 +301,7 @@ async fn failures_map_to_their_own_errors() {
     masters[1].set(Mode::Up);
 
     let stranger = Token::generate("t:free", None, None);
-    let lost = locks.extend(&free, &stranger, Some(TTL_MS)).await;
+    let lost = locks.extend(&free, &stranger, Some(TTL_MS), None).await;
     assert!(matches!(lost, Err(LockError::Lost(_))), "{lost:?}");
 }
 
@@ -417,14 +446,16 @@ async fn reentries_count_and_end_when_a_release_goes_to_the_masters() {
         ..AcquireRequest::default()
     };
     for pid in [None, Some(8)] {
-        let refused = locks.reenter(&r, &grant.token, pid, &request).await;
+        let refused = locks
+            .reenter(&r, &grant.token, Some(&process(pid)), &request)
+            .await;
         assert!(
             matches!(refused, Err(LockError::ReentryForbidden(_))),
             "pid {pid:?}: {refused:?}"
         );
     }
     let again = locks
-        .reenter(&r, &grant.token, Some(7), &request)
+        .reenter(&r, &grant.token, Some(&process(Some(7))), &request)
         .await
         .unwrap();
     assert_eq!(
@@ -432,7 +463,7 @@ async fn reentries_count_and_end_when_a_release_goes_to_the_masters() {
         (2, grant.token.as_str())
     );
     assert_eq!(
-        locks.release(&r, &grant.token).await.unwrap(),
+        locks.release(&r, &grant.token, None).await.unwrap(),
         Released::StillHeld(1)
     );
     on_every_master(&masters, "t:ledger", true).await;
@@ -442,6 +473,101 @@ async fn reentries_count_and_end_when_a_release_goes_to_the_masters() {
         locks.grants().release_one("ledger", grant.token.as_str()),
         None
     );
-    let late = locks.reenter(&r, &grant.token, Some(7), &request).await;
+    let late = locks
+        .reenter(&r, &grant.token, Some(&process(Some(7))), &request)
+        .await;
     assert!(matches!(late, Err(LockError::NotReentrant(_))), "{late:?}");
+}
+
+/// Kept to pods: another pod's extend, release and re-entry with the
+/// token are refused before any master is asked, exactly as a token that
+/// was never granted, and the lock stays held; the acquiring pod (another
+/// of its processes too) is served. The control: without isolation the
+/// other pod's release goes through.
+#[tokio::test]
+async fn another_pods_token_is_refused_as_an_unknown_one() {
+    let (masters, locks) = service_with(Isolate::Pod);
+    let r = resource("ledger");
+    let grant = acquire_for(&locks, &r, in_pod(7, 'a')).await;
+    let stranger = Token::from_client("rl2-not-a-grant".into());
+    let b = in_pod(8, 'b');
+    let reentry = |token: &Token| AcquireRequest {
+        token: Some(token.as_str().to_string()),
+        ..AcquireRequest::default()
+    };
+    let mut answers = Vec::new();
+    for token in [&grant.token, &stranger] {
+        let extend = locks.extend(&r, token, Some(TTL_MS), Some(&b)).await;
+        let release = locks.release(&r, token, Some(&b)).await;
+        let reenter = locks
+            .reenter(&r, token, Some(&b), &reentry(token))
+            .await
+            .map(|_| ());
+        let nowhere = locks.release(&r, token, None).await;
+        answers.push(format!("{extend:?} {release:?} {reenter:?} {nowhere:?}"));
+        for refused in [
+            extend.map(|_| ()),
+            release.map(|_| ()),
+            reenter,
+            nowhere.map(|_| ()),
+        ] {
+            assert!(
+                matches!(refused, Err(LockError::Isolated { .. })),
+                "{refused:?}"
+            );
+        }
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "the same answers for a held and an unknown token"
+    );
+    on_every_master(&masters, "t:ledger", true).await;
+
+    let same_pod = in_pod(9, 'a');
+    locks
+        .extend(&r, &grant.token, Some(TTL_MS), Some(&same_pod))
+        .await
+        .unwrap();
+    assert_eq!(
+        locks
+            .release(&r, &grant.token, Some(&same_pod))
+            .await
+            .unwrap(),
+        Released::Released
+    );
+    on_every_master(&masters, "t:ledger", false).await;
+
+    let (masters, locks) = service_with(Isolate::None);
+    let grant = acquire_for(&locks, &r, in_pod(7, 'a')).await;
+    assert_eq!(
+        locks.release(&r, &grant.token, Some(&b)).await.unwrap(),
+        Released::Released,
+        "without isolation a token is a bearer secret"
+    );
+    on_every_master(&masters, "t:ledger", false).await;
+}
+
+/// Kept to uids: another uid is refused, the same uid in another process
+/// is served.
+#[tokio::test]
+async fn isolated_by_uid_a_token_serves_its_uid_alone() {
+    let (_masters, locks) = service_with(Isolate::Uid);
+    let r = resource("jobs");
+    let grant = acquire_for(&locks, &r, process(Some(7))).await;
+    let other_uid = Holder {
+        uid: 1001,
+        ..process(Some(8))
+    };
+    let refused = locks.release(&r, &grant.token, Some(&other_uid)).await;
+    assert!(
+        matches!(refused, Err(LockError::Isolated { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        locks
+            .release(&r, &grant.token, Some(&process(Some(8))))
+            .await
+            .unwrap(),
+        Released::Released
+    );
 }

@@ -131,7 +131,11 @@ Schema cannot say (an odd number of external masters, unique names, no
 node shared by two masters).
 */}}
 {{- define "redlock-agent.validate" -}}
-{{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- /* A null value is no key at all once Helm has merged the values. */ -}}
+{{- if and (eq .Values.mode "node") (or (not (hasKey .Values.sidecar "runAsUser")) (kindIs "invalid" (get .Values.sidecar "runAsUser"))) -}}
+{{- fail "sidecar.runAsUser: null, but mode=node gives the socket's host directory (node.socketDir) to the agent's uid; set it (65532 is the image's user)" -}}
+{{- end -}}
+{{- if and .Values.sidecar.native (ne .Values.mode "node") (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) -}}
 {{- fail (printf "sidecar.native: native sidecars (initContainers with restartPolicy Always) need Kubernetes 1.29 or later, this cluster runs %s; set sidecar.native=false" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
 {{- $lock := .Values.config.lock -}}
@@ -231,6 +235,9 @@ socket:
   allow_uids: {{ $c.socket.allowUids | toJson }}
   allow_gids: {{ $c.socket.allowGids | toJson }}
   max_connections_per_uid: {{ int $c.socket.maxConnectionsPerUid }}
+  # Whose tokens a connection may use: node mode's node.isolate; a sidecar
+  # serves one application, whose tokens are bearer secrets.
+  isolate: {{ if eq .Values.mode "node" }}{{ .Values.node.isolate }}{{ else }}none{{ end }}
 admin:
   socket:
     path: {{ printf "%s/%s" $c.admin.socket.dir $c.admin.socket.name | quote }}

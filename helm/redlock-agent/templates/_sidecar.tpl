@@ -44,6 +44,12 @@ depends on redlock-agent under the alias "redlock":
 
 The agent's ConfigMap (and the auth Secret, unless auth.existingSecret) are
 rendered by this chart, in its release namespace: the pod must live there.
+
+With mode "node" the same pod template gets no agent container: the
+agent runs once per node (templates/daemonset.yaml), "volumes" is the
+node's socket directory (a hostPath), and the socket path, its mount and
+REDLOCK_SOCKET stay as they are. The pod's fsGroup (or supplementalGroups)
+lets the application in, as with the sidecar.
 */}}
 
 {{/*
@@ -102,17 +108,24 @@ as JSON (templates can only return strings). Use with `| fromJson`.
 {{- printf "%s/%s" $s.Values.config.admin.socket.dir $s.Values.config.admin.socket.name -}}
 {{- end -}}
 
-{{/* Non-empty when the agent runs as a native sidecar (an initContainer). */}}
-{{- define "redlock-agent.sidecar.native" -}}
+{{/* Non-empty when the agent runs once per node (mode "node"), not in the application's pod. */}}
+{{- define "redlock-agent.sidecar.nodeMode" -}}
 {{- $s := include "redlock-agent.sidecar.parse" . | fromJson -}}
-{{- if $s.Values.sidecar.native }}true{{ end -}}
+{{- if eq (dig "mode" "sidecar" $s.Values) "node" }}true{{ end -}}
 {{- end -}}
 
-{{/* The agent container, as one list item. */}}
+{{/* Non-empty when the agent runs as a native sidecar (an initContainer); never in node mode. */}}
+{{- define "redlock-agent.sidecar.native" -}}
+{{- $s := include "redlock-agent.sidecar.parse" . | fromJson -}}
+{{- if and $s.Values.sidecar.native (not (include "redlock-agent.sidecar.nodeMode" .)) }}true{{ end -}}
+{{- end -}}
+
+{{/* The agent container, as one list item: the sidecar's, or in node mode the DaemonSet's. */}}
 {{- define "redlock-agent.sidecar.container" -}}
 {{- $s := include "redlock-agent.sidecar.parse" . | fromJson -}}
 {{- $v := $s.Values -}}
 {{- $sc := $v.sidecar -}}
+{{- $native := include "redlock-agent.sidecar.native" . -}}
 {{- $c := $v.config -}}
 {{- $masters := include "redlock-agent.masterList" $s | fromYamlArray -}}
 {{- $withSecrets := false -}}
@@ -126,7 +139,7 @@ as JSON (templates can only return strings). Use with `| fromJson`.
 - name: redlock-agent
   image: {{ include "redlock-agent.image" (dict "image" $v.image "appVersion" $s.Chart.AppVersion) | quote }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
-  {{- if $sc.native }}
+  {{- if $native }}
   # A native sidecar: started before the application, stopped after it.
   restartPolicy: Always
   {{- end }}
@@ -226,23 +239,41 @@ as JSON (templates can only return strings). Use with `| fromJson`.
 {{- end -}}
 {{- end -}}
 
-{{/* The agent container for `containers:` (classic sidecar), else nothing. */}}
+{{/* The agent container for `containers:` (classic sidecar), else nothing (native sidecar, node mode). */}}
 {{- define "redlock-agent.sidecar.containers" -}}
-{{- if not (include "redlock-agent.sidecar.native" .) -}}
+{{- if not (or (include "redlock-agent.sidecar.native" .) (include "redlock-agent.sidecar.nodeMode" .)) -}}
 {{- include "redlock-agent.sidecar.container" . -}}
 {{- end -}}
 {{- end -}}
 
-{{/* The pod volumes the sidecar needs, as list items. */}}
+{{/*
+The pod volumes the sidecar needs, as list items; in node mode, the node's
+socket directory alone (the application's pod has no agent).
+*/}}
 {{- define "redlock-agent.sidecar.volumes" -}}
 {{- $s := include "redlock-agent.sidecar.parse" . | fromJson -}}
-{{- $v := $s.Values -}}
-{{- $masters := include "redlock-agent.masterList" $s | fromYamlArray -}}
+{{- if include "redlock-agent.sidecar.nodeMode" . -}}
+# The node agent's socket directory on the host (it must exist: the node's
+# agent makes it).
+- name: redlock-socket
+  hostPath:
+    path: {{ $s.Values.node.socketDir }}
+    type: Directory
+{{- else -}}
 # The agent's socket, shared with the application.
 - name: redlock-socket
   emptyDir:
     medium: Memory
     sizeLimit: 1Mi
+{{ include "redlock-agent.sidecar.agentVolumes" . }}
+{{- end -}}
+{{- end -}}
+
+{{/* Internal: the volumes of the agent container but its socket's, as list items. */}}
+{{- define "redlock-agent.sidecar.agentVolumes" -}}
+{{- $s := include "redlock-agent.sidecar.parse" . | fromJson -}}
+{{- $v := $s.Values -}}
+{{- $masters := include "redlock-agent.masterList" $s | fromYamlArray -}}
 # The admin socket (force release); only the agent container mounts it.
 - name: redlock-admin
   emptyDir:

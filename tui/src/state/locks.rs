@@ -270,6 +270,8 @@ pub(crate) mod tests {
             pid: None,
             uid: None,
             gid: None,
+            pod: None,
+            container: None,
         }
     }
 

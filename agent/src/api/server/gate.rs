@@ -1,10 +1,12 @@
 //! What admits a connection, before its first request is read: on a Unix
-//! socket, the peer's credentials against the allow lists, then the
+//! socket, the peer's credentials against the allow lists, its pod when
+//! the socket keeps tokens to their pods (`socket.isolate: pod`), then the
 //! listener's budget and the uid's share of it; on the metrics port, its
 //! budget alone. A refusal is answered with one JSON error and closed
 //! within a bounded time, counted, and logged at most once per
 //! [`LOG_EVERY`] for each listener and reason.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,9 +16,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::descriptors::{Budgets, ADMIN_MAX_CONNECTIONS};
 use crate::agent::Agent;
 use crate::api::peer::{Allow, Peer, UidShares, UidSlot};
+use crate::api::pod;
 use crate::api::routes::Surface;
+use crate::config::Isolate;
 use crate::lock::show_id;
 use crate::metrics::Refusal;
+
+/// The test-only switch that points the agent at a fake proc tree for its
+/// peers' cgroups.
+pub use redlock_testkit::switches::PROC_ROOT as PROC_ROOT_SWITCH;
 
 /// At most one log line per this long for one listener's refusals of one
 /// reason, or its failed accepts; the next line counts those not logged.
@@ -30,6 +38,11 @@ pub(super) struct Gate {
     max_connections: usize,
     /// The per-uid share; the admin socket has none.
     shares: Option<Arc<UidShares>>,
+    /// `socket.isolate`; the admin socket is never isolated.
+    isolate: Isolate,
+    /// Where peers' cgroups are read: `/proc`, but under
+    /// [`PROC_ROOT_SWITCH`].
+    proc_root: PathBuf,
     /// Refusals being answered, shared by both Unix sockets.
     rejects: Arc<Semaphore>,
     pub(super) logs: RefusalLogs,
@@ -96,6 +109,12 @@ impl Gate {
             slots: Arc::new(Semaphore::new(budgets.app)),
             max_connections: budgets.app,
             shares: Some(UidShares::new(budgets.app_per_uid)),
+            isolate: socket.isolate,
+            proc_root: if socket.isolate == Isolate::Pod {
+                proc_root()
+            } else {
+                PathBuf::from(pod::PROC)
+            },
             rejects: Arc::clone(rejects),
             logs: RefusalLogs::default(),
         }
@@ -108,6 +127,8 @@ impl Gate {
             slots: Arc::new(Semaphore::new(ADMIN_MAX_CONNECTIONS)),
             max_connections: ADMIN_MAX_CONNECTIONS,
             shares: None,
+            isolate: Isolate::None,
+            proc_root: PathBuf::from(pod::PROC),
             rejects: Arc::clone(rejects),
             logs: RefusalLogs::default(),
         }
@@ -185,6 +206,25 @@ impl Gate {
                 format!("{who} may not use this socket ({setting})"),
             );
         }
+        // Under socket.isolate, a connection whose pod (or uid) cannot be
+        // told could use nothing this socket is for: a call with a token is
+        // served only to the grant's pod, and a grant to an unknown pod
+        // could be used by no one. So it is refused here, before its first
+        // request, as a peer outside the allow lists is: one JSON answer
+        // naming the cause, a count, a log line per period. Operators use
+        // the admin socket, which is never isolated.
+        let peer = match self.identify(peer, &stream) {
+            Ok(peer) => peer,
+            Err(why) => {
+                return refused(
+                    Refusal::Unidentified,
+                    stream,
+                    "403 Forbidden",
+                    "forbidden",
+                    why,
+                )
+            }
+        };
         let Ok(global) = Arc::clone(&self.slots).try_acquire_owned() else {
             let setting = match self.surface {
                 Surface::Admin => "the admin socket's limit",
@@ -228,6 +268,49 @@ impl Gate {
                 _uid: uid_slot,
             },
         ))
+    }
+}
+
+impl Gate {
+    /// `peer` with what `socket.isolate` needs of it (its pod, read now
+    /// from its cgroup), or why it cannot be told.
+    fn identify(&self, peer: Option<Peer>, stream: &UnixStream) -> Result<Option<Peer>, String> {
+        match (self.isolate, peer) {
+            (Isolate::None, _) => Ok(peer),
+            (isolate, None) => Err(format!(
+                "socket.isolate is {}, and this peer's credentials could not be read",
+                isolate.as_str()
+            )),
+            (Isolate::Uid, Some(_)) => Ok(peer),
+            (Isolate::Pod, Some(mut known)) => {
+                match pod::of_peer(stream, known.pid, &self.proc_root) {
+                    Ok(pod) => {
+                        known.pod = Some(pod);
+                        Ok(Some(known))
+                    }
+                    Err(why) => Err(format!(
+                        "socket.isolate is pod, and the pod of this peer (uid {}, pid {}) cannot be told: {why}",
+                        known.uid,
+                        show_id(known.pid)
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// `/proc`, or the directory [`PROC_ROOT_SWITCH`] names.
+fn proc_root() -> PathBuf {
+    match std::env::var_os(PROC_ROOT_SWITCH) {
+        Some(dir) if !dir.is_empty() => {
+            tracing::warn!(
+                "{PROC_ROOT_SWITCH} is set: peers' pods are read from {}, not /proc; for the \
+                 tests only",
+                PathBuf::from(&dir).display()
+            );
+            PathBuf::from(dir)
+        }
+        _ => PathBuf::from(pod::PROC),
     }
 }
 

@@ -5,7 +5,8 @@
 //! requests come, only the socket while it is idle.
 //!
 //! Every Unix connection is checked before its first request is read: the
-//! peer's credentials against the allow lists ([`super::peer`]), then the
+//! peer's credentials against the allow lists ([`super::peer`]), its pod
+//! when the socket keeps tokens to their pods ([`super::pod`]), then the
 //! connection budgets. A refused connection gets one JSON error answer and
 //! is closed; each refusal is counted in `redlock_connections_refused_total`
 //! and logged with the peer's uid and pid (at most one line per listener and
