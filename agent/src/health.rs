@@ -39,6 +39,7 @@ use redis::InfoDict;
 use crate::node::Conn;
 use redlock_wire::NodeState;
 
+use crate::node::probe::ProbeReply;
 use crate::node::{Detector, Identity, Node};
 use crate::redlock::{fence, NodeError};
 
@@ -105,9 +106,13 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
     }
     let was = node.state();
     let before = node.snapshot().identity;
+    // The marker is checked in the probe's own round trip.
+    let marker = node
+        .marker_checked()
+        .then(|| before.as_ref().and_then(|i| i.evicted_keys));
     let mut answer = None;
     if let Some(conn) = node.connection() {
-        match node.probe_identity(&conn).await {
+        match node.probe_identity(&conn, marker).await {
             Ok(reply) => answer = Some((conn, false, reply)),
             // One late answer is the agent's own backlog as often as a dead
             // master: lock requests are bounded on their own, so keep the
@@ -131,11 +136,14 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
             Err(e) => node.disconnect(&e),
         }
     }
-    let (conn, reconnected, (latency, identity)) = match answer {
+    let (conn, reconnected, reply) = match answer {
         Some(answer) => answer,
         None => {
             let opened = match node.open().await {
-                Ok(conn) => node.probe_identity(&conn).await.map(|reply| (conn, reply)),
+                Ok(conn) => node
+                    .probe_identity(&conn, marker)
+                    .await
+                    .map(|reply| (conn, reply)),
                 Err(e) => Err(e),
             };
             match opened {
@@ -147,6 +155,11 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
             }
         }
     };
+    let ProbeReply {
+        latency,
+        identity,
+        marker,
+    } = reply;
     let first_sight = node.first_sight();
     let mut detected = identity.as_ref().and_then(|now| {
         detect(
@@ -158,7 +171,7 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
         )
     });
     if node.marker_checked() {
-        match check_marker(node, &conn, first_sight, settings).await {
+        match check_marker(node, &conn, first_sight, settings, marker).await {
             Ok(None) => {}
             Ok(Some(marker)) => {
                 detected = Some(match detected {
@@ -480,18 +493,26 @@ async fn read_counters(nodes: &[&Arc<Node>]) -> Vec<u64> {
         .collect()
 }
 
-/// Reads the incarnation marker. `Some` when it is missing and the node
-/// must be quarantined for it; a node already waiting for readmission is
-/// not quarantined again, and masters this process started empty get their
-/// marker at first sight.
+/// Reads the incarnation marker, unless the probe's round trip did
+/// (`read`). `Some` when it is missing and the node must be quarantined
+/// for it; a node already waiting for readmission is not quarantined
+/// again, and masters this process started empty get their marker at
+/// first sight.
 async fn check_marker(
     node: &Node,
     conn: &Conn,
     first_sight: bool,
     settings: &HealthSettings,
+    read: Option<Result<Option<Detector>, NodeError>>,
 ) -> Result<Option<(Detector, Duration)>, NodeError> {
-    let last_evicted = node.snapshot().identity.and_then(|i| i.evicted_keys);
-    match node.check_marker(conn, last_evicted).await? {
+    let answer = match read {
+        Some(answer) => answer?,
+        None => {
+            let last_evicted = node.snapshot().identity.and_then(|i| i.evicted_keys);
+            node.check_marker(conn, last_evicted).await?
+        }
+    };
+    match answer {
         None => return Ok(None),
         // The master evicted keys since its marker was written: the script
         // deleted the marker, so every agent sees the loss; quarantined

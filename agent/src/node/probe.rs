@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use redis::InfoDict;
+use redis::{ErrorKind, InfoDict, ServerErrorKind};
 
 use super::Conn;
 
@@ -261,52 +261,89 @@ impl Node {
     /// longer bound than lock requests ([`Node::probe_timeout`]): a probe
     /// queued behind the agent's own burst of requests is late, not failed.
     ///
+    /// `marker`: `Some(last_evicted)` to check the incarnation marker in
+    /// the same round trip (see [`Node::check_marker`]); its answer is
+    /// [`ProbeReply::marker`]. One round trip per probe: what an idle
+    /// fleet costs its masters is mostly the round trips themselves.
+    ///
     /// # Errors
     /// When the master does not answer in time or the connection fails.
     pub async fn probe_identity(
         &self,
         conn: &Conn,
-    ) -> Result<(Duration, Option<Identity>), NodeError> {
+        marker: Option<Option<u64>>,
+    ) -> Result<ProbeReply, NodeError> {
         let start = Instant::now();
-        let reply = self
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .cmd("INFO")
+            .arg("server")
+            .cmd("INFO")
+            .arg("stats");
+        if let Some(last_evicted) = marker {
+            pipe.cmd("EVALSHA")
+                .arg(scripts::CHECK_MARKER.get_hash())
+                .arg(1)
+                .arg(self.marker_key.as_str())
+                .arg(MARKER_VALUE)
+                .arg(last_evicted.map_or_else(String::new, |n| n.to_string()))
+                .arg(if self.eviction_check { "1" } else { "0" });
+        }
+        let replies = self
             .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
-                redis::pipe()
-                    .cmd("INFO")
-                    .arg("server")
-                    .cmd("INFO")
-                    .arg("stats")
-                    .query_async::<(InfoDict, InfoDict)>(&mut conn)
+                pipe.query_async::<Vec<redis::RedisResult<redis::Value>>>(&mut conn)
                     .await
             })
             .await;
         let latency = start.elapsed();
-        match reply {
-            Ok((server, stats)) => {
-                if let Some(major) = server
-                    .get::<String>("redis_version")
-                    .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
-                {
-                    self.lock().set_get = major >= 7;
-                }
-                let run_id = server.get("run_id");
-                let uptime = server.get("uptime_in_seconds");
-                let evicted_keys = stats.get("evicted_keys");
-                match (run_id, uptime) {
-                    (Some(run_id), Some(secs)) => Ok((
-                        latency,
-                        Some(Identity {
-                            run_id,
-                            uptime: Duration::from_secs(secs),
-                            evicted_keys,
-                        }),
-                    )),
-                    _ => Ok((latency, None)),
-                }
+        let mut replies = match replies {
+            Ok(replies) => replies.into_iter(),
+            Err(NodeError::Timeout(_)) => return Err(NodeError::Timeout(self.probe_timeout())),
+            Err(e) => return Err(e),
+        };
+        let mut info = || -> Result<Option<InfoDict>, NodeError> {
+            match replies.next() {
+                Some(Ok(value)) => redis::from_redis_value(value)
+                    .map(Some)
+                    .map_err(|e| NodeError::Other(format!("a probe's answer: {e}"))),
+                Some(Err(e)) => match super::classify(&e) {
+                    NodeError::NoPerm(_) => Ok(None),
+                    other => Err(other),
+                },
+                None => Err(NodeError::Other("a probe answered short".into())),
             }
-            Err(NodeError::NoPerm(_)) => Ok((latency, None)),
-            Err(NodeError::Timeout(_)) => Err(NodeError::Timeout(self.probe_timeout())),
-            Err(e) => Err(e),
-        }
+        };
+        let (server, stats) = (info()?, info()?);
+        let identity = server.zip(stats).and_then(|(server, stats)| {
+            if let Some(major) = server
+                .get::<String>("redis_version")
+                .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
+            {
+                self.lock().set_get = major >= 7;
+            }
+            Some(Identity {
+                run_id: server.get("run_id")?,
+                uptime: Duration::from_secs(server.get("uptime_in_seconds")?),
+                evicted_keys: stats.get("evicted_keys"),
+            })
+        });
+        let marker = match replies.next() {
+            None => None,
+            Some(Ok(value)) => Some(
+                redis::from_redis_value::<i64>(value)
+                    .map(marker_detector)
+                    .map_err(|e| NodeError::Other(format!("a probe's answer: {e}"))),
+            ),
+            // Not loaded (a restarted master, a SCRIPT FLUSH): checked on
+            // its own, which loads it.
+            Some(Err(e)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => None,
+            Some(Err(e)) => Some(Err(super::classify(&e))),
+        };
+        Ok(ProbeReply {
+            latency,
+            identity,
+            marker,
+        })
     }
 
     /// The bound on a health probe: the connect timeout (ten node timeouts,
@@ -402,11 +439,7 @@ impl Node {
                     .await
             })
             .await?;
-        Ok(match answer {
-            1 => None,
-            -3 => Some(Detector::Eviction),
-            _ => Some(Detector::Marker),
-        })
+        Ok(marker_detector(answer))
     }
 
     /// Writes the incarnation marker with the master's eviction count (see
@@ -425,5 +458,27 @@ impl Node {
         })
         .await
         .map(|_| ())
+    }
+}
+
+/// What one health probe read in its round trip.
+#[derive(Debug)]
+pub struct ProbeReply {
+    pub latency: Duration,
+    /// `None` when an ACL refuses `INFO`.
+    pub identity: Option<Identity>,
+    /// The marker check's answer, when it was asked for and its script
+    /// was loaded (else it is checked on its own): `Ok(None)` when the
+    /// marker may be trusted.
+    pub marker: Option<Result<Option<Detector>, NodeError>>,
+}
+
+/// What [`scripts::CHECK_MARKER`]'s answer means: `None` when the marker
+/// may be trusted, else the detector that saw the loss.
+fn marker_detector(answer: i64) -> Option<Detector> {
+    match answer {
+        1 => None,
+        -3 => Some(Detector::Eviction),
+        _ => Some(Detector::Marker),
     }
 }

@@ -262,6 +262,7 @@ mod tests {
             max_hold: Duration::from_secs(3600),
             fence: FenceMode::OnRequest,
             loss_notice: true,
+            isolate: crate::config::Isolate::None,
         };
         Arc::new(Locks::new(engine, rules, waiters, metrics, shutdown))
     }
