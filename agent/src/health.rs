@@ -741,7 +741,7 @@ mod tests {
     fn settings() -> HealthSettings {
         HealthSettings {
             interval: Duration::from_millis(500),
-            idle_interval: Duration::from_secs(10),
+            idle_interval: Duration::from_secs(30),
             quarantine: Duration::from_secs(61),
             delayed_restart: true,
             marker_key: "redlock: incarnation".into(),

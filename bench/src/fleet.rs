@@ -29,8 +29,9 @@ pub const SIZES: [usize; 3] = [50, 200, 500];
 pub const SMOKE_SIZES: [usize; 1] = [5];
 /// The fleet size the report projects to.
 pub const PROJECTED: usize = 10_000;
-/// The shortest window of a full run: three of an idle agent's probe
-/// intervals (`health.idle_interval`, 10 s by default).
+/// The shortest window of a full run: an idle agent's probe interval
+/// (`health.idle_interval`, 30 s by default), so every agent of a fleet
+/// probes about once in it, at a time of its own.
 pub const MIN_WINDOW: Duration = Duration::from_secs(30);
 /// Agents started at once.
 const STARTING_AT_ONCE: usize = 25;

@@ -645,8 +645,8 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         } else {
             &fleet::SIZES
         };
-        // An idle agent probes every `health.idle_interval` (10 s): a full
-        // run's window spans a few of them, so the rows count whole probes.
+        // An idle agent probes every `health.idle_interval` (30 s): a full
+        // run's window spans one, so every agent's probe is in it.
         let window = if options.smoke {
             options.duration
         } else {

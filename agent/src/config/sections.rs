@@ -54,8 +54,8 @@ pub(super) fn read_config(
     if interval.is_zero() {
         s.error("interval", "must be above zero");
     }
-    // 10s, or the interval where that is longer.
-    let idle_interval = s.duration("idle_interval", interval.max(Duration::from_secs(10)));
+    // 30s, or the interval where that is longer.
+    let idle_interval = s.duration("idle_interval", interval.max(Duration::from_secs(30)));
     if idle_interval < interval {
         s.error(
             "idle_interval",
