@@ -166,8 +166,10 @@ pub enum Update {
     Summary(Reply<SummaryResponse>),
 }
 
-/// What the client tells the app.
+/// What the client tells the app. Not boxed: a few events a second, each
+/// moved once through a channel.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     Conn(Conn),
     /// An answer, with the instant its request was sent: TTLs in it were
