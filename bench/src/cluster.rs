@@ -224,6 +224,26 @@ impl Masters {
         self.info_field_each("clients", "connected_clients")
     }
 
+    /// Each master's `SCAN` calls so far (`INFO commandstats`), in order.
+    ///
+    /// # Errors
+    /// When a master cannot be asked.
+    pub fn scan_calls_each(&self) -> anyhow::Result<Vec<u64>> {
+        self.ports
+            .iter()
+            .map(|&port| {
+                let stats: String = redis::cmd("INFO")
+                    .arg("commandstats")
+                    .query(&mut connect(port)?)?;
+                Ok(stats
+                    .lines()
+                    .find_map(|l| l.strip_prefix("cmdstat_scan:calls="))
+                    .and_then(|rest| rest.split(',').next()?.parse().ok())
+                    .unwrap_or(0))
+            })
+            .collect()
+    }
+
     /// Each master's key count (`DBSIZE`), in order.
     ///
     /// # Errors
@@ -472,6 +492,36 @@ impl Agent {
         env: &[(&str, &str)],
         socket_extra: &str,
     ) -> anyhow::Result<Agent> {
+        Agent::launch(bin, dir, name, masters, retry, env, socket_extra, None)
+    }
+
+    /// As [`Agent::start`], with the leak scan on every `leak_scan`: the
+    /// fleet's, which one agent of those on the same masters runs for all.
+    ///
+    /// # Errors
+    /// As [`Agent::start`].
+    pub fn start_scanning(
+        bin: &Path,
+        dir: &Path,
+        name: &str,
+        masters: &impl MasterSet,
+        retry: AgentRetry,
+        leak_scan: Duration,
+    ) -> anyhow::Result<Agent> {
+        Agent::launch(bin, dir, name, masters, retry, &[], "", Some(leak_scan))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        bin: &Path,
+        dir: &Path,
+        name: &str,
+        masters: &impl MasterSet,
+        retry: AgentRetry,
+        env: &[(&str, &str)],
+        socket_extra: &str,
+        leak_scan: Option<Duration>,
+    ) -> anyhow::Result<Agent> {
         let socket = dir.join(format!("{name}.sock"));
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let config = dir.join(format!("{name}.yaml"));
@@ -489,11 +539,18 @@ impl Agent {
         }
         yaml.push_str(&format!(
             "lock: {{default_ttl: 10s, max_ttl: 60s, node_timeout: {NODE_TIMEOUT_MS}ms, retry_delay: {}ms, retry_jitter: {}ms}}\n\
-             delayed_restart: {{enabled: false}}\n\
-             # No leak scan during a benchmark: its SCANs and scripts would count as lock traffic.\n\
-             leak_scan: {{interval: 1h}}\n",
+             delayed_restart: {{enabled: false}}\n",
             retry.delay_ms, retry.jitter_ms
         ));
+        match leak_scan {
+            Some(interval) => yaml.push_str(&format!(
+                "leak_scan: {{interval: {}ms}}\n",
+                interval.as_millis()
+            )),
+            // No leak scan in a throughput figure: its SCANs and scripts
+            // would count as lock traffic.
+            None => yaml.push_str("leak_scan: {interval: 1h}\n"),
+        }
         fs::write(&config, yaml)?;
         let log = dir.join(format!("{name}.log"));
         let child = Command::new(bin)

@@ -1,11 +1,13 @@
 //! W10, a fleet of idle agents: what each agent that serves nobody costs
 //! the masters it shares with the others, as a sidecar fleet multiplies
 //! it. For each fleet size N, N agent processes (the release build, the
-//! default config but for delayed restart and the leak scan, as every
-//! agent of this benchmark) run over the same masters and serve nothing;
-//! over a window the masters' CPU (`/proc/PID/stat`, user + system), their
-//! commands (`INFO stats`'s `total_commands_processed`), connections
-//! (`INFO clients`) and keys (`DBSIZE`) are read, and divided by N. Then
+//! default config but for delayed restart, off as in every agent of this
+//! benchmark; the leak scan at its default interval, the fleet's) run over
+//! the same masters and serve nothing; over a window the masters' CPU
+//! (`/proc/PID/stat`, user + system), their commands (`INFO stats`'s
+//! `total_commands_processed`), connections (`INFO clients`), keys
+//! (`DBSIZE`) and `SCAN` calls (`INFO commandstats`: the leak scans, one
+//! fleet's) are read, and divided by N. Then
 //! one client's acquire + release cycle through the fleet's first agent,
 //! beside the other N - 1.
 //!
@@ -33,6 +35,9 @@ pub const PROJECTED: usize = 10_000;
 /// (`health.idle_interval`, 30 s by default), so every agent of a fleet
 /// probes about once in it, at a time of its own.
 pub const MIN_WINDOW: Duration = Duration::from_secs(30);
+/// The fleet's leak scan interval: the default. One agent of the fleet
+/// scans for all; each other reads its report once per interval.
+pub const LEAK_SCAN: Duration = Duration::from_secs(30);
 /// Agents started at once.
 const STARTING_AT_ONCE: usize = 25;
 /// Left to the fleet after its start, before the window: every agent's
@@ -53,6 +58,8 @@ pub struct Window {
     pub connections: Vec<u64>,
     /// Keys on each master.
     pub keys: Vec<u64>,
+    /// `SCAN` calls each master served in the window: the leak scans.
+    pub scan_calls: Vec<u64>,
 }
 
 impl Window {
@@ -77,6 +84,11 @@ impl Window {
                 .map(|&c| c as f64)
                 .collect::<Vec<_>>(),
         )
+    }
+
+    /// The most `SCAN` calls a master served in the window.
+    pub fn scans_max(&self) -> u64 {
+        self.scan_calls.iter().copied().max().unwrap_or(0)
     }
 
     pub fn keys_max(&self) -> u64 {
@@ -148,6 +160,7 @@ fn read_window(masters: &Masters, agents: usize, window: Duration) -> anyhow::Re
         .map(|&pid| cpu::cpu_seconds(pid).context("a master's CPU"))
         .collect::<anyhow::Result<_>>()?;
     let commands_before = masters.total_commands()?;
+    let scans_before = masters.scan_calls_each()?;
     let started = Instant::now();
     std::thread::sleep(window);
     let cpu_after: Vec<f64> = pids
@@ -155,6 +168,7 @@ fn read_window(masters: &Masters, agents: usize, window: Duration) -> anyhow::Re
         .map(|&pid| cpu::cpu_seconds(pid).context("a master's CPU"))
         .collect::<anyhow::Result<_>>()?;
     let commands_after = masters.total_commands()?;
+    let scans_after = masters.scan_calls_each()?;
     let seconds = started.elapsed().as_secs_f64();
     Ok(Window {
         agents,
@@ -176,6 +190,11 @@ fn read_window(masters: &Masters, agents: usize, window: Duration) -> anyhow::Re
             .map(|c| c.saturating_sub(1))
             .collect(),
         keys: masters.dbsize_each()?,
+        scan_calls: scans_before
+            .iter()
+            .zip(&scans_after)
+            .map(|(b, a)| a.saturating_sub(*b))
+            .collect(),
     })
 }
 
@@ -200,7 +219,14 @@ fn start_fleet(
                         // metrics port; the one that loses exits, and goes
                         // again on another.
                         let start = || {
-                            Agent::start(bin, dir, &format!("fleet-{i}"), masters, retry, &[], "")
+                            Agent::start_scanning(
+                                bin,
+                                dir,
+                                &format!("fleet-{i}"),
+                                masters,
+                                retry,
+                                LEAK_SCAN,
+                            )
                         };
                         start().or_else(|_| start()).or_else(|_| start())
                     })
@@ -319,6 +345,7 @@ mod tests {
             commands_per_s: vec![0.0, 0.0],
             connections: vec![0, 0],
             keys: vec![1, 1],
+            scan_calls: vec![0, 0],
         }
     }
 

@@ -19,11 +19,13 @@ pub fn section(md: &mut String, results: &Results) {
     let _ = writeln!(
         md,
         "## W10: a fleet of idle agents (the agent only)\n\nN agent processes over the same five \
-         masters, serving nothing (delayed restart and the leak scan off, as for every agent here); \
-         the masters' CPU (`/proc/PID/stat`), commands (`INFO stats`), connections (`INFO clients`, \
-         less the asking one) and keys (`DBSIZE`) over one window, mean per master. Per agent: less \
+         masters, serving nothing (delayed restart off, as for every agent here; the leak scan on, \
+         every {}s: one agent scans for the fleet); the masters' CPU (`/proc/PID/stat`), commands \
+         (`INFO stats`), connections (`INFO clients`, less the asking one), keys (`DBSIZE`) and \
+         `SCAN` calls (the leak scans) over one window, mean per master. Per agent: less \
          the masters alone (N = 0), over N. Then one client's acquire + release through the fleet's \
-         first agent.\n"
+         first agent.\n",
+        fleet::LEAK_SCAN.as_secs()
     );
     let f = match measured {
         Ok(f) => f,
@@ -86,23 +88,24 @@ pub fn section(md: &mut String, results: &Results) {
 fn rows(md: &mut String, f: &Fleet) {
     let _ = writeln!(
         md,
-        "| idle agents | master CPU µs/s | per agent µs/s | commands/s per master | per agent | connections per master | per agent | keys per master (most) |\n|---|---|---|---|---|---|---|---|"
+        "| idle agents | master CPU µs/s | per agent µs/s | commands/s per master | per agent | connections per master | per agent | keys per master (most) | SCAN calls per master (most) |\n|---|---|---|---|---|---|---|---|---|"
     );
     let b = &f.baseline;
     let _ = writeln!(
         md,
-        "| 0 | {} | - | {} | - | {} | - | {} |",
+        "| 0 | {} | - | {} | - | {} | - | {} | {} |",
         num(b.cpu_us_per_s()),
         num(b.commands()),
         num(b.connections_mean()),
-        b.keys_max()
+        b.keys_max(),
+        b.scans_max()
     );
     for w in &f.fleets {
         let n = w.agents.max(1) as f64;
         let per_agent = f.per_agent_cpu(w);
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             w.agents,
             num(w.cpu_us_per_s()),
             if per_agent < 0.0 {
@@ -118,7 +121,8 @@ fn rows(md: &mut String, f: &Fleet) {
             num((w.commands() - b.commands()) / n),
             num(w.connections_mean()),
             num((w.connections_mean() - b.connections_mean()) / n),
-            w.keys_max()
+            w.keys_max(),
+            w.scans_max()
         );
     }
 }
