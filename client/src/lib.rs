@@ -564,6 +564,7 @@ impl Client {
                     validity_ms,
                     ttl_ms,
                     fence,
+                    ..
                 }) => {
                     let validity = Duration::from_millis(validity_ms);
                     Ok(Hold {

@@ -149,6 +149,7 @@ fn wire_values_match_their_schemas() {
             validity_ms: 1,
             ttl_ms: 2,
             fence: Some(7),
+            permit: None,
         },
     );
     check(&s, "HoldEvent", HoldEvent::Renewed { validity_ms: 1 });

@@ -36,12 +36,36 @@ pub const LEAK_REPORT_SUFFIX: &str = " leak report";
 /// slot written in, with the slot's hash tag after it; see [`slot_key`]).
 pub const LEAK_FENCE_SUFFIX: &str = " leak fence";
 
+/// A semaphore's limit, after `<key_prefix>` and before ` <name>` (see
+/// [`semaphore_limit_key`]): the limit its permits were granted with,
+/// written with the longest TTL of them, so a request with another limit
+/// is refused while any is held.
+pub const SEMAPHORE_LIMIT_SUFFIX: &str = " semaphore limit";
+/// An election's leader note, after `<key_prefix>` and before ` <name>`
+/// (see [`leader_key`]): the leader's term, value and process, written by
+/// its agent once elected, with the leadership's token, so a reader shows
+/// it only while that token leads.
+pub const LEADER_SUFFIX: &str = " leader";
+
+/// `<key_prefix> semaphore limit <name>`.
+pub fn semaphore_limit_key(key_prefix: &str, name: &str) -> String {
+    format!("{key_prefix}{SEMAPHORE_LIMIT_SUFFIX} {name}")
+}
+
+/// `<key_prefix> leader <name>`.
+pub fn leader_key(key_prefix: &str, name: &str) -> String {
+    format!("{key_prefix}{LEADER_SUFFIX} {name}")
+}
+
 /// The key is one of the agent's bookkeeping keys under `key_prefix`,
 /// not a lock: on a single server, or on a cluster with its slot's hash
 /// tag after the suffix (see [`slot_key`]).
 pub fn is_bookkeeping(key_prefix: &str, key: &str) -> bool {
     key.strip_prefix(key_prefix).is_some_and(|rest| {
-        if rest.starts_with(WAITING_SUFFIX) {
+        if rest.starts_with(WAITING_SUFFIX)
+            || rest.starts_with(SEMAPHORE_LIMIT_SUFFIX)
+            || rest.starts_with(LEADER_SUFFIX)
+        {
             return true;
         }
         let rest = strip_slot_tag(rest);
@@ -167,6 +191,10 @@ mod tests {
             );
         }
         assert!(!is_bookkeeping(p, "redlock:leak scan"));
+        assert!(is_bookkeeping(p, &semaphore_limit_key(p, "pay")));
+        assert!(is_bookkeeping(p, &leader_key(p, "scheduler")));
+        assert!(!is_bookkeeping(p, "redlock:pay permit 0"));
+        assert!(!is_bookkeeping(p, "redlock:scheduler election"));
         assert!(!is_bookkeeping(p, "redlock:{42}"));
     }
 

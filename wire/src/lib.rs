@@ -45,13 +45,13 @@ macro_rules! lock_request {
         impl $name {
             /// The fields every request that takes a lock shares, as an
             /// `acquire` body (without an acquire's own, `token`).
-            pub fn lock(&self) -> AcquireRequest {
-                AcquireRequest {
+            pub fn lock(&self) -> $crate::AcquireRequest {
+                $crate::AcquireRequest {
                     ttl_ms: self.ttl_ms,
                     wait_ms: self.wait_ms,
                     owner: self.owner.clone(),
                     fence: self.fence,
-                    ..AcquireRequest::default()
+                    ..$crate::AcquireRequest::default()
                 }
             }
 
@@ -60,7 +60,7 @@ macro_rules! lock_request {
             // The update is needless only for a request with no fields of
             // its own (`acquire`).
             #[allow(clippy::needless_update)]
-            pub fn with_lock(lock: AcquireRequest) -> $name {
+            pub fn with_lock(lock: $crate::AcquireRequest) -> $name {
                 $name {
                     ttl_ms: lock.ttl_ms,
                     wait_ms: lock.wait_ms,
@@ -72,6 +72,15 @@ macro_rules! lock_request {
         }
     };
 }
+
+pub mod election;
+pub mod semaphore;
+
+pub use election::{CampaignEvent, CampaignRequest, Leader, ObserveEvent};
+pub use semaphore::{
+    PermitExtendRequest, PermitHoldRequest, PermitInfo, PermitReleaseRequest, PermitRequest,
+    PermitResponse, SemaphoreResponse,
+};
 
 lock_request! {
     /// Body of `POST /v1/locks/{resource}/acquire`. Every field is optional; an
@@ -193,6 +202,9 @@ pub enum HoldEvent {
         /// The fencing token, when asked for or always on.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fence: Option<u64>,
+        /// A semaphore's hold: which permit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        permit: Option<u32>,
     },
     /// Extended on a quorum; valid for `validity_ms` from now.
     Renewed { validity_ms: u64 },
@@ -600,6 +612,11 @@ pub enum ErrorCode {
     NotReentrant,
     /// Too many operator listings at once; retry after `Retry-After`.
     Busy,
+    /// A semaphore request whose `limit` is not the semaphore's while
+    /// permits are held.
+    LimitMismatch,
+    /// `GET /v1/elections/{name}`: no campaigner leads now.
+    NoLeader,
     Internal,
 }
 
@@ -622,6 +639,8 @@ impl ErrorCode {
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotReentrant => "not_reentrant",
             ErrorCode::Busy => "busy",
+            ErrorCode::LimitMismatch => "limit_mismatch",
+            ErrorCode::NoLeader => "no_leader",
             ErrorCode::Internal => "internal",
         }
     }
@@ -664,6 +683,8 @@ mod tests {
             ErrorCode::Forbidden,
             ErrorCode::NotReentrant,
             ErrorCode::Busy,
+            ErrorCode::LimitMismatch,
+            ErrorCode::NoLeader,
             ErrorCode::Internal,
         ] {
             let json = serde_json::to_string(&code).unwrap();

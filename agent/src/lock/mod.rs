@@ -376,6 +376,7 @@ impl<M: Store> Locks<M> {
             validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
             ttl_ms: millis(grant.ttl),
             fence: grant.fence,
+            permit: None,
         };
         // Cannot fail: the channel is new and has room.
         events.try_send(acquired).expect("room for the first event");

@@ -440,6 +440,7 @@ impl TestAgent {
                     validity_ms: u64::try_from(hold.validity().as_millis()).unwrap(),
                     ttl_ms: u64::try_from(hold.ttl().as_millis()).unwrap(),
                     fence: hold.fence(),
+                    permit: None,
                 };
                 Hold {
                     status: StatusCode::OK,
