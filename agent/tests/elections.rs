@@ -41,17 +41,32 @@ async fn next_change(stream: &mut Hold, limit: Duration) -> Option<Value> {
     }
 }
 
+/// Reads events until `found` says so, within 5 s.
+async fn wait_for_event(stream: &mut Hold, mut found: impl FnMut(&Value) -> bool) {
+    loop {
+        let event = next_change(stream, Duration::from_secs(5))
+            .await
+            .expect("the event within 5 s");
+        if found(&event) {
+            return;
+        }
+    }
+}
+
 /// Three campaigners, two on one agent and one on the other: one is
 /// elected, the others say `waiting` with it as leader; `GET` on both
 /// agents and an observer name it with its value and term. When it
 /// closes its stream, exactly one of the others is elected within a
-/// second, with a larger term, and the observer sees the change.
+/// second (its TTL is 9 s), with a larger term; the last is told the new
+/// leader, and the observer sees the change.
 #[tokio::test]
 async fn one_leader_of_three_campaigners_and_the_next_elected_on_resignation() {
     let cluster = Cluster::start(MASTERS);
     let one = TestAgent::start(&cluster, "").await;
     let two = TestAgent::start(&cluster, "").await;
-    let ttl = json!(3000);
+    // A long TTL: the next is elected within a second only if the
+    // resignation releases at once.
+    let ttl = json!(9000);
     let mut first = campaign(
         &one,
         "scheduler",
@@ -126,12 +141,24 @@ async fn one_leader_of_three_campaigners_and_the_next_elected_on_resignation() {
     drop(first);
     // Whichever speaks first, read as the events arrive (a short look at
     // each in turn), so the time is the election's, not a timeout's.
-    let (winner, mut other) = loop {
+    // `waiting` events (the leaderless moment, the new leader) may come
+    // first on the other's stream; the first `elected` decides.
+    // The last `waiting` each was told while the loop read it.
+    let (mut told_second, mut told_third) = (Value::Null, Value::Null);
+    let (winner, mut other, told) = loop {
         if let Some(event) = next_change(&mut second, Duration::from_millis(20)).await {
-            break (event, third);
+            if event["event"] == "elected" {
+                break (event, third, told_third);
+            }
+            assert_eq!(event["event"], "waiting", "{event}");
+            told_second = event;
         }
         if let Some(event) = next_change(&mut third, Duration::from_millis(20)).await {
-            break (event, second);
+            if event["event"] == "elected" {
+                break (event, second, told_second);
+            }
+            assert_eq!(event["event"], "waiting", "{event}");
+            told_third = event;
         }
         assert!(
             resigned.elapsed() < Duration::from_secs(5),
@@ -139,13 +166,21 @@ async fn one_leader_of_three_campaigners_and_the_next_elected_on_resignation() {
         );
     };
     let took = resigned.elapsed();
-    assert_eq!(winner["event"], "elected", "{winner}");
     assert!(
         took < Duration::from_secs(1),
         "elected {took:?} after the resignation"
     );
     let next_term = winner["term"].as_u64().unwrap();
     assert!(next_term > term, "{next_term} after {term}");
+    // The other is told the new leader (once its note is there), and
+    // stays in line.
+    if told["leader"]["term"] != next_term {
+        wait_for_event(&mut other, |e| {
+            assert_eq!(e["event"], "waiting", "a second leader: {e}");
+            e["leader"]["term"] == next_term
+        })
+        .await;
+    }
     assert!(
         next_change(&mut other, Duration::from_millis(500))
             .await

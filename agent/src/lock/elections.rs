@@ -134,6 +134,8 @@ impl<M: Store> Locks<M> {
             }))
         };
         let uid = campaign.holder.map(|h| h.uid);
+        // The leader last told in a `waiting` event.
+        let mut told: Option<Option<(Option<u64>, Option<String>)>> = None;
         loop {
             self.touch();
             let mut contest = LockContest::new(
@@ -148,18 +150,36 @@ impl<M: Store> Locks<M> {
                 .contend(&self.engine, &mut contest, Duration::ZERO, uid, None)
                 .await;
             if !matches!(outcome, Ok(Acquire::Granted(_))) {
-                let leader = self.leader(&campaign.name).await.ok().flatten();
-                if events
-                    .send(CampaignEvent::Waiting { leader })
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-                outcome = self
-                    .waiters
-                    .contend(&self.engine, &mut contest, FOREVER, uid, Some(&cancel))
-                    .await;
+                // Waits in line, saying who leads when it starts to wait
+                // and whenever that changes (woken by the election's
+                // announcements, as observers are).
+                let mut watch = self.waiters.observe(resource.queue());
+                let tell = async {
+                    loop {
+                        let leader = self.leader(&campaign.name).await.ok().flatten();
+                        let seen = leader.as_ref().map(|l| (l.term, l.agent.clone()));
+                        if told.as_ref() != Some(&seen) {
+                            told = Some(seen);
+                            if events
+                                .send(CampaignEvent::Waiting { leader })
+                                .await
+                                .is_err()
+                            {
+                                cancel.cancel();
+                                return;
+                            }
+                        }
+                        watch.changed().await;
+                    }
+                };
+                let wait =
+                    self.waiters
+                        .contend(&self.engine, &mut contest, FOREVER, uid, Some(&cancel));
+                tokio::pin!(wait);
+                outcome = tokio::select! {
+                    outcome = &mut wait => outcome,
+                    () = tell => wait.await,
+                };
             }
             let grant = match outcome {
                 Ok(Acquire::Granted(grant)) => grant,
@@ -189,6 +209,7 @@ impl<M: Store> Locks<M> {
             let Some(term) = grant.fence else {
                 unreachable!("a campaign's grant is fenced")
             };
+            let valid_until = grant.valid_until();
             let (mut hold, task) = match self
                 .start_hold(
                     resource.clone(),
@@ -203,12 +224,7 @@ impl<M: Store> Locks<M> {
                 // Too little validity left to lead: in line again.
                 Err(_) => continue,
             };
-            let Some(HoldEvent::Acquired {
-                validity_ms,
-                ttl_ms,
-                ..
-            }) = hold.recv().await
-            else {
+            let Some(HoldEvent::Acquired { ttl_ms, .. }) = hold.recv().await else {
                 continue;
             };
             let mut lost = None;
@@ -221,13 +237,20 @@ impl<M: Store> Locks<M> {
                     .last_term
                     .set(i64::try_from(term).unwrap_or(i64::MAX));
                 tracing::info!(election = %campaign.name, term, "elected");
+                // The validity left now, after the note and the
+                // announcement: the client counts it from arrival.
                 let elected = CampaignEvent::Elected {
                     term,
-                    validity_ms,
+                    validity_ms: millis(valid_until.saturating_duration_since(Instant::now())),
                     ttl_ms,
                 };
                 if events.send(elected).await.is_ok() {
-                    while let Some(event) = hold.recv().await {
+                    // The client gone resigns at once, not at the next
+                    // renewal.
+                    while let Some(event) = tokio::select! {
+                        event = hold.recv() => event,
+                        () = events.closed() => None,
+                    } {
                         let event = match event {
                             HoldEvent::Renewed { validity_ms } => {
                                 CampaignEvent::Renewed { validity_ms }
@@ -272,7 +295,7 @@ impl<M: Store> Locks<M> {
             uid: campaign.holder.map(|h| h.uid),
             since_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| millis(d)),
+                .map_or(0, millis),
         };
         // Cannot fail: strings and numbers.
         let value = serde_json::to_string(&note).expect("a note serializes");
@@ -378,7 +401,7 @@ impl<M: Store> Locks<M> {
         tokio::spawn(async move {
             let queue = Resource::election(&name).queue().to_string();
             let mut watch = locks.waiters.observe(&queue);
-            let mut last: Option<Option<(Option<u64>, Option<String>, Option<String>)>> = None;
+            let mut last: Option<Option<Seen>> = None;
             let mut noteless_since: Option<Instant> = None;
             loop {
                 let mut wait = OBSERVE_EVERY;
@@ -426,6 +449,10 @@ impl<M: Store> Locks<M> {
         receiver
     }
 }
+
+/// What an observer compares to tell a change of leader: term, agent,
+/// owner.
+type Seen = (Option<u64>, Option<String>, Option<String>);
 
 /// Aborts its task when dropped.
 struct DropGuard(tokio::task::JoinHandle<()>);
