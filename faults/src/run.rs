@@ -1755,6 +1755,7 @@ mod tests {
             ending: crate::checker::Ending::Open,
             fence: Some(5),
             write: None,
+            primitive: crate::checker::Primitive::Lock,
         };
         FenceInversion {
             earlier: section.clone(),
