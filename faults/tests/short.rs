@@ -166,3 +166,66 @@ fn the_checker_sees_fences_out_of_order_when_the_write_back_is_off() {
     let verdict = run::verdicts(std::slice::from_ref(&report));
     assert!(verdict[0].starts_with("PASS"), "{verdict:?}");
 }
+
+/// The semaphore control alone: with delayed restart off, restarting a
+/// majority while permits of a semaphore of 2 are held lets waiting
+/// clients take permits beyond the limit, and the checker sees more
+/// permits believed at once than the limit.
+#[test]
+fn the_checker_sees_a_semaphore_excess_when_delayed_restart_is_off() {
+    let rt = runtime();
+    let options = Options::semaphore_control(false, 19, faults_bin());
+    let report = rt
+        .block_on(run::control(&options, 4))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    let verdict = run::verdicts(std::slice::from_ref(&report));
+    println!("{}", verdict[0]);
+    assert!(
+        !report.findings.primitives.semaphore_excess.is_empty(),
+        "the semaphore control found no excess: the checker is blind\n{report}"
+    );
+    assert!(verdict[0].starts_with("PASS"), "{verdict:?}");
+}
+
+/// The election control alone: with the in-vote marker check off (the
+/// agents' test-only switch), `FLUSHALL` on a majority while a leader
+/// leads lets a waiting campaigner be elected before the leader is told it
+/// lost, and the checker sees two leaders at once.
+#[test]
+fn the_checker_sees_two_leaders_when_the_marker_check_is_off() {
+    let rt = runtime();
+    let options = Options::election_control(false, 23, faults_bin());
+    let report = rt
+        .block_on(run::control(&options, 4))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    let verdict = run::verdicts(std::slice::from_ref(&report));
+    println!("{}", verdict[0]);
+    assert!(
+        !report.findings.primitives.leader_overlaps.is_empty(),
+        "the election control found no two leaders at once: the checker is blind\n{report}"
+    );
+    assert!(verdict[0].starts_with("PASS"), "{verdict:?}");
+}
+
+/// The term control alone: agents whose clocks are 5 s apart, round 2's
+/// write-back of the fence off: a leader elected through the agent whose
+/// clock is behind gets a term below an earlier leader's, and the checker
+/// says so.
+#[test]
+fn the_checker_sees_terms_out_of_order_when_the_write_back_is_off() {
+    let rt = runtime();
+    let options = Options::term_control(false, 29, faults_bin());
+    let report = rt
+        .block_on(run::control(&options, 1))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    let verdict = run::verdicts(std::slice::from_ref(&report));
+    println!("{}", verdict[0]);
+    assert!(
+        !report.findings.primitives.term_inversions.is_empty(),
+        "no term out of order with the write-back off: the checker is blind\n{report}"
+    );
+    assert!(verdict[0].starts_with("PASS"), "{verdict:?}");
+}
