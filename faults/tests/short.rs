@@ -1,7 +1,8 @@
 //! The short mode: a nemesis run over every fault (alone, then mixed) with
-//! the checker watching, then the control runs that prove the checker can
-//! see a double grant (a majority restarted empty, flushed, made to evict)
-//! and fences out of order; then the same in cluster
+//! the checker watching locks, semaphores and elections, then the control
+//! runs that prove the checker can see a double grant (a majority restarted
+//! empty, flushed, made to evict), fences out of order, more permits than a
+//! semaphore's limit, two leaders and terms out of order; then the same in cluster
 //! mode (every master a Redis Cluster). `tools/test.sh` runs it on its own, after the other
 //! tests, so the machine is quiet:
 //!
@@ -38,8 +39,15 @@ fn faults_bin() -> PathBuf {
 /// cache's writes under a lowered `maxmemory`, `volatile-ttl` then
 /// `volatile-lru`) finds nothing with the eviction check on, and
 /// violations with it off; agents with skewed clocks mint fences in
-/// order with round 2's write-back, and out of order without it. Every
-/// run: no fence out of order, no stale write accepted by the fenced store.
+/// order with round 2's write-back, and out of order without it; the same
+/// restart of a majority under a semaphore's held permits finds no excess
+/// with delayed restart on, and more permits believed than the limit with
+/// it off; the same flush under an election's leader finds one leader at a
+/// time with the marker check on, and two with it off; campaigners through
+/// agents with skewed clocks find terms out of order without the
+/// write-back. Every run: no fence out of order, no stale write accepted
+/// by the fenced store, no semaphore over its limit, one leader at a time,
+/// terms in order.
 /// Then cluster mode: shards restarted empty, lagged failovers and slot
 /// migrations (alone and mixed) find no violation; a lagged failover of a
 /// held lock's shard in 3 of 5 clusters lets no second client in with the
