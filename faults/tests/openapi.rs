@@ -150,6 +150,7 @@ fn wire_values_match_their_schemas() {
             ttl_ms: 2,
             fence: Some(7),
             permit: None,
+            hold_count: None,
         },
     );
     check(&s, "HoldEvent", HoldEvent::Renewed { validity_ms: 1 });

@@ -25,7 +25,7 @@
 //! holds the election's lock on a quorum.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlock_wire::election::MAX_VALUE_LEN;
 use redlock_wire::{CampaignEvent, CampaignRequest, HoldEvent, Leader, ObserveEvent};
@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use super::listing::{self, ReadError};
 use super::waiters::{LockContest, WaitError};
 use super::{millis, Holder, LockError, Locks};
+use crate::metrics::Leadership;
 use crate::redlock::{token, Acquire, KeyState, Resource, Store};
 
 /// Longest a campaign waits in line: for as long as its stream is open.
@@ -44,6 +45,10 @@ const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// How often an observer reads the leader when no change is heard and no
 /// leadership is about to run out.
 const OBSERVE_EVERY: Duration = Duration::from_secs(5);
+
+/// How long an observer waits for a new leader's note before it shows the
+/// leader without its term.
+const NOTE_WAIT: Duration = Duration::from_secs(1);
 
 /// The leader's note on the masters, beside the election's lock.
 #[derive(Debug, Serialize, Deserialize)]
@@ -211,7 +216,7 @@ impl<M: Store> Locks<M> {
                 self.note_leader(&campaign, &token, term).await;
                 self.announce_change(&resource, &format!("elected {term}"))
                     .await;
-                self.metrics.leadership("elected");
+                self.metrics.leadership(Leadership::Elected);
                 self.metrics
                     .last_term
                     .set(i64::try_from(term).unwrap_or(i64::MAX));
@@ -243,8 +248,11 @@ impl<M: Store> Locks<M> {
             // dropped), then tells the observers.
             drop(hold);
             let _ = task.await;
-            self.metrics
-                .leadership(if lost.is_some() { "lost" } else { "resigned" });
+            self.metrics.leadership(if lost.is_some() {
+                Leadership::Lost
+            } else {
+                Leadership::Resigned
+            });
             tracing::info!(election = %campaign.name, term, lost = lost.as_deref().unwrap_or("-"), "leadership ended");
             self.announce_change(&resource, &format!("ended {term}"))
                 .await;
@@ -371,6 +379,7 @@ impl<M: Store> Locks<M> {
             let queue = Resource::election(&name).queue().to_string();
             let mut watch = locks.waiters.observe(&queue);
             let mut last: Option<Option<(Option<u64>, Option<String>, Option<String>)>> = None;
+            let mut noteless_since: Option<Instant> = None;
             loop {
                 let mut wait = OBSERVE_EVERY;
                 match locks.leader(&name).await {
@@ -381,7 +390,18 @@ impl<M: Store> Locks<M> {
                         if let Some(leader) = &leader {
                             wait = wait.min(Duration::from_millis(leader.validity_ms + 50));
                         }
-                        if last.as_ref() != Some(&seen) {
+                        // Elected a moment ago: its note (the term) comes
+                        // before the announcement; shown without it only
+                        // if the note stays missing.
+                        let noteless = leader.as_ref().is_some_and(|l| l.term.is_none());
+                        let young = *noteless_since.get_or_insert_with(Instant::now);
+                        if !noteless {
+                            noteless_since = None;
+                        } else if young.elapsed() < NOTE_WAIT {
+                            wait = wait.min(NOTE_WAIT);
+                        }
+                        let hold_back = noteless && young.elapsed() < NOTE_WAIT;
+                        if !hold_back && last.as_ref() != Some(&seen) {
                             let event = match leader {
                                 Some(leader) => ObserveEvent::Leader(leader),
                                 None => ObserveEvent::NoLeader {
