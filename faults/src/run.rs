@@ -208,7 +208,9 @@ impl Options {
                 extend_chance: 0.25,
                 hold_ms: (100, 1500),
                 think_ms: (0, 50),
-                semaphores: vec![("sem-a".into(), 2), ("sem-b".into(), 2)],
+                // One semaphore of 2 for 3 permit clients: they contend
+                // for its permits as the lock clients do for a resource.
+                semaphores: vec![("sem-a".into(), 2)],
                 elections: vec!["elect-a".into()],
             },
             mix: Mix {
@@ -216,9 +218,9 @@ impl Options {
                 hold: 3,
                 process_hold: 2,
                 lock_command: 2,
-                permit_acquire: 3,
-                permit_hold: 2,
-                campaign: 3,
+                permit_acquire: 2,
+                permit_hold: 1,
+                campaign: 2,
             },
             singles: FaultKind::ALL.to_vec(),
             pool: FaultKind::ALL.to_vec(),
