@@ -265,6 +265,13 @@ impl PermitHold {
     /// Ends the hold: closes the connection, and the agent releases the
     /// permit on every master. The same as dropping it.
     pub fn close(self) {}
+
+    /// The permit's hold as a lock's [`Hold`] (its resource is the
+    /// semaphore's name), for code that reads any hold's events the same
+    /// way; the permit number goes, the connection stays.
+    pub fn into_hold(self) -> Hold {
+        self.hold
+    }
 }
 
 impl Client {

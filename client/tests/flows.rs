@@ -410,3 +410,152 @@ async fn an_idle_connection_the_agent_closed_is_replaced() {
         .unwrap();
     assert!(s.client.release("after-idle", &grant.token).await.unwrap());
 }
+
+/// Two permits of a semaphore of 2 through `acquire_permit`, the third
+/// refused as `taken`, another limit refused as `limit_mismatch`; the
+/// listing shows both holders without tokens; a freed permit goes to a
+/// hold, which names it; extend and release as for locks.
+#[tokio::test]
+async fn semaphore_permits_round_trip() {
+    use redlock_client::{PermitHoldOptions, PermitOptions};
+    let s = setup().await;
+    let options = PermitOptions::new(2)
+        .ttl(Duration::from_secs(10))
+        .owner("worker");
+    let first = s.client.acquire_permit("pay-api", &options).await.unwrap();
+    let second = s.client.acquire_permit("pay-api", &options).await.unwrap();
+    assert_eq!(first.semaphore, "pay-api");
+    let mut numbers = [first.permit, second.permit];
+    numbers.sort_unstable();
+    assert_eq!(numbers, [0, 1]);
+    assert!(
+        !format!("{first:?}").contains(&first.token),
+        "Debug hides the token"
+    );
+    let third = s.client.acquire_permit("pay-api", &options).await;
+    assert!(matches!(third, Err(Error::Taken { .. })), "{third:?}");
+    let other = s
+        .client
+        .acquire_permit("pay-api", &PermitOptions::new(3))
+        .await
+        .unwrap_err();
+    assert_eq!(other.code(), Some(ErrorCode::LimitMismatch), "{other}");
+
+    let listing = s.client.semaphore("pay-api").await.unwrap();
+    assert_eq!(listing.limit, Some(2));
+    assert_eq!(listing.permits.len(), 2, "{listing:?}");
+    assert!(listing.permits.iter().all(|p| p.held_here));
+    let text = serde_json::to_string(&listing).unwrap();
+    assert!(!text.contains(&first.token) && !text.contains(&second.token));
+
+    let extended = s
+        .client
+        .extend_permit(
+            "pay-api",
+            first.permit,
+            &first.token,
+            Some(Duration::from_secs(20)),
+        )
+        .await
+        .unwrap();
+    assert!(extended.validity > Duration::from_secs(10));
+    assert!(s
+        .client
+        .release_permit("pay-api", first.permit, &first.token)
+        .await
+        .unwrap());
+    assert!(!s
+        .client
+        .release_permit("pay-api", first.permit, &first.token)
+        .await
+        .unwrap());
+
+    let hold = s
+        .client
+        .hold_permit(
+            "pay-api",
+            &PermitHoldOptions::new(2).wait(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hold.permit(), first.permit, "the freed permit");
+    assert_eq!(hold.semaphore(), "pay-api");
+    drop(hold);
+    wait_for("the hold's permit released", || async {
+        s.client
+            .semaphore("pay-api")
+            .await
+            .is_ok_and(|l| l.permits.len() == 1)
+    })
+    .await;
+    assert!(s
+        .client
+        .release_permit("pay-api", second.permit, &second.token)
+        .await
+        .unwrap());
+}
+
+/// A campaigner is elected and named by `leader` and an observer; a second
+/// waits, and is elected with a larger term when the first resigns by
+/// dropping its campaign; once it resigns too, `leader` says `no_leader`.
+#[tokio::test]
+async fn a_campaign_leads_until_dropped_and_the_next_gets_a_larger_term() {
+    use redlock_client::{CampaignEvent, CampaignOptions, ObserveEvent};
+    let s = setup().await;
+    let options = |value: &str| {
+        CampaignOptions::new()
+            .ttl(Duration::from_secs(5))
+            .value(value)
+    };
+    let mut first = s.client.campaign("sched", &options("first")).await.unwrap();
+    let term = first.elected().await.unwrap().expect("elected");
+    assert!(first.is_leader());
+    let leader = s.client.leader("sched").await.unwrap();
+    assert_eq!(
+        (leader.term, leader.value.as_deref()),
+        (Some(term), Some("first"))
+    );
+    let mut observer = s.client.observe("sched").await.unwrap();
+    match observer.next_event().await.unwrap() {
+        Some(ObserveEvent::Leader(l)) => assert_eq!(l.term, Some(term)),
+        other => panic!("{other:?}"),
+    }
+
+    let mut second = s
+        .client
+        .campaign("sched", &options("second"))
+        .await
+        .unwrap();
+    let waiting = second.next_event().await.unwrap();
+    assert!(
+        matches!(waiting, Some(CampaignEvent::Waiting { .. })),
+        "{waiting:?}"
+    );
+    first.resign();
+    let next = tokio::time::timeout(DEADLINE, second.elected())
+        .await
+        .expect("elected in time")
+        .unwrap()
+        .expect("elected");
+    assert!(next > term, "{next} after {term}");
+    let seen = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match observer.next_event().await.unwrap() {
+                Some(ObserveEvent::Leader(l)) if l.term == Some(next) => return l,
+                Some(_) => {}
+                None => panic!("the observer's stream ended"),
+            }
+        }
+    })
+    .await
+    .expect("the observer saw the new leader");
+    assert_eq!(seen.value.as_deref(), Some("second"));
+    drop(second);
+    wait_for("no leader", || async {
+        s.client
+            .leader("sched")
+            .await
+            .is_err_and(|e| e.code() == Some(ErrorCode::NoLeader))
+    })
+    .await;
+}

@@ -30,6 +30,18 @@
 //! - **stale write accepted**: the fenced store ([`crate::store`]) accepted
 //!   A's write after it had accepted B's, B requested after A was
 //!   answered: what fencing exists to prevent.
+//! - **semaphore excess**: more believed permits of one semaphore at the
+//!   same instant than its limit. A permit is a lock of its own (on the
+//!   agent's internal resource `<name> permit <i>`), so two holders of one
+//!   permit are also a safety violation above; the excess counts across
+//!   the permits, whatever their numbers.
+//! - **leader overlap**: two believed leaderships of one election at the
+//!   same instant. A leadership is believed from its `elected` line's
+//!   arrival for its validity, moved by `renewed`, ended early by `lost` or
+//!   a broken stream, exactly as a hold.
+//! - **term inversion**: a leadership whose `elected` arrived after
+//!   another's `elected` had arrived, with a term not above it: terms must
+//!   grow in real-time order.
 //!
 //! Sections of killed clients end when the harness sent SIGKILL: the
 //! process runs no code after it, and the command of a killed
@@ -42,6 +54,39 @@ use std::sync::Mutex;
 use serde::Serialize;
 
 use crate::clock::Mono;
+
+/// What a section held: a lock, a semaphore's permit or an election's
+/// leadership. The last two are locks on the agent's internal resources
+/// (the section's `resource`: `<name> permit <i>`, `<name> election`),
+/// checked as such and for their own properties.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Primitive {
+    Lock,
+    /// Permit `permit` of `semaphore`, whose limit the client asked for.
+    Permit {
+        semaphore: String,
+        limit: u32,
+        permit: u32,
+    },
+    /// The leadership of `election`; its term is the section's fence.
+    Leadership {
+        election: String,
+        term: u64,
+    },
+}
+
+impl Primitive {
+    /// The agent's internal resource of permit `permit` of `semaphore`.
+    pub fn permit_resource(semaphore: &str, permit: u32) -> String {
+        format!("{semaphore} permit {permit}")
+    }
+
+    /// The agent's internal resource of `election`'s leadership.
+    pub fn election_resource(election: &str) -> String {
+        format!("{election} election")
+    }
+}
 
 /// Which kind of client ran a section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -56,6 +101,12 @@ pub enum ClientKind {
     /// `redlock-agent lock -- faults cs-child`, killable. Its command never
     /// sees renewals, so its validity is "until told to stop".
     LockCommand,
+    /// A semaphore's acquire, work, maybe extend, release.
+    PermitAcquire,
+    /// A semaphore's hold stream.
+    PermitHold,
+    /// A campaign stream; its section is the leadership, from `elected`.
+    Campaign,
 }
 
 impl ClientKind {
@@ -65,12 +116,21 @@ impl ClientKind {
             ClientKind::Hold => "hold",
             ClientKind::ProcessHold => "process_hold",
             ClientKind::LockCommand => "lock_command",
+            ClientKind::PermitAcquire => "permit_acquire",
+            ClientKind::PermitHold => "permit_hold",
+            ClientKind::Campaign => "campaign",
         }
     }
 
     /// The agent renews these and must say `lost` before validity ends.
     pub fn is_hold(self) -> bool {
-        matches!(self, ClientKind::Hold | ClientKind::ProcessHold)
+        matches!(
+            self,
+            ClientKind::Hold
+                | ClientKind::ProcessHold
+                | ClientKind::PermitHold
+                | ClientKind::Campaign
+        )
     }
 }
 
@@ -136,6 +196,8 @@ pub struct Section {
     pub fence: Option<u64>,
     /// The section's one write to the fenced store, once made.
     pub write: Option<StoreWrite>,
+    /// A lock, a permit or a leadership.
+    pub primitive: Primitive,
 }
 
 /// A section's write to the fenced store and what the store said.
@@ -184,10 +246,26 @@ impl Section {
         (end > start).then_some((start, end))
     }
 
+    /// The semaphore or election the section belongs to; for a lock, its
+    /// resource.
+    pub fn group(&self) -> &str {
+        match &self.primitive {
+            Primitive::Lock => &self.resource,
+            Primitive::Permit { semaphore, .. } => semaphore,
+            Primitive::Leadership { election, .. } => election,
+        }
+    }
+
     fn brief(&self) -> String {
+        let what = match &self.primitive {
+            Primitive::Lock => String::new(),
+            Primitive::Permit { permit, limit, .. } => format!("permit {permit} of {limit}, "),
+            Primitive::Leadership { term, .. } => format!("term {term}, "),
+        };
         format!(
-            "{} ({}, agent a{}, token {}…{}) requested {} granted {} entry {} exit {} valid until {}{} ({})",
+            "{} ({}{}, agent a{}, token {}…{}) requested {} granted {} entry {} exit {} valid until {}{} ({})",
             self.client,
+            what,
             self.kind.as_str(),
             self.agent + 1,
             &self.token[..self.token.len().min(8)],
@@ -366,6 +444,114 @@ impl fmt::Display for StaleWrite {
     }
 }
 
+/// More believed permits of one semaphore at once than its limit: the
+/// stretch of time in which they were, and the sections believed in it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SemaphoreExcess {
+    pub semaphore: String,
+    pub limit: u32,
+    /// The most permits believed at one instant of the stretch.
+    pub believed: usize,
+    pub from: Mono,
+    pub until: Mono,
+    /// The excess remains when validity is counted from the request.
+    pub strict: bool,
+    /// Every section believed at some instant of the stretch.
+    pub sections: Vec<Section>,
+}
+
+impl fmt::Display for SemaphoreExcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "SEMAPHORE EXCESS on {:?}: {} permits believed at once, limit {}, for {:.1}ms from {}{}",
+            self.semaphore,
+            self.believed,
+            self.limit,
+            self.until.ms_after(self.from),
+            self.from,
+            if self.strict {
+                ""
+            } else {
+                " (only when validity is counted from the answer's arrival)"
+            },
+        )?;
+        for s in self.sections.iter().take(6) {
+            write!(f, "\n    {}", s.brief())?;
+        }
+        Ok(())
+    }
+}
+
+/// Two leaderships of one election believed at the same instant.
+#[derive(Debug, Clone, Serialize)]
+pub struct LeaderOverlap {
+    pub election: String,
+    pub first: Section,
+    pub second: Section,
+    pub overlap_ms: f64,
+}
+
+impl fmt::Display for LeaderOverlap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "TWO LEADERS of {:?}: {:.1}ms of overlap\n    first:  {}\n    second: {}",
+            self.election,
+            self.overlap_ms,
+            self.first.brief(),
+            self.second.brief()
+        )
+    }
+}
+
+/// A leadership elected (its `elected` arrived) after `earlier`'s was,
+/// whose term is not above `earlier`'s.
+#[derive(Debug, Clone, Serialize)]
+pub struct TermInversion {
+    pub election: String,
+    pub earlier: Section,
+    pub later: Section,
+}
+
+impl fmt::Display for TermInversion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "TERM OUT OF ORDER in {:?}: {} then {} ({:.1}ms later)\n    earlier: {}\n    later:   {}",
+            self.election,
+            self.earlier.fence.unwrap_or(0),
+            self.later.fence.unwrap_or(0),
+            self.later.granted.ms_after(self.earlier.granted),
+            self.earlier.brief(),
+            self.later.brief()
+        )
+    }
+}
+
+/// What the semaphore and election properties say.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PrimitiveFindings {
+    /// Sections holding a permit.
+    pub permits: usize,
+    /// Per semaphore: its limit and the most permits believed at once.
+    pub most_believed: Vec<(String, u32, usize)>,
+    pub semaphore_excess: Vec<SemaphoreExcess>,
+    /// Sections holding a leadership.
+    pub leaderships: usize,
+    /// Elections that had a leader.
+    pub elections: usize,
+    pub leader_overlaps: Vec<LeaderOverlap>,
+    pub term_inversions: Vec<TermInversion>,
+}
+
+impl PrimitiveFindings {
+    /// Findings of either property.
+    pub fn violations(&self) -> usize {
+        self.semaphore_excess.len() + self.leader_overlaps.len() + self.term_inversions.len()
+    }
+}
+
 /// What the fenced store saw, and what the fences say.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct FenceFindings {
@@ -400,6 +586,8 @@ pub struct Findings {
     pub sightings: u64,
     /// Fences and the fenced store.
     pub fences: FenceFindings,
+    /// The semaphore and election properties.
+    pub primitives: PrimitiveFindings,
 }
 
 impl Findings {
@@ -459,8 +647,15 @@ impl Checker {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records a grant and the client's entry into its section at `entry`.
+    /// Records a grant of a lock and the client's entry into its section
+    /// at `entry`.
     pub fn enter(&self, grant: Grant, entry: Mono) -> SectionId {
+        self.enter_as(grant, entry, Primitive::Lock)
+    }
+
+    /// Records a grant of `primitive` (the grant's resource is the
+    /// agent's internal one, see [`Primitive`]) and the client's entry.
+    pub fn enter_as(&self, grant: Grant, entry: Mono, primitive: Primitive) -> SectionId {
         let mut state = self.lock();
         let id = state.sections.len();
         state.by_token.insert(grant.token.clone(), id);
@@ -481,6 +676,7 @@ impl Checker {
             ending: Ending::Open,
             fence: grant.fence,
             write: None,
+            primitive,
         });
         SectionId(id)
     }
@@ -525,13 +721,15 @@ impl Checker {
         }
     }
 
-    /// Sections open now on `resource` with at least `left_ms` of validity.
+    /// Sections open now on `resource` (or a permit of the semaphore, or
+    /// the leadership of the election, of that name) with at least
+    /// `left_ms` of validity.
     pub fn inside(&self, resource: &str, left_ms: u64) -> usize {
         let now = Mono::now();
         self.lock()
             .sections
             .iter()
-            .filter(|s| s.resource == resource && s.exit.is_none())
+            .filter(|s| s.group() == resource && s.exit.is_none())
             .filter(|s| s.valid_until.is_none_or(|v| v > now.plus_ms(left_ms)))
             .count()
     }
@@ -543,7 +741,7 @@ impl Checker {
         self.lock()
             .sections
             .iter()
-            .filter(|s| s.resource == resource && s.exit.is_none())
+            .filter(|s| s.group() == resource && s.exit.is_none())
             .filter(|s| s.valid_until.is_none_or(|v| v > now.plus_ms(left_ms)))
             .map(|s| s.token.clone())
             .collect()
@@ -681,7 +879,10 @@ impl Checker {
 
         let mut by_resource: HashMap<&str, Vec<&Section>> = HashMap::new();
         for s in &state.sections {
-            by_resource.entry(s.resource.as_str()).or_default().push(s);
+            // Two leaderships at once are the election property's finding.
+            if !matches!(s.primitive, Primitive::Leadership { .. }) {
+                by_resource.entry(s.resource.as_str()).or_default().push(s);
+            }
             // Overruns: the section went on past the validity it was told
             // (stopping a moment after a `lost` notice is not one).
             if let (Some(exit), Some(until)) = (s.exit, s.valid_until) {
@@ -702,8 +903,178 @@ impl Checker {
         }
         findings.violations.sort_by_key(|v| v.second.entry);
         findings.fences = fences(&state.sections);
+        findings.primitives = primitives(&state.sections, now);
         findings
     }
+}
+
+/// The semaphore property (never more believed permits at once than the
+/// limit) and the election properties (never two believed leaders at
+/// once; terms in the order their `elected` arrived) over every section.
+fn primitives(sections: &[Section], now: Mono) -> PrimitiveFindings {
+    let mut out = PrimitiveFindings::default();
+    let mut semaphores: HashMap<&str, (u32, Vec<&Section>)> = HashMap::new();
+    let mut elections: HashMap<&str, Vec<&Section>> = HashMap::new();
+    for s in sections {
+        match &s.primitive {
+            Primitive::Lock => {}
+            Primitive::Permit {
+                semaphore, limit, ..
+            } => {
+                out.permits += 1;
+                let entry = semaphores
+                    .entry(semaphore.as_str())
+                    .or_insert((*limit, Vec::new()));
+                // Every client asks for the same limit; the smallest is
+                // the strictest reading if one did not.
+                entry.0 = entry.0.min(*limit);
+                entry.1.push(s);
+            }
+            Primitive::Leadership { election, .. } => {
+                out.leaderships += 1;
+                elections.entry(election.as_str()).or_default().push(s);
+            }
+        }
+    }
+    let mut names: Vec<&str> = semaphores.keys().copied().collect();
+    names.sort_unstable();
+    for name in names {
+        let (limit, permits) = &semaphores[name];
+        let (most, excess) = excess(name, *limit, permits, now);
+        out.most_believed.push((name.to_string(), *limit, most));
+        out.semaphore_excess.extend(excess);
+    }
+    out.elections = elections.len();
+    for (election, leaderships) in elections {
+        out.leader_overlaps
+            .extend(leader_overlaps(election, &leaderships, now));
+        out.term_inversions
+            .extend(term_inversions(election, &leaderships));
+    }
+    out.semaphore_excess.sort_by_key(|e| e.from);
+    out.leader_overlaps.sort_by_key(|o| o.second.entry);
+    out.term_inversions.sort_by_key(|i| i.later.granted);
+    out
+}
+
+/// Stretches of time in which more than `limit` of `permits` were believed
+/// (counted from the answers' arrival), each marked strict when more than
+/// `limit` were also believed in it counting from the requests; and the
+/// most believed at one instant.
+fn excess(
+    semaphore: &str,
+    limit: u32,
+    permits: &[&Section],
+    now: Mono,
+) -> (usize, Vec<SemaphoreExcess>) {
+    let limit_n = usize::try_from(limit).unwrap_or(usize::MAX);
+    let stretches = |strict: bool| {
+        // (time, +1 start / -1 end, section); ends before starts at the
+        // same instant: a hand-off at one instant is no overlap.
+        let mut events: Vec<(Mono, i8, usize)> = Vec::new();
+        for (i, s) in permits.iter().enumerate() {
+            if let Some((start, end)) = s.believed_part(now, strict) {
+                events.push((start, 1, i));
+                events.push((end, -1, i));
+            }
+        }
+        events.sort_by_key(|&(t, delta, _)| (t, delta));
+        let mut believed: Vec<usize> = Vec::new();
+        let mut most = 0;
+        // (from, until, most at once, sections believed in the stretch)
+        let mut out: Vec<(Mono, Mono, usize, Vec<usize>)> = Vec::new();
+        let mut open: Option<(Mono, usize, Vec<usize>)> = None;
+        for (t, delta, i) in events {
+            if delta > 0 {
+                believed.push(i);
+            } else {
+                believed.retain(|&j| j != i);
+            }
+            most = most.max(believed.len());
+            match (&mut open, believed.len() > limit_n) {
+                (None, true) => open = Some((t, believed.len(), believed.clone())),
+                (Some((_, peak, seen)), true) => {
+                    *peak = (*peak).max(believed.len());
+                    for &j in &believed {
+                        if !seen.contains(&j) {
+                            seen.push(j);
+                        }
+                    }
+                }
+                (Some(_), false) => {
+                    if let Some((from, peak, seen)) = open.take() {
+                        out.push((from, t, peak, seen));
+                    }
+                }
+                (None, false) => {}
+            }
+        }
+        (most, out)
+    };
+    let (most, loose) = stretches(false);
+    let (_, strict) = stretches(true);
+    let found = loose
+        .into_iter()
+        .map(|(from, until, peak, seen)| SemaphoreExcess {
+            semaphore: semaphore.to_string(),
+            limit,
+            believed: peak,
+            from,
+            until,
+            strict: strict.iter().any(|(f, u, _, _)| *f < until && from < *u),
+            sections: seen.into_iter().map(|i| permits[i].clone()).collect(),
+        })
+        .collect();
+    (most, found)
+}
+
+/// Pairs of leaderships of one election believed at the same instant.
+fn leader_overlaps(election: &str, leaderships: &[&Section], now: Mono) -> Vec<LeaderOverlap> {
+    let mut parts: Vec<(Mono, Mono, &Section)> = leaderships
+        .iter()
+        .filter_map(|s| s.believed_part(now, false).map(|(a, b)| (a, b, *s)))
+        .collect();
+    parts.sort_by_key(|&(start, _, _)| start);
+    let mut out = Vec::new();
+    for (i, &(a0, a1, a)) in parts.iter().enumerate() {
+        for &(b0, b1, b) in &parts[i + 1..] {
+            if b0 >= a1 {
+                break; // sorted by start: no later part overlaps `a`
+            }
+            out.push(LeaderOverlap {
+                election: election.to_string(),
+                first: a.clone(),
+                second: b.clone(),
+                overlap_ms: a1.min(b1).ms_after(a0.max(b0)),
+            });
+        }
+    }
+    out
+}
+
+/// Leaderships whose `elected` arrived after another's had, with a term
+/// not above it: one per later leadership, against the earlier one with
+/// the highest term.
+fn term_inversions(election: &str, leaderships: &[&Section]) -> Vec<TermInversion> {
+    let mut by_elected: Vec<&Section> = leaderships.to_vec();
+    by_elected.sort_by_key(|s| s.granted);
+    let mut highest: Option<&Section> = None;
+    let mut out = Vec::new();
+    for s in by_elected {
+        if let Some(h) = highest {
+            if h.granted < s.granted && s.fence <= h.fence {
+                out.push(TermInversion {
+                    election: election.to_string(),
+                    earlier: h.clone(),
+                    later: s.clone(),
+                });
+            }
+        }
+        if highest.is_none_or(|h| s.fence > h.fence) {
+            highest = Some(s);
+        }
+    }
+    out
 }
 
 /// Fence order and the fenced store's writes over every section.
@@ -1017,6 +1388,211 @@ mod tests {
             ),
             (1, 1, 1, 1)
         );
+    }
+
+    /// A permit of `semaphore` (limit `limit`) granted at `granted` with
+    /// `validity` ms, left at `exit`.
+    fn permit(
+        c: &Checker,
+        (semaphore, limit, number): (&str, u32, u32),
+        token: &str,
+        (granted, validity, exit): (u64, u64, u64),
+    ) -> SectionId {
+        let mut g = grant(token, token, granted, Some(validity));
+        g.resource = Primitive::permit_resource(semaphore, number);
+        g.kind = ClientKind::PermitAcquire;
+        let id = c.enter_as(
+            g,
+            at(granted),
+            Primitive::Permit {
+                semaphore: semaphore.into(),
+                limit,
+                permit: number,
+            },
+        );
+        c.exit(id, at(exit), Ending::Released { released: true });
+        id
+    }
+
+    /// A leadership of `election` with `term`, elected at `elected` with
+    /// `validity` ms, told lost at `lost` (if any), left at `exit`.
+    fn leadership(
+        c: &Checker,
+        election: &str,
+        term: u64,
+        (elected, validity, lost, exit): (u64, u64, Option<u64>, u64),
+    ) -> SectionId {
+        let token = format!("{election}#{term}");
+        let mut g = grant(&token, &token, elected, Some(validity));
+        g.resource = Primitive::election_resource(election);
+        g.kind = ClientKind::Campaign;
+        g.fence = Some(term);
+        let id = c.enter_as(
+            g,
+            at(elected),
+            Primitive::Leadership {
+                election: election.into(),
+                term,
+            },
+        );
+        if let Some(lost) = lost {
+            c.belief_ended(id, at(lost));
+        }
+        c.exit(id, at(exit), Ending::Closed);
+        id
+    }
+
+    #[test]
+    fn one_permit_more_than_the_limit_believed_at_once_is_an_excess() {
+        let c = Checker::new();
+        permit(&c, ("sem", 2, 0), "a", (0, 900, 500));
+        permit(&c, ("sem", 2, 1), "b", (100, 900, 600));
+        // A third holder while both are believed, on a number the limit
+        // does not have: no permit is held twice, the semaphore is exceeded.
+        permit(&c, ("sem", 2, 2), "c", (300, 900, 400));
+        let f = c.findings(at(2000));
+        let p = &f.primitives;
+        assert_eq!(p.permits, 3);
+        assert_eq!(p.semaphore_excess.len(), 1, "{:?}", p.semaphore_excess);
+        let e = &p.semaphore_excess[0];
+        assert_eq!(
+            (e.believed, e.limit, e.from, e.until),
+            (3, 2, at(300), at(400))
+        );
+        assert!(e.strict);
+        assert_eq!(e.sections.len(), 3);
+        assert!(e.to_string().contains("SEMAPHORE EXCESS"), "{e}");
+        assert_eq!(p.most_believed, vec![("sem".to_string(), 2, 3)]);
+        assert!(f.violations.is_empty(), "no permit was held twice");
+        assert_eq!(p.violations(), 1);
+    }
+
+    #[test]
+    fn one_permit_granted_twice_is_a_violation_and_an_excess_when_over_the_limit() {
+        let c = Checker::new();
+        permit(&c, ("sem", 2, 0), "a", (0, 900, 500));
+        permit(&c, ("sem", 2, 1), "b", (0, 900, 500));
+        permit(&c, ("sem", 2, 0), "c", (200, 900, 700));
+        let f = c.findings(at(2000));
+        assert_eq!(f.violations.len(), 1, "permit 0 twice: {:?}", f.violations);
+        assert_eq!(f.violations[0].resource, "sem permit 0");
+        assert_eq!(f.primitives.semaphore_excess.len(), 1);
+        // Another semaphore's permits never count against this one.
+        permit(&c, ("other", 2, 0), "d", (250, 900, 450));
+        permit(&c, ("other", 2, 1), "e", (250, 900, 450));
+        let f = c.findings(at(2000));
+        assert_eq!(f.primitives.semaphore_excess.len(), 1);
+        assert_eq!(f.primitives.most_believed.len(), 2);
+    }
+
+    #[test]
+    fn permits_handed_off_or_lost_in_time_are_no_excess() {
+        let c = Checker::new();
+        permit(&c, ("sem", 2, 0), "a", (0, 900, 500));
+        permit(&c, ("sem", 2, 1), "b", (100, 900, 800));
+        // Handed off at the very instant a leaves.
+        permit(&c, ("sem", 2, 0), "c", (500, 900, 1200));
+        // a2 and e hold; a2 is told lost at 1400 but lingers until 1700;
+        // d comes in at 1450: two believed at once, never three.
+        let a2 = permit(&c, ("sem", 2, 0), "a2", (1300, 600, 1700));
+        c.belief_ended(a2, at(1400));
+        permit(&c, ("sem", 2, 1), "e", (1300, 900, 1700));
+        permit(&c, ("sem", 2, 0), "d", (1450, 900, 1900));
+        let f = c.findings(at(3000));
+        let p = &f.primitives;
+        assert!(p.semaphore_excess.is_empty(), "{:?}", p.semaphore_excess);
+        assert_eq!(p.most_believed, vec![("sem".to_string(), 2, 2)]);
+        assert!(f.violations.is_empty(), "{:?}", f.violations);
+    }
+
+    #[test]
+    fn an_excess_only_counted_from_the_answers_is_not_strict() {
+        let c = Checker::new();
+        permit(&c, ("sem", 1, 0), "a", (0, 400, 450));
+        // Requested at 0, answered at 100: valid until 500 from the
+        // answer, 400 from the request.
+        let mut g = grant("b", "b", 100, Some(400));
+        g.requested = at(0);
+        g.resource = Primitive::permit_resource("sem", 0);
+        let b = c.enter_as(
+            g,
+            at(100),
+            Primitive::Permit {
+                semaphore: "sem".into(),
+                limit: 1,
+                permit: 0,
+            },
+        );
+        c.exit(b, at(480), Ending::Released { released: false });
+        permit(&c, ("sem", 1, 1), "c", (420, 900, 900));
+        let f = c.findings(at(2000));
+        let e = &f.primitives.semaphore_excess;
+        assert!(!e.is_empty());
+        assert!(e.iter().any(|e| !e.strict), "{e:?}");
+    }
+
+    #[test]
+    fn two_believed_leaders_at_once_are_found() {
+        let c = Checker::new();
+        leadership(&c, "e", 10, (0, 900, None, 600));
+        leadership(&c, "e", 11, (400, 900, None, 1000));
+        let f = c.findings(at(2000));
+        let p = &f.primitives;
+        assert_eq!((p.leaderships, p.elections), (2, 1));
+        assert_eq!(p.leader_overlaps.len(), 1, "{:?}", p.leader_overlaps);
+        let o = &p.leader_overlaps[0];
+        assert!((o.overlap_ms - 200.0).abs() < 1e-6, "{}", o.overlap_ms);
+        assert!(o.to_string().contains("TWO LEADERS"), "{o}");
+        assert!(p.term_inversions.is_empty());
+        assert!(
+            f.violations.is_empty(),
+            "two leaders are the election's finding, not a lock's"
+        );
+    }
+
+    #[test]
+    fn a_later_leader_with_a_term_not_above_is_an_inversion() {
+        let c = Checker::new();
+        leadership(&c, "e", 10, (0, 300, None, 200));
+        leadership(&c, "e", 12, (300, 300, None, 500));
+        leadership(&c, "e", 12, (600, 300, None, 800)); // equal: not above
+        leadership(&c, "e", 7, (900, 300, None, 1100)); // below both
+                                                        // Another election's terms are its own.
+        leadership(&c, "other", 3, (1200, 300, None, 1400));
+        let f = c.findings(at(2000));
+        let p = &f.primitives;
+        assert!(p.leader_overlaps.is_empty(), "{:?}", p.leader_overlaps);
+        assert_eq!(p.term_inversions.len(), 2, "{:?}", p.term_inversions);
+        assert_eq!(p.term_inversions[0].later.fence, Some(12));
+        assert_eq!(p.term_inversions[1].later.fence, Some(7));
+        assert!(p
+            .term_inversions
+            .iter()
+            .all(|i| i.earlier.fence == Some(12) && i.election == "e"));
+        assert!(p.term_inversions[1]
+            .to_string()
+            .contains("TERM OUT OF ORDER"));
+    }
+
+    #[test]
+    fn leaders_handed_off_in_time_are_fine() {
+        let c = Checker::new();
+        // Resigns at 500; the next is elected at 500.
+        leadership(&c, "e", 10, (0, 900, None, 500));
+        // Told lost at 950 (renewals stopped), lingers until 1000; the
+        // next is elected at 960.
+        let b = leadership(&c, "e", 11, (500, 300, None, 1000));
+        c.renewed(b, at(800), at(800), 300);
+        c.belief_ended(b, at(950));
+        leadership(&c, "e", 14, (960, 900, Some(1500), 1500));
+        // Elected once the last validity ran out, with no word from it.
+        leadership(&c, "e", 15, (2400, 900, None, 2600));
+        let f = c.findings(at(3000));
+        let p = &f.primitives;
+        assert_eq!(p.leaderships, 4);
+        assert!(p.leader_overlaps.is_empty(), "{:?}", p.leader_overlaps);
+        assert!(p.term_inversions.is_empty(), "{:?}", p.term_inversions);
+        assert_eq!(p.violations(), 0);
     }
 
     #[test]

@@ -16,8 +16,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use redlock_client::{AcquireOptions, Error, ErrorCode, Extended, Grant, Hold, HoldOptions};
-use redlock_wire::{HoldEvent, NodesResponse, SummaryResponse};
+pub use redlock_client::{
+    AcquireOptions, Campaign, CampaignOptions, Error, ErrorCode, Extended, Grant, Hold,
+    HoldOptions, Permit, PermitHold, PermitHoldOptions, PermitOptions,
+};
+use redlock_wire::{CampaignEvent, HoldEvent, NodesResponse, SummaryResponse};
 
 /// How long past the request's own wait an answer may take before the
 /// call counts as unanswered.
@@ -122,6 +125,77 @@ impl Client {
         answer(self.fresh().hold(resource, options).await)
     }
 
+    /// `POST /v1/semaphores/{name}/acquire`.
+    ///
+    /// # Errors
+    /// As [`Client::acquire`].
+    pub async fn acquire_permit(
+        &self,
+        name: &str,
+        options: &PermitOptions,
+    ) -> Result<Answer<Permit>, Error> {
+        answer(self.fresh().acquire_permit(name, options).await)
+    }
+
+    /// `POST /v1/semaphores/{name}/hold`: once `acquired` has arrived.
+    ///
+    /// # Errors
+    /// As [`Client::hold`].
+    pub async fn hold_permit(
+        &self,
+        name: &str,
+        options: &PermitHoldOptions,
+    ) -> Result<Answer<PermitHold>, Error> {
+        answer(self.fresh().hold_permit(name, options).await)
+    }
+
+    /// `POST /v1/elections/{name}/campaign`: the stream, as soon as the
+    /// agent starts it; it lasts until dropped (which resigns).
+    ///
+    /// # Errors
+    /// As [`Client::acquire`]; [`Error::Protocol`] when the answer is not a
+    /// stream.
+    pub async fn campaign(
+        &self,
+        name: &str,
+        options: &CampaignOptions,
+    ) -> Result<Answer<Campaign>, Error> {
+        answer(self.fresh().campaign(name, options).await)
+    }
+
+    /// Extends what `held` names (a lock or a permit): a new TTL from now.
+    ///
+    /// # Errors
+    /// As [`Client::acquire`].
+    pub async fn extend_held(
+        &self,
+        held: &Held,
+        token: &str,
+        ttl: Option<Duration>,
+    ) -> Result<Answer<Extended>, Error> {
+        match held {
+            Held::Lock(resource) => self.extend(resource, token, ttl).await,
+            Held::Permit { semaphore, permit } => answer(
+                self.fresh()
+                    .extend_permit(semaphore, *permit, token, ttl)
+                    .await,
+            ),
+        }
+    }
+
+    /// Releases what `held` names: whether a quorum still held it.
+    ///
+    /// # Errors
+    /// As [`Client::acquire`].
+    pub async fn release_held(&self, held: &Held, token: &str) -> Result<Answer<bool>, Error> {
+        match held {
+            Held::Lock(resource) => self.release(resource, token).await,
+            Held::Permit { semaphore, permit } => {
+                answer(self.fresh().release_permit(semaphore, *permit, token).await)
+            }
+        }
+    }
+
     /// `GET /healthz`.
     ///
     /// # Errors
@@ -144,6 +218,33 @@ impl Client {
     /// When the agent does not answer with its summary.
     pub async fn summary(&self) -> Result<SummaryResponse, Error> {
         self.fresh().summary().await
+    }
+}
+
+/// What a plain acquire holds, for its extend and release: a lock, or a
+/// semaphore's permit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    Lock(String),
+    Permit { semaphore: String, permit: u32 },
+}
+
+/// What a campaign's stream said next.
+#[derive(Debug)]
+pub enum CampaignNext {
+    Event(CampaignEvent),
+    /// The stream ended cleanly.
+    Ended,
+    /// The connection broke, or a line was no event.
+    Broken(String),
+}
+
+/// Waits for a campaign's next event.
+pub async fn next_campaign_event(campaign: &mut Campaign) -> CampaignNext {
+    match campaign.next_event().await {
+        Ok(Some(event)) => CampaignNext::Event(event),
+        Ok(None) => CampaignNext::Ended,
+        Err(e) => CampaignNext::Broken(e.to_string()),
     }
 }
 

@@ -17,7 +17,8 @@
 //!   flushes, evictions and failovers of masters, shard faults of cluster
 //!   masters.
 //! - [`checker`]: critical sections on one clock; safety violations,
-//!   overruns, leaks.
+//!   overruns, leaks, fences; semaphores over their limit, two leaders at
+//!   once, terms out of order.
 //! - [`observer`]: reads lock keys on the masters directly for the checker
 //!   (on a cluster master, on the shard serving each key).
 //! - [`store`]: the fenced store, a `redis-server` of its own that accepts a
@@ -25,7 +26,8 @@
 //! - [`lag`]: the harness's own scheduling lag, to tell a paused client
 //!   from a late agent.
 //! - [`workload`]: the clients (in-process, and `faults hold-client` /
-//!   `redlock-agent lock` child processes) and their stats.
+//!   `redlock-agent lock` child processes) of locks, semaphores' permits
+//!   and elections, and their stats.
 //! - [`nemesis`]: the faults, alone and mixed, and recovery times.
 //! - [`run`]: the nemesis run and the control runs (over single masters,
 //!   and in cluster mode), and their report.

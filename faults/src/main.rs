@@ -67,7 +67,9 @@ enum Cmd {
     /// Only the control runs (a majority restarted with delayed restart on,
     /// then off; a majority flushed with the marker check on, then off; a
     /// majority made to evict with the eviction check on, then off; agents
-    /// with skewed clocks with the fence write-back on, then off).
+    /// with skewed clocks with the fence write-back on, then off; then the
+    /// semaphore's restart pair, the election's flush pair, and the terms
+    /// without the write-back).
     Control {
         #[arg(long)]
         seed: Option<u64>,

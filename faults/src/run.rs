@@ -29,6 +29,14 @@
 //! promoted without it, and a second client tries the lock; with the
 //! in-vote marker check off it must get it.
 //!
+//! The semaphore and the election have theirs ([`Property`]): the restart
+//! pair with permits of one semaphore held instead of a lock
+//! ([`Options::semaphore_control`]: off, more permits must be believed at
+//! once than the limit), the flush pair with a leader instead
+//! ([`Options::election_control`]: off, two leaders at once), and the
+//! fence control's skewed clocks without the write-back with campaigners
+//! ([`Options::term_control`]: terms out of order).
+//!
 //! And one for fences ([`Options::fence_control`]): agents whose clocks
 //! disagree by seconds (the agent's test-only skew of its fence floor,
 //! [`crate::cluster::FENCE_CLOCK_SKEW_ENV`]) mint ordered fences only
@@ -84,6 +92,34 @@ pub struct Options {
     pub control: Option<Control>,
     /// Set for the fence control scenario instead.
     pub fence_control: Option<FenceControl>,
+    /// The property a control run is about: what it holds while the fault
+    /// strikes (a lock, a semaphore's permits, an election's leadership)
+    /// and what its verdict asks the checker to find.
+    pub property: Property,
+}
+
+/// What a control run holds and judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Property {
+    /// A lock: never two believed holders (fences in order, for the fence
+    /// control).
+    Lock,
+    /// A semaphore: never more believed permits at once than its limit.
+    Semaphore,
+    /// An election: never two believed leaders (terms in order, for the
+    /// term control).
+    Election,
+}
+
+impl Property {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Property::Lock => "lock",
+            Property::Semaphore => "semaphore",
+            Property::Election => "election",
+        }
+    }
 }
 
 /// The fence control scenario: agents with clocks `skew_ms` apart (agent
@@ -114,8 +150,9 @@ pub struct Control {
 
 /// The control runs of the short mode and `faults control`, in order, each
 /// with its number of rounds (runs without protection stop at the first
-/// violation).
+/// violation): the lock's, then the semaphore's and the election's.
 pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, usize)> {
+    let bin = || faults_bin.to_path_buf();
     vec![
         (Options::control(true, seed, faults_bin.to_path_buf()), 2),
         (Options::control(false, seed, faults_bin.to_path_buf()), 4),
@@ -143,6 +180,11 @@ pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, u
             Options::fence_control(false, seed, faults_bin.to_path_buf()),
             1,
         ),
+        (Options::semaphore_control(true, seed, bin()), 2),
+        (Options::semaphore_control(false, seed, bin()), 4),
+        (Options::election_control(true, seed, bin()), 2),
+        (Options::election_control(false, seed, bin()), 4),
+        (Options::term_control(false, seed, bin()), 1),
     ]
 }
 
@@ -166,12 +208,19 @@ impl Options {
                 extend_chance: 0.25,
                 hold_ms: (100, 1500),
                 think_ms: (0, 50),
+                // One semaphore of 2 for 3 permit clients: they contend
+                // for its permits as the lock clients do for a resource.
+                semaphores: vec![("sem-a".into(), 2)],
+                elections: vec!["elect-a".into()],
             },
             mix: Mix {
                 acquire: 6,
                 hold: 3,
                 process_hold: 2,
                 lock_command: 2,
+                permit_acquire: 2,
+                permit_hold: 1,
+                campaign: 2,
             },
             singles: FaultKind::ALL.to_vec(),
             pool: FaultKind::ALL.to_vec(),
@@ -179,6 +228,7 @@ impl Options {
             faults_bin,
             control: None,
             fence_control: None,
+            property: Property::Lock,
         }
     }
 
@@ -211,12 +261,12 @@ impl Options {
                 extend_chance: 0.0,
                 hold_ms: (500, 500),
                 think_ms: (0, 10),
+                semaphores: Vec::new(),
+                elections: Vec::new(),
             },
             mix: Mix {
                 acquire: 4,
-                hold: 0,
-                process_hold: 0,
-                lock_command: 0,
+                ..Mix::NONE
             },
             singles: Vec::new(),
             pool: Vec::new(),
@@ -227,6 +277,7 @@ impl Options {
                 protected: delayed_restart,
             }),
             fence_control: None,
+            property: Property::Lock,
         }
     }
 
@@ -285,6 +336,18 @@ impl Options {
         options.plan.hold_ttl_ms = (600, 1200);
         options.singles = FaultKind::CLUSTER.to_vec();
         options.pool = FaultKind::CLUSTER.to_vec();
+        // Lock clients only: five clusters of six servers already keep the
+        // two cores busy, and with the semaphore and election clients too
+        // an agent's timers ran late enough that a hold's `lost` came after
+        // its validity (14.8 ms, seed 7). Permits and leaderships are locks
+        // on keys like any other; the single masters' run checks their
+        // properties.
+        options.mix = Mix {
+            permit_acquire: 0,
+            permit_hold: 0,
+            campaign: 0,
+            ..options.mix
+        };
         options
     }
 
@@ -309,12 +372,7 @@ impl Options {
         options.settings.max_ttl = Duration::from_secs(5);
         options.settings.marker_check = marker_check;
         options.plan.ttl_ms = (5000, 5000);
-        options.mix = Mix {
-            acquire: 0,
-            hold: 0,
-            process_hold: 0,
-            lock_command: 0,
-        };
+        options.mix = Mix::NONE;
         options.control = Some(Control {
             fault: FaultKind::ShardFailover,
             protected: marker_check,
@@ -367,12 +425,13 @@ impl Options {
                 extend_chance: 0.1,
                 hold_ms: (50, 300),
                 think_ms: (0, 20),
+                semaphores: Vec::new(),
+                elections: Vec::new(),
             },
             mix: Mix {
                 acquire: 4,
                 hold: 2,
-                process_hold: 0,
-                lock_command: 0,
+                ..Mix::NONE
             },
             singles: Vec::new(),
             pool: Vec::new(),
@@ -383,9 +442,96 @@ impl Options {
                 writeback,
                 skew_ms: FENCE_SKEW_MS,
             }),
+            property: Property::Lock,
+        }
+    }
+
+    /// The semaphore control scenario: as the restart control
+    /// ([`Options::control`]), with permit clients on one semaphore of
+    /// [`CONTROL_LIMIT`] permits instead of lock clients: a majority
+    /// restarted empty while permits are held, with delayed restart on, or
+    /// off (then permits are granted beyond the limit, and the checker must
+    /// see more believed at once than the limit).
+    pub fn semaphore_control(delayed_restart: bool, seed: u64, faults_bin: PathBuf) -> Options {
+        let mut options = Options::control(delayed_restart, seed, faults_bin);
+        options.name = format!(
+            "control semaphore (delayed_restart {})",
+            if delayed_restart { "on" } else { "off" }
+        );
+        options.plan.resources = Vec::new();
+        options.plan.semaphores = vec![("control-sem".into(), CONTROL_LIMIT)];
+        options.mix = Mix {
+            permit_acquire: 5,
+            ..Mix::NONE
+        };
+        options.property = Property::Semaphore;
+        options
+    }
+
+    /// The election control scenario: as the flush control
+    /// ([`Options::flush_control`]), with campaigners on one election
+    /// instead of lock clients: `FLUSHALL` on a majority while a leader
+    /// leads, the in-vote marker check on, or off (then a waiting
+    /// campaigner is elected while the leader still believes it leads, and
+    /// the checker must see two leaders at once).
+    pub fn election_control(marker_check: bool, seed: u64, faults_bin: PathBuf) -> Options {
+        let mut options = Options::flush_control(marker_check, seed, faults_bin);
+        options.name = format!(
+            "control election (marker check {})",
+            if marker_check { "on" } else { "off" }
+        );
+        options.plan.resources = Vec::new();
+        options.plan.elections = vec!["control-elect".into()];
+        // Leaderships of 2.5 s renewed every third, held 2 s; campaigners
+        // wait up to 5 s to be elected.
+        options.plan.hold_ttl_ms = (2500, 2500);
+        options.plan.hold_ms = (2000, 2000);
+        options.plan.waits_ms = vec![5000];
+        options.mix = Mix {
+            campaign: 3,
+            ..Mix::NONE
+        };
+        options.property = Property::Election;
+        options
+    }
+
+    /// The term control scenario: as the fence control
+    /// ([`Options::fence_control`], agents' clocks seconds apart), with
+    /// campaigners on one election through both agents: leaderships
+    /// elected in turn through an agent whose clock is behind get terms in
+    /// order only thanks to round 2's write-back; without it the checker
+    /// must find terms out of order.
+    pub fn term_control(writeback: bool, seed: u64, faults_bin: PathBuf) -> Options {
+        let mut options = Options::fence_control(writeback, seed, faults_bin);
+        options.name = format!(
+            "control terms (write-back {}, agent clocks {}s apart)",
+            if writeback { "on" } else { "off" },
+            FENCE_SKEW_MS / 1000
+        );
+        options.plan.resources = Vec::new();
+        options.plan.elections = vec!["term-elect".into()];
+        options.plan.waits_ms = vec![300, 1000];
+        options.mix = Mix {
+            campaign: 4,
+            ..Mix::NONE
+        };
+        options.property = Property::Election;
+        options
+    }
+
+    /// The name a control run waits for holders of: its lock, semaphore or
+    /// election.
+    fn control_target(&self) -> String {
+        match self.property {
+            Property::Lock => self.plan.resources[0].clone(),
+            Property::Semaphore => self.plan.semaphores[0].0.clone(),
+            Property::Election => self.plan.elections[0].clone(),
         }
     }
 }
+
+/// The limit of the semaphore control's semaphore.
+pub const CONTROL_LIMIT: u32 = 2;
 
 /// The agents' `health.interval` in the eviction control: a probe sees
 /// `evicted_keys` grow and quarantines the master, check or no check, so
@@ -487,6 +633,11 @@ pub struct Report {
     pub control: Option<Control>,
     /// Set for the fence control run.
     pub fence_control: Option<FenceControl>,
+    /// What a control run judges.
+    pub property: Property,
+    /// Clients of semaphores and elections were in the mix: the run must
+    /// have granted permits and elected leaders to judge their properties.
+    pub primitives_expected: (bool, bool),
     pub stats: StatsSnapshot,
     pub nemesis: NemesisReport,
     pub findings: Findings,
@@ -552,6 +703,28 @@ impl Report {
                 "{} stale writes accepted",
                 fences.stale_writes_accepted.len()
             ));
+        }
+        let p = &f.primitives;
+        if !p.semaphore_excess.is_empty() {
+            out.push(format!(
+                "{} semaphore excesses (more permits believed than the limit)",
+                p.semaphore_excess.len()
+            ));
+        }
+        if !p.leader_overlaps.is_empty() {
+            out.push(format!(
+                "{} times two leaders at once",
+                p.leader_overlaps.len()
+            ));
+        }
+        if !p.term_inversions.is_empty() {
+            out.push(format!("{} terms out of order", p.term_inversions.len()));
+        }
+        if self.primitives_expected.0 && p.permits == 0 {
+            out.push("no permit was granted: the semaphore property saw nothing".into());
+        }
+        if self.primitives_expected.1 && p.leaderships == 0 {
+            out.push("no leader was elected: the election properties saw nothing".into());
         }
         if f.sections > 0 && fences.fenced_grants == 0 {
             out.push("no grant carried a fence: the fence checks saw nothing".into());
@@ -694,6 +867,44 @@ impl fmt::Display for Report {
         }
         for l in fd.leaks.iter().take(5) {
             writeln!(f, "   {l}")?;
+        }
+        let p = &fd.primitives;
+        if p.permits > 0 || self.primitives_expected.0 {
+            let most: Vec<String> = p
+                .most_believed
+                .iter()
+                .map(|(name, limit, most)| format!("{name} {most} of {limit}"))
+                .collect();
+            writeln!(
+                f,
+                "semaphores: {} permit sections; most believed at once: {}; excesses {}",
+                p.permits,
+                if most.is_empty() {
+                    "-".to_string()
+                } else {
+                    most.join(", ")
+                },
+                p.semaphore_excess.len()
+            )?;
+            for e in p.semaphore_excess.iter().take(3) {
+                writeln!(f, "   {e}")?;
+            }
+        }
+        if p.leaderships > 0 || self.primitives_expected.1 {
+            writeln!(
+                f,
+                "elections: {} leaderships in {} elections; two leaders at once {}; terms out of order {}",
+                p.leaderships,
+                p.elections,
+                p.leader_overlaps.len(),
+                p.term_inversions.len()
+            )?;
+            for o in p.leader_overlaps.iter().take(3) {
+                writeln!(f, "   {o}")?;
+            }
+            for i in p.term_inversions.iter().take(3) {
+                writeln!(f, "   {i}")?;
+            }
         }
         let fences = &fd.fences;
         writeln!(
@@ -1119,7 +1330,7 @@ impl Harness {
             masters: options.masters,
             topology: options.topology,
             agents: options.agents,
-            clients: mix.acquire + mix.hold + mix.process_hold + mix.lock_command,
+            clients: mix.total(),
             resources: options.plan.resources.len(),
             seconds,
             max_ttl_ms: u64::try_from(options.settings.max_ttl.as_millis()).unwrap_or(0),
@@ -1129,6 +1340,8 @@ impl Harness {
             eviction_check: options.settings.eviction_check,
             control: options.control,
             fence_control: options.fence_control,
+            property: options.property,
+            primitives_expected: (mix.permit_acquire + mix.permit_hold > 0, mix.campaign > 0),
             stats: self.stats.snapshot(),
             nemesis,
             findings,
@@ -1189,7 +1402,7 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
         return cluster_control(options, control, rounds).await;
     }
     let harness = Harness::start(options).await?;
-    let resource = options.plan.resources[0].clone();
+    let resource = options.control_target();
     if control.fault == FaultKind::RestartMajority && !control.protected {
         // The leak detector must see too: a key without a TTL under the prefix.
         // On the last master: the control restarts the first ones.
@@ -1300,11 +1513,21 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
         // Let waiting clients try, and the old locks run out.
         tokio::time::sleep(options.settings.quarantine() + Duration::from_millis(500)).await;
         harness.phase.set(crate::workload::Phase::Quiet);
-        if !control.protected && !harness.checker.findings(Mono::now()).violations.is_empty() {
+        if !control.protected && found(options.property, &harness.checker.findings(Mono::now())) {
             break;
         }
     }
     Ok(harness.finish(options, report).await)
+}
+
+/// What an unprotected control run of `property` must find: violations
+/// (a lock), an excess (a semaphore), two leaders at once (an election).
+fn found(property: Property, findings: &Findings) -> bool {
+    match property {
+        Property::Lock => !findings.violations.is_empty(),
+        Property::Semaphore => !findings.primitives.semaphore_excess.is_empty(),
+        Property::Election => !findings.primitives.leader_overlaps.is_empty(),
+    }
 }
 
 /// The first majority of the masters where `key` holds `token` now (read
@@ -1551,8 +1774,13 @@ async fn fence_control(options: &Options, fence: FenceControl) -> Result<Report,
             break;
         }
         if enough {
-            let found = harness.checker.findings(Mono::now()).fences;
-            if !found.out_of_order.is_empty() || !found.out_of_order_across.is_empty() {
+            let found = harness.checker.findings(Mono::now());
+            let terms = !found.primitives.term_inversions.is_empty();
+            let fences = !found.fences.out_of_order.is_empty()
+                || !found.fences.out_of_order_across.is_empty();
+            if (options.property == Property::Election && terms)
+                || (options.property != Property::Election && fences)
+            {
                 break;
             }
         }
@@ -1596,6 +1824,9 @@ pub fn agent_logs(cluster: &Cluster) -> String {
 /// The fence control's verdict: with the write-back, no problem and
 /// enough fenced grants; without it, fences out of order must be found.
 fn fence_verdict(r: &Report, fence: FenceControl) -> String {
+    if r.property == Property::Election {
+        return term_verdict(r, fence);
+    }
     let f = &r.findings.fences;
     let found = f.out_of_order.len() + f.out_of_order_across.len();
     if fence.writeback {
@@ -1629,6 +1860,59 @@ fn fence_verdict(r: &Report, fence: FenceControl) -> String {
     }
 }
 
+/// The term control's verdict: with the write-back, no problem and
+/// enough leaderships; without it, terms out of order must be found.
+fn term_verdict(r: &Report, fence: FenceControl) -> String {
+    let p = &r.findings.primitives;
+    let found = p.term_inversions.len();
+    if fence.writeback {
+        let mut problems = r.problems();
+        if p.leaderships < FENCE_CONTROL_GRANTS {
+            problems.push(format!(
+                "only {} leaderships: too few to judge the order of terms",
+                p.leaderships
+            ));
+        }
+        if problems.is_empty() {
+            format!(
+                "PASS {}: {} leaderships, no term out of order",
+                r.name, p.leaderships
+            )
+        } else {
+            format!("FAIL {}: {}", r.name, problems.join(", "))
+        }
+    } else if found > 0 {
+        format!(
+            "PASS {}: the checker saw {found} terms out of order in {} leaderships, as it must",
+            r.name, p.leaderships
+        )
+    } else {
+        format!(
+            "FAIL {}: no term out of order in {} leaderships; the checker cannot see, \
+             or the agents ignored {NO_FENCE_WRITEBACK_ENV}=1 or {FENCE_CLOCK_SKEW_ENV}",
+            r.name, p.leaderships
+        )
+    }
+}
+
+/// What an unprotected control of `property` found, and how to say it.
+fn control_findings(r: &Report) -> (usize, &'static str, &'static str) {
+    let p = &r.findings.primitives;
+    match r.property {
+        Property::Lock => (r.findings.violations.len(), "violations", "a double grant"),
+        Property::Semaphore => (
+            p.semaphore_excess.len(),
+            "semaphore excesses",
+            "more permits than the limit",
+        ),
+        Property::Election => (
+            p.leader_overlaps.len(),
+            "times two leaders at once",
+            "two leaders",
+        ),
+    }
+}
+
 /// One line per report: `PASS ...` or `FAIL ...`. A control run without
 /// its protection passes only when it found violations (and, for the
 /// restart control, the planted leak).
@@ -1648,7 +1932,7 @@ pub fn verdicts(reports: &[Report]) -> Vec<String> {
                     r.nemesis.skipped.join("; ")
                 )
             } else if let Some(control) = unprotected {
-                let n = r.findings.violations.len();
+                let (n, what, excess) = control_findings(r);
                 let planted = control.fault != FaultKind::RestartMajority
                     || r.findings.leaks.iter().any(|l| l.resource == PLANTED);
                 let also = if control.fault == FaultKind::RestartMajority {
@@ -1658,11 +1942,11 @@ pub fn verdicts(reports: &[Report]) -> Vec<String> {
                 };
                 match (n > 0, planted) {
                     (true, true) => format!(
-                        "PASS {}: the checker saw {n} violations{also}, as it must",
+                        "PASS {}: the checker saw {n} {what}{also}, as it must",
                         r.name
                     ),
                     (false, _) if control.fault == FaultKind::Evict => format!(
-                        "FAIL {}: no violation found; the checker cannot see a double grant, \
+                        "FAIL {}: no violation found; the checker cannot see {excess}, \
                          or the agents ignored {NO_EVICTION_CHECK_ENV}=1, or a probe \
                          quarantined the masters before every second vote",
                         r.name
@@ -1674,13 +1958,13 @@ pub fn verdicts(reports: &[Report]) -> Vec<String> {
                         ) =>
                     {
                         format!(
-                            "FAIL {}: no violation found; the checker cannot see a double grant, \
+                            "FAIL {}: none found; the checker cannot see {excess}, \
                              or the agents ignored {NO_MARKER_CHECK_ENV}=1",
                             r.name
                         )
                     }
                     (false, _) => format!(
-                        "FAIL {}: no violation found; the checker cannot see a double grant",
+                        "FAIL {}: none found; the checker cannot see {excess}",
                         r.name
                     ),
                     (true, false) => format!(
@@ -1723,6 +2007,8 @@ mod tests {
             eviction_check: true,
             control: None,
             fence_control: options.fence_control,
+            property: options.property,
+            primitives_expected: (false, false),
             stats: StatsSnapshot::default(),
             nemesis: NemesisReport::default(),
             findings: Findings {
@@ -1755,6 +2041,7 @@ mod tests {
             ending: crate::checker::Ending::Open,
             fence: Some(5),
             write: None,
+            primitive: crate::checker::Primitive::Lock,
         };
         FenceInversion {
             earlier: section.clone(),
@@ -1848,6 +2135,119 @@ mod tests {
                 .pool
                 .contains(&FaultKind::Evict)
         );
+    }
+
+    /// The semaphore and election controls without their protection pass
+    /// only when the checker found what their property forbids (lock
+    /// violations alone do not count), and the term control only when it
+    /// found terms out of order; with protection, any of those fails. All
+    /// are control cases, and the nemesis run has their clients.
+    #[test]
+    fn the_primitive_controls_need_their_own_findings() {
+        use crate::checker::{LeaderOverlap, PrimitiveFindings, SemaphoreExcess, TermInversion};
+        let section = inversion().earlier;
+        let excess = SemaphoreExcess {
+            semaphore: "control-sem".into(),
+            limit: CONTROL_LIMIT,
+            believed: 3,
+            from: Mono(1),
+            until: Mono(2),
+            strict: true,
+            sections: vec![section.clone()],
+        };
+        let overlap = LeaderOverlap {
+            election: "control-elect".into(),
+            first: section.clone(),
+            second: section.clone(),
+            overlap_ms: 5.0,
+        };
+        let inverted = TermInversion {
+            election: "term-elect".into(),
+            earlier: section.clone(),
+            later: section,
+        };
+        let report = |options: Options, primitives: PrimitiveFindings| {
+            let mut r = fence_report(true, FenceFindings::default());
+            r.name = options.name.clone();
+            r.control = options.control;
+            r.fence_control = options.fence_control;
+            r.property = options.property;
+            r.findings.primitives = primitives;
+            // The planted leak, which the restart controls also need.
+            r.findings.leaks.push(crate::checker::Leak {
+                master: "r5".into(),
+                resource: PLANTED.into(),
+                token: "planted".into(),
+                pttl_ms: -1,
+                seen: Mono(1),
+                why: "no TTL".into(),
+            });
+            r
+        };
+        let bin = || PathBuf::from("faults");
+        let verdict = |options, primitives| verdicts(&[report(options, primitives)]).remove(0);
+        let with_excess = PrimitiveFindings {
+            semaphore_excess: vec![excess],
+            ..PrimitiveFindings::default()
+        };
+        let with_overlap = PrimitiveFindings {
+            leader_overlaps: vec![overlap],
+            ..PrimitiveFindings::default()
+        };
+        let with_inversion = PrimitiveFindings {
+            term_inversions: vec![inverted],
+            leaderships: 30,
+            ..PrimitiveFindings::default()
+        };
+        let none = PrimitiveFindings::default;
+        let sem = |on| Options::semaphore_control(on, 1, bin());
+        assert!(verdict(sem(false), with_excess.clone()).starts_with("PASS"));
+        let blind = verdict(sem(false), with_overlap.clone());
+        assert!(
+            blind.starts_with("FAIL") && blind.contains("more permits than the limit"),
+            "{blind}"
+        );
+        assert!(verdict(sem(true), with_excess).starts_with("FAIL"));
+        let elect = |on| Options::election_control(on, 1, bin());
+        assert!(verdict(elect(false), with_overlap.clone()).starts_with("PASS"));
+        let blind = verdict(elect(false), none());
+        assert!(
+            blind.starts_with("FAIL") && blind.contains(NO_MARKER_CHECK_ENV),
+            "{blind}"
+        );
+        assert!(verdict(elect(true), with_overlap).starts_with("FAIL"));
+        let terms = |writeback| Options::term_control(writeback, 1, bin());
+        assert!(verdict(terms(false), with_inversion.clone()).starts_with("PASS"));
+        let blind = verdict(terms(false), none());
+        assert!(
+            blind.starts_with("FAIL") && blind.contains(NO_FENCE_WRITEBACK_ENV),
+            "{blind}"
+        );
+        assert!(verdict(terms(true), with_inversion).starts_with("FAIL"));
+        let cases = control_cases(1, std::path::Path::new("faults"));
+        let properties: Vec<(Property, bool)> = cases
+            .iter()
+            .filter(|(o, _)| o.property != Property::Lock)
+            .map(|(o, _)| {
+                let protected = o
+                    .control
+                    .map(|c| c.protected)
+                    .or(o.fence_control.map(|f| f.writeback));
+                (o.property, protected.unwrap_or(true))
+            })
+            .collect();
+        assert_eq!(
+            properties,
+            [
+                (Property::Semaphore, true),
+                (Property::Semaphore, false),
+                (Property::Election, true),
+                (Property::Election, false),
+                (Property::Election, false),
+            ]
+        );
+        let mix = Options::nemesis(Duration::from_secs(1), 1, bin()).mix;
+        assert!(mix.permit_acquire + mix.permit_hold > 0 && mix.campaign > 0);
     }
 
     /// The fence control passes with the write-back only when no fence is

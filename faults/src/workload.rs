@@ -12,6 +12,13 @@
 //! - [`ClientKind::LockCommand`]: `redlock-agent lock -- faults cs-child`,
 //!   killable too.
 //!
+//! And three for the other primitives, on the same quorum:
+//! - [`ClientKind::PermitAcquire`]: a semaphore's acquire, work, maybe
+//!   extend, release, as a plain acquire.
+//! - [`ClientKind::PermitHold`]: a semaphore's hold stream.
+//! - [`ClientKind::Campaign`]: a campaign stream; it leads for a while
+//!   once elected and resigns, or gives up waiting and resigns.
+//!
 //! Every client asks for a fence (`redlock-agent lock` only when it has
 //! `--fence`) and writes once inside each section to the fenced store
 //! ([`crate::store`]) with it: plain acquires just before they leave the
@@ -31,12 +38,14 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 
-use crate::checker::{Checker, ClientKind, Ending, Grant, SectionId, StoreWrite};
+use crate::checker::{Checker, ClientKind, Ending, Grant, Primitive, SectionId, StoreWrite};
 use crate::client::{
-    self, next_event, AcquireOptions, Answer, Client, Error, ErrorCode, HoldNext, HoldOptions,
+    self, next_campaign_event, next_event, AcquireOptions, Answer, CampaignNext, CampaignOptions,
+    Client, Error, ErrorCode, Held, HoldNext, HoldOptions, PermitHoldOptions, PermitOptions,
 };
 use crate::clock::Mono;
 use crate::store::{self, StoreClient};
+use redlock_wire::CampaignEvent;
 
 /// What the system is going through, for availability by phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -343,6 +352,13 @@ pub struct Plan {
     pub hold_ms: (u64, u64),
     /// Pause between a client's attempts, in ms.
     pub think_ms: (u64, u64),
+    /// Semaphores and their limits, for the permit clients (plain
+    /// acquires take `ttl_ms`, holds `hold_ttl_ms`, as for locks).
+    pub semaphores: Vec<(String, u32)>,
+    /// Elections, for the campaigners: a leadership's TTL is drawn from
+    /// `hold_ttl_ms`, how long it leads from `hold_ms`, how long it waits
+    /// to be elected from `waits_ms`.
+    pub elections: Vec<String>,
 }
 
 /// What every client shares.
@@ -374,7 +390,7 @@ pub fn lock_takes_fence(agent_bin: &std::path::Path) -> bool {
 }
 
 impl Ctx {
-    fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         *self.stop.borrow()
     }
 
@@ -448,10 +464,21 @@ fn backoff(outcome: Outcome) -> Duration {
     }
 }
 
-/// An acquire client until stop.
-pub async fn acquire_client(mut ctx: Ctx, name: String, agent: usize, client: Client, seed: u64) {
+/// An acquire client until stop: of locks, or (`kind`
+/// [`ClientKind::PermitAcquire`]) of permits of the plan's semaphores.
+pub async fn acquire_client(
+    ctx: Ctx,
+    name: String,
+    kind: ClientKind,
+    agent: usize,
+    client: Client,
+    seed: u64,
+) {
+    if kind == ClientKind::PermitAcquire {
+        return permit_acquire_client(ctx, name, agent, client, seed).await;
+    }
+    let mut ctx = ctx;
     let mut rng = StdRng::seed_from_u64(seed);
-    let kind = ClientKind::Acquire;
     while !ctx.stopped() {
         let resource = ctx.plan.resources[rng.random_range(0..ctx.plan.resources.len())].clone();
         let ttl_ms = between(&mut rng, ctx.plan.ttl_ms);
@@ -481,8 +508,14 @@ pub async fn acquire_client(mut ctx: Ctx, name: String, agent: usize, client: Cl
                     },
                     granted,
                 );
+                let held = Held::Lock(resource.clone());
+                let granted_as = (
+                    grant.token.as_str(),
+                    client::ms(grant.validity),
+                    grant.fence,
+                );
                 work(
-                    &mut ctx, &mut rng, &client, &resource, &grant, id, granted, ttl_ms,
+                    &mut ctx, &mut rng, &client, &held, &resource, granted_as, id, granted, ttl_ms,
                 )
                 .await;
                 Outcome::Granted
@@ -495,20 +528,92 @@ pub async fn acquire_client(mut ctx: Ctx, name: String, agent: usize, client: Cl
     }
 }
 
+/// A permit acquire client until stop: a permit of one of the plan's
+/// semaphores, then the section as a plain acquire's.
+async fn permit_acquire_client(
+    mut ctx: Ctx,
+    name: String,
+    agent: usize,
+    client: Client,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let kind = ClientKind::PermitAcquire;
+    while !ctx.stopped() {
+        let (semaphore, limit) =
+            ctx.plan.semaphores[rng.random_range(0..ctx.plan.semaphores.len())].clone();
+        let ttl_ms = between(&mut rng, ctx.plan.ttl_ms);
+        let wait_ms = ctx.plan.waits_ms[rng.random_range(0..ctx.plan.waits_ms.len())];
+        let options = PermitOptions::new(limit)
+            .ttl(Duration::from_millis(ttl_ms))
+            .wait(Duration::from_millis(wait_ms))
+            .owner(name.clone())
+            .fence();
+        let requested = Mono::now();
+        let outcome = match client.acquire_permit(&semaphore, &options).await {
+            Ok(Answer::Ok(permit)) => {
+                let granted = Mono::now();
+                ctx.record(kind, Outcome::Granted);
+                let resource = Primitive::permit_resource(&semaphore, permit.permit);
+                let id = ctx.checker.enter_as(
+                    Grant {
+                        resource: resource.clone(),
+                        client: name.clone(),
+                        kind,
+                        agent,
+                        token: permit.token.clone(),
+                        ttl_ms,
+                        requested,
+                        granted,
+                        validity_ms: Some(client::ms(permit.validity)),
+                        fence: permit.fence,
+                    },
+                    granted,
+                    Primitive::Permit {
+                        semaphore: semaphore.clone(),
+                        limit,
+                        permit: permit.permit,
+                    },
+                );
+                let held = Held::Permit {
+                    semaphore: semaphore.clone(),
+                    permit: permit.permit,
+                };
+                let granted_as = (
+                    permit.token.as_str(),
+                    client::ms(permit.validity),
+                    permit.fence,
+                );
+                work(
+                    &mut ctx, &mut rng, &client, &held, &resource, granted_as, id, granted, ttl_ms,
+                )
+                .await;
+                Outcome::Granted
+            }
+            Ok(Answer::Refused { code, .. }) => ctx.refused(kind, code.as_str()),
+            Err(e) => ctx.failed(kind, &e, "acquire_permit"),
+        };
+        let pause = backoff(outcome) + Duration::from_millis(between(&mut rng, ctx.plan.think_ms));
+        ctx.sleep(pause).await;
+    }
+}
+
 /// The section of an acquire client: work within the validity, maybe
-/// extend once, release.
+/// extend once, release. `held` is what to extend and release, `resource`
+/// its name in the checker and the fenced store, `(token, validity_ms,
+/// fence)` the grant.
 #[allow(clippy::too_many_arguments)]
 async fn work(
     ctx: &mut Ctx,
     rng: &mut StdRng,
     client: &Client,
+    held: &Held,
     resource: &str,
-    grant: &client::Grant,
+    (token, validity_ms, fence): (&str, u64, Option<u64>),
     id: SectionId,
     granted: Mono,
     ttl_ms: u64,
 ) {
-    let (token, validity_ms) = (grant.token.as_str(), client::ms(grant.validity));
     // A correct client stops a safety margin before its validity ends.
     let margin = |v: u64| (v / 10).max(30);
     let mut valid_until = granted.plus_ms(validity_ms);
@@ -526,7 +631,7 @@ async fn work(
         ctx.stats.bump(|s| s.extends += 1);
         let asked = Mono::now();
         let ttl = Duration::from_millis(ttl_ms);
-        match client.extend(resource, token, Some(ttl)).await {
+        match client.extend_held(held, token, Some(ttl)).await {
             Ok(Answer::Ok(extended)) => {
                 let at = Mono::now();
                 let validity_ms = client::ms(extended.validity);
@@ -558,7 +663,7 @@ async fn work(
     sleep_until(end.0).await;
     if ending.is_none() {
         let data = format!("{resource} by {}", &token[..token.len().min(8)]);
-        ctx.write(id, resource, grant.fence, &data).await;
+        ctx.write(id, resource, fence, &data).await;
     }
     let exit = Mono::now();
     ctx.checker.exit(
@@ -566,7 +671,7 @@ async fn work(
         exit,
         ending.clone().unwrap_or(Ending::ReleaseUnanswered),
     );
-    match client.release(resource, token).await {
+    match client.release_held(held, token).await {
         Ok(Answer::Ok(released)) => {
             ctx.stats.bump(|s| {
                 s.releases += 1;
@@ -587,27 +692,75 @@ async fn sleep_until(mono_ns: u64) {
     }
 }
 
-/// A hold client (in this process) until stop.
-pub async fn hold_client(mut ctx: Ctx, name: String, agent: usize, client: Client, seed: u64) {
+/// Opens a hold of `kind`: of a lock (`ClientKind::Hold`) or of a permit
+/// of one of the plan's semaphores; with the resource the checker knows it
+/// by and what it holds.
+async fn open_hold(
+    ctx: &Ctx,
+    rng: &mut StdRng,
+    kind: ClientKind,
+    client: &Client,
+    (ttl_ms, wait_ms, owner): (u64, u64, &str),
+) -> Result<Answer<(client::Hold, String, Primitive)>, Error> {
+    let (ttl, wait) = (
+        Duration::from_millis(ttl_ms),
+        Duration::from_millis(wait_ms),
+    );
+    if kind == ClientKind::PermitHold {
+        let (semaphore, limit) =
+            ctx.plan.semaphores[rng.random_range(0..ctx.plan.semaphores.len())].clone();
+        let options = PermitHoldOptions::new(limit)
+            .ttl(ttl)
+            .wait(wait)
+            .owner(owner)
+            .fence();
+        return Ok(match client.hold_permit(&semaphore, &options).await? {
+            Answer::Ok(hold) => {
+                let permit = hold.permit();
+                Answer::Ok((
+                    hold.into_hold(),
+                    Primitive::permit_resource(&semaphore, permit),
+                    Primitive::Permit {
+                        semaphore,
+                        limit,
+                        permit,
+                    },
+                ))
+            }
+            Answer::Refused { code, message } => Answer::Refused { code, message },
+        });
+    }
+    let resource = ctx.plan.resources[rng.random_range(0..ctx.plan.resources.len())].clone();
+    let options = HoldOptions::new().ttl(ttl).wait(wait).owner(owner).fence();
+    Ok(match client.hold(&resource, &options).await? {
+        Answer::Ok(hold) => Answer::Ok((hold, resource, Primitive::Lock)),
+        Answer::Refused { code, message } => Answer::Refused { code, message },
+    })
+}
+
+/// A hold client (in this process) until stop: of locks, or (`kind`
+/// [`ClientKind::PermitHold`]) of permits of the plan's semaphores.
+pub async fn hold_client(
+    mut ctx: Ctx,
+    name: String,
+    kind: ClientKind,
+    agent: usize,
+    client: Client,
+    seed: u64,
+) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let kind = ClientKind::Hold;
     while !ctx.stopped() {
-        let resource = ctx.plan.resources[rng.random_range(0..ctx.plan.resources.len())].clone();
         let ttl_ms = between(&mut rng, ctx.plan.hold_ttl_ms);
         let wait_ms = ctx.plan.waits_ms[rng.random_range(0..ctx.plan.waits_ms.len())];
         let hold_ms = between(&mut rng, ctx.plan.hold_ms);
-        let options = HoldOptions::new()
-            .ttl(Duration::from_millis(ttl_ms))
-            .wait(Duration::from_millis(wait_ms))
-            .owner(name.clone())
-            .fence();
         let requested = Mono::now();
-        let outcome = match client.hold(&resource, &options).await {
-            Ok(Answer::Ok(mut hold)) => {
+        let opened = open_hold(&ctx, &mut rng, kind, &client, (ttl_ms, wait_ms, &name)).await;
+        let outcome = match opened {
+            Ok(Answer::Ok((mut hold, resource, primitive))) => {
                 let granted = Mono::now();
                 let (token, fence) = (hold.token().to_string(), hold.fence());
                 ctx.record(kind, Outcome::Granted);
-                let id = ctx.checker.enter(
+                let id = ctx.checker.enter_as(
                     Grant {
                         resource: resource.clone(),
                         client: name.clone(),
@@ -621,6 +774,7 @@ pub async fn hold_client(mut ctx: Ctx, name: String, agent: usize, client: Clien
                         fence,
                     },
                     granted,
+                    primitive,
                 );
                 let data = format!("{resource} by {}", &token[..token.len().min(8)]);
                 ctx.write(id, &resource, fence, &data).await;
@@ -664,6 +818,168 @@ pub async fn hold_client(mut ctx: Ctx, name: String, agent: usize, client: Clien
         };
         let pause = backoff(outcome) + Duration::from_millis(between(&mut rng, ctx.plan.think_ms));
         ctx.sleep(pause).await;
+    }
+}
+
+/// A campaigner until stop: campaigns for one of the plan's elections,
+/// waits up to a wait drawn from the plan to be elected (else resigns: a
+/// `taken` attempt), leads for a hold's time drawn from the plan, then
+/// resigns by closing the stream. Its section is the leadership: from
+/// `elected`'s arrival, its token the campaigner's own name for it (the
+/// agent never shows a leadership's token), its fence the term; its
+/// request time is the campaign's start.
+pub async fn campaign_client(mut ctx: Ctx, name: String, agent: usize, client: Client, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let kind = ClientKind::Campaign;
+    let mut terms = 0u64;
+    while !ctx.stopped() {
+        let election = ctx.plan.elections[rng.random_range(0..ctx.plan.elections.len())].clone();
+        let ttl_ms = between(&mut rng, ctx.plan.hold_ttl_ms);
+        let wait_ms = ctx.plan.waits_ms[rng.random_range(0..ctx.plan.waits_ms.len())];
+        let hold_ms = between(&mut rng, ctx.plan.hold_ms);
+        let options = CampaignOptions::new()
+            .ttl(Duration::from_millis(ttl_ms))
+            .owner(name.clone())
+            .value(format!("{name} at a{}", agent + 1));
+        let requested = Mono::now();
+        let outcome = match client.campaign(&election, &options).await {
+            Ok(Answer::Ok(mut campaign)) => {
+                let give_up = requested.plus_ms(wait_ms);
+                let elected = loop {
+                    let mut stop = ctx.stop.clone();
+                    tokio::select! {
+                        () = tokio::time::sleep(give_up.since(Mono::now())) => break Err(Unelected::GaveUp),
+                        _ = stop.changed() => break Err(Unelected::GaveUp),
+                        next = next_campaign_event(&mut campaign) => match next {
+                            CampaignNext::Event(CampaignEvent::Elected { term, validity_ms, .. }) => {
+                                break Ok((term, validity_ms));
+                            }
+                            CampaignNext::Event(CampaignEvent::Waiting { .. }) => {}
+                            // The agent ended the campaign (`shutdown`,
+                            // `too_many_waiters`): a refusal.
+                            CampaignNext::Event(CampaignEvent::Lost { reason }) => {
+                                break Err(Unelected::Ended(reason));
+                            }
+                            CampaignNext::Event(other) => {
+                                break Err(Unelected::Malformed(format!("before elected: {other:?}")));
+                            }
+                            // The agent went away (killed, drained).
+                            CampaignNext::Ended | CampaignNext::Broken(_) => break Err(Unelected::Broken),
+                        }
+                    }
+                };
+                match elected {
+                    Ok((term, validity_ms)) => {
+                        let granted = Mono::now();
+                        terms += 1;
+                        ctx.record(kind, Outcome::Granted);
+                        let resource = Primitive::election_resource(&election);
+                        let id = ctx.checker.enter_as(
+                            Grant {
+                                resource: resource.clone(),
+                                client: name.clone(),
+                                kind,
+                                agent,
+                                token: format!("{name} leadership {terms}"),
+                                ttl_ms,
+                                requested,
+                                granted,
+                                validity_ms: Some(validity_ms),
+                                fence: Some(term),
+                            },
+                            granted,
+                            Primitive::Leadership {
+                                election: election.clone(),
+                                term,
+                            },
+                        );
+                        let data = format!("{election} led by {name} in term {term}");
+                        ctx.write(id, &resource, Some(term), &data).await;
+                        let ending =
+                            lead(&mut ctx, &mut campaign, id, granted.plus_ms(hold_ms)).await;
+                        ctx.checker.exit(id, Mono::now(), ending);
+                        drop(campaign); // closing the stream resigns
+                        Outcome::Granted
+                    }
+                    Err(Unelected::GaveUp) => {
+                        // Not elected within the wait (or the run ended).
+                        drop(campaign);
+                        ctx.refused(kind, "taken")
+                    }
+                    Err(Unelected::Ended(reason)) => ctx.refused(kind, &format!("lost:{reason}")),
+                    Err(Unelected::Broken) => {
+                        ctx.record(kind, Outcome::NoAnswer);
+                        Outcome::NoAnswer
+                    }
+                    Err(Unelected::Malformed(what)) => {
+                        ctx.stats.malformed(format!("campaign: {what}"));
+                        ctx.record(kind, Outcome::Malformed);
+                        Outcome::Malformed
+                    }
+                }
+            }
+            Ok(Answer::Refused { code, .. }) => ctx.refused(kind, code.as_str()),
+            Err(e) => ctx.failed(kind, &e, "campaign"),
+        };
+        let pause = backoff(outcome) + Duration::from_millis(between(&mut rng, ctx.plan.think_ms));
+        ctx.sleep(pause).await;
+    }
+}
+
+/// Why a campaign ended without this campaigner being elected.
+enum Unelected {
+    /// Not elected within the wait, or the run stopped: it resigned.
+    GaveUp,
+    /// The agent said `lost` before `elected`, with this reason.
+    Ended(String),
+    /// The stream ended or broke: the agent went away.
+    Broken,
+    /// An event that has no place before `elected`.
+    Malformed(String),
+}
+
+/// A leader's time: reads the campaign's renewals into the checker until
+/// `until`, `lost`, the stream's end or the run's stop; how it ended.
+async fn lead(
+    ctx: &mut Ctx,
+    campaign: &mut client::Campaign,
+    id: SectionId,
+    until: Mono,
+) -> Ending {
+    let mut stop = ctx.stop.clone();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(until.since(Mono::now())) => return Ending::Closed,
+            _ = stop.changed() => return Ending::Closed,
+            next = next_campaign_event(campaign) => {
+                let at = Mono::now();
+                match next {
+                    CampaignNext::Event(CampaignEvent::Renewed { validity_ms }) => {
+                        ctx.stats.bump(|s| s.renewals += 1);
+                        ctx.checker.renewed(id, at, at, validity_ms);
+                    }
+                    CampaignNext::Event(CampaignEvent::Lost { reason }) => {
+                        ctx.stats.bump(|s| s.holds_lost += 1);
+                        ctx.checker.belief_ended(id, at);
+                        return Ending::Lost { reason };
+                    }
+                    CampaignNext::Event(CampaignEvent::Waiting { .. }) => {
+                        // Told another leads: stop leading.
+                        ctx.stats.malformed("campaign: `waiting` while leading".into());
+                        ctx.checker.belief_ended(id, at);
+                        return Ending::Lost { reason: "waiting while leading".into() };
+                    }
+                    CampaignNext::Event(CampaignEvent::Elected { .. }) => {
+                        ctx.stats.malformed("campaign: a second `elected`".into());
+                    }
+                    CampaignNext::Ended | CampaignNext::Broken(_) => {
+                        ctx.stats.bump(|s| s.holds_broken += 1);
+                        ctx.checker.belief_ended(id, at);
+                        return Ending::StreamBroken;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -1060,13 +1376,42 @@ pub fn run_cs_child(ms: u64, store: Option<(String, String)>) {
     let _ = out.flush();
 }
 
-/// Spawns one task per client as `counts` says, spread over the agents.
+/// How many clients of each kind [`spawn`] starts, spread over the agents.
 #[derive(Debug, Clone, Copy)]
 pub struct Mix {
     pub acquire: usize,
     pub hold: usize,
     pub process_hold: usize,
     pub lock_command: usize,
+    /// Of the plan's semaphores.
+    pub permit_acquire: usize,
+    pub permit_hold: usize,
+    /// Of the plan's elections.
+    pub campaign: usize,
+}
+
+impl Mix {
+    /// No client at all.
+    pub const NONE: Mix = Mix {
+        acquire: 0,
+        hold: 0,
+        process_hold: 0,
+        lock_command: 0,
+        permit_acquire: 0,
+        permit_hold: 0,
+        campaign: 0,
+    };
+
+    /// Every client.
+    pub fn total(&self) -> usize {
+        self.acquire
+            + self.hold
+            + self.process_hold
+            + self.lock_command
+            + self.permit_acquire
+            + self.permit_hold
+            + self.campaign
+    }
 }
 
 /// Starts the clients; they run until `ctx.stop` turns true.
@@ -1082,21 +1427,43 @@ pub fn spawn(
         *n += 1;
         (*n - 1) % clients.len()
     };
-    for i in 0..mix.acquire {
-        let a = next(&mut n);
-        tasks.push(tokio::spawn(acquire_client(
-            ctx.clone(),
-            format!("acq{}", i + 1),
-            a,
-            clients[a].clone(),
-            seed.wrapping_add(n as u64),
-        )));
+    for (kind, count, label) in [
+        (ClientKind::Acquire, mix.acquire, "acq"),
+        (ClientKind::PermitAcquire, mix.permit_acquire, "permacq"),
+    ] {
+        for i in 0..count {
+            let a = next(&mut n);
+            tasks.push(tokio::spawn(acquire_client(
+                ctx.clone(),
+                format!("{label}{}", i + 1),
+                kind,
+                a,
+                clients[a].clone(),
+                seed.wrapping_add(n as u64),
+            )));
+        }
     }
-    for i in 0..mix.hold {
+    for (kind, count, label) in [
+        (ClientKind::Hold, mix.hold, "hold"),
+        (ClientKind::PermitHold, mix.permit_hold, "permhold"),
+    ] {
+        for i in 0..count {
+            let a = next(&mut n);
+            tasks.push(tokio::spawn(hold_client(
+                ctx.clone(),
+                format!("{label}{}", i + 1),
+                kind,
+                a,
+                clients[a].clone(),
+                seed.wrapping_add(n as u64),
+            )));
+        }
+    }
+    for i in 0..mix.campaign {
         let a = next(&mut n);
-        tasks.push(tokio::spawn(hold_client(
+        tasks.push(tokio::spawn(campaign_client(
             ctx.clone(),
-            format!("hold{}", i + 1),
+            format!("camp{}", i + 1),
             a,
             clients[a].clone(),
             seed.wrapping_add(n as u64),

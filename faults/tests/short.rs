@@ -1,7 +1,8 @@
 //! The short mode: a nemesis run over every fault (alone, then mixed) with
-//! the checker watching, then the control runs that prove the checker can
-//! see a double grant (a majority restarted empty, flushed, made to evict)
-//! and fences out of order; then the same in cluster
+//! the checker watching locks, semaphores and elections, then the control
+//! runs that prove the checker can see a double grant (a majority restarted
+//! empty, flushed, made to evict), fences out of order, more permits than a
+//! semaphore's limit, two leaders and terms out of order; then the same in cluster
 //! mode (every master a Redis Cluster). `tools/test.sh` runs it on its own, after the other
 //! tests, so the machine is quiet:
 //!
@@ -38,8 +39,15 @@ fn faults_bin() -> PathBuf {
 /// cache's writes under a lowered `maxmemory`, `volatile-ttl` then
 /// `volatile-lru`) finds nothing with the eviction check on, and
 /// violations with it off; agents with skewed clocks mint fences in
-/// order with round 2's write-back, and out of order without it. Every
-/// run: no fence out of order, no stale write accepted by the fenced store.
+/// order with round 2's write-back, and out of order without it; the same
+/// restart of a majority under a semaphore's held permits finds no excess
+/// with delayed restart on, and more permits believed than the limit with
+/// it off; the same flush under an election's leader finds one leader at a
+/// time with the marker check on, and two with it off; campaigners through
+/// agents with skewed clocks find terms out of order without the
+/// write-back. Every run: no fence out of order, no stale write accepted
+/// by the fenced store, no semaphore over its limit, one leader at a time,
+/// terms in order.
 /// Then cluster mode: shards restarted empty, lagged failovers and slot
 /// migrations (alone and mixed) find no violation; a lagged failover of a
 /// held lock's shard in 3 of 5 clusters lets no second client in with the
@@ -164,5 +172,68 @@ fn the_checker_sees_fences_out_of_order_when_the_write_back_is_off() {
         "no fence out of order with the write-back off: the checker is blind\n{report}"
     );
     let verdict = run::verdicts(std::slice::from_ref(&report));
+    assert!(verdict[0].starts_with("PASS"), "{verdict:?}");
+}
+
+/// The semaphore control alone: with delayed restart off, restarting a
+/// majority while permits of a semaphore of 2 are held lets waiting
+/// clients take permits beyond the limit, and the checker sees more
+/// permits believed at once than the limit.
+#[test]
+fn the_checker_sees_a_semaphore_excess_when_delayed_restart_is_off() {
+    let rt = runtime();
+    let options = Options::semaphore_control(false, 19, faults_bin());
+    let report = rt
+        .block_on(run::control(&options, 4))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    let verdict = run::verdicts(std::slice::from_ref(&report));
+    println!("{}", verdict[0]);
+    assert!(
+        !report.findings.primitives.semaphore_excess.is_empty(),
+        "the semaphore control found no excess: the checker is blind\n{report}"
+    );
+    assert!(verdict[0].starts_with("PASS"), "{verdict:?}");
+}
+
+/// The election control alone: with the in-vote marker check off (the
+/// agents' test-only switch), `FLUSHALL` on a majority while a leader
+/// leads lets a waiting campaigner be elected before the leader is told it
+/// lost, and the checker sees two leaders at once.
+#[test]
+fn the_checker_sees_two_leaders_when_the_marker_check_is_off() {
+    let rt = runtime();
+    let options = Options::election_control(false, 23, faults_bin());
+    let report = rt
+        .block_on(run::control(&options, 4))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    let verdict = run::verdicts(std::slice::from_ref(&report));
+    println!("{}", verdict[0]);
+    assert!(
+        !report.findings.primitives.leader_overlaps.is_empty(),
+        "the election control found no two leaders at once: the checker is blind\n{report}"
+    );
+    assert!(verdict[0].starts_with("PASS"), "{verdict:?}");
+}
+
+/// The term control alone: agents whose clocks are 5 s apart, round 2's
+/// write-back of the fence off: a leader elected through the agent whose
+/// clock is behind gets a term below an earlier leader's, and the checker
+/// says so.
+#[test]
+fn the_checker_sees_terms_out_of_order_when_the_write_back_is_off() {
+    let rt = runtime();
+    let options = Options::term_control(false, 29, faults_bin());
+    let report = rt
+        .block_on(run::control(&options, 1))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    let verdict = run::verdicts(std::slice::from_ref(&report));
+    println!("{}", verdict[0]);
+    assert!(
+        !report.findings.primitives.term_inversions.is_empty(),
+        "no term out of order with the write-back off: the checker is blind\n{report}"
+    );
     assert!(verdict[0].starts_with("PASS"), "{verdict:?}");
 }
