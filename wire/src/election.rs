@@ -13,7 +13,11 @@ pub const MAX_VALUE_LEN: usize = 1024;
 pub struct CampaignRequest {
     /// The leadership's TTL: a leader that vanishes is replaced after at
     /// most this long. The agent's `lock.default_ttl` when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::fields::optional_whole",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ttl_ms: Option<u64>,
     /// A label operators see, as a lock's owner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -24,7 +28,11 @@ pub struct CampaignRequest {
     pub value: Option<String>,
     /// Ends the leadership with `lost` (reason `max_hold`) after this long;
     /// defaults to `lock.max_hold`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::fields::optional_whole",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_hold_ms: Option<u64>,
 }
 
