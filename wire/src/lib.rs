@@ -180,14 +180,22 @@ lock_request! {
     pub struct HoldRequest {
         /// Ends the hold with `lost` (reason `max_hold`) after this long;
         /// defaults to `lock.max_hold`.
-        #[serde(default, deserialize_with = "fields::optional_whole", skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "fields::optional_whole",
+            skip_serializing_if = "Option::is_none"
+        )]
         pub max_hold_ms: Option<u64>,
         /// What happens to the lock when the client's connection closes
         /// without a release: `release` (the default) deletes it on every
         /// master at once; `expire` leaves it to expire on its own, so writes a
         /// vanished client still had in flight land before anyone else can
         /// hold the lock (for storage that cannot check a fence).
-        #[serde(default, deserialize_with = "fields::null_as_default", skip_serializing_if = "OnDisconnect::is_release")]
+        #[serde(
+            default,
+            deserialize_with = "fields::null_as_default",
+            skip_serializing_if = "OnDisconnect::is_release"
+        )]
         pub on_disconnect: OnDisconnect,
     }
 }

@@ -29,10 +29,18 @@ lock_request! {
         #[serde(deserialize_with = "crate::fields::whole_u32")]
         pub limit: u32,
         /// As in a lock's hold.
-        #[serde(default, deserialize_with = "crate::fields::optional_whole", skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "crate::fields::optional_whole",
+            skip_serializing_if = "Option::is_none"
+        )]
         pub max_hold_ms: Option<u64>,
         /// As in a lock's hold.
-        #[serde(default, deserialize_with = "crate::fields::null_as_default", skip_serializing_if = "OnDisconnect::is_release")]
+        #[serde(
+            default,
+            deserialize_with = "crate::fields::null_as_default",
+            skip_serializing_if = "OnDisconnect::is_release"
+        )]
         pub on_disconnect: OnDisconnect,
     }
 }
