@@ -610,7 +610,9 @@ fn links_name_real_operations_parameters_and_fields() {
 /// routes do (`Debug` of the value read, or why it was refused).
 type Reader = fn(&Value) -> Result<String, String>;
 
-fn reader<T: serde::de::DeserializeOwned + std::fmt::Debug>(body: &Value) -> Result<String, String> {
+fn reader<T: serde::de::DeserializeOwned + std::fmt::Debug>(
+    body: &Value,
+) -> Result<String, String> {
     serde_json::from_value::<T>(body.clone())
         .map(|v| format!("{v:?}"))
         .map_err(|e| e.to_string())
@@ -620,15 +622,47 @@ fn reader<T: serde::de::DeserializeOwned + std::fmt::Debug>(body: &Value) -> Res
 /// wire type the agent reads it with.
 fn request_readers() -> Vec<(&'static str, &'static str, Reader)> {
     vec![
-        ("post", "/v1/locks/{resource}/acquire", reader::<AcquireRequest>),
-        ("post", "/v1/locks/{resource}/extend", reader::<ExtendRequest>),
-        ("post", "/v1/locks/{resource}/release", reader::<ReleaseRequest>),
+        (
+            "post",
+            "/v1/locks/{resource}/acquire",
+            reader::<AcquireRequest>,
+        ),
+        (
+            "post",
+            "/v1/locks/{resource}/extend",
+            reader::<ExtendRequest>,
+        ),
+        (
+            "post",
+            "/v1/locks/{resource}/release",
+            reader::<ReleaseRequest>,
+        ),
         ("post", "/v1/locks/{resource}/hold", reader::<HoldRequest>),
-        ("post", "/v1/semaphores/{name}/acquire", reader::<PermitRequest>),
-        ("post", "/v1/semaphores/{name}/extend", reader::<PermitExtendRequest>),
-        ("post", "/v1/semaphores/{name}/release", reader::<PermitReleaseRequest>),
-        ("post", "/v1/semaphores/{name}/hold", reader::<PermitHoldRequest>),
-        ("post", "/v1/elections/{name}/campaign", reader::<CampaignRequest>),
+        (
+            "post",
+            "/v1/semaphores/{name}/acquire",
+            reader::<PermitRequest>,
+        ),
+        (
+            "post",
+            "/v1/semaphores/{name}/extend",
+            reader::<PermitExtendRequest>,
+        ),
+        (
+            "post",
+            "/v1/semaphores/{name}/release",
+            reader::<PermitReleaseRequest>,
+        ),
+        (
+            "post",
+            "/v1/semaphores/{name}/hold",
+            reader::<PermitHoldRequest>,
+        ),
+        (
+            "post",
+            "/v1/elections/{name}/campaign",
+            reader::<CampaignRequest>,
+        ),
     ]
 }
 
@@ -681,7 +715,10 @@ fn request_bodies_are_read_as_their_schemas_mean_them() {
                 doc,
                 &op["requestBody"]["content"]["application/json"]["schema"],
             );
-            if schema["properties"].as_object().is_some_and(|p| !p.is_empty()) {
+            if schema["properties"]
+                .as_object()
+                .is_some_and(|p| !p.is_empty())
+            {
                 assert!(
                     readers.iter().any(|(m, p, _)| m == method && p == path),
                     "{method} {path}: a request body this test does not read"
@@ -693,7 +730,10 @@ fn request_bodies_are_read_as_their_schemas_mean_them() {
     for (method, path, read) in readers {
         let op = &doc["paths"][path][method];
         assert!(op.is_object(), "{method} {path}: not in the document");
-        let schema = resolved(doc, &op["requestBody"]["content"]["application/json"]["schema"]);
+        let schema = resolved(
+            doc,
+            &op["requestBody"]["content"]["application/json"]["schema"],
+        );
         let required: BTreeSet<&str> = schema["required"]
             .as_array()
             .into_iter()
@@ -703,7 +743,10 @@ fn request_bodies_are_read_as_their_schemas_mean_them() {
         let properties = schema["properties"].as_object().expect("properties");
         let mut base = serde_json::Map::new();
         for name in &required {
-            base.insert(name.to_string(), sample(name, resolved(doc, &properties[*name])));
+            base.insert(
+                name.to_string(),
+                sample(name, resolved(doc, &properties[*name])),
+            );
         }
         let base = Value::Object(base);
         let both = |body: &Value| -> (Result<(), String>, Result<String, String>) {
@@ -724,8 +767,16 @@ fn request_bodies_are_read_as_their_schemas_mean_them() {
             let body = with(Value::Null);
             let (by_doc, by_wire) = both(&body);
             if required.contains(name.as_str()) {
-                assert!(by_doc.is_err(), "{}: the document takes null", at(name, &body));
-                assert!(by_wire.is_err(), "{}: the agent takes null", at(name, &body));
+                assert!(
+                    by_doc.is_err(),
+                    "{}: the document takes null",
+                    at(name, &body)
+                );
+                assert!(
+                    by_wire.is_err(),
+                    "{}: the agent takes null",
+                    at(name, &body)
+                );
             } else {
                 by_doc.unwrap_or_else(|e| panic!("{}: {e}", at(name, &body)));
                 assert_eq!(
@@ -754,8 +805,16 @@ fn request_bodies_are_read_as_their_schemas_mean_them() {
                 );
                 let body = with(json!(n as f64 + 0.5));
                 let (by_doc, by_wire) = both(&body);
-                assert!(by_doc.is_err(), "{}: the document takes a fraction", at(name, &body));
-                assert!(by_wire.is_err(), "{}: the agent takes a fraction", at(name, &body));
+                assert!(
+                    by_doc.is_err(),
+                    "{}: the document takes a fraction",
+                    at(name, &body)
+                );
+                assert!(
+                    by_wire.is_err(),
+                    "{}: the agent takes a fraction",
+                    at(name, &body)
+                );
             }
             checked += 1;
         }
@@ -774,10 +833,13 @@ fn config_bounds_are_named_with_their_defaults_and_answers() {
     let doc = s.doc();
     let mut named = BTreeSet::new();
     for (id, op) in operations(doc) {
-        let schema = resolved(doc, &op["requestBody"]["content"]["application/json"]["schema"]);
+        let schema = resolved(
+            doc,
+            &op["requestBody"]["content"]["application/json"]["schema"],
+        );
         let bad = deref(doc, &op["responses"]["400"]).clone();
-        let codes = bad["content"]["application/json"]["schema"]["allOf"][1]["properties"]
-            ["error"]["properties"]["code"]["enum"]
+        let codes = bad["content"]["application/json"]["schema"]["allOf"][1]["properties"]["error"]
+            ["properties"]["code"]["enum"]
             .clone();
         for (name, property) in schema["properties"].as_object().into_iter().flatten() {
             let property = resolved(doc, property);
