@@ -457,15 +457,17 @@ impl Agent {
         self.metrics.summary(self.started.elapsed())
     }
 
-    /// Forgets expired grants and sets `redlock_locks_held`.
+    /// Forgets expired grants and sets `redlock_locks_held`, `redlock_permits_held`
+    /// and `redlock_leaderships_held`.
     fn sweep_grants(&self) {
         let held = self
             .locks
             .grants()
             .sweep(std::time::Instant::now(), &self.metrics);
-        self.metrics
-            .locks_held
-            .set(i64::try_from(held).unwrap_or(i64::MAX));
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.metrics.locks_held.set(gauge(held.locks));
+        self.metrics.permits_held.set(gauge(held.permits));
+        self.metrics.leaderships_held.set(gauge(held.leaderships));
     }
 
     /// The text exposition, with the gauges that mirror node and lock state

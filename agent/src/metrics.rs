@@ -190,6 +190,10 @@ pub struct Metrics {
     pub usable_nodes: IntGauge,
     pub quorum_available: IntGauge,
     pub locks_held: IntGauge,
+    pub permits_held: IntGauge,
+    pub leaderships_held: IntGauge,
+    pub leadership_changes: IntCounterVec,
+    pub last_term: IntGauge,
     pub waiters: IntGauge,
     pub hold_duration: Histogram,
     pub extensions: IntCounterVec,
@@ -322,7 +326,27 @@ impl Metrics {
                 "Locks granted through this agent and still valid.",
             )
             .expect("valid gauge"),
-            waiters: IntGauge::new("redlock_waiters", "Requests waiting for a lock in this agent.").expect("valid gauge"),
+            permits_held: IntGauge::new(
+                "redlock_permits_held",
+                "Semaphore permits granted through this agent and still valid.",
+            )
+            .expect("valid gauge"),
+            leaderships_held: IntGauge::new(
+                "redlock_leaderships_held",
+                "Elections led by a campaigner of this agent now.",
+            )
+            .expect("valid gauge"),
+            leadership_changes: counter_vec(
+                "redlock_leadership_changes_total",
+                "Leaderships of this agent's campaigners, by event: elected, resigned (the campaign closed its stream) or lost (renewal failed, a master lost it, force release, shutdown).",
+                &["event"],
+            ),
+            last_term: IntGauge::new(
+                "redlock_last_term",
+                "The term (fence) of the last leadership elected through this agent; 0 before any.",
+            )
+            .expect("valid gauge"),
+            waiters: IntGauge::new("redlock_waiters", "Requests waiting for a lock or a permit, or campaigning, in this agent.").expect("valid gauge"),
             hold_duration: histogram(
                 "redlock_hold_duration_seconds",
                 "How long locks granted through this agent were held, from grant to release or loss.",
@@ -451,6 +475,10 @@ impl Metrics {
             Box::new(self.usable_nodes.clone()),
             Box::new(self.quorum_available.clone()),
             Box::new(self.locks_held.clone()),
+            Box::new(self.permits_held.clone()),
+            Box::new(self.leaderships_held.clone()),
+            Box::new(self.leadership_changes.clone()),
+            Box::new(self.last_term.clone()),
             Box::new(self.waiters.clone()),
             Box::new(self.hold_duration.clone()),
             Box::new(self.extensions.clone()),
@@ -473,6 +501,12 @@ impl Metrics {
                 .register(collector)
                 .expect("unique metric names");
         }
+    }
+
+    /// A leadership of this agent's campaigners was `elected`, `resigned`
+    /// or `lost`.
+    pub fn leadership(&self, event: &str) {
+        self.leadership_changes.with_label_values(&[event]).inc();
     }
 
     pub fn fail(&self, failure: Failure) {
@@ -522,6 +556,17 @@ impl Metrics {
             waits,
             locks_held: u64::try_from(self.locks_held.get()).unwrap_or(0),
             waiters: u64::try_from(self.waiters.get()).unwrap_or(0),
+            permits_held: u64::try_from(self.permits_held.get()).unwrap_or(0),
+            leaderships_held: u64::try_from(self.leaderships_held.get()).unwrap_or(0),
+            leadership_changes: ["elected", "resigned", "lost"]
+                .iter()
+                .map(|e| {
+                    (
+                        e.to_string(),
+                        self.leadership_changes.with_label_values(&[e]).get(),
+                    )
+                })
+                .collect(),
         }
     }
 

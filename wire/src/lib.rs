@@ -375,6 +375,15 @@ pub struct SummaryResponse {
     pub waits: std::collections::BTreeMap<String, Vec<(f64, u64)>>,
     pub locks_held: u64,
     pub waiters: u64,
+    /// Semaphore permits granted through this agent and still valid.
+    #[serde(default)]
+    pub permits_held: u64,
+    /// Elections led by this agent's campaigners now.
+    #[serde(default)]
+    pub leaderships_held: u64,
+    /// This agent's leaderships by event (`elected`, `resigned`, `lost`).
+    #[serde(default)]
+    pub leadership_changes: std::collections::BTreeMap<String, u64>,
 }
 
 /// State of one master as the agent sees it.

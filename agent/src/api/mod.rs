@@ -9,5 +9,6 @@
 pub mod connection;
 pub mod peer;
 pub mod pod;
+pub mod primitives;
 pub mod routes;
 pub mod server;

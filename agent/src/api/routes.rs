@@ -15,7 +15,7 @@ use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTE
 use hyper::{Method, Request, Response, StatusCode};
 use redlock_wire::{
     AcquireRequest, AcquireResponse, ErrorBody, ErrorCode, ErrorResponse, ExtendRequest,
-    ExtendResponse, HoldEvent, HoldRequest, ReleaseRequest, ReleaseResponse,
+    ExtendResponse, HoldRequest, ReleaseRequest, ReleaseResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -109,10 +109,20 @@ enum Route {
     /// `GET /v1/locks/{resource}`: one lock in full.
     LockInfo(Resource),
     Lock(Resource, LockAction),
+    /// `GET /v1/semaphores/{name}`: its held permits.
+    SemaphoreInfo(Resource),
+    /// `acquire`, `extend`, `release` or `hold` of a permit.
+    Semaphore(Resource, LockAction),
+    /// `GET /v1/elections/{name}`: its leader.
+    Leader(Resource),
+    /// `GET /v1/elections/{name}/observe`.
+    Observe(Resource),
+    /// `POST /v1/elections/{name}/campaign`.
+    Campaign(Resource),
 }
 
 #[derive(Clone, Copy)]
-enum LockAction {
+pub(super) enum LockAction {
     Acquire,
     Extend,
     Release,
@@ -151,6 +161,20 @@ fn route_label(path: &str) -> &'static str {
         "/v1/locks" => "locks",
         "/v1/summary" => "summary",
         _ if path.starts_with("/v1/locks/") && path.matches('/').count() == 3 => "lock",
+        _ if path.starts_with("/v1/semaphores/") && path.matches('/').count() == 3 => "semaphore",
+        _ if path.starts_with("/v1/semaphores/") => match path.rsplit('/').next() {
+            Some("acquire") => "permit_acquire",
+            Some("extend") => "permit_extend",
+            Some("release") => "permit_release",
+            Some("hold") => "permit_hold",
+            _ => "unknown",
+        },
+        _ if path.starts_with("/v1/elections/") && path.matches('/').count() == 3 => "leader",
+        _ if path.starts_with("/v1/elections/") => match path.rsplit('/').next() {
+            Some("campaign") => "campaign",
+            Some("observe") => "observe",
+            _ => "unknown",
+        },
         _ if path.starts_with("/v1/locks/") => match path.rsplit('/').next() {
             Some("acquire") => "acquire",
             Some("extend") => "extend",
@@ -247,6 +271,32 @@ async fn dispatch(
             );
             Ok(response)
         }
+        Route::SemaphoreInfo(name) => {
+            let answer = agent.locks().semaphore(&name).await.map_err(read_error)?;
+            Ok(json(StatusCode::OK, &answer))
+        }
+        Route::Leader(name) => match agent.locks().leader(&name).await.map_err(read_error)? {
+            Some(leader) => Ok(json(StatusCode::OK, &leader)),
+            None => Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                ErrorCode::NoLeader,
+                format!("no campaigner leads election {name} now"),
+            )),
+        },
+        Route::Observe(name) => Ok(ndjson(agent.locks().observe(name))),
+        Route::Semaphore(name, action) => {
+            let body = read_body(request, agent.config().socket.request_timeout).await?;
+            super::primitives::semaphore(agent, name, action, holder, &body).await
+        }
+        Route::Campaign(name) => {
+            let body = read_body(request, agent.config().socket.request_timeout).await?;
+            let request = parse_body(&body, true)?;
+            let events = agent
+                .locks()
+                .campaign(name, request, holder)
+                .map_err(lock_error)?;
+            Ok(ndjson(events))
+        }
         Route::Lock(resource, action) => {
             let body = read_body(request, agent.config().socket.request_timeout).await?;
             match action {
@@ -287,6 +337,10 @@ fn check_surface(agent: &Agent, surface: Surface, route: &Route) -> Result<(), A
             "force-release is served only on the admin socket ({}, admin.socket.path)",
             agent.config().admin.socket.path.display()
         )),
+        (Surface::Admin, Route::Semaphore(..) | Route::Campaign(_)) => forbidden(format!(
+            "permits and leadership are taken on the application socket ({}, socket.path); the admin socket serves views and force-release",
+            agent.config().socket.path.display()
+        )),
         (Surface::Admin, Route::Lock(_, action)) if !matches!(action, LockAction::ForceRelease) => {
             forbidden(format!(
                 "locks are taken on the application socket ({}, socket.path); the admin socket serves views and force-release",
@@ -316,6 +370,32 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
         "/v1/summary" => return Ok((Route::Summary, Method::GET)),
         _ => {}
     }
+    if let Some(rest) = path.strip_prefix("/v1/semaphores/") {
+        let Some((segment, action)) = rest.rsplit_once('/') else {
+            return Ok((Route::SemaphoreInfo(resource(rest)?), Method::GET));
+        };
+        let action = match action {
+            "acquire" => LockAction::Acquire,
+            "extend" => LockAction::Extend,
+            "release" => LockAction::Release,
+            "hold" => LockAction::Hold,
+            _ => return Err(not_found()),
+        };
+        return Ok((
+            Route::Semaphore(one_segment(segment)?, action),
+            Method::POST,
+        ));
+    }
+    if let Some(rest) = path.strip_prefix("/v1/elections/") {
+        return match rest.rsplit_once('/') {
+            None => Ok((Route::Leader(resource(rest)?), Method::GET)),
+            Some((segment, "observe")) => Ok((Route::Observe(one_segment(segment)?), Method::GET)),
+            Some((segment, "campaign")) => {
+                Ok((Route::Campaign(one_segment(segment)?), Method::POST))
+            }
+            Some(_) => Err(not_found()),
+        };
+    }
     let rest = path.strip_prefix("/v1/locks/").ok_or_else(not_found)?;
     let Some((segment, action)) = rest.rsplit_once('/') else {
         return Ok((Route::LockInfo(resource(rest)?), Method::GET));
@@ -328,6 +408,12 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
         "force-release" => LockAction::ForceRelease,
         _ => return Err(not_found()),
     };
+    Ok((Route::Lock(one_segment(segment)?, action), Method::POST))
+}
+
+/// The resource (or semaphore, or election) before an action: one path
+/// segment.
+fn one_segment(segment: &str) -> Result<Resource, ApiError> {
     if segment.contains('/') {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -335,7 +421,7 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
             "a resource is one path segment; percent-encode '/' as %2F",
         ));
     }
-    Ok((Route::Lock(resource(segment)?, action), Method::POST))
+    resource(segment)
 }
 
 /// The resource named by one percent-encoded path segment.
@@ -397,7 +483,7 @@ async fn read_body(request: Request<Incoming>, timeout: Duration) -> Result<Byte
 }
 
 /// Parses a JSON body; an empty body is `{}` where every field is optional.
-fn parse_body<T: DeserializeOwned>(body: &[u8], empty_ok: bool) -> Result<T, ApiError> {
+pub(super) fn parse_body<T: DeserializeOwned>(body: &[u8], empty_ok: bool) -> Result<T, ApiError> {
     let text: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
         if !empty_ok {
             return Err(ApiError::invalid("a JSON body is required"));
@@ -415,13 +501,14 @@ fn parse_body<T: DeserializeOwned>(body: &[u8], empty_ok: bool) -> Result<T, Api
 }
 
 /// The answer for a lock request the service refused.
-fn lock_error(error: LockError) -> ApiError {
+pub(super) fn lock_error(error: LockError) -> ApiError {
     let (status, code) = match &error {
         LockError::TtlOutOfRange { .. } => (StatusCode::BAD_REQUEST, ErrorCode::TtlOutOfRange),
         LockError::InvalidOwner | LockError::Invalid(_) => {
             (StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest)
         }
         LockError::Taken(_) => (StatusCode::CONFLICT, ErrorCode::Taken),
+        LockError::LimitMismatch { .. } => (StatusCode::CONFLICT, ErrorCode::LimitMismatch),
         LockError::Lost(_) => (StatusCode::CONFLICT, ErrorCode::Lost),
         LockError::NotReentrant(_) => (StatusCode::CONFLICT, ErrorCode::NotReentrant),
         LockError::ReentryForbidden(_) | LockError::Isolated { .. } => {
@@ -515,7 +602,15 @@ async fn hold(
         .hold(resource, ask, request.max_hold_ms, request.on_disconnect)
         .await
         .map_err(lock_error)?;
-    // Dropping the stream (the connection closed) ends the hold.
+    Ok(ndjson(events))
+}
+
+/// A 200 `application/x-ndjson` stream of `events`, one per line, open
+/// until the sender ends it. Dropping the stream (the connection closed)
+/// drops the receiver: a hold ends, a campaign resigns, an observer stops.
+pub(super) fn ndjson<T: Serialize + Send + 'static>(
+    events: tokio::sync::mpsc::Receiver<T>,
+) -> Response<Body> {
     let body = futures::stream::unfold(events, |mut events| async move {
         let event = events.recv().await?;
         Some((Ok::<_, Infallible>(Frame::data(line(&event))), events))
@@ -525,18 +620,18 @@ async fn hold(
         CONTENT_TYPE,
         HeaderValue::from_static("application/x-ndjson"),
     );
-    Ok(response)
+    response
 }
 
-/// One hold event as an NDJSON line.
-fn line(event: &HoldEvent) -> Bytes {
+/// One event as an NDJSON line.
+fn line<T: Serialize>(event: &T) -> Bytes {
     // Cannot fail: the events are plain strings and numbers.
-    let mut bytes = serde_json::to_vec(event).expect("hold events serialize");
+    let mut bytes = serde_json::to_vec(event).expect("events serialize");
     bytes.push(b'\n');
     Bytes::from(bytes)
 }
 
-async fn extend(
+pub(super) async fn extend(
     agent: &Agent,
     resource: Resource,
     holder: Option<Holder>,
@@ -557,7 +652,7 @@ async fn extend(
     ))
 }
 
-async fn release(
+pub(super) async fn release(
     agent: &Agent,
     resource: Resource,
     holder: Option<Holder>,
@@ -589,6 +684,7 @@ async fn release(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redlock_wire::HoldEvent;
 
     #[test]
     fn hold_events_are_one_json_object_per_line() {

@@ -252,7 +252,10 @@ async fn read_node<M: Store>(
 
 /// Fails with [`ReadError::TooFewRead`] when fewer than a quorum of masters
 /// answered; else the names of those that did not.
-fn check_read<M: Store>(locks: &Locks<M>, read: &[bool]) -> Result<Vec<String>, ReadError> {
+pub(crate) fn check_read<M: Store>(
+    locks: &Locks<M>,
+    read: &[bool],
+) -> Result<Vec<String>, ReadError> {
     let redlock = locks.engine();
     let unread: Vec<String> = redlock
         .nodes()
@@ -449,7 +452,7 @@ pub async fn get<M: Store>(
 
 /// One lock from its key on each master: `None` = the master could not be
 /// read, `Some(None)` = read and missing.
-fn lock_info<M: Store>(
+pub(crate) fn lock_info<M: Store>(
     locks: &Locks<M>,
     resource: &str,
     per_node: &[Option<Option<&KeyState>>],

@@ -14,11 +14,13 @@
 //! - [`isolation`]: tokens kept to the pod (or uid) that acquired them,
 //!   for an agent that serves a whole node.
 
+pub mod elections;
 pub mod holds;
 pub mod idle;
 pub mod isolation;
 pub mod listing;
 pub mod reentry;
+pub mod semaphores;
 pub mod waiters;
 
 use std::collections::HashMap;
@@ -116,6 +118,13 @@ pub enum LockError {
     Invalid(String),
     #[error("{0} is locked by another holder")]
     Taken(Resource),
+    /// A semaphore asked for with another limit than its permits'.
+    #[error("semaphore {semaphore} has limit {theirs} while its permits are held; this request asked for {ours}")]
+    LimitMismatch {
+        semaphore: Resource,
+        theirs: String,
+        ours: u32,
+    },
     /// Fewer than a quorum of masters could be used; the message names them.
     #[error("{0}")]
     NoQuorum(String),
@@ -226,6 +235,7 @@ impl<M: Store> Locks<M> {
     pub fn idle_for(&self) -> Duration {
         let busy = self.grants.any_valid(Instant::now())
             || self.waiters.total() > 0
+            || self.waiters.observed() > 0
             || !self.holds.is_empty();
         if busy {
             Duration::ZERO
@@ -346,6 +356,29 @@ impl<M: Store> Locks<M> {
     ) -> Result<mpsc::Receiver<HoldEvent>, LockError> {
         let max_hold = self.rules.max_hold(max_hold_ms)?;
         let grant = self.acquire(&resource, ask).await?;
+        let (events, _task) = self
+            .start_hold(resource, grant, max_hold, on_disconnect, None)
+            .await?;
+        Ok(events)
+    }
+
+    /// Starts the hold of a lock (or permit) just granted: once the
+    /// subscribers are listening, and only with validity enough left to
+    /// say `lost` in time (else released and answered `no_quorum`).
+    pub(crate) async fn start_hold(
+        self: &Arc<Self>,
+        resource: Resource,
+        grant: Grant,
+        max_hold: Duration,
+        on_disconnect: OnDisconnect,
+        permit: Option<u32>,
+    ) -> Result<
+        (
+            mpsc::Receiver<HoldEvent>,
+            tokio::task::JoinHandle<holds::End>,
+        ),
+        LockError,
+    > {
         // The subscribers of an agent that was idle connect while the
         // votes are under way; a hold starts once they are on the
         // force-release channel, so a force release right after its grant
@@ -376,11 +409,11 @@ impl<M: Store> Locks<M> {
             validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
             ttl_ms: millis(grant.ttl),
             fence: grant.fence,
-            permit: None,
+            permit,
         };
         // Cannot fail: the channel is new and has room.
         events.try_send(acquired).expect("room for the first event");
-        tokio::spawn(holds::run(
+        let task = tokio::spawn(holds::run(
             Arc::clone(self),
             resource,
             grant,
@@ -388,7 +421,7 @@ impl<M: Store> Locks<M> {
             on_disconnect,
             events,
         ));
-        Ok(receiver)
+        Ok((receiver, task))
     }
 
     /// A new TTL from now for a lock held with `token`, asked for by
@@ -477,6 +510,19 @@ impl<M: Store> Locks<M> {
             .inc();
         self.grants
             .extended(resource.as_str(), token.as_str(), Instant::now() + validity);
+        // A permit's semaphore keeps its limit as long as the permit.
+        if let Some(limit) = self.grants.limit(resource.as_str(), token.as_str()) {
+            let name = resource.queue().trim_end_matches(" permit").to_string();
+            let nodes = self.engine.nodes().to_vec();
+            let key =
+                redlock_wire::keys::semaphore_limit_key(&self.engine.settings().key_prefix, &name);
+            let ttl = validity.max(self.rules.default_ttl);
+            tokio::spawn(async move {
+                let value = limit.to_string();
+                let writes = nodes.iter().map(|node| node.note(&key, &value, ttl));
+                futures::future::join_all(writes).await;
+            });
+        }
     }
 
     /// Bookkeeping of a release: the grant is forgotten and the next waiter
@@ -486,7 +532,7 @@ impl<M: Store> Locks<M> {
         self.grants
             .released(resource.as_str(), token.as_str(), &self.metrics);
         self.waiters
-            .released(resource.as_str(), Some(token.as_str()));
+            .released(resource.queue(), Some(token.as_str()));
     }
 
     /// Deletes the lock key of `resource` on every master, whoever holds it.
@@ -566,7 +612,7 @@ impl<M: Store> Locks<M> {
         if votes.is_empty() {
             // No lock's value was removed (no key, or not a lock's): the
             // waiters here are woken all the same, as before.
-            self.waiters.released(resource.as_str(), None);
+            self.waiters.released(resource.queue(), None);
         }
         ForceReleaseResponse { deleted, failed }
     }
@@ -581,7 +627,8 @@ impl<M: Store> Locks<M> {
             tracing::info!(%resource, "the lock of a hold here was force-released by an operator");
         }
         self.grants.released(resource, value, &self.metrics);
-        self.waiters.released(resource, Some(value));
+        self.waiters
+            .released(crate::redlock::resource::queue_of(resource), Some(value));
     }
 }
 
@@ -598,6 +645,8 @@ struct Entry {
     count: u32,
     /// A hold's grant, renewed and released by its hold: never re-entered.
     hold: bool,
+    /// A permit's semaphore's limit, noted again at each extension.
+    limit: Option<u32>,
 }
 
 /// The process that asked for a grant, as the kernel reported it when it
@@ -641,8 +690,24 @@ impl Grants {
                 fence: grant.fence,
                 count: 1,
                 hold: false,
+                limit: None,
             },
         );
+    }
+
+    /// Records the limit of the semaphore whose permit `resource` is.
+    pub fn set_limit(&self, resource: &str, token: &str, limit: u32) {
+        if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
+            entry.limit = Some(limit);
+        }
+    }
+
+    /// The limit recorded for the permit `resource` held with `token`.
+    pub fn limit(&self, resource: &str, token: &str) -> Option<u32> {
+        self.lock()
+            .get(resource)
+            .filter(|e| e.token == token)
+            .and_then(|e| e.limit)
     }
 
     /// Who asked for the grant of `resource` whose token is `token`, if
@@ -706,8 +771,8 @@ impl Grants {
     }
 
     /// Drops grants whose validity ran out (recording their hold up to
-    /// expiry) and returns how many are still held.
-    pub fn sweep(&self, now: Instant, metrics: &Metrics) -> usize {
+    /// expiry) and returns how many are still held, by kind.
+    pub fn sweep(&self, now: Instant, metrics: &Metrics) -> Held {
         let mut grants = self.lock();
         grants.retain(|_, e| {
             let live = e.valid_until > now;
@@ -718,8 +783,26 @@ impl Grants {
             }
             live
         });
-        grants.len()
+        let mut held = Held::default();
+        for resource in grants.keys() {
+            if semaphores::permit_of(resource).is_some() {
+                held.permits += 1;
+            } else if resource.ends_with(" election") {
+                held.leaderships += 1;
+            } else {
+                held.locks += 1;
+            }
+        }
+        held
     }
+}
+
+/// Grants held here, by kind.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub locks: usize,
+    pub permits: usize,
+    pub leaderships: usize,
 }
 
 /// A uid or pid for the log; `-` when the kernel did not say.

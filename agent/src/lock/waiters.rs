@@ -106,6 +106,10 @@ pub struct Waiters {
     /// Cancelled when the agent shuts down: every waiter answers at once.
     shutdown: CancellationToken,
     retries: RetryBudget,
+    /// Watchers of a queue's releases and announcements that do not wait
+    /// in it (an election's observers), by queue: how many, and the
+    /// counter every release heard raises. Taken after `queues`.
+    observers: Mutex<HashMap<String, (usize, watch::Sender<u64>)>>,
 }
 
 /// A token bucket for timer-driven retries: [`RETRIES_PER_SECOND`], with a
@@ -160,6 +164,8 @@ enum Wake {
     Changed,
     TimedOut,
     ShuttingDown,
+    /// The caller gave up the request.
+    Cancelled,
 }
 
 /// The release channel of `resource`; the release script publishes on it.
@@ -191,6 +197,8 @@ struct Ticket<'a> {
     wake: watch::Receiver<u64>,
     /// Leaving with the lock: the next head waits for its release.
     granted: bool,
+    /// Cancelled when the caller gives up the request.
+    cancel: Option<CancellationToken>,
 }
 
 impl Waiters {
@@ -216,6 +224,7 @@ impl Waiters {
             channel_prefix: release_channel(&key_prefix, ""),
             force_channel: force_release_channel(&key_prefix),
             listeners: Mutex::new(Vec::new()),
+            observers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -285,12 +294,47 @@ impl Waiters {
         });
     }
 
-    /// The release channels of every resource with waiters.
+    /// The release channels of every resource with waiters or observers.
     fn wanted(&self) -> Vec<String> {
-        self.lock()
-            .keys()
+        let queues = self.lock();
+        let observers = self.observers();
+        let mut names: Vec<&String> = queues.keys().collect();
+        names.extend(observers.keys().filter(|name| !queues.contains_key(*name)));
+        names
+            .into_iter()
             .map(|r| format!("{}{r}", self.channel_prefix))
             .collect()
+    }
+
+    fn observers(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, watch::Sender<u64>)>> {
+        self.observers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Watches the releases and announcements heard for the queue `name`
+    /// without waiting in it: the receiver changes with each. The agent is
+    /// on the queue's channel while any watch or waiter needs it.
+    pub fn observe(&self, name: &str) -> Observation<'_> {
+        let queues = self.lock();
+        let mut observers = self.observers();
+        let entry = observers.entry(name.to_string()).or_insert_with(|| {
+            if !queues.contains_key(name) {
+                // Confirmations are not awaited: an observer reads the
+                // state after subscribing, and its timer covers the rest.
+                drop(self.subscribe(&format!("{}{name}", self.channel_prefix)));
+            }
+            (0, watch::channel(0).0)
+        });
+        entry.0 += 1;
+        Observation {
+            waiters: self,
+            name: name.to_string(),
+            changes: entry.1.subscribe(),
+        }
+    }
+
+    /// Queues watched by observers now.
+    pub fn observed(&self) -> usize {
+        self.observers().len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
@@ -316,6 +360,9 @@ impl Waiters {
     /// Wakes the queue of `resource`: its lock was released, by the holder
     /// of `token` when known. A release already heard is ignored.
     pub fn released(&self, resource: &str, token: Option<&str>) {
+        if let Some((_, changes)) = self.observers().get(resource) {
+            changes.send_modify(|n| *n += 1);
+        }
         if let Some(queue) = self.lock().get_mut(resource) {
             if let Some(token) = token {
                 if queue.woken_by.as_deref() == Some(token) {
@@ -339,7 +386,7 @@ impl Waiters {
         }
     }
 
-    /// Queues a waiter of `uid` (the peer's, when known) for `resource`.
+    /// Queues a waiter of `uid` (the peer's, when known) in `queue_name`.
     /// The first waiter of a resource also gets the confirmations of its
     /// release-channel subscriptions.
     ///
@@ -349,7 +396,7 @@ impl Waiters {
     #[allow(clippy::type_complexity)]
     fn join(
         &self,
-        resource: &Resource,
+        queue_name: &str,
         uid: Option<u32>,
     ) -> Result<(Ticket<'_>, Vec<oneshot::Receiver<()>>), WaitError> {
         use std::sync::atomic::Ordering::Relaxed;
@@ -374,26 +421,25 @@ impl Waiters {
         }
         self.total.fetch_add(1, Relaxed);
         let mut confirmations = Vec::new();
-        let queue = queues
-            .entry(resource.as_str().to_string())
-            .or_insert_with(|| {
-                confirmations = self.subscribe(&format!("{}{resource}", self.channel_prefix));
-                Queue {
-                    order: VecDeque::new(),
-                    held: false,
-                    woken_by: None,
-                }
-            });
+        let queue = queues.entry(queue_name.to_string()).or_insert_with(|| {
+            confirmations = self.subscribe(&format!("{}{queue_name}", self.channel_prefix));
+            Queue {
+                order: VecDeque::new(),
+                held: false,
+                woken_by: None,
+            }
+        });
         let (sender, wake) = watch::channel(0);
         queue.order.push_back((id, sender));
         self.metrics.waiters.inc();
         let ticket = Ticket {
             waiters: self,
-            resource: resource.as_str().to_string(),
+            resource: queue_name.to_string(),
             id,
             uid,
             wake,
             granted: false,
+            cancel: None,
         };
         Ok((ticket, confirmations))
     }
@@ -418,47 +464,125 @@ impl Waiters {
         fence: bool,
         uid: Option<u32>,
     ) -> Result<Acquire, WaitError> {
+        let mut contest = LockContest::new(redlock, resource, ttl, owner, fence);
+        self.contend(redlock, &mut contest, wait, uid, None).await
+    }
+
+    /// Wins `contest`, waiting up to `wait` in the line of its queue
+    /// ([`Contest::queue`]) behind this agent's other waiters, or until
+    /// `cancel` is cancelled (then answered as a wait that ran out). A
+    /// round under way when `cancel` comes is finished, and its grant
+    /// answered: the caller releases it.
+    ///
+    /// # Errors
+    /// As [`Waiters::acquire`].
+    pub async fn contend<M: Master, C: Contest<M>>(
+        &self,
+        redlock: &Redlock<M>,
+        contest: &mut C,
+        wait: Duration,
+        uid: Option<u32>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Acquire, WaitError> {
         let deadline = Instant::now() + wait;
-        // One token for every round of this request (see
-        // [`Redlock::acquire_once`]), bound to the resource's lock key.
+        // No one waits here in this queue: try at once, and queue (and
+        // subscribe to its release channel) only if it is taken. With
+        // waiters, join the queue: newcomers do not overtake them.
+        if wait.is_zero() || !self.lock().contains_key(contest.queue()) {
+            let first = contest.round(redlock, !wait.is_zero()).await;
+            let hopeless = matches!(first, Acquire::NoQuorum(_)) && !redlock.quorum_usable();
+            if wait.is_zero()
+                || matches!(first, Acquire::Granted(_))
+                || hopeless
+                || contest.settled()
+            {
+                return Ok(first);
+            }
+        }
+        let queue = contest.queue().to_string();
+        let (mut ticket, subscribed) = self.join(&queue, uid)?;
+        ticket.cancel = cancel.cloned();
+        // Once the masters confirm the subscription, no release published
+        // after our first attempt can be missed. Bounded: a master that does
+        // not answer leaves only the retry delay as the fallback.
+        let _ = tokio::time::timeout(SUBSCRIBE_WAIT, futures::future::join_all(subscribed)).await;
+        ticket.wait_for(redlock, contest, deadline).await
+    }
+}
+
+/// What a waiter competes for in each of its rounds: one lock
+/// ([`LockContest`]), or any permit of a semaphore
+/// (`super::semaphores::PermitContest`).
+pub trait Contest<M: Master>: Send {
+    /// The queue it waits in: the lock's resource, or the semaphore's
+    /// (see [`Resource::queue`]); its releases wake that queue.
+    fn queue(&self) -> &str;
+
+    /// One round of votes. `waiting`: the caller will wait if it fails,
+    /// so the votes ask the holder's release to announce itself.
+    fn round(
+        &mut self,
+        redlock: &Redlock<M>,
+        waiting: bool,
+    ) -> impl std::future::Future<Output = Acquire> + Send;
+
+    /// Whether waiting cannot help (a semaphore asked with another limit
+    /// than its permits'): the last round's answer stands.
+    fn settled(&self) -> bool {
+        false
+    }
+}
+
+/// One lock: every round of one request uses the same token (see
+/// [`Redlock::acquire_once`]), bound to the resource's lock key.
+pub struct LockContest<'a> {
+    resource: &'a Resource,
+    ttl: Duration,
+    token: Token,
+    fence: bool,
+}
+
+impl<'a> LockContest<'a> {
+    pub fn new<M: Master>(
+        redlock: &Redlock<M>,
+        resource: &'a Resource,
+        ttl: Duration,
+        owner: Option<&str>,
+        fence: bool,
+    ) -> LockContest<'a> {
         let token = Token::generate(
             &redlock.key(resource),
             redlock.settings().agent_name.as_deref(),
             owner,
         );
-        // No one waits here for this resource: try at once, and queue (and
-        // subscribe to its release channel) only if it is taken. With
-        // waiters, join the queue: newcomers do not overtake them.
-        if wait.is_zero() || !self.lock().contains_key(resource.as_str()) {
-            let first = redlock
-                .acquire_once(resource, ttl, &token, fence, !wait.is_zero())
-                .await;
-            let hopeless = matches!(first, Acquire::NoQuorum(_)) && !redlock.quorum_usable();
-            if wait.is_zero() || matches!(first, Acquire::Granted(_)) || hopeless {
-                return Ok(first);
-            }
+        LockContest {
+            resource,
+            ttl,
+            token,
+            fence,
         }
-        let (mut ticket, subscribed) = self.join(resource, uid)?;
-        // Once the masters confirm the subscription, no release published
-        // after our first attempt can be missed. Bounded: a master that does
-        // not answer leaves only the retry delay as the fallback.
-        let _ = tokio::time::timeout(SUBSCRIBE_WAIT, futures::future::join_all(subscribed)).await;
-        ticket
-            .wait_for_lock(redlock, resource, ttl, &token, fence, deadline)
+    }
+}
+
+impl<M: Master> Contest<M> for LockContest<'_> {
+    fn queue(&self) -> &str {
+        self.resource.queue()
+    }
+
+    async fn round(&mut self, redlock: &Redlock<M>, waiting: bool) -> Acquire {
+        redlock
+            .acquire_once(self.resource, self.ttl, &self.token, self.fence, waiting)
             .await
     }
 }
 
 impl Ticket<'_> {
-    /// Competes for the lock whenever this ticket is the head of its queue
-    /// and something changed, until granted or `deadline`.
-    async fn wait_for_lock<M: Master>(
+    /// Competes in `contest` whenever this ticket is the head of its queue
+    /// and something changed, until granted, `deadline` or its cancel.
+    async fn wait_for<M: Master, C: Contest<M>>(
         &mut self,
         redlock: &Redlock<M>,
-        resource: &Resource,
-        ttl: Duration,
-        token: &Token,
-        fence: bool,
+        contest: &mut C,
         deadline: Instant,
     ) -> Result<Acquire, WaitError> {
         let mut last = Acquire::Taken;
@@ -467,7 +591,7 @@ impl Ticket<'_> {
             while !self.is_head() {
                 match self.changed_until(deadline).await {
                     Wake::Changed => {}
-                    Wake::TimedOut => return Ok(last),
+                    Wake::TimedOut | Wake::Cancelled => return Ok(last),
                     Wake::ShuttingDown => return Err(WaitError::ShuttingDown),
                 }
             }
@@ -479,14 +603,15 @@ impl Ticket<'_> {
                 if self.changed_until(retry).await == Wake::ShuttingDown {
                     return Err(WaitError::ShuttingDown);
                 }
-                if Instant::now() >= deadline {
+                if Instant::now() >= deadline || self.cancelled() {
                     return Ok(last);
                 }
             }
             self.wake.borrow_and_update();
-            last = redlock
-                .acquire_once(resource, ttl, token, fence, true)
-                .await;
+            last = contest.round(redlock, true).await;
+            if contest.settled() {
+                return Ok(last);
+            }
             match last {
                 Acquire::Granted(_) => {
                     self.granted = true;
@@ -506,7 +631,7 @@ impl Ticket<'_> {
                 if wake == Wake::ShuttingDown {
                     return Err(WaitError::ShuttingDown);
                 }
-                if Instant::now() >= deadline {
+                if Instant::now() >= deadline || self.cancelled() {
                     return Ok(last);
                 }
                 if wake == Wake::Changed || self.waiters.retries.try_take() {
@@ -539,12 +664,22 @@ impl Ticket<'_> {
             .is_some_and(|q| q.order.front().map(|(id, _)| *id) == Some(self.id))
     }
 
-    /// Waits for a wake-up until `until`, or for the agent's shutdown.
+    /// Whether the request that waits was given up by its caller.
+    fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+    }
+
+    /// Waits for a wake-up until `until`, for the agent's shutdown, or for
+    /// the caller to give up.
     async fn changed_until(&mut self, until: Instant) -> Wake {
         let left = until.saturating_duration_since(Instant::now());
         let shutdown = self.waiters.shutdown.clone();
+        let cancel = self.cancel.clone().unwrap_or_default();
         tokio::select! {
             () = shutdown.cancelled() => Wake::ShuttingDown,
+            () = cancel.cancelled() => Wake::Cancelled,
             changed = tokio::time::timeout(left, self.wake.changed()) => match changed {
                 Ok(Ok(())) => Wake::Changed,
                 _ => Wake::TimedOut,
@@ -573,14 +708,53 @@ impl Drop for Ticket<'_> {
             }
             if queue.order.is_empty() {
                 queues.remove(&self.resource);
-                let channel = format!("{}{}", self.waiters.channel_prefix, self.resource);
-                self.waiters.unsubscribe(&channel);
+                if !self.waiters.observers().contains_key(&self.resource) {
+                    let channel = format!("{}{}", self.waiters.channel_prefix, self.resource);
+                    self.waiters.unsubscribe(&channel);
+                }
             } else if was_head {
                 queue.held = self.granted;
                 queue.wake_head();
             }
         }
         self.waiters.metrics.waiters.dec();
+    }
+}
+
+/// A watch of one queue's releases (see [`Waiters::observe`]); dropping
+/// it ends the watch.
+pub struct Observation<'a> {
+    waiters: &'a Waiters,
+    name: String,
+    changes: watch::Receiver<u64>,
+}
+
+impl Observation<'_> {
+    /// Resolves at the next release or announcement heard for the queue
+    /// (at once for one heard since the last call).
+    pub async fn changed(&mut self) {
+        if self.changes.changed().await.is_err() {
+            // The sender lives as long as this watch: never.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Observation<'_> {
+    fn drop(&mut self) {
+        let queues = self.waiters.lock();
+        let mut observers = self.waiters.observers();
+        let last = observers.get_mut(&self.name).is_some_and(|(count, _)| {
+            *count -= 1;
+            *count == 0
+        });
+        if last {
+            observers.remove(&self.name);
+            if !queues.contains_key(&self.name) {
+                let channel = format!("{}{}", self.waiters.channel_prefix, self.name);
+                self.waiters.unsubscribe(&channel);
+            }
+        }
     }
 }
 

@@ -284,6 +284,24 @@ impl Node {
         .await
     }
 
+    /// A bookkeeping note (see [`scripts::NOTE`]).
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or fails.
+    pub async fn note(&self, key: &str, value: &str, ttl: Duration) -> Result<(), NodeError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.request(Op::Release, |mut conn| async move {
+            scripts::NOTE
+                .key(key)
+                .arg(value)
+                .arg(ttl_ms)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// `PUBLISH channel message`: on a cluster, it reaches every node.
     ///
     /// # Errors
@@ -456,6 +474,10 @@ impl Store for Node {
 
     async fn force_delete(&self, key: &str) -> Result<Option<String>, NodeError> {
         Node::force_delete(self, key).await
+    }
+
+    async fn note(&self, key: &str, value: &str, ttl: Duration) -> Result<(), NodeError> {
+        Node::note(self, key, value, ttl).await
     }
 
     async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {

@@ -343,6 +343,19 @@ return 1"#,
 /// a key of another type), or nil when there was no key: read and deleted
 /// in one script, so the value the force release announces (see
 /// `Node::announce`) is the one it removed.
+/// A bookkeeping note (a semaphore's limit, an election's leader):
+/// `SET key value PX ttl`, unless the key holds the value already for at
+/// least as long, so a note shared by many writers lasts as long as the
+/// longest of them asked.
+pub static NOTE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local ttl = tonumber(ARGV[2])
+if redis.pcall("get", KEYS[1]) == ARGV[1] and redis.call("pttl", KEYS[1]) >= ttl then return 0 end
+redis.call("set", KEYS[1], ARGV[1], "px", ttl)
+return 1"#,
+    )
+});
+
 pub static FORCE_DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local value = redis.pcall("get", KEYS[1])

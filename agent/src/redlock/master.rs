@@ -261,6 +261,16 @@ pub trait Store: Master {
         key: &str,
     ) -> impl Future<Output = Result<Option<String>, NodeError>> + Send;
 
+    /// Writes `value` at the bookkeeping key `key` with `ttl`, unless it
+    /// holds `value` already for at least as long: a semaphore's limit
+    /// (kept as long as its longest permit) and an election's leader note.
+    fn note(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), NodeError>> + Send;
+
     /// Publishes `message` on `channel` (on a cluster, to every node).
     fn announce(
         &self,

@@ -218,6 +218,19 @@ impl Store for Memory {
         Ok(value)
     }
 
+    async fn note(&self, key: &str, value: &str, ttl: Duration) -> Result<(), NodeError> {
+        self.answer().await?;
+        let until = Instant::now() + ttl;
+        let mut keys = self.keys.lock().unwrap();
+        let keep = keys
+            .get(key)
+            .is_some_and(|(held, at)| held == value && *at >= until);
+        if !keep {
+            keys.insert(key.to_string(), (value.to_string(), until));
+        }
+        Ok(())
+    }
+
     async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {
         self.answer().await?;
         self.announced

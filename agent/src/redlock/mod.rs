@@ -474,8 +474,12 @@ impl<M: Master> Redlock<M> {
     /// caller once a quorum has answered.
     pub async fn release(&self, resource: &Resource, token: &Token) -> Release {
         let claim = Claim::new(self.key(resource), token.as_str());
-        let channel: Arc<str> =
-            format!("{}{}", self.settings.release_channel_prefix, resource).into();
+        let channel: Arc<str> = format!(
+            "{}{}",
+            self.settings.release_channel_prefix,
+            resource.queue()
+        )
+        .into();
         // One server reached twice releases once and counts once.
         let targets: Vec<&Arc<M>> = self
             .nodes

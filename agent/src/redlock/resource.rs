@@ -69,6 +69,26 @@ impl Resource {
         Resource(redlock_wire::keys::LEAK_SCAN_SUFFIX.to_string())
     }
 
+    /// Permit `index` of the semaphore `name`: `<name> permit <index>`, a
+    /// lock of its own that no client can name (it has spaces, which
+    /// [`Resource::new`] refuses), listed and scanned as any lock.
+    pub fn permit(name: &Resource, index: u32) -> Resource {
+        Resource(format!("{} permit {index}", name.0))
+    }
+
+    /// The lock of the election `name`: `<name> election`, held by its
+    /// leader; no client can name it either.
+    pub fn election(name: &Resource) -> Resource {
+        Resource(format!("{} election", name.0))
+    }
+
+    /// The name of this resource's waiters and release channel: its own,
+    /// or for a permit its semaphore's (`<name> permit`), so a release of
+    /// any permit wakes the semaphore's one queue.
+    pub fn queue(&self) -> &str {
+        queue_of(&self.0)
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -85,9 +105,35 @@ impl fmt::Display for Resource {
     }
 }
 
+/// [`Resource::queue`] of a resource's name.
+pub fn queue_of(resource: &str) -> &str {
+    match resource.rsplit_once(' ') {
+        Some((head, index))
+            if head.ends_with(" permit") && index.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            head
+        }
+        _ => resource,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn permits_share_their_semaphores_queue_and_no_client_can_name_them() {
+        let pay = Resource::new("pay").unwrap();
+        let permit = Resource::permit(&pay, 3);
+        assert_eq!(permit.as_str(), "pay permit 3");
+        assert_eq!(permit.queue(), "pay permit");
+        assert_eq!(Resource::permit(&pay, 0).queue(), "pay permit");
+        assert_eq!(pay.queue(), "pay");
+        let election = Resource::election(&pay);
+        assert_eq!(election.queue(), "pay election");
+        assert!(Resource::new(permit.as_str()).is_err());
+        assert!(Resource::new(election.as_str()).is_err());
+    }
 
     #[test]
     fn accepts_visible_ascii() {

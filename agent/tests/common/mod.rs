@@ -477,14 +477,29 @@ impl TestAgent {
 
     /// A hold whose body the client cannot send, on a raw connection.
     async fn hold_raw(&self, resource: &str, body: Value) -> Hold {
+        self.stream(
+            Method::POST,
+            &format!("/v1/locks/{resource}/hold"),
+            Some(body),
+        )
+        .await
+    }
+
+    /// A request answered with an NDJSON stream (a hold, a permit's hold,
+    /// a campaign, an observer), on a raw connection of its own: its
+    /// status, and its events or error. Dropping it closes the connection.
+    pub async fn stream(&self, method: Method, path: &str, body: Option<Value>) -> Hold {
         let stream = UnixStream::connect(&self.socket).await.unwrap();
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .unwrap();
         tokio::spawn(conn);
-        let request = Request::post(format!("http://localhost/v1/locks/{resource}/hold"))
+        let body = body.map_or_else(String::new, |b| b.to_string());
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("http://localhost{path}"))
             .header("host", "localhost")
-            .body(Full::new(Bytes::from(body.to_string())))
+            .body(Full::new(Bytes::from(body)))
             .unwrap();
         let response = sender.send_request(request).await.unwrap();
         let status = response.status();

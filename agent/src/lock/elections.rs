@@ -1,0 +1,417 @@
+//! Leader elections: one leader at a time, across every agent on these
+//! masters, with a term that only grows.
+//!
+//! ## Why leading is holding a lock
+//! Leading the election `name` is holding the lock on the resource
+//! `<name> election` ([`Resource::election`]) through a hold: a fenced
+//! Redlock grant, renewed while the campaign's stream is open, with `lost`
+//! sent before its validity ends ([`super::holds`]). Two campaigners
+//! believe they lead at once only if two believe they hold one lock, which
+//! the lock's safety argument rules out. The term is the grant's fence: a
+//! quorum mints it above every fence its masters confirmed before, so a
+//! leadership elected after another was granted has a larger term (see
+//! `crate::redlock::fence`), and storage that checks it refuses a deposed
+//! leader's late writes.
+//!
+//! ## Campaigns
+//! A campaign waits in the election's queue as a lock's waiter does, woken
+//! by releases, without polling; it says `waiting` with the leader it
+//! found when it starts to wait. Once elected, its agent writes the
+//! leader's note (term, value, process, since) on every master
+//! ([`redlock_wire::keys::leader_key`]), tied to the leadership's token, so
+//! any agent answers who leads; then it announces the change on the
+//! election's channel, as it does when the leadership ends, so observers
+//! on every agent read it at once. A note is shown only while its token
+//! holds the election's lock on a quorum.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redlock_wire::election::MAX_VALUE_LEN;
+use redlock_wire::{CampaignEvent, CampaignRequest, HoldEvent, Leader, ObserveEvent};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::listing::{self, ReadError};
+use super::waiters::{LockContest, WaitError};
+use super::{millis, Holder, LockError, Locks};
+use crate::redlock::{token, Acquire, KeyState, Resource, Store};
+
+/// Longest a campaign waits in line: for as long as its stream is open.
+const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// How often an observer reads the leader when no change is heard and no
+/// leadership is about to run out.
+const OBSERVE_EVERY: Duration = Duration::from_secs(5);
+
+/// The leader's note on the masters, beside the election's lock.
+#[derive(Debug, Serialize, Deserialize)]
+struct Note {
+    token: String,
+    term: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    uid: Option<u32>,
+    since_ms: u64,
+}
+
+/// A campaign's fields, checked.
+struct Campaign {
+    name: Resource,
+    ttl: Duration,
+    owner: Option<String>,
+    value: Option<String>,
+    max_hold: Duration,
+    holder: Option<Holder>,
+}
+
+impl<M: Store> Locks<M> {
+    /// Starts a campaign for `name`: its events come on the receiver, and
+    /// dropping the receiver (the client's connection closed) stops it, or
+    /// resigns at once when it leads.
+    ///
+    /// # Errors
+    /// A field out of range, before any event.
+    pub fn campaign(
+        self: &Arc<Self>,
+        name: Resource,
+        request: CampaignRequest,
+        holder: Option<Holder>,
+    ) -> Result<mpsc::Receiver<CampaignEvent>, LockError> {
+        let ttl = self.rules.ttl(request.ttl_ms)?;
+        let max_hold = self.rules.max_hold(request.max_hold_ms)?;
+        if request
+            .owner
+            .as_deref()
+            .is_some_and(|o| !token::valid_owner(o))
+        {
+            return Err(LockError::InvalidOwner);
+        }
+        if request
+            .value
+            .as_ref()
+            .is_some_and(|v| v.len() > MAX_VALUE_LEN)
+        {
+            return Err(LockError::Invalid(format!(
+                "value must be at most {MAX_VALUE_LEN} bytes"
+            )));
+        }
+        let (events, receiver) = mpsc::channel(8);
+        let campaign = Campaign {
+            name,
+            ttl,
+            owner: request.owner,
+            value: request.value,
+            max_hold,
+            holder,
+        };
+        tokio::spawn(Arc::clone(self).run_campaign(campaign, events));
+        Ok(receiver)
+    }
+
+    async fn run_campaign(
+        self: Arc<Self>,
+        campaign: Campaign,
+        events: mpsc::Sender<CampaignEvent>,
+    ) {
+        let resource = Resource::election(&campaign.name);
+        // The client gone: the wait is given up.
+        let cancel = CancellationToken::new();
+        let _gone = {
+            let (events, cancel) = (events.clone(), cancel.clone());
+            DropGuard(tokio::spawn(async move {
+                events.closed().await;
+                cancel.cancel();
+            }))
+        };
+        let uid = campaign.holder.map(|h| h.uid);
+        loop {
+            self.touch();
+            let mut contest = LockContest::new(
+                &self.engine,
+                &resource,
+                campaign.ttl,
+                campaign.owner.as_deref(),
+                true,
+            );
+            let mut outcome = self
+                .waiters
+                .contend(&self.engine, &mut contest, Duration::ZERO, uid, None)
+                .await;
+            if !matches!(outcome, Ok(Acquire::Granted(_))) {
+                let leader = self.leader(&campaign.name).await.ok().flatten();
+                if events
+                    .send(CampaignEvent::Waiting { leader })
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                outcome = self
+                    .waiters
+                    .contend(&self.engine, &mut contest, FOREVER, uid, Some(&cancel))
+                    .await;
+            }
+            let grant = match outcome {
+                Ok(Acquire::Granted(grant)) => grant,
+                Ok(_) if cancel.is_cancelled() => return,
+                Ok(_) => {
+                    // No quorum: try again after the retry delay.
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = tokio::time::sleep(self.engine.retry_delay()) => continue,
+                    }
+                }
+                Err(error) => {
+                    let reason = match error {
+                        WaitError::ShuttingDown => "shutdown",
+                        _ => "too_many_waiters",
+                    };
+                    let lost = CampaignEvent::Lost {
+                        reason: reason.into(),
+                    };
+                    let _ = events.send(lost).await;
+                    return;
+                }
+            };
+            self.grants
+                .granted(resource.as_str(), &grant, campaign.holder);
+            let token = grant.token.as_str().to_string();
+            let Some(term) = grant.fence else {
+                unreachable!("a campaign's grant is fenced")
+            };
+            let (mut hold, task) = match self
+                .start_hold(
+                    resource.clone(),
+                    grant,
+                    campaign.max_hold,
+                    redlock_wire::OnDisconnect::Release,
+                    None,
+                )
+                .await
+            {
+                Ok(started) => started,
+                // Too little validity left to lead: in line again.
+                Err(_) => continue,
+            };
+            let Some(HoldEvent::Acquired {
+                validity_ms,
+                ttl_ms,
+                ..
+            }) = hold.recv().await
+            else {
+                continue;
+            };
+            let mut lost = None;
+            if !events.is_closed() {
+                self.note_leader(&campaign, &token, term).await;
+                self.announce_change(&resource, &format!("elected {term}"))
+                    .await;
+                self.metrics.leadership("elected");
+                self.metrics
+                    .last_term
+                    .set(i64::try_from(term).unwrap_or(i64::MAX));
+                tracing::info!(election = %campaign.name, term, "elected");
+                let elected = CampaignEvent::Elected {
+                    term,
+                    validity_ms,
+                    ttl_ms,
+                };
+                if events.send(elected).await.is_ok() {
+                    while let Some(event) = hold.recv().await {
+                        let event = match event {
+                            HoldEvent::Renewed { validity_ms } => {
+                                CampaignEvent::Renewed { validity_ms }
+                            }
+                            HoldEvent::Lost { reason } => {
+                                lost = Some(reason.clone());
+                                CampaignEvent::Lost { reason }
+                            }
+                            HoldEvent::Acquired { .. } => continue,
+                        };
+                        if events.send(event).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            // Resigns (the hold releases the lock once its events are
+            // dropped), then tells the observers.
+            drop(hold);
+            let _ = task.await;
+            self.metrics
+                .leadership(if lost.is_some() { "lost" } else { "resigned" });
+            tracing::info!(election = %campaign.name, term, lost = lost.as_deref().unwrap_or("-"), "leadership ended");
+            self.announce_change(&resource, &format!("ended {term}"))
+                .await;
+            return;
+        }
+    }
+
+    /// Writes the leader's note on every master, for as long as the
+    /// leadership may last; best effort: a master without it answers the
+    /// leader without its term and value.
+    async fn note_leader(&self, campaign: &Campaign, token: &str, term: u64) {
+        let note = Note {
+            token: token.to_string(),
+            term,
+            value: campaign.value.clone(),
+            pid: campaign.holder.and_then(|h| h.pid),
+            uid: campaign.holder.map(|h| h.uid),
+            since_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| millis(d)),
+        };
+        // Cannot fail: strings and numbers.
+        let value = serde_json::to_string(&note).expect("a note serializes");
+        let key = redlock_wire::keys::leader_key(
+            &self.engine.settings().key_prefix,
+            campaign.name.as_str(),
+        );
+        let ttl = campaign.max_hold + campaign.ttl;
+        let writes = self
+            .engine
+            .nodes()
+            .iter()
+            .map(|node| node.note(&key, &value, ttl));
+        futures::future::join_all(writes).await;
+    }
+
+    /// Announces a change of leader on the election's channel, on every
+    /// master: observers (and waiting campaigners) on every agent wake.
+    async fn announce_change(&self, resource: &Resource, message: &str) {
+        let channel = format!(
+            "{}{}",
+            self.engine.settings().release_channel_prefix,
+            resource.queue()
+        );
+        let sends = self
+            .engine
+            .nodes()
+            .iter()
+            .map(|node| node.announce(&channel, message));
+        futures::future::join_all(sends).await;
+        self.waiters.released(resource.queue(), Some(message));
+    }
+
+    /// Who leads `name` now: the holder of its lock on a quorum of
+    /// masters, with its note; `None` when no campaigner does.
+    ///
+    /// # Errors
+    /// [`ReadError::TooFewRead`] when fewer than a quorum answered.
+    pub async fn leader(&self, name: &Resource) -> Result<Option<Leader>, ReadError> {
+        let resource = Resource::election(name);
+        let redlock = &self.engine;
+        let lock_key = redlock.key(&resource);
+        let note_key =
+            redlock_wire::keys::leader_key(&redlock.settings().key_prefix, name.as_str());
+        let keys = [lock_key, note_key];
+        let nodes = redlock.nodes();
+        let reads = futures::future::join_all(nodes.iter().map(|n| n.list_keys(&keys))).await;
+        let read: Vec<bool> = reads.iter().map(Result::is_ok).collect();
+        listing::check_read(self, &read)?;
+        let present = |s: &&KeyState| s.pttl != -2 && s.value.is_some();
+        let states: Vec<Option<Vec<KeyState>>> = reads.into_iter().map(Result::ok).collect();
+        let per_node: Vec<Option<Option<&KeyState>>> = states
+            .iter()
+            .map(|n| n.as_ref().map(|n| n.first().filter(present)))
+            .collect();
+        let info = listing::lock_info(
+            self,
+            resource.as_str(),
+            &per_node,
+            std::time::Instant::now(),
+        );
+        let Some(validity_ms) = info.validity_ms.filter(|v| info.quorum_agrees && *v > 0) else {
+            return Ok(None);
+        };
+        // The token a quorum holds, to find its note.
+        let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for state in per_node.iter().flatten().flatten() {
+            if let Some(value) = state.value.as_deref() {
+                *counts.entry(value).or_default() += 1;
+            }
+        }
+        let token = counts
+            .into_iter()
+            .filter(|&(_, c)| c >= redlock.quorum())
+            .map(|(v, _)| v)
+            .next();
+        let note = states
+            .iter()
+            .flatten()
+            .filter_map(|n| n.get(1).filter(present))
+            .filter_map(|s| serde_json::from_str::<Note>(s.value.as_deref()?).ok())
+            .find(|note| Some(note.token.as_str()) == token);
+        Ok(Some(Leader {
+            election: name.to_string(),
+            agent: info.agent,
+            owner: info.owner,
+            value: note.as_ref().and_then(|n| n.value.clone()),
+            pid: note.as_ref().and_then(|n| n.pid).or(info.pid),
+            uid: note.as_ref().and_then(|n| n.uid).or(info.uid),
+            term: note.as_ref().map(|n| n.term),
+            since_ms: note.as_ref().map(|n| n.since_ms),
+            validity_ms,
+        }))
+    }
+
+    /// Streams who leads `name`: now, then at every change, until the
+    /// receiver is dropped. Woken by the election's announcements and
+    /// releases; read again when a leadership would run out, and every
+    /// [`OBSERVE_EVERY`] besides.
+    pub fn observe(self: &Arc<Self>, name: Resource) -> mpsc::Receiver<ObserveEvent> {
+        let (events, receiver) = mpsc::channel(8);
+        let locks = Arc::clone(self);
+        tokio::spawn(async move {
+            let queue = Resource::election(&name).queue().to_string();
+            let mut watch = locks.waiters.observe(&queue);
+            let mut last: Option<Option<(Option<u64>, Option<String>, Option<String>)>> = None;
+            loop {
+                let mut wait = OBSERVE_EVERY;
+                match locks.leader(&name).await {
+                    Ok(leader) => {
+                        let seen = leader
+                            .as_ref()
+                            .map(|l| (l.term, l.agent.clone(), l.owner.clone()));
+                        if let Some(leader) = &leader {
+                            wait = wait.min(Duration::from_millis(leader.validity_ms + 50));
+                        }
+                        if last.as_ref() != Some(&seen) {
+                            let event = match leader {
+                                Some(leader) => ObserveEvent::Leader(leader),
+                                None => ObserveEvent::NoLeader {
+                                    election: name.to_string(),
+                                },
+                            };
+                            if events.send(event).await.is_err() {
+                                return;
+                            }
+                            last = Some(seen);
+                        }
+                    }
+                    Err(_) => wait = locks.engine.retry_delay().max(Duration::from_millis(100)),
+                }
+                tokio::select! {
+                    () = events.closed() => return,
+                    () = watch.changed() => {}
+                    () = tokio::time::sleep(wait) => {}
+                }
+            }
+        });
+        receiver
+    }
+}
+
+/// Aborts its task when dropped.
+struct DropGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

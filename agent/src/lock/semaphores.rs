@@ -1,0 +1,479 @@
+//! Semaphores: at most `limit` holders at once, across every agent on
+//! these masters.
+//!
+//! ## Why permits are locks
+//! A semaphore of limit k is k permits, and permit i is an ordinary lock
+//! on the resource `<name> permit <i>` ([`Resource::permit`]): granted by a
+//! quorum, with its own token, validity, fence, delayed restart and
+//! lost-state checks, renewed by holds and released as any lock. At most
+//! one client believes it holds each permit, so at most k believe they
+//! hold one of the k. Nothing new is assumed: the safety argument is the
+//! lock's, k times.
+//!
+//! The tempting alternative, a counter or a set of holders on each master
+//! with a quorum of masters each admitting up to k, is unsafe for k > 1:
+//! with N masters and quorum q, up to ⌊N·k/q⌋ clients can each find q
+//! masters that admit them (N=3, k=2: A on masters 1 and 2, B on 2 and 3,
+//! C on 1 and 3). Every vote here is for one named permit, so two clients
+//! can never count the same master's vote for different permits.
+//!
+//! ## Rounds
+//! Waiters of a semaphore wait in one queue per agent (the permits share
+//! their release channel, [`Resource::queue`]); only its head competes.
+//! A round reads the semaphore's limit and every permit's key on the
+//! masters at once, votes for the lowest permit free on a quorum of them,
+//! and, when that fails or none looked free, for every other permit at
+//! once (their waiting flags make any permit's release announce itself).
+//! It keeps the lowest permit it won and releases the others.
+//!
+//! ## The limit
+//! The limit is part of the semaphore: its permits are granted with it,
+//! and each grant and extension here writes it in a bookkeeping note on
+//! every master ([`redlock_wire::keys::semaphore_limit_key`]), kept as long
+//! as the longest permit. A request with another limit while the note is
+//! there is refused ([`LockError::LimitMismatch`]). Two requests with
+//! different limits on a semaphore with no permit held, at the same
+//! instant, can both be granted: the note is written after the grant.
+//! The refusal keeps a misconfiguration from going unnoticed; the bound of
+//! k holders for the clients of one limit does not rest on it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redlock_wire::semaphore::MAX_PERMITS;
+use redlock_wire::{HoldEvent, OnDisconnect, PermitInfo, SemaphoreResponse};
+use tokio::sync::mpsc;
+
+use super::listing::{self, ReadError};
+use super::waiters::Contest;
+use super::{Ask, LockError, Locks};
+use crate::config::FenceMode;
+use crate::metrics::Outcome;
+use crate::redlock::{
+    token, Acquire, Failure, Grant, KeyState, Master, Redlock, Resource, Store, Token,
+};
+
+/// A granted permit.
+#[derive(Debug)]
+pub struct Permit {
+    pub index: u32,
+    pub grant: Grant,
+}
+
+/// Any permit of one semaphore: the contest of its waiters.
+pub struct PermitContest {
+    limit: u32,
+    ttl: Duration,
+    fence: bool,
+    /// The permits' resources, by index.
+    permits: Vec<Resource>,
+    /// One token per permit, bound to its key, for every round.
+    tokens: Vec<Token>,
+    limit_key: String,
+    queue: String,
+    /// The permit the last round won.
+    won: Option<u32>,
+    /// The limit the semaphore has, when a round found it is not ours.
+    mismatch: Option<String>,
+}
+
+impl PermitContest {
+    pub fn new<M: Master>(
+        redlock: &Redlock<M>,
+        name: &Resource,
+        limit: u32,
+        ttl: Duration,
+        owner: Option<&str>,
+        fence: bool,
+    ) -> PermitContest {
+        let permits: Vec<Resource> = (0..limit).map(|i| Resource::permit(name, i)).collect();
+        let agent = redlock.settings().agent_name.as_deref();
+        let tokens = permits
+            .iter()
+            .map(|p| Token::generate(&redlock.key(p), agent, owner))
+            .collect();
+        PermitContest {
+            limit,
+            ttl,
+            fence,
+            queue: permits[0].queue().to_string(),
+            permits,
+            tokens,
+            limit_key: redlock_wire::keys::semaphore_limit_key(
+                &redlock.settings().key_prefix,
+                name.as_str(),
+            ),
+            won: None,
+            mismatch: None,
+        }
+    }
+
+    /// The limit's note and each permit's key, read on every usable master
+    /// at once: how many masters have each limit, and on how many each
+    /// permit is free.
+    async fn look<M: Store>(&self, redlock: &Redlock<M>) -> (HashMap<String, usize>, Vec<usize>) {
+        let mut keys = Vec::with_capacity(self.permits.len() + 1);
+        keys.push(self.limit_key.clone());
+        keys.extend(self.permits.iter().map(|p| redlock.key(p)));
+        let usable = redlock.nodes().iter().filter(|n| n.is_usable());
+        let reads = futures::future::join_all(usable.map(|n| n.list_keys(&keys))).await;
+        let mut limits: HashMap<String, usize> = HashMap::new();
+        let mut free = vec![0; self.permits.len()];
+        for states in reads.into_iter().flatten() {
+            for (i, state) in states.iter().enumerate() {
+                let present = state.pttl != -2 && state.value.is_some();
+                match (i, present) {
+                    (0, true) => {
+                        *limits
+                            .entry(state.value.clone().unwrap_or_default())
+                            .or_default() += 1
+                    }
+                    (0, false) => {}
+                    (i, false) => free[i - 1] += 1,
+                    (_, true) => {}
+                }
+            }
+        }
+        (limits, free)
+    }
+}
+
+impl<M: Store> Contest<M> for PermitContest {
+    fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    fn settled(&self) -> bool {
+        self.mismatch.is_some()
+    }
+
+    async fn round(&mut self, redlock: &Redlock<M>, waiting: bool) -> Acquire {
+        let (limits, free) = self.look(redlock).await;
+        let ours = self.limit.to_string();
+        if let Some((limit, _)) = limits.iter().max_by_key(|&(v, c)| (*c, v.as_str())) {
+            if *limit != ours {
+                self.mismatch = Some(limit.clone());
+                return Acquire::Taken;
+            }
+        }
+        let quorum = redlock.quorum();
+        let first = free.iter().position(|&on| on >= quorum);
+        let mut no_quorum = None;
+        if let Some(i) = first {
+            match redlock
+                .acquire_once(
+                    &self.permits[i],
+                    self.ttl,
+                    &self.tokens[i],
+                    self.fence,
+                    waiting,
+                )
+                .await
+            {
+                Acquire::Granted(grant) => {
+                    self.won = u32::try_from(i).ok();
+                    return Acquire::Granted(grant);
+                }
+                Acquire::NoQuorum(message) if !redlock.quorum_usable() => {
+                    return Acquire::NoQuorum(message);
+                }
+                Acquire::NoQuorum(message) => no_quorum = Some(message),
+                Acquire::Taken => {}
+            }
+        }
+        // Every other permit at once: any that was freed since the read is
+        // won, and the votes on the taken ones flag them, so their
+        // releases wake this queue.
+        let (ttl, fence) = (self.ttl, self.fence);
+        let (permits, tokens) = (&self.permits, &self.tokens);
+        let rounds = (0..permits.len()).filter(|&i| Some(i) != first).map(|i| {
+            let (permit, token) = (&permits[i], &tokens[i]);
+            async move {
+                let outcome = redlock
+                    .acquire_once(permit, ttl, token, fence, waiting)
+                    .await;
+                (i, outcome)
+            }
+        });
+        let outcomes = futures::future::join_all(rounds).await;
+        let mut won: Option<(usize, Grant)> = None;
+        let mut extra = Vec::new();
+        for (i, outcome) in outcomes {
+            match outcome {
+                Acquire::Granted(grant) if won.is_none() => won = Some((i, grant)),
+                Acquire::Granted(_) => extra.push(i),
+                Acquire::NoQuorum(message) => no_quorum = Some(message),
+                Acquire::Taken => {}
+            }
+        }
+        // One permit per request: the others won go back at once (and
+        // their releases wake whoever waits for them).
+        let releases = extra
+            .iter()
+            .map(|&i| redlock.release(&permits[i], &tokens[i]));
+        futures::future::join_all(releases).await;
+        match (won, no_quorum) {
+            (Some((i, grant)), _) => {
+                self.won = u32::try_from(i).ok();
+                Acquire::Granted(grant)
+            }
+            (None, Some(message)) => Acquire::NoQuorum(message),
+            (None, None) => Acquire::Taken,
+        }
+    }
+}
+
+/// The limit asked for, refused outside 1 to [`MAX_PERMITS`].
+fn check_limit(limit: u32) -> Result<u32, LockError> {
+    if limit == 0 || limit > MAX_PERMITS {
+        return Err(LockError::Invalid(format!(
+            "limit must be 1 to {MAX_PERMITS}: {limit}"
+        )));
+    }
+    Ok(limit)
+}
+
+/// A permit number from a client, refused at or above [`MAX_PERMITS`].
+pub fn permit_resource(name: &Resource, permit: u32) -> Result<Resource, LockError> {
+    if permit >= MAX_PERMITS {
+        return Err(LockError::Invalid(format!(
+            "permit must be below {MAX_PERMITS}: {permit}"
+        )));
+    }
+    Ok(Resource::permit(name, permit))
+}
+
+impl<M: Store> Locks<M> {
+    /// One permit of the semaphore `name` of `limit` permits, waiting in
+    /// line up to `wait_ms`, recorded as a grant of its permit's resource.
+    ///
+    /// # Errors
+    /// As [`Locks::acquire`], and [`LockError::LimitMismatch`] when the
+    /// semaphore's permits are held with another limit.
+    pub async fn acquire_permit(
+        &self,
+        name: &Resource,
+        limit: u32,
+        ask: Ask,
+    ) -> Result<Permit, LockError> {
+        self.touch();
+        let started = Instant::now();
+        let result = self.try_acquire_permit(name, limit, ask).await;
+        let outcome = match &result {
+            Ok(_) => Outcome::Acquired,
+            Err(LockError::Taken(_)) => Outcome::Taken,
+            Err(LockError::NoQuorum(_)) => Outcome::NoQuorum,
+            Err(_) => Outcome::Error,
+        };
+        self.metrics
+            .acquire_wait
+            .with_label_values(&[outcome.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn try_acquire_permit(
+        &self,
+        name: &Resource,
+        limit: u32,
+        ask: Ask,
+    ) -> Result<Permit, LockError> {
+        let limit = check_limit(limit)?;
+        let lock = &ask.lock;
+        let ttl = self.rules.ttl(lock.ttl_ms)?;
+        if lock
+            .owner
+            .as_deref()
+            .is_some_and(|o| !token::valid_owner(o))
+        {
+            return Err(LockError::InvalidOwner);
+        }
+        let wait = Duration::from_millis(lock.wait_ms.unwrap_or(0));
+        let fence = lock.fence || self.rules.fence == FenceMode::Always;
+        let mut contest =
+            PermitContest::new(&self.engine, name, limit, ttl, lock.owner.as_deref(), fence);
+        let outcome = self
+            .waiters
+            .contend(
+                &self.engine,
+                &mut contest,
+                wait,
+                ask.holder.map(|h| h.uid),
+                None,
+            )
+            .await?;
+        if let Some(theirs) = contest.mismatch.take() {
+            return Err(LockError::LimitMismatch {
+                semaphore: name.clone(),
+                theirs,
+                ours: limit,
+            });
+        }
+        match (outcome, contest.won) {
+            (Acquire::Granted(grant), Some(index)) => {
+                let resource = Resource::permit(name, index);
+                self.grants.granted(resource.as_str(), &grant, ask.holder);
+                self.grants
+                    .set_limit(resource.as_str(), grant.token.as_str(), limit);
+                self.note_limit(name.as_str(), limit, grant.ttl).await;
+                Ok(Permit { index, grant })
+            }
+            (Acquire::Granted(_), None) => unreachable!("a granted round names its permit"),
+            (Acquire::Taken, _) => {
+                self.metrics.fail(Failure::Taken);
+                Err(LockError::Taken(name.clone()))
+            }
+            (Acquire::NoQuorum(message), _) => {
+                self.metrics.fail(Failure::NoQuorum);
+                Err(LockError::NoQuorum(message))
+            }
+        }
+    }
+
+    /// Writes the semaphore's limit on every master, to last `ttl` at
+    /// least (see the module's doc). Best effort: a master that does not
+    /// take it only lets a request with another limit through there.
+    pub(crate) async fn note_limit(&self, name: &str, limit: u32, ttl: Duration) {
+        let key = redlock_wire::keys::semaphore_limit_key(&self.engine.settings().key_prefix, name);
+        let value = limit.to_string();
+        let writes = self
+            .engine
+            .nodes()
+            .iter()
+            .map(|node| node.note(&key, &value, ttl));
+        for result in futures::future::join_all(writes).await {
+            if let Err(e) = result {
+                tracing::debug!(semaphore = name, error = %e, "semaphore limit not noted on a master");
+            }
+        }
+    }
+
+    /// A permit tied to the client's connection, as [`Locks::hold`]; its
+    /// first event names the permit.
+    ///
+    /// # Errors
+    /// As [`Locks::acquire_permit`], and `max_hold_ms` out of range.
+    pub async fn hold_permit(
+        self: &Arc<Self>,
+        name: &Resource,
+        limit: u32,
+        ask: Ask,
+        max_hold_ms: Option<u64>,
+        on_disconnect: OnDisconnect,
+    ) -> Result<mpsc::Receiver<HoldEvent>, LockError> {
+        let max_hold = self.rules.max_hold(max_hold_ms)?;
+        let permit = self.acquire_permit(name, limit, ask).await?;
+        let resource = Resource::permit(name, permit.index);
+        let (events, _task) = self
+            .start_hold(
+                resource,
+                permit.grant,
+                max_hold,
+                on_disconnect,
+                Some(permit.index),
+            )
+            .await?;
+        Ok(events)
+    }
+
+    /// `GET /v1/semaphores/{name}`: the permits a quorum of masters hold,
+    /// and the limit they were granted with.
+    ///
+    /// # Errors
+    /// [`ReadError::TooFewRead`] when fewer than a quorum of masters
+    /// answered.
+    pub async fn semaphore(&self, name: &Resource) -> Result<SemaphoreResponse, ReadError> {
+        let redlock = &self.engine;
+        let limit_key =
+            redlock_wire::keys::semaphore_limit_key(&redlock.settings().key_prefix, name.as_str());
+        let keys: Vec<String> = std::iter::once(limit_key)
+            .chain((0..MAX_PERMITS).map(|i| redlock.key(&Resource::permit(name, i))))
+            .collect();
+        let nodes = redlock.nodes();
+        let reads = futures::future::join_all(nodes.iter().map(|n| n.list_keys(&keys))).await;
+        let read: Vec<bool> = reads.iter().map(Result::is_ok).collect();
+        let unread = listing::check_read(self, &read)?;
+        let states: Vec<Option<Vec<KeyState>>> = reads.into_iter().map(Result::ok).collect();
+        let mut limits: HashMap<&str, usize> = HashMap::new();
+        for node in states.iter().flatten() {
+            if let Some(value) = node
+                .first()
+                .filter(|s| s.pttl != -2)
+                .and_then(|s| s.value.as_deref())
+            {
+                *limits.entry(value).or_default() += 1;
+            }
+        }
+        let limit = limits
+            .iter()
+            .max_by_key(|&(v, c)| (*c, *v))
+            .and_then(|(v, _)| v.parse::<u32>().ok());
+        let now = Instant::now();
+        let mut permits = Vec::new();
+        for index in 0..MAX_PERMITS {
+            let slot = usize::try_from(index).unwrap_or(usize::MAX) + 1;
+            let per_node: Vec<Option<Option<&KeyState>>> = states
+                .iter()
+                .map(|node| {
+                    node.as_ref()
+                        .map(|n| n.get(slot).filter(|s| s.pttl != -2 && s.value.is_some()))
+                })
+                .collect();
+            if per_node.iter().all(|s| !matches!(s, Some(Some(_)))) {
+                continue;
+            }
+            let resource = Resource::permit(name, index);
+            let info = listing::lock_info(self, resource.as_str(), &per_node, now);
+            let Some(validity_ms) = info.validity_ms.filter(|_| info.quorum_agrees) else {
+                continue;
+            };
+            permits.push(PermitInfo {
+                permit: index,
+                agent: info.agent,
+                owner: info.owner,
+                validity_ms,
+                held_here: info.held_here,
+                pid: info.pid,
+                uid: info.uid,
+            });
+        }
+        Ok(SemaphoreResponse {
+            semaphore: name.to_string(),
+            limit: if permits.is_empty() { None } else { limit },
+            permits,
+            waiters: self.waiters.count(Resource::permit(name, 0).queue()),
+            partial: !unread.is_empty(),
+            unread,
+        })
+    }
+}
+
+/// A permit's number, from its resource: `Some` only for a permit.
+pub fn permit_of(resource: &str) -> Option<u32> {
+    let (head, index) = resource.rsplit_once(' ')?;
+    head.ends_with(" permit").then(|| index.parse().ok())?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_permits_number_is_read_back_from_its_resource_only() {
+        let pay = Resource::new("pay").unwrap();
+        assert_eq!(permit_of(Resource::permit(&pay, 7).as_str()), Some(7));
+        assert_eq!(permit_of("pay"), None);
+        assert_eq!(permit_of("pay election"), None);
+    }
+
+    #[test]
+    fn limits_and_permit_numbers_out_of_range_are_refused() {
+        assert!(check_limit(0).is_err());
+        assert!(check_limit(MAX_PERMITS + 1).is_err());
+        assert_eq!(check_limit(MAX_PERMITS).unwrap(), MAX_PERMITS);
+        let pay = Resource::new("pay").unwrap();
+        assert!(permit_resource(&pay, MAX_PERMITS).is_err());
+        assert_eq!(permit_resource(&pay, 1).unwrap(), Resource::permit(&pay, 1));
+    }
+}
