@@ -54,10 +54,27 @@ fn path() -> impl Strategy<Value = String> {
         "nope",
     ]);
     let lock = (segment(), action).prop_map(|(s, a)| format!("/v1/locks/{s}/{a}"));
+    let primitive = prop::sample::select(vec![
+        "semaphores/{}/acquire",
+        "semaphores/{}/extend",
+        "semaphores/{}/release",
+        "semaphores/{}/hold",
+        "semaphores/{}",
+        "semaphores/{}/force-release",
+        "elections/{}/campaign",
+        "elections/{}/observe",
+        "elections/{}",
+        "elections/{}/nope",
+    ]);
+    let primitive =
+        (segment(), primitive).prop_map(|(s, p)| format!("/v1/{}", p.replace("{}", &s)));
     let fixed = prop::sample::select(vec![
         "/v1/nodes",
         "/v1/locks",
         "/v1/locks/fuzz-lock",
+        "/v1/semaphores/fuzz-semaphore",
+        "/v1/elections/fuzz-election",
+        "/v1/elections/fuzz-election/observe",
         "/v1/locks/a%2Fb",
         "/v1/leaks",
         "/v1/summary",
@@ -80,7 +97,12 @@ fn path() -> impl Strategy<Value = String> {
             .prop_map(str::to_string),
     ];
     let absolute = prop_oneof![9 => Just(""), 1 => Just("http://localhost")];
-    (prop_oneof![4 => lock, 1 => fixed], query, absolute).prop_map(|(p, q, a)| format!("{a}{p}{q}"))
+    (
+        prop_oneof![4 => lock, 2 => primitive, 1 => fixed],
+        query,
+        absolute,
+    )
+        .prop_map(|(p, q, a)| format!("{a}{p}{q}"))
 }
 
 fn json_value() -> impl Strategy<Value = serde_json::Value> {
@@ -109,6 +131,12 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         "owner",
         "token",
         "max_hold_ms",
+        "limit",
+        "limit",
+        "permit",
+        "value",
+        "fence",
+        "on_disconnect",
         "ttl",
         "extra",
     ]);
@@ -502,6 +530,30 @@ fn field_value(name: &'static str) -> BoxedStrategy<serde_json::Value> {
         .boxed(),
         // A re-entry needs a grant; only the forms that mean "none".
         "token" => prop_oneof![Just(json!(null)), Just(json!(5))].boxed(),
+        "limit" => prop_oneof![
+            3 => prop::sample::select(vec![0u64, 1, 2, 3, 255, 256, 257]).prop_map(|n| json!(n)),
+            1 => prop::sample::select(vec![1u64, 2, 256, 257]).prop_map(|n| json!(n as f64)),
+            1 => Just(json!(2.5)),
+            2 => wrong,
+        ]
+        .boxed(),
+        // Of a permit just taken (limit 1): 0; past a semaphore's most: 256.
+        "permit" => prop_oneof![
+            3 => Just(json!(0)),
+            1 => Just(json!(0.0)),
+            1 => Just(json!(256)),
+            1 => wrong,
+        ]
+        .boxed(),
+        "value" => prop_oneof![
+            3 => "[ -~]{0,20}".prop_map(|s| json!(s)),
+            1 => prop::sample::select(vec![1023usize, 1024, 1025])
+                .prop_map(|n| json!("v".repeat(n))),
+            1 => prop::sample::select(vec![1023usize, 1024, 1025])
+                .prop_map(|n| json!("é".repeat(n))),
+            2 => wrong,
+        ]
+        .boxed(),
         _ => prop_oneof![Just(json!(1)), wrong].boxed(),
     }
 }
@@ -524,6 +576,9 @@ enum Ask {
     },
     /// `extend` of a lock just acquired, with its token.
     Extend { ttl_ms: serde_json::Value },
+    /// `extend` of a semaphore's permit just taken (limit 1), with its
+    /// token and these fields.
+    PermitExtend { body: serde_json::Value },
     /// `GET /v1/locks?prefix=`, percent-encoded.
     Prefix(String),
 }
@@ -538,6 +593,18 @@ fn ask() -> impl Strategy<Value = Ask> {
         "max_hold_ms",
         "on_disconnect",
     ];
+    const PERMIT: &[&str] = &["limit", "limit", "ttl_ms", "wait_ms", "owner", "fence"];
+    const PERMIT_HOLD: &[&str] = &[
+        "limit",
+        "limit",
+        "ttl_ms",
+        "wait_ms",
+        "owner",
+        "fence",
+        "max_hold_ms",
+        "on_disconnect",
+    ];
+    const CAMPAIGN: &[&str] = &["ttl_ms", "owner", "value", "max_hold_ms", "fence"];
     let prefix = prop_oneof![
         2 => "[!-~]{0,12}",
         1 => "\\PC{1,4}",
@@ -547,6 +614,10 @@ fn ask() -> impl Strategy<Value = Ask> {
         4 => body_of(LOCK).prop_map(|body| Ask::Body { path: "/v1/locks/{resource}/acquire", body }),
         3 => body_of(HOLD).prop_map(|body| Ask::Body { path: "/v1/locks/{resource}/hold", body }),
         2 => field_value("ttl_ms").prop_map(|ttl_ms| Ask::Extend { ttl_ms }),
+        3 => body_of(PERMIT).prop_map(|body| Ask::Body { path: "/v1/semaphores/{name}/acquire", body }),
+        2 => body_of(PERMIT_HOLD).prop_map(|body| Ask::Body { path: "/v1/semaphores/{name}/hold", body }),
+        2 => body_of(&["permit", "ttl_ms", "ttl_ms"]).prop_map(|body| Ask::PermitExtend { body }),
+        3 => body_of(CAMPAIGN).prop_map(|body| Ask::Body { path: "/v1/elections/{name}/campaign", body }),
         2 => prefix.prop_map(Ask::Prefix),
     ]
 }
@@ -661,7 +732,9 @@ fn the_agent_accepts_exactly_what_the_document_accepts() {
         let (label, target, documented, expected, response, token) = runtime.block_on(async {
             match &ask {
                 Ask::Body { path, body } => {
-                    let target = path.replace("{resource}", &resource);
+                    let target = path
+                        .replace("{resource}", &resource)
+                        .replace("{name}", &resource);
                     let documented = spec.validate_request("POST", path, body);
                     let expected = match &documented {
                         Err(_) => Some("invalid_request".to_string()),
@@ -669,7 +742,10 @@ fn the_agent_accepts_exactly_what_the_document_accepts() {
                     };
                     let bytes = request("POST", &target, body.to_string().as_bytes());
                     let response = exchange(&socket, "POST", &bytes).await;
-                    let label = path.rsplit('/').next().unwrap_or_default().to_string();
+                    let label = path
+                        .trim_start_matches("/v1/")
+                        .replace("/{resource}", "")
+                        .replace("/{name}", "");
                     (label, target, documented, expected, response, None)
                 }
                 Ask::Extend { ttl_ms } => {
@@ -690,13 +766,39 @@ fn the_agent_accepts_exactly_what_the_document_accepts() {
                     let response = exchange(&socket, "POST", &bytes).await;
                     let token = Some(grant.token.clone());
                     (
-                        "extend".into(),
+                        "locks/extend".into(),
                         target,
                         documented,
                         expected,
                         response,
                         token,
                     )
+                }
+                Ask::PermitExtend { body } => {
+                    let taken = request(
+                        "POST",
+                        &format!("/v1/semaphores/{resource}/acquire"),
+                        br#"{"limit": 1, "ttl_ms": 1000}"#,
+                    );
+                    let taken = exchange(&socket, "POST", &taken).await;
+                    let taken = taken.json().expect("a permit");
+                    let token = taken["token"].as_str().expect("a permit's token");
+                    let mut body = body.clone();
+                    if body.get("permit").is_none() {
+                        body["permit"] = serde_json::json!(0);
+                    }
+                    body["token"] = token.into();
+                    let path = "/v1/semaphores/{name}/extend";
+                    let target = path.replace("{name}", &resource);
+                    let documented = spec.validate_request("POST", path, &body);
+                    let expected = match &documented {
+                        Err(_) => Some("invalid_request".to_string()),
+                        Ok(()) => config_refusal(&spec, &settings, path, &body),
+                    };
+                    let bytes = request("POST", &target, body.to_string().as_bytes());
+                    let response = exchange(&socket, "POST", &bytes).await;
+                    let label = "semaphores/extend".to_string();
+                    (label, target, documented, expected, response, None)
                 }
                 Ask::Prefix(prefix) => {
                     let value = serde_json::Value::String(prefix.clone());
@@ -709,7 +811,7 @@ fn the_agent_accepts_exactly_what_the_document_accepts() {
                     let target = format!("/v1/locks?prefix={encoded}&limit=1");
                     let response = exchange(&socket, "GET", &request("GET", &target, b"")).await;
                     (
-                        "prefix".into(),
+                        "locks?prefix".into(),
                         target,
                         documented,
                         expected,
@@ -722,7 +824,11 @@ fn the_agent_accepts_exactly_what_the_document_accepts() {
         if let Some(token) = token {
             let _ = runtime.block_on(client.release(&resource, &token));
         }
-        let method = if label == "prefix" { "GET" } else { "POST" };
+        let method = if label == "locks?prefix" {
+            "GET"
+        } else {
+            "POST"
+        };
         spec.check(method, &target, &response)
             .map_err(|e| TestCaseError::fail(format!("{e}\n  ask: {ask:?}")))?;
         let code = response
@@ -752,7 +858,7 @@ fn the_agent_accepts_exactly_what_the_document_accepts() {
                 response.body_text()
             )));
         }
-        if status == 200 && label == "acquire" {
+        if status == 200 && label == "locks/acquire" {
             let token = response
                 .json()
                 .ok()

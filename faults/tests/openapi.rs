@@ -338,6 +338,9 @@ fn wire_values_match_their_schemas() {
                 .collect(),
             locks_held: 0,
             waiters: 0,
+            permits_held: 2,
+            leaderships_held: 1,
+            leadership_changes: [("elected".to_string(), 3)].into_iter().collect(),
         },
     );
     for code in every_code() {
@@ -460,6 +463,9 @@ fn wire_values_match_their_schemas() {
         CampaignEvent::Renewed { validity_ms: 1 },
         CampaignEvent::Lost {
             reason: "max_hold".into(),
+        },
+        CampaignEvent::Lost {
+            reason: "too_many_waiters".into(),
         },
     ] {
         check(&s, "CampaignEvent", event);

@@ -4,7 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The longest `value` a campaigner may publish, in bytes.
+/// The longest `value` a campaigner may publish, in characters (Unicode
+/// code points, as JSON Schema's `maxLength` counts them): at most 4 KiB
+/// of UTF-8.
 pub const MAX_VALUE_LEN: usize = 1024;
 
 /// Body of `POST /v1/elections/{name}/campaign`. Every field is optional.
@@ -23,7 +25,7 @@ pub struct CampaignRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// What the leader publishes to everyone who asks (an address, say):
-    /// up to [`MAX_VALUE_LEN`] bytes.
+    /// up to [`MAX_VALUE_LEN`] characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     /// Ends the leadership with `lost` (reason `max_hold`) after this long;
