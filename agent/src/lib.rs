@@ -53,7 +53,11 @@
 //!   ([`lock::Grants`]), waiters ([`lock::waiters`]: per-resource FIFO
 //!   queues woken by releases here or, through pub/sub, on other agents),
 //!   re-entry by the holding process ([`lock::reentry`]: a count over one
-//!   grant), when the service is idle ([`lock::idle`]: probes slow down and
+//!   grant), semaphores ([`lock::semaphores`]: `limit` permits, each a
+//!   lock of its own, won by a contest of the waiters' queue), leader
+//!   elections ([`lock::elections`]: leading is holding a fenced lock; the
+//!   term is its fence; campaigns, the leader's note, observers), when the
+//!   service is idle ([`lock::idle`]: probes slow down and
 //!   pub/sub connections close until its next request), tokens kept to the
 //!   pod or uid that acquired them ([`lock::isolation`], `socket.isolate`,
 //!   for an agent that serves a whole node) and the operators' listing of
@@ -68,7 +72,8 @@
 //!   report on every master; every other agent reads the freshest copy
 //!   ([`scanner::shared`]) once per interval.
 //! - [`api`]: HTTP routes ([`api::routes`], requests to the lock service and
-//!   back), the listeners ([`api::server`]: the application socket, the
+//!   back; the semaphores' handlers in [`api::primitives`]), the
+//!   listeners ([`api::server`]: the application socket, the
 //!   admin socket, metrics; binding them, [`api::server::bind`]; who each
 //!   admits, [`api::server::gate`]; their budgets within the open-files
 //!   limit, [`api::server::descriptors`]), each connection's life
@@ -84,8 +89,9 @@
 //!   not (unreachable, TLS or AUTH refused, a cluster listed as a single
 //!   server or the reverse, a policy that evicts lock keys).
 //! - [`daemon`]: binds the listeners, starts the tasks, serves, drains.
-//! - [`lock_command`]: `redlock-agent lock -- cmd`, a `redlock-client` of
-//!   the socket; the command runs under a guardian process
+//! - [`lock_command`]: `redlock-agent lock -- cmd` and `redlock-agent elect
+//!   NAME -- cmd` (the same, while leading an election), `redlock-client`s
+//!   of the socket; the command runs under a guardian process
 //!   ([`lock_command::guardian`], the hidden `lock-guardian` command) that
 //!   stops its whole process tree ([`lock_command::tree`]: its group and
 //!   every descendant found in `/proc`), even when `lock` is killed.

@@ -42,8 +42,8 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redlock_client::{Client, Error, Hold, HoldOptions, OnDisconnect};
-use redlock_wire::HoldEvent;
+use redlock_client::{Campaign, CampaignOptions, Client, Error, Hold, HoldOptions, OnDisconnect};
+use redlock_wire::{CampaignEvent, HoldEvent};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::{Child, Command};
@@ -82,7 +82,81 @@ pub struct LockCommand {
     pub kill_after: Duration,
     /// Ask for a fencing token and pass it on as `REDLOCK_FENCE`.
     pub fence: bool,
+    /// `elect`: campaign in the election `resource` and run the command
+    /// while leading, with this value published to whoever asks who leads.
+    pub elect: Option<Elect>,
     pub command: Vec<String>,
+}
+
+/// What `redlock-agent elect` adds to `lock`.
+#[derive(Debug, Clone, Default)]
+pub struct Elect {
+    pub value: Option<String>,
+}
+
+/// What the command runs under: a lock's hold, or a leadership. Both are
+/// an NDJSON stream of renewals ending with `lost`; both end when closed.
+enum Lease {
+    Lock(Hold),
+    Leader(Campaign),
+}
+
+impl Lease {
+    /// The validity last announced.
+    fn validity(&self) -> Duration {
+        match self {
+            Lease::Lock(hold) => hold.validity(),
+            Lease::Leader(campaign) => campaign.validity(),
+        }
+    }
+
+    /// The next renewal or loss, as a hold's event. Cancel-safe.
+    async fn next_event(&mut self) -> Result<Option<HoldEvent>, Error> {
+        match self {
+            Lease::Lock(hold) => hold.next_event().await,
+            Lease::Leader(campaign) => loop {
+                return match campaign.next_event().await? {
+                    Some(CampaignEvent::Renewed { validity_ms }) => {
+                        Ok(Some(HoldEvent::Renewed { validity_ms }))
+                    }
+                    Some(CampaignEvent::Lost { reason }) => Ok(Some(HoldEvent::Lost { reason })),
+                    Some(CampaignEvent::Elected { .. } | CampaignEvent::Waiting { .. }) => continue,
+                    None => Ok(None),
+                };
+            },
+        }
+    }
+
+    /// The command's environment for this lease.
+    fn env(&self, cmd: &LockCommand) -> Vec<(&'static str, String)> {
+        match self {
+            Lease::Lock(hold) => {
+                let mut env = vec![
+                    ("REDLOCK_RESOURCE", cmd.resource.clone()),
+                    ("REDLOCK_TOKEN", hold.token().to_string()),
+                ];
+                if let Some(fence) = hold.fence() {
+                    env.push(("REDLOCK_FENCE", fence.to_string()));
+                }
+                env
+            }
+            Lease::Leader(campaign) => {
+                let mut env = vec![("REDLOCK_ELECTION", cmd.resource.clone())];
+                if let Some(term) = campaign.term() {
+                    env.push(("REDLOCK_TERM", term.to_string()));
+                }
+                env
+            }
+        }
+    }
+
+    /// Stops renewing without a release (a lost lease).
+    fn close(self) {
+        match self {
+            Lease::Lock(hold) => hold.close(),
+            Lease::Leader(campaign) => campaign.resign(),
+        }
+    }
 }
 
 /// How long the agent may take to answer beyond the wait asked for: long,
@@ -215,12 +289,23 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
         command: program.clone(),
         error: format!("cannot catch signals: {e}"),
     })?;
-    let hold = tokio::select! {
-        hold = client.hold(&cmd.resource, &options) => hold.map_err(|e| refused(&cmd, e))?,
-        // Dropping the request ends the wait; nothing was granted.
-        signal = signals.recv() => {
-            return Err(LockError::Signaled { signal, waiting: true });
-        }
+    let lease = match &cmd.elect {
+        None => tokio::select! {
+            hold = client.hold(&cmd.resource, &options) => {
+                Lease::Lock(hold.map_err(|e| refused(&cmd, e))?)
+            }
+            // Dropping the request ends the wait; nothing was granted.
+            signal = signals.recv() => {
+                return Err(LockError::Signaled { signal, waiting: true });
+            }
+        },
+        Some(elect) => tokio::select! {
+            campaign = lead(&client, &cmd, elect) => Lease::Leader(campaign?),
+            // Dropping the campaign ends it; nothing was led.
+            signal = signals.recv() => {
+                return Err(LockError::Signaled { signal, waiting: true });
+            }
+        },
     };
     let tree = !tree_kill_disabled();
     if !tree {
@@ -229,10 +314,10 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
              signalled, and its children can outlive the lock; for control runs of the tests only"
         );
     }
-    let guarded = match Guarded::start(&cmd, hold, tree, signals) {
+    let guarded = match Guarded::start(&cmd, lease, tree, signals) {
         Ok(guarded) => guarded,
-        Err((error, hold)) => {
-            release(&cmd, hold).await;
+        Err((error, lease)) => {
+            release(&cmd, lease).await;
             return Err(LockError::CannotRun {
                 command: program,
                 error: format!("cannot start its guardian: {error}"),
@@ -240,6 +325,36 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
         }
     };
     guarded.run(&cmd, program).await
+}
+
+/// Campaigns in the election `cmd.resource` until elected (however long
+/// that takes: `--wait` is for locks).
+async fn lead(client: &Client, cmd: &LockCommand, elect: &Elect) -> Result<Campaign, LockError> {
+    let mut options = CampaignOptions::new();
+    if let Some(ttl) = cmd.ttl {
+        options = options.ttl(ttl);
+    }
+    if let Some(owner) = &cmd.owner {
+        options = options.owner(owner.clone());
+    }
+    if let Some(value) = &elect.value {
+        options = options.value(value.clone());
+    }
+    if let Some(max_hold) = cmd.max_hold {
+        options = options.max_hold(max_hold);
+    }
+    let mut campaign = client
+        .campaign(&cmd.resource, &options)
+        .await
+        .map_err(|e| refused(cmd, e))?;
+    match campaign.elected().await {
+        Ok(Some(_)) => Ok(campaign),
+        Ok(None) => Err(LockError::Lost {
+            resource: cmd.resource.clone(),
+            reason: "the agent ended the campaign before it led".into(),
+        }),
+        Err(e) => Err(LockError::Unreachable(cmd.socket.clone(), e.to_string())),
+    }
 }
 
 /// Whether the test-only switch turned the tree kill off.
@@ -252,8 +367,13 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Ends a hold that asked to be left to expire: closes it, then releases
 /// the lock by its token. A failed release is reported: the lock then
-/// expires at the end of its validity.
-async fn release(cmd: &LockCommand, hold: Hold) {
+/// expires at the end of its validity. A leadership resigns at once when
+/// its campaign closes.
+async fn release(cmd: &LockCommand, lease: Lease) {
+    let hold = match lease {
+        Lease::Lock(hold) => hold,
+        Lease::Leader(campaign) => return campaign.resign(),
+    };
     let token = hold.token().to_string();
     // Closing first stops the renewals, so none races the release.
     hold.close();
@@ -320,7 +440,7 @@ enum Stop {
 
 /// The command running under its guardian, with the hold.
 struct Guarded {
-    hold: Hold,
+    hold: Lease,
     guardian: Child,
     reports: Lines<BufReader<OwnedReadHalf>>,
     orders: OwnedWriteHalf,
@@ -336,10 +456,10 @@ impl Guarded {
     #[allow(clippy::result_large_err)]
     fn start(
         cmd: &LockCommand,
-        hold: Hold,
+        hold: Lease,
         tree: bool,
         signals: Signals,
-    ) -> Result<Guarded, (std::io::Error, Hold)> {
+    ) -> Result<Guarded, (std::io::Error, Lease)> {
         let join = foreground_group();
         match Guarded::spawn(cmd, &hold, tree, join) {
             Ok((guardian, ours)) => {
@@ -360,7 +480,7 @@ impl Guarded {
 
     fn spawn(
         cmd: &LockCommand,
-        hold: &Hold,
+        hold: &Lease,
         tree: bool,
         join: Option<i32>,
     ) -> std::io::Result<(Child, tokio::net::UnixStream)> {
@@ -401,15 +521,11 @@ impl Guarded {
         guardian
             .arg("--")
             .args(&cmd.command)
-            .env("REDLOCK_RESOURCE", &cmd.resource)
-            .env("REDLOCK_TOKEN", hold.token())
+            .envs(hold.env(cmd))
             .env("REDLOCK_VALID_UNTIL_MS", valid_until.to_string())
             // A group of its own: a signal to `lock`'s group (`timeout -s
             // KILL` sends one) leaves it alive to clean up.
             .process_group(0);
-        if let Some(fence) = hold.fence() {
-            guardian.env("REDLOCK_FENCE", fence.to_string());
-        }
         // SAFETY: fcntl(2) is async-signal-safe; the closure allocates
         // nothing. It lets the guardian inherit its end of the pair.
         unsafe {

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use redlock_agent::config::{AddressCheck, Config, LogFormat, EXIT_CONFIG};
 use redlock_agent::lock_command::guardian::{self, Guardian};
-use redlock_agent::lock_command::{self, LockCommand, LockError};
+use redlock_agent::lock_command::{self, Elect, LockCommand, LockError};
 
 #[cfg(feature = "dev")]
 mod dev;
@@ -147,6 +147,50 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Run a command while leading an election; stop it when leadership is lost.
+    ///
+    /// Campaigns in the election NAME through the agent and waits (as long
+    /// as it takes) to lead; then runs the command, as `lock` does, with
+    /// REDLOCK_ELECTION and REDLOCK_TERM (the leadership's term, a fence
+    /// larger than every earlier term's) in its environment. When the
+    /// leadership is lost, the command's whole process tree is stopped
+    /// (SIGTERM, then SIGKILL after --kill-after, never past the validity);
+    /// when the command exits, `elect` resigns at once.
+    ///
+    /// Exits with the command's status, or: 70 the leadership was lost (the
+    /// command was stopped), 69 no quorum or the agent is unreachable, 64
+    /// bad usage, 126 the command could not start.
+    Elect {
+        /// The agent's socket.
+        #[arg(
+            long,
+            env = "REDLOCK_SOCKET",
+            default_value = "/run/redlock/agent.sock"
+        )]
+        socket: PathBuf,
+        /// The leadership's TTL: a leader that vanishes is replaced after
+        /// at most this long; default lock.default_ttl.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<Duration>,
+        /// What the leader publishes to whoever asks who leads (an address).
+        #[arg(long)]
+        value: Option<String>,
+        /// Owner label shown to operators.
+        #[arg(long)]
+        owner: Option<String>,
+        /// Resign (and stop the command) after leading this long.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        max_hold: Option<Duration>,
+        /// After SIGTERM to the command's processes, SIGKILL them after this
+        /// long (never later than the end of the leadership's validity).
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        kill_after: Duration,
+        /// The election.
+        name: String,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Internal: the guardian `lock` starts between itself and the command
     /// (see `lock_command::guardian`).
     #[command(name = "lock-guardian", hide = true)]
@@ -203,6 +247,28 @@ fn main() -> ExitCode {
             max_hold,
             kill_after,
             fence,
+            elect: None,
+            command,
+        }),
+        Some(Cmd::Elect {
+            socket,
+            ttl,
+            value,
+            owner,
+            max_hold,
+            kill_after,
+            name,
+            command,
+        }) => lock(LockCommand {
+            socket,
+            resource: name,
+            ttl,
+            wait: Duration::ZERO,
+            owner,
+            max_hold,
+            kill_after,
+            fence: false,
+            elect: Some(Elect { value }),
             command,
         }),
         Some(Cmd::LockGuardian {
@@ -248,6 +314,11 @@ fn main() -> ExitCode {
 }
 
 fn lock(command: LockCommand) -> ExitCode {
+    let name = if command.elect.is_some() {
+        "elect"
+    } else {
+        "lock"
+    };
     // One thread is plenty: `lock` waits on one socket and one child.
     // Cannot fail short of the OS refusing an epoll fd at start.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -257,7 +328,7 @@ fn lock(command: LockCommand) -> ExitCode {
     match runtime.block_on(lock_command::run(command)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("redlock-agent lock: {e}");
+            eprintln!("redlock-agent {name}: {e}");
             if let LockError::Signaled { signal, .. } = e {
                 lock_command::die_by(signal);
             }

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use redlock_wire::HoldEvent;
+use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::transport::Conn;
@@ -122,14 +123,23 @@ impl Lines {
 
     /// The next event; `Ok(None)` when the stream ended.
     pub(crate) async fn next(&mut self) -> Result<Option<HoldEvent>, Error> {
+        self.next_as("hold event").await
+    }
+
+    /// The next line as a `T` (`what` names it in errors); `Ok(None)` when
+    /// the stream ended. Cancel-safe: a partial line stays buffered.
+    pub(crate) async fn next_as<T: DeserializeOwned>(
+        &mut self,
+        what: &str,
+    ) -> Result<Option<T>, Error> {
         loop {
             if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = self.buffer.drain(..=end).collect();
-                return parse(&line).map(Some);
+                return parse(&line, what).map(Some);
             }
             if self.buffer.len() > MAX_LINE {
                 return Err(Error::Protocol(format!(
-                    "a hold event line over {MAX_LINE} bytes"
+                    "a {what} line over {MAX_LINE} bytes"
                 )));
             }
             let Some(frame) = self.body.frame().await else {
@@ -147,10 +157,10 @@ impl Lines {
     }
 }
 
-fn parse(line: &[u8]) -> Result<HoldEvent, Error> {
+fn parse<T: DeserializeOwned>(line: &[u8], what: &str) -> Result<T, Error> {
     serde_json::from_slice(line).map_err(|e| {
         Error::Protocol(format!(
-            "not a hold event ({e}): {}",
+            "not a {what} ({e}): {}",
             String::from_utf8_lossy(&line[..line.len().min(200)]).trim_end()
         ))
     })
@@ -162,6 +172,7 @@ mod tests {
 
     #[test]
     fn lines_parse_as_events_or_say_why_not() {
+        let parse = |line: &[u8]| parse::<HoldEvent>(line, "hold event");
         let renewed = parse(b"{\"event\":\"renewed\",\"validity_ms\":9898}\n").unwrap();
         assert_eq!(renewed, HoldEvent::Renewed { validity_ms: 9898 });
         let lost = parse(b"{\"event\":\"lost\",\"reason\":\"renew_failed\"}\n").unwrap();

@@ -6,7 +6,11 @@
 //! [`Client::release`] map one-to-one to the API; [`Client::hold`] streams a
 //! hold's events; [`Client::lock`] returns a [`LockGuard`] that the agent
 //! renews, that says when the lock is lost, and that releases on drop.
-//! Resources are percent-encoded here, once; callers pass them as they are.
+//! Semaphores ([`Client::acquire_permit`], [`Client::hold_permit`]) and
+//! leader elections ([`Client::campaign`], [`Client::leader`],
+//! [`Client::observe`]) are served the same way, on the same quorum.
+//! Resources and names are percent-encoded here, once; callers pass them
+//! as they are.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -56,20 +60,27 @@
 //! - [`error`]: [`Error`], one variant per case a caller acts on.
 //! - [`hold`]: [`Hold`], a hold's NDJSON event stream.
 //! - [`guard`]: [`LockGuard`], the renewing, self-releasing lock.
+//! - [`semaphore`]: permits of a semaphore ([`Client::acquire_permit`],
+//!   [`Client::hold_permit`], ...), each an ordinary lock of its own.
+//! - [`election`]: leader elections: [`Client::campaign`]'s [`Campaign`]
+//!   stream, [`Client::leader`], [`Client::observe`]'s [`Observer`].
 //! - `transport`: connections over the socket, their pool, request paths
-//!   ([`lock_path`], [`resource_path`]: the one percent-encoding of
-//!   resources) and decoding answers.
+//!   ([`lock_path`], [`resource_path`], [`semaphore_path`],
+//!   [`election_path`]: the one percent-encoding of names) and decoding
+//!   answers.
 
+pub mod election;
 pub mod error;
 pub mod guard;
 pub mod hold;
+pub mod semaphore;
 mod transport;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::{Method, StatusCode};
+use hyper::Method;
 use redlock_wire::{
     AcquireRequest, AcquireResponse, ExtendRequest, ExtendResponse, ForceReleaseResponse,
     HoldEvent, HoldRequest, LeaksResponse, LockResponse, LocksResponse, NodesResponse,
@@ -77,12 +88,14 @@ use redlock_wire::{
 };
 use tokio::time::Instant;
 
+pub use election::{Campaign, CampaignOptions, Observer};
 pub use error::Error;
 pub use guard::{LockGuard, LostReason};
 pub use hold::Hold;
 pub use redlock_wire as wire;
-pub use redlock_wire::{ErrorCode, OnDisconnect};
-pub use transport::{lock_path, resource_path};
+pub use redlock_wire::{CampaignEvent, ErrorCode, Leader, ObserveEvent, OnDisconnect};
+pub use semaphore::{Permit, PermitHold, PermitHoldOptions, PermitOptions};
+pub use transport::{election_path, lock_path, resource_path, semaphore_path};
 
 /// How long a request may take beyond the wait it asks for, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -541,51 +554,50 @@ impl Client {
             .transport
             .timeout()
             .saturating_add(Duration::from_millis(body.wait_ms.unwrap_or(0)));
-        let start = async {
-            let (response, conn) = self
-                .transport
-                .send(Method::POST, lock_path(resource, "hold"), Some(json(body)))
-                .await?;
-            let status = response.status();
-            if status != StatusCode::OK {
-                let bytes = transport::read_body(response.into_body()).await?;
-                return Err(transport::error_answer(status, &bytes));
-            }
-            let content_type = response.headers().get(hyper::header::CONTENT_TYPE);
-            if content_type.is_none_or(|v| v != "application/x-ndjson") {
-                return Err(Error::Protocol(format!(
-                    "a hold answers application/x-ndjson, got {content_type:?}"
-                )));
-            }
-            let mut lines = hold::Lines::new(response.into_body());
-            match lines.next().await? {
-                Some(HoldEvent::Acquired {
-                    token,
-                    validity_ms,
-                    ttl_ms,
-                    fence,
-                    ..
-                }) => {
-                    let validity = Duration::from_millis(validity_ms);
-                    Ok(Hold {
-                        resource: resource.to_string(),
-                        token,
-                        ttl: Duration::from_millis(ttl_ms),
-                        validity,
-                        valid_until: Instant::now() + validity,
-                        fence,
-                        lines,
-                        _conn: conn,
-                    })
-                }
-                other => Err(Error::Protocol(format!(
-                    "a hold must start with `acquired`, got {other:?}"
-                ))),
-            }
-        };
-        tokio::time::timeout(limit, start)
+        let start = self.start_hold(resource, lock_path(resource, "hold"), json(body));
+        let (hold, _) = tokio::time::timeout(limit, start)
             .await
-            .map_err(|_| Error::Timeout(limit))?
+            .map_err(|_| Error::Timeout(limit))??;
+        Ok(hold)
+    }
+
+    /// Opens a hold's stream at `path` and reads its `acquired` line: the
+    /// hold of `resource` (a lock, or a semaphore for a permit) and the
+    /// permit the line names, if any.
+    pub(crate) async fn start_hold(
+        &self,
+        resource: &str,
+        path: String,
+        body: Vec<u8>,
+    ) -> Result<(Hold, Option<u32>), Error> {
+        let (body, conn) =
+            transport::open_stream(&self.transport, Method::POST, path, Some(body)).await?;
+        let mut lines = hold::Lines::new(body);
+        match lines.next().await? {
+            Some(HoldEvent::Acquired {
+                token,
+                validity_ms,
+                ttl_ms,
+                fence,
+                permit,
+            }) => {
+                let validity = Duration::from_millis(validity_ms);
+                let hold = Hold {
+                    resource: resource.to_string(),
+                    token,
+                    ttl: Duration::from_millis(ttl_ms),
+                    validity,
+                    valid_until: Instant::now() + validity,
+                    fence,
+                    lines,
+                    _conn: conn,
+                };
+                Ok((hold, permit))
+            }
+            other => Err(Error::Protocol(format!(
+                "a hold must start with `acquired`, got {other:?}"
+            ))),
+        }
     }
 
     /// A lock the agent renews for as long as the returned guard lives (a

@@ -79,6 +79,31 @@ fn resource_path_with_room(resource: &str, room: usize) -> String {
     path
 }
 
+/// The path of `action` on the semaphore `name`:
+/// `/v1/semaphores/{name}/{action}`, or the semaphore itself when `action`
+/// is empty; the name percent-encoded as one segment, as a resource is.
+pub fn semaphore_path(name: &str, action: &str) -> String {
+    named_path("/v1/semaphores/", name, action)
+}
+
+/// The path of `action` on the election `name`:
+/// `/v1/elections/{name}/{action}`, or the election itself when `action`
+/// is empty; the name percent-encoded as one segment, as a resource is.
+pub fn election_path(name: &str, action: &str) -> String {
+    named_path("/v1/elections/", name, action)
+}
+
+fn named_path(collection: &str, name: &str, action: &str) -> String {
+    let mut path = String::with_capacity(collection.len() + name.len() + 1 + action.len());
+    path.push_str(collection);
+    path.extend(utf8_percent_encode(name, SEGMENT));
+    if !action.is_empty() {
+        path.push('/');
+        path.push_str(action);
+    }
+    path
+}
+
 /// `text` percent-encoded for a path segment or a query value: everything
 /// but the RFC 3986 unreserved characters.
 pub(crate) fn encode(text: &str) -> String {
@@ -285,6 +310,31 @@ impl Transport {
     }
 }
 
+/// Sends a request whose 200 answer is an `application/x-ndjson` stream
+/// (a hold, a campaign, an observer) and returns its body with the
+/// connection that carries it; any other answer is the error it carries.
+/// Bounded by nothing here: the caller bounds the start as it needs.
+pub(crate) async fn open_stream(
+    transport: &Transport,
+    method: Method,
+    path: String,
+    body: Option<Vec<u8>>,
+) -> Result<(Incoming, Conn), Error> {
+    let (response, conn) = transport.send(method, path, body).await?;
+    let status = response.status();
+    if status != StatusCode::OK {
+        let bytes = read_body(response.into_body()).await?;
+        return Err(error_answer(status, &bytes));
+    }
+    let content_type = response.headers().get(CONTENT_TYPE);
+    if content_type.is_none_or(|v| v != "application/x-ndjson") {
+        return Err(Error::Protocol(format!(
+            "a stream answers application/x-ndjson, got {content_type:?}"
+        )));
+    }
+    Ok((response.into_body(), conn))
+}
+
 /// The whole body of an answer, at most [`MAX_ANSWER`] bytes. The agent's
 /// answers come in one chunk, which is kept as it came; more are joined.
 pub(crate) async fn read_body(body: Incoming) -> Result<Bytes, Error> {
@@ -353,6 +403,16 @@ mod tests {
             "/v1/locks/a-b_c.d~e/release"
         );
         assert_eq!(resource_path("a b/c"), "/v1/locks/a%20b%2Fc");
+        assert_eq!(
+            semaphore_path("pay/api", "acquire"),
+            "/v1/semaphores/pay%2Fapi/acquire"
+        );
+        assert_eq!(semaphore_path("pay", ""), "/v1/semaphores/pay");
+        assert_eq!(
+            election_path("sched uler", "observe"),
+            "/v1/elections/sched%20uler/observe"
+        );
+        assert_eq!(election_path("s", ""), "/v1/elections/s");
     }
 
     /// Reads one request head (requests here have no body) and returns

@@ -25,7 +25,7 @@
 //! holds the election's lock on a quorum.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlock_wire::election::MAX_VALUE_LEN;
 use redlock_wire::{CampaignEvent, CampaignRequest, HoldEvent, Leader, ObserveEvent};
@@ -44,6 +44,10 @@ const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// How often an observer reads the leader when no change is heard and no
 /// leadership is about to run out.
 const OBSERVE_EVERY: Duration = Duration::from_secs(5);
+
+/// How long an observer waits for a new leader's note before it shows the
+/// leader without its term.
+const NOTE_WAIT: Duration = Duration::from_secs(1);
 
 /// The leader's note on the masters, beside the election's lock.
 #[derive(Debug, Serialize, Deserialize)]
@@ -371,6 +375,7 @@ impl<M: Store> Locks<M> {
             let queue = Resource::election(&name).queue().to_string();
             let mut watch = locks.waiters.observe(&queue);
             let mut last: Option<Option<(Option<u64>, Option<String>, Option<String>)>> = None;
+            let mut noteless_since: Option<Instant> = None;
             loop {
                 let mut wait = OBSERVE_EVERY;
                 match locks.leader(&name).await {
@@ -381,7 +386,18 @@ impl<M: Store> Locks<M> {
                         if let Some(leader) = &leader {
                             wait = wait.min(Duration::from_millis(leader.validity_ms + 50));
                         }
-                        if last.as_ref() != Some(&seen) {
+                        // Elected a moment ago: its note (the term) comes
+                        // before the announcement; shown without it only
+                        // if the note stays missing.
+                        let noteless = leader.as_ref().is_some_and(|l| l.term.is_none());
+                        let young = *noteless_since.get_or_insert_with(Instant::now);
+                        if !noteless {
+                            noteless_since = None;
+                        } else if young.elapsed() < NOTE_WAIT {
+                            wait = wait.min(NOTE_WAIT);
+                        }
+                        let hold_back = noteless && young.elapsed() < NOTE_WAIT;
+                        if !hold_back && last.as_ref() != Some(&seen) {
                             let event = match leader {
                                 Some(leader) => ObserveEvent::Leader(leader),
                                 None => ObserveEvent::NoLeader {
