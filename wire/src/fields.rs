@@ -49,7 +49,7 @@ impl Visitor<'_> for WholeVisitor {
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
         // NaN has no zero fraction; -0.0 is 0.
-        if v.fract() == 0.0 && v >= 0.0 && v < TWO_POW_64 {
+        if v.fract() == 0.0 && (0.0..TWO_POW_64).contains(&v) {
             // Exact: a whole float below 2^64.
             Ok(v as u64)
         } else {
