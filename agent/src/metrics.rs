@@ -440,6 +440,9 @@ impl Metrics {
         for result in ["extended", "lost"] {
             m.extensions.with_label_values(&[result]);
         }
+        for event in Leadership::ALL {
+            m.leadership_changes.with_label_values(&[event.as_str()]);
+        }
         for node in nodes {
             m.node_up.with_label_values(&[node]);
             m.node_quarantined.with_label_values(&[node]);
@@ -503,10 +506,11 @@ impl Metrics {
         }
     }
 
-    /// A leadership of this agent's campaigners was `elected`, `resigned`
-    /// or `lost`.
-    pub fn leadership(&self, event: &str) {
-        self.leadership_changes.with_label_values(&[event]).inc();
+    /// A leadership of this agent's campaigners began or ended.
+    pub fn leadership(&self, event: Leadership) {
+        self.leadership_changes
+            .with_label_values(&[event.as_str()])
+            .inc();
     }
 
     pub fn fail(&self, failure: Failure) {
@@ -578,6 +582,28 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut out)
             .expect("encode metrics");
         out
+    }
+}
+
+/// The events of `redlock_leadership_changes_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leadership {
+    Elected,
+    /// The campaign closed its stream.
+    Resigned,
+    /// Renewal failed, a master lost it, a force release, a shutdown.
+    Lost,
+}
+
+impl Leadership {
+    pub const ALL: [Leadership; 3] = [Leadership::Elected, Leadership::Resigned, Leadership::Lost];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Leadership::Elected => "elected",
+            Leadership::Resigned => "resigned",
+            Leadership::Lost => "lost",
+        }
     }
 }
 

@@ -93,6 +93,19 @@ async fn one_leader_of_three_campaigners_and_the_next_elected_on_resignation() {
             "a token in the answer: {led}"
         );
     }
+    let (_, metrics) = one.get_tcp("/metrics").await;
+    assert!(
+        metrics.contains("redlock_leaderships_held 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("redlock_leadership_changes_total{event=\"elected\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!("redlock_last_term {term}\n")),
+        "{metrics}"
+    );
     let mut observer = two
         .stream(Method::GET, "/v1/elections/scheduler/observe", None)
         .await;

@@ -145,6 +145,98 @@ async fn a_reentered_lock_is_held_until_released_as_often() {
     assert_ne!(next.token, first.token);
 }
 
+/// A hold with the token re-enters the lock: the same token and fence,
+/// `hold_count` 2, renewed while open; closing it lowers the count without
+/// releasing, so the lock stays taken until the first acquire's release.
+/// The last holder's close releases: a lock re-entered by a hold and then
+/// released by its acquirer is released on the masters when the hold
+/// closes. `on_disconnect: expire` with a token is refused.
+#[tokio::test]
+async fn a_hold_reenters_and_its_close_lowers_the_count() {
+    let cluster = Cluster::start(MASTERS);
+    let agent = TestAgent::start(&cluster, "").await;
+    let client = &agent.client;
+    let first = client
+        .acquire(
+            "batch",
+            &AcquireOptions::new().ttl(Duration::from_secs(2)).fence(),
+        )
+        .await
+        .unwrap();
+    let mut hold = agent
+        .hold(
+            "batch",
+            json!({"token": first.token, "ttl_ms": 600, "fence": true}),
+        )
+        .await;
+    assert_eq!(hold.status, StatusCode::OK, "{:?}", hold.error);
+    let acquired = hold.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(acquired["token"], first.token.as_str(), "{acquired}");
+    assert_eq!(acquired["fence"], first.fence.unwrap(), "{acquired}");
+    assert_eq!(acquired["hold_count"], 2, "{acquired}");
+    // Renewed past the first acquire's 2 s TTL.
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(2500) {
+        let event = hold.next(Duration::from_secs(2)).await.unwrap();
+        assert_eq!(event["event"], "renewed", "{event}");
+    }
+    assert_eq!(
+        held_with(&cluster, &key("batch"), &first.token).await,
+        MASTERS
+    );
+    drop(hold);
+    common::wait_for("the count lowered", Duration::from_secs(5), || async {
+        client
+            .acquire("batch", &AcquireOptions::new().reenter(&first.token))
+            .await
+            .is_ok_and(|again| again.hold_count == Some(2))
+    })
+    .await;
+    assert_eq!(
+        held_with(&cluster, &key("batch"), &first.token).await,
+        MASTERS,
+        "the hold's close did not release the lock"
+    );
+    // Two releases undo the acquire and the re-entry above.
+    for expected in [Released::StillHeld(1), Released::Released] {
+        assert_eq!(
+            client.release_counted("batch", &first.token).await.unwrap(),
+            expected
+        );
+    }
+    let second = client
+        .acquire("batch", &AcquireOptions::new().ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let mut hold = agent
+        .hold("batch", json!({"token": second.token, "ttl_ms": 3000}))
+        .await;
+    assert_eq!(hold.status, StatusCode::OK, "{:?}", hold.error);
+    assert_eq!(
+        hold.next(Duration::from_secs(5)).await.unwrap()["hold_count"],
+        2
+    );
+    assert_eq!(
+        client
+            .release_counted("batch", &second.token)
+            .await
+            .unwrap(),
+        Released::StillHeld(1),
+        "the hold still counts"
+    );
+    drop(hold);
+    common::wait_for(
+        "the last count released",
+        Duration::from_secs(5),
+        || async { held_with(&cluster, &key("batch"), &second.token).await == 0 },
+    )
+    .await;
+    let refused = agent
+        .hold("batch", json!({"token": "t", "on_disconnect": "expire"}))
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+}
+
 /// Another process with the token is refused (403 `forbidden`), and the
 /// lock keeps its count: one release releases it.
 #[tokio::test]

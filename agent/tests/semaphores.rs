@@ -61,6 +61,9 @@ async fn k_permits_are_granted_and_the_next_waits_in_line() {
     let (status, refused) = permit(&agent, "pay", ask.clone()).await;
     assert_eq!(status, StatusCode::CONFLICT, "{refused}");
     assert_eq!(refused["error"]["code"], "taken");
+    let (_, metrics) = agent.get_tcp("/metrics").await;
+    assert!(metrics.contains("redlock_permits_held 2\n"), "{metrics}");
+    assert!(metrics.contains("redlock_locks_held 0\n"), "{metrics}");
 
     let listed = semaphore(&agent, "pay").await;
     assert_eq!(listed["limit"], 2, "{listed}");

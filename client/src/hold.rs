@@ -35,6 +35,8 @@ pub struct Hold {
     pub(crate) validity: Duration,
     pub(crate) valid_until: Instant,
     pub(crate) fence: Option<u64>,
+    /// A hold that re-entered a lock: the count its releases must undo.
+    pub(crate) hold_count: Option<u32>,
     pub(crate) lines: Lines,
     /// Kept open for as long as the hold lives; its drop closes the socket.
     pub(crate) _conn: Conn,
@@ -71,6 +73,12 @@ impl Hold {
     /// ([`crate::HoldOptions::fence`]); renewals keep it.
     pub fn fence(&self) -> Option<u64> {
         self.fence
+    }
+
+    /// For a hold that re-entered a lock ([`crate::HoldOptions::reenter`]):
+    /// the acquires its releases must undo, this hold's included.
+    pub fn hold_count(&self) -> Option<u32> {
+        self.hold_count
     }
 
     /// The validity last announced (`acquired` or `renewed`).

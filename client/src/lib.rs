@@ -214,6 +214,14 @@ impl HoldOptions {
         self
     }
 
+    /// Re-enter a lock this process holds, with its token, for as long as
+    /// the hold lasts: closing the hold lowers the lock's count as a
+    /// release does ([`Hold::hold_count`]).
+    pub fn reenter(mut self, token: impl Into<String>) -> HoldOptions {
+        self.request.token = Some(token.into());
+        self
+    }
+
     /// The body these options send.
     pub fn request(&self) -> &HoldRequest {
         &self.request
@@ -580,6 +588,7 @@ impl Client {
                 ttl_ms,
                 fence,
                 permit,
+                hold_count,
             }) => {
                 let validity = Duration::from_millis(validity_ms);
                 let hold = Hold {
@@ -589,6 +598,7 @@ impl Client {
                     validity,
                     valid_until: Instant::now() + validity,
                     fence,
+                    hold_count,
                     lines,
                     _conn: conn,
                 };

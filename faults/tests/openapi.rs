@@ -153,6 +153,7 @@ fn wire_values_match_their_schemas() {
             ttl_ms: 2,
             fence: Some(7),
             permit: None,
+            hold_count: None,
         },
     );
     check(

@@ -178,6 +178,13 @@ pub struct ReleaseResponse {
 lock_request! {
     /// Body of `POST /v1/locks/{resource}/hold`: a lock tied to this connection.
     pub struct HoldRequest {
+        /// Re-enter a lock this process holds (as an acquire's `token`) for
+        /// as long as this hold lasts: the agent renews it, and closing the
+        /// hold lowers its count as a release does (the lock is released on
+        /// the masters only if that was the last). `on_disconnect` must be
+        /// `release`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub token: Option<String>,
         /// Ends the hold with `lost` (reason `max_hold`) after this long;
         /// defaults to `lock.max_hold`.
         #[serde(
@@ -230,6 +237,10 @@ pub enum HoldEvent {
         /// A semaphore's hold: which permit.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         permit: Option<u32>,
+        /// A hold that re-entered a lock (`token` in the request): the
+        /// count of acquires its releases must undo, this hold's included.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hold_count: Option<u32>,
     },
     /// Extended on a quorum; valid for `validity_ms` from now.
     Renewed { validity_ms: u64 },

@@ -593,6 +593,21 @@ async fn hold(
     holder: Option<Holder>,
     request: HoldRequest,
 ) -> Result<Response<Body>, ApiError> {
+    if let Some(token) = request.token.clone() {
+        let events = agent
+            .locks()
+            .hold_reentered(
+                resource,
+                &Token::from_client(token),
+                holder.as_ref(),
+                &request.lock(),
+                request.max_hold_ms,
+                request.on_disconnect,
+            )
+            .await
+            .map_err(lock_error)?;
+        return Ok(ndjson(events));
+    }
     let ask = Ask {
         lock: request.lock(),
         holder,

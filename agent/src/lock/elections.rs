@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use super::listing::{self, ReadError};
 use super::waiters::{LockContest, WaitError};
 use super::{millis, Holder, LockError, Locks};
+use crate::metrics::Leadership;
 use crate::redlock::{token, Acquire, KeyState, Resource, Store};
 
 /// Longest a campaign waits in line: for as long as its stream is open.
@@ -215,7 +216,7 @@ impl<M: Store> Locks<M> {
                 self.note_leader(&campaign, &token, term).await;
                 self.announce_change(&resource, &format!("elected {term}"))
                     .await;
-                self.metrics.leadership("elected");
+                self.metrics.leadership(Leadership::Elected);
                 self.metrics
                     .last_term
                     .set(i64::try_from(term).unwrap_or(i64::MAX));
@@ -247,8 +248,11 @@ impl<M: Store> Locks<M> {
             // dropped), then tells the observers.
             drop(hold);
             let _ = task.await;
-            self.metrics
-                .leadership(if lost.is_some() { "lost" } else { "resigned" });
+            self.metrics.leadership(if lost.is_some() {
+                Leadership::Lost
+            } else {
+                Leadership::Resigned
+            });
             tracing::info!(election = %campaign.name, term, lost = lost.as_deref().unwrap_or("-"), "leadership ended");
             self.announce_change(&resource, &format!("ended {term}"))
                 .await;

@@ -183,14 +183,26 @@ enum Woken {
     Loss,
 }
 
+/// What a hold does with its lock when it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Its own grant: released, or left to expire when the client closed
+    /// the connection and asked for that.
+    Own(OnDisconnect),
+    /// A re-entry of a lock acquired before: its count lowered, as a
+    /// release does (released on the masters if it was the last).
+    Reentered,
+}
+
 /// Runs a granted hold until it ends, sending its events on `events`
-/// (the first, `acquired`, is already sent by the caller), and releases it.
+/// (the first, `acquired`, is already sent by the caller), and releases it
+/// as `ending` says.
 pub async fn run<M: Store>(
     locks: Arc<Locks<M>>,
     resource: Resource,
     grant: Grant,
     max_hold: Duration,
-    on_disconnect: OnDisconnect,
+    ending: Ending,
     events: mpsc::Sender<HoldEvent>,
 ) -> End {
     let engine = locks.engine();
@@ -330,7 +342,16 @@ pub async fn run<M: Store>(
         let _ = events.send(lost).await;
         tracing::info!(%resource, reason = end.reason(), "hold lost");
     }
-    if end == End::Closed && on_disconnect == OnDisconnect::Expire {
+    if ending == Ending::Reentered
+        && locks
+            .grants()
+            .release_one(resource.as_str(), grant.token.as_str())
+            .is_some()
+    {
+        tracing::debug!(%resource, reason = end.reason(), "re-entered hold ended; the lock is still held");
+        return end;
+    }
+    if end == End::Closed && ending == Ending::Own(OnDisconnect::Expire) {
         // The client asked for its lock to outlive it: writes it still had
         // in flight land before anyone else can hold the lock. The grant
         // stays listed here until its validity ends (see `Grants::sweep`).

@@ -410,6 +410,7 @@ impl<M: Store> Locks<M> {
             ttl_ms: millis(grant.ttl),
             fence: grant.fence,
             permit,
+            hold_count: None,
         };
         // Cannot fail: the channel is new and has room.
         events.try_send(acquired).expect("room for the first event");
@@ -418,7 +419,7 @@ impl<M: Store> Locks<M> {
             resource,
             grant,
             max_hold,
-            on_disconnect,
+            holds::Ending::Own(on_disconnect),
             events,
         ));
         Ok((receiver, task))

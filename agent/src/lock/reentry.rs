@@ -33,7 +33,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlock_wire::AcquireRequest;
+use redlock_wire::{AcquireRequest, HoldEvent, OnDisconnect};
 
 use super::{Grants, Holder, LockError, Locks};
 use crate::redlock::{token, Extend, Failure, Resource, Store, Token};
@@ -50,6 +50,8 @@ pub struct Reentered {
     pub fence: Option<u64>,
     /// Releases the lock now takes before it is released on the masters.
     pub hold_count: u32,
+    /// The masters that confirmed the re-entry's extension.
+    pub holding: std::sync::Arc<crate::redlock::Holding>,
 }
 
 /// Why this agent will not re-enter a grant.
@@ -106,7 +108,7 @@ impl<M: Store> Locks<M> {
             ));
         }
         match self.engine.extend(resource, token, ttl).await {
-            Extend::Extended { validity, .. } => {
+            Extend::Extended { validity, holding } => {
                 let extended_at = Instant::now();
                 let hold_count = self
                     .grants
@@ -119,6 +121,7 @@ impl<M: Store> Locks<M> {
                     ttl,
                     fence,
                     hold_count,
+                    holding,
                 })
             }
             Extend::Lost | Extend::Failed => {
@@ -130,6 +133,61 @@ impl<M: Store> Locks<M> {
                 Err(LockError::NoQuorum(message))
             }
         }
+    }
+}
+
+impl<M: Store> Locks<M> {
+    /// A hold that re-enters the lock of `resource` held with `token` by
+    /// `caller`'s process: [`Locks::reenter`], then renewed by a hold until
+    /// its connection closes, which lowers the count as a release does.
+    ///
+    /// # Errors
+    /// As [`Locks::reenter`], `max_hold_ms` out of range, and
+    /// `on_disconnect: expire` (a count cannot be left to expire).
+    pub async fn hold_reentered(
+        self: &std::sync::Arc<Self>,
+        resource: Resource,
+        token: &Token,
+        caller: Option<&Holder>,
+        ask: &AcquireRequest,
+        max_hold_ms: Option<u64>,
+        on_disconnect: OnDisconnect,
+    ) -> Result<tokio::sync::mpsc::Receiver<HoldEvent>, LockError> {
+        if on_disconnect == OnDisconnect::Expire {
+            return Err(LockError::Invalid(
+                "on_disconnect: a hold that re-enters a lock lowers its count when it closes; expire does not apply".into(),
+            ));
+        }
+        let max_hold = self.rules.max_hold(max_hold_ms)?;
+        let reentered = self.reenter(&resource, token, caller, ask).await?;
+        let grant = crate::redlock::Grant {
+            token: reentered.token,
+            ttl: reentered.ttl,
+            validity: reentered.validity,
+            granted_at: reentered.extended_at,
+            fence: reentered.fence,
+            holding: reentered.holding,
+        };
+        let (events, receiver) = tokio::sync::mpsc::channel::<HoldEvent>(8);
+        let acquired = HoldEvent::Acquired {
+            token: grant.token.as_str().to_string(),
+            validity_ms: super::millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
+            ttl_ms: super::millis(grant.ttl),
+            fence: grant.fence,
+            permit: None,
+            hold_count: Some(reentered.hold_count),
+        };
+        // Cannot fail: the channel is new and has room.
+        events.try_send(acquired).expect("room for the first event");
+        tokio::spawn(super::holds::run(
+            std::sync::Arc::clone(self),
+            resource,
+            grant,
+            max_hold,
+            super::holds::Ending::Reentered,
+            events,
+        ));
+        Ok(receiver)
     }
 }
 

@@ -891,7 +891,7 @@ mod tests {
     async fn one_release_wakes_a_queue_once() {
         let (_, _, waiters) = setup();
         let r = Resource::new("r").unwrap();
-        let (ticket, _) = waiters.join(&r, None).unwrap();
+        let (ticket, _) = waiters.join(r.as_str(), None).unwrap();
         let wakes = || *ticket.wake.borrow();
         waiters.released("r", Some("t1"));
         for _ in 0..3 {
@@ -987,9 +987,11 @@ mod tests {
             CancellationToken::new(),
         );
         let r = Resource::new("r").unwrap();
-        let mine: Vec<_> = (0..3).map(|_| waiters.join(&r, Some(7)).unwrap()).collect();
+        let mine: Vec<_> = (0..3)
+            .map(|_| waiters.join(r.as_str(), Some(7)).unwrap())
+            .collect();
         assert_eq!(waiters.count_of(7), 3);
-        let Err(refused) = waiters.join(&r, Some(7)) else {
+        let Err(refused) = waiters.join(r.as_str(), Some(7)) else {
             panic!("a fourth waiter of uid 7");
         };
         assert_eq!(
@@ -1001,19 +1003,24 @@ mod tests {
             "{refused}"
         );
         let other = waiters
-            .join(&r, Some(8))
+            .join(r.as_str(), Some(8))
             .expect("another uid has its own share");
-        let Err(full) = waiters.join(&r, Some(9)) else {
+        let Err(full) = waiters.join(r.as_str(), Some(9)) else {
             panic!("a fifth waiter on the agent");
         };
         assert_eq!(full, WaitError::TooManyWaiters(4));
         assert!(full.to_string().contains("(lock.max_waiters)"), "{full}");
-        assert!(waiters.join(&r, None).is_err(), "an unknown peer too");
+        assert!(
+            waiters.join(r.as_str(), None).is_err(),
+            "an unknown peer too"
+        );
         assert_eq!(waiters.count_of(9), 0, "a refused uid holds no slot");
         drop(other);
         drop(mine);
         assert_eq!(waiters.count_of(7), 0);
         assert_eq!(waiters.count("r"), 0);
-        let _again = waiters.join(&r, Some(7)).expect("slots are given back");
+        let _again = waiters
+            .join(r.as_str(), Some(7))
+            .expect("slots are given back");
     }
 }

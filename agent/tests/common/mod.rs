@@ -433,6 +433,9 @@ impl TestAgent {
         if request.fence {
             options = options.fence();
         }
+        if let Some(token) = request.token {
+            options = options.reenter(token);
+        }
         match self.client.hold(resource, &options).await {
             Ok(hold) => {
                 let acquired = HoldEvent::Acquired {
@@ -441,6 +444,7 @@ impl TestAgent {
                     ttl_ms: u64::try_from(hold.ttl().as_millis()).unwrap(),
                     fence: hold.fence(),
                     permit: None,
+                    hold_count: hold.hold_count(),
                 };
                 Hold {
                     status: StatusCode::OK,
