@@ -142,8 +142,28 @@ fn wire_values_match_their_schemas() {
             max_hold_ms: Some(3),
             fence: true,
             on_disconnect: redlock_wire::OnDisconnect::Expire,
+            token: None,
         },
     );
+    check(
+        &s,
+        "HoldRequest",
+        HoldRequest {
+            token: Some(token.into()),
+            max_hold_ms: Some(3),
+            ..HoldRequest::default()
+        },
+    );
+    // A re-entering hold lowers a count when it closes: it cannot expire.
+    let reentering_expire = HoldRequest {
+        token: Some(token.into()),
+        on_disconnect: redlock_wire::OnDisconnect::Expire,
+        ..HoldRequest::default()
+    };
+    let reentering_expire = serde_json::to_value(reentering_expire).unwrap();
+    assert!(s
+        .validate_component("HoldRequest", &reentering_expire)
+        .is_err());
     check(
         &s,
         "HoldEvent",
@@ -165,6 +185,19 @@ fn wire_values_match_their_schemas() {
             ttl_ms: 2,
             fence: Some(7),
             permit: Some(3),
+            hold_count: None,
+        },
+    );
+    check(
+        &s,
+        "HoldEvent",
+        HoldEvent::Acquired {
+            token: token.into(),
+            validity_ms: 1,
+            ttl_ms: 2,
+            fence: None,
+            permit: None,
+            hold_count: Some(2),
         },
     );
     check(&s, "HoldEvent", HoldEvent::Renewed { validity_ms: 1 });
