@@ -199,6 +199,21 @@ async fn bad_requests_get_json_errors_with_exact_codes() {
             StatusCode::NOT_FOUND,
             "not_found",
         ),
+        // As the document's prefix: a resource's start, at most 256 bytes.
+        (
+            Method::GET,
+            format!("/v1/locks?prefix={long}"),
+            "".into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            Method::GET,
+            "/v1/locks?prefix=%C3%A9".into(),
+            "".into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
         (
             Method::GET,
             "/v2/nodes".into(),
@@ -264,6 +279,29 @@ async fn oversized_bodies_are_refused() {
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
 
     agent.acquire_ok("a", json!({})).await;
+}
+
+/// Bodies are read as the API document's schemas mean them: `null` for an
+/// optional field is the field left out, and a whole number written as a
+/// float is that number.
+#[tokio::test]
+async fn null_is_absent_and_whole_floats_are_integers() {
+    let cluster = Cluster::start(1);
+    let agent = TestAgent::start(&cluster, "lock:\n  default_ttl: 7s\n").await;
+    let body =
+        r#"{"ttl_ms": 10000.0, "wait_ms": null, "owner": null, "fence": null, "token": null}"#;
+    let (status, answer) = agent
+        .request(Method::POST, "/v1/locks/f/acquire", body)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["ttl_ms"], 10000);
+    assert!(answer["fence"].is_null(), "{answer}");
+    let body = r#"{"ttl_ms": null, "wait_ms": 0.0}"#;
+    let (status, answer) = agent
+        .request(Method::POST, "/v1/locks/g/acquire", body)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["ttl_ms"], 7000);
 }
 
 /// An empty acquire body means the defaults; an owner shows in the key

@@ -65,7 +65,7 @@ impl CampaignOptions {
     }
 
     /// What this campaigner publishes while it leads (an address, say),
-    /// up to [`redlock_wire::election::MAX_VALUE_LEN`] bytes.
+    /// up to [`redlock_wire::election::MAX_VALUE_LEN`] characters.
     pub fn value(mut self, value: impl Into<String>) -> CampaignOptions {
         self.request.value = Some(value.into());
         self

@@ -78,6 +78,14 @@ fn make_strict(value: &mut Value) {
     }
 }
 
+/// A path template's text before and after its one parameter
+/// (`/v1/locks/` and `/acquire` of `/v1/locks/{resource}/acquire`).
+fn around_parameter(template: &str) -> Option<(&str, &str)> {
+    let (before, rest) = template.split_once('{')?;
+    let (_, after) = rest.split_once('}')?;
+    Some((before, after))
+}
+
 /// The path part of a request target: no query, no scheme and authority.
 pub fn target_path(target: &str) -> &str {
     let without_scheme = ["http://", "https://"]
@@ -190,10 +198,11 @@ impl Spec {
     }
 
     /// The operation `method target` reaches, routed as the agent routes:
-    /// on the raw path, `{resource}` standing for everything between
-    /// `/v1/locks/` and the last `/` (a raw `/` inside is `invalid_resource`),
-    /// or for the last segment when the template ends with it. The longest
-    /// matching template wins (`/v1/locks/{resource}/acquire` over
+    /// on the raw path, the template's parameter (`{resource}`, `{name}`)
+    /// standing for everything between the prefix (`/v1/locks/`) and the
+    /// last `/` (a raw `/` inside is `invalid_resource`), or for the last
+    /// segment when the template ends with it. The longest matching
+    /// template wins (`/v1/locks/{resource}/acquire` over
     /// `/v1/locks/{resource}`).
     pub fn route(&self, method: &str, target: &str) -> Route {
         let path = target_path(target);
@@ -201,7 +210,7 @@ impl Spec {
         let template = paths
             .into_iter()
             .flatten()
-            .filter(|(template, _)| match template.split_once("{resource}") {
+            .filter(|(template, _)| match around_parameter(template) {
                 Some((before, "")) => {
                     path.starts_with(before) && !path[before.len()..].contains('/')
                 }
@@ -262,6 +271,51 @@ impl Spec {
     pub fn validate_component(&self, name: &str, instance: &Value) -> Result<(), String> {
         let schema = json!({ "$ref": format!("#/components/schemas/{name}") });
         self.validate(&format!("components/schemas/{name}"), &schema, instance)
+    }
+
+    /// Whether the document accepts `body` as the JSON request body of
+    /// `method` on the path template `path` (as written in the document).
+    ///
+    /// # Errors
+    /// Every violation; or the operation has no JSON request body.
+    pub fn validate_request(&self, method: &str, path: &str, body: &Value) -> Result<(), String> {
+        let m = method.to_ascii_lowercase();
+        let content = &self.resolve(&self.doc["paths"][path][&m]["requestBody"])["content"];
+        let schema = &content["application/json"]["schema"];
+        if schema.is_null() {
+            return Err(format!("{method} {path}: no JSON request body documented"));
+        }
+        let key = format!(
+            "paths/{}/{m}/requestBody/content/application~1json/schema",
+            pointer_token(path)
+        );
+        self.validate(&key, schema, body)
+    }
+
+    /// Whether the document accepts `value` for the parameter `name` of
+    /// `method` on the path template `path`.
+    ///
+    /// # Errors
+    /// Every violation; or the operation has no such parameter.
+    pub fn validate_parameter(
+        &self,
+        method: &str,
+        path: &str,
+        name: &str,
+        value: &Value,
+    ) -> Result<(), String> {
+        let m = method.to_ascii_lowercase();
+        let parameters = self.doc["paths"][path][&m]["parameters"].as_array();
+        let found = parameters
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .find(|(_, p)| self.resolve(p)["name"] == name);
+        let Some((i, parameter)) = found else {
+            return Err(format!("{method} {path}: no parameter {name:?}"));
+        };
+        let key = format!("paths/{}/{m}/parameters/{i}/schema", pointer_token(path));
+        self.validate(&key, &self.resolve(parameter)["schema"], value)
     }
 
     fn validate(&self, key: &str, schema: &Value, instance: &Value) -> Result<(), String> {

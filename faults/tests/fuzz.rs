@@ -54,10 +54,27 @@ fn path() -> impl Strategy<Value = String> {
         "nope",
     ]);
     let lock = (segment(), action).prop_map(|(s, a)| format!("/v1/locks/{s}/{a}"));
+    let primitive = prop::sample::select(vec![
+        "semaphores/{}/acquire",
+        "semaphores/{}/extend",
+        "semaphores/{}/release",
+        "semaphores/{}/hold",
+        "semaphores/{}",
+        "semaphores/{}/force-release",
+        "elections/{}/campaign",
+        "elections/{}/observe",
+        "elections/{}",
+        "elections/{}/nope",
+    ]);
+    let primitive =
+        (segment(), primitive).prop_map(|(s, p)| format!("/v1/{}", p.replace("{}", &s)));
     let fixed = prop::sample::select(vec![
         "/v1/nodes",
         "/v1/locks",
         "/v1/locks/fuzz-lock",
+        "/v1/semaphores/fuzz-semaphore",
+        "/v1/elections/fuzz-election",
+        "/v1/elections/fuzz-election/observe",
         "/v1/locks/a%2Fb",
         "/v1/leaks",
         "/v1/summary",
@@ -80,7 +97,12 @@ fn path() -> impl Strategy<Value = String> {
             .prop_map(str::to_string),
     ];
     let absolute = prop_oneof![9 => Just(""), 1 => Just("http://localhost")];
-    (prop_oneof![4 => lock, 1 => fixed], query, absolute).prop_map(|(p, q, a)| format!("{a}{p}{q}"))
+    (
+        prop_oneof![4 => lock, 2 => primitive, 1 => fixed],
+        query,
+        absolute,
+    )
+        .prop_map(|(p, q, a)| format!("{a}{p}{q}"))
 }
 
 fn json_value() -> impl Strategy<Value = serde_json::Value> {
@@ -109,6 +131,12 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         "owner",
         "token",
         "max_hold_ms",
+        "limit",
+        "limit",
+        "permit",
+        "value",
+        "fence",
+        "on_disconnect",
         "ttl",
         "extra",
     ]);
@@ -434,4 +462,446 @@ fn fuzzed_requests_get_documented_json_answers_and_the_agent_keeps_serving() {
         let mut agent = cluster.agents[0].lock().await;
         assert!(agent.is_running(), "the agent process died");
     });
+}
+
+/// The bounds of this test's agent that the document names as config
+/// bounds (`x-config-*`): `lock.node_timeout` and `lock.max_ttl` as
+/// [`AgentSettings::default`] sets them, `lock.max_hold` as set below.
+const MAX_HOLD_MS: u64 = 5000;
+
+fn setting_ms(settings: &AgentSettings, name: &str) -> u64 {
+    let d = match name {
+        "lock.node_timeout" => settings.node_timeout,
+        "lock.max_ttl" => settings.max_ttl,
+        "lock.max_hold" => Duration::from_millis(MAX_HOLD_MS),
+        other => panic!("{other}: a setting this test does not know"),
+    };
+    u64::try_from(d.as_millis()).unwrap()
+}
+
+/// Values around what each request field's schema and the agent's
+/// settings allow: the bounds, whole floats, fractions, negatives,
+/// `null`, wrong types, non-ASCII and lengths around the limits.
+fn field_value(name: &'static str) -> BoxedStrategy<serde_json::Value> {
+    use serde_json::json;
+    let wrong = prop::sample::select(vec![
+        json!(null),
+        json!(null),
+        json!("1000"),
+        json!(true),
+        json!([]),
+        json!({}),
+        json!(-1),
+        json!(1.5),
+    ]);
+    match name {
+        "ttl_ms" | "max_hold_ms" | "wait_ms" => {
+            let n = prop::sample::select(vec![
+                0u64, 1, 50, 199, 200, 1000, 1999, 2000, 2001, 4999, 5000, 5001, 60_000,
+            ]);
+            prop_oneof![
+                3 => n.clone().prop_map(|n| json!(n)),
+                2 => n.clone().prop_map(|n| json!(n as f64)),
+                1 => n.prop_map(|n| json!(n as f64 + 0.25)),
+                1 => Just(json!(1e300)),
+                1 => Just(json!(u64::MAX)),
+                2 => wrong,
+            ]
+            .boxed()
+        }
+        "owner" => prop_oneof![
+            3 => "[ -~]{1,20}".prop_map(|s| json!(s)),
+            1 => (126usize..131).prop_map(|n| json!("o".repeat(n))),
+            1 => prop::sample::select(vec![json!(""), json!("é"), json!("a\tb"), json!("\u{7f}")]),
+            2 => wrong,
+        ]
+        .boxed(),
+        "fence" => prop_oneof![
+            3 => any::<bool>().prop_map(|b| json!(b)),
+            1 => prop::sample::select(vec![json!(0), json!("true")]),
+            2 => wrong,
+        ]
+        .boxed(),
+        "on_disconnect" => prop_oneof![
+            3 => prop::sample::select(vec![json!("release"), json!("expire")]),
+            1 => prop::sample::select(vec![json!("RELEASE"), json!("")]),
+            2 => wrong,
+        ]
+        .boxed(),
+        // The forms that mean "none", and a token of no grant (a re-entry
+        // refused for the token, not for the body's form).
+        "token" => prop_oneof![
+            Just(json!(null)),
+            Just(json!(5)),
+            Just(json!(
+                "rl2-0123456789abcdef0123456789abcdef01234567-0123456789abcdef"
+            )),
+        ]
+        .boxed(),
+        "limit" => prop_oneof![
+            3 => prop::sample::select(vec![0u64, 1, 2, 3, 255, 256, 257]).prop_map(|n| json!(n)),
+            1 => prop::sample::select(vec![1u64, 2, 256, 257]).prop_map(|n| json!(n as f64)),
+            1 => Just(json!(2.5)),
+            2 => wrong,
+        ]
+        .boxed(),
+        // Of a permit just taken (limit 1): 0; past a semaphore's most: 256.
+        "permit" => prop_oneof![
+            3 => Just(json!(0)),
+            1 => Just(json!(0.0)),
+            1 => Just(json!(256)),
+            1 => wrong,
+        ]
+        .boxed(),
+        "value" => prop_oneof![
+            3 => "[ -~]{0,20}".prop_map(|s| json!(s)),
+            1 => prop::sample::select(vec![1023usize, 1024, 1025])
+                .prop_map(|n| json!("v".repeat(n))),
+            1 => prop::sample::select(vec![1023usize, 1024, 1025])
+                .prop_map(|n| json!("é".repeat(n))),
+            2 => wrong,
+        ]
+        .boxed(),
+        _ => prop_oneof![Just(json!(1)), wrong].boxed(),
+    }
+}
+
+/// A body of some of `fields`, sometimes with one the document lacks.
+fn body_of(fields: &'static [&'static str]) -> impl Strategy<Value = serde_json::Value> {
+    let field = prop::sample::select(fields.to_vec())
+        .prop_flat_map(|name| field_value(name).prop_map(move |v| (name.to_string(), v)));
+    prop::collection::vec(field, 0..4)
+        .prop_map(|pairs| serde_json::Value::Object(pairs.into_iter().collect()))
+}
+
+/// One request of the agreement test.
+#[derive(Debug, Clone)]
+enum Ask {
+    /// `POST <path template's prefix>agree-N/<action>` with this body.
+    Body {
+        path: &'static str,
+        body: serde_json::Value,
+    },
+    /// `extend` of a lock just acquired, with its token.
+    Extend { ttl_ms: serde_json::Value },
+    /// `extend` of a semaphore's permit just taken (limit 1), with its
+    /// token and these fields.
+    PermitExtend { body: serde_json::Value },
+    /// `GET /v1/locks?prefix=`, percent-encoded.
+    Prefix(String),
+}
+
+fn ask() -> impl Strategy<Value = Ask> {
+    const LOCK: &[&str] = &["ttl_ms", "wait_ms", "owner", "fence", "token", "ttl"];
+    const HOLD: &[&str] = &[
+        "token",
+        "on_disconnect",
+        "ttl_ms",
+        "wait_ms",
+        "owner",
+        "fence",
+        "max_hold_ms",
+        "on_disconnect",
+    ];
+    const PERMIT: &[&str] = &["limit", "limit", "ttl_ms", "wait_ms", "owner", "fence"];
+    const PERMIT_HOLD: &[&str] = &[
+        "limit",
+        "limit",
+        "ttl_ms",
+        "wait_ms",
+        "owner",
+        "fence",
+        "max_hold_ms",
+        "on_disconnect",
+    ];
+    const CAMPAIGN: &[&str] = &["ttl_ms", "owner", "value", "max_hold_ms", "fence"];
+    let prefix = prop_oneof![
+        2 => "[!-~]{0,12}",
+        1 => "\\PC{1,4}",
+        1 => (250usize..262).prop_map(|n| "p".repeat(n)),
+    ];
+    prop_oneof![
+        4 => body_of(LOCK).prop_map(|body| Ask::Body { path: "/v1/locks/{resource}/acquire", body }),
+        3 => body_of(HOLD).prop_map(|body| Ask::Body { path: "/v1/locks/{resource}/hold", body }),
+        2 => field_value("ttl_ms").prop_map(|ttl_ms| Ask::Extend { ttl_ms }),
+        3 => body_of(PERMIT).prop_map(|body| Ask::Body { path: "/v1/semaphores/{name}/acquire", body }),
+        2 => body_of(PERMIT_HOLD).prop_map(|body| Ask::Body { path: "/v1/semaphores/{name}/hold", body }),
+        2 => body_of(&["permit", "ttl_ms", "ttl_ms"]).prop_map(|body| Ask::PermitExtend { body }),
+        3 => body_of(CAMPAIGN).prop_map(|body| Ask::Body { path: "/v1/elections/{name}/campaign", body }),
+        2 => prefix.prop_map(Ask::Prefix),
+    ]
+}
+
+/// Sends `bytes` and reads the answer; of a 200 NDJSON stream, the first
+/// line only (then the connection closes, which ends a hold).
+async fn exchange(socket: &std::path::Path, method: &str, bytes: &[u8]) -> faults::http::Response {
+    use faults::http::{Conn, Response};
+    let mut conn = Conn::connect(socket).await.expect("connect");
+    conn.write(bytes).await.expect("write");
+    let head = conn.read_head().await.expect("an answer");
+    let stream = head.status == 200
+        && head
+            .header("content-type")
+            .is_some_and(|c| c.starts_with("application/x-ndjson"));
+    if stream {
+        let mut lines = conn.into_lines();
+        let mut body = lines.next_line().await.expect("a line").unwrap_or_default();
+        body.push(b'\n');
+        return Response { head, body };
+    }
+    let body = conn.read_body(&head, method).await.expect("a body");
+    Response { head, body }
+}
+
+/// The 400 code a body the document accepts should get from this agent:
+/// the error of the first config bound (`x-config-*`) one of its fields
+/// is past, or none.
+fn config_refusal(
+    spec: &Spec,
+    settings: &AgentSettings,
+    path: &str,
+    body: &serde_json::Value,
+) -> Option<String> {
+    let doc = spec.doc();
+    let mut schema =
+        &doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"];
+    while let Some(p) = schema["$ref"].as_str().and_then(|r| r.strip_prefix('#')) {
+        schema = doc.pointer(p).expect("$ref resolves");
+    }
+    for (name, value) in body.as_object().into_iter().flatten() {
+        let Some(n) = value.as_f64() else { continue };
+        let mut property = &schema["properties"][name];
+        while let Some(p) = property["$ref"].as_str().and_then(|r| r.strip_prefix('#')) {
+            property = doc.pointer(p).expect("$ref resolves");
+        }
+        let bound = |key: &str| {
+            let b = &property[key];
+            let setting = b["setting"].as_str()?;
+            let at = setting_ms(settings, setting) * b["factor"].as_u64().unwrap_or(1);
+            Some((at as f64, b["error"].as_str()?.to_string()))
+        };
+        if let Some((min, error)) = bound("x-config-minimum") {
+            if n < min {
+                return Some(error);
+            }
+        }
+        if let Some((max, error)) = bound("x-config-maximum") {
+            if n > max {
+                return Some(error);
+            }
+        }
+    }
+    None
+}
+
+/// What the schema-driven fuzzer found kept from coming back: for bodies
+/// and listing prefixes generated around the document's schemas (bounds,
+/// whole floats, fractions, `null`, wrong types, non-ASCII, lengths
+/// around the limits), the agent accepts exactly what the document
+/// accepts, except past a bound the document names as the config's
+/// (`x-config-*`), where it answers that bound's error; and every answer
+/// is one the document lists. `AGREE_CASES` sets the number of cases
+/// (default 300).
+#[test]
+fn the_agent_accepts_exactly_what_the_document_accepts() {
+    use faults::http::request;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let spec = Spec::load(&openapi::default_path()).unwrap_or_else(|e| panic!("{e}"));
+    let settings = AgentSettings {
+        key_prefix: "agree:".into(),
+        lock_extra: vec![format!("max_hold: {MAX_HOLD_MS}ms")],
+        ..AgentSettings::default()
+    };
+    let cluster = runtime
+        .block_on(Cluster::start(3, 1, settings.clone()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    runtime
+        .block_on(cluster.wait_usable(3, Duration::from_secs(10)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let socket = runtime.block_on(async { cluster.agents[0].lock().await.socket.clone() });
+    let client = Client::new(&socket);
+    let cases: u32 = std::env::var("AGREE_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        max_shrink_iters: 64,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let counter = std::sync::atomic::AtomicU64::new(0);
+    let tally = std::sync::Mutex::new(BTreeMap::<String, u64>::new());
+    let result = runner.run(&ask(), |ask| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let resource = format!("agree-{n}");
+        let (label, target, documented, expected, response, token) = runtime.block_on(async {
+            match &ask {
+                Ask::Body { path, body } => {
+                    let target = path
+                        .replace("{resource}", &resource)
+                        .replace("{name}", &resource);
+                    let documented = spec.validate_request("POST", path, body);
+                    let expected = match &documented {
+                        Err(_) => Some("invalid_request".to_string()),
+                        Ok(()) => config_refusal(&spec, &settings, path, body),
+                    };
+                    let bytes = request("POST", &target, body.to_string().as_bytes());
+                    let response = exchange(&socket, "POST", &bytes).await;
+                    let label = path
+                        .trim_start_matches("/v1/")
+                        .replace("/{resource}", "")
+                        .replace("/{name}", "");
+                    (label, target, documented, expected, response, None)
+                }
+                Ask::Extend { ttl_ms } => {
+                    let options = AcquireOptions::new().ttl(Duration::from_millis(1000));
+                    let grant = match client.acquire(&resource, &options).await {
+                        Ok(Answer::Ok(grant)) => grant,
+                        other => panic!("no lock to extend: {other:?}"),
+                    };
+                    let body = serde_json::json!({"token": grant.token, "ttl_ms": ttl_ms});
+                    let path = "/v1/locks/{resource}/extend";
+                    let target = path.replace("{resource}", &resource);
+                    let documented = spec.validate_request("POST", path, &body);
+                    let expected = match &documented {
+                        Err(_) => Some("invalid_request".to_string()),
+                        Ok(()) => config_refusal(&spec, &settings, path, &body),
+                    };
+                    let bytes = request("POST", &target, body.to_string().as_bytes());
+                    let response = exchange(&socket, "POST", &bytes).await;
+                    let token = Some(grant.token.clone());
+                    (
+                        "locks/extend".into(),
+                        target,
+                        documented,
+                        expected,
+                        response,
+                        token,
+                    )
+                }
+                Ask::PermitExtend { body } => {
+                    let taken = request(
+                        "POST",
+                        &format!("/v1/semaphores/{resource}/acquire"),
+                        br#"{"limit": 1, "ttl_ms": 1000}"#,
+                    );
+                    let taken = exchange(&socket, "POST", &taken).await;
+                    let taken = taken.json().expect("a permit");
+                    let token = taken["token"].as_str().expect("a permit's token");
+                    let mut body = body.clone();
+                    if body.get("permit").is_none() {
+                        body["permit"] = serde_json::json!(0);
+                    }
+                    body["token"] = token.into();
+                    let path = "/v1/semaphores/{name}/extend";
+                    let target = path.replace("{name}", &resource);
+                    let documented = spec.validate_request("POST", path, &body);
+                    let expected = match &documented {
+                        Err(_) => Some("invalid_request".to_string()),
+                        Ok(()) => config_refusal(&spec, &settings, path, &body),
+                    };
+                    let bytes = request("POST", &target, body.to_string().as_bytes());
+                    let response = exchange(&socket, "POST", &bytes).await;
+                    let label = "semaphores/extend".to_string();
+                    (label, target, documented, expected, response, None)
+                }
+                Ask::Prefix(prefix) => {
+                    let value = serde_json::Value::String(prefix.clone());
+                    let documented = spec.validate_parameter("GET", "/v1/locks", "prefix", &value);
+                    let expected = documented
+                        .as_ref()
+                        .err()
+                        .map(|_| "invalid_request".to_string());
+                    let encoded = utf8_percent_encode(prefix, NON_ALPHANUMERIC);
+                    let target = format!("/v1/locks?prefix={encoded}&limit=1");
+                    let response = exchange(&socket, "GET", &request("GET", &target, b"")).await;
+                    (
+                        "locks?prefix".into(),
+                        target,
+                        documented,
+                        expected,
+                        response,
+                        None,
+                    )
+                }
+            }
+        });
+        if let Some(token) = token {
+            let _ = runtime.block_on(client.release(&resource, &token));
+        }
+        let method = if label == "locks?prefix" {
+            "GET"
+        } else {
+            "POST"
+        };
+        spec.check(method, &target, &response)
+            .map_err(|e| TestCaseError::fail(format!("{e}\n  ask: {ask:?}")))?;
+        let code = response
+            .json()
+            .ok()
+            .and_then(|v| v["error"]["code"].as_str().map(str::to_string));
+        let status = response.status();
+        // A body the document refuses gets a 400 of a code its answer
+        // lists (checked above: `ttl_ms: 0` is `ttl_out_of_range`); one
+        // past a config bound, that bound's code.
+        // A re-entry with a token of no grant is refused for the token.
+        let reentry = match &ask {
+            Ask::Body { body, .. } => body.get("token").is_some_and(|t| t.is_string()),
+            _ => false,
+        };
+        let agrees = match (&documented, &expected) {
+            (Err(_), _) => status == 400,
+            (Ok(()), None) if reentry => {
+                (status == 409 && code.as_deref() == Some("not_reentrant"))
+                    || (status == 403 && code.as_deref() == Some("forbidden"))
+            }
+            (Ok(()), None) => status == 200,
+            (Ok(()), Some(error)) => status == 400 && code.as_deref() == Some(error.as_str()),
+        };
+        if !agrees {
+            return Err(TestCaseError::fail(format!(
+                "the document says {} ({}), the agent answered {status} {}\n  ask: {ask:?}",
+                match &expected {
+                    None => "accepted".to_string(),
+                    Some(e) => format!("400 {e}"),
+                },
+                match &documented {
+                    Ok(()) => "valid".to_string(),
+                    Err(e) => e.clone(),
+                },
+                response.body_text()
+            )));
+        }
+        if status == 200 && label == "locks/acquire" {
+            let token = response
+                .json()
+                .ok()
+                .and_then(|v| v["token"].as_str().map(str::to_string));
+            if let Some(token) = token {
+                let _ = runtime.block_on(client.release(&resource, &token));
+            }
+        }
+        *tally
+            .lock()
+            .unwrap()
+            .entry(format!("{label} {status} {}", code.unwrap_or_default()))
+            .or_default() += 1;
+        Ok(())
+    });
+    eprintln!("agreement: {cases} cases; answers by request and status:");
+    for (what, n) in tally.lock().unwrap().iter() {
+        eprintln!("  {what}: {n}");
+    }
+    if let Err(e) = result {
+        let log = runtime.block_on(async { cluster.agents[0].lock().await.log_text() });
+        panic!(
+            "{e}\n--- agent log (end) ---\n{}",
+            faults::cluster::tail(&log, 30)
+        );
+    }
 }

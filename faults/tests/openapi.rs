@@ -33,13 +33,16 @@ fn every_code() -> Vec<ErrorCode> {
         Forbidden,
         NotReentrant,
         Busy,
+        LimitMismatch,
+        NoLeader,
         Internal,
     ];
     for code in &all {
         match code {
             Taken | NoQuorum | Lost | InvalidRequest | InvalidResource | TtlOutOfRange
             | BodyTooLarge | NotFound | MethodNotAllowed | ShuttingDown | TooManyConnections
-            | TooManyWaiters | RequestTimeout | Forbidden | NotReentrant | Busy | Internal => {}
+            | TooManyWaiters | RequestTimeout | Forbidden | NotReentrant | Busy | LimitMismatch
+            | NoLeader | Internal => {}
         }
     }
     all
@@ -139,8 +142,28 @@ fn wire_values_match_their_schemas() {
             max_hold_ms: Some(3),
             fence: true,
             on_disconnect: redlock_wire::OnDisconnect::Expire,
+            token: None,
         },
     );
+    check(
+        &s,
+        "HoldRequest",
+        HoldRequest {
+            token: Some(token.into()),
+            max_hold_ms: Some(3),
+            ..HoldRequest::default()
+        },
+    );
+    // A re-entering hold lowers a count when it closes: it cannot expire.
+    let reentering_expire = HoldRequest {
+        token: Some(token.into()),
+        on_disconnect: redlock_wire::OnDisconnect::Expire,
+        ..HoldRequest::default()
+    };
+    let reentering_expire = serde_json::to_value(reentering_expire).unwrap();
+    assert!(s
+        .validate_component("HoldRequest", &reentering_expire)
+        .is_err());
     check(
         &s,
         "HoldEvent",
@@ -151,6 +174,30 @@ fn wire_values_match_their_schemas() {
             fence: Some(7),
             permit: None,
             hold_count: None,
+        },
+    );
+    check(
+        &s,
+        "HoldEvent",
+        HoldEvent::Acquired {
+            token: token.into(),
+            validity_ms: 1,
+            ttl_ms: 2,
+            fence: Some(7),
+            permit: Some(3),
+            hold_count: None,
+        },
+    );
+    check(
+        &s,
+        "HoldEvent",
+        HoldEvent::Acquired {
+            token: token.into(),
+            validity_ms: 1,
+            ttl_ms: 2,
+            fence: None,
+            permit: None,
+            hold_count: Some(2),
         },
     );
     check(&s, "HoldEvent", HoldEvent::Renewed { validity_ms: 1 });
@@ -325,6 +372,9 @@ fn wire_values_match_their_schemas() {
                 .collect(),
             locks_held: 0,
             waiters: 0,
+            permits_held: 2,
+            leaderships_held: 1,
+            leadership_changes: [("elected".to_string(), 3)].into_iter().collect(),
         },
     );
     for code in every_code() {
@@ -339,6 +389,129 @@ fn wire_values_match_their_schemas() {
             },
         );
     }
+    check(
+        &s,
+        "PermitRequest",
+        PermitRequest {
+            limit: 3,
+            ttl_ms: Some(1),
+            wait_ms: Some(2),
+            owner: Some("o".into()),
+            fence: true,
+        },
+    );
+    check(
+        &s,
+        "PermitHoldRequest",
+        PermitHoldRequest {
+            limit: 3,
+            ttl_ms: Some(1),
+            wait_ms: Some(2),
+            owner: Some("o".into()),
+            fence: true,
+            max_hold_ms: Some(3),
+            on_disconnect: OnDisconnect::Expire,
+        },
+    );
+    check(
+        &s,
+        "PermitResponse",
+        PermitResponse {
+            semaphore: "s".into(),
+            permit: 2,
+            token: token.into(),
+            validity_ms: 9,
+            ttl_ms: 10,
+            fence: Some(11),
+        },
+    );
+    check(
+        &s,
+        "PermitExtendRequest",
+        PermitExtendRequest {
+            permit: 2,
+            token: token.into(),
+            ttl_ms: Some(5),
+        },
+    );
+    check(
+        &s,
+        "PermitReleaseRequest",
+        PermitReleaseRequest {
+            permit: 2,
+            token: token.into(),
+        },
+    );
+    check(
+        &s,
+        "SemaphoreResponse",
+        SemaphoreResponse {
+            semaphore: "s".into(),
+            limit: Some(3),
+            permits: vec![PermitInfo {
+                permit: 1,
+                agent: Some("pod-0".into()),
+                owner: Some("o".into()),
+                validity_ms: 5,
+                held_here: true,
+                pid: Some(42),
+                uid: Some(1000),
+            }],
+            waiters: 2,
+            unread: vec!["r1".into()],
+            partial: true,
+        },
+    );
+    check(
+        &s,
+        "CampaignRequest",
+        CampaignRequest {
+            ttl_ms: Some(1),
+            owner: Some("o".into()),
+            value: Some("10.0.0.7:8080".into()),
+            max_hold_ms: Some(2),
+        },
+    );
+    let leader = Leader {
+        election: "e".into(),
+        agent: Some("pod-0".into()),
+        owner: Some("o".into()),
+        value: Some("v".into()),
+        pid: Some(42),
+        uid: Some(1000),
+        term: Some(7),
+        since_ms: Some(1_722_000_000_000),
+        validity_ms: 900,
+    };
+    check(&s, "Leader", &leader);
+    for event in [
+        CampaignEvent::Waiting {
+            leader: Some(leader.clone()),
+        },
+        CampaignEvent::Waiting { leader: None },
+        CampaignEvent::Elected {
+            term: 8,
+            validity_ms: 1,
+            ttl_ms: 2,
+        },
+        CampaignEvent::Renewed { validity_ms: 1 },
+        CampaignEvent::Lost {
+            reason: "max_hold".into(),
+        },
+        CampaignEvent::Lost {
+            reason: "too_many_waiters".into(),
+        },
+    ] {
+        check(&s, "CampaignEvent", event);
+    }
+    check(&s, "ObserveEvent", ObserveEvent::Leader(leader));
+    check(
+        &s,
+        "ObserveEvent",
+        ObserveEvent::NoLeader {
+            election: "e".into(),
+        },
+    );
     check(&s, "Health", json!({"status": "ok"}));
     check(
         &s,
@@ -470,5 +643,288 @@ fn links_name_real_operations_parameters_and_fields() {
             walked.contains(expected),
             "missing link {expected}: {walked:?}"
         );
+    }
+}
+
+/// How the agent reads a request body: the wire type's serde, as its
+/// routes do (`Debug` of the value read, or why it was refused).
+type Reader = fn(&Value) -> Result<String, String>;
+
+fn reader<T: serde::de::DeserializeOwned + std::fmt::Debug>(
+    body: &Value,
+) -> Result<String, String> {
+    serde_json::from_value::<T>(body.clone())
+        .map(|v| format!("{v:?}"))
+        .map_err(|e| e.to_string())
+}
+
+/// Every operation with a JSON request body of documented fields, and the
+/// wire type the agent reads it with.
+fn request_readers() -> Vec<(&'static str, &'static str, Reader)> {
+    vec![
+        (
+            "post",
+            "/v1/locks/{resource}/acquire",
+            reader::<AcquireRequest>,
+        ),
+        (
+            "post",
+            "/v1/locks/{resource}/extend",
+            reader::<ExtendRequest>,
+        ),
+        (
+            "post",
+            "/v1/locks/{resource}/release",
+            reader::<ReleaseRequest>,
+        ),
+        ("post", "/v1/locks/{resource}/hold", reader::<HoldRequest>),
+        (
+            "post",
+            "/v1/semaphores/{name}/acquire",
+            reader::<PermitRequest>,
+        ),
+        (
+            "post",
+            "/v1/semaphores/{name}/extend",
+            reader::<PermitExtendRequest>,
+        ),
+        (
+            "post",
+            "/v1/semaphores/{name}/release",
+            reader::<PermitReleaseRequest>,
+        ),
+        (
+            "post",
+            "/v1/semaphores/{name}/hold",
+            reader::<PermitHoldRequest>,
+        ),
+        (
+            "post",
+            "/v1/elections/{name}/campaign",
+            reader::<CampaignRequest>,
+        ),
+    ]
+}
+
+/// Follows `$ref`s to the schema that says what a property is.
+fn resolved<'a>(doc: &'a Value, mut schema: &'a Value) -> &'a Value {
+    while let Some(pointer) = schema["$ref"].as_str().and_then(|r| r.strip_prefix('#')) {
+        schema = doc.pointer(pointer).expect("$ref resolves");
+    }
+    schema
+}
+
+fn has_type(schema: &Value, name: &str) -> bool {
+    match &schema["type"] {
+        Value::String(t) => t == name,
+        Value::Array(types) => types.iter().any(|t| t == name),
+        _ => false,
+    }
+}
+
+/// A value of the property the document accepts, as a base for the cases.
+fn sample(name: &str, schema: &Value) -> Value {
+    match name {
+        "limit" => json!(2),
+        "permit" => json!(1),
+        "token" => json!("rl2-0123456789abcdef0123456789abcdef01234567-0123456789abcdef"),
+        "owner" => json!("worker-1"),
+        "value" => json!("10.0.0.7:8080"),
+        "on_disconnect" => json!("expire"),
+        _ if has_type(schema, "boolean") => json!(true),
+        _ if has_type(schema, "integer") => json!(1000),
+        _ => panic!("{name}: no sample for {schema}"),
+    }
+}
+
+/// The three rules the schema-driven fuzzer found broken, for every field
+/// of every request body, checked on both sides (the document's schema
+/// and the wire type the agent reads the body with): `null` for an
+/// optional field is the same body as the field absent, and a required
+/// field may not be `null`; an integer written as a whole float
+/// (`1000.0`) is the same integer; a fraction is refused.
+#[test]
+fn request_bodies_are_read_as_their_schemas_mean_them() {
+    let s = spec();
+    let doc = s.doc();
+    let readers = request_readers();
+    // No operation with a body of fields is left out.
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            let schema = resolved(
+                doc,
+                &op["requestBody"]["content"]["application/json"]["schema"],
+            );
+            if schema["properties"]
+                .as_object()
+                .is_some_and(|p| !p.is_empty())
+            {
+                assert!(
+                    readers.iter().any(|(m, p, _)| m == method && p == path),
+                    "{method} {path}: a request body this test does not read"
+                );
+            }
+        }
+    }
+    let mut checked = 0;
+    for (method, path, read) in readers {
+        let op = &doc["paths"][path][method];
+        assert!(op.is_object(), "{method} {path}: not in the document");
+        let schema = resolved(
+            doc,
+            &op["requestBody"]["content"]["application/json"]["schema"],
+        );
+        let required: BTreeSet<&str> = schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let properties = schema["properties"].as_object().expect("properties");
+        let mut base = serde_json::Map::new();
+        for name in &required {
+            base.insert(
+                name.to_string(),
+                sample(name, resolved(doc, &properties[*name])),
+            );
+        }
+        let base = Value::Object(base);
+        let both = |body: &Value| -> (Result<(), String>, Result<String, String>) {
+            (s.validate_request(method, path, body), read(body))
+        };
+        let at = |field: &str, body: &Value| format!("{method} {path} .{field}: {body}");
+        let (doc_base, wire_base) = both(&base);
+        doc_base.unwrap_or_else(|e| panic!("{}: {e}", at("", &base)));
+        let wire_base = wire_base.unwrap_or_else(|e| panic!("{}: {e}", at("", &base)));
+        for (name, property) in properties {
+            let property = resolved(doc, property);
+            let with = |value: Value| {
+                let mut body = base.clone();
+                body[name.as_str()] = value;
+                body
+            };
+            // null: absent when optional, refused when required.
+            let body = with(Value::Null);
+            let (by_doc, by_wire) = both(&body);
+            if required.contains(name.as_str()) {
+                assert!(
+                    by_doc.is_err(),
+                    "{}: the document takes null",
+                    at(name, &body)
+                );
+                assert!(
+                    by_wire.is_err(),
+                    "{}: the agent takes null",
+                    at(name, &body)
+                );
+            } else {
+                by_doc.unwrap_or_else(|e| panic!("{}: {e}", at(name, &body)));
+                assert_eq!(
+                    by_wire.unwrap_or_else(|e| panic!("{}: {e}", at(name, &body))),
+                    wire_base,
+                    "{}: null is not read as absent",
+                    at(name, &body)
+                );
+            }
+            // A sample value; then, for integers, a whole float and a fraction.
+            let value = sample(name, property);
+            let body = with(value.clone());
+            let (by_doc, by_wire) = both(&body);
+            by_doc.unwrap_or_else(|e| panic!("{}: {e}", at(name, &body)));
+            let as_integer = by_wire.unwrap_or_else(|e| panic!("{}: {e}", at(name, &body)));
+            if has_type(property, "integer") {
+                let n = value.as_u64().expect("an integer sample");
+                let body = with(json!(n as f64));
+                let (by_doc, by_wire) = both(&body);
+                by_doc.unwrap_or_else(|e| panic!("{}: {e}", at(name, &body)));
+                assert_eq!(
+                    by_wire.unwrap_or_else(|e| panic!("{}: {e}", at(name, &body))),
+                    as_integer,
+                    "{}: a whole float is not read as its integer",
+                    at(name, &body)
+                );
+                let body = with(json!(n as f64 + 0.5));
+                let (by_doc, by_wire) = both(&body);
+                assert!(
+                    by_doc.is_err(),
+                    "{}: the document takes a fraction",
+                    at(name, &body)
+                );
+                assert!(
+                    by_wire.is_err(),
+                    "{}: the agent takes a fraction",
+                    at(name, &body)
+                );
+            }
+            checked += 1;
+        }
+    }
+    eprintln!("request fields checked on both sides: {checked}");
+    assert!(checked >= 30, "{checked}");
+}
+
+/// The bounds that come from the agent's config are named where the
+/// schema cannot state them: each `x-config-minimum`/`x-config-maximum`
+/// names a setting, its default and a code the operation's 400 lists.
+/// (The agent's config tests check the defaults against its own.)
+#[test]
+fn config_bounds_are_named_with_their_defaults_and_answers() {
+    let s = spec();
+    let doc = s.doc();
+    let mut named = BTreeSet::new();
+    for (id, op) in operations(doc) {
+        let schema = resolved(
+            doc,
+            &op["requestBody"]["content"]["application/json"]["schema"],
+        );
+        let bad = deref(doc, &op["responses"]["400"]).clone();
+        let codes = bad["content"]["application/json"]["schema"]["allOf"][1]["properties"]["error"]
+            ["properties"]["code"]["enum"]
+            .clone();
+        for (name, property) in schema["properties"].as_object().into_iter().flatten() {
+            let property = resolved(doc, property);
+            for bound in ["x-config-minimum", "x-config-maximum"] {
+                let b = &property[bound];
+                if b.is_null() {
+                    continue;
+                }
+                let setting = b["setting"].as_str().expect("setting");
+                assert!(setting.starts_with("lock."), "{id} .{name}: {setting}");
+                assert!(b["default"].as_u64().is_some(), "{id} .{name}: {b}");
+                let error = &b["error"];
+                assert!(
+                    codes.as_array().is_some_and(|c| c.contains(error)),
+                    "{id} .{name}: {error} not among the 400's codes {codes}"
+                );
+                named.insert(format!("{id}.{name} {bound} {setting}"));
+            }
+        }
+    }
+    for expected in [
+        "acquire.ttl_ms x-config-maximum lock.max_ttl",
+        "acquire.ttl_ms x-config-minimum lock.node_timeout",
+        "extend.ttl_ms x-config-maximum lock.max_ttl",
+        "hold.ttl_ms x-config-maximum lock.max_ttl",
+        "hold.max_hold_ms x-config-maximum lock.max_hold",
+        "semaphoreAcquire.ttl_ms x-config-maximum lock.max_ttl",
+        "semaphoreHold.max_hold_ms x-config-maximum lock.max_hold",
+        "campaign.ttl_ms x-config-maximum lock.max_ttl",
+        "campaign.max_hold_ms x-config-maximum lock.max_hold",
+    ] {
+        assert!(named.contains(expected), "{expected} not in {named:?}");
+    }
+}
+
+/// `GET /v1/locks?prefix=`: the document refuses what the agent refuses
+/// (the live side is in `faults/tests/fuzz.rs`).
+#[test]
+fn the_prefix_is_a_resource_prefix() {
+    let s = spec();
+    let prefix = |p: &str| s.validate_parameter("get", "/v1/locks", "prefix", &json!(p));
+    for ok in ["", "orders-", "a%2Fb", &"r".repeat(256)] {
+        prefix(ok).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+    }
+    for refused in [&"r".repeat(257), "é", "a*", "a b", "[", "\\"] {
+        assert!(prefix(refused).is_err(), "{refused:?}");
     }
 }

@@ -4,7 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The longest `value` a campaigner may publish, in bytes.
+/// The longest `value` a campaigner may publish, in characters (Unicode
+/// code points, as JSON Schema's `maxLength` counts them): at most 4 KiB
+/// of UTF-8.
 pub const MAX_VALUE_LEN: usize = 1024;
 
 /// Body of `POST /v1/elections/{name}/campaign`. Every field is optional.
@@ -13,18 +15,26 @@ pub const MAX_VALUE_LEN: usize = 1024;
 pub struct CampaignRequest {
     /// The leadership's TTL: a leader that vanishes is replaced after at
     /// most this long. The agent's `lock.default_ttl` when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::fields::optional_whole",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ttl_ms: Option<u64>,
     /// A label operators see, as a lock's owner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// What the leader publishes to everyone who asks (an address, say):
-    /// up to [`MAX_VALUE_LEN`] bytes.
+    /// up to [`MAX_VALUE_LEN`] characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     /// Ends the leadership with `lost` (reason `max_hold`) after this long;
     /// defaults to `lock.max_hold`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::fields::optional_whole",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_hold_ms: Option<u64>,
 }
 

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod fields;
 pub mod keys;
 
 /// Declares a request body that takes a lock: the fields every such
@@ -25,10 +26,18 @@ macro_rules! lock_request {
         #[serde(deny_unknown_fields)]
         pub struct $name {
             /// The lock's TTL; the agent's `lock.default_ttl` when absent.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[serde(
+                default,
+                deserialize_with = "crate::fields::optional_whole",
+                skip_serializing_if = "Option::is_none"
+            )]
             pub ttl_ms: Option<u64>,
             /// How long the agent may keep trying; 0 or absent means one attempt.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[serde(
+                default,
+                deserialize_with = "crate::fields::optional_whole",
+                skip_serializing_if = "Option::is_none"
+            )]
             pub wait_ms: Option<u64>,
             /// A label stored beside the token so operators can see who holds a lock.
             #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -37,7 +46,11 @@ macro_rules! lock_request {
             /// by the same quorum that grants the lock, larger than the fence of
             /// every earlier grant of any lock on these masters. Always on when the
             /// agent's `lock.fence` is `always`.
-            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            #[serde(
+                default,
+                deserialize_with = "crate::fields::null_as_default",
+                skip_serializing_if = "std::ops::Not::not"
+            )]
             pub fence: bool,
             $($(#[$field_meta])* pub $field: $ty,)*
         }
@@ -124,7 +137,11 @@ pub struct AcquireResponse {
 #[serde(deny_unknown_fields)]
 pub struct ExtendRequest {
     pub token: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "fields::optional_whole",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ttl_ms: Option<u64>,
 }
 
@@ -170,14 +187,22 @@ lock_request! {
         pub token: Option<String>,
         /// Ends the hold with `lost` (reason `max_hold`) after this long;
         /// defaults to `lock.max_hold`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "fields::optional_whole",
+            skip_serializing_if = "Option::is_none"
+        )]
         pub max_hold_ms: Option<u64>,
         /// What happens to the lock when the client's connection closes
         /// without a release: `release` (the default) deletes it on every
         /// master at once; `expire` leaves it to expire on its own, so writes a
         /// vanished client still had in flight land before anyone else can
         /// hold the lock (for storage that cannot check a fence).
-        #[serde(default, skip_serializing_if = "OnDisconnect::is_release")]
+        #[serde(
+            default,
+            deserialize_with = "fields::null_as_default",
+            skip_serializing_if = "OnDisconnect::is_release"
+        )]
         pub on_disconnect: OnDisconnect,
     }
 }

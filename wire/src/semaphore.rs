@@ -16,6 +16,7 @@ lock_request! {
         /// How many permits the semaphore has, 1 to [`MAX_PERMITS`]. Part of
         /// the semaphore: a request with another limit while permits are
         /// held is refused (`409 limit_mismatch`).
+        #[serde(deserialize_with = "crate::fields::whole_u32")]
         pub limit: u32,
     }
 }
@@ -25,12 +26,21 @@ lock_request! {
     /// connection, renewed until it closes (as `POST /v1/locks/{resource}/hold`).
     pub struct PermitHoldRequest {
         /// As in [`PermitRequest::limit`].
+        #[serde(deserialize_with = "crate::fields::whole_u32")]
         pub limit: u32,
         /// As in a lock's hold.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "crate::fields::optional_whole",
+            skip_serializing_if = "Option::is_none"
+        )]
         pub max_hold_ms: Option<u64>,
         /// As in a lock's hold.
-        #[serde(default, skip_serializing_if = "OnDisconnect::is_release")]
+        #[serde(
+            default,
+            deserialize_with = "crate::fields::null_as_default",
+            skip_serializing_if = "OnDisconnect::is_release"
+        )]
         pub on_disconnect: OnDisconnect,
     }
 }
@@ -58,9 +68,14 @@ pub struct PermitResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PermitExtendRequest {
+    #[serde(deserialize_with = "crate::fields::whole_u32")]
     pub permit: u32,
     pub token: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::fields::optional_whole",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ttl_ms: Option<u64>,
 }
 
@@ -69,6 +84,7 @@ pub struct PermitExtendRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PermitReleaseRequest {
+    #[serde(deserialize_with = "crate::fields::whole_u32")]
     pub permit: u32,
     pub token: String,
 }

@@ -167,6 +167,46 @@ fn the_example_config_loads() {
     assert_eq!(config.masters.len(), 3);
 }
 
+/// The API document states the bounds of request fields that come from
+/// this config (`x-config-minimum`, `x-config-maximum` in
+/// `agent/openapi.yaml`) with their values under the defaults: they are.
+#[test]
+fn the_api_document_states_the_default_bounds() {
+    fn bounds(value: &Value, out: &mut Vec<Value>) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map {
+                    if key.starts_with("x-config-") {
+                        out.push(v.clone());
+                    } else {
+                        bounds(v, out);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| bounds(v, out)),
+            _ => {}
+        }
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+    let doc: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    let config = Config::from_yaml(MINIMAL).unwrap();
+    let mut found = Vec::new();
+    bounds(&doc, &mut found);
+    assert!(found.len() >= 6, "{found:?}");
+    for bound in found {
+        let setting = match bound["setting"].as_str() {
+            Some("lock.max_ttl") => config.lock.max_ttl,
+            Some("lock.max_hold") => config.lock.max_hold,
+            Some("lock.node_timeout") => config.lock.node_timeout,
+            other => panic!("{other:?}: a setting this test does not know"),
+        };
+        let factor = bound["factor"].as_u64().unwrap_or(1);
+        let expected = setting.as_millis() as u64 * factor;
+        assert_eq!(bound["default"].as_u64(), Some(expected), "{bound}");
+    }
+}
+
 /// Every line of `expected` is among `errors`, word for word.
 fn assert_reported(errors: &[String], expected: &[&str]) {
     for line in expected {

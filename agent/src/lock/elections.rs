@@ -99,10 +99,10 @@ impl<M: Store> Locks<M> {
         if request
             .value
             .as_ref()
-            .is_some_and(|v| v.len() > MAX_VALUE_LEN)
+            .is_some_and(|v| v.chars().count() > MAX_VALUE_LEN)
         {
             return Err(LockError::Invalid(format!(
-                "value must be at most {MAX_VALUE_LEN} bytes"
+                "value must be at most {MAX_VALUE_LEN} characters"
             )));
         }
         let (events, receiver) = mpsc::channel(8);

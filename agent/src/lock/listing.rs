@@ -23,6 +23,7 @@ use redlock_wire::{LockInfo, LockResponse, LocksResponse, NodeKey};
 use tokio::sync::Semaphore;
 
 use super::Locks;
+use crate::redlock::resource::MAX_RESOURCE_LEN;
 use crate::redlock::{token, KeyState, NodeError, Resource, Store};
 
 /// Locks listed in one page when the caller does not say.
@@ -95,6 +96,9 @@ pub enum QueryError {
     Cursor,
     #[error("prefix has byte {0:#04x} at offset {1}; use visible ASCII without *?[]\\")]
     Prefix(u8, usize),
+    /// No resource starts with a prefix longer than a resource may be.
+    #[error("prefix is {0} bytes; a resource, and so a prefix, is at most {MAX_RESOURCE_LEN}")]
+    PrefixTooLong(usize),
 }
 
 impl ListQuery {
@@ -122,6 +126,9 @@ impl ListQuery {
                         .find(|&(_, b)| !b.is_ascii_graphic() || b"*?[]\\".contains(&b))
                     {
                         return Err(QueryError::Prefix(b, i));
+                    }
+                    if prefix.len() > MAX_RESOURCE_LEN {
+                        return Err(QueryError::PrefixTooLong(prefix.len()));
                     }
                     parsed.prefix = prefix;
                 }
@@ -562,6 +569,18 @@ mod tests {
         assert_eq!(
             ListQuery::parse(Some("prefix=%FF")).unwrap_err(),
             QueryError::Encoding("prefix")
+        );
+        // As long as a resource may be, not longer (the document's maxLength).
+        let longest = "r".repeat(MAX_RESOURCE_LEN);
+        assert_eq!(
+            ListQuery::parse(Some(&format!("prefix={longest}")))
+                .unwrap()
+                .prefix,
+            longest
+        );
+        assert_eq!(
+            ListQuery::parse(Some(&format!("prefix={longest}r"))).unwrap_err(),
+            QueryError::PrefixTooLong(MAX_RESOURCE_LEN + 1)
         );
     }
 }
