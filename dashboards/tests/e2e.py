@@ -9,8 +9,10 @@ The scenario, all on loopback in one temp dir:
   - a workload of a few seconds: clients taking (with a wait), extending and
     releasing locks on two contended resources, one 409 on a third; then,
     between two requests, master r5 is killed (SIGKILL) and the clients go on
-    with four masters; then a key without TTL is planted under the lock
-    prefix on master r1.
+    with four masters; then a campaigner is elected and resigns, and another
+    is elected and loses its leadership (its election's key deleted on every
+    master, as masters losing keys would); then a key without TTL is planted
+    under the lock prefix on master r1.
 
 Once the scanner has scanned twice after the planting and Prometheus has
 evaluated its rules on that, the checks:
@@ -24,7 +26,9 @@ evaluated its rules on that, the checks:
     fires for r5 alone;
   - redlock_node_quarantined_slots (a Redis Cluster master's slots in
     quarantine) is there for every master and 0, as it must be for single
-    servers.
+    servers;
+  - redlock_leadership_changes_total counts two elected, one resigned and
+    one lost, and RedlockLeadershipLost stays quiet for a single loss.
 
 Everything started is stopped and the temp dir removed on every exit path;
 the run gives up after RUN_LIMIT_S. Exits 1 when a check fails or the
@@ -70,6 +74,9 @@ CLIENTS = 4
 TTL_MS = 2000
 WAIT_MS = 250  # within the clients' hold times, so some acquires run out: 409
 HOLD_S = (0.05, 0.15)  # before the extend, and again before the release
+RESIGNS = "e2e-resigns"  # an election whose leader resigns
+LOSES = "e2e-loses"  # an election whose leader loses its leadership
+ELECTION_TTL_MS = 1000  # renewed every third of it: a deleted key is seen fast
 
 # Enough for the quarantine of fresh masters (max_ttl + extra = 6s), a few
 # seconds of workload, two scans and two evaluations, on a busy 2-core box.
@@ -419,6 +426,43 @@ class Workload:
             self._odd(f"release {resource}: {status} {json.dumps(body)}")
 
 
+class Campaign:
+    """One campaign for an election, on its own connection; closing it resigns.
+
+    ## Behavior
+    - `until` reads the NDJSON stream until an event of the kind asked for;
+      SetupError when the stream ends first or says `lost` unasked, OSError
+      when the agent sends nothing for the connection's timeout (a leader is
+      told `renewed` every third of its TTL).
+    """
+
+    def __init__(self, sock: Path, election: str):
+        self.election = election
+        self.conn = UnixHTTPConnection(sock)
+        body = json.dumps({"ttl_ms": ELECTION_TTL_MS, "owner": "e2e-campaigner"}).encode()
+        self.conn.request("POST", f"/v1/elections/{election}/campaign", body=body,
+                          headers={"Content-Type": "application/json"})
+        self.response = self.conn.getresponse()
+        if self.response.status != 200:
+            answer = self.response.read()[:200]
+            self.conn.close()
+            raise SetupError(f"campaign {election}: {self.response.status} {answer!r}")
+
+    def until(self, kind: str) -> dict:
+        while True:
+            line = self.response.readline()
+            if not line:
+                raise SetupError(f"campaign {self.election}: the stream ended before {kind!r}")
+            event = json.loads(line)
+            if event.get("event") == kind:
+                return event
+            if event.get("event") == "lost":
+                raise SetupError(f"campaign {self.election}: lost before {kind!r}: {json.dumps(event)}")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def conflict(sock: Path) -> int:
     """Holds CONFLICT and asks for it again without waiting; the second answer's status."""
     base = f"/v1/locks/{CONFLICT}"
@@ -506,6 +550,30 @@ def start_stack(children: Children, scratch: Path, agent: Path) -> Stack:
     return Stack(ports, sock, agent_target, prom)
 
 
+def elections(stack: Stack, children: Children) -> str:
+    """One leadership resigned, then one lost; the reason the agent gave for the loss."""
+    campaign = Campaign(stack.sock, RESIGNS)
+    try:
+        campaign.until("elected")
+    finally:
+        campaign.close()  # resigns
+
+    campaign = Campaign(stack.sock, LOSES)
+    try:
+        campaign.until("elected")
+        # The election's lock, gone from every master that is still up: the
+        # next renewal finds no quorum holding the token, and the agent says
+        # lost, as it would after masters restarted or were flushed.
+        key = f"{KEY_PREFIX}{LOSES} election"
+        alive = [port for name, port in stack.ports.items() if name not in children.killed]
+        deleted = sum(redis_cli(port, "DEL", key) == "1" for port in alive)
+        if deleted < len(MASTERS) // 2 + 1:
+            raise SetupError(f"{key!r} deleted on {deleted} masters only, fewer than a quorum")
+        return campaign.until("lost").get("reason", "?")
+    finally:
+        campaign.close()
+
+
 def drive(stack: Stack, children: Children, omit: set[str]) -> list[Check]:
     """The workload, the kill and the planting; checks that the workload went as meant."""
     held_twice = conflict(stack.sock)
@@ -516,11 +584,13 @@ def drive(stack: Stack, children: Children, omit: set[str]) -> list[Check]:
         wait_for(f"the agent sees {KILLED} down", lambda: node_states(stack.sock).get(KILLED) == "down",
                  10, children)
     workload.phase("after the kill", 10, 15, children)
+    lost_reason = elections(stack, children)
     counts = workload.counts
     print(f"e2e: workload: {CLIENTS} clients on {len(CONTENDED)} resources: "
           f"{counts['acquired']} locks taken ({counts['acquired after the kill']} after the kill), "
           f"{counts['taken']} answered 409 taken, {counts['extended']} extended, {counts['released']} released, "
-          f"{len(workload.unexpected)} unexpected answers")
+          f"{len(workload.unexpected)} unexpected answers; "
+          f"{RESIGNS} elected and resigned, {LOSES} elected and lost ({lost_reason})")
 
     if "plant" not in omit:
         port = stack.ports[PLANTED_ON]
@@ -577,6 +647,7 @@ def observe(stack: Stack) -> list[Check]:
     leaked = prom.values(f'redlock_leaked_keys{{job="{JOB}", kind="no_ttl"}}', "node")
     node_up = prom.values(f'redlock_node_up{{job="{JOB}"}}', "node")
     slots_out = prom.values(f'redlock_node_quarantined_slots{{job="{JOB}"}}', "node")
+    leadership = prom.values(f'redlock_leadership_changes_total{{job="{JOB}"}}', "event")
     firing = prom.firing()
     print(f"e2e: alerts firing: {', '.join(sorted(describe(a) for a in firing)) or 'none'}")
     print(f"e2e: leaked keys (no_ttl): {sum(leaked.values()):g} "
@@ -597,6 +668,8 @@ def observe(stack: Stack) -> list[Check]:
               f"got {node_up}"),
         Check("redlock_node_quarantined_slots is 0 for every master (single servers)",
               slots_out == {name: 0.0 for name in MASTERS}, f"got {slots_out}"),
+        Check("redlock_leadership_changes_total: 2 elected, 1 resigned, 1 lost",
+              leadership == {"elected": 2.0, "resigned": 1.0, "lost": 1.0}, f"got {leadership}"),
         Check(f"no alert fires but {', '.join(FIRING)}", not unexpected_alerts,
               f"also firing: {sorted(describe(a) for a in unexpected_alerts)}"),
     ]

@@ -5,8 +5,9 @@
 #   2. promtool test rules    tests/alerts.test.yaml: each alert fires and stays quiet
 #   3. check_dashboards.py    structure of the dashboard, rules, Grafana alerts, runbook
 #   4. promql.py              every expression parses in a real Prometheus
-#   5. e2e.py                 every expression returns series, and the leak and
-#                             node-down alerts fire, against the real agent on
+#   5. e2e.py                 every expression returns series, the leak and
+#                             node-down alerts fire, and a resigned and a lost
+#                             leadership are counted, against the real agent on
 #                             real masters under a small workload
 #
 # Python tools live in a venv under target/venv-dashboards (made once, reused;
