@@ -8,7 +8,7 @@ import json
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Literal, Optional
 
 from ._common import (
     DEFAULT_TIMEOUT,
@@ -167,13 +167,16 @@ class Client:
     def force_release(self, resource: str) -> Dict[str, Any]:
         """For operators, on the admin socket: deletes the lock on every
         master, whoever holds it. Its holder hears of it at once."""
-        return self._call("POST", lock_path(resource, "force-release"))
+        answer: Dict[str, Any] = self._call("POST", lock_path(resource, "force-release"))
+        return answer
 
     def nodes(self) -> Dict[str, Any]:
-        return self._call("GET", "/v1/nodes")
+        answer: Dict[str, Any] = self._call("GET", "/v1/nodes")
+        return answer
 
     def locks(self) -> Dict[str, Any]:
-        return self._call("GET", "/v1/locks")
+        answer: Dict[str, Any] = self._call("GET", "/v1/locks")
+        return answer
 
     def hold(
         self,
@@ -269,7 +272,8 @@ class Client:
     def semaphore(self, name: str) -> Dict[str, Any]:
         """The semaphore's held permits (never tokens), `limit` while any is
         held, and this agent's `waiters`."""
-        return self._call("GET", semaphore_path(name))
+        answer: Dict[str, Any] = self._call("GET", semaphore_path(name))
+        return answer
 
     # Elections.
 
@@ -475,7 +479,7 @@ class Hold(_Stream):
     def __enter__(self) -> "Hold":
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> "Literal[False]":
         self.close()
         if exc_type is None and self.lost.is_set():
             raise LockLost(self.resource, self.lost_reason or "lost")
@@ -527,7 +531,7 @@ class Campaign(_Stream):
     def __enter__(self) -> "Campaign":
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> "Literal[False]":
         was_elected = self.elected.is_set()
         self.close()
         if exc_type is None and was_elected and self.lost.is_set():

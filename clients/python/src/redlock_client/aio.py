@@ -22,7 +22,9 @@ from typing import (
     Dict,
     Generator,
     Generic,
+    Literal,
     Optional,
+    cast,
     TypeVar,
 )
 
@@ -151,7 +153,7 @@ class _Opening(Generic[T]):
 
     async def __aenter__(self) -> T:
         self._stream = await self._opening
-        return await self._stream.__aenter__()  # type: ignore[attr-defined]
+        return cast(T, await self._stream.__aenter__())  # type: ignore[attr-defined]
 
     async def __aexit__(self, *exc: Any) -> Any:
         assert self._stream is not None  # set by __aenter__, which ran
@@ -275,13 +277,16 @@ class AsyncClient:
 
     async def force_release(self, resource: str) -> Dict[str, Any]:
         """As `Client.force_release` (admin socket)."""
-        return await self._call("POST", lock_path(resource, "force-release"))
+        answer: Dict[str, Any] = await self._call("POST", lock_path(resource, "force-release"))
+        return answer
 
     async def nodes(self) -> Dict[str, Any]:
-        return await self._call("GET", "/v1/nodes")
+        answer: Dict[str, Any] = await self._call("GET", "/v1/nodes")
+        return answer
 
     async def locks(self) -> Dict[str, Any]:
-        return await self._call("GET", "/v1/locks")
+        answer: Dict[str, Any] = await self._call("GET", "/v1/locks")
+        return answer
 
     def hold(
         self,
@@ -375,7 +380,8 @@ class AsyncClient:
 
     async def semaphore(self, name: str) -> Dict[str, Any]:
         """As `Client.semaphore`."""
-        return await self._call("GET", semaphore_path(name))
+        answer: Dict[str, Any] = await self._call("GET", semaphore_path(name))
+        return answer
 
     # Elections.
 
@@ -433,7 +439,7 @@ class _AsyncStream:
     async def __aenter__(self: S) -> S:
         return self
 
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> "Literal[False]":
         counts = self._counts_loss()
         await self.close()
         if exc_type is None and counts and self.lost.is_set():
