@@ -693,7 +693,8 @@ class Hold extends Stream {
  * `term` (the leadership's fence: pass it with every write the leader
  * makes), `validityMs` and `validUntil`. Emits 'waiting' (leader or null),
  * 'elected' (term), 'renewed' and 'lost'; `signal` aborts when the
- * leadership is lost (or the campaign ends).
+ * leadership is lost, or when the stream ends before close() (not on
+ * close() or resign()).
  */
 class Campaign extends Stream {
   constructor(client, election, req, lines) {
