@@ -60,10 +60,15 @@ export interface LockAcquireOptions extends AcquireOptions {
   token?: string;
 }
 
-export interface HoldOptions extends AcquireOptions {
+export interface PermitHoldOptions extends AcquireOptions {
   maxHoldMs?: number;
   /** `release` (default): released when the connection ends; `expire`: left to expire. */
   onDisconnect?: 'release' | 'expire';
+}
+
+export interface HoldOptions extends PermitHoldOptions {
+  /** Re-enter a lock this process holds while the hold lasts. */
+  token?: string;
 }
 
 export interface CampaignOptions {
@@ -144,6 +149,8 @@ export class Hold extends Stream {
   validityMs: number;
   validUntil: number;
   readonly fence: number | null;
+  /** After a re-entry (`token`): releases before the lock is released on the masters. */
+  readonly holdCount: number | null;
   release(): Promise<boolean>;
 }
 
@@ -191,11 +198,11 @@ export class Client {
   acquirePermit(name: string, limit: number, options?: AcquireOptions): Promise<Permit>;
   extendPermit(name: string, permit: number, token: string, options?: { ttlMs?: number }): Promise<Extended>;
   releasePermit(name: string, permit: number, token: string): Promise<boolean>;
-  holdPermit(name: string, limit: number, options?: HoldOptions): Promise<Hold>;
+  holdPermit(name: string, limit: number, options?: PermitHoldOptions): Promise<Hold>;
   usingPermit<T>(
     name: string,
     limit: number,
-    options: HoldOptions,
+    options: PermitHoldOptions,
     fn: (permit: Hold, signal: AbortSignal) => Promise<T> | T,
   ): Promise<T>;
   semaphore(name: string): Promise<any>;

@@ -299,9 +299,11 @@ class Client {
   /**
    * A lock held while the returned Hold is open; resolves once the agent
    * sent `acquired`. Close it (or release it) to let go; `onDisconnect:
-   * 'expire'` lets a lock whose connection ends expire instead.
+   * 'expire'` lets a lock whose connection ends expire instead. `token`
+   * re-enters a lock this process holds while the hold lasts (closing it
+   * then lowers the count as a release does).
    */
-  hold(resource, { ttlMs, waitMs, owner, maxHoldMs, fence, onDisconnect } = {}) {
+  hold(resource, { ttlMs, waitMs, owner, maxHoldMs, fence, onDisconnect, token } = {}) {
     const payload = body({
       ttl_ms: ttlMs,
       wait_ms: waitMs,
@@ -309,6 +311,7 @@ class Client {
       max_hold_ms: maxHoldMs,
       fence,
       on_disconnect: onDisconnect,
+      token,
     });
     return this._hold(lockPath(resource, 'hold'), resource, payload, waitMs);
   }
@@ -655,6 +658,7 @@ class Stream extends EventEmitter {
 /**
  * A held lock or permit, renewed by the agent while open: `resource` (the
  * lock, or the semaphore), `permit` (null for a lock), `token`, `fence`,
+ * `holdCount` (after a re-entry),
  * `ttlMs`, `validityMs`, `validUntil`. Emits 'renewed' (validityMs) and
  * 'lost' (LockLostError); `signal` aborts on loss.
  */
@@ -669,6 +673,7 @@ class Hold extends Stream {
     this.validityMs = acquired.validity_ms;
     this.validUntil = arrived + acquired.validity_ms;
     this.fence = acquired.fence === undefined ? null : acquired.fence;
+    this.holdCount = acquired.hold_count === undefined ? null : acquired.hold_count;
     this._arm();
     this._read(lines);
   }

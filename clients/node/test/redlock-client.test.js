@@ -111,6 +111,15 @@ test('a lock is re-entered with its token', async () => {
   await assert.rejects(client.acquire('js-reentrant'), TakenError);
   assert.equal(await client.release('js-reentrant', grant.token), true);
   await assert.rejects(client.acquire('js-reentrant', { token: grant.token }), (e) => e.code === 'not_reentrant');
+
+  // A hold re-enters too: closing it lowers the count as a release does.
+  const again2 = await client.acquire('js-reentrant', { ttlMs: 10000 });
+  await client.using('js-reentrant', { ttlMs: 10000, token: again2.token }, async (lock) => {
+    assert.equal(lock.token, again2.token);
+    assert.equal(lock.holdCount, 2);
+  });
+  await assert.rejects(client.acquire('js-reentrant'), TakenError);
+  assert.equal(await client.release('js-reentrant', again2.token), true);
 });
 
 test('an absent agent is unreachable', async () => {

@@ -133,6 +133,14 @@ class ClientTest(unittest.TestCase):
             c.acquire("py-reentrant", token=grant.token)
         self.assertEqual(refused.exception.code, "not_reentrant")
 
+        # A hold re-enters too: closing it lowers the count as a release does.
+        grant = c.acquire("py-reentrant", ttl_ms=10_000)
+        with c.hold("py-reentrant", ttl_ms=10_000, token=grant.token) as lock:
+            self.assertEqual((lock.token, lock.hold_count), (grant.token, 2))
+        with self.assertRaises(Taken):
+            c.acquire("py-reentrant")
+        self.assertTrue(c.release("py-reentrant", grant.token))
+
     def test_an_absent_agent_is_unreachable(self):
         with tempfile.TemporaryDirectory() as d:
             client = Client(os.path.join(d, "nobody.sock"))

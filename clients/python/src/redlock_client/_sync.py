@@ -188,12 +188,15 @@ class Client:
         fence: Optional[bool] = None,
         on_lost: Optional[OnLost] = None,
         on_disconnect: Optional[str] = None,
+        token: Optional[str] = None,
     ) -> "Hold":
         """A lock held while the returned `Hold` is open (use it in a `with`
         block): the agent renews it every third of the TTL and releases it
         when the connection closes (`on_disconnect="expire"` lets it expire
-        instead). `on_lost(LockLost)` is called from the reader thread when
-        the lock is lost.
+        instead). `token=` re-enters a lock this process holds for as long
+        as the hold lasts (closing it then lowers the count as a release
+        does). `on_lost(LockLost)` is called from the reader thread when the
+        lock is lost.
 
         Raises as `acquire` when the lock is not granted."""
         path = lock_path(resource, "hold")
@@ -204,6 +207,7 @@ class Client:
             max_hold_ms=max_hold_ms,
             fence=fence,
             on_disconnect=on_disconnect,
+            token=token,
         )
         conn, response = self._stream(path, payload, wait_ms)
         first = self._first(conn, response, path, "acquired")
@@ -437,7 +441,8 @@ class _Stream:
 class Hold(_Stream):
     """A held lock or permit, renewed by the agent while open. Attributes:
     `resource` (the lock, or the semaphore), `permit` (None for a lock),
-    `token`, `fence`, `ttl_ms`, `validity_ms` and `valid_until` (on
+    `token`, `fence`, `hold_count` (after a re-entry), `ttl_ms`,
+    `validity_ms` and `valid_until` (on
     `time.monotonic()`, moved by every renewal), `lost` (a
     `threading.Event`) and `lost_reason`.
 
@@ -463,6 +468,7 @@ class Hold(_Stream):
         self.token: str = acquired["token"]
         self.ttl_ms: int = acquired["ttl_ms"]
         self.fence: Optional[int] = acquired.get("fence")
+        self.hold_count: Optional[int] = acquired.get("hold_count")
         self.validity_ms = acquired["validity_ms"]
         self.valid_until = arrived + self.validity_ms / 1000.0
         self._armed.set()

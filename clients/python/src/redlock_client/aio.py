@@ -298,6 +298,7 @@ class AsyncClient:
         fence: Optional[bool] = None,
         on_lost: Optional[OnLost] = None,
         on_disconnect: Optional[str] = None,
+        token: Optional[str] = None,
     ) -> "_Opening[AsyncHold]":
         """A lock held while the returned `AsyncHold` is open, as
         `Client.hold`: `async with client.hold(...) as lock:` or
@@ -309,6 +310,7 @@ class AsyncClient:
             max_hold_ms=max_hold_ms,
             fence=fence,
             on_disconnect=on_disconnect,
+            token=token,
         )
         return _Opening(self._hold(lock_path(resource, "hold"), resource, payload, wait_ms, on_lost))
 
@@ -563,6 +565,7 @@ class AsyncHold(_AsyncStream):
         self.token: str = acquired["token"]
         self.ttl_ms: int = acquired["ttl_ms"]
         self.fence: Optional[int] = acquired.get("fence")
+        self.hold_count: Optional[int] = acquired.get("hold_count")
         self.validity_ms = acquired["validity_ms"]
         self.valid_until = arrived + self.validity_ms / 1000.0
         self._start()
