@@ -30,8 +30,23 @@ echo "== clients"
 cargo test -q --doc -p redlock-client
 target="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 export REDLOCK_AGENT="${target:-$PWD/target}/debug/redlock-agent"
-(cd clients/python && python3 -m unittest -v 2>&1)
-(cd clients/node && node --test test/redlock-client.test.js)
+# Python and Node.js are installed as a user installs them, then tested
+# through the installed package: pip into a fresh venv (pip fetches the
+# setuptools backend from PyPI), and npm pack + install of the tarball into
+# a fresh project. `python3 -m venv` needs ensurepip, which Debian ships
+# apart (python3-venv).
+python3 -c 'import ensurepip' 2>/dev/null || need_packages "python3-venv-missing:python3-venv"
+need_packages npm:npm
+venv="${target:-$PWD/target}/clients-python-venv"
+rm -rf "$venv" && python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check ./clients/python
+(cd clients/python && "$venv/bin/python" -m unittest discover -v -s tests -t tests 2>&1)
+project="${target:-$PWD/target}/clients-node-project"
+rm -rf "$project" && mkdir -p "$project" && cp -r clients/node/test "$project/"
+(cd clients/node && npm pack --silent --pack-destination "$project" >/dev/null)
+(cd "$project" && npm init -y >/dev/null &&
+  npm install --silent --no-audit --no-fund ./redlock-agent-client-*.tgz &&
+  node --test test/*.test.js test/*.test.mjs)
 if command -v go >/dev/null 2>&1; then
   (cd clients/go && go vet . && go test -count=1 -v .)
 else

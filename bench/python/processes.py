@@ -2,10 +2,10 @@
 own Python interpreter looping acquire + release on its own resource.
 
 - peer "agent": the repository's standard-library client,
-  clients/python/redlock_client.py, imported as it is from the directory
+  clients/python/src/redlock_client, imported as it is from the directory
   the spec names (`python_client`); run under `python3 -I`, so nothing but
-  the standard library, that file and bench_stats.py beside this one can be
-  imported. The client opens a
+  the standard library, that package and bench_stats.py beside this one can
+  be imported. The client opens a
   connection on the agent's socket per call.
 - peer "pottery": pottery's Redlock over five redis-py clients of the
   process's own, as in driver.py, under the benchmark's venv.
@@ -135,7 +135,7 @@ def worker(spec, index):
 def library(spec, n):
     python = "python %s" % sys.version.split()[0]
     if spec["peer"] == "agent":
-        return ("redlock-agent, through clients/python/redlock_client.py (standard library only, "
+        return ("redlock-agent, through clients/python/src/redlock_client (standard library only, "
                 "http.client, a connection per call; %s -I), %d processes" % (python, n))
     from importlib.metadata import version
 

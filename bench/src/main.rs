@@ -96,9 +96,9 @@ struct RunArgs {
     /// W7's driver (a process per client).
     #[arg(long, default_value = "bench/python/processes.py")]
     processes_driver: PathBuf,
-    /// The directory of the standard-library Python client W7's agent
-    /// processes import.
-    #[arg(long, default_value = "clients/python")]
+    /// The directory holding the standard-library Python client's package
+    /// (`redlock_client/`) W7's agent processes import.
+    #[arg(long, default_value = "clients/python/src")]
     python_client: PathBuf,
     /// Where the report goes (scratch files go to OUT/scratch).
     #[arg(long, default_value = "bench/results")]

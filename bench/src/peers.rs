@@ -70,8 +70,8 @@ pub struct Drivers {
     pub python: Option<(PathBuf, PathBuf)>,
     /// `bench/python/processes.py`, W7's driver (a process per client).
     pub processes: PathBuf,
-    /// `clients/python`, the directory of the standard-library client W7's
-    /// agent processes import.
+    /// `clients/python/src`, the directory of the standard-library client's
+    /// package (`redlock_client/`) W7's agent processes import.
     pub python_client: PathBuf,
 }
 
@@ -98,9 +98,18 @@ impl Drivers {
             return Some(format!("no driver at {}", self.processes.display()));
         }
         match peer {
-            Peer::Agent if !self.python_client.join("redlock_client.py").is_file() => Some(
-                format!("no redlock_client.py in {}", self.python_client.display()),
-            ),
+            Peer::Agent
+                if !self
+                    .python_client
+                    .join("redlock_client")
+                    .join("__init__.py")
+                    .is_file() =>
+            {
+                Some(format!(
+                    "no redlock_client package in {}",
+                    self.python_client.display()
+                ))
+            }
             Peer::Agent | Peer::Pottery => self.unavailable(peer),
             _ => Some("W7 runs the agent and pottery only".into()),
         }

@@ -1052,7 +1052,7 @@ fn processes(md: &mut String, results: &Results) {
         "## W7: a Python process per client, the way most users run\n\nEach client is a process of its own, \
          one Python interpreter looping acquire + release on its own resource. The agent's processes run under \
          `python3 -I` (standard library only) and use the repository's client, \
-         `clients/python/redlock_client.py`, as it is (it opens a connection on the socket per call); pottery's \
+         `clients/python/src/redlock_client`, as it is (it opens a connection on the socket per call); pottery's \
          each have their own five redis-py clients and one `Redlock`. Latencies in ms, p50 / p99 / p99.9. \
          Master connections: the most client connections the five masters had open during the run (`INFO \
          clients` `connected_clients`, summed, sampled every 100 ms) minus the same sum just before it; for the \

@@ -48,8 +48,8 @@ pub struct Spec {
     #[serde(default)]
     pub floor: bool,
     /// W7's agent processes only: the directory of the repository's
-    /// standard-library client, `clients/python/redlock_client.py`, which
-    /// they import as it is.
+    /// standard-library client's package, `clients/python/src`, which they
+    /// import as it is.
     #[serde(default)]
     pub python_client: Option<String>,
 }

@@ -1,20 +1,15 @@
 'use strict';
-// redlock-client.js against a real agent on three real redis-server masters
-// (`redlock-agent dev`), started once for these tests.
+// Locks and holds against a real agent on three real redis-server masters
+// (`redlock-agent dev`), started once for these tests, through the package
+// as installed (`require('redlock-agent-client')`).
 //
-//   node --test test/        # in clients/node
-//
-// The agent binary is $REDLOCK_AGENT, or target/debug/redlock-agent of this
-// repository (`cargo build -p redlock-agent`).
+//   npm test                 # in clients/node, or node --test in a project that installed it
 
 const { test, before, beforeEach, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
-const fs = require('node:fs');
-const os = require('node:os');
 const path = require('node:path');
 const readline = require('node:readline');
-const { setTimeout: sleep } = require('node:timers/promises');
 
 const {
   Client,
@@ -24,66 +19,18 @@ const {
   LostError,
   UnreachableError,
   LockLostError,
-} = require('../redlock-client.js');
+} = require('redlock-agent-client');
+const { waitFor, within, start, stop } = require('./support.js');
 
-const ROOT = path.resolve(__dirname, '..', '..', '..');
-const DEADLINE_MS = 15000;
-
-/** Polls `condition` until it is true; fails after DEADLINE_MS. */
-async function waitFor(what, condition) {
-  const end = Date.now() + DEADLINE_MS;
-  while (!(await condition())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
-
-/** `promise`, or a failure naming `what` after DEADLINE_MS. */
-async function within(what, promise) {
-  let timer;
-  const deadline = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), DEADLINE_MS);
-  });
-  try {
-    return await Promise.race([promise, deadline]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
+let agent;
 let dir;
 let socket;
-let agent;
-let agentLog = '';
 let client;
 let admin;
 
 before(async () => {
-  const bin = process.env.REDLOCK_AGENT || path.join(ROOT, 'target', 'debug', 'redlock-agent');
-  try {
-    fs.accessSync(bin, fs.constants.X_OK);
-  } catch (_) {
-    throw new Error(`no agent binary at ${bin}: run \`cargo build -p redlock-agent\` or set REDLOCK_AGENT`);
-  }
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'redlock-node-'));
-  socket = path.join(dir, 'agent.sock');
-  agent = spawn(bin, ['dev', '--socket', socket, '--masters', '3', '--metrics', '127.0.0.1:0'], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  agent.stdout.on('data', (d) => (agentLog += d));
-  agent.stderr.on('data', (d) => (agentLog += d));
-  client = new Client(socket);
-  // Force release is served only on the admin socket, beside it.
-  admin = new Client(path.join(dir, 'admin.sock'));
-  await waitFor('the agent and a usable quorum', async () => {
-    if (agent.exitCode !== null) throw new Error(`the agent exited:\n${agentLog}`);
-    try {
-      return (await client.nodes()).available;
-    } catch (e) {
-      if (e instanceof UnreachableError) return false;
-      throw e;
-    }
-  });
+  agent = await start();
+  ({ dir, socket, client, admin } = agent);
 });
 
 // On a loaded machine a master may miss a 50 ms probe and count as down for
@@ -93,16 +40,7 @@ beforeEach(async () => {
   await waitFor('a usable quorum', async () => (await client.nodes()).available);
 });
 
-after(async () => {
-  if (agent && agent.exitCode === null) {
-    const exited = new Promise((resolve) => agent.once('exit', resolve));
-    agent.kill('SIGTERM');
-    const timer = setTimeout(() => agent.kill('SIGKILL'), DEADLINE_MS);
-    await exited;
-    clearTimeout(timer);
-  }
-  if (dir) fs.rmSync(dir, { recursive: true, force: true });
-});
+after(() => stop(agent));
 
 test('acquire, extend, release round trip', async () => {
   const grant = await client.acquire('js-orders-42', { ttlMs: 10000, owner: 'billing-worker-3' });
@@ -148,20 +86,40 @@ test('resources are encoded once and refusals keep their code', async () => {
   await assert.rejects(client.acquire('js-r', { ttlMs: 1 }), (e) => e.code === 'ttl_out_of_range');
 });
 
-test('fence is passed through, not faked', async () => {
-  // Today's agent has no fencing tokens: it refuses the field. Once it has
-  // them, the grant carries one.
-  let grant;
-  try {
-    grant = await client.acquire('js-fenced', { fence: true });
-  } catch (e) {
-    assert.ok(e instanceof ApiError, String(e));
-    assert.equal(e.code, 'invalid_request');
-    assert.match(e.apiMessage, /fence/);
-    return;
-  }
-  assert.notEqual(grant.fence, null);
-  await client.release('js-fenced', grant.token);
+test('a fenced grant carries a fence larger than every earlier one', async () => {
+  const first = await client.acquire('js-fenced', { fence: true });
+  assert.equal(typeof first.fence, 'number');
+  assert.equal(await client.release('js-fenced', first.token), true);
+  const second = await client.acquire('js-fenced', { fence: true });
+  assert.ok(second.fence > first.fence);
+  assert.equal(await client.release('js-fenced', second.token), true);
+  const plain = await client.acquire('js-unfenced');
+  assert.equal(plain.fence, null);
+  await client.release('js-unfenced', plain.token);
+  await client.using('js-fenced', { fence: true }, async (lock) => {
+    assert.ok(lock.fence > second.fence);
+  });
+});
+
+test('a lock is re-entered with its token', async () => {
+  const grant = await client.acquire('js-reentrant', { ttlMs: 10000 });
+  assert.equal(grant.holdCount, null);
+  const again = await client.acquire('js-reentrant', { ttlMs: 10000, token: grant.token });
+  assert.equal(again.token, grant.token);
+  assert.equal(again.holdCount, 2);
+  assert.equal(await client.release('js-reentrant', grant.token), false); // the count went down
+  await assert.rejects(client.acquire('js-reentrant'), TakenError);
+  assert.equal(await client.release('js-reentrant', grant.token), true);
+  await assert.rejects(client.acquire('js-reentrant', { token: grant.token }), (e) => e.code === 'not_reentrant');
+
+  // A hold re-enters too: closing it lowers the count as a release does.
+  const again2 = await client.acquire('js-reentrant', { ttlMs: 10000 });
+  await client.using('js-reentrant', { ttlMs: 10000, token: again2.token }, async (lock) => {
+    assert.equal(lock.token, again2.token);
+    assert.equal(lock.holdCount, 2);
+  });
+  await assert.rejects(client.acquire('js-reentrant'), TakenError);
+  assert.equal(await client.release('js-reentrant', again2.token), true);
 });
 
 test('an absent agent is unreachable', async () => {
@@ -210,11 +168,11 @@ test('a hold stops on its own clock when the agent is frozen', async () => {
   // twentieth of the validity before its end) must abort the signal.
   await assert.rejects(
     client.using('js-frozen', { ttlMs: 1000 }, async (lock, signal) => {
-      agent.kill('SIGSTOP');
+      agent.process.kill('SIGSTOP');
       try {
         await within('the local expiry', lock.lost());
       } finally {
-        agent.kill('SIGCONT');
+        agent.process.kill('SIGCONT');
       }
       assert.ok(signal.aborted);
       assert.equal(lock.lostReason, 'expired');
@@ -225,7 +183,8 @@ test('a hold stops on its own clock when the agent is frozen', async () => {
 });
 
 test('the hold example prints the loss notice', async () => {
-  const example = spawn(process.execPath, [path.join(__dirname, '..', 'example-hold.js'), socket, 'js-example'], {
+  const installed = path.dirname(require.resolve('redlock-agent-client/package.json'));
+  const example = spawn(process.execPath, [path.join(installed, 'examples', 'hold.js'), socket, 'js-example'], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const exited = new Promise((resolve) => example.once('exit', resolve));

@@ -1,14 +1,10 @@
-"""redlock_client against a real agent on three real redis-server masters
-(`redlock-agent dev`), started once for these tests.
+"""The blocking client's locks and holds against a real agent on three real
+redis-server masters (`redlock-agent dev`), started once for these tests.
 
-    python3 -m unittest -v            # in clients/python
-
-The agent binary is $REDLOCK_AGENT, or target/debug/redlock-agent of this
-repository (`cargo build -p redlock-agent`).
+    python3 -m unittest discover -v -s tests     # in clients/python, installed
 """
 
 import os
-import pathlib
 import signal
 import subprocess
 import sys
@@ -26,69 +22,7 @@ from redlock_client import (
     Unreachable,
     lock_path,
 )
-
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-DEADLINE = 15.0
-
-
-def wait_for(what, condition, deadline=DEADLINE):
-    """Polls `condition` until it is true; fails after `deadline` seconds."""
-    end = time.monotonic() + deadline
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError("timed out waiting for %s" % what)
-        time.sleep(0.02)
-
-
-def agent_binary():
-    path = os.environ.get("REDLOCK_AGENT") or str(ROOT / "target" / "debug" / "redlock-agent")
-    if not os.access(path, os.X_OK):
-        raise RuntimeError(
-            "no agent binary at %s: run `cargo build -p redlock-agent` or set REDLOCK_AGENT" % path
-        )
-    return path
-
-
-class Agent:
-    """`redlock-agent dev` on a temp socket; SIGTERM stops it and its masters."""
-
-    def __init__(self):
-        self.dir = tempfile.TemporaryDirectory(prefix="redlock-py-")
-        self.socket = os.path.join(self.dir.name, "agent.sock")
-        self.log = open(os.path.join(self.dir.name, "agent.log"), "w+")
-        self.process = subprocess.Popen(
-            [agent_binary(), "dev", "--socket", self.socket, "--masters", "3",
-             "--metrics", "127.0.0.1:0"],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        client = Client(self.socket)
-
-        def ready():
-            if self.process.poll() is not None:
-                raise AssertionError("the agent exited:\n" + self.output())
-            try:
-                return client.nodes()["available"]
-            except Unreachable:
-                return False
-
-        wait_for("the agent and a usable quorum", ready)
-
-    def output(self):
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=DEADLINE)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
-        self.dir.cleanup()
+from support import DEADLINE, EXAMPLES, Agent, wait_for
 
 
 class ClientTest(unittest.TestCase):
@@ -96,8 +30,7 @@ class ClientTest(unittest.TestCase):
     def setUpClass(cls):
         cls.agent = Agent()
         cls.client = Client(cls.agent.socket)
-        # Force release is served only on the admin socket, beside it.
-        cls.admin = Client(os.path.join(os.path.dirname(cls.agent.socket), "admin.sock"))
+        cls.admin = Client(cls.agent.admin_socket)
 
     @classmethod
     def tearDownClass(cls):
@@ -170,17 +103,43 @@ class ClientTest(unittest.TestCase):
             c.acquire("py-r", ttl_ms=1)
         self.assertEqual(short.exception.code, "ttl_out_of_range")
 
-    def test_fence_is_passed_through_not_faked(self):
-        # Today's agent has no fencing tokens: it refuses the field. Once it
-        # has them, the grant carries one.
-        try:
-            grant = self.client.acquire("py-fenced", fence=True)
-        except ApiError as e:
-            self.assertEqual(e.code, "invalid_request")
-            self.assertIn("fence", e.message)
-        else:
-            self.assertIsNotNone(grant.fence)
-            self.client.release("py-fenced", grant.token)
+    def test_a_fenced_write_carries_a_larger_fence_each_grant(self):
+        c = self.client
+        first = c.acquire("py-fenced", fence=True)
+        self.assertIsInstance(first.fence, int)
+        self.assertTrue(c.release("py-fenced", first.token))
+        second = c.acquire("py-fenced", fence=True)
+        self.assertGreater(second.fence, first.fence)
+        self.assertTrue(c.release("py-fenced", second.token))
+        # Not asked for: none (unless the agent mints them always).
+        plain = c.acquire("py-unfenced")
+        self.assertIsNone(plain.fence)
+        c.release("py-unfenced", plain.token)
+        with c.hold("py-fenced", fence=True) as lock:
+            self.assertGreater(lock.fence, second.fence)
+
+    def test_a_lock_is_reentered_with_its_token(self):
+        c = self.client
+        grant = c.acquire("py-reentrant", ttl_ms=10_000, fence=True)
+        self.assertIsNone(grant.hold_count)
+        again = c.acquire("py-reentrant", ttl_ms=10_000, token=grant.token)
+        self.assertEqual((again.token, again.hold_count, again.fence), (grant.token, 2, grant.fence))
+        # The first release lowers the count: still held.
+        self.assertFalse(c.release("py-reentrant", grant.token))
+        with self.assertRaises(Taken):
+            c.acquire("py-reentrant")
+        self.assertTrue(c.release("py-reentrant", grant.token))
+        with self.assertRaises(ApiError) as refused:
+            c.acquire("py-reentrant", token=grant.token)
+        self.assertEqual(refused.exception.code, "not_reentrant")
+
+        # A hold re-enters too: closing it lowers the count as a release does.
+        grant = c.acquire("py-reentrant", ttl_ms=10_000)
+        with c.hold("py-reentrant", ttl_ms=10_000, token=grant.token) as lock:
+            self.assertEqual((lock.token, lock.hold_count), (grant.token, 2))
+        with self.assertRaises(Taken):
+            c.acquire("py-reentrant")
+        self.assertTrue(c.release("py-reentrant", grant.token))
 
     def test_an_absent_agent_is_unreachable(self):
         with tempfile.TemporaryDirectory() as d:
@@ -233,7 +192,7 @@ class ClientTest(unittest.TestCase):
 
     def test_the_hold_example_prints_the_loss_notice(self):
         example = subprocess.Popen(
-            [sys.executable, str(HERE / "example_hold.py"), self.agent.socket, "py-example"],
+            [sys.executable, str(EXAMPLES / "hold.py"), self.agent.socket, "py-example"],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -1,7 +1,7 @@
 'use strict';
 // Hold a lock while working in steps; stop at once if it is lost.
 //
-//   node example-hold.js ./redlock.sock nightly-report
+//   node examples/hold.js ./redlock.sock nightly-report
 //
 // Then, from another shell, play the operator and take the lock away:
 //
@@ -10,7 +10,7 @@
 // and this prints the loss notice at once (force_released) and exits 1.
 
 const { setTimeout: sleep } = require('node:timers/promises');
-const { Client, LockLostError } = require('./redlock-client.js');
+const { Client, LockLostError } = require('redlock-agent-client');
 
 async function main(socketPath, resource) {
   const client = new Client(socketPath);

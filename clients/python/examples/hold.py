@@ -1,6 +1,6 @@
 """Hold a lock while working in steps; stop at once if it is lost.
 
-    python3 example_hold.py ./redlock.sock nightly-report
+    python examples/hold.py ./redlock.sock nightly-report   # with the package installed
 
 Then, from another shell, play the operator and take the lock away:
 
