@@ -44,7 +44,14 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	socket = filepath.Join(dir, "agent.sock")
 	agent := exec.Command(bin, "dev", "--socket", socket, "--masters", "3", "--metrics", "127.0.0.1:0")
-	agent.Stderr = os.Stderr
+	logPath := filepath.Join(dir, "agent.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer log.Close()
+	agent.Stderr = log
 	if err := agent.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -69,7 +76,8 @@ func run(m *testing.M) int {
 			break
 		}
 		if time.Now().After(end) {
-			fmt.Fprintf(os.Stderr, "the agent did not answer with a usable quorum: %v\n", err)
+			data, _ := os.ReadFile(logPath)
+			fmt.Fprintf(os.Stderr, "the agent did not answer with a usable quorum: %v; its log:\n%s", err, data)
 			return 1
 		}
 		time.Sleep(20 * time.Millisecond)
