@@ -15,7 +15,9 @@ JUNIT="${JUNIT_CONSOLE:-/usr/share/java/junit-platform-console-standalone.jar}"
 rm -rf build
 mkdir -p build/classes build/test-classes
 javac --release 16 -Xlint:all -Werror -d build/classes $(find src/main/java -name '*.java')
-jar --create --file build/redlock-client.jar -C build/classes .
+# A module name for JPMS users (the jar has no module-info of its own).
+printf 'Automatic-Module-Name: redlockagent\n' > build/MANIFEST.MF
+jar --create --file build/redlock-client.jar --manifest build/MANIFEST.MF -C build/classes .
 echo "built build/redlock-client.jar"
 [ "${1:-}" = jar ] && exit 0
 
