@@ -116,6 +116,9 @@ func (c *Client) hold(ctx context.Context, resource, u string, body holdBody) (*
 		fence: first.Fence, permit: -1, count: first.HoldCount,
 		lost: make(chan struct{}),
 	}
+	if h.count == 0 {
+		h.count = 1 // only a re-entering hold's answer has a count
+	}
 	if first.Permit != nil {
 		h.permit = *first.Permit
 	}
@@ -199,8 +202,8 @@ func (h *Hold) Fence() uint64 { return h.fence }
 // Permit is which permit a semaphore's hold has, -1 for a lock.
 func (h *Hold) Permit() int { return h.permit }
 
-// HoldCount is the acquires a re-entering hold's releases undo, this
-// hold's included; 0 for a hold that did not re-enter.
+// HoldCount is the acquires a re-entering hold's close undoes, its own
+// included; 1 for a hold that did not re-enter.
 func (h *Hold) HoldCount() int { return h.count }
 
 // ValidUntil is when the lock stops being safe to use unless renewed;

@@ -215,8 +215,8 @@ type Lock struct {
 	ValidUntil time.Time
 	// Fence is the fencing token, 0 when none was asked for.
 	Fence uint64
-	// HoldCount is the releases the lock takes after a re-entry; 0 for a
-	// first grant (one release).
+	// HoldCount is the releases the lock takes: 1 for a first grant, more
+	// after re-entries.
 	HoldCount int
 }
 
@@ -251,6 +251,9 @@ func (c *Client) acquire(ctx context.Context, resource string, body lockBody) (*
 		return nil, err
 	}
 	arrived := time.Now()
+	if g.HoldCount == 0 {
+		g.HoldCount = 1 // a first grant's answer has no count
+	}
 	return &Lock{
 		c: c, Resource: g.Resource, Token: g.Token,
 		TTL: millis(g.TTLMs), Validity: millis(g.ValidityMs), ValidUntil: arrived.Add(millis(g.ValidityMs)),

@@ -165,6 +165,39 @@ func TestReentry(t *testing.T) {
 	}
 	_, err = c.Reenter(ctx, "go-reentry", l.Token, 0)
 	wantCode(t, err, redlock.ErrNotReentrant, http.StatusConflict)
+	if l.HoldCount != 1 {
+		t.Fatalf("a first grant's count: %d", l.HoldCount)
+	}
+}
+
+// A hold re-enters a lock with its token: renewed while open, and its
+// close lowers the count as a release does.
+func TestHoldReenters(t *testing.T) {
+	ctx := testContext(t)
+	c := redlock.New(socket)
+	l, err := c.Acquire(ctx, "go-hold-reentry", redlock.LockOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Hold(ctx, "go-hold-reentry", redlock.HoldOptions{Reenter: l.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Token() != l.Token || h.HoldCount() != 2 {
+		t.Fatalf("hold: token %q count %d", h.Token(), h.HoldCount())
+	}
+	r, err := l.Release(ctx)
+	if err != nil || r.Released || r.HoldCount != 1 {
+		t.Fatalf("release while the hold is open: %+v %v", r, err)
+	}
+	_, err = c.Acquire(ctx, "go-hold-reentry", redlock.LockOptions{})
+	wantCode(t, err, redlock.ErrTaken, http.StatusConflict)
+	h.Close() // the last: released on the masters
+	next, err := c.Acquire(ctx, "go-hold-reentry", redlock.LockOptions{Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("after the hold closed: %v", err)
+	}
+	_, _ = next.Release(ctx)
 }
 
 // A hold hears of an operator's force release (on the admin socket) at

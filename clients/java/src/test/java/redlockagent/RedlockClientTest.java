@@ -136,6 +136,24 @@ class RedlockClientTest {
     }
 
     @Test
+    @DisplayName("a hold re-enters a lock with its token; its close lowers the count as a release does")
+    void holdReenters() throws Exception {
+        Lock lock = client.acquire("java-hold-reentry", new LockOptions().ttl(Duration.ofSeconds(10)));
+        assertEquals(1, lock.holdCount());
+        Hold hold = client.hold("java-hold-reentry", new HoldOptions().reenter(lock.token()));
+        assertEquals(lock.token(), hold.token());
+        assertEquals(2, hold.holdCount());
+        Released first = lock.release();
+        assertFalse(first.released());
+        assertEquals(1, first.holdCount());
+        refused(RedlockException.TAKEN, 409, () -> client.acquire("java-hold-reentry"));
+        hold.close(); // the last: released on the masters
+        try (Lock next = client.acquire("java-hold-reentry", new LockOptions().waitFor(Duration.ofSeconds(5)))) {
+            assertEquals(1, next.holdCount());
+        }
+    }
+
+    @Test
     @DisplayName("a hold hears of an operator's force release on the admin socket: the future, the listener and check()")
     void holdLostOnForceRelease() throws Exception {
         CompletableFuture<String> heard = new CompletableFuture<>();
