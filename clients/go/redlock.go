@@ -17,8 +17,9 @@
 //	}
 //
 // Layout: redlock.go (the client, its transport, errors and locks),
-// hold.go (holds and their loss), semaphore.go (permits), election.go
-// (campaigns, leaders, observers).
+// stream.go (one NDJSON answer and its connection), hold.go (holds and
+// their loss), semaphore.go (permits), election.go (campaigns, leaders,
+// observers).
 package redlock
 
 import (
