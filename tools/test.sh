@@ -6,9 +6,15 @@ cd "$(dirname "$0")/.."
 . tools/setup.sh
 need_packages redis-server:redis-server promtool:prometheus tmux:tmux curl:curl \
   openssl:openssl python3:python3 node:nodejs
-# The Go example runs only where a Go toolchain is (Debian's golang-go
+# The Go client is tested only where a Go toolchain is (Debian's golang-go
 # installs in about 20 s); without one it is skipped, saying so.
 need_packages go:golang-go || echo "golang-go could not be installed" >&2
+# The JVM client builds with the JDK's own tools and tests with Debian's
+# JUnit 5, which has no command to look for: its console launcher's jar
+# (an empty command is never found, so ":junit5" installs it).
+need_packages javac:openjdk-17-jdk-headless || echo "openjdk-17-jdk-headless could not be installed" >&2
+[ -f /usr/share/java/junit-platform-console-standalone.jar ] ||
+  need_packages :junit5 || echo "junit5 could not be installed" >&2
 
 # Build every binary once, before any test runs (nextest and cargo test
 # then build every test binary before running the first). The tests use
@@ -24,7 +30,7 @@ else
 fi
 
 # The clients: the Rust crate's doc examples (nextest does not run
-# doctests), then the Python, Node.js and Go clients' tests, each against a
+# doctests), then the Python, Node.js, Go and JVM clients' tests, each against a
 # real agent on real masters (`redlock-agent dev`, built before the tests).
 echo "== clients"
 cargo test -q --doc -p redlock-client
@@ -48,9 +54,14 @@ rm -rf "$project" && mkdir -p "$project" && cp -r clients/node/test "$project/"
   npm install --silent --no-audit --no-fund ./redlock-agent-client-*.tgz &&
   node --test test/*.test.js test/*.test.mjs)
 if command -v go >/dev/null 2>&1; then
-  (cd clients/go && go vet . && go test -count=1 -v .)
+  (cd clients/go && go vet ./... && go test -count=1 -v ./...)
 else
-  echo "go not found: the Go example was not built or run (see clients/README.md)"
+  echo "go not found: the Go client was not built or tested (see clients/go/README.md)"
+fi
+if command -v javac >/dev/null 2>&1 && [ -f /usr/share/java/junit-platform-console-standalone.jar ]; then
+  clients/java/build.sh
+else
+  echo "javac or JUnit 5 not found: the JVM client was not built or tested (see clients/java/README.md)"
 fi
 
 # The fault suite's short mode (nemesis over every fault, then the control

@@ -1,3 +1,3 @@
-module example.com/redlock-example
+module redlock-agent.example/redlock
 
 go 1.19

@@ -1,0 +1,373 @@
+package redlockagent;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Consumer;
+
+/**
+ * The client of one redlock-agent's socket: locks (acquire, extend,
+ * release, re-entry), holds the agent renews that tell when they are lost,
+ * fencing tokens, semaphores and leader elections. Blocking calls, safe to
+ * share between threads; each call, hold, campaign and observer has a
+ * connection of its own (HTTP/1.1 + JSON over the Unix socket).
+ *
+ * <pre>{@code
+ * RedlockClient client = new RedlockClient(Path.of("/run/redlock/agent.sock"));
+ * try (Lock lock = client.acquire("orders-42", new LockOptions().ttl(Duration.ofSeconds(10)))) {
+ *     work();                                   // within lock.remaining()
+ * }                                             // released on every master
+ * }</pre>
+ *
+ * Every refusal is a {@link RedlockException} with the agent's code.
+ */
+public final class RedlockClient {
+    /** How long an answer may take beyond the request's own wait. */
+    public static final Duration DEFAULT_TIMEOUT = Duration.ofSeconds(30);
+
+    private final Path socket;
+    private final Duration timeout;
+
+    public RedlockClient(Path socket) {
+        this(socket, DEFAULT_TIMEOUT);
+    }
+
+    public RedlockClient(String socket) {
+        this(Path.of(socket), DEFAULT_TIMEOUT);
+    }
+
+    private RedlockClient(Path socket, Duration timeout) {
+        this.socket = socket;
+        this.timeout = timeout;
+    }
+
+    /** This client with another limit on how long an answer may take beyond its wait. */
+    public RedlockClient withTimeout(Duration timeout) {
+        return new RedlockClient(socket, timeout);
+    }
+
+    public Path socket() {
+        return socket;
+    }
+
+    // Locks.
+
+    /** {@link #acquire(String, LockOptions)} with the defaults. */
+    public Lock acquire(String resource) {
+        return acquire(resource, new LockOptions());
+    }
+
+    /**
+     * Takes the lock on {@code resource}, waiting up to the options' wait while
+     * it is taken.
+     *
+     * @throws RedlockException {@code taken} (held by someone else for all of
+     *     the wait), {@code no_quorum}, another code of the agent, or
+     *     {@code unreachable}
+     */
+    public Lock acquire(String resource, LockOptions options) {
+        long sent = System.nanoTime();
+        Map<String, Object> answer = call("POST", path("locks", resource, "acquire"), options.body(), options.waitMillis());
+        return new Lock(this, answer, sent);
+    }
+
+    /**
+     * Acquires again a lock this process holds (a nested call that takes the
+     * same lock): the same token, the TTL set again, one more release. Only
+     * the process that acquired it may, through the same agent.
+     *
+     * @param ttl the TTL to set again; null for the agent's default
+     * @throws RedlockException {@code not_reentrant} or {@code forbidden}
+     */
+    public Lock reenter(String resource, String token, Duration ttl) {
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("token", token);
+        if (ttl != null) {
+            body.put("ttl_ms", ttl.toMillis());
+        }
+        long sent = System.nanoTime();
+        return new Lock(this, call("POST", path("locks", resource, "acquire"), body, 0), sent);
+    }
+
+    /**
+     * A new TTL from now (null: the agent's default), granted only on a quorum
+     * with validity left.
+     *
+     * @throws RedlockException {@code lost} when it had run out
+     */
+    public Extended extend(String resource, String token, Duration ttl) {
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("token", token);
+        if (ttl != null) {
+            body.put("ttl_ms", ttl.toMillis());
+        }
+        return extended(call("POST", path("locks", resource, "extend"), body, 0));
+    }
+
+    /**
+     * Releases the lock on every master at once.
+     *
+     * @throws RedlockException {@code no_quorum} when too many masters failed
+     *     to tell; retrying is safe
+     */
+    public Released release(String resource, String token) {
+        Map<String, Object> answer = call("POST", path("locks", resource, "release"), Map.of("token", token), 0);
+        return new Released(Json.bool(answer, "released"), (int) Json.number(answer, "hold_count", 0));
+    }
+
+    /**
+     * Holds the lock on {@code resource} until {@link Hold#close()} or a loss:
+     * the agent renews it. Refusals as {@link #acquire(String, LockOptions)}.
+     */
+    public Hold hold(String resource, HoldOptions options) {
+        long sent = System.nanoTime();
+        Http http = open("POST", path("locks", resource, "hold"), options.body(), options.waitMillis());
+        Map<String, Object> first = firstEvent(http, resource);
+        return new Hold(this, "locks", resource, http, first, sent, Json.number(first, "fence", -1));
+    }
+
+    /**
+     * Deletes the lock on every master whoever holds it: an operator's call,
+     * served only on the agent's admin socket (a client of its path).
+     *
+     * @return how many masters deleted a key
+     */
+    public int forceRelease(String resource) {
+        return (int) Json.number(call("POST", path("locks", resource, "force-release"), Map.of(), 0), "deleted", 0);
+    }
+
+    /** Whether a lock on any resource could get a quorum now ({@code GET /v1/nodes}). */
+    public boolean available() {
+        return Json.bool(call("GET", "/v1/nodes", null, 0), "available");
+    }
+
+    // Semaphores.
+
+    /**
+     * Takes one of the {@code limit} permits of semaphore {@code name},
+     * waiting up to the options' wait while all are held. Every user of a
+     * semaphore passes the same limit.
+     *
+     * @throws RedlockException {@code taken}, {@code limit_mismatch} (permits
+     *     are held with another limit), ...
+     */
+    public Permit acquirePermit(String name, int limit, LockOptions options) {
+        Map<String, Object> body = options.body();
+        body.put("limit", limit);
+        long sent = System.nanoTime();
+        return new Permit(this, call("POST", path("semaphores", name, "acquire"), body, options.waitMillis()), sent);
+    }
+
+    /** A permit's new TTL from now. @throws RedlockException {@code lost} */
+    public Extended extendPermit(String name, int permit, String token, Duration ttl) {
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("permit", permit);
+        body.put("token", token);
+        if (ttl != null) {
+            body.put("ttl_ms", ttl.toMillis());
+        }
+        return extended(call("POST", path("semaphores", name, "extend"), body, 0));
+    }
+
+    /** Releases a permit on every master; false when it had run out already. */
+    public boolean releasePermit(String name, int permit, String token) {
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("permit", permit);
+        body.put("token", token);
+        return Json.bool(call("POST", path("semaphores", name, "release"), body, 0), "released");
+    }
+
+    /** Holds one of the {@code limit} permits as {@link #hold} holds a lock; {@link Hold#permit()} says which. */
+    public Hold holdPermit(String name, int limit, HoldOptions options) {
+        Map<String, Object> body = options.body();
+        body.put("limit", limit);
+        long sent = System.nanoTime();
+        Http http = open("POST", path("semaphores", name, "hold"), body, options.waitMillis());
+        Map<String, Object> first = firstEvent(http, name);
+        return new Hold(this, "semaphores", name, http, first, sent, Json.number(first, "fence", -1));
+    }
+
+    /** Who holds semaphore {@code name}'s permits. */
+    public SemaphoreInfo semaphore(String name) {
+        return SemaphoreInfo.of(call("GET", path("semaphores", name, null), null, 0));
+    }
+
+    // Elections.
+
+    /**
+     * Campaigns for election {@code name} and returns once this campaigner is
+     * elected: use {@link Leadership#term()} as a fence on the leader's
+     * writes. Blocks while another leads; interrupting the thread withdraws
+     * the campaign (a {@link RedlockException} {@code unreachable} whose cause
+     * is the interruption).
+     */
+    public Leadership campaign(String name, CampaignOptions options) {
+        return campaign(name, options, new AtomicReference<>());
+    }
+
+    /**
+     * {@link #campaign} on a thread of its own: the future completes with the
+     * leadership; cancelling it withdraws the campaign.
+     */
+    public CompletableFuture<Leadership> campaignAsync(String name, CampaignOptions options) {
+        CompletableFuture<Leadership> future = new CompletableFuture<>();
+        AtomicReference<Http> connection = new AtomicReference<>();
+        future.whenComplete((leadership, e) -> {
+            if (future.isCancelled()) {
+                Http http = connection.getAndSet(null);
+                if (http != null) {
+                    http.close();
+                }
+            }
+        });
+        Thread t = new Thread(() -> {
+            try {
+                Leadership leadership = campaign(name, options, connection);
+                if (!future.complete(leadership)) {
+                    leadership.close();
+                }
+            } catch (RuntimeException e) {
+                future.completeExceptionally(e);
+            }
+        }, "redlock-campaign " + name);
+        t.setDaemon(true);
+        t.start();
+        return future;
+    }
+
+    private Leadership campaign(String name, CampaignOptions options, AtomicReference<Http> connection) {
+        Http http = open("POST", path("elections", name, "campaign"), options.body(), 0);
+        http.disarm(); // waiting in line may take any time
+        connection.set(http);
+        try {
+            while (true) {
+                String line = http.readLine();
+                if (line == null) {
+                    throw new RedlockException(0, RedlockException.UNREACHABLE, "the campaign for " + name + " ended before an election", null);
+                }
+                if (line.isBlank()) {
+                    continue;
+                }
+                Map<String, Object> event = Json.parseObject(line);
+                String kind = Json.string(event, "event");
+                if ("elected".equals(kind)) {
+                    return new Leadership(this, name, http, event, System.nanoTime());
+                } else if ("waiting".equals(kind) && options.onWaiting != null) {
+                    @SuppressWarnings("unchecked")
+                    Map<String, Object> leader = (Map<String, Object>) event.get("leader");
+                    options.onWaiting.accept(leader == null ? Optional.empty() : Optional.of(Leader.of(leader)));
+                } else if ("lost".equals(kind)) {
+                    throw new RedlockException(0, RedlockException.LOST, "campaign ended: " + Json.string(event, "reason"), null);
+                }
+            }
+        } catch (IOException | IllegalArgumentException e) {
+            http.close();
+            throw new RedlockException(0, RedlockException.UNREACHABLE, "campaign for " + name + ": " + e, e);
+        } catch (RuntimeException e) {
+            http.close();
+            throw e;
+        }
+    }
+
+    /** Who leads election {@code name} now; empty when nobody does (404 {@code no_leader}). */
+    public Optional<Leader> leader(String name) {
+        try {
+            return Optional.of(Leader.of(call("GET", path("elections", name, null), null, 0)));
+        } catch (RedlockException e) {
+            if (RedlockException.NO_LEADER.equals(e.code())) {
+                return Optional.empty();
+            }
+            throw e;
+        }
+    }
+
+    /**
+     * Follows election {@code name}: {@code listener} gets the leader now, then
+     * every change (empty: nobody leads), until the observer is closed.
+     */
+    public Observer observe(String name, Consumer<Optional<Leader>> listener) {
+        Http http = open("GET", path("elections", name, "observe"), null, 0);
+        http.disarm();
+        return new Observer(name, http, listener);
+    }
+
+    // The transport.
+
+    /** {@code /v1/<kind>/<name>[/<action>]} with the name percent-encoded as one path segment. */
+    static String path(String kind, String name, String action) {
+        StringBuilder p = new StringBuilder("/v1/").append(kind).append('/');
+        for (byte b : name.getBytes(StandardCharsets.UTF_8)) {
+            int c = b & 0xff;
+            if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || "-._~".indexOf(c) >= 0) {
+                p.append((char) c);
+            } else {
+                p.append('%').append(Character.toUpperCase(Character.forDigit(c >> 4, 16)))
+                    .append(Character.toUpperCase(Character.forDigit(c & 15, 16)));
+            }
+        }
+        if (action != null) {
+            p.append('/').append(action);
+        }
+        return p.toString();
+    }
+
+    /** One request whose 200 answer is a JSON object. */
+    private Map<String, Object> call(String method, String path, Map<String, Object> body, long waitMs) {
+        try (Http http = open(method, path, body, waitMs)) {
+            return Json.parseObject(http.readAll());
+        } catch (IOException | IllegalArgumentException e) {
+            throw unreachable(method, path, e);
+        }
+    }
+
+    /** Sends a request and returns its 200 answer, body unread, its deadline armed. */
+    private Http open(String method, String path, Map<String, Object> body, long waitMs) {
+        Http http;
+        try {
+            http = Http.exchange(socket, method, path, body == null ? null : Json.write(body), timeout.plusMillis(waitMs));
+        } catch (IOException e) {
+            throw unreachable(method, path, e);
+        }
+        if (http.status == 200) {
+            return http;
+        }
+        try (http) {
+            Map<String, Object> answer = Json.parseObject(http.readAll());
+            @SuppressWarnings("unchecked")
+            Map<String, Object> error = (Map<String, Object>) answer.get("error");
+            throw new RedlockException(http.status, Json.string(error, "code"), Json.string(error, "message"), null);
+        } catch (IOException | IllegalArgumentException | ClassCastException | NullPointerException e) {
+            throw new RedlockException(http.status, "unexpected_answer", method + " " + path + ": " + e, e);
+        }
+    }
+
+    private Map<String, Object> firstEvent(Http http, String resource) {
+        try {
+            String line = http.readLine();
+            Map<String, Object> first = line == null ? null : Json.parseObject(line);
+            if (first == null || !"acquired".equals(Json.string(first, "event"))) {
+                throw new IOException("a hold on " + resource + " must start with acquired, got " + line);
+            }
+            http.disarm();
+            return first;
+        } catch (IOException | IllegalArgumentException e) {
+            http.close();
+            throw unreachable("POST", "hold " + resource, e);
+        }
+    }
+
+    private RedlockException unreachable(String method, String path, Exception e) {
+        return new RedlockException(0, RedlockException.UNREACHABLE, method + " " + path + " on " + socket + ": " + e, e);
+    }
+
+    private static Extended extended(Map<String, Object> answer) {
+        return new Extended(Duration.ofMillis(Json.number(answer, "validity_ms", 0)),
+            Duration.ofMillis(Json.number(answer, "ttl_ms", 0)));
+    }
+}
