@@ -19,6 +19,7 @@ use crate::state::filter::Filter;
 use crate::state::leaks::{LeakColumn, LeakReport, Leaks};
 use crate::state::locks::{LockColumn, LockDetail, LockRow, LockTable, Locks};
 use crate::state::nodes::{NodeColumn, Nodes, Quorum};
+use crate::state::primitives::{Kind, PrimitiveColumn, Primitives};
 use crate::state::summary::Summary;
 use crate::state::table::TableView;
 use crate::state::Known;
@@ -48,16 +49,19 @@ pub struct Settings {
 pub enum View {
     Nodes,
     Locks,
+    /// Semaphores and elections seen in the locks listing.
+    Primitives,
     Leaks,
 }
 
 impl View {
-    pub const ALL: [View; 3] = [View::Nodes, View::Locks, View::Leaks];
+    pub const ALL: [View; 4] = [View::Nodes, View::Locks, View::Primitives, View::Leaks];
 
     fn context(self) -> Context {
         match self {
             View::Nodes => keys::NODES,
             View::Locks => keys::LOCKS,
+            View::Primitives => keys::PRIMITIVES,
             View::Leaks => keys::LEAKS,
         }
     }
@@ -157,9 +161,11 @@ pub struct App {
     pub nodes: Nodes,
     pub locks: Locks,
     pub leaks: Leaks,
+    pub primitives: Primitives,
     pub summary: Summary,
     pub node_table: TableView<NodeColumn>,
     pub lock_table: TableView<LockColumn>,
+    pub primitive_table: TableView<PrimitiveColumn>,
     pub leak_table: TableView<LeakColumn>,
     pub flash: Option<Flash>,
     pub quit: bool,
@@ -190,9 +196,11 @@ impl App {
             nodes: Nodes::default(),
             locks: Locks::default(),
             leaks: Leaks::default(),
+            primitives: Primitives::default(),
             summary: Summary::default(),
             node_table: TableView::new(NodeColumn::Name),
             lock_table: TableView::new(LockColumn::Resource),
+            primitive_table: TableView::new(PrimitiveColumn::Kind),
             leak_table: TableView::new(LeakColumn::Node),
             flash: None,
             quit: false,
@@ -410,6 +418,7 @@ impl App {
             A::SortNodes(column) => self.node_table.sort_by(column, &self.nodes),
             A::SortLocks(column) => self.lock_table.sort_by(column, &self.locks),
             A::SortLeaks(column) => self.leak_table.sort_by(column, &self.leaks),
+            A::SortPrimitives(column) => self.primitive_table.sort_by(column, &self.primitives),
         }
     }
 
@@ -438,6 +447,22 @@ impl App {
             self.flash(Level::Warn, "no lock selected");
             return;
         };
+        let kind = Kind::of(&lock.info.resource);
+        if !kind.force_releasable() {
+            let what = match kind {
+                Kind::Permit { semaphore, .. } => format!("a permit of semaphore {semaphore}"),
+                Kind::Leader { election } => format!("the leadership of election {election}"),
+                Kind::Lock => String::new(),
+            };
+            self.flash(
+                Level::Warn,
+                format!(
+                    "no force release for {what}: the agent force-releases only locks \
+                     an application names; its holder releases or resigns it, or it expires"
+                ),
+            );
+            return;
+        }
         let confirm = Confirm {
             resource: lock.info.resource.clone(),
             owner: lock.info.owner.clone(),
@@ -452,7 +477,8 @@ impl App {
         self.view = view;
         self.mode = Mode::Table;
         self.close_detail();
-        self.query.list = view == View::Locks;
+        self.query.list = matches!(view, View::Locks | View::Primitives);
+        self.query.primitives = view == View::Primitives;
     }
 
     fn move_by(&mut self, delta: isize) {
@@ -470,6 +496,10 @@ impl App {
             }
             (Mode::Table | Mode::Detail, View::Leaks) => {
                 self.leak_table.move_by(delta, page, &self.leaks)
+            }
+            (Mode::Table | Mode::Detail, View::Primitives) => {
+                self.primitive_table
+                    .move_by(delta, page, &self.primitives)
             }
             _ => {}
         }
@@ -503,6 +533,7 @@ impl App {
         match self.view {
             View::Nodes => self.node_table.filter(),
             View::Locks => self.lock_table.filter(),
+            View::Primitives => self.primitive_table.filter(),
             View::Leaks => self.leak_table.filter(),
         }
     }
@@ -524,6 +555,7 @@ impl App {
                 self.lock_table.set_filter(filter, &self.locks);
             }
             View::Leaks => self.leak_table.set_filter(filter, &self.leaks),
+            View::Primitives => self.primitive_table.set_filter(filter, &self.primitives),
         }
     }
 
@@ -563,7 +595,17 @@ impl App {
         if text.is_empty() {
             return;
         }
-        const COMMANDS: &[&str] = &["nodes", "locks", "leaks", "help", "quit", "q"];
+        const COMMANDS: &[&str] = &[
+            "nodes",
+            "locks",
+            "primitives",
+            "semaphores",
+            "elections",
+            "leaks",
+            "help",
+            "quit",
+            "q",
+        ];
         let matches: Vec<&str> = COMMANDS
             .iter()
             .copied()
@@ -579,12 +621,13 @@ impl App {
                 "nodes" => self.switch(View::Nodes),
                 "locks" => self.switch(View::Locks),
                 "leaks" => self.switch(View::Leaks),
+                "primitives" | "semaphores" | "elections" => self.switch(View::Primitives),
                 "help" => self.act(keys::Action::Help),
                 _ => self.quit = true,
             },
             (None, []) => self.flash(
                 Level::Error,
-                format!("unknown command :{text} (try :nodes, :locks, :leaks, :q)"),
+                format!("unknown command :{text} (try :nodes, :locks, :primitives, :leaks, :q)"),
             ),
             (None, many) => self.flash(
                 Level::Error,
@@ -641,6 +684,7 @@ impl App {
         self.nodes.forget(Known::Unknown);
         self.locks.forget(Known::Unknown);
         self.leaks.forget(Known::Unknown);
+        self.primitives.forget(Known::Unknown);
         self.summary.forget(Known::Unknown);
         self.rebuild_tables();
         if self.mode == Mode::Detail {
@@ -652,6 +696,7 @@ impl App {
     fn rebuild_tables(&mut self) {
         self.node_table.rebuild(&self.nodes);
         self.lock_table.rebuild(&self.locks);
+        self.primitive_table.rebuild(&self.primitives);
         self.leak_table.rebuild(&self.leaks);
     }
 
@@ -659,8 +704,15 @@ impl App {
         match update {
             Update::Nodes(Ok(response)) => self.nodes.apply(&response, at),
             Update::Nodes(Err(e)) => self.nodes.forget(Known::<Quorum>::Failed(e)),
-            Update::Locks(Ok(response)) => self.locks.apply(&response, at),
-            Update::Locks(Err(e)) => self.locks.forget(Known::<LockTable>::Failed(e)),
+            Update::Locks(Ok(response)) => {
+                self.locks.apply(&response, at);
+                self.primitives.follow(&self.locks);
+            }
+            Update::Locks(Err(e)) => {
+                self.locks.forget(Known::<LockTable>::Failed(e));
+                self.primitives.follow(&self.locks);
+            }
+            Update::Primitives(answers, wall_ms) => self.primitives.apply(&answers, at, wall_ms),
             Update::Lock(resource, reply) => {
                 // An answer for a pane since closed or moved is dropped.
                 if self.query.detail.as_deref() == Some(resource.as_str()) {
@@ -869,6 +921,8 @@ mod tests {
         let (mut app, _) = app(false);
         press(&mut app, Key::code(KeyCode::Tab));
         assert_eq!(app.view, View::Locks);
+        press(&mut app, Key::code(KeyCode::Tab));
+        assert_eq!(app.view, View::Primitives);
         press(&mut app, Key::code(KeyCode::Tab));
         press(&mut app, Key::code(KeyCode::Tab));
         assert_eq!(app.view, View::Nodes);

@@ -18,7 +18,9 @@
 //!   slow endpoint does not hold back the others. `/v1/locks` carries the
 //!   app's [`Query`] (the server-side prefix and how many locks to list),
 //!   and while a lock's detail is open `/v1/locks/{resource}` is asked
-//!   first.
+//!   first. On the primitives view, each semaphore and election named in
+//!   that listing is then asked about (`/v1/semaphores/{name}`,
+//!   `/v1/elections/{name}`), in the same poll.
 //! - A new [`Query`] polls at once: a poll under way (say, a slow listing
 //!   of 100,000 keys) is abandoned and its connection closed, which also
 //!   stops the listing on the agent; the next request opens a fresh one.
@@ -35,12 +37,14 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redlock_client::{Error, LocksQuery};
+use redlock_client::{Error, ErrorCode, LocksQuery};
 use redlock_wire::{
     ForceReleaseResponse, LeaksResponse, LockResponse, LocksResponse, NodesResponse,
     SummaryResponse,
 };
 use tokio::sync::{mpsc, watch};
+
+use crate::state::primitives::{Answers, Names};
 use tokio::task::JoinHandle;
 
 /// Longest wait for the socket to accept or for one answer.
@@ -48,6 +52,11 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Locks the agent lists when the app does not ask for more (its default).
 pub const DEFAULT_LIMIT: usize = 1000;
+
+/// Most semaphores and elections asked about in one poll, together: a
+/// listing of thousands of them must not turn a poll into thousands of
+/// requests. Those beyond show `-`.
+pub const MAX_PRIMITIVES: usize = 64;
 
 /// What the app wants of `/v1/locks`, changed as the user types and scrolls.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,9 +67,14 @@ pub struct Query {
     pub limit: usize,
     /// The lock whose detail is open: asked by name every poll.
     pub detail: Option<String>,
-    /// Ask `/v1/locks` at all: only while the locks view is on screen, so
-    /// a TUI left on another view does not scan the masters every poll.
+    /// Ask `/v1/locks` at all: only while the locks or primitives view is
+    /// on screen, so a TUI left on another view does not scan the masters
+    /// every poll.
     pub list: bool,
+    /// After the listing, ask `/v1/semaphores/{name}` and
+    /// `/v1/elections/{name}` for the names in it (at most
+    /// [`MAX_PRIMITIVES`]): only while the primitives view is on screen.
+    pub primitives: bool,
 }
 
 impl Default for Query {
@@ -70,6 +84,7 @@ impl Default for Query {
             limit: DEFAULT_LIMIT,
             detail: None,
             list: true,
+            primitives: false,
         }
     }
 }
@@ -164,6 +179,9 @@ pub enum Update {
     /// With the wall clock (Unix ms) when it was asked, for scan ages.
     Leaks(Reply<LeaksResponse>, u64),
     Summary(Reply<SummaryResponse>),
+    /// The semaphores and elections of the listing just sent, with the
+    /// wall clock (Unix ms) when they were asked, for leaders' ages.
+    Primitives(Answers, u64),
 }
 
 /// What the client tells the app. Not boxed: a few events a second, each
@@ -421,13 +439,48 @@ impl Client {
             );
         }
         ask!("/v1/nodes", agent.nodes(), Update::Nodes);
+        let wall_ms = || {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        };
         if query.list {
             let locks = query.locks_query();
-            ask!(locks.path(), agent.locks_page(&locks), Update::Locks);
+            let at = Instant::now();
+            let reply = worded("GET", &locks.path(), agent.locks_page(&locks).await)?;
+            let names = match (&reply, query.primitives) {
+                (Ok(listing), true) => {
+                    Names::of(listing.locks.iter().map(|l| l.resource.as_str()))
+                }
+                _ => Names::default(),
+            };
+            if self
+                .send(Event::Polled {
+                    at,
+                    update: Update::Locks(reply),
+                })
+                .await
+                .is_err()
+            {
+                return Ok(Err(Stop));
+            }
+            if query.primitives {
+                let at = Instant::now();
+                let wall = wall_ms();
+                let answers = ask_primitives(agent, &names).await?;
+                if self
+                    .send(Event::Polled {
+                        at,
+                        update: Update::Primitives(answers, wall),
+                    })
+                    .await
+                    .is_err()
+                {
+                    return Ok(Err(Stop));
+                }
+            }
         }
-        let wall_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let wall_ms = wall_ms();
         ask!("/v1/leaks", agent.leaks(), |reply| Update::Leaks(
             reply, wall_ms
         ));
@@ -436,10 +489,34 @@ impl Client {
     }
 }
 
+/// Asks the agent about the semaphores and elections in `names`, the
+/// first [`MAX_PRIMITIVES`] of them. `Err` when the socket failed.
+async fn ask_primitives(
+    agent: &redlock_client::Client,
+    names: &Names,
+) -> Result<Answers, Error> {
+    let mut answers = Answers::default();
+    let mut budget = MAX_PRIMITIVES;
+    for name in names.semaphores.iter().take(budget) {
+        let path = redlock_client::semaphore_path(name, "");
+        let reply = worded("GET", &path, agent.semaphore(name).await)?;
+        answers.semaphores.push((name.clone(), reply));
+    }
+    budget -= answers.semaphores.len();
+    for name in names.elections.iter().take(budget) {
+        let path = redlock_client::election_path(name, "");
+        let reply = match agent.leader(name).await {
+            Err(e) if e.code() == Some(ErrorCode::NoLeader) => Ok(None),
+            answer => worded("GET", &path, answer.map(Some))?,
+        };
+        answers.elections.push((name.clone(), reply));
+    }
+    Ok(answers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redlock_wire::ErrorCode;
 
     #[test]
     fn backoff_doubles_up_to_its_cap_and_resets() {
@@ -468,6 +545,7 @@ mod tests {
             limit: 2000,
             detail: None,
             list: true,
+            primitives: false,
         };
         assert_eq!(query.locks_path(), "/v1/locks?prefix=orders%2F4&limit=2000");
     }

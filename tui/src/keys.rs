@@ -12,6 +12,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crate::state::leaks::LeakColumn;
 use crate::state::locks::LockColumn;
 use crate::state::nodes::NodeColumn;
+use crate::state::primitives::PrimitiveColumn;
 
 /// A key as bindings name it. Shift is not a modifier here: `R` is Shift+r,
 /// and terminals disagree on whether they report SHIFT with it.
@@ -114,6 +115,7 @@ pub enum Action {
     SortNodes(NodeColumn),
     SortLocks(LockColumn),
     SortLeaks(LeakColumn),
+    SortPrimitives(PrimitiveColumn),
 }
 
 impl Action {
@@ -129,10 +131,12 @@ impl Action {
 pub enum Scope {
     /// In every context.
     Always,
-    /// In the three table views.
+    /// In the table views.
     Table,
     Nodes,
     Locks,
+    /// The semaphores and elections view.
+    Primitives,
     Leaks,
     /// The lock detail pane.
     Detail,
@@ -150,6 +154,7 @@ impl Scope {
             Scope::Table => "Tables",
             Scope::Nodes => "Nodes view",
             Scope::Locks => "Locks view",
+            Scope::Primitives => "Semaphores and elections view",
             Scope::Leaks => "Leaks view",
             Scope::Detail => "Lock detail",
             Scope::Help => "Help",
@@ -164,6 +169,7 @@ pub type Context = &'static [Scope];
 
 pub const NODES: Context = &[Scope::Always, Scope::Table, Scope::Nodes];
 pub const LOCKS: Context = &[Scope::Always, Scope::Table, Scope::Locks];
+pub const PRIMITIVES: Context = &[Scope::Always, Scope::Table, Scope::Primitives];
 pub const LEAKS: Context = &[Scope::Always, Scope::Table, Scope::Leaks];
 pub const DETAIL: Context = &[Scope::Always, Scope::Detail];
 pub const HELP: Context = &[Scope::Always, Scope::Help];
@@ -174,6 +180,7 @@ pub const PROMPT: Context = &[Scope::Always, Scope::Prompt];
 pub const CONTEXTS: &[(&str, Context)] = &[
     ("nodes", NODES),
     ("locks", LOCKS),
+    ("primitives", PRIMITIVES),
     ("leaks", LEAKS),
     ("detail", DETAIL),
     ("help", HELP),
@@ -222,7 +229,7 @@ const ENTER: Key = Key::code(KeyCode::Enter);
 pub const BINDINGS: &[Binding] = &[
     bind(S::Always, &[Key::ctrl('c')], A::Quit, "quit", None),
     // Tables.
-    bind(S::Table, &[Key::char(':')], A::CommandPrompt, "switch view: :nodes, :locks, :leaks (:q quits)", Some("view")),
+    bind(S::Table, &[Key::char(':')], A::CommandPrompt, "switch view: :nodes, :locks, :primitives, :leaks (:q quits)", Some("view")),
     bind(S::Table, &[Key::char('/')], A::FilterPrompt, "filter rows by regex; /!regex hides matches", Some("filter")),
     bind(S::Table, &[ESC], A::ClearFilter, "clear the filter", None),
     bind(S::Table, &[Key::code(KeyCode::Tab)], A::NextView, "next view", None),
@@ -243,13 +250,17 @@ pub const BINDINGS: &[Binding] = &[
     bind(S::Nodes, &[Key::char('U')], A::SortNodes(NodeColumn::Uptime), "sort by uptime", Some("sort")),
     // Locks.
     bind(S::Locks, &[ENTER], A::OpenDetail, "open the lock's detail", Some("detail")),
-    bind(S::Locks, &[Key::ctrl('d')], A::ForceRelease, "force-release the lock (asks first)", Some("force release")),
+    bind(S::Locks, &[Key::ctrl('d')], A::ForceRelease, "force-release the lock (asks first; permits and leaders: says why not)", Some("force release")),
     bind(S::Locks, &[Key::char('R')], A::SortLocks(LockColumn::Resource), "sort by resource (again: reverse)", Some("sort")),
     bind(S::Locks, &[Key::char('O')], A::SortLocks(LockColumn::Owner), "sort by owner", Some("sort")),
     bind(S::Locks, &[Key::char('V')], A::SortLocks(LockColumn::Validity), "sort by validity left", Some("sort")),
     bind(S::Locks, &[Key::char('Q')], A::SortLocks(LockColumn::Quorum), "sort by quorum agreement", Some("sort")),
     bind(S::Locks, &[Key::char('W')], A::SortLocks(LockColumn::Waiters), "sort by local waiters", Some("sort")),
     bind(S::Locks, &[Key::char('H')], A::SortLocks(LockColumn::Here), "sort by held through this agent", Some("sort")),
+    // Semaphores and elections.
+    bind(S::Primitives, &[Key::char('K')], A::SortPrimitives(PrimitiveColumn::Kind), "sort by kind, then name (again: reverse)", Some("sort")),
+    bind(S::Primitives, &[Key::char('N')], A::SortPrimitives(PrimitiveColumn::Name), "sort by name", Some("sort")),
+    bind(S::Primitives, &[Key::char('T')], A::SortPrimitives(PrimitiveColumn::Term), "sort by the leader's term", Some("sort")),
     // Leaks.
     bind(S::Leaks, &[Key::char('N')], A::SortLeaks(LeakColumn::Node), "sort by node (again: reverse)", Some("sort")),
     bind(S::Leaks, &[Key::char('K')], A::SortLeaks(LeakColumn::Kind), "sort by kind", Some("sort")),
@@ -259,7 +270,7 @@ pub const BINDINGS: &[Binding] = &[
     bind(S::Detail, &[ESC, ENTER], A::CloseDetail, "back to the locks", Some("back")),
     bind(S::Detail, &[Key::char('j'), Key::code(KeyCode::Down)], A::Down, "next lock", None),
     bind(S::Detail, &[Key::char('k'), Key::code(KeyCode::Up)], A::Up, "previous lock", None),
-    bind(S::Detail, &[Key::ctrl('d')], A::ForceRelease, "force-release this lock (asks first)", Some("force release")),
+    bind(S::Detail, &[Key::ctrl('d')], A::ForceRelease, "force-release this lock (asks first; permits and leaders: says why not)", Some("force release")),
     bind(S::Detail, &[Key::char(' ')], A::TogglePause, "pause or resume live updates", Some("pause")),
     bind(S::Detail, &[Key::char('?')], A::Help, "help", Some("help")),
     bind(S::Detail, &[Key::char('q')], A::Quit, "quit", Some("quit")),
@@ -323,6 +334,7 @@ pub const SCOPES: &[Scope] = &[
     Scope::Table,
     Scope::Nodes,
     Scope::Locks,
+    Scope::Primitives,
     Scope::Leaks,
     Scope::Detail,
     Scope::Confirm,

@@ -216,7 +216,13 @@ impl Rows for Locks {
 
     fn keep(&self, i: usize, filter: &Filter) -> bool {
         let info = &self.rows()[i].info;
-        filter.keeps(std::iter::once(info.resource.as_str()).chain(info.owner.as_deref()))
+        // The kind word too: `/leader` finds every election's lock.
+        let kind = super::primitives::Kind::of(&info.resource).word();
+        filter.keeps(
+            [info.resource.as_str(), kind]
+                .into_iter()
+                .chain(info.owner.as_deref()),
+        )
     }
 
     fn compare(&self, a: usize, b: usize, column: LockColumn) -> Ordering {

@@ -10,6 +10,8 @@
 //! - [`table`]: filter + sort + selection + scrolling over any row set.
 //! - [`history`]: bounded series for sparklines.
 //! - [`nodes`], [`locks`], [`leaks`]: each view's rows and columns.
+//! - [`primitives`]: permits and leaderships told apart from locks by
+//!   name, and the semaphores and elections they belong to.
 //! - [`summary`]: acquire rate, wait percentiles and failures over the last
 //!   minute, from the agent's cumulative counters.
 
@@ -19,6 +21,7 @@ pub mod history;
 pub mod leaks;
 pub mod locks;
 pub mod nodes;
+pub mod primitives;
 pub mod sort;
 pub mod summary;
 pub mod table;

@@ -324,6 +324,9 @@ pub(crate) mod tests {
             wait_buckets,
             locks_held: 2,
             waiters: 1,
+            permits_held: 0,
+            leaderships_held: 0,
+            leadership_changes: BTreeMap::new(),
         }
     }
 

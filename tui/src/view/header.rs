@@ -95,6 +95,21 @@ fn first_line(app: &App, width: u16) -> Line<'static> {
             ),
         ));
     }
+    if let Some(latest) = app.summary.latest() {
+        // Semaphores and elections through this agent, once it has any.
+        if latest.permits_held > 0 || latest.leaderships_held > 0 {
+            parts.push((
+                7,
+                Span::styled(
+                    format!(
+                        "{} permits · {} leading",
+                        latest.permits_held, latest.leaderships_held
+                    ),
+                    theme::MUTED,
+                ),
+            ));
+        }
+    }
     if app.paused.is_some() {
         parts.push((2, Span::styled(" PAUSED ", theme::PAUSED)));
     }

@@ -12,6 +12,7 @@ use ratatui::Frame;
 use crate::app::App;
 use crate::state::countdown::{fraction_left, urgency, Countdown};
 use crate::state::locks::{KeyState, LockColumn, LockRow};
+use crate::state::primitives::Kind;
 use crate::state::Known;
 
 use super::fmt::{self, DASH};
@@ -99,10 +100,19 @@ fn render_table_part(frame: &mut Frame, area: Rect, app: &App) {
         return;
     }
     let masters = locks.masters();
-    let plan = Plan::fit(area.width.saturating_sub(2), masters);
+    // The KIND column only when the listing has permits or leaderships.
+    let kinds = locks
+        .rows()
+        .iter()
+        .any(|r| Kind::of(&r.info.resource) != Kind::Lock);
+    let plan = Plan::fit(area.width.saturating_sub(2), masters, kinds);
     let sort = table.sort();
     let mut header = vec![title_cell("RESOURCE", LockColumn::Resource, sort)];
     let mut widths = vec![Constraint::Min(plan.resource)];
+    if plan.kind {
+        header.push(Cell::from("KIND"));
+        widths.push(Constraint::Length(KIND_WIDTH));
+    }
     if plan.owner {
         header.push(title_cell("OWNER", LockColumn::Owner, sort));
         widths.push(Constraint::Length(OWNER_WIDTH));
@@ -145,6 +155,8 @@ const OWNER_WIDTH: u16 = 12;
 const VALIDITY_WIDTH: u16 = 9;
 const QUORUM_WIDTH: u16 = 7;
 const FLAG_WIDTH: u16 = 5;
+/// `permit`, `leader`, `lock`.
+const KIND_WIDTH: u16 = 6;
 /// `agent/pid`: a pod name and a pid fit; longer names are cut.
 const HOLDER_WIDTH: u16 = 22;
 
@@ -156,6 +168,8 @@ const HOLDER_WIDTH: u16 = 22;
 pub struct Plan {
     /// Narrowest resource column.
     pub resource: u16,
+    /// `lock`, `permit` or `leader`: only when the listing has the latter.
+    pub kind: bool,
     pub owner: bool,
     /// One column per master.
     pub matrix: bool,
@@ -169,9 +183,10 @@ pub struct Plan {
 
 impl Plan {
     /// The widest plan that fits `width` (inside the borders).
-    pub fn fit(width: u16, masters: &[String]) -> Plan {
+    pub fn fit(width: u16, masters: &[String], kind: bool) -> Plan {
         let full = Plan {
             resource: RESOURCE_MIN,
+            kind,
             owner: true,
             matrix: true,
             waiters: true,
@@ -224,6 +239,7 @@ impl Plan {
             columns.extend(masters.iter().map(|m| self.cell_width(m)));
         }
         for (on, width) in [
+            (self.kind, KIND_WIDTH),
             (self.owner, OWNER_WIDTH),
             (self.waiters, FLAG_WIDTH),
             (self.here, FLAG_WIDTH),
@@ -268,6 +284,14 @@ fn yes_no(value: bool, yes: ratatui::style::Style, no: ratatui::style::Style) ->
 fn row(lock: &LockRow, now: Instant, plan: Plan) -> Row<'static> {
     let info = &lock.info;
     let mut cells = vec![Cell::from(info.resource.clone())];
+    if plan.kind {
+        let kind = Kind::of(&info.resource);
+        let style = match kind {
+            Kind::Lock => theme::MUTED,
+            _ => theme::INFO,
+        };
+        cells.push(Cell::from(Span::styled(kind.word(), style)));
+    }
     if plan.owner {
         cells.push(Cell::from(
             info.owner.clone().unwrap_or_else(|| DASH.to_string()),
@@ -467,9 +491,10 @@ mod tests {
     #[test]
     fn columns_give_way_in_order_as_the_screen_narrows() {
         let five = masters(5);
-        let at = |width| Plan::fit(width, &five);
+        let at = |width| Plan::fit(width, &five, false);
         let full = Plan {
             resource: 16,
+            kind: false,
             owner: true,
             matrix: true,
             waiters: true,
@@ -506,6 +531,6 @@ mod tests {
         assert!(!at(0).matrix, "the last plan when nothing fits");
         // Long master names are never cut.
         let long = vec!["redis-eu-1".to_string()];
-        assert_eq!(Plan::fit(200, &long).cell_width("redis-eu-1"), 10);
+        assert_eq!(Plan::fit(200, &long, false).cell_width("redis-eu-1"), 10);
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! The screen, top to bottom: the [`header`] (agent, connection, quorum,
 //! key hints), the [`summary`] strip, the current view ([`nodes`] with the
-//! selected master's pane, [`locks`] with its detail pane, [`leaks`]), and
+//! selected master's pane, [`locks`] with its detail pane, [`primitives`],
+//! [`leaks`]), and
 //! the status line (the
 //! prompt, a flash message, or the table's counts). [`help`] and
 //! [`confirm`] draw over everything. Colours come from [`theme`] only;
@@ -19,6 +20,7 @@ pub mod help;
 pub mod leaks;
 pub mod locks;
 pub mod nodes;
+pub mod primitives;
 pub mod summary;
 pub mod theme;
 
@@ -81,6 +83,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     match app.view {
         View::Nodes => nodes::render(frame, parts.body, app),
         View::Locks => locks::render(frame, parts.body, app),
+        View::Primitives => primitives::render(frame, parts.body, app),
         View::Leaks => leaks::render(frame, parts.body, app),
     }
     status_line(frame, parts.status, app);
@@ -97,6 +100,7 @@ pub fn page_rows(app: &App) -> usize {
     let table = match app.view {
         View::Nodes => nodes::split(parts.body, app).0,
         View::Locks => locks::split(parts.body, app).0,
+        View::Primitives => parts.body,
         View::Leaks => leaks::split(parts.body, app).1,
     };
     table_rows(table)
@@ -239,18 +243,25 @@ fn table_status(app: &App) -> String {
     let (shown, total) = match app.view {
         View::Nodes => (app.node_table.order().len(), app.node_table.total()),
         View::Locks => (app.lock_table.order().len(), app.lock_table.total()),
+        View::Primitives => (
+            app.primitive_table.order().len(),
+            app.primitive_table.total(),
+        ),
         View::Leaks => (app.leak_table.order().len(), app.leak_table.total()),
     };
     let noun = match app.view {
         View::Nodes => "nodes",
         View::Locks => "locks",
+        View::Primitives => "semaphores and elections",
         View::Leaks => "leaked keys",
     };
     let mut text = format!("{shown} of {total} {noun}");
     if let Some(filter) = app.filter() {
         text.push_str(&format!(" · filter /{}", filter.text()));
     }
-    if app.view == View::Locks && app.locks.table.get().is_some_and(|t| t.truncated) {
+    if matches!(app.view, View::Locks | View::Primitives)
+        && app.locks.table.get().is_some_and(|t| t.truncated)
+    {
         text.push_str(" · the agent listed only some keys");
     }
     text
