@@ -498,8 +498,7 @@ impl App {
                 self.leak_table.move_by(delta, page, &self.leaks)
             }
             (Mode::Table | Mode::Detail, View::Primitives) => {
-                self.primitive_table
-                    .move_by(delta, page, &self.primitives)
+                self.primitive_table.move_by(delta, page, &self.primitives)
             }
             _ => {}
         }

@@ -449,9 +449,7 @@ impl Client {
             let at = Instant::now();
             let reply = worded("GET", &locks.path(), agent.locks_page(&locks).await)?;
             let names = match (&reply, query.primitives) {
-                (Ok(listing), true) => {
-                    Names::of(listing.locks.iter().map(|l| l.resource.as_str()))
-                }
+                (Ok(listing), true) => Names::of(listing.locks.iter().map(|l| l.resource.as_str())),
                 _ => Names::default(),
             };
             if self
@@ -491,10 +489,7 @@ impl Client {
 
 /// Asks the agent about the semaphores and elections in `names`, the
 /// first [`MAX_PRIMITIVES`] of them. `Err` when the socket failed.
-async fn ask_primitives(
-    agent: &redlock_client::Client,
-    names: &Names,
-) -> Result<Answers, Error> {
+async fn ask_primitives(agent: &redlock_client::Client, names: &Names) -> Result<Answers, Error> {
     let mut answers = Answers::default();
     let mut budget = MAX_PRIMITIVES;
     for name in names.semaphores.iter().take(budget) {

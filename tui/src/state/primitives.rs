@@ -324,12 +324,9 @@ impl Primitives {
                         *state = match answer {
                             Ok(Some(leader)) => Known::Known(Some(LeaderState {
                                 validity: Countdown::from_ms(leader.validity_ms, read_at),
-                                led_for: leader
-                                    .since_ms
-                                    .filter(|_| wall_ms > 0)
-                                    .map(|since| {
-                                        Duration::from_millis(wall_ms.saturating_sub(since))
-                                    }),
+                                led_for: leader.since_ms.filter(|_| wall_ms > 0).map(|since| {
+                                    Duration::from_millis(wall_ms.saturating_sub(since))
+                                }),
                                 read_at,
                                 leader: leader.clone(),
                             })),
@@ -413,7 +410,10 @@ mod tests {
                 permit: 3
             }
         );
-        assert_eq!(Kind::of("sched election"), Kind::Leader { election: "sched" });
+        assert_eq!(
+            Kind::of("sched election"),
+            Kind::Leader { election: "sched" }
+        );
         assert_eq!(Kind::of("orders/42"), Kind::Lock);
         // Not the agent's forms: locks (as far as the TUI can tell).
         for name in [
@@ -527,10 +527,7 @@ mod tests {
         };
         primitives.apply(&answers, t0, 4_000);
         assert_eq!(primitives.rows()[1].term(), None);
-        assert_eq!(
-            primitives.rows()[1].holders().as_deref(),
-            Some("no leader")
-        );
+        assert_eq!(primitives.rows()[1].holders().as_deref(), Some("no leader"));
         // Gone from the listing, gone from the view.
         primitives.follow(&listing(&["plain"]));
         assert!(primitives.rows().is_empty());

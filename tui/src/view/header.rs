@@ -96,13 +96,15 @@ fn first_line(app: &App, width: u16) -> Line<'static> {
         ));
     }
     if let Some(latest) = app.summary.latest() {
-        // Semaphores and elections through this agent, once it has any.
+        // Semaphores and elections through this agent, once it has any;
+        // the first figures to go when the line is short (the
+        // primitives view's title repeats them).
         if latest.permits_held > 0 || latest.leaderships_held > 0 {
             parts.push((
                 7,
                 Span::styled(
                     format!(
-                        "{} permits · {} leading",
+                        "permits {} · leading {}",
                         latest.permits_held, latest.leaderships_held
                     ),
                     theme::MUTED,

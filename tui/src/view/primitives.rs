@@ -26,6 +26,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         table.order().len(),
         table.total()
     );
+    if let Some(latest) = app.summary.latest() {
+        title.push_str(&format!(
+            "· here: permits {} · leading {} ",
+            latest.permits_held, latest.leaderships_held
+        ));
+    }
     if app.locks.table.get().is_some_and(|t| t.truncated) {
         title.push_str("· from a truncated listing ");
     }
@@ -67,7 +73,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Constraint::Length(10),
         Constraint::Min(12),
         Constraint::Length(7),
-        Constraint::Length(8),
+        // Terms are fences: up to 20 digits, 16 in practice.
+        Constraint::Length(16),
         Constraint::Length(8),
         Constraint::Length(8),
         Constraint::Min(16),
@@ -99,13 +106,7 @@ pub fn row(primitive: &Primitive, now: Instant) -> Row<'static> {
     let name = Cell::from(primitive.name().to_string());
     let blank = || Cell::from("");
     let holders = |text: Option<String>| {
-        Cell::from(text.map_or_else(dash, |t| {
-            if t.is_empty() {
-                dash()
-            } else {
-                Span::raw(t)
-            }
-        }))
+        Cell::from(text.map_or_else(dash, |t| if t.is_empty() { dash() } else { Span::raw(t) }))
     };
     let failed = |e: &str| Cell::from(Span::styled(e.to_string(), theme::WARN));
     match primitive {
