@@ -153,6 +153,9 @@ fn answer(request: &str) -> (&'static str, String) {
                 wait_buckets: vec![(0.1, 0), (f64::MAX, 0)],
                 locks_held: 0,
                 waiters: 0,
+                permits_held: 0,
+                leaderships_held: 0,
+                leadership_changes: Default::default(),
             }),
         ),
         "POST /v1/locks/a%2Fb/force-release" => (
