@@ -524,7 +524,7 @@ fn help_is_rendered_from_the_key_table() {
     assert!(contains(&screen, "│  j / ↓                 move down"));
     assert!(contains(
         &screen,
-        "│  ctrl-d                force-release the lock (asks first; permits and leaders: says why not)"
+        "│  ctrl-d                force-release the lock (asks first; not permits or leaders)"
     ));
     assert!(
         screen[1].starts_with(" <esc> close "),
