@@ -1,6 +1,7 @@
 //! redlock-tui: a terminal console for redlock-agent, k9s-style. It polls
 //! an agent's socket and shows its masters, the lock keys on them, the
-//! leaked-key scanner's findings and a one-minute summary.
+//! semaphores and elections those keys belong to, the leaked-key scanner's
+//! findings and a one-minute summary.
 //!
 //! # Layout
 //! - `main.rs`: command line, terminal setup and restore, the panic hook.
@@ -13,7 +14,8 @@
 //! - [`client`]: the connection to the agent as a state machine, in its own
 //!   task, talking to the app over channels.
 //! - [`state`]: pure data: rows, sort, filter, countdowns, summary rates.
-//! - [`view`]: render only: header, summary strip, nodes, locks, leaks,
+//! - [`view`]: render only: header, summary strip, nodes, locks,
+//!   primitives (semaphores and elections), leaks,
 //!   help, confirm, and the theme every colour comes from.
 //!
 //! Data flows one way: client → app → state → view; the event loop, above
