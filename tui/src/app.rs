@@ -479,6 +479,20 @@ impl App {
         self.close_detail();
         self.query.list = matches!(view, View::Locks | View::Primitives);
         self.query.primitives = view == View::Primitives;
+        // The agent's prefix is the locks filter's: the primitives view
+        // lists everything, and the locks view gets its own back.
+        let prefix = match view {
+            View::Locks => self
+                .lock_table
+                .filter()
+                .and_then(Filter::server_prefix)
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        if prefix != self.query.prefix {
+            self.query.prefix = prefix;
+            self.query.limit = client::DEFAULT_LIMIT;
+        }
     }
 
     fn move_by(&mut self, delta: isize) {
@@ -913,6 +927,31 @@ mod tests {
         typed(&mut app, ":q");
         enter(&mut app);
         assert!(app.quit);
+    }
+
+    /// The primitives view asks for the whole listing and the names in
+    /// it, whatever the locks filter; the locks view gets its prefix back.
+    #[test]
+    fn the_primitives_view_lists_everything_and_asks_about_the_names() {
+        let (mut app, _) = app(false);
+        typed(&mut app, ":locks");
+        enter(&mut app);
+        typed(&mut app, "/^job");
+        enter(&mut app);
+        assert_eq!(app.query.prefix, "job");
+        assert!(!app.query.primitives);
+        typed(&mut app, ":prim");
+        enter(&mut app);
+        assert_eq!(app.view, View::Primitives);
+        assert!(app.query.list && app.query.primitives);
+        assert_eq!(app.query.prefix, "");
+        typed(&mut app, ":locks");
+        enter(&mut app);
+        assert_eq!(app.query.prefix, "job");
+        typed(&mut app, ":nodes");
+        enter(&mut app);
+        assert!(!app.query.list && !app.query.primitives);
+        assert_eq!(app.query.prefix, "");
     }
 
     #[test]

@@ -46,11 +46,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         return;
     }
     if table.total() == 0 {
-        let text = if app.query.prefix.is_empty() {
-            "no permit or leadership is held on the masters".to_string()
-        } else {
-            format!("none held under {:?}", app.query.prefix)
-        };
+        let text = "no permit or leadership is held on the masters";
         render_notice(
             frame,
             area,
