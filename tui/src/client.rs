@@ -18,8 +18,9 @@
 //!   slow endpoint does not hold back the others. `/v1/locks` carries the
 //!   app's [`Query`] (the server-side prefix and how many locks to list),
 //!   and while a lock's detail is open `/v1/locks/{resource}` is asked
-//!   first. On the primitives view, each semaphore and election named in
-//!   that listing is then asked about (`/v1/semaphores/{name}`,
+//!   first (not for a permit or a leadership, whose names it refuses). On
+//!   the primitives view, each semaphore and election named in that
+//!   listing is then asked about (`/v1/semaphores/{name}`,
 //!   `/v1/elections/{name}`), in the same poll.
 //! - A new [`Query`] polls at once: a poll under way (say, a slow listing
 //!   of 100,000 keys) is abandoned and its connection closed, which also
@@ -44,7 +45,7 @@ use redlock_wire::{
 };
 use tokio::sync::{mpsc, watch};
 
-use crate::state::primitives::{Answers, Names};
+use crate::state::primitives::{Answers, Kind, Names};
 use tokio::task::JoinHandle;
 
 /// Longest wait for the socket to accept or for one answer.
@@ -431,7 +432,10 @@ impl Client {
                 }
             }};
         }
-        if let Some(resource) = &query.detail {
+        // A permit's or a leadership's resource has spaces, which
+        // `/v1/locks/{resource}` refuses: its pane shows the listing's row.
+        let named = query.detail.as_ref().filter(|r| Kind::of(r) == Kind::Lock);
+        if let Some(resource) = named {
             ask!(
                 redlock_client::resource_path(resource),
                 agent.lock_info(resource),

@@ -946,7 +946,20 @@ fn the_tui_shows_a_held_permit_and_a_leader() {
     tmux.keys(&["C-d"]);
     let screen = tmux.wait_for_text("no force release for a permit of semaphore e2e-pool");
     assert!(!screen.contains("Force-release"), "{screen}");
+    // Its detail pane is the listing's row (the agent's lock route
+    // refuses these names): owner and holder, no error.
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_until("the permit's detail pane", |s| {
+        s.contains("Lock e2e-pool permit 0") && s.contains("owner     worker")
+    });
+    assert!(!screen.contains("invalid_resource"), "{screen}");
+    // One key at a time: an Escape with a key right behind it reads as Alt.
     tmux.keys(&["Escape"]);
+    tmux.wait_until("the pane to close", |s| {
+        !s.contains("Lock e2e-pool permit 0")
+    });
+    tmux.keys(&["Escape"]);
+    tmux.wait_until("the filter to clear", |s| s.contains("Locks [2/2]"));
 
     // The primitives view: permits of the limit and holders; the leader.
     tmux.type_text(":primitives");
