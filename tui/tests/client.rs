@@ -1,5 +1,6 @@
 //! The client task against a fake agent on a temp socket: reconnecting with
-//! backoff, per-endpoint errors, force release, a silent agent, a restart.
+//! backoff, per-endpoint errors, force release, a silent agent, a restart,
+//! the semaphores and elections of a listing.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -163,6 +164,32 @@ fn answer(request: &str) -> (&'static str, String) {
             json(&ForceReleaseResponse {
                 deleted: 3,
                 failed: Vec::new(),
+            }),
+        ),
+        // The listing under the prefix `prim`: a permit and a leadership.
+        "GET /v1/locks?prefix=prim" => (
+            "200 OK",
+            r#"{"quorum":2,"masters":["r1","r2","r3"],"total":2,"truncated":false,
+                "locks":[
+                  {"resource":"prim-pay permit 0","owner":"w1","validity_ms":9000,"nodes":[],
+                   "quorum_agrees":true,"held_here":false,"waiters":0},
+                  {"resource":"prim-sched election","validity_ms":9000,"nodes":[],
+                   "quorum_agrees":true,"held_here":false,"waiters":0}]}"#
+                .to_string(),
+        ),
+        "GET /v1/semaphores/prim-pay" => (
+            "200 OK",
+            r#"{"semaphore":"prim-pay","limit":2,"waiters":0,
+                "permits":[{"permit":0,"agent":"a1","owner":"w1","validity_ms":9000,"held_here":false}]}"#
+                .to_string(),
+        ),
+        "GET /v1/elections/prim-sched" => (
+            "404 Not Found",
+            json(&ErrorResponse {
+                error: ErrorBody {
+                    code: ErrorCode::NoLeader,
+                    message: "no campaigner leads prim-sched".into(),
+                },
             }),
         ),
         _ => ("500 Internal Server Error", "{}".to_string()),
@@ -390,6 +417,62 @@ async fn force_release_is_posted_with_the_resource_encoded() {
     assert!(agent
         .requests()
         .contains(&"POST /v1/locks/a%2Fb/force-release".to_string()));
+}
+
+/// On the primitives view the client asks about each semaphore and
+/// election named in the listing, in the same poll; an election nobody
+/// leads (`404 no_leader`) is an answer, not an error.
+#[tokio::test]
+async fn the_names_in_the_listing_are_asked_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = socket_in(&dir);
+    let agent = FakeAgent::start(&socket, false);
+    let (event_tx, mut events) = mpsc::channel(64);
+    let (_commands, command_rx) = mpsc::channel(8);
+    let (_query_tx, query) = tokio::sync::watch::channel(client::Query {
+        prefix: "prim".into(),
+        primitives: true,
+        ..client::Query::default()
+    });
+    let options = Options {
+        socket,
+        refresh: Duration::from_millis(100),
+        timeout: Duration::from_secs(2),
+    };
+    let task = client::spawn_with_query(options, event_tx, command_rx, query);
+    let answers = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match events.recv().await {
+                Some(Event::Polled {
+                    update: Update::Primitives(answers, _),
+                    ..
+                }) => return answers,
+                Some(_) => {}
+                None => panic!("the client task ended"),
+            }
+        }
+    })
+    .await
+    .expect("the primitives' answers within 5s");
+    task.abort();
+    assert_eq!(answers.semaphores.len(), 1);
+    let (name, pay) = &answers.semaphores[0];
+    assert_eq!(name, "prim-pay");
+    let pay = pay.as_ref().expect("the semaphore's answer");
+    assert_eq!((pay.limit, pay.permits.len()), (Some(2), 1));
+    assert_eq!(
+        answers.elections,
+        [("prim-sched".to_string(), Ok(None))],
+        "nobody leads"
+    );
+    let requests = agent.requests();
+    for path in [
+        "GET /v1/locks?prefix=prim",
+        "GET /v1/semaphores/prim-pay",
+        "GET /v1/elections/prim-sched",
+    ] {
+        assert!(requests.contains(&path.to_string()), "{path}: {requests:?}");
+    }
 }
 
 /// An agent that accepts but never answers is given up on after the
