@@ -71,8 +71,10 @@
 //!   kept by extension) scans and repairs with its fence, and writes its
 //!   report on every master; every other agent reads the freshest copy
 //!   ([`scanner::shared`]) once per interval.
-//! - [`api`]: HTTP routes ([`api::routes`], requests to the lock service and
-//!   back; the semaphores' handlers in [`api::primitives`]), the
+//! - [`api`]: HTTP routes ([`api::routes`]: routing and the views;
+//!   [`api::handlers`]: the requests that take locks, permits and
+//!   leadership, to the lock service and back; [`api::reply`]: answers,
+//!   errors with their codes, bodies read and parsed), the
 //!   listeners ([`api::server`]: the application socket, the
 //!   admin socket, metrics; binding them, [`api::server::bind`]; who each
 //!   admits, [`api::server::gate`]; their budgets within the open-files

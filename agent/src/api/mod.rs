@@ -7,8 +7,9 @@
 //! `redlock-wire` crate so clients can use them without the server.
 
 pub mod connection;
+pub mod handlers;
 pub mod peer;
 pub mod pod;
-pub mod primitives;
+pub mod reply;
 pub mod routes;
 pub mod server;

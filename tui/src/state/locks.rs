@@ -217,7 +217,7 @@ impl Rows for Locks {
     fn keep(&self, i: usize, filter: &Filter) -> bool {
         let info = &self.rows()[i].info;
         // The kind word too: `/leader` finds every election's lock.
-        let kind = super::primitives::Kind::of(&info.resource).word();
+        let kind = super::kind::Kind::of(&info.resource).word();
         filter.keeps(
             [info.resource.as_str(), kind]
                 .into_iter()

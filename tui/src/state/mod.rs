@@ -10,14 +10,15 @@
 //! - [`table`]: filter + sort + selection + scrolling over any row set.
 //! - [`history`]: bounded series for sparklines.
 //! - [`nodes`], [`locks`], [`leaks`]: each view's rows and columns.
-//! - [`primitives`]: permits and leaderships told apart from locks by
-//!   name, and the semaphores and elections they belong to.
+//! - [`kind`]: permits and leaderships told apart from locks by name.
+//! - [`primitives`]: the semaphores and elections they belong to.
 //! - [`summary`]: acquire rate, wait percentiles and failures over the last
 //!   minute, from the agent's cumulative counters.
 
 pub mod countdown;
 pub mod filter;
 pub mod history;
+pub mod kind;
 pub mod leaks;
 pub mod locks;
 pub mod nodes;

@@ -19,60 +19,10 @@ use redlock_wire::{Leader, PermitInfo, SemaphoreResponse};
 
 use super::countdown::Countdown;
 use super::filter::Filter;
+pub use super::kind::Kind;
 use super::locks::Locks;
 use super::table::Rows;
 use super::Known;
-
-/// What a listed resource is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind<'a> {
-    /// A lock an application named.
-    Lock,
-    /// Permit `permit` of the semaphore `semaphore`.
-    Permit { semaphore: &'a str, permit: u32 },
-    /// The leadership of the election `election`.
-    Leader { election: &'a str },
-}
-
-impl<'a> Kind<'a> {
-    /// The kind of `resource`, from its name: `<name> permit <i>` and
-    /// `<name> election`, where `<name>` has no space; anything else is a
-    /// lock.
-    pub fn of(resource: &'a str) -> Kind<'a> {
-        if let Some((name, text)) = resource.split_once(" permit ") {
-            // The agent writes the number plainly: `01` is not its form.
-            if let Ok(permit) = text.parse::<u32>() {
-                if !name.is_empty() && !name.contains(' ') && permit.to_string() == text {
-                    return Kind::Permit {
-                        semaphore: name,
-                        permit,
-                    };
-                }
-            }
-        }
-        if let Some(name) = resource.strip_suffix(" election") {
-            if !name.is_empty() && !name.contains(' ') {
-                return Kind::Leader { election: name };
-            }
-        }
-        Kind::Lock
-    }
-
-    /// The KIND column's word: `lock`, `permit`, `leader`.
-    pub fn word(self) -> &'static str {
-        match self {
-            Kind::Lock => "lock",
-            Kind::Permit { .. } => "permit",
-            Kind::Leader { .. } => "leader",
-        }
-    }
-
-    /// Can the agent force-release it? Its force-release route refuses
-    /// names with spaces, which every permit and election resource has.
-    pub fn force_releasable(self) -> bool {
-        self == Kind::Lock
-    }
-}
 
 /// The semaphores and elections named in a listing, each once, sorted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

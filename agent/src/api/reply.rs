@@ -1,0 +1,213 @@
+//! What every route answers with: JSON bodies and NDJSON streams, the
+//! error answer with its code ([`ApiError`]), and the request body read
+//! and parsed within its limits. The lock service's refusals become
+//! answers here, once ([`lock_error`], [`read_error`]).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{Request, Response, StatusCode};
+use redlock_wire::{ErrorBody, ErrorCode, ErrorResponse};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::lock::listing::ReadError;
+use crate::lock::waiters::WaitError;
+use crate::lock::LockError;
+
+/// Largest request body read.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// Response body type of every route (streaming routes will need more than
+/// a full buffer).
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// A failed request: the status and the JSON error.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: ErrorCode,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        let busy = self.code == ErrorCode::Busy;
+        let body = ErrorResponse {
+            error: ErrorBody {
+                code: self.code,
+                message: self.message,
+            },
+        };
+        let mut response = json(self.status, &body);
+        if busy {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// Serializes an answer.
+pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    // Cannot fail: the wire types are plain structs of strings and numbers.
+    let mut bytes = serde_json::to_vec(value).expect("wire types serialize");
+    bytes.push(b'\n');
+    let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// An operator read that has no answer: 429 with `Retry-After` when busy,
+/// 503 when too few masters answered, 404 for a lock no master has.
+pub fn read_error(error: ReadError) -> ApiError {
+    let (status, code) = match &error {
+        ReadError::Busy => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::Busy),
+        ReadError::TooFewRead { .. } => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum),
+        ReadError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+    };
+    ApiError::new(status, code, error.to_string())
+}
+
+pub async fn read_body(request: Request<Incoming>, timeout: Duration) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::BodyTooLarge,
+            format!("request bodies are limited to {MAX_BODY} bytes"),
+        )
+    };
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    let collect = Limited::new(request.into_body(), MAX_BODY).collect();
+    let Ok(collected) = tokio::time::timeout(timeout, collect).await else {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            ErrorCode::RequestTimeout,
+            format!(
+                "the request body did not arrive within {}ms (socket.request_timeout)",
+                timeout.as_millis()
+            ),
+        ));
+    };
+    match collected {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(ApiError::invalid(format!(
+            "could not read the request body: {e}"
+        ))),
+    }
+}
+
+/// Parses a JSON body; an empty body is `{}` where every field is optional.
+pub fn parse_body<T: DeserializeOwned>(body: &[u8], empty_ok: bool) -> Result<T, ApiError> {
+    let text: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        if !empty_ok {
+            return Err(ApiError::invalid("a JSON body is required"));
+        }
+        b"{}"
+    } else {
+        body
+    };
+    // serde would read a struct from a JSON array too; only objects are
+    // bodies. Looking at the first byte spares a second parse.
+    if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::invalid("the JSON body must be an object"));
+    }
+    serde_json::from_slice(text).map_err(|e| ApiError::invalid(format!("bad JSON body: {e}")))
+}
+
+/// The answer for a lock request the service refused.
+pub fn lock_error(error: LockError) -> ApiError {
+    let (status, code) = match &error {
+        LockError::TtlOutOfRange { .. } => (StatusCode::BAD_REQUEST, ErrorCode::TtlOutOfRange),
+        LockError::InvalidOwner | LockError::Invalid(_) => {
+            (StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest)
+        }
+        LockError::Taken(_) => (StatusCode::CONFLICT, ErrorCode::Taken),
+        LockError::LimitMismatch { .. } => (StatusCode::CONFLICT, ErrorCode::LimitMismatch),
+        LockError::Lost(_) => (StatusCode::CONFLICT, ErrorCode::Lost),
+        LockError::NotReentrant(_) => (StatusCode::CONFLICT, ErrorCode::NotReentrant),
+        LockError::ReentryForbidden(_) | LockError::Isolated { .. } => {
+            (StatusCode::FORBIDDEN, ErrorCode::Forbidden)
+        }
+        LockError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum),
+        LockError::Wait(WaitError::TooManyWaiters(_) | WaitError::TooManyWaitersPerUid { .. }) => {
+            (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyWaiters)
+        }
+        LockError::Wait(WaitError::ShuttingDown) => {
+            (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ShuttingDown)
+        }
+    };
+    ApiError::new(status, code, error.to_string())
+}
+
+/// A 200 `application/x-ndjson` stream of `events`, one per line, open
+/// until the sender ends it. Dropping the stream (the connection closed)
+/// drops the receiver: a hold ends, a campaign resigns, an observer stops.
+pub fn ndjson<T: Serialize + Send + 'static>(
+    events: tokio::sync::mpsc::Receiver<T>,
+) -> Response<Body> {
+    let body = futures::stream::unfold(events, |mut events| async move {
+        let event = events.recv().await?;
+        Some((Ok::<_, Infallible>(Frame::data(line(&event))), events))
+    });
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(body)));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    response
+}
+
+/// One event as an NDJSON line.
+fn line<T: Serialize>(event: &T) -> Bytes {
+    // Cannot fail: the events are plain strings and numbers.
+    let mut bytes = serde_json::to_vec(event).expect("events serialize");
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redlock_wire::HoldEvent;
+
+    #[test]
+    fn hold_events_are_one_json_object_per_line() {
+        let bytes = line(&HoldEvent::Lost {
+            reason: "max_hold".into(),
+        });
+        assert_eq!(
+            &bytes[..],
+            b"{\"event\":\"lost\",\"reason\":\"max_hold\"}\n"
+        );
+    }
+}
