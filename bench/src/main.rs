@@ -13,6 +13,8 @@
 //! - `idle`: W8, the agent's memory with 10,000 idle connections
 //! - `fleet`: W10, what each idle agent of a sidecar fleet costs the
 //!   masters
+//! - `primitives`: W11, a permit cycle and a leadership hand-off beside a
+//!   lock cycle and a lock hand-off
 //! - `stats`: percentiles, fairness, the hot-key tracker
 //! - `limit`: the masters' own limit with `redis-benchmark`
 //! - `profile`: `perf` on the agent under the 64-client uncontended load,
@@ -30,6 +32,7 @@ mod idle;
 mod limit;
 mod peers;
 mod plan;
+mod primitives;
 mod profile;
 mod report;
 mod spec;
@@ -74,11 +77,12 @@ struct RunArgs {
     /// Peers to run, comma-separated (default: all; --smoke: agent).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// Workloads to run, comma-separated: w1 .. w9 (default: all). w5 (the
+    /// Workloads to run, comma-separated: w1 .. w11 (default: all). w5 (the
     /// marker check's cost), w6 (a fenced acquire's), w8 (idle
-    /// connections), w9 (masters as Redis Clusters) and w10 (fleets of
-    /// idle agents) run for the agent only, w7 (a Python process per
-    /// client) for the agent and pottery.
+    /// connections), w9 (masters as Redis Clusters), w10 (fleets of idle
+    /// agents) and w11 (semaphores and elections beside locks) run for the
+    /// agent only, w7 (a Python process per client) for the agent and
+    /// pottery.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The release build of the agent.

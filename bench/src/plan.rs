@@ -15,6 +15,7 @@ use crate::fleet::{self, Fleet};
 use crate::idle::{self, Idle};
 use crate::limit::{self, Limit};
 use crate::peers::{Drivers, Peer};
+use crate::primitives::{self, Primitives};
 use crate::spec::{Keys, Report, Spec};
 
 /// The agent's defaults (`lock.retry_delay`, `lock.retry_jitter`).
@@ -161,7 +162,9 @@ impl Workload {
 
 /// The workload ids `--only` takes (w4 is the masters' limit, w8 the idle
 /// connections, w10 the fleet of idle agents).
-pub const WORKLOAD_IDS: [&str; 10] = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10"];
+pub const WORKLOAD_IDS: [&str; 11] = [
+    "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11",
+];
 
 /// W7's processes in a full run (in the smoke run: 4).
 pub const PROCESSES: usize = 64;
@@ -246,6 +249,8 @@ pub struct Results {
     pub idle: Option<Result<Idle, String>>,
     /// W10, when it ran.
     pub fleet: Option<Result<Fleet, String>>,
+    /// W11, when it ran.
+    pub primitives: Option<Result<Primitives, String>>,
     pub redis_version: String,
     pub agent_failed: bool,
 }
@@ -334,6 +339,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         limit: None,
         idle: None,
         fleet: None,
+        primitives: None,
         redis_version,
         agent_failed: false,
     };
@@ -628,6 +634,28 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
             results.agent_failed = true;
         }
         results.idle = Some(measured);
+    }
+    // Through the run's agent, once the driver workloads are done with it.
+    if wanted("w11") && options.peers.contains(&Peer::Agent) {
+        let measured = primitives::measure(
+            &agent.socket,
+            options.smoke,
+            options.warmup,
+            options.duration,
+        )
+        .map_err(|e| format!("{e:#}"));
+        match &measured {
+            Ok(p) if p.failed() => {
+                eprintln!("W11: some operations FAILED (see the W11 table)");
+                results.agent_failed = true;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("W11 FAILED: {}", e.lines().next().unwrap_or_default());
+                results.agent_failed = true;
+            }
+        }
+        results.primitives = Some(measured);
     }
     if !options.smoke && wanted("w4") {
         eprintln!("limit: redis-benchmark on all {MASTERS} masters at once");

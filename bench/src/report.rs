@@ -8,6 +8,7 @@
 mod clusters;
 mod fleet;
 mod floor;
+mod primitives;
 
 use std::fmt::Write;
 
@@ -207,6 +208,7 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     idle_connections(&mut md, results);
     clusters::section(&mut md, results, env);
     fleet::section(&mut md, results);
+    primitives::section(&mut md, results);
     environment(&mut md, results, env, peers);
     md
 }
@@ -1205,6 +1207,7 @@ mod tests {
             limit: None,
             idle: None,
             fleet: None,
+            primitives: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1239,6 +1242,7 @@ mod tests {
             limit: None,
             idle: None,
             fleet: None,
+            primitives: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1282,6 +1286,7 @@ mod tests {
             limit: None,
             idle: Some(Ok(measured)),
             fleet: None,
+            primitives: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1346,6 +1351,7 @@ mod tests {
             limit: None,
             idle: None,
             fleet: None,
+            primitives: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1405,6 +1411,7 @@ mod tests {
             limit: None,
             idle: None,
             fleet: None,
+            primitives: None,
             redis_version: "7".into(),
             agent_failed: false,
         };

@@ -342,6 +342,7 @@ mod tests {
             limit: None,
             idle: None,
             fleet: None,
+            primitives: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -416,6 +417,7 @@ mod tests {
             limit: None,
             idle: None,
             fleet: None,
+            primitives: None,
             redis_version: "7".into(),
             agent_failed: true,
         };
@@ -456,6 +458,7 @@ mod tests {
             limit: None,
             idle: None,
             fleet: None,
+            primitives: None,
             redis_version: "7".into(),
             agent_failed: true,
         };

@@ -337,6 +337,7 @@ mod tests {
             limit: None,
             idle: None,
             fleet: None,
+            primitives: None,
             redis_version: "7".into(),
             agent_failed: false,
         }
