@@ -73,11 +73,11 @@ impl<M: Store> Locks<M> {
     /// # Errors
     /// Under `socket.isolate`, a token not held here for the caller's pod
     /// or uid ([`LockError::Isolated`], before any other check); the TTL
-    /// out of range, another owner label or a fence the first grant
-    /// has not, a token that is not this agent's current grant
+    /// out of range, a token that is not this agent's current grant
     /// ([`LockError::NotReentrant`]), another process's grant
-    /// ([`LockError::ReentryForbidden`]), the lock lost on the masters, or
-    /// no quorum.
+    /// ([`LockError::ReentryForbidden`]), another owner label or a fence
+    /// the first grant has not, the lock lost on the masters, or no
+    /// quorum.
     pub async fn reenter(
         &self,
         resource: &Resource,
@@ -88,13 +88,7 @@ impl<M: Store> Locks<M> {
         self.check_isolation(resource, token, caller)?;
         let pid = caller.and_then(|c| c.pid);
         let ttl = self.rules.ttl(ask.ttl_ms)?;
-        if let Some(owner) = ask.owner.as_deref() {
-            if token::owner_of(token.as_str()) != Some(owner) {
-                return Err(LockError::Invalid(
-                    "owner: a re-entry keeps the owner label of the first acquire; leave it out or give the same".into(),
-                ));
-            }
-        }
+        super::check_owner(ask.owner.as_deref())?;
         let fence = self
             .grants
             .reentry(resource.as_str(), token.as_str(), pid, Instant::now())
@@ -102,6 +96,13 @@ impl<M: Store> Locks<M> {
                 Refusal::NotHeld => LockError::NotReentrant(resource.clone()),
                 Refusal::OtherProcess => LockError::ReentryForbidden(resource.clone()),
             })?;
+        if let Some(owner) = ask.owner.as_deref() {
+            if token::owner_of(token.as_str()) != Some(owner) {
+                return Err(LockError::Invalid(
+                    "owner: a re-entry keeps the owner label of the first acquire; leave it out or give the same".into(),
+                ));
+            }
+        }
         if ask.fence && fence.is_none() {
             return Err(LockError::Invalid(
                 "fence: this lock was acquired without a fence, and a re-entry answers the first grant's; acquire it with fence: true to have one".into(),
