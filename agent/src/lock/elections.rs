@@ -35,9 +35,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::listing::{self, ReadError};
 use super::waiters::{LockContest, WaitError};
-use super::{millis, Holder, LockError, Locks};
+use super::{check_owner, millis, Holder, LockError, Locks};
 use crate::metrics::Leadership;
-use crate::redlock::{token, Acquire, KeyState, Resource, Store};
+use crate::redlock::{Acquire, KeyState, Resource, Store};
 
 /// Longest a campaign waits in line: for as long as its stream is open.
 const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -89,13 +89,7 @@ impl<M: Store> Locks<M> {
     ) -> Result<mpsc::Receiver<CampaignEvent>, LockError> {
         let ttl = self.rules.ttl(request.ttl_ms)?;
         let max_hold = self.rules.max_hold(request.max_hold_ms)?;
-        if request
-            .owner
-            .as_deref()
-            .is_some_and(|o| !token::valid_owner(o))
-        {
-            return Err(LockError::InvalidOwner);
-        }
+        check_owner(request.owner.as_deref())?;
         if request
             .value
             .as_ref()

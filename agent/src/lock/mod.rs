@@ -284,9 +284,19 @@ impl<M: Store> Locks<M> {
     /// A field out of range, the lock taken for all of the wait, no quorum,
     /// too many waiters, or the agent shutting down.
     pub async fn acquire(&self, resource: &Resource, ask: Ask) -> Result<Grant, LockError> {
+        self.timed_acquire(self.try_acquire(resource, ask)).await
+    }
+
+    /// Runs an acquire (of a lock or a permit), the agent no longer idle,
+    /// with the time from the request to the answer in
+    /// `redlock_acquire_wait_seconds{outcome}`.
+    pub(crate) async fn timed_acquire<T>(
+        &self,
+        acquire: impl std::future::Future<Output = Result<T, LockError>>,
+    ) -> Result<T, LockError> {
         self.touch();
         let started = Instant::now();
-        let result = self.try_acquire(resource, ask).await;
+        let result = acquire.await;
         let outcome = match &result {
             Ok(_) => Outcome::Acquired,
             Err(LockError::Taken(_)) => Outcome::Taken,
@@ -303,13 +313,7 @@ impl<M: Store> Locks<M> {
     async fn try_acquire(&self, resource: &Resource, ask: Ask) -> Result<Grant, LockError> {
         let lock = &ask.lock;
         let ttl = self.rules.ttl(lock.ttl_ms)?;
-        if lock
-            .owner
-            .as_deref()
-            .is_some_and(|o| !token::valid_owner(o))
-        {
-            return Err(LockError::InvalidOwner);
-        }
+        check_owner(lock.owner.as_deref())?;
         let wait = Duration::from_millis(lock.wait_ms.unwrap_or(0));
         let fence = lock.fence || self.rules.fence == FenceMode::Always;
         let outcome = self
@@ -804,6 +808,14 @@ pub struct Held {
     pub locks: usize,
     pub permits: usize,
     pub leaderships: usize,
+}
+
+/// Refuses an owner label that is not 1 to 128 bytes of printable ASCII.
+pub(crate) fn check_owner(owner: Option<&str>) -> Result<(), LockError> {
+    match owner {
+        Some(o) if !token::valid_owner(o) => Err(LockError::InvalidOwner),
+        _ => Ok(()),
+    }
 }
 
 /// A uid or pid for the log; `-` when the kernel did not say.

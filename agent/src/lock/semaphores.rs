@@ -47,12 +47,9 @@ use tokio::sync::mpsc;
 
 use super::listing::{self, ReadError};
 use super::waiters::Contest;
-use super::{Ask, LockError, Locks};
+use super::{check_owner, Ask, LockError, Locks};
 use crate::config::FenceMode;
-use crate::metrics::Outcome;
-use crate::redlock::{
-    token, Acquire, Failure, Grant, KeyState, Master, Redlock, Resource, Store, Token,
-};
+use crate::redlock::{Acquire, Failure, Grant, KeyState, Master, Redlock, Resource, Store, Token};
 
 /// A granted permit.
 #[derive(Debug)]
@@ -257,20 +254,8 @@ impl<M: Store> Locks<M> {
         limit: u32,
         ask: Ask,
     ) -> Result<Permit, LockError> {
-        self.touch();
-        let started = Instant::now();
-        let result = self.try_acquire_permit(name, limit, ask).await;
-        let outcome = match &result {
-            Ok(_) => Outcome::Acquired,
-            Err(LockError::Taken(_)) => Outcome::Taken,
-            Err(LockError::NoQuorum(_)) => Outcome::NoQuorum,
-            Err(_) => Outcome::Error,
-        };
-        self.metrics
-            .acquire_wait
-            .with_label_values(&[outcome.as_str()])
-            .observe(started.elapsed().as_secs_f64());
-        result
+        self.timed_acquire(self.try_acquire_permit(name, limit, ask))
+            .await
     }
 
     async fn try_acquire_permit(
@@ -282,13 +267,7 @@ impl<M: Store> Locks<M> {
         let limit = check_limit(limit)?;
         let lock = &ask.lock;
         let ttl = self.rules.ttl(lock.ttl_ms)?;
-        if lock
-            .owner
-            .as_deref()
-            .is_some_and(|o| !token::valid_owner(o))
-        {
-            return Err(LockError::InvalidOwner);
-        }
+        check_owner(lock.owner.as_deref())?;
         let wait = Duration::from_millis(lock.wait_ms.unwrap_or(0));
         let fence = lock.fence || self.rules.fence == FenceMode::Always;
         let mut contest =
