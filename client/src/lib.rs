@@ -142,8 +142,9 @@ impl AcquireOptions {
     /// with the token of that grant: the answer has the same token, the
     /// TTL set again on the masters, and [`Grant::hold_count`]. Each
     /// release lowers the count ([`Client::release_counted`]); the lock is
-    /// released on the masters only when it reaches zero. Acquires only:
-    /// a hold cannot re-enter.
+    /// released on the masters only when it reaches zero. A hold
+    /// re-enters with [`HoldOptions::reenter`]; a hold's own grant cannot
+    /// be re-entered (its hold renews and releases it).
     pub fn reenter(mut self, token: impl Into<String>) -> AcquireOptions {
         self.request.token = Some(token.into());
         self
