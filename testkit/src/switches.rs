@@ -94,3 +94,18 @@ pub const ALL: [&str; 13] = [
     LEAK_REPAIR_PAUSE_MS,
     PROC_ROOT,
 ];
+
+/// `1` stops the agent from watching its masters' clocks: the master's
+/// time read in each vote and probe is no longer compared with the
+/// agent's own monotonic clock, so a master whose clock jumps or freezes
+/// keeps voting. The control run of the clock fault, which must see two
+/// holders without the watch.
+pub const NO_CLOCK_CHECK: &str = "REDLOCK_TEST_NO_CLOCK_CHECK";
+
+/// `1` stops the agent from asking, when a vote's script is missing on a
+/// master (NOSCRIPT), whether the master's process changed: the script is
+/// loaded again and the vote counts, as before the check, and every agent
+/// shares one script. The control run of a master restored from an old
+/// snapshot behind a proxy that keeps the agent's connection open, which
+/// must see two holders without the check.
+pub const NO_PROCESS_CHECK: &str = "REDLOCK_TEST_NO_PROCESS_CHECK";
