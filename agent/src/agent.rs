@@ -116,7 +116,27 @@ impl Agent {
                  control runs of the tests only"
             );
         }
-        let fence = FenceSettings::from_env();
+        let clock_check = !switched_on(redlock_testkit::switches::NO_CLOCK_CHECK);
+        if !clock_check {
+            tracing::warn!(
+                "{} is set: the masters' clocks are not watched, and a master whose clock jumps \
+                 or freezes can grant a lock twice; for control runs of the tests only",
+                redlock_testkit::switches::NO_CLOCK_CHECK
+            );
+        }
+        let process_check = !switched_on(redlock_testkit::switches::NO_PROCESS_CHECK);
+        if !process_check {
+            tracing::warn!(
+                "{} is set: a vote that finds its script missing does not ask whether the master \
+                 restarted, and a master restored behind a proxy can grant a lock twice; for \
+                 control runs of the tests only",
+                redlock_testkit::switches::NO_PROCESS_CHECK
+            );
+        }
+        let fence = FenceSettings {
+            clock_bound: config.quarantine(),
+            ..FenceSettings::from_env()
+        };
         if !fence.writeback {
             tracing::warn!(
                 "{NO_WRITEBACK_SWITCH} is set: fenced grants do not raise the masters' counters, \
@@ -149,6 +169,10 @@ impl Agent {
             charge_queued,
             overall: config.lock.max_ttl,
             agent_name: config.agent.name.clone(),
+            clock_check,
+            process_check,
+            drift_factor: config.lock.drift_factor,
+            stale_after: config.health.interval * 2,
         };
         let mut nodes = Vec::with_capacity(config.masters.len());
         for (index, master) in config.masters.iter().enumerate() {

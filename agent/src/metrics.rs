@@ -284,7 +284,7 @@ impl Metrics {
             ),
             node_restarts: counter_vec(
                 "redlock_node_restarts_detected_total",
-                "Masters that may have lost keys, by detector (reconnect, run_id, uptime, marker, eviction).",
+                "Masters that may have lost keys, by detector (reconnect, run_id, uptime, marker, eviction, clock).",
                 &["node", "detector"],
             ),
             node_request_duration: histogram_vec(
@@ -454,7 +454,14 @@ impl Metrics {
             for kind in crate::redlock::NodeError::KINDS {
                 m.node_errors.with_label_values(&[node, kind]);
             }
-            for detector in ["reconnect", "run_id", "uptime", "marker", "eviction"] {
+            for detector in [
+                "reconnect",
+                "run_id",
+                "uptime",
+                "marker",
+                "eviction",
+                "clock",
+            ] {
                 m.node_restarts.with_label_values(&[node, detector]);
             }
         }

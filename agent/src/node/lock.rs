@@ -48,7 +48,8 @@ use redlock_wire::NodeState;
 use tokio::sync::{mpsc, oneshot};
 
 use super::conn::Within;
-use super::{classify_text, scripts, ttl_ms, Detector, Node};
+use super::process::Evaluated;
+use super::{classify_text, clock, scripts, ttl_ms, Detector, Node};
 use crate::redlock::master::{Claim, Extension, Master, NodeError, Vote};
 use crate::redlock::observe::{Op, VoteLabel};
 
@@ -151,6 +152,23 @@ impl Master for Node {
         self.wake.notify_one();
     }
 
+    fn master_time_us(&self) -> Option<u64> {
+        Node::master_time_us(self)
+    }
+
+    fn is_stale(&self) -> bool {
+        Node::state(self) == NodeState::Down
+            || self
+                .probed_at()
+                .is_none_or(|at| at.elapsed() > self.stale_after)
+    }
+
+    async fn refresh(&self) {
+        // A probe this recent is the truth already: many requests that
+        // find the view stale at once wait for one probe.
+        self.fresh(REFRESH_AGE, self.probe_timeout()).await;
+    }
+
     fn state(&self) -> NodeState {
         Node::state(self)
     }
@@ -231,6 +249,10 @@ impl Master for Node {
     }
 }
 
+/// How recent a probe must be for [`Master::refresh`] to wait for no
+/// other.
+const REFRESH_AGE: Duration = Duration::from_millis(100);
+
 /// Most commands in one script call: enough for every client's vote at
 /// hundreds of clients, short enough that one call never holds a master
 /// for long.
@@ -283,6 +305,12 @@ impl Command {
             Command::Extend { ttl } => ("e", ttl_ms(*ttl), ""),
             Command::Release { channel } => ("r", 0, channel),
         }
+    }
+
+    /// Whether the command counts toward a grant, so that it must come
+    /// from a master the agent trusts: a vote or an extension.
+    fn needs_trust(&self) -> bool {
+        matches!(self, Command::Vote { .. } | Command::Extend { .. })
     }
 
     /// Whether the script touches the lock key's waiting flag for this
@@ -438,6 +466,26 @@ impl Node {
             }
             return;
         };
+        if !self.is_cluster() && self.state() != NodeState::Up {
+            // Quarantined since these were queued (a restart or a clock
+            // seen by another batch): votes and extensions no longer count;
+            // releases and fences still go.
+            jobs.retain_mut(|job| {
+                if !job.command.needs_trust() {
+                    return true;
+                }
+                let (reply, _) = oneshot::channel();
+                let reply = std::mem::replace(&mut job.reply, reply);
+                let _ = reply.send(Err(NodeError::Other(format!(
+                    "{} was quarantined while the command was queued",
+                    self.name
+                ))));
+                false
+            });
+            if jobs.is_empty() {
+                return;
+            }
+        }
         if !self.is_cluster() {
             return self.send_group(conn, None, jobs, limit).await;
         }
@@ -464,37 +512,53 @@ impl Node {
         self.observer.batch(jobs.len());
         let call = self.batch_call(slot, jobs);
         let mut conn = conn;
+        let sent = clock::since_boot();
         let result = if self.charge_queued {
             // The control: bounded from the call, the agent's time included.
             if slot.is_some() {
-                super::conn::bounded(
-                    self.timeout,
-                    scripts::evalsha(&scripts::BATCH, &call, &mut conn),
-                )
-                .await
+                super::conn::bounded(self.timeout, self.eval_batch(&call, &mut conn)).await
             } else {
-                scripts::evalsha(&scripts::BATCH, &call, &mut conn).await
+                self.eval_batch(&call, &mut conn).await
             }
         } else {
             // The handle's own response timeout must not cut the call short
             // of the limit; the master's bound is kept here.
             conn.set_response_timeout(limit.max(self.timeout));
-            let call = scripts::evalsha(&scripts::BATCH, &call, &mut conn);
+            let call = self.eval_batch(&call, &mut conn);
             match super::conn::answer_within(self.timeout, limit, call).await {
                 Within::Answered(result) => result,
                 Within::TimedOut => Err(super::conn::timed_out()),
                 Within::Backlog(waited) => return self.backlog(jobs, waited),
             }
         };
+        let received = clock::since_boot();
+        let result = match result {
+            Ok(Evaluated::Answered(value)) => Ok(value),
+            Ok(Evaluated::Restarted(error)) => return self.fail_all(jobs, &error),
+            Err(e) => Err(e),
+        };
         if slot.is_some() {
             self.cluster_lock_result(matches!(&result, Ok(redis::Value::BulkString(_))));
         }
-        // One line per command (see [`scripts::BATCH`]).
+        // The master's clock, then one line per command (see
+        // [`scripts::BATCH`]).
+        let mut fault = None;
         let lines: Option<Vec<&str>> = match &result {
             Ok(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes)
                 .ok()
-                .map(|text| text.split('\n').collect())
-                .filter(|lines: &Vec<&str>| lines.len() == jobs.len()),
+                .and_then(|text| text.split_once('\n'))
+                .and_then(|(time, rest)| {
+                    if let Some(master_us) = master_time(time) {
+                        let sample = clock::Sample {
+                            sent,
+                            received,
+                            master_us,
+                        };
+                        fault = self.clock_reading(sample);
+                    }
+                    let lines: Vec<&str> = rest.split('\n').collect();
+                    (lines.len() == jobs.len()).then_some(lines)
+                }),
             _ => None,
         };
         let answers = match (lines, &result) {
@@ -513,6 +577,11 @@ impl Node {
         };
         for (job, item) in jobs.drain(..).zip(answers) {
             let answer = match parse(item) {
+                // A vote or extension read beside a clock that moved:
+                // never counted (the node is quarantined already).
+                _ if fault.is_some() && job.command.needs_trust() => Err(NodeError::Other(
+                    fault.map_or_else(String::new, |f| f.describe()),
+                )),
                 Some((-2, text)) => Err(self.record_error(classify_text(text))),
                 Some((status, "")) => Ok(Answer { status, counter: 0 }),
                 Some((status, text)) => match text.parse() {
@@ -616,6 +685,15 @@ async fn run(node: Weak<Node>, mut queue: mpsc::UnboundedReceiver<Job>) {
     }
 }
 
+/// The master's clock in a batch's answer (`seconds microseconds`), in
+/// microseconds since the Unix epoch.
+fn master_time(line: &str) -> Option<u64> {
+    let (seconds, micros) = line.split_once(' ')?;
+    let seconds: u64 = seconds.parse().ok()?;
+    let micros: u64 = micros.parse().ok()?;
+    seconds.checked_mul(1_000_000)?.checked_add(micros)
+}
+
 /// One command's answer: a bare status, or `status:more`.
 fn parse(item: &str) -> Option<(i64, &str)> {
     let (status, more) = item.split_once(':').unwrap_or((item, ""));
@@ -624,7 +702,18 @@ fn parse(item: &str) -> Option<(i64, &str)> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{master_time, parse};
+
+    #[test]
+    fn the_master_time_line_is_seconds_and_microseconds() {
+        assert_eq!(master_time("1764000000 5"), Some(1_764_000_000_000_005));
+        assert_eq!(
+            master_time("1764000000 999999"),
+            Some(1_764_000_000_999_999)
+        );
+        assert_eq!(master_time("1764000000"), None);
+        assert_eq!(master_time("x 1"), None);
+    }
 
     #[test]
     fn an_answer_line_is_a_status_and_what_follows_its_first_colon() {

@@ -43,10 +43,12 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKin
 use tokio::sync::{watch, Notify};
 
 pub mod check;
+pub mod clock;
 pub mod cluster;
 pub mod conn;
 pub mod lock;
 pub mod probe;
+pub mod process;
 pub mod scan;
 pub mod scripts;
 pub mod subscriber;
@@ -138,6 +140,21 @@ pub struct NodeSettings {
     /// `redlock-agent:<agent>:<purpose>` (`CLIENT SETNAME`), so operators
     /// can tell a fleet's connections apart in `CLIENT LIST`.
     pub agent_name: String,
+    /// Watch the master's clock in every vote and probe (see [`clock`]).
+    /// Off only through the test switch `REDLOCK_TEST_NO_CLOCK_CHECK`.
+    pub clock_check: bool,
+    /// Give this node a vote script of its own and, when a master answers
+    /// NOSCRIPT to it, check the master's `run_id` before the vote counts
+    /// (see [`lock`]). Off only through the test switch
+    /// `REDLOCK_TEST_NO_PROCESS_CHECK`.
+    pub process_check: bool,
+    /// `lock.drift_factor`: how far the master's clock may run from the
+    /// agent's, as a fraction of the time between two readings.
+    pub drift_factor: f64,
+    /// How old the last probe may be before a request that needs this
+    /// master asks for a fresh one (see [`Node::refresh`]): twice
+    /// `health.interval`.
+    pub stale_after: Duration,
 }
 
 /// Which restart detector put a node in quarantine.
@@ -157,6 +174,10 @@ pub enum Detector {
     /// was written (seen inside a vote or by a probe): lock keys may be
     /// among them.
     Eviction,
+    /// The master's clock jumped, froze or ran at the wrong rate (seen in
+    /// a vote or a probe, see [`clock`]): keys may have expired early or
+    /// outlive their TTL.
+    Clock,
 }
 
 impl Detector {
@@ -167,6 +188,7 @@ impl Detector {
             Detector::Uptime => "uptime",
             Detector::Marker => "marker",
             Detector::Eviction => "eviction",
+            Detector::Clock => "clock",
         }
     }
 }
@@ -232,6 +254,10 @@ struct Inner {
     probes: u64,
     /// A hash of `identity.run_id`, for the duplicate check on every request.
     server_id: Option<u64>,
+    /// The last reading of the master's clock (see [`clock`]).
+    clock: clock::ClockWatch,
+    /// What the last clock fault was, while its quarantine lasts.
+    clock_fault: Option<String>,
 }
 
 impl Inner {
@@ -265,6 +291,18 @@ pub struct Node {
     overall: Duration,
     /// See [`NodeSettings::agent_name`].
     agent_name: String,
+    /// See [`NodeSettings::clock_check`].
+    clock_check: bool,
+    /// See [`NodeSettings::process_check`].
+    process_check: bool,
+    /// See [`NodeSettings::drift_factor`].
+    drift_factor: f64,
+    /// See [`NodeSettings::stale_after`].
+    stale_after: Duration,
+    /// This node's copy of [`scripts::BATCH`]: its own SHA (see
+    /// [`scripts::batch`]), so the first vote after the master's process
+    /// changed answers NOSCRIPT whoever else loaded theirs.
+    batch_script: redis::Script,
     /// The master refused `CLIENT SETNAME` once: said, not again.
     setname_refused: AtomicBool,
     /// The leak scanner's connection (see [`scan`]), opened on first use
@@ -341,6 +379,15 @@ impl Node {
             charge_queued: settings.charge_queued,
             overall: settings.overall,
             agent_name: settings.agent_name,
+            clock_check: settings.clock_check,
+            process_check: settings.process_check,
+            drift_factor: settings.drift_factor,
+            stale_after: settings.stale_after,
+            batch_script: if settings.process_check && cluster.is_none() {
+                scripts::batch(Some(&crate::redlock::token::random_id()))
+            } else {
+                scripts::BATCH.clone()
+            },
             setname_refused: AtomicBool::new(false),
             scan_conn: Mutex::new(None),
             list_conn: Mutex::new(None),
@@ -369,6 +416,8 @@ impl Node {
                 probe_timeouts: 0,
                 probes: 0,
                 server_id: None,
+                clock: clock::ClockWatch::default(),
+                clock_fault: None,
             }),
             wake: Notify::new(),
             probed: watch::Sender::new(None),
@@ -422,7 +471,17 @@ impl Node {
             },
             detector: inner.detector,
             identity: inner.identity.clone(),
-            warnings: inner.warnings.clone(),
+            warnings: inner
+                .warnings
+                .iter()
+                .cloned()
+                .chain(
+                    inner
+                        .clock_fault
+                        .clone()
+                        .filter(|_| inner.state(now) == NodeState::Quarantined),
+                )
+                .collect(),
             persistence: inner.persistence.clone(),
         }
     }
@@ -557,7 +616,7 @@ impl Node {
             };
         }
         match self
-            .connect(self.connect_timeout, &[&*scripts::BATCH], "locks")
+            .connect(self.connect_timeout, &[&self.batch_script], "locks")
             .await
         {
             Ok(mut conn) => {

@@ -274,6 +274,7 @@ impl Node {
         marker: Option<Option<u64>>,
     ) -> Result<ProbeReply, NodeError> {
         let start = Instant::now();
+        let sent = super::clock::since_boot();
         let mut pipe = redis::pipe();
         pipe.ignore_errors()
             .cmd("INFO")
@@ -296,6 +297,7 @@ impl Node {
             })
             .await;
         let latency = start.elapsed();
+        let received = super::clock::since_boot();
         let mut replies = match replies {
             Ok(replies) => replies.into_iter(),
             Err(NodeError::Timeout(_)) => return Err(NodeError::Timeout(self.probe_timeout())),
@@ -314,6 +316,13 @@ impl Node {
             }
         };
         let (server, stats) = (info()?, info()?);
+        if let Some(master_us) = server.as_ref().and_then(|s| s.get("server_time_usec")) {
+            self.clock_reading(super::clock::Sample {
+                sent,
+                received,
+                master_us,
+            });
+        }
         let identity = server.zip(stats).and_then(|(server, stats)| {
             if let Some(major) = server
                 .get::<String>("redis_version")

@@ -121,9 +121,26 @@ pub async fn evalsha(
 /// per command, its largest per-command cost after the call itself.
 /// One function, made once per call: a closure per command kind would be
 /// made on every call and cost a small call several times its commands.
-pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local check, setget, evictions = ARGV[1], ARGV[2] == "1", ARGV[3] == "1"
+///
+/// The answer's first line is the master's clock (`TIME`: seconds, a
+/// space, microseconds), read in the same script as the votes, for the
+/// agent's watch on it (see [`super::clock`]).
+///
+/// This text is every agent's; each node's own copy is [`batch`]'s.
+pub static BATCH: LazyLock<Script> = LazyLock::new(|| batch(None));
+
+/// [`BATCH`] with `tag` in a comment at its end: the same script under a
+/// SHA of its own. A node's lock connection uses its own copy, which no
+/// other agent loads, so the first vote after the master's process changed
+/// (a restart, a restore from a snapshot, a failover, even behind a proxy
+/// that keeps the agent's connection open) answers NOSCRIPT, however many
+/// other agents have loaded their copies since (see [`super::lock`]).
+pub fn batch(tag: Option<&str>) -> Script {
+    let tag = tag.map_or_else(String::new, |tag| format!("\n-- {tag}"));
+    Script::new(&format!("{BATCH_SOURCE}{tag}"))
+}
+
+const BATCH_SOURCE: &str = r#"local check, setget, evictions = ARGV[1], ARGV[2] == "1", ARGV[3] == "1"
 local marker, counted, kept
 local function trusted()
   if marker == nil then
@@ -198,9 +215,8 @@ for i = 1, (#ARGV - 3) / 4 do
   end
   out[i] = answer
 end
-return table.concat(out, "\n")"#,
-    )
-});
+local now = redis.call("time")
+return now[1] .. " " .. now[2] .. "\n" .. table.concat(out, "\n")"#;
 
 /// Raise the fencing counter (`KEYS[1]`) to `ARGV[1]` (a decimal integer),
 /// never lower it: the catch-up of a master readmitted while its marker was

@@ -25,6 +25,15 @@
 //! their counters at once for such a read: delayed restart has then
 //! blocked every grant for `max_ttl + extra`, so the floor is past every
 //! earlier fence as long as the agents' clocks disagree by less than that.
+//!
+//! The floor is the agent's clock, but never one agent's clock alone: it
+//! counts only while it is within [`FenceSettings::clock_bound`] (that same
+//! period) of the masters' clocks as this agent last read them (their
+//! median, which no single master moves far; see
+//! [`crate::node::clock`]). An agent whose clock is further off, ahead or
+//! behind, says so in its log and mints without a floor
+//! ([`bounded_floor`]): a clock centuries ahead can no longer raise every
+//! counter to [`MAX_FENCE`] and stop every later fence from growing.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -48,6 +57,10 @@ pub struct FenceSettings {
     pub writeback: bool,
     /// Added to the clock for the floor (0, but for tests).
     pub clock_skew_ms: i64,
+    /// How far the agent's clock may be from the masters' for the floor to
+    /// count: `lock.max_ttl + delayed_restart.extra`, the period the
+    /// fencing guarantee assumes clocks agree within.
+    pub clock_bound: std::time::Duration,
 }
 
 impl Default for FenceSettings {
@@ -55,6 +68,7 @@ impl Default for FenceSettings {
         FenceSettings {
             writeback: true,
             clock_skew_ms: 0,
+            clock_bound: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -68,6 +82,7 @@ impl FenceSettings {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
+            ..FenceSettings::default()
         }
     }
 }
@@ -80,6 +95,38 @@ pub fn floor(skew_ms: i64) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
     now.saturating_add_signed(skew_ms.saturating_mul(1000))
         .min(MAX_FENCE)
+}
+
+/// The floor a grant may use: `floor` (this agent's clock) while it is
+/// within `bound` of `masters` (the masters' clocks, microseconds since the
+/// epoch, when known), else `Err` with how far off it is, signed (ahead
+/// positive). Where the masters' clocks are unknown (none read yet, an ACL
+/// refusing `INFO`), the agent's clock is all there is.
+pub fn bounded_floor(
+    floor: u64,
+    masters: Option<u64>,
+    bound: std::time::Duration,
+) -> Result<u64, i128> {
+    let Some(masters) = masters else {
+        return Ok(floor);
+    };
+    let off = i128::from(floor) - i128::from(masters);
+    if off.unsigned_abs() <= bound.as_micros() {
+        Ok(floor)
+    } else {
+        Err(off)
+    }
+}
+
+/// The middle value of `values` (the lower of the two middle ones for an
+/// even count): the masters' time as most of them see it, which no single
+/// master's clock can move far.
+pub fn median(mut values: Vec<u64>) -> Option<u64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable();
+    Some(values[(values.len() - 1) / 2])
 }
 
 /// The fence of a grant whose yes votes read at most `highest`.
@@ -118,6 +165,33 @@ mod tests {
         assert!(plain < MAX_FENCE);
         let behind = floor(-5_000);
         assert!(behind + 4_000_000 < floor(0));
+    }
+
+    #[test]
+    fn the_floor_counts_only_near_the_masters_clocks() {
+        let minute = std::time::Duration::from_secs(60);
+        let now = 1_764_000_000_000_000;
+        assert_eq!(bounded_floor(now, Some(now + 59_000_000), minute), Ok(now));
+        assert_eq!(bounded_floor(now, None, minute), Ok(now));
+        // 230 years ahead, or an hour behind: refused, with the offset.
+        let far = MAX_FENCE;
+        assert_eq!(
+            bounded_floor(far, Some(now), minute),
+            Err(i128::from(far) - i128::from(now))
+        );
+        assert_eq!(
+            bounded_floor(now - 3_600_000_000, Some(now), minute),
+            Err(-3_600_000_000)
+        );
+    }
+
+    #[test]
+    fn the_median_is_what_most_masters_say() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![5]), Some(5));
+        assert_eq!(median(vec![9, 1, 5]), Some(5));
+        assert_eq!(median(vec![u64::MAX, 1, 2, 3, 4]), Some(3));
+        assert_eq!(median(vec![4, 1, 3, 2]), Some(2));
     }
 
     #[test]

@@ -166,6 +166,28 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
     /// Nothing to do for a master without probes.
     fn probe_soon(&self) {}
 
+    /// The master's wall clock now as the agent last read it, in
+    /// microseconds since the Unix epoch (see `crate::node::clock`);
+    /// `None` when not known.
+    fn master_time_us(&self) -> Option<u64> {
+        None
+    }
+
+    /// Whether what the agent knows of this master may be out of date: it
+    /// is marked down, or its last probe is old (an idle agent probes
+    /// seldom). A request that would answer from such a view refreshes
+    /// it first ([`Master::refresh`]).
+    fn is_stale(&self) -> bool {
+        false
+    }
+
+    /// Probes the master now and waits for the answer (at most the probe's
+    /// own timeout), so a request answers from the master's state and not
+    /// from an old view. Nothing to do for a master without probes.
+    fn refresh(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// A stable id of the server process behind this master (a hash of its
     /// `run_id`), when known: two masters with one id are one server.
     fn server_id(&self) -> Option<u64>;

@@ -113,6 +113,9 @@ enum Attempt<M> {
 /// its turn, so waiting here never eats into a lock's validity.
 pub const MAX_ROUNDS_IN_FLIGHT: usize = 128;
 
+/// How often a skewed clock is logged at most.
+const SKEW_LOG_EVERY: Duration = Duration::from_secs(60);
+
 /// Redlock over a fixed set of masters.
 ///
 /// The quorum is N/2+1 of the configured N, whatever state the nodes are in:
@@ -124,6 +127,8 @@ pub struct Redlock<M: Master> {
     settings: Settings,
     observer: Arc<dyn Observer>,
     rounds: tokio::sync::Semaphore,
+    /// When a skewed clock was last logged (see [`Redlock::floor`]).
+    skew_said: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl<M: Master> Redlock<M> {
@@ -138,6 +143,7 @@ impl<M: Master> Redlock<M> {
             settings,
             observer,
             rounds: tokio::sync::Semaphore::new(MAX_ROUNDS_IN_FLIGHT),
+            skew_said: std::sync::Mutex::new(None),
         }
     }
 
@@ -197,6 +203,25 @@ impl<M: Master> Redlock<M> {
             .collect()
     }
 
+    /// The nodes that may vote now, from a view that is not out of date:
+    /// when too few are usable, or one that is usable has not been probed
+    /// for a while (an idle agent), the stale ones ([`Master::is_stale`])
+    /// are probed first and waited for. An agent that was idle while
+    /// masters came back answers from what they are now, not `no_quorum`
+    /// from what they were.
+    async fn fresh_usable(&self) -> Vec<Arc<M>> {
+        let usable = self.usable();
+        if usable.len() >= self.quorum && !usable.iter().any(|n| n.is_stale()) {
+            return usable;
+        }
+        let stale: Vec<&Arc<M>> = self.nodes.iter().filter(|n| n.is_stale()).collect();
+        if stale.is_empty() {
+            return usable;
+        }
+        futures::future::join_all(stale.iter().map(|n| n.refresh())).await;
+        self.usable()
+    }
+
     /// Says which nodes cannot be used and why, for `no_quorum` answers.
     pub fn describe_unusable(&self) -> String {
         let usable = self.usable().len();
@@ -245,7 +270,7 @@ impl<M: Master> Redlock<M> {
     ) -> Acquire {
         // The semaphore is never closed, so a permit always comes.
         let _turn = self.rounds.acquire().await;
-        let usable = self.usable();
+        let usable = self.fresh_usable().await;
         if usable.len() < self.quorum {
             return Acquire::NoQuorum(self.describe_unusable());
         }
@@ -318,7 +343,7 @@ impl<M: Master> Redlock<M> {
             .map(|(_, counter)| *counter)
             .max()
             .unwrap_or(0);
-        let minted = fence::next(highest, fence::floor(self.settings.fence.clock_skew_ms));
+        let minted = fence::next(highest, self.floor());
         if !self.settings.fence.writeback {
             return Ok(minted);
         }
@@ -361,6 +386,44 @@ impl<M: Master> Redlock<M> {
             self.quorum,
             failures.join(", ")
         ))
+    }
+
+    /// The floor of the next fence: this agent's clock, while it is near
+    /// the masters' (see [`fence::bounded_floor`]); else none, and the
+    /// skew is logged (at most once a minute).
+    fn floor(&self) -> u64 {
+        let settings = &self.settings.fence;
+        let masters = fence::median(
+            self.nodes
+                .iter()
+                .filter_map(|n| n.master_time_us())
+                .collect(),
+        );
+        match fence::bounded_floor(
+            fence::floor(settings.clock_skew_ms),
+            masters,
+            settings.clock_bound,
+        ) {
+            Ok(floor) => floor,
+            Err(off_us) => {
+                let now = tokio::time::Instant::now();
+                let mut said = self
+                    .skew_said
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if said.is_none_or(|at| now.duration_since(at) >= SKEW_LOG_EVERY) {
+                    *said = Some(now);
+                    tracing::warn!(
+                        off_ms = off_us / 1000,
+                        bound = ?settings.clock_bound,
+                        "this agent's clock is further from the masters' than the fencing bound \
+                         (positive: ahead): fences are minted without its clock floor; fix the \
+                         host's time"
+                    );
+                }
+                0
+            }
+        }
     }
 
     /// The pause before another round: `retry_delay` plus a random part of

@@ -295,6 +295,7 @@ async fn without_the_write_back_a_clock_behind_mints_fences_out_of_order() {
             FenceSettings {
                 writeback,
                 clock_skew_ms: 0,
+                ..FenceSettings::default()
             },
         );
         let Acquire::Granted(first) = acquire(&ahead, "f", true).await else {
@@ -307,6 +308,7 @@ async fn without_the_write_back_a_clock_behind_mints_fences_out_of_order() {
                 fence: FenceSettings {
                     writeback,
                     clock_skew_ms: -60_000,
+                    ..FenceSettings::default()
                 },
                 ..ahead.redlock.settings().clone()
             },
