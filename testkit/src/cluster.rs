@@ -849,7 +849,21 @@ impl RedisCluster {
         self.finish_migration(migration)
     }
 
-    /// Thaws every frozen node (a failover begun and never finished).
+    /// Freezes (SIGSTOP) every node: the whole cluster keeps its sockets
+    /// open and answers nothing, as a master whose host stalls.
+    /// [`RedisCluster::thaw_all`] thaws it.
+    ///
+    /// # Errors
+    /// When a node is not running (the nodes frozen before it stay so).
+    pub fn freeze_all(&self) -> Result<(), ClusterError> {
+        for node in &self.nodes {
+            node.server.freeze()?;
+        }
+        Ok(())
+    }
+
+    /// Thaws every frozen node (a failover begun and never finished, or
+    /// [`RedisCluster::freeze_all`]).
     pub fn thaw_all(&mut self) {
         for node in &self.nodes {
             if node.server.is_frozen() {
