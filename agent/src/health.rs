@@ -268,8 +268,10 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
 /// One probe of a master that is a Redis Cluster (see
 /// [`crate::node::cluster`]): connect if needed, read its shards, quarantine
 /// the slots of a shard that restarted or evicted keys, read every slot's
-/// marker at first sight, then write the witnesses of slots newly
-/// quarantined and readmit those whose time ran out.
+/// marker at first sight and one slot's per shard after (a shard found
+/// without it is swept, and every slot without its marker quarantined: see
+/// [`crate::node::cluster::markers`]), then write the witnesses of slots
+/// newly quarantined and readmit those whose time ran out.
 async fn probe_cluster(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) {
     let was = node.state();
     let (lock_conn, reconnected) = match node.connection() {

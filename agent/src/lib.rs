@@ -36,8 +36,11 @@
 //!   is a Redis Cluster ([`node::cluster`]) checks its marker per slot
 //!   against the serving node's ID and quarantines slots one by one
 //!   ([`node::cluster::slots`]); the health task reads its shards
-//!   ([`node::cluster::topology`]) and brings quarantined slots back
-//!   ([`node::cluster::readmit`]: markers, witnesses, readmission), with
+//!   ([`node::cluster::topology`]) and their markers
+//!   ([`node::cluster::markers`]: all at first sight, one per shard at
+//!   every probe, a shard found without it swept whole), and brings
+//!   quarantined slots back ([`node::cluster::readmit`]: witnesses,
+//!   readmission), with
 //!   scripts that serve many slots of a shard per call
 //!   ([`node::cluster::sweep`]); it is scanned, and its per-slot fencing
 //!   counters read, shard by shard ([`node::cluster::scan`]).
