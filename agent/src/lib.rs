@@ -48,7 +48,9 @@
 //!   and lost keys (the incarnation marker, evictions), quarantines such a
 //!   master (delayed restart) and readmits it by rewriting the marker and
 //!   catching its fencing counter up; on a cluster, the same per slot, and
-//!   each shard's restarts; topology checks.
+//!   each shard's restarts; topology checks; and readiness
+//!   ([`health::readiness()`], in `health/readiness.rs`): whether a lock on
+//!   any resource could get a quorum now, counted slot by slot.
 //! - [`lock`]: the lock service, the one home of the lock lifecycle:
 //!   acquire, holds ([`lock::holds`]: renewed, and told `lost` the moment
 //!   a force release or a master's loss is heard), extend, release, force
