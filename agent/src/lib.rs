@@ -36,8 +36,11 @@
 //!   is a Redis Cluster ([`node::cluster`]) checks its marker per slot
 //!   against the serving node's ID and quarantines slots one by one
 //!   ([`node::cluster::slots`]); the health task reads its shards
-//!   ([`node::cluster::topology`]) and brings quarantined slots back
-//!   ([`node::cluster::readmit`]: markers, witnesses, readmission), with
+//!   ([`node::cluster::topology`]) and their markers
+//!   ([`node::cluster::markers`]: all at first sight, one per shard at
+//!   every probe, a shard found without it swept whole), and brings
+//!   quarantined slots back ([`node::cluster::readmit`]: witnesses,
+//!   readmission), with
 //!   scripts that serve many slots of a shard per call
 //!   ([`node::cluster::sweep`]); it is scanned, and its per-slot fencing
 //!   counters read, shard by shard ([`node::cluster::scan`]).
@@ -45,7 +48,9 @@
 //!   and lost keys (the incarnation marker, evictions), quarantines such a
 //!   master (delayed restart) and readmits it by rewriting the marker and
 //!   catching its fencing counter up; on a cluster, the same per slot, and
-//!   each shard's restarts; topology checks.
+//!   each shard's restarts; topology checks; and readiness
+//!   ([`health::readiness()`], in `health/readiness.rs`): whether a lock on
+//!   any resource could get a quorum now, counted slot by slot.
 //! - [`lock`]: the lock service, the one home of the lock lifecycle:
 //!   acquire, holds ([`lock::holds`]: renewed, and told `lost` the moment
 //!   a force release or a master's loss is heard), extend, release, force

@@ -8,13 +8,19 @@
 //! The control run counts masters only (`REDLOCK_TEST_NO_SLOT_READINESS=1`)
 //! and answers 200 while the acquire answers 503: the test's assertion
 //! fails without slot-aware readiness.
+//!
+//! And readiness does not wait for votes to learn of a loss: every shard
+//! of one cluster flushed (`FLUSHALL` on each primary: every slot marker
+//! gone, no restart to see) and a second cluster frozen (`SIGSTOP`), the
+//! frozen one is `down` within two probe timeouts and `/readyz` answers
+//! 503 counting all 16,384 slots, without a single acquire.
 
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{node, wait_for, Switch, TestAgent};
+use common::{node, redis_at, wait_for, Switch, TestAgent};
 use hyper::StatusCode;
 use redlock_testkit::switches::NO_SLOT_READINESS;
 use redlock_testkit::RedisCluster;
@@ -56,7 +62,7 @@ impl Clusters {
         }
     }
 
-    fn config_yaml(&self, socket: &Path) -> String {
+    fn config_yaml(&self, socket: &Path, settings: &str) -> String {
         let mut yaml = format!(
             "socket:\n  path: {:?}\nmetrics:\n  listen: \"127.0.0.1:0\"\nlog:\n  level: debug\nmasters:\n",
             socket.display().to_string()
@@ -67,7 +73,7 @@ impl Clusters {
                 yaml.push_str(&format!("      - {seed}\n"));
             }
         }
-        yaml.push_str(SETTINGS);
+        yaml.push_str(settings);
         yaml
     }
 
@@ -76,7 +82,28 @@ impl Clusters {
     /// `slot_readiness` false, under the control's switch.
     async fn agent(&self, slot_readiness: bool) -> TestAgent {
         let _switch = (!slot_readiness).then(|| Switch::set(NO_SLOT_READINESS, "1"));
-        TestAgent::start_cautious_with(|socket| self.config_yaml(socket)).await
+        TestAgent::start_cautious_with(|socket| self.config_yaml(socket, SETTINGS)).await
+    }
+
+    /// An agent that knows these clusters started empty: it writes every
+    /// slot's marker at first sight instead of quarantining the slots.
+    /// Returns once every cluster is up with no slot out and `/readyz`
+    /// answers 200.
+    async fn agent_fresh(&self, settings: &str) -> TestAgent {
+        let agent = TestAgent::start_with(|socket| self.config_yaml(socket, settings)).await;
+        wait_for(
+            "every cluster up with no slot in quarantine, and ready",
+            Duration::from_secs(30),
+            || async {
+                let nodes = agent.nodes().await;
+                CLUSTERS.iter().all(|name| {
+                    let n = node(&nodes, name);
+                    n["state"] == "up" && n["quarantined_slots"] == 0
+                }) && readyz(&agent).await.0 == StatusCode::OK
+            },
+        )
+        .await;
+        agent
     }
 }
 
@@ -189,4 +216,91 @@ async fn the_control_counting_masters_only_says_ready_while_no_lock_can_be_grant
         during.ready.1
     );
     assert_eq!(during.nodes["available"], true, "{:#}", during.nodes);
+}
+
+/// As [`SETTINGS`] with a quarantine of max_ttl + extra = 64 s: the
+/// flushed cluster's slots stay out for the whole test. The probe timeout
+/// is the node timeout times ten, at most 2 s.
+const SETTINGS_LONG_QUARANTINE: &str = "lock:\n  default_ttl: 4s\n  max_ttl: 4s\n  node_timeout: 200ms\n  retry_delay: 20ms\n  retry_jitter: 20ms\nhealth:\n  interval: 100ms\ndelayed_restart:\n  extra: 60s\n";
+
+/// Two probe timeouts of 2 s (a probe that times out once is tried again
+/// before the master counts as down), plus the probes' interval and room
+/// for a busy machine.
+const FROZEN_DOWN_WITHIN: Duration = Duration::from_secs(12);
+
+/// Polls `/readyz` until `done` holds of its status and JSON, or panics at
+/// `limit` with the last answer.
+async fn wait_readyz(
+    agent: &TestAgent,
+    what: &str,
+    limit: Duration,
+    done: impl Fn(StatusCode, &Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (status, body) = readyz(agent).await;
+        if done(status, &body) {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}; /readyz answered {status}: {body:#}\n\
+             /v1/nodes: {:#}",
+            agent.nodes().await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every shard of c1 flushed (every slot marker gone while the primaries
+/// live on) and c2 frozen: no acquire can succeed (c3 alone is no quorum).
+/// With no vote to tell it, the agent still sees c2 `down` within two
+/// probe timeouts and every slot of c1 in quarantine, and `/readyz`
+/// answers 503 counting all 16,384 slots without a quorum, as the acquire
+/// that follows answers `no_quorum`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_counting_every_slot_after_a_cluster_is_flushed_and_another_frozen() {
+    let mut clusters = Clusters::start();
+    let agent = clusters.agent_fresh(SETTINGS_LONG_QUARANTINE).await;
+
+    let flushed = &clusters.clusters[0];
+    for shard in 0..flushed.shards() {
+        let port = flushed.primary_port(shard);
+        let mut conn = redis_at(&format!("redis://127.0.0.1:{port}")).await;
+        redis::cmd("FLUSHALL")
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("FLUSHALL on {port}: {e}"));
+    }
+    blocking(|| clusters.clusters[1].freeze_all()).expect("freeze c2");
+
+    wait_for("c2, frozen, to be down", FROZEN_DOWN_WITHIN, || async {
+        node(&agent.nodes().await, "c2")["state"] == "down"
+    })
+    .await;
+
+    let ready = wait_readyz(
+        &agent,
+        "/readyz to answer 503 with every slot without a quorum",
+        Duration::from_secs(10),
+        |status, body| {
+            status == StatusCode::SERVICE_UNAVAILABLE && body["slots_without_quorum"] == 16384
+        },
+    )
+    .await;
+    assert_eq!(ready["ready"], false, "{ready:#}");
+    let reason = ready["reason"].as_str().expect("a reason");
+    assert!(reason.contains("16384 of 16384 hash slots"), "{reason}");
+    assert!(
+        reason.contains("c1 has 16384 slots in quarantine"),
+        "{reason}"
+    );
+    let nodes = agent.nodes().await;
+    assert_eq!(node(&nodes, "c1")["quarantined_slots"], 16384, "{nodes:#}");
+    assert_eq!(node(&nodes, "c3")["quarantined_slots"], 0, "{nodes:#}");
+
+    let (status, body) = agent.post("/v1/locks/orders-42/acquire", json!({})).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["code"], "no_quorum", "{body}");
+    blocking(|| clusters.clusters[1].thaw_all());
 }

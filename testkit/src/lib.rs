@@ -14,8 +14,9 @@
 //!   [`Options`], what it runs with (persistence, TLS, replication, memory
 //!   limit, ACL users, cluster mode, any other argument).
 //! - [`cluster`]: [`RedisCluster`], a real local Redis Cluster (N
-//!   primaries, R replicas each) and its faults: a shard restarted empty,
-//!   a lagged failover, a slot migration.
+//!   primaries, R replicas each), and its faults (in `cluster/faults.rs`):
+//!   a shard restarted empty, a lagged failover, a slot migration, every
+//!   node frozen.
 //! - [`proxy`]: [`proxy::Link`], a TCP proxy in front of one master that
 //!   adds latency, cuts or blackholes the connections on demand (the fault
 //!   suite's links between agents and masters).

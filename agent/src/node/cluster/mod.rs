@@ -25,13 +25,18 @@
 //! A shard restarted with its data (a new `run_id` on the same node ID) or
 //! evicting keys is seen by the health probe ([`topology`]), which deletes
 //! the markers of the shard's slots: the next vote in each quarantines it.
+//! A shard that lost its keys with no such sign (`FLUSHALL`) is seen by the
+//! probe too: it reads one slot's marker per shard every time
+//! ([`markers`]), and sweeps a shard found without it, so every slot out is
+//! quarantined (and counted by readiness) without waiting for votes.
 //!
 //! ## Layout
 //! Here: the cluster client, a cluster master's own parts
 //! ([`ClusterPart`]) and its connections; [`topology`]: `CLUSTER SHARDS`
 //! and each primary's `INFO`, read by the health probe; [`slots`]: each
-//! slot trusted or in quarantine; [`readmit`]: the markers read at first
-//! sight, the witnesses and readmission; [`scan`]: `SCAN` shard by shard
+//! slot trusted or in quarantine; [`markers`]: the markers read by the
+//! probe, all at first sight, one per shard after; [`readmit`]: the
+//! witnesses and readmission; [`scan`]: `SCAN` shard by shard
 //! and the per-slot fencing counters; [`sweep`]: the scripts that do one
 //! thing for many slots of a shard in one call.
 
@@ -49,6 +54,7 @@ use super::scripts::BATCH;
 use super::{scripts, Conn, Node};
 use crate::redlock::master::NodeError;
 
+pub mod markers;
 pub mod readmit;
 pub mod scan;
 pub mod slots;
@@ -77,6 +83,12 @@ pub struct ClusterPart {
     witness_id: String,
     /// Every slot's marker was read once (at first sight).
     markers_read: std::sync::atomic::AtomicBool,
+    /// Probes that sampled one marker per shard since: turns the slot
+    /// sampled over each shard's slots (see [`markers`]).
+    samples: std::sync::atomic::AtomicUsize,
+    /// Node IDs of primaries found without a marker whose sweep did not
+    /// read every slot: swept again at the next probe.
+    to_sweep: std::sync::Mutex<Vec<String>>,
     /// The health task's own connection, bounded by the probe timeout, so
     /// its sweeps over thousands of slots neither time out at the lock
     /// path's bound nor queue ahead of lock commands.
@@ -99,6 +111,8 @@ impl ClusterPart {
             shards: std::sync::Mutex::new(Vec::new()),
             witness_id: crate::redlock::token::random_id(),
             markers_read: std::sync::atomic::AtomicBool::new(false),
+            samples: std::sync::atomic::AtomicUsize::new(0),
+            to_sweep: std::sync::Mutex::new(Vec::new()),
             probe_conn: std::sync::Mutex::new(None),
             lock_failures: std::sync::atomic::AtomicU32::new(0),
             probe_misses: std::sync::atomic::AtomicU32::new(0),

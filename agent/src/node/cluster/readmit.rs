@@ -1,14 +1,14 @@
-//! A cluster slot's way back from quarantine: every slot's marker read
-//! at first sight, this agent's witness written in each slot it keeps
-//! out, and readmission once the quarantine ran out, where the witness is
-//! still there on the node that serves the slot (see [`super::slots`]).
+//! A cluster slot's way back from quarantine: this agent's witness written
+//! in each slot it keeps out, and readmission once the quarantine ran out,
+//! where the witness is still there on the node that serves the slot (see
+//! [`super::slots`]).
 
 use std::time::{Duration, Instant};
 
-use redlock_wire::keys::{slot_key, SLOTS};
+use redlock_wire::keys::slot_key;
 
-use super::sweep::{SWEEP_MARKERS, SWEEP_READMIT, SWEEP_WITNESSES};
-use crate::node::{ttl_ms, Conn, Detector, Node, MARKER_SUFFIX, WITNESS_SUFFIX};
+use super::sweep::{SWEEP_READMIT, SWEEP_WITNESSES};
+use crate::node::{ttl_ms, Conn, Node, MARKER_SUFFIX, WITNESS_SUFFIX};
 use crate::redlock::master::NodeError;
 
 impl Node {
@@ -19,59 +19,6 @@ impl Node {
             &format!("{prefix}{}{WITNESS_SUFFIX}", part.witness_id),
             slot,
         ))
-    }
-
-    /// At first sight, reads every slot's marker: a slot whose marker is
-    /// missing or names another node is quarantined at once, rather than at
-    /// its first vote. With masters this process started empty, writes the
-    /// markers instead. Done once; tried again at the next probe until every
-    /// slot answered.
-    pub(crate) async fn read_slot_markers(&self, conn: &Conn, fresh: bool) {
-        let Some(part) = self.part() else { return };
-        if part.markers_read.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        let keys: Vec<(u16, Vec<String>)> = (0..SLOTS)
-            .map(|slot| (slot, vec![slot_key(&self.marker_key, slot)]))
-            .collect();
-        let mode = if fresh { "write" } else { "read" };
-        let answers = self.sweep(conn, &SWEEP_MARKERS, keys, &[mode]).await;
-        // Slots on no known shard (a topology being changed) count as
-        // unanswered: read again at the next probe.
-        let mut unanswered = usize::from(SLOTS).saturating_sub(answers.len());
-        let mut lost = 0;
-        for (slot, answer) in answers {
-            match answer {
-                Ok(1) => {}
-                Ok(_) => {
-                    lost += 1;
-                    if let Some(mut slots) = self.slots() {
-                        slots.lose(slot);
-                    }
-                }
-                Err(e) => {
-                    tracing::trace!(node = %self.name, slot, error = %e, "slot marker not read");
-                    unanswered += 1;
-                }
-            }
-        }
-        self.observer.quarantined_slots(self.quarantined_slots());
-        if lost > 0 {
-            self.lost_keys();
-            self.restart_detected(Detector::Marker);
-            tracing::warn!(
-                node = %self.name,
-                slots = lost,
-                quarantine = ?self.quarantine,
-                "cluster slots without this node's marker (a new cluster, or lost keys): quarantined"
-            );
-        }
-        if unanswered == 0 {
-            part.markers_read
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        } else {
-            tracing::debug!(node = %self.name, unanswered, "slot markers not all read; trying again");
-        }
     }
 
     /// Writes this agent's witness in every slot that waits for one, on the

@@ -10,8 +10,9 @@
 //!
 //! ## The life of a slot
 //! `Trusted` → (a vote finds the marker missing or naming another node, the
-//! first read of every marker does, or a probe saw its shard restart, evict
-//! keys or hand the slot to another node) `Lost` → (this agent wrote its
+//! first read of every marker or the sweep of a shard found without one
+//! does, or a probe saw its shard restart, evict keys or hand the slot to
+//! another node) `Lost` → (this agent wrote its
 //! witness in the slot, on the node that serves it) `Witnessed` →
 //! (`max_ttl + extra` after the witness, the witness still there on the
 //! same node: nothing was lost since) `Trusted`, with the marker rewritten

@@ -126,12 +126,13 @@ impl Node {
 
 /// `ARGV[1]` "read" or "write", then one marker per slot: 1 where the
 /// marker holds this node's ID (after writing it, for "write": clusters
-/// this process started empty), else 0.
+/// this process started empty), else 0. A read is `CLUSTER MYID` and one
+/// `GET` per slot: the health probe samples markers with it every probe.
 pub(super) static SWEEP_MARKERS: LazyLock<Script> =
     LazyLock::new(|| Script::new(SWEEP_MARKERS_CODE));
 const SWEEP_MARKERS_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
 local id = redis.call("cluster", "myid")
-local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+local evicted = ARGV[1] == "write" and string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)") or nil
 local out = {}
 for i = 2, #ARGV do
   if ARGV[1] == "write" then redis.call("set", ARGV[i], evicted and id .. " e=" .. evicted or id) end

@@ -40,6 +40,11 @@ impl Shard {
             .iter()
             .flat_map(|[a, b]| *a..=(*b).min(SLOTS - 1))
     }
+
+    /// It serves `slot`.
+    pub(super) fn serves(&self, slot: u16) -> bool {
+        self.slots.iter().any(|[a, b]| (*a..=*b).contains(&slot))
+    }
 }
 
 /// Slots that may have lost keys, as a probe saw it: a shard restarted
