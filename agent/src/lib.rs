@@ -28,6 +28,10 @@
 //!   lock commands ([`node::lock`], sent in batches: what queued while the
 //!   previous call was on its way goes in one script call, one per slot on
 //!   a cluster) and their scripts ([`node::scripts`]),
+//!   the watch on the master's clock, read in every vote and probe
+//!   ([`node::clock`]), the check that a vote's answer comes from the
+//!   master process the agent knows ([`node::process`]: each node's own
+//!   vote script, NOSCRIPT, then `run_id`),
 //!   the health probes' commands ([`node::probe`]), the scans, the leak
 //!   scanner's fenced writes and operator reads ([`node::scan`]),
 //!   `check`'s own ([`node::check`]), and the pub/sub subscriber
