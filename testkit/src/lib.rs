@@ -17,9 +17,14 @@
 //!   primaries, R replicas each), and its faults (in `cluster/faults.rs`):
 //!   a shard restarted empty, a lagged failover, a slot migration, every
 //!   node frozen.
+//! - [`clock`]: a master's wall clock moved by the test (jumped, frozen,
+//!   put back) through a small `LD_PRELOAD` library built with `cc`, for
+//!   masters started with [`Options::clock`].
 //! - [`proxy`]: [`proxy::Link`], a TCP proxy in front of one master that
 //!   adds latency, cuts or blackholes the connections on demand (the fault
-//!   suite's links between agents and masters).
+//!   suite's links between agents and masters), or keeps the agent's
+//!   connections open while the master behind it dies and comes back
+//!   ([`proxy::Link::start_keeping`]).
 //! - [`switches`]: the names of the agent's test-only environment switches.
 
 //!
@@ -29,6 +34,8 @@
 #[cfg(feature = "servers")]
 pub mod bins;
 #[cfg(feature = "servers")]
+pub mod clock;
+#[cfg(feature = "servers")]
 pub mod cluster;
 #[cfg(feature = "servers")]
 pub mod proxy;
@@ -36,6 +43,8 @@ pub mod proxy;
 pub mod server;
 pub mod switches;
 
+#[cfg(feature = "servers")]
+pub use clock::{Clock, ClockError};
 #[cfg(feature = "servers")]
 pub use cluster::{ClusterError, Migration, Primary, RedisCluster};
 #[cfg(feature = "servers")]
