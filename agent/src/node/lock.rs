@@ -605,7 +605,7 @@ impl Node {
     fn batch_call(&self, slot: Option<u16>, jobs: &[Job]) -> redis::Cmd {
         let mut call = redis::Cmd::with_capacity(6 + 6 * jobs.len(), 64 + 96 * jobs.len());
         call.arg("EVALSHA")
-            .arg(scripts::BATCH.get_hash())
+            .arg(self.batch_script.get_hash())
             .arg(2 + 2 * jobs.len());
         let marker_mode = match slot {
             Some(slot) => {
