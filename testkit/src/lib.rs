@@ -16,9 +16,14 @@
 //! - [`cluster`]: [`RedisCluster`], a real local Redis Cluster (N
 //!   primaries, R replicas each) and its faults: a shard restarted empty,
 //!   a lagged failover, a slot migration.
+//! - [`clock`]: a master's wall clock moved by the test (jumped, frozen,
+//!   put back) through a small `LD_PRELOAD` library built with `cc`, for
+//!   masters started with [`Options::clock`].
 //! - [`proxy`]: [`proxy::Link`], a TCP proxy in front of one master that
 //!   adds latency, cuts or blackholes the connections on demand (the fault
-//!   suite's links between agents and masters).
+//!   suite's links between agents and masters), or keeps the agent's
+//!   connections open while the master behind it dies and comes back
+//!   ([`proxy::Link::start_keeping`]).
 //! - [`switches`]: the names of the agent's test-only environment switches.
 
 //!
@@ -28,6 +33,8 @@
 #[cfg(feature = "servers")]
 pub mod bins;
 #[cfg(feature = "servers")]
+pub mod clock;
+#[cfg(feature = "servers")]
 pub mod cluster;
 #[cfg(feature = "servers")]
 pub mod proxy;
@@ -35,6 +42,8 @@ pub mod proxy;
 pub mod server;
 pub mod switches;
 
+#[cfg(feature = "servers")]
+pub use clock::{Clock, ClockError};
 #[cfg(feature = "servers")]
 pub use cluster::{ClusterError, Migration, Primary, RedisCluster};
 #[cfg(feature = "servers")]

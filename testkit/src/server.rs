@@ -10,6 +10,13 @@
 //!   thread is panicking (a failing test) its log is printed first.
 //! - `restart` starts it again on the same ports, empty unless persistence
 //!   is on: the crash the Redlock page's delayed-restart section is about.
+//! - [`RedisServer::save`] keeps a snapshot of the dataset (`SAVE`) beside
+//!   the log, and [`RedisServer::restart_from_snapshot`] kills the process
+//!   and starts it again from that snapshot: a master restored from an old
+//!   dump, with the keys it had then and none written since. A plain
+//!   `restart` never loads it.
+//! - A master started with [`Options::clock`] keeps time by a clock the
+//!   test moves (see [`crate::clock`]), across restarts too.
 //! - A Redis Cluster node ([`Options::cluster`]) keeps its `nodes.conf` in
 //!   its directory across restarts, so it rejoins its cluster as the same
 //!   node; its cluster bus listens on a second free port.
@@ -20,6 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::clock::{ClockControl, ClockError};
 
 /// How long a fresh `redis-server` may take to answer PING.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,6 +56,10 @@ pub enum SpawnError {
     },
     #[error("{0}")]
     Io(#[from] io::Error),
+    #[error("{0}")]
+    Clock(#[from] ClockError),
+    #[error("master {0} has no snapshot to restart from: save() it first")]
+    NoSnapshot(String),
 }
 
 /// One `redis-server` child process on a loopback port.
@@ -62,6 +75,8 @@ pub struct RedisServer {
     /// The cluster bus port, when started with [`Options::cluster`].
     cluster_port: Option<u16>,
     args: Vec<String>,
+    /// The moved wall clock, when started with [`Options::clock`].
+    clock: Option<ClockControl>,
 }
 
 /// A port nobody listens on right now. Another process may take it before
@@ -119,6 +134,11 @@ impl RedisServer {
     ) -> Result<RedisServer, SpawnError> {
         let dir = parent.join(name);
         std::fs::create_dir_all(&dir)?;
+        let mut clock = if options.clock {
+            Some(ClockControl::new(&dir)?)
+        } else {
+            None
+        };
         let mut last = None;
         for _ in 0..5 {
             let port = free_port()?;
@@ -140,11 +160,15 @@ impl RedisServer {
                 tls_port,
                 cluster_port,
                 args: options.to_args(tls_port, cluster_port),
+                clock: clock.take(),
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
                 // Most likely a port was taken between probe and bind.
-                Err(e @ SpawnError::NoStart { .. }) => last = Some(e),
+                Err(e @ SpawnError::NoStart { .. }) => {
+                    clock = server.clock.take();
+                    last = Some(e);
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -160,7 +184,11 @@ impl RedisServer {
         let log = self.log_path();
         // The log survives restarts: count the readiness lines already there.
         let ready_before = self.log().matches(READY).count();
-        let child = Command::new(redis_server_binary())
+        let mut command = Command::new(redis_server_binary());
+        if let Some(clock) = &self.clock {
+            command.envs(clock.env());
+        }
+        let child = command
             .arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1"])
@@ -318,7 +346,65 @@ impl RedisServer {
         self.kill();
         self.spawn()
     }
+
+    /// The clock library's control, when started with [`Options::clock`].
+    pub(crate) fn clock_shim(&self) -> Option<&ClockControl> {
+        self.clock.as_ref()
+    }
+
+    /// Where [`RedisServer::save`] keeps the snapshot.
+    pub fn snapshot_path(&self) -> PathBuf {
+        self.dir.join(SNAPSHOT)
+    }
+
+    /// `SAVE`: the dataset as it is now (keys with their expiry times, the
+    /// incarnation marker an agent wrote among them) is kept as this
+    /// master's snapshot, replacing any earlier one, for
+    /// [`RedisServer::restart_from_snapshot`]. The dump file `SAVE` writes
+    /// is moved aside at once, so a plain restart still comes back empty.
+    ///
+    /// # Errors
+    /// When the master does not answer or cannot write its dump.
+    pub fn save(&self) -> io::Result<()> {
+        let client = redis::Client::open(self.url()).map_err(io::Error::other)?;
+        let mut conn = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .map_err(io::Error::other)?;
+        redis::cmd("SAVE")
+            .query::<()>(&mut conn)
+            .map_err(|e| io::Error::other(format!("SAVE on {}: {e}", self.name)))?;
+        std::fs::rename(self.dir.join(DUMP), self.snapshot_path())
+    }
+
+    /// Kills the master (SIGKILL) and starts it again on the same port
+    /// from its last [`RedisServer::save`]: what it held then, and nothing
+    /// written since, as a master restored from an old snapshot. The
+    /// snapshot is kept (a later call restores it again); the process is
+    /// not killed when there is none. Not for [`Options::aof_always`]
+    /// masters (they load their append-only file instead).
+    ///
+    /// # Errors
+    /// When there is no snapshot, or the master does not come back in time.
+    pub fn restart_from_snapshot(&mut self) -> Result<(), SpawnError> {
+        if !self.snapshot_path().is_file() {
+            return Err(SpawnError::NoSnapshot(self.name.clone()));
+        }
+        self.kill();
+        let dump = self.dir.join(DUMP);
+        std::fs::copy(self.snapshot_path(), &dump)?;
+        let started = self.spawn();
+        // Loaded (or failed): the next plain restart is empty again.
+        let _ = std::fs::remove_file(&dump);
+        started
+    }
 }
+
+/// The dump file `redis-server` loads at start and `SAVE` writes (its
+/// default `dbfilename`).
+const DUMP: &str = "dump.rdb";
+
+/// Where [`RedisServer::save`] moves the dump to.
+const SNAPSHOT: &str = "snapshot.rdb";
 
 fn not_running() -> io::Error {
     io::Error::other("redis-server is not running")
@@ -377,6 +463,9 @@ pub struct Options {
     pub users: Vec<String>,
     /// `cluster-enabled yes` with this `cluster-node-timeout`.
     pub cluster_node_timeout: Option<Duration>,
+    /// The wall clock the test moves ([`crate::clock`]), through the clock
+    /// library preloaded into the process.
+    pub clock: bool,
     /// Any other arguments, after all of the above.
     pub extra: Vec<String>,
 }
@@ -423,6 +512,15 @@ impl Options {
     /// [`crate::RedisCluster`] joins such nodes into a cluster.
     pub fn cluster(mut self, node_timeout: Duration) -> Options {
         self.cluster_node_timeout = Some(node_timeout);
+        self
+    }
+
+    /// A wall clock the test can move: jumped, frozen, put back
+    /// ([`RedisServer::jump_clock`] and the rest), so that the master
+    /// expires keys early or late. Needs a C compiler as `cc` (the clock
+    /// library is built on first use).
+    pub fn clock(mut self) -> Options {
+        self.clock = true;
         self
     }
 
@@ -550,5 +648,61 @@ mod tests {
         server.kill();
         assert!(server.ping().is_err(), "killed, yet it answers");
         assert!(server.pid().is_none());
+    }
+
+    /// A master restored from its snapshot has the keys it had at `save`
+    /// (with their TTLs) and none written since, comes back as a new
+    /// process on the same port, and can be restored again; a plain
+    /// restart after that is empty.
+    #[test]
+    fn a_restart_from_a_snapshot_brings_back_what_was_saved_and_nothing_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = RedisServer::start(dir.path(), "r1").unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            server.restart_from_snapshot(),
+            Err(SpawnError::NoSnapshot(_))
+        ));
+        assert!(server.pid().is_some(), "not killed without a snapshot");
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = || {
+            client
+                .get_connection_with_timeout(Duration::from_secs(2))
+                .unwrap()
+        };
+        let set = |key: &str, ttl_ms: Option<u64>| {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key).arg("v");
+            if let Some(ms) = ttl_ms {
+                cmd.arg("PX").arg(ms);
+            }
+            cmd.query::<()>(&mut conn()).unwrap();
+        };
+        let keys = || {
+            let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn()).unwrap();
+            keys.sort();
+            keys
+        };
+        set("marker", None);
+        set("held", Some(60_000));
+        server.save().unwrap();
+        set("later", Some(60_000));
+        let pid = server.pid();
+
+        server
+            .restart_from_snapshot()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(server.pid(), pid, "a new process");
+        assert_eq!(keys(), ["held", "marker"]);
+        let ttl: i64 = redis::cmd("PTTL").arg("held").query(&mut conn()).unwrap();
+        assert!((1..=60_000).contains(&ttl), "the TTL is kept: {ttl}");
+        set("later", None);
+        server
+            .restart_from_snapshot()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(keys(), ["held", "marker"], "restored again");
+
+        server.restart().unwrap_or_else(|e| panic!("{e}"));
+        assert!(keys().is_empty(), "a plain restart is empty");
+        assert!(server.snapshot_path().is_file());
     }
 }
