@@ -66,7 +66,11 @@ pub(super) async fn serve(
     let port = *switched.borrow_and_update();
     let mut first = true;
     loop {
-        let Some(upstream) = connect(port, &mut client, &mut fault, &mut switched).await else {
+        let connected = connect(port, &mut client, &mut fault, &mut switched).await;
+        if !first {
+            counters.reconnecting.fetch_sub(1, Ordering::Relaxed);
+        }
+        let Some(upstream) = connected else {
             return;
         };
         if !first {
@@ -100,8 +104,10 @@ pub(super) async fn serve(
         if !lost || client.requests.subscribed() {
             return;
         }
+        counters.reconnecting.fetch_add(1, Ordering::Relaxed);
         replies.clear();
         if client.answer_lost().await.is_err() {
+            counters.reconnecting.fetch_sub(1, Ordering::Relaxed);
             return;
         }
     }

@@ -74,6 +74,8 @@ struct Counters {
     connections: AtomicU64,
     /// Upstream connections opened again by a connection-keeping link.
     reconnects: AtomicU64,
+    /// Kept client connections waiting for their upstream to come back.
+    reconnecting: AtomicU64,
 }
 
 /// One agent-to-master link.
@@ -178,6 +180,13 @@ impl Link {
     /// knows the link is through to a restarted master.
     pub fn reconnects(&self) -> u64 {
         self.counters.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// Kept client connections whose upstream died and has not been
+    /// opened again yet: zero once every one is through to the master
+    /// that serves the port now.
+    pub fn reconnecting(&self) -> u64 {
+        self.counters.reconnecting.load(Ordering::Relaxed)
     }
 }
 
@@ -511,7 +520,7 @@ mod tests {
 
         server.restart().unwrap_or_else(|e| panic!("{e}"));
         let deadline = Instant::now() + Duration::from_secs(5);
-        while keeping.reconnects() == 0 {
+        while keeping.reconnects() == 0 || keeping.reconnecting() > 0 {
             assert!(Instant::now() < deadline, "the link never reconnected");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
