@@ -18,6 +18,15 @@
 //!   ([`Master::shard_fault`]): a restart empty, a lagged failover, a slot
 //!   migration; its node ports never change, and the observer asks the
 //!   cluster which nodes are primaries now.
+//! - Every single master runs with a wall clock the nemesis can move
+//!   (`redlock_testkit::Options::clock`), and can be saved and restored
+//!   from its snapshot (see [`clock`]).
+//! - The agents listed in [`AgentSettings::keeping_links`] reach the single
+//!   masters through connection-keeping links
+//!   ([`Link::start_keeping`]): a master that dies and comes back behind
+//!   one is met again on the connection the agent had.
+
+mod clock;
 
 use std::fmt::Write as _;
 use std::io;
@@ -27,7 +36,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redlock_testkit::{free_port, RedisCluster, RedisServer};
+use redlock_testkit::{free_port, Options, RedisCluster, RedisServer};
 
 use crate::client::Client;
 use crate::proxy::Link;
@@ -128,6 +137,23 @@ pub struct AgentSettings {
     /// Extra environment variables of each agent (`[0]` is a1's): the
     /// fence control run's clock skews and write-back switch.
     pub agent_env: Vec<Vec<(String, String)>>,
+    /// The watch on the masters' clocks (each vote and probe reads the
+    /// master's time and compares it with the agent's monotonic clock).
+    /// `false` starts the agents with [`NO_CLOCK_CHECK_ENV`]`=1`: the clock
+    /// control run.
+    pub clock_check: bool,
+    /// The process check of a vote whose script is missing on a master
+    /// (NOSCRIPT: has its process changed?). `false` starts the agents
+    /// with [`NO_PROCESS_CHECK_ENV`]`=1`: the restore control run.
+    pub process_check: bool,
+    /// The agents (0 for a1) whose links keep their connections open while
+    /// a master dies and comes back behind them, as a Redis proxy or a
+    /// managed endpoint does ([`Link::start_keeping`]).
+    pub keeping_links: Vec<usize>,
+    /// Each agent's own `health.interval` where set (`[0]` is a1's), in
+    /// place of [`AgentSettings::health_interval`]: an agent that probes
+    /// seldom, as an idle one does.
+    pub agent_health_interval: Vec<Option<Duration>>,
 }
 
 /// The agent's test-only switch that skips round 2's fence write-back.
@@ -146,6 +172,15 @@ pub const NO_MARKER_CHECK_ENV: &str = redlock_testkit::switches::NO_MARKER_CHECK
 /// count grow from one probe to the next). Removed from every agent's
 /// environment unless asked for.
 pub const NO_EVICTION_CHECK_ENV: &str = redlock_testkit::switches::NO_EVICTION_CHECK;
+
+/// The agent's test-only switch that turns its watch on the masters'
+/// clocks off. Removed from every agent's environment unless asked for.
+pub const NO_CLOCK_CHECK_ENV: &str = redlock_testkit::switches::NO_CLOCK_CHECK;
+
+/// The agent's test-only switch that turns the process check of a vote
+/// answered NOSCRIPT off (and has every agent share one script). Removed
+/// from every agent's environment unless asked for.
+pub const NO_PROCESS_CHECK_ENV: &str = redlock_testkit::switches::NO_PROCESS_CHECK;
 
 impl Default for AgentSettings {
     fn default() -> AgentSettings {
@@ -167,6 +202,10 @@ impl Default for AgentSettings {
             marker_check: true,
             eviction_check: true,
             agent_env: Vec::new(),
+            clock_check: true,
+            process_check: true,
+            keeping_links: Vec::new(),
+            agent_health_interval: Vec::new(),
         }
     }
 }
@@ -186,7 +225,23 @@ impl AgentSettings {
         if !self.eviction_check {
             env.push((NO_EVICTION_CHECK_ENV.to_string(), "1".to_string()));
         }
+        if !self.clock_check {
+            env.push((NO_CLOCK_CHECK_ENV.to_string(), "1".to_string()));
+        }
+        if !self.process_check {
+            env.push((NO_PROCESS_CHECK_ENV.to_string(), "1".to_string()));
+        }
         env
+    }
+
+    /// The settings of agent `index` (0 for a1): its own health interval,
+    /// if it has one.
+    pub fn of_agent(&self, index: usize) -> AgentSettings {
+        let mut own = self.clone();
+        if let Some(Some(interval)) = self.agent_health_interval.get(index) {
+            own.health_interval = *interval;
+        }
+        own
     }
 
     /// Environment variables agent `index` (0 for a1) starts with.
@@ -1188,9 +1243,13 @@ impl Cluster {
             Topology::Singles => tokio::task::spawn_blocking(move || {
                 (1..=masters)
                     .map(|i| {
-                        RedisServer::start(&dir_path, &format!("r{i}"))
-                            .map(Master::single)
-                            .map_err(|e| e.to_string())
+                        RedisServer::start_opts(
+                            &dir_path,
+                            &format!("r{i}"),
+                            &Options::new().clock(),
+                        )
+                        .map(Master::single)
+                        .map_err(|e| e.to_string())
                     })
                     .collect::<Result<Vec<_>, _>>()
             })
@@ -1226,9 +1285,13 @@ impl Cluster {
                     addrs.push((m.name.clone(), m.addr()));
                     continue;
                 }
-                let link = Link::start(format!("a{a}-{}", m.name), m.port())
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let name = format!("a{a}-{}", m.name);
+                let link = if settings.keeping_links.contains(&(a - 1)) {
+                    Link::start_keeping(name, m.port()).await
+                } else {
+                    Link::start(name, m.port()).await
+                }
+                .map_err(|e| e.to_string())?;
                 addrs.push((
                     m.name.clone(),
                     MasterAddr::Url(format!("redis://127.0.0.1:{}", link.port())),
@@ -1239,7 +1302,9 @@ impl Cluster {
             let name = format!("a{a}");
             let socket = dir.path().join(format!("{name}.sock"));
             let metrics_port = free_port().map_err(|e| e.to_string())?;
-            let yaml = settings.yaml_for(&socket, metrics_port, &addrs);
+            let yaml = settings
+                .of_agent(a - 1)
+                .yaml_for(&socket, metrics_port, &addrs);
             let agent = AgentProcess::spawn_with_env(
                 &binary,
                 dir.path(),
@@ -1349,10 +1414,13 @@ impl Cluster {
         let n = self.failovers.fetch_add(1, Ordering::Relaxed) + 1;
         let name = format!("{}-replica{n}", master.name);
         let dir = self.dir.path().to_path_buf();
-        let replica = tokio::task::spawn_blocking(move || RedisServer::start(&dir, &name))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+        // With a clock the nemesis can move, as the master it replaces.
+        let replica = tokio::task::spawn_blocking(move || {
+            RedisServer::start_opts(&dir, &name, &Options::new().clock())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
         let new_port = replica.port();
         {
             // A diskless full sync otherwise waits 5s for more replicas.
