@@ -20,7 +20,7 @@
 //!   cluster which nodes are primaries now.
 //! - Every single master runs with a wall clock the nemesis can move
 //!   (`redlock_testkit::Options::clock`), and can be saved and restored
-//!   from its snapshot (see [`clock`]).
+//!   from its snapshot (the `clock` module).
 //! - The agents listed in [`AgentSettings::keeping_links`] reach the single
 //!   masters through connection-keeping links
 //!   ([`Link::start_keeping`]): a master that dies and comes back behind

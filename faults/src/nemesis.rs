@@ -13,7 +13,7 @@
 //! `maxmemory` lowered under load with an evicting policy; under
 //! `volatile-*` the lock keys go and the marker, which has no TTL, stays).
 //!
-//! And two that no vote sees by itself ([`clocks`]): a master's wall clock
+//! And two that no vote sees by itself (the `clocks` module): a master's wall clock
 //! moved (jumped forward past every TTL, jumped back, or frozen), on one
 //! master or a majority; and a majority restored from snapshots saved
 //! while locks were held, the marker back and the newer locks gone, met by

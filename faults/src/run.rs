@@ -44,7 +44,7 @@
 //! write-back off ([`crate::cluster::NO_FENCE_WRITEBACK_ENV`]) the checker
 //! must find fences out of order.
 //!
-//! And two of what a vote cannot see by itself ([`intrusion`]),
+//! And two of what a vote cannot see by itself (the `intrusion` module),
 //! deterministic, a holder through a1 and an intruder through a2: a
 //! majority's wall clocks jumped forward past the lock's TTL
 //! ([`Options::clock_control`]; protection: the agents' clock watch), and

@@ -33,14 +33,14 @@ pub enum FaultKind {
     FlushMajority,
     /// Make one to a majority of the masters evict while locks are held,
     /// as a Redis shared with a cache does: `maxmemory` just above what
-    /// each uses, a policy picked at random among [`EVICTION_POLICIES`],
-    /// and [`EVICTION_WRITES`] cache keys with a TTL written straight to it
+    /// each uses, a policy picked at random among [`EVICTION_POLICIES`](super::EVICTION_POLICIES),
+    /// and [`EVICTION_WRITES`](super::EVICTION_WRITES) cache keys with a TTL written straight to it
     /// (not through a link). Until the heal the agents' own writes keep it
     /// evicting; the heal restores `maxmemory` and the policy and deletes
     /// the cache keys (by their own prefix, never a lock key).
     Evict,
     /// Fail one master over to a replica promoted behind its address (see
-    /// [`Cluster::failover`]); the replica stays that master.
+    /// [`Cluster::failover`](crate::cluster::Cluster::failover)); the replica stays that master.
     Failover,
     /// Jump the wall clock of one master, or of a majority at once, forward
     /// by more than the longest TTL in use (`max_ttl` plus 0.2 to 1.5 s):
