@@ -77,7 +77,7 @@ fn short_mode_finds_no_violation_and_the_control_run_finds_some() {
     let duration = std::env::var("FAULTS_DURATION")
         .ok()
         .and_then(|d| humantime::parse_duration(&d).ok())
-        .unwrap_or(Duration::from_secs(50));
+        .unwrap_or(Duration::from_secs(60));
     let seed = std::env::var("FAULTS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
