@@ -64,9 +64,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::checker::Ending;
 use crate::checker::{Checker, Findings};
-use crate::checker::{ClientKind, Ending, Grant};
-use crate::client::{self, AcquireOptions, Answer, ErrorCode};
+use crate::client::{self, Answer};
 use crate::clock::Mono;
 use crate::cluster::{
     tail, AgentSettings, Cluster, Topology, FENCE_CLOCK_SKEW_ENV, NO_EVICTION_CHECK_ENV,
@@ -76,9 +76,7 @@ use crate::lag::Lag;
 use crate::nemesis::{FaultKind, Nemesis, NemesisReport};
 use crate::observer;
 use crate::store::{FencedStore, StoreClient};
-use crate::workload::{
-    self, Ctx, Mix, Outcome, Phase, PhaseFlag, Plan, Processes, Stats, StatsSnapshot,
-};
+use crate::workload::{self, Ctx, Mix, Phase, PhaseFlag, Plan, Processes, Stats, StatsSnapshot};
 
 /// How a run is set up.
 #[derive(Debug, Clone)]
@@ -1649,50 +1647,17 @@ async fn cluster_control(
         }
         // The holder: written on the primaries whose replicas are frozen.
         // A later round waits for the slot's quarantine from the one before.
-        let request = AcquireOptions::new()
-            .ttl(Duration::from_millis(ttl_ms))
-            .wait(options.settings.quarantine() + Duration::from_secs(2))
-            .owner("holder")
-            .fence();
-        let requested = Mono::now();
-        let answer = first.acquire(&resource, &request).await;
-        let granted = Mono::now();
-        let holder = match answer {
-            Ok(Answer::Ok(grant)) => {
-                harness
-                    .stats
-                    .attempt(Phase::Faulted, ClientKind::Acquire, Outcome::Granted);
-                let id = harness.checker.enter(
-                    Grant {
-                        resource: resource.clone(),
-                        client: "holder".into(),
-                        kind: ClientKind::Acquire,
-                        agent: 0,
-                        token: grant.token.clone(),
-                        ttl_ms,
-                        requested,
-                        granted,
-                        validity_ms: Some(client::ms(grant.validity)),
-                        fence: grant.fence,
-                    },
-                    granted,
-                );
-                Some((id, grant))
-            }
-            Ok(Answer::Refused { code, message }) => {
-                report.skipped.push(format!(
-                    "round {round}: the holder was refused: {}: {message}",
-                    code.as_str()
-                ));
-                None
-            }
-            Err(e) => {
-                report
-                    .skipped
-                    .push(format!("round {round}: the holder got no answer: {e}"));
-                None
-            }
-        };
+        let wait = Some(options.settings.quarantine() + Duration::from_secs(2));
+        let holder =
+            match intrusion::take(&harness, (&first, 0), &resource, "holder", ttl_ms, wait).await {
+                Ok(holder) => Some(holder),
+                Err(e) => {
+                    report
+                        .skipped
+                        .push(format!("round {round}: the holder: {e}"));
+                    None
+                }
+            };
         let promoted =
             futures::future::join_all(lagging.iter().map(|(m, shard)| async move {
                 (m.name.clone(), m.finish_failover(*shard).await)
@@ -1707,7 +1672,7 @@ async fn cluster_control(
                     .push(format!("finish failover of {name}: {e}")),
             }
         }
-        let Some((holder_id, grant)) = holder else {
+        let Some((holder_id, grant, granted)) = holder else {
             break;
         };
         report.faults.push(crate::nemesis::FaultRecord {
@@ -1721,60 +1686,7 @@ async fn cluster_control(
         // The holder works through 80% of its validity; meanwhile a second
         // client tries the lock through the other agent.
         let leaves = granted.plus_ms(client::ms(grant.validity) * 4 / 5);
-        let mut intruder = None;
-        while Mono::now() < leaves && intruder.is_none() {
-            let request = AcquireOptions::new()
-                .ttl(Duration::from_millis(1000))
-                .owner("intruder")
-                .fence();
-            let requested = Mono::now();
-            match second.acquire(&resource, &request).await {
-                Ok(Answer::Ok(g)) => {
-                    let at = Mono::now();
-                    harness
-                        .stats
-                        .attempt(Phase::Faulted, ClientKind::Acquire, Outcome::Granted);
-                    let id = harness.checker.enter(
-                        Grant {
-                            resource: resource.clone(),
-                            client: "intruder".into(),
-                            kind: ClientKind::Acquire,
-                            agent: 1,
-                            token: g.token.clone(),
-                            ttl_ms: 1000,
-                            requested,
-                            granted: at,
-                            validity_ms: Some(client::ms(g.validity)),
-                            fence: g.fence,
-                        },
-                        at,
-                    );
-                    intruder = Some((id, g.token, at));
-                }
-                Ok(Answer::Refused { code, .. }) => {
-                    let outcome = match code {
-                        ErrorCode::Taken => Outcome::Taken,
-                        ErrorCode::NoQuorum => Outcome::NoQuorum,
-                        _ => Outcome::Refused,
-                    };
-                    harness
-                        .stats
-                        .attempt(Phase::Faulted, ClientKind::Acquire, outcome);
-                }
-                Err(_) => {
-                    harness
-                        .stats
-                        .attempt(Phase::Faulted, ClientKind::Acquire, Outcome::NoAnswer);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        if let Some((id, token, at)) = intruder {
-            let released = second.release(&resource, &token).await;
-            harness
-                .checker
-                .exit(id, at.plus_ms(10).min(Mono::now()), ending(released));
-        }
+        intrusion::intrude(&harness, (&second, 1), &resource, leaves).await;
         // The holder left when its work was done, even if the harness
         // records it later.
         while Mono::now() < leaves {

@@ -206,7 +206,7 @@ async fn struck(
 
     // The holder works through 80% of its validity; meanwhile the intruder
     // tries the lock through a2 until it gets it.
-    intrude(harness, second, 1, &resource, leaves).await;
+    intrude(harness, (second, 1), &resource, leaves).await;
     while Mono::now() < leaves {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -253,7 +253,7 @@ async fn restore(harness: &Harness, masters: &[usize]) -> Result<(), String> {
 ///
 /// # Errors
 /// A refusal or no answer, as text.
-async fn take(
+pub(super) async fn take(
     harness: &Harness,
     (client, agent): (&Client, usize),
     resource: &str,
@@ -319,7 +319,12 @@ fn outcome(code: ErrorCode) -> Outcome {
 /// Tries `resource` through `client` every 50 ms until granted or
 /// `leaves`; a grant is released at once (its section ends 10 ms after it
 /// arrived, or at the release's answer if sooner).
-async fn intrude(harness: &Harness, client: &Client, agent: usize, resource: &str, leaves: Mono) {
+pub(super) async fn intrude(
+    harness: &Harness,
+    (client, agent): (&Client, usize),
+    resource: &str,
+    leaves: Mono,
+) {
     while Mono::now() < leaves {
         let tried = take(harness, (client, agent), resource, "intruder", 1000, None);
         if let Ok((id, grant, at)) = tried.await {
