@@ -46,6 +46,11 @@
 //! Sections of killed clients end when the harness sent SIGKILL: the
 //! process runs no code after it, and the command of a killed
 //! `redlock-agent lock` only sleeps until the kernel kills it too.
+//!
+//! A master whose wall clock the nemesis moved keeps keys past their TTL
+//! for a while; the leak bounds allow for it there ([`clock_excuse`]).
+
+pub mod clock_excuse;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -612,6 +617,9 @@ struct State {
     seen_after_exit: HashMap<(String, String), Mono>,
     /// Every sighting the observer reported.
     sightings: u64,
+    /// Masters whose clocks were moved, and how much longer they may keep
+    /// keys because of it.
+    clock_excuses: Vec<clock_excuse::ClockExcuse>,
 }
 
 /// Collects sections from every client, thread-safe.
@@ -793,6 +801,8 @@ impl Checker {
         } = key;
         let mut state = self.lock();
         state.sightings += 1;
+        // A moved clock keeps keys longer (and shows larger TTLs).
+        let extra_ms = clock_excuse::extra_ms(&state.clock_excuses, master, seen);
         let ended = state
             .by_token
             .get(token)
@@ -813,12 +823,12 @@ impl Checker {
         };
         let why = if pttl_ms == -1 {
             Some("no TTL: it never expires".to_string())
-        } else if pttl_ms > i64::try_from(max_ttl_ms).unwrap_or(i64::MAX) {
+        } else if pttl_ms > i64::try_from(max_ttl_ms + extra_ms).unwrap_or(i64::MAX) {
             Some(format!("TTL above max_ttl ({max_ttl_ms}ms)"))
         } else {
             match (ended, first_after_exit) {
                 (Some((exit, ttl_ms, ending)), Some(first))
-                    if seen > first.plus_ms(ttl_ms + slack_ms) =>
+                    if seen > first.plus_ms(ttl_ms + slack_ms + extra_ms) =>
                 {
                     Some(format!(
                         "its section ended {:.0}ms earlier ({ending}) and the key has stayed \
@@ -842,6 +852,37 @@ impl Checker {
                 });
             }
         }
+    }
+
+    /// The nemesis moved `master`'s wall clock at `from`: until
+    /// [`Checker::clock_restored`], and for a while after, the master may
+    /// keep keys up to `extra_ms` past their TTL without a leak.
+    pub fn clock_moved(&self, master: &str, from: Mono, extra_ms: u64) {
+        self.lock().clock_excuses.push(clock_excuse::ClockExcuse {
+            master: master.to_string(),
+            from,
+            extra_ms,
+            until: None,
+        });
+    }
+
+    /// `master`'s clock is back on the real one since `at`, after being
+    /// `extra_ms` off at most: its keys written meanwhile are gone within
+    /// that, `max_ttl_ms` and a slack.
+    pub fn clock_restored(&self, master: &str, at: Mono, extra_ms: u64, max_ttl_ms: u64) {
+        clock_excuse::close(
+            &mut self.lock().clock_excuses,
+            master,
+            at,
+            extra_ms,
+            max_ttl_ms,
+        );
+    }
+
+    /// When the last key kept by a moved clock is gone; `None` without any
+    /// clock moved (or while one still is).
+    pub fn clock_excused_until(&self) -> Option<Mono> {
+        clock_excuse::last_end(&self.lock().clock_excuses)
     }
 
     /// A key the final scan found after every lock must have ended.

@@ -18,8 +18,22 @@
 //!   ([`Master::shard_fault`]): a restart empty, a lagged failover, a slot
 //!   migration; its node ports never change, and the observer asks the
 //!   cluster which nodes are primaries now.
+//! - Every single master runs with a wall clock the nemesis can move
+//!   (`redlock_testkit::Options::clock`), and can be saved and restored
+//!   from its snapshot (the `clock` module).
+//! - The agents listed in [`AgentSettings::keeping_links`] reach the single
+//!   masters through connection-keeping links
+//!   ([`Link::start_keeping`]): a master that dies and comes back behind
+//!   one is met again on the connection the agent had.
 
-use std::fmt::Write as _;
+mod clock;
+mod settings;
+
+pub use settings::{
+    AgentSettings, FENCE_CLOCK_SKEW_ENV, NO_CLOCK_CHECK_ENV, NO_EVICTION_CHECK_ENV,
+    NO_FENCE_WRITEBACK_ENV, NO_MARKER_CHECK_ENV, NO_PROCESS_CHECK_ENV,
+};
+
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -27,7 +41,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redlock_testkit::{free_port, RedisCluster, RedisServer};
+use redlock_testkit::{free_port, Options, RedisCluster, RedisServer};
 
 use crate::client::Client;
 use crate::proxy::Link;
@@ -97,164 +111,6 @@ pub fn build_agent_if_stale() -> Result<(), String> {
             "cargo build -p redlock-agent failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         ))
-    }
-}
-
-/// The agent settings the suite varies; everything else keeps its default.
-#[derive(Debug, Clone)]
-pub struct AgentSettings {
-    pub key_prefix: String,
-    pub default_ttl: Duration,
-    pub max_ttl: Duration,
-    pub node_timeout: Duration,
-    pub retry_delay: Duration,
-    pub retry_jitter: Duration,
-    pub health_interval: Duration,
-    pub delayed_restart: bool,
-    pub restart_extra: Duration,
-    /// Extra `key: value` lines under `socket:` (e.g. `max_connections: 10`).
-    pub socket_extra: Vec<String>,
-    /// Extra lines under `lock:`.
-    pub lock_extra: Vec<String>,
-    pub log_level: String,
-    /// The in-vote incarnation marker check. `false` starts the agents with
-    /// [`NO_MARKER_CHECK_ENV`]`=1`, the agent's test-only switch: the
-    /// control run that must see what a flush does without it.
-    pub marker_check: bool,
-    /// The in-vote eviction check (a vote on a master that evicted keys
-    /// since its marker was written is refused). `false` starts the agents
-    /// with [`NO_EVICTION_CHECK_ENV`]`=1`: the eviction control run.
-    pub eviction_check: bool,
-    /// Extra environment variables of each agent (`[0]` is a1's): the
-    /// fence control run's clock skews and write-back switch.
-    pub agent_env: Vec<Vec<(String, String)>>,
-}
-
-/// The agent's test-only switch that skips round 2's fence write-back.
-pub const NO_FENCE_WRITEBACK_ENV: &str = redlock_testkit::switches::NO_FENCE_WRITEBACK;
-/// The agent's test-only clock skew (signed ms) for the fence floor only.
-pub const FENCE_CLOCK_SKEW_ENV: &str = redlock_testkit::switches::FENCE_CLOCK_SKEW_MS;
-
-/// The agent's test-only switch that turns the in-vote incarnation marker
-/// check off (not a config key, so no deployment can turn it off by
-/// mistake). Removed from every agent's environment unless asked for.
-pub const NO_MARKER_CHECK_ENV: &str = redlock_testkit::switches::NO_MARKER_CHECK;
-
-/// The agent's test-only switch that turns the in-vote eviction check off
-/// (the votes and the probes no longer compare the master's `evicted_keys`
-/// with the count its marker was written with; the probes still see the
-/// count grow from one probe to the next). Removed from every agent's
-/// environment unless asked for.
-pub const NO_EVICTION_CHECK_ENV: &str = redlock_testkit::switches::NO_EVICTION_CHECK;
-
-impl Default for AgentSettings {
-    fn default() -> AgentSettings {
-        AgentSettings {
-            key_prefix: "faults:".into(),
-            default_ttl: Duration::from_secs(1),
-            max_ttl: Duration::from_secs(2),
-            // The most default_ttl allows (a tenth): the machine that runs
-            // the suite is shared and busy.
-            node_timeout: Duration::from_millis(100),
-            retry_delay: Duration::from_millis(20),
-            retry_jitter: Duration::from_millis(30),
-            health_interval: Duration::from_millis(100),
-            delayed_restart: true,
-            restart_extra: Duration::from_millis(500),
-            socket_extra: Vec::new(),
-            lock_extra: Vec::new(),
-            log_level: "info".into(),
-            marker_check: true,
-            eviction_check: true,
-            agent_env: Vec::new(),
-        }
-    }
-}
-
-impl AgentSettings {
-    /// How long a master that came back stays out: `max_ttl + extra`.
-    pub fn quarantine(&self) -> Duration {
-        self.max_ttl + self.restart_extra
-    }
-
-    /// Environment variables the agents start with.
-    pub fn env(&self) -> Vec<(String, String)> {
-        let mut env = Vec::new();
-        if !self.marker_check {
-            env.push((NO_MARKER_CHECK_ENV.to_string(), "1".to_string()));
-        }
-        if !self.eviction_check {
-            env.push((NO_EVICTION_CHECK_ENV.to_string(), "1".to_string()));
-        }
-        env
-    }
-
-    /// Environment variables agent `index` (0 for a1) starts with.
-    pub fn env_of(&self, index: usize) -> Vec<(String, String)> {
-        let mut env = self.env();
-        env.extend(self.agent_env.get(index).cloned().unwrap_or_default());
-        env
-    }
-
-    /// The config YAML of an agent on `socket` reaching single masters at
-    /// `urls`.
-    pub fn yaml(&self, socket: &Path, metrics_port: u16, urls: &[(String, String)]) -> String {
-        let masters: Vec<(String, MasterAddr)> = urls
-            .iter()
-            .map(|(name, url)| (name.clone(), MasterAddr::Url(url.clone())))
-            .collect();
-        self.yaml_for(socket, metrics_port, &masters)
-    }
-
-    /// The config YAML of an agent on `socket` reaching `masters`, single
-    /// servers or clusters.
-    pub fn yaml_for(
-        &self,
-        socket: &Path,
-        metrics_port: u16,
-        masters: &[(String, MasterAddr)],
-    ) -> String {
-        let ms = |d: Duration| format!("{}ms", d.as_millis());
-        let mut y = String::new();
-        let _ = writeln!(y, "socket:\n  path: {:?}", socket.display().to_string());
-        for line in &self.socket_extra {
-            let _ = writeln!(y, "  {line}");
-        }
-        let _ = writeln!(y, "metrics:\n  listen: \"127.0.0.1:{metrics_port}\"");
-        let _ = writeln!(y, "log:\n  format: json\n  level: {:?}", self.log_level);
-        let _ = writeln!(y, "masters:");
-        for (name, addr) in masters {
-            match addr {
-                MasterAddr::Url(url) => {
-                    let _ = writeln!(y, "  - name: {name}\n    url: {url:?}");
-                }
-                MasterAddr::Cluster(seeds) => {
-                    let _ = writeln!(y, "  - name: {name}\n    cluster:");
-                    for seed in seeds {
-                        let _ = writeln!(y, "      - {seed:?}");
-                    }
-                }
-            }
-        }
-        let _ = writeln!(y, "lock:\n  key_prefix: {:?}", self.key_prefix);
-        let _ = writeln!(y, "  default_ttl: {}", ms(self.default_ttl));
-        let _ = writeln!(y, "  max_ttl: {}", ms(self.max_ttl));
-        let _ = writeln!(y, "  node_timeout: {}", ms(self.node_timeout));
-        let _ = writeln!(y, "  retry_delay: {}", ms(self.retry_delay));
-        let _ = writeln!(y, "  retry_jitter: {}", ms(self.retry_jitter));
-        for line in &self.lock_extra {
-            let _ = writeln!(y, "  {line}");
-        }
-        let _ = writeln!(y, "health:\n  interval: {}", ms(self.health_interval));
-        let _ = writeln!(
-            y,
-            "delayed_restart:\n  enabled: {}\n  extra: {}",
-            self.delayed_restart,
-            ms(self.restart_extra)
-        );
-        let _ = writeln!(y, "leak_scan:\n  interval: 5s");
-        let _ = writeln!(y, "shutdown:\n  grace: 1s");
-        y
     }
 }
 
@@ -1188,9 +1044,13 @@ impl Cluster {
             Topology::Singles => tokio::task::spawn_blocking(move || {
                 (1..=masters)
                     .map(|i| {
-                        RedisServer::start(&dir_path, &format!("r{i}"))
-                            .map(Master::single)
-                            .map_err(|e| e.to_string())
+                        RedisServer::start_opts(
+                            &dir_path,
+                            &format!("r{i}"),
+                            &Options::new().clock(),
+                        )
+                        .map(Master::single)
+                        .map_err(|e| e.to_string())
                     })
                     .collect::<Result<Vec<_>, _>>()
             })
@@ -1226,9 +1086,13 @@ impl Cluster {
                     addrs.push((m.name.clone(), m.addr()));
                     continue;
                 }
-                let link = Link::start(format!("a{a}-{}", m.name), m.port())
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let name = format!("a{a}-{}", m.name);
+                let link = if settings.keeping_links.contains(&(a - 1)) {
+                    Link::start_keeping(name, m.port()).await
+                } else {
+                    Link::start(name, m.port()).await
+                }
+                .map_err(|e| e.to_string())?;
                 addrs.push((
                     m.name.clone(),
                     MasterAddr::Url(format!("redis://127.0.0.1:{}", link.port())),
@@ -1239,7 +1103,9 @@ impl Cluster {
             let name = format!("a{a}");
             let socket = dir.path().join(format!("{name}.sock"));
             let metrics_port = free_port().map_err(|e| e.to_string())?;
-            let yaml = settings.yaml_for(&socket, metrics_port, &addrs);
+            let yaml = settings
+                .of_agent(a - 1)
+                .yaml_for(&socket, metrics_port, &addrs);
             let agent = AgentProcess::spawn_with_env(
                 &binary,
                 dir.path(),
@@ -1349,10 +1215,13 @@ impl Cluster {
         let n = self.failovers.fetch_add(1, Ordering::Relaxed) + 1;
         let name = format!("{}-replica{n}", master.name);
         let dir = self.dir.path().to_path_buf();
-        let replica = tokio::task::spawn_blocking(move || RedisServer::start(&dir, &name))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+        // With a clock the nemesis can move, as the master it replaces.
+        let replica = tokio::task::spawn_blocking(move || {
+            RedisServer::start_opts(&dir, &name, &Options::new().clock())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
         let new_port = replica.port();
         {
             // A diskless full sync otherwise waits 5s for more replicas.

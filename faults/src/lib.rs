@@ -11,11 +11,13 @@
 //!   connection per call, the agent's refusals as answers.
 //! - [`proxy`]: the fault-injecting TCP proxy (from `redlock-testkit`),
 //!   one per agent-master link; its upstream can be switched (a failover
-//!   behind a fixed address).
+//!   behind a fixed address), and it can keep the agent's connections open
+//!   while the master behind it dies and comes back.
 //! - [`cluster`]: masters (single servers behind links, or Redis
-//!   Clusters reached directly), links and agent processes of one run;
-//!   flushes, evictions and failovers of masters, shard faults of cluster
-//!   masters.
+//!   Clusters reached directly), links (some keeping the agent's
+//!   connections open) and agent processes of one run; flushes, evictions,
+//!   failovers, moved clocks and snapshot restores of masters, shard faults
+//!   of cluster masters.
 //! - [`checker`]: critical sections on one clock; safety violations,
 //!   overruns, leaks, fences; semaphores over their limit, two leaders at
 //!   once, terms out of order.

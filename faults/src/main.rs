@@ -31,7 +31,7 @@ enum Cmd {
     /// same in cluster mode.
     Short {
         /// Length of the nemesis run.
-        #[arg(long, default_value = "50s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         duration: Duration,
         /// Length of the cluster mode's nemesis run.
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]

@@ -12,6 +12,16 @@
 //! (the incarnation marker goes too) and eviction ([`FaultKind::Evict`]:
 //! `maxmemory` lowered under load with an evicting policy; under
 //! `volatile-*` the lock keys go and the marker, which has no TTL, stays).
+//!
+//! And two that no vote sees by itself (the `clocks` module): a master's wall clock
+//! moved (jumped forward past every TTL, jumped back, or frozen), on one
+//! master or a majority; and a majority restored from snapshots saved
+//! while locks were held, the marker back and the newer locks gone, met by
+//! the agents whose links keep their connections open on the connections
+//! they had. A cycle with moved clocks may take longer to grant again: its
+//! liveness bound grows by the largest move (a key written under a moved
+//! clock stays that much longer, and the agents may keep the master out
+//! until it is gone).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,133 +40,11 @@ use crate::observer;
 use crate::proxy::LinkFault;
 use crate::workload::{Phase, PhaseFlag, Processes};
 
-/// Every fault the nemesis knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FaultKind {
-    /// SIGKILL a master; it comes back empty when healed.
-    KillMaster,
-    /// Kill a master and start it again at once, empty.
-    RestartMaster,
-    /// SIGSTOP a master; SIGCONT when healed.
-    FreezeMaster,
-    /// Delay the links from one agent to some masters.
-    LinkLatency,
-    /// Close and refuse the links from one agent to some masters.
-    LinkCut,
-    /// Stall the links from one agent to some masters (a silent partition).
-    LinkBlackhole,
-    /// SIGKILL an agent; started again when healed.
-    KillAgent,
-    /// SIGKILL a client process in the middle of a hold.
-    KillClient,
-    /// Restart a majority of the masters empty at once, while locks are held.
-    RestartMajority,
-    /// `FLUSHALL` on one master, straight to it (not through a link): it
-    /// loses every key while its process lives on (no restart to detect).
-    FlushMaster,
-    /// `FLUSHALL` on a majority of the masters at once, while locks are held.
-    FlushMajority,
-    /// Make one to a majority of the masters evict while locks are held,
-    /// as a Redis shared with a cache does: `maxmemory` just above what
-    /// each uses, a policy picked at random among [`EVICTION_POLICIES`],
-    /// and [`EVICTION_WRITES`] cache keys with a TTL written straight to it
-    /// (not through a link). Until the heal the agents' own writes keep it
-    /// evicting; the heal restores `maxmemory` and the policy and deletes
-    /// the cache keys (by their own prefix, never a lock key).
-    Evict,
-    /// Fail one master over to a replica promoted behind its address (see
-    /// [`Cluster::failover`]); the replica stays that master.
-    Failover,
-    /// Cluster masters: restart empty, in one to a majority of the
-    /// clusters, the shard serving a hot resource's slot (or a random one).
-    RestartShard,
-    /// Cluster masters: a lagged failover (the replica frozen and cut off,
-    /// the primary killed, the replica promoted without the writes of the
-    /// lag) of the shard serving a hot resource's slot (or a random one),
-    /// in one to a majority of the clusters at once.
-    ShardFailover,
-    /// Cluster masters: migrate a hot resource's slot (or a random one) to
-    /// another shard, pausing mid-migration, in one to a majority of the
-    /// clusters at once.
-    MigrateSlot,
-}
+mod clocks;
+mod kind;
 
-impl FaultKind {
-    /// Every fault of single-server masters.
-    pub const ALL: [FaultKind; 13] = [
-        FaultKind::KillMaster,
-        FaultKind::RestartMaster,
-        FaultKind::FreezeMaster,
-        FaultKind::LinkLatency,
-        FaultKind::LinkCut,
-        FaultKind::LinkBlackhole,
-        FaultKind::KillAgent,
-        FaultKind::KillClient,
-        FaultKind::RestartMajority,
-        FaultKind::FlushMaster,
-        FaultKind::FlushMajority,
-        FaultKind::Evict,
-        FaultKind::Failover,
-    ];
-
-    /// Every fault of cluster masters (reached without proxies: no link
-    /// faults).
-    pub const CLUSTER: [FaultKind; 5] = [
-        FaultKind::RestartShard,
-        FaultKind::ShardFailover,
-        FaultKind::MigrateSlot,
-        FaultKind::KillAgent,
-        FaultKind::KillClient,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FaultKind::KillMaster => "kill_master",
-            FaultKind::RestartMaster => "restart_master",
-            FaultKind::FreezeMaster => "freeze_master",
-            FaultKind::LinkLatency => "link_latency",
-            FaultKind::LinkCut => "link_cut",
-            FaultKind::LinkBlackhole => "link_blackhole",
-            FaultKind::KillAgent => "kill_agent",
-            FaultKind::KillClient => "kill_client",
-            FaultKind::RestartMajority => "restart_majority",
-            FaultKind::FlushMaster => "flush_master",
-            FaultKind::FlushMajority => "flush_majority",
-            FaultKind::Evict => "evict",
-            FaultKind::Failover => "failover",
-            FaultKind::RestartShard => "restart_shard",
-            FaultKind::ShardFailover => "shard_failover",
-            FaultKind::MigrateSlot => "migrate_slot",
-        }
-    }
-
-    fn targets_masters(self) -> bool {
-        matches!(
-            self,
-            FaultKind::KillMaster
-                | FaultKind::RestartMaster
-                | FaultKind::FreezeMaster
-                | FaultKind::RestartMajority
-                | FaultKind::FlushMaster
-                | FaultKind::FlushMajority
-                | FaultKind::Evict
-                | FaultKind::Failover
-                | FaultKind::RestartShard
-                | FaultKind::ShardFailover
-                | FaultKind::MigrateSlot
-        )
-    }
-
-    /// Faults that take (or may take) a majority of the masters' keys at
-    /// once.
-    fn takes_a_majority(self) -> bool {
-        matches!(
-            self,
-            FaultKind::RestartMajority | FaultKind::FlushMajority | FaultKind::Evict
-        )
-    }
-}
+use kind::over_at_once;
+pub use kind::FaultKind;
 
 /// One fault as injected.
 #[derive(Debug, Clone, Serialize)]
@@ -214,6 +102,8 @@ enum Undo {
     StartAgent(usize),
     /// Restore each master's `maxmemory` and policy, delete its cache keys.
     EndEviction(Vec<(usize, Eviction)>),
+    /// Put each master back on the real wall clock.
+    ClearClocks(clocks::Moved),
 }
 
 /// The policies [`FaultKind::Evict`] picks from: the two that evict only
@@ -238,25 +128,6 @@ pub const LIVENESS_MARGIN: Duration = Duration::from_secs(2);
 /// machine; and a later fault may hit another cluster while they wait.
 pub const CLUSTER_LIVENESS_MARGIN: Duration = Duration::from_secs(10);
 
-/// Faults that are over as soon as they are injected: nothing to heal.
-fn over_at_once(kinds: &[FaultKind]) -> bool {
-    !kinds.is_empty()
-        && kinds.iter().all(|k| {
-            matches!(
-                k,
-                FaultKind::RestartMaster
-                    | FaultKind::RestartMajority
-                    | FaultKind::KillClient
-                    | FaultKind::FlushMaster
-                    | FaultKind::FlushMajority
-                    | FaultKind::Failover
-                    | FaultKind::RestartShard
-                    | FaultKind::ShardFailover
-                    | FaultKind::MigrateSlot
-            )
-        })
-}
-
 /// Injects faults into one cluster.
 pub struct Nemesis {
     cluster: Arc<Cluster>,
@@ -274,6 +145,9 @@ pub struct Nemesis {
     /// faults aim at most of the time.
     pub hot_keys: Vec<String>,
     kill_release: Vec<tokio::task::JoinHandle<Option<f64>>>,
+    /// The current cycle's liveness bound beyond the report's: the largest
+    /// clock move healed in it, in ms.
+    cycle_extra_ms: u64,
 }
 
 impl Nemesis {
@@ -308,6 +182,7 @@ impl Nemesis {
             gap: Duration::from_millis(300),
             hot_keys: Vec::new(),
             kill_release: Vec::new(),
+            cycle_extra_ms: 0,
         }
     }
 
@@ -414,6 +289,10 @@ impl Nemesis {
                 self.inject_shards(kind, ShardFault::MigrateSlot, busy)
                     .await
             }
+            FaultKind::ClockForward | FaultKind::ClockBack | FaultKind::ClockFreeze => {
+                self.inject_clocks(kind, busy)
+            }
+            FaultKind::RestoreMajority => self.inject_restore(busy).await,
             FaultKind::KillMaster | FaultKind::RestartMaster | FaultKind::FreezeMaster => {
                 let Some(&j) = self.pick_masters(1, busy).first() else {
                     self.report
@@ -668,6 +547,7 @@ impl Nemesis {
                     }
                 }
             }
+            Undo::ClearClocks(moved) => self.clear_clocks(moved),
             Undo::StartAgent(a) => {
                 let mut agent = self.cluster.agents[a].lock().await;
                 let started = agent.start();
@@ -687,6 +567,7 @@ impl Nemesis {
     /// One cycle with `kinds` at once.
     pub async fn cycle(&mut self, kinds: &[FaultKind]) {
         self.cycle += 1;
+        self.cycle_extra_ms = 0;
         self.phase.set(Phase::Faulted);
         let mut busy = Vec::new();
         let mut agent_down = false;
@@ -720,7 +601,8 @@ impl Nemesis {
         let slowest = per_agent_ms
             .iter()
             .try_fold(0.0f64, |acc, t| t.map(|t| acc.max(t)));
-        let after = slowest.filter(|&ms| ms <= self.report.liveness_bound_ms as f64);
+        let bound_ms = self.report.liveness_bound_ms + self.cycle_extra_ms;
+        let after = slowest.filter(|&ms| ms <= bound_ms as f64);
         let faults: Vec<String> = self.report.faults[faults_before..]
             .iter()
             .map(|f| format!("{} {}", f.kind.as_str(), f.detail))
@@ -736,14 +618,13 @@ impl Nemesis {
         };
         if after.is_none() {
             self.report.liveness_failures.push(format!(
-                "cycle {} ({}): no grant on every agent within {}ms of healing",
+                "cycle {} ({}): no grant on every agent within {bound_ms}ms of healing",
                 self.cycle,
                 injected
                     .iter()
                     .map(|k| k.as_str())
                     .collect::<Vec<_>>()
                     .join("+"),
-                self.report.liveness_bound_ms
             ));
         }
         self.report.recoveries.push(Recovery {
@@ -761,7 +642,7 @@ impl Nemesis {
     /// Probes every agent with a fresh resource until each grants; the
     /// slowest agent's time, or `None` past twice the bound.
     async fn recovery(&self, healed: Mono) -> Vec<(Option<f64>, String)> {
-        let limit = healed.plus_ms(self.report.liveness_bound_ms * 2);
+        let limit = healed.plus_ms((self.report.liveness_bound_ms + self.cycle_extra_ms) * 2);
         let clients = self.cluster.clients().await;
         let cycle = self.cycle;
         // 300 ms, or the least the agents take: twice their node timeout.

@@ -43,6 +43,18 @@
 //! thanks to round 2's write-back of the fence to the masters; with the
 //! write-back off ([`crate::cluster::NO_FENCE_WRITEBACK_ENV`]) the checker
 //! must find fences out of order.
+//!
+//! And two of what a vote cannot see by itself (the `intrusion` module),
+//! deterministic, a holder through a1 and an intruder through a2: a
+//! majority's wall clocks jumped forward past the lock's TTL
+//! ([`Options::clock_control`]; protection: the agents' clock watch), and
+//! a majority restored from snapshots behind a2's connection-keeping links
+//! ([`Options::restore_control`]; protection: the process check of a vote
+//! answered NOSCRIPT).
+
+mod intrusion;
+
+pub use intrusion::{CLOCK_CONTROL_JUMP_PAST_TTL, INTRUSION_TTL, RESTORE_CONTROL_HEALTH_INTERVAL};
 
 use std::fmt;
 use std::path::PathBuf;
@@ -52,9 +64,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::checker::Ending;
 use crate::checker::{Checker, Findings};
-use crate::checker::{ClientKind, Ending, Grant};
-use crate::client::{self, AcquireOptions, Answer, ErrorCode};
+use crate::client::{self, Answer};
 use crate::clock::Mono;
 use crate::cluster::{
     tail, AgentSettings, Cluster, Topology, FENCE_CLOCK_SKEW_ENV, NO_EVICTION_CHECK_ENV,
@@ -64,9 +76,7 @@ use crate::lag::Lag;
 use crate::nemesis::{FaultKind, Nemesis, NemesisReport};
 use crate::observer;
 use crate::store::{FencedStore, StoreClient};
-use crate::workload::{
-    self, Ctx, Mix, Outcome, Phase, PhaseFlag, Plan, Processes, Stats, StatsSnapshot,
-};
+use crate::workload::{self, Ctx, Mix, Phase, PhaseFlag, Plan, Processes, Stats, StatsSnapshot};
 
 /// How a run is set up.
 #[derive(Debug, Clone)]
@@ -185,11 +195,17 @@ pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, u
         (Options::election_control(true, seed, bin()), 2),
         (Options::election_control(false, seed, bin()), 4),
         (Options::term_control(false, seed, bin()), 1),
+        (Options::clock_control(true, seed, bin()), 1),
+        (Options::clock_control(false, seed, bin()), 1),
+        (Options::restore_control(true, seed, bin()), 1),
+        (Options::restore_control(false, seed, bin()), 1),
     ]
 }
 
 impl Options {
-    /// The nemesis run: 5 masters, 3 agents, every fault alone then mixed.
+    /// The nemesis run: 5 masters, 3 agents (a3 through links that keep
+    /// its connections open while a master dies and comes back), every
+    /// fault alone then mixed.
     pub fn nemesis(duration: Duration, seed: u64, faults_bin: PathBuf) -> Options {
         Options {
             name: "nemesis".into(),
@@ -198,7 +214,10 @@ impl Options {
             agents: 3,
             duration,
             seed,
-            settings: AgentSettings::default(),
+            settings: AgentSettings {
+                keeping_links: vec![2],
+                ..AgentSettings::default()
+            },
             plan: Plan {
                 resources: vec!["res-a".into(), "res-b".into(), "res-c".into()],
                 ttl_ms: (400, 1200),
@@ -629,6 +648,10 @@ pub struct Report {
     pub marker_check: bool,
     /// The agents' in-vote eviction check.
     pub eviction_check: bool,
+    /// The agents' watch on the masters' clocks.
+    pub clock_check: bool,
+    /// The agents' process check of a vote answered NOSCRIPT.
+    pub process_check: bool,
     /// Set for a control run.
     pub control: Option<Control>,
     /// Set for the fence control run.
@@ -775,12 +798,15 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "   max_ttl {}ms, quarantine {}ms, delayed_restart {}, marker check {}, eviction check {}{}",
+            "   max_ttl {}ms, quarantine {}ms, delayed_restart {}, marker check {}, eviction check {}, \
+             clock check {}, process check {}{}",
             self.max_ttl_ms,
             self.quarantine_ms,
             if self.delayed_restart { "on" } else { "off" },
             if self.marker_check { "on" } else { "off" },
             if self.eviction_check { "on" } else { "off" },
+            if self.clock_check { "on" } else { "off" },
+            if self.process_check { "on" } else { "off" },
             match self.fence_control {
                 Some(c) => format!(
                     ", fence write-back {}, agent i's clock i*{}ms behind",
@@ -1289,8 +1315,13 @@ impl Harness {
                 let _ = agent.wait_ready(Duration::from_secs(10)).await;
             }
         }
-        // Every lock has a TTL of at most max_ttl: past it, nothing may remain.
-        tokio::time::sleep(options.settings.max_ttl + Duration::from_millis(500)).await;
+        // Every lock has a TTL of at most max_ttl: past it, nothing may
+        // remain; nor past the keys a moved clock kept longer.
+        let mut gone = Mono::now().plus(options.settings.max_ttl + Duration::from_millis(500));
+        if let Some(until) = self.checker.clock_excused_until() {
+            gone = gone.max(until);
+        }
+        tokio::time::sleep(gone.since(Mono::now())).await;
         let keys_left = observer::final_scan(
             &self.cluster.masters,
             &options.settings.key_prefix,
@@ -1338,6 +1369,8 @@ impl Harness {
             delayed_restart: options.settings.delayed_restart,
             marker_check: options.settings.marker_check,
             eviction_check: options.settings.eviction_check,
+            clock_check: options.settings.clock_check,
+            process_check: options.settings.process_check,
             control: options.control,
             fence_control: options.fence_control,
             property: options.property,
@@ -1400,6 +1433,9 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
         .ok_or_else(|| format!("{} is not a control scenario", options.name))?;
     if control.fault == FaultKind::ShardFailover {
         return cluster_control(options, control, rounds).await;
+    }
+    if intrusion::is_intrusion(control.fault) {
+        return intrusion::control(options, control).await;
     }
     let harness = Harness::start(options).await?;
     let resource = options.control_target();
@@ -1611,50 +1647,17 @@ async fn cluster_control(
         }
         // The holder: written on the primaries whose replicas are frozen.
         // A later round waits for the slot's quarantine from the one before.
-        let request = AcquireOptions::new()
-            .ttl(Duration::from_millis(ttl_ms))
-            .wait(options.settings.quarantine() + Duration::from_secs(2))
-            .owner("holder")
-            .fence();
-        let requested = Mono::now();
-        let answer = first.acquire(&resource, &request).await;
-        let granted = Mono::now();
-        let holder = match answer {
-            Ok(Answer::Ok(grant)) => {
-                harness
-                    .stats
-                    .attempt(Phase::Faulted, ClientKind::Acquire, Outcome::Granted);
-                let id = harness.checker.enter(
-                    Grant {
-                        resource: resource.clone(),
-                        client: "holder".into(),
-                        kind: ClientKind::Acquire,
-                        agent: 0,
-                        token: grant.token.clone(),
-                        ttl_ms,
-                        requested,
-                        granted,
-                        validity_ms: Some(client::ms(grant.validity)),
-                        fence: grant.fence,
-                    },
-                    granted,
-                );
-                Some((id, grant))
-            }
-            Ok(Answer::Refused { code, message }) => {
-                report.skipped.push(format!(
-                    "round {round}: the holder was refused: {}: {message}",
-                    code.as_str()
-                ));
-                None
-            }
-            Err(e) => {
-                report
-                    .skipped
-                    .push(format!("round {round}: the holder got no answer: {e}"));
-                None
-            }
-        };
+        let wait = Some(options.settings.quarantine() + Duration::from_secs(2));
+        let holder =
+            match intrusion::take(&harness, (&first, 0), &resource, "holder", ttl_ms, wait).await {
+                Ok(holder) => Some(holder),
+                Err(e) => {
+                    report
+                        .skipped
+                        .push(format!("round {round}: the holder: {e}"));
+                    None
+                }
+            };
         let promoted =
             futures::future::join_all(lagging.iter().map(|(m, shard)| async move {
                 (m.name.clone(), m.finish_failover(*shard).await)
@@ -1669,7 +1672,7 @@ async fn cluster_control(
                     .push(format!("finish failover of {name}: {e}")),
             }
         }
-        let Some((holder_id, grant)) = holder else {
+        let Some((holder_id, grant, granted)) = holder else {
             break;
         };
         report.faults.push(crate::nemesis::FaultRecord {
@@ -1683,60 +1686,7 @@ async fn cluster_control(
         // The holder works through 80% of its validity; meanwhile a second
         // client tries the lock through the other agent.
         let leaves = granted.plus_ms(client::ms(grant.validity) * 4 / 5);
-        let mut intruder = None;
-        while Mono::now() < leaves && intruder.is_none() {
-            let request = AcquireOptions::new()
-                .ttl(Duration::from_millis(1000))
-                .owner("intruder")
-                .fence();
-            let requested = Mono::now();
-            match second.acquire(&resource, &request).await {
-                Ok(Answer::Ok(g)) => {
-                    let at = Mono::now();
-                    harness
-                        .stats
-                        .attempt(Phase::Faulted, ClientKind::Acquire, Outcome::Granted);
-                    let id = harness.checker.enter(
-                        Grant {
-                            resource: resource.clone(),
-                            client: "intruder".into(),
-                            kind: ClientKind::Acquire,
-                            agent: 1,
-                            token: g.token.clone(),
-                            ttl_ms: 1000,
-                            requested,
-                            granted: at,
-                            validity_ms: Some(client::ms(g.validity)),
-                            fence: g.fence,
-                        },
-                        at,
-                    );
-                    intruder = Some((id, g.token, at));
-                }
-                Ok(Answer::Refused { code, .. }) => {
-                    let outcome = match code {
-                        ErrorCode::Taken => Outcome::Taken,
-                        ErrorCode::NoQuorum => Outcome::NoQuorum,
-                        _ => Outcome::Refused,
-                    };
-                    harness
-                        .stats
-                        .attempt(Phase::Faulted, ClientKind::Acquire, outcome);
-                }
-                Err(_) => {
-                    harness
-                        .stats
-                        .attempt(Phase::Faulted, ClientKind::Acquire, Outcome::NoAnswer);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        if let Some((id, token, at)) = intruder {
-            let released = second.release(&resource, &token).await;
-            harness
-                .checker
-                .exit(id, at.plus_ms(10).min(Mono::now()), ending(released));
-        }
+        intrusion::intrude(&harness, (&second, 1), &resource, leaves).await;
         // The holder left when its work was done, even if the harness
         // records it later.
         while Mono::now() < leaves {
@@ -1922,7 +1872,9 @@ pub fn verdicts(reports: &[Report]) -> Vec<String> {
         .map(|r| {
             let unprotected = r.control.filter(|c| !c.protected);
             let evictions = r.control.filter(|c| c.fault == FaultKind::Evict);
-            if let Some(fence) = r.fence_control {
+            if let Some(verdict) = intrusion::verdict(r) {
+                verdict
+            } else if let Some(fence) = r.fence_control {
                 fence_verdict(r, fence)
             } else if evictions.is_some() && r.nemesis.faults.is_empty() {
                 format!(
@@ -1989,7 +1941,7 @@ mod tests {
     use super::*;
     use crate::checker::{FenceFindings, FenceInversion, Section};
 
-    fn fence_report(writeback: bool, fences: FenceFindings) -> Report {
+    pub(super) fn fence_report(writeback: bool, fences: FenceFindings) -> Report {
         let options = Options::fence_control(writeback, 1, PathBuf::from("faults"));
         Report {
             name: options.name.clone(),
@@ -2005,6 +1957,8 @@ mod tests {
             delayed_restart: true,
             marker_check: true,
             eviction_check: true,
+            clock_check: true,
+            process_check: true,
             control: None,
             fence_control: options.fence_control,
             property: options.property,

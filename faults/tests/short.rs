@@ -1,9 +1,10 @@
 //! The short mode: a nemesis run over every fault (alone, then mixed) with
 //! the checker watching locks, semaphores and elections, then the control
 //! runs that prove the checker can see a double grant (a majority restarted
-//! empty, flushed, made to evict), fences out of order, more permits than a
-//! semaphore's limit, two leaders and terms out of order; then the same in cluster
-//! mode (every master a Redis Cluster). `tools/test.sh` runs it on its own, after the other
+//! empty, flushed, made to evict, its clocks jumped forward, restored from
+//! snapshots behind kept connections), fences out of order, more permits
+//! than a semaphore's limit, two leaders and terms out of order; then the
+//! same in cluster mode (every master a Redis Cluster). `tools/test.sh` runs it on its own, after the other
 //! tests, so the machine is quiet:
 //!
 //! ```sh
@@ -58,7 +59,12 @@ fn control(options: &Options, rounds: usize) -> run::Report {
 /// it off; the same flush under an election's leader finds one leader at a
 /// time with the marker check on, and two with it off; campaigners through
 /// agents with skewed clocks find terms out of order without the
-/// write-back. Every run: no fence out of order, no stale write accepted
+/// write-back; the clocks of 3 of 5 masters jumped forward past a held
+/// lock's TTL let no second client in with the agents' clock watch, and
+/// do with it off; 3 of 5 masters restored from snapshots behind a2's
+/// connection-keeping links let no second client in through a2 with the
+/// process check of a vote answered NOSCRIPT, and do with it off. Every
+/// run: no fence out of order, no stale write accepted
 /// by the fenced store, no semaphore over its limit, one leader at a time,
 /// terms in order.
 /// Then cluster mode: shards restarted empty, lagged failovers and slot
@@ -71,7 +77,7 @@ fn short_mode_finds_no_violation_and_the_control_run_finds_some() {
     let duration = std::env::var("FAULTS_DURATION")
         .ok()
         .and_then(|d| humantime::parse_duration(&d).ok())
-        .unwrap_or(Duration::from_secs(50));
+        .unwrap_or(Duration::from_secs(60));
     let seed = std::env::var("FAULTS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -204,5 +210,32 @@ fn the_checker_sees_terms_out_of_order_when_the_write_back_is_off() {
     assert!(
         !report.findings.primitives.term_inversions.is_empty(),
         "no term out of order with the write-back off: the checker is blind\n{report}"
+    );
+}
+
+/// The clock control alone: with the agents' clock watch off (their
+/// test-only switch), the wall clocks of 3 of 5 masters jumped forward
+/// past a held lock's TTL let a second client take it through the other
+/// agent while the first still believes it valid, and the checker says so.
+#[test]
+fn the_checker_sees_a_double_grant_when_the_clock_check_is_off() {
+    let report = control(&Options::clock_control(false, 31, faults_bin()), 1);
+    assert!(
+        !report.findings.violations.is_empty(),
+        "the clock control found no violation: the checker is blind\n{report}"
+    );
+}
+
+/// The restore control alone: with the process check of a vote answered
+/// NOSCRIPT off (the agents' test-only switch), 3 of 5 masters restored
+/// from snapshots taken before a held lock (the incarnation marker back,
+/// the lock gone) let a second client take it through an agent whose
+/// connections a proxy kept open, and the checker says so.
+#[test]
+fn the_checker_sees_a_double_grant_when_the_process_check_is_off() {
+    let report = control(&Options::restore_control(false, 37, faults_bin()), 1);
+    assert!(
+        !report.findings.violations.is_empty(),
+        "the restore control found no violation: the checker is blind\n{report}"
     );
 }

@@ -377,15 +377,14 @@ mod tests {
             &server,
             redis::cmd("SET").arg("f").arg("v").arg("PX").arg(10_000),
         );
-        server.freeze_clock().unwrap();
-        let stopped = |server: &RedisServer| query::<i64>(server, redis::cmd("PTTL").arg("f"));
-        let mut last = stopped(&server);
-        wait_for("PTTL stopped", || {
-            let now = stopped(&server);
-            std::mem::replace(&mut last, now) == now
-        });
+        let Clock::Frozen(at) = server.freeze_clock().unwrap() else {
+            panic!("a freeze freezes");
+        };
+        wait_for("TIME stopped", || master_time(&server) == at);
+        let pttl = |server: &RedisServer| query::<i64>(server, redis::cmd("PTTL").arg("f"));
+        let stopped = pttl(&server);
         std::thread::sleep(Duration::from_millis(300));
-        assert_eq!(stopped(&server), last, "a frozen clock holds the TTL still");
+        assert_eq!(pttl(&server), stopped, "a frozen clock holds the TTL still");
 
         server.restart().unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(server.clock(), Some(Clock::Frozen(_))));
