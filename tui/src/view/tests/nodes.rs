@@ -143,3 +143,76 @@ fn the_quarantine_counts_down_between_polls() {
     let r2 = line_with(&screen, "│r2 ");
     assert!(r2.contains("quarantined █████░░░░░ 27s"), "{r2}");
 }
+
+/// The warnings `/v1/nodes` gives while a clock fault keeps a master in
+/// quarantine, as the agent words them.
+const AHEAD: &str =
+    "the master's clock jumped or ran ahead by 14.997s (keys may have expired early)";
+const BEHIND: &str =
+    "the master's clock jumped back, froze or ran slow by 60.001s (keys outlive their TTL)";
+
+/// r2's clock jumped forward and r3's back: each is quarantined by the
+/// `clock` detector, its row shows the fault in the warning colour, and
+/// its pane names the detector and gives the fault in full.
+#[test]
+fn a_master_quarantined_for_its_clock_names_the_detector_and_the_fault() {
+    let t0 = Instant::now();
+    let mut app = App::new(settings(false), t0);
+    app.update(Action::Resize(120, 35));
+    app.update(Action::Client(Event::Conn(Conn::Connected)));
+    let clock_fault = |name: &str, fault: &str| {
+        let mut status = node_fixtures::status(name, NodeState::Quarantined);
+        status.detector = Some("clock".to_string());
+        status.warnings = vec![fault.to_string()];
+        status
+    };
+    let nodes = node_fixtures::response(vec![
+        node_fixtures::status("r1", NodeState::Up),
+        clock_fault("r2", AHEAD),
+        clock_fault("r3", BEHIND),
+    ]);
+    polled(&mut app, t0, Update::Nodes(Ok(nodes)));
+    app.update(Action::Tick(t0));
+    let screen = shot(&app);
+    // First sight: the whole 40s left is the whole bar. The fault is cut
+    // to the WARNINGS column.
+    assert_eq!(
+        line_with(&screen, "│r2 "),
+        "│r2   quarantined ██████████ 40s █            0.40ms r2012345 1h00m  none                            the master's clock│"
+    );
+    let buffer = render(&app, 120, 35);
+    let y = screen.iter().position(|l| l.starts_with("│r2 ")).unwrap();
+    let x = screen[y][..screen[y].find("the master's").unwrap()]
+        .chars()
+        .count() as u16;
+    assert_eq!(
+        buffer.cell((x, y as u16)).unwrap().fg,
+        theme::WARN.fg.unwrap()
+    );
+
+    key(&mut app, KeyCode::Char('g'));
+    key(&mut app, KeyCode::Char('j'));
+    let screen = shot(&app);
+    assert!(contains(&screen, "┌ r2 ─"), "{}", screen.join("\n"));
+    assert!(contains(
+        &screen,
+        "│quarantined by the clock detector; takes part in locks again in 40s"
+    ));
+    assert!(
+        contains(&screen, &format!("│warning {AHEAD}")),
+        "{}",
+        screen.join("\n")
+    );
+    key(&mut app, KeyCode::Char('j'));
+    let screen = shot(&app);
+    assert!(contains(&screen, "┌ r3 ─"), "{}", screen.join("\n"));
+    assert!(contains(
+        &screen,
+        "│quarantined by the clock detector; takes part in locks again in 40s"
+    ));
+    assert!(
+        contains(&screen, &format!("│warning {BEHIND}")),
+        "{}",
+        screen.join("\n")
+    );
+}
