@@ -19,6 +19,9 @@ use crate::state::summary::tests as summary_fixtures;
 
 use super::theme;
 
+mod nodes;
+mod primitives;
+
 const MASTERS: &[&str] = &["r1", "r2", "r3"];
 
 fn settings(readonly: bool) -> Settings {
@@ -109,6 +112,30 @@ fn app() -> (App, Instant) {
     (app_at(t0, false), t0)
 }
 
+/// An agent with a single server r1 and two cluster masters: c2 with its
+/// second shard down and 5461 slots quarantined on its third, and c3 whose
+/// topology the agent has not read yet.
+fn cluster_app() -> App {
+    let t0 = Instant::now();
+    let mut app = App::new(settings(false), t0);
+    app.update(Action::Resize(120, 35));
+    app.update(Action::Client(Event::Conn(Conn::Connected)));
+    let mut shards = node_fixtures::three_shards();
+    shards[1].state = NodeState::Down;
+    shards[1].replicas = 0;
+    shards[2].quarantined_slots = 5_461;
+    shards[2].slots = vec![[10_923, 12_000], [12_002, 16_383]];
+    shards[0].slots.push([12_001, 12_001]);
+    let nodes = node_fixtures::response(vec![
+        node_fixtures::status("r1", NodeState::Up),
+        node_fixtures::cluster("c2", shards),
+        node_fixtures::cluster("c3", Vec::new()),
+    ]);
+    polled(&mut app, t0, Update::Nodes(Ok(nodes)));
+    app.update(Action::Tick(t0));
+    app
+}
+
 fn key(app: &mut App, code: KeyCode) {
     app.update(Action::Key(KeyEvent::new(code, KeyModifiers::NONE)));
 }
@@ -190,171 +217,6 @@ fn quorum_is_coloured_by_margin() {
         theme::CRIT.fg.unwrap(),
         "below quorum is critical"
     );
-}
-
-#[test]
-fn nodes_view_shows_states_quarantine_countdown_and_details() {
-    let (app, _) = app();
-    let screen = shot(&app);
-    assert!(line_with(&screen, " Nodes [3] ").starts_with("┌ Nodes [3] ──"));
-    assert_eq!(
-        line_with(&screen, "NAME"),
-        "│NAME STATE                      LATENCY             RUN ID   UPTIME PERSIST     LAST ERROR          WARNINGS          │"
-    );
-    assert_eq!(
-        line_with(&screen, "│r1 "),
-        "│r1   up                         █            0.40ms r1012345 1h00m  none                                              │"
-    );
-    // 40s left of the 61s seen when the quarantine began: 7 of 10 cells.
-    assert_eq!(
-        line_with(&screen, "│r2 "),
-        "│r2   quarantined ███████░░░ 40s ██           0.40ms r2012345 1h00m  none                                              │"
-    );
-    let r3 = line_with(&screen, "│r3 ");
-    assert!(r3.starts_with("│r3   down "), "{r3}");
-    assert!(r3.contains("connection refused"), "{r3}");
-    assert!(r3.contains("maxmemory-policy"), "{r3}");
-    assert_eq!(screen[34], "3 of 3 nodes");
-}
-
-#[test]
-fn the_selected_master_shows_its_error_and_warnings_in_full() {
-    let (mut app, _) = app();
-    key(&mut app, KeyCode::Char('g'));
-    let screen = shot(&app);
-    assert!(!contains(&screen, "┌ r1 ─"), "nothing to say about r1");
-    key(&mut app, KeyCode::Char('j'));
-    let screen = shot(&app);
-    assert!(contains(&screen, "┌ r2 ─"), "{}", screen.join("\n"));
-    assert!(contains(
-        &screen,
-        "│quarantined by the run_id detector; takes part in locks again in 40s"
-    ));
-    key(&mut app, KeyCode::Char('j'));
-    let screen = shot(&app);
-    assert!(contains(&screen, "│last error connection refused"));
-    assert!(contains(
-        &screen,
-        "│warning maxmemory-policy allkeys-lru evicts lock keys"
-    ));
-}
-
-/// An agent with a single server r1 and two cluster masters: c2 with its
-/// second shard down and 5461 slots quarantined on its third, and c3 whose
-/// topology the agent has not read yet.
-fn cluster_app() -> App {
-    let t0 = Instant::now();
-    let mut app = App::new(settings(false), t0);
-    app.update(Action::Resize(120, 35));
-    app.update(Action::Client(Event::Conn(Conn::Connected)));
-    let mut shards = node_fixtures::three_shards();
-    shards[1].state = NodeState::Down;
-    shards[1].replicas = 0;
-    shards[2].quarantined_slots = 5_461;
-    shards[2].slots = vec![[10_923, 12_000], [12_002, 16_383]];
-    shards[0].slots.push([12_001, 12_001]);
-    let nodes = node_fixtures::response(vec![
-        node_fixtures::status("r1", NodeState::Up),
-        node_fixtures::cluster("c2", shards),
-        node_fixtures::cluster("c3", Vec::new()),
-    ]);
-    polled(&mut app, t0, Update::Nodes(Ok(nodes)));
-    app.update(Action::Tick(t0));
-    app
-}
-
-#[test]
-fn a_cluster_master_shows_its_kind_shards_up_and_quarantined_slots() {
-    let app = cluster_app();
-    let screen = shot(&app);
-    assert_eq!(
-        line_with(&screen, "NAME"),
-        "│NAME STATE                       KIND        LATENCY             RUN ID   UPTIME PERSIST     LAST ERROR   WARNINGS    │"
-    );
-    assert_eq!(
-        line_with(&screen, "│r1 "),
-        "│r1   up                          single      █            0.40ms r1012345 1h00m  none                                 │"
-    );
-    assert_eq!(
-        line_with(&screen, "│c2 "),
-        "│c2   up, 5461 slots quarantined  cluster 2/3 █            0.40ms -        -      -                                    │"
-    );
-    assert!(
-        line_with(&screen, "│c3 ").starts_with("│c3   up                          cluster -   ")
-    );
-    // The colours say which shard count and slots need a look.
-    let buffer = render(&app, 120, 35);
-    let y = screen.iter().position(|l| l.starts_with("│c2 ")).unwrap();
-    let x_of = |needle: &str| screen[y][..screen[y].find(needle).unwrap()].chars().count() as u16;
-    let fg = |x: u16| buffer.cell((x, y as u16)).unwrap().fg;
-    assert_eq!(fg(x_of("5461 slots")), theme::WARN.fg.unwrap());
-    assert_eq!(fg(x_of("cluster 2/3")), theme::WARN.fg.unwrap());
-    assert_eq!(fg(x_of("up,")), theme::OK.fg.unwrap());
-}
-
-/// A dropped connection leaves the kind column in place, with dashes.
-#[test]
-fn a_cluster_setup_keeps_its_columns_when_the_connection_drops() {
-    let mut app = cluster_app();
-    app.update(Action::Client(Event::Conn(Conn::Reconnecting {
-        retry_at: Instant::now() + Duration::from_secs(2),
-        attempt: 1,
-        error: "cannot connect".into(),
-    })));
-    let screen = shot(&app);
-    assert!(line_with(&screen, "NAME").contains(" KIND "));
-    let c2 = line_with(&screen, "│c2 ");
-    assert_eq!(
-        c2.trim_matches('│').split_whitespace().collect::<Vec<_>>(),
-        ["c2", "-", "-", "-", "-", "-", "-", "-", "-"]
-    );
-}
-
-#[test]
-fn the_selected_cluster_master_lists_its_shards_in_the_pane() {
-    let mut app = cluster_app();
-    key(&mut app, KeyCode::Char('G'));
-    assert!(!contains(&shot(&app), "┌ r1 ─"), "nothing to say about r1");
-    key(&mut app, KeyCode::Char('g'));
-    let screen = shot(&app);
-    assert!(contains(&screen, "┌ c2 ─"), "{}", screen.join("\n"));
-    assert!(contains(
-        &screen,
-        "│cluster 3 shards, 2 up · 16384 slots · 5461 quarantined"
-    ));
-    for line in [
-        "│SHARD          STATE SLOTS                   QUARANTINED REPLICAS NODE ID",
-        "│127.0.0.1:7001 up    0-5460,12001            0           1        7001a1b2",
-        "│127.0.0.1:7002 down  5461-10922              0           0        7002a1b2",
-        "│127.0.0.1:7003 up    10923-12000,12002-16383 5461        1        7003a1b2",
-    ] {
-        assert_eq!(line_with(&screen, line).trim_end_matches([' ', '│']), line);
-    }
-    let buffer = render(&app, 120, 35);
-    let y = screen
-        .iter()
-        .position(|l| l.starts_with("│127.0.0.1:7002"))
-        .unwrap();
-    let x = screen[y][..screen[y].find("down").unwrap()].chars().count() as u16;
-    assert_eq!(
-        buffer.cell((x, y as u16)).unwrap().fg,
-        theme::CRIT.fg.unwrap()
-    );
-    key(&mut app, KeyCode::Char('j'));
-    let screen = shot(&app);
-    assert!(contains(
-        &screen,
-        "│cluster no shard known: the agent has not read its topology yet"
-    ));
-}
-
-#[test]
-fn the_quarantine_counts_down_between_polls() {
-    let (mut app, t0) = app();
-    app.update(Action::Tick(t0 + Duration::from_millis(12_500)));
-    let screen = shot(&app);
-    let r2 = line_with(&screen, "│r2 ");
-    assert!(r2.contains("quarantined █████░░░░░ 27s"), "{r2}");
 }
 
 #[test]
@@ -866,203 +728,4 @@ fn a_page_is_what_the_table_shows() {
     let page = super::page_rows(&app);
     assert!(page > 10, "{page}");
     assert_eq!(page, 15);
-}
-
-/// The fixture agent with a semaphore `pay` (permits 0 and 1 of 3) and an
-/// election `sched` in its listing, beside a plain lock.
-fn primitives_app(t0: Instant) -> App {
-    use crate::state::primitives::Answers;
-    use redlock_wire::{Leader, PermitInfo, SemaphoreResponse};
-    let mut app = app_at(t0, false);
-    let mut permit0 = lock_fixtures::lock("pay permit 0", Some("w1"), 20_000, MASTERS, MASTERS);
-    permit0.agent = Some("pod-a".to_string());
-    let permit1 = lock_fixtures::lock("pay permit 1", Some("w2"), 20_000, MASTERS, MASTERS);
-    let mut leader = lock_fixtures::lock("sched election", Some("cron"), 9_000, MASTERS, MASTERS);
-    leader.agent = Some("pod-b".to_string());
-    let plain = lock_fixtures::lock("orders:42", Some("billing"), 30_000, MASTERS, MASTERS);
-    polled(
-        &mut app,
-        t0,
-        Update::Locks(Ok(lock_fixtures::response(
-            vec![plain, permit0, permit1, leader],
-            MASTERS,
-        ))),
-    );
-    let permit = |i: u32, agent: &str, owner: &str, ms: u64| PermitInfo {
-        permit: i,
-        agent: Some(agent.to_string()),
-        owner: Some(owner.to_string()),
-        validity_ms: ms,
-        held_here: false,
-        pid: None,
-        uid: None,
-    };
-    let answers = Answers {
-        semaphores: vec![(
-            "pay".to_string(),
-            Ok(SemaphoreResponse {
-                semaphore: "pay".to_string(),
-                limit: Some(3),
-                permits: vec![
-                    permit(0, "pod-a", "w1", 19_500),
-                    permit(1, "pod-b", "w2", 12_000),
-                ],
-                waiters: 0,
-                unread: vec![],
-                partial: false,
-            }),
-        )],
-        elections: vec![(
-            "sched".to_string(),
-            Ok(Some(Leader {
-                election: "sched".to_string(),
-                agent: Some("pod-b".to_string()),
-                owner: Some("cron".to_string()),
-                value: Some("10.0.0.7:8080".to_string()),
-                pid: None,
-                uid: None,
-                term: Some(42),
-                since_ms: Some(1_000_000),
-                validity_ms: 8_000,
-            })),
-        )],
-    };
-    polled(&mut app, t0, Update::Primitives(answers, 1_090_000));
-    app
-}
-
-#[test]
-fn the_locks_view_tells_permits_and_leaders_from_locks() {
-    let t0 = Instant::now();
-    let mut app = primitives_app(t0);
-    typed(&mut app, ":locks");
-    key(&mut app, KeyCode::Enter);
-    let screen = shot(&app);
-    let header = line_with(&screen, "RESOURCE");
-    assert_eq!(
-        header
-            .trim_matches('│')
-            .split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>(),
-        ["RESOURCE↑", "KIND", "OWNER"],
-        "{header}"
-    );
-    assert!(line_with(&screen, "│orders:42").contains(" lock "));
-    assert!(line_with(&screen, "│pay permit 0").contains(" permit "));
-    assert!(line_with(&screen, "│sched election").contains(" leader "));
-    // `/leader` keeps the elections' rows only.
-    typed(&mut app, "/leader");
-    key(&mut app, KeyCode::Enter);
-    let screen = shot(&app);
-    assert!(contains(&screen, "Locks [1/4]"), "{}", screen.join("\n"));
-}
-
-#[test]
-fn force_release_says_why_it_is_not_offered_for_a_permit() {
-    let t0 = Instant::now();
-    let mut app = primitives_app(t0);
-    typed(&mut app, ":locks");
-    key(&mut app, KeyCode::Enter);
-    typed(&mut app, "/^pay permit 1");
-    key(&mut app, KeyCode::Enter);
-    ctrl(&mut app, 'd');
-    let screen = shot(&app);
-    assert!(!contains(&screen, "Force-release"), "{}", screen.join("\n"));
-    assert!(
-        contains(&screen, "no force release for a permit of semaphore pay"),
-        "{}",
-        screen.join("\n")
-    );
-    assert!(app.take_commands().is_empty());
-}
-
-#[test]
-fn the_primitives_view_shows_permits_of_the_limit_and_the_leader() {
-    let t0 = Instant::now();
-    let mut app = primitives_app(t0);
-    typed(&mut app, ":primitives");
-    key(&mut app, KeyCode::Enter);
-    app.update(Action::Tick(t0 + Duration::from_secs(2)));
-    let screen = shot(&app);
-    assert!(contains(
-        &screen,
-        "Semaphores & elections [2/2] · here: permits 0 · leading 0"
-    ));
-    let header = line_with(&screen, "HELD BY");
-    assert_eq!(
-        header
-            .trim_matches('│')
-            .split_whitespace()
-            .collect::<Vec<_>>(),
-        ["KIND↑", "NAME", "HELD", "TERM", "SINCE", "VALIDITY", "HELD", "BY"]
-    );
-    let pay = line_with(&screen, "│semaphore");
-    let words: Vec<&str> = pay.trim_matches('│').split_whitespace().collect();
-    assert_eq!(
-        words,
-        ["semaphore", "pay", "2/3", "10.0s", "pod-a/w1,", "pod-b/w2"],
-        "the shortest permit's validity, counted down: {pay}"
-    );
-    let sched = line_with(&screen, "│election");
-    let words: Vec<&str> = sched.trim_matches('│').split_whitespace().collect();
-    assert_eq!(
-        words,
-        [
-            "election",
-            "sched",
-            "42",
-            "1m32s",
-            "6.0s",
-            "pod-b/cron",
-            "value",
-            "10.0.0.7:8080"
-        ],
-        "{sched}"
-    );
-    assert!(contains(&screen, "2 of 2 semaphores and elections"));
-}
-
-/// Before the agent answers, and when the connection drops: `-`, never
-/// the last numbers.
-#[test]
-fn the_primitives_view_shows_dashes_until_asked_and_after_a_drop() {
-    let t0 = Instant::now();
-    let mut app = app_at(t0, false);
-    typed(&mut app, ":semaphores");
-    key(&mut app, KeyCode::Enter);
-    assert!(app.query.primitives && app.query.list);
-    let leader = lock_fixtures::lock("sched election", Some("cron"), 9_000, MASTERS, MASTERS);
-    polled(
-        &mut app,
-        t0,
-        Update::Locks(Ok(lock_fixtures::response(vec![leader], MASTERS))),
-    );
-    let screen = shot(&app);
-    let sched = line_with(&screen, "│election");
-    let words: Vec<&str> = sched.trim_matches('│').split_whitespace().collect();
-    assert_eq!(words, ["election", "sched", "-", "-", "-", "-"], "{sched}");
-    let mut app = primitives_app(t0);
-    typed(&mut app, ":elections");
-    key(&mut app, KeyCode::Enter);
-    app.update(Action::Client(Event::Conn(Conn::Reconnecting {
-        retry_at: t0 + Duration::from_secs(2),
-        attempt: 1,
-        error: "connection refused".into(),
-    })));
-    let screen = shot(&app);
-    assert!(!contains(&screen, "42"), "{}", screen.join("\n"));
-    assert!(contains(&screen, "agent unreachable: connection refused"));
-}
-
-#[test]
-fn the_header_counts_permits_and_leaderships_held_here() {
-    let t0 = Instant::now();
-    let mut app = app_at(t0, false);
-    let mut reading = summary_fixtures::reading(12_000, 190, 20, [100, 100, 0, 0], 7);
-    reading.permits_held = 2;
-    reading.leaderships_held = 1;
-    polled(&mut app, t0, Update::Summary(Ok(reading)));
-    let screen = shot(&app);
-    assert!(screen[0].contains("permits 2 · leading 1"), "{}", screen[0]);
 }
