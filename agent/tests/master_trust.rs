@@ -47,7 +47,7 @@ async fn acquire(agent: &TestAgent, resource: &str, ttl_ms: u64) -> (StatusCode,
 }
 
 /// Agent A connected directly, agent B through a connection-keeping proxy
-/// per master and idle (its probes 30 s apart). Every master saves a
+/// per master, its probes 30 s apart. Every master saves a
 /// snapshot (the incarnation marker in it); A takes `L`; masters 1-3 are
 /// killed and started again from their snapshots: the marker is back, `L`
 /// is gone from them. B's acquire of `L` at once must be refused: its
@@ -63,13 +63,21 @@ async fn a_master_restored_from_a_snapshot_behind_a_proxy_never_grants_twice() {
         let a = TestAgent::start(&cluster, quick).await;
         let mut links = Vec::new();
         for m in &cluster.masters {
-            links.push(Link::start_keeping(m.name().to_string(), m.port()).await.unwrap());
+            links.push(
+                Link::start_keeping(m.name().to_string(), m.port())
+                    .await
+                    .unwrap(),
+            );
         }
         let ports: Vec<u16> = links.iter().map(Link::port).collect();
         let idle = "lock:\n  max_ttl: 20s\n  node_timeout: 300ms\nhealth:\n  interval: 30s\n  idle_interval: 60s\n";
         let b = TestAgent::start_with(|socket| yaml_through(&cluster, &ports, socket, idle)).await;
         a.wait_usable(5).await;
         b.wait_usable(5).await;
+        // B's first request wakes its probes (it starts idle); one now, so
+        // none races the vote below: B's next probe is 30 s away.
+        let (status, warm) = acquire(&b, "warm-up", 1_000).await;
+        assert_eq!(status, StatusCode::OK, "{warm}");
         for m in &cluster.masters {
             m.save().unwrap();
         }
@@ -80,14 +88,23 @@ async fn a_master_restored_from_a_snapshot_behind_a_proxy_never_grants_twice() {
             m.restart_from_snapshot().unwrap();
         }
         for i in 0..3 {
-            assert!(cluster.get(i, "redlock: incarnation").await.is_some(), "r{} has its marker back", i + 1);
+            assert!(
+                cluster.get(i, "redlock: incarnation").await.is_some(),
+                "r{} has its marker back",
+                i + 1
+            );
             assert_eq!(cluster.get(i, "redlock:L").await, None, "r{} lost L", i + 1);
         }
         let (status, body) = acquire(&b, "L", 5_000).await;
-        let valid = granted.elapsed() < Duration::from_millis(grant["validity_ms"].as_u64().unwrap());
+        let valid =
+            granted.elapsed() < Duration::from_millis(grant["validity_ms"].as_u64().unwrap());
         assert!(valid, "the test was too slow: A's lock is no longer valid");
         if checked {
-            assert_ne!(status, StatusCode::OK, "B granted L while A holds it: {body}");
+            assert_ne!(
+                status,
+                StatusCode::OK,
+                "B granted L while A holds it: {body}"
+            );
             let nodes = b.nodes().await;
             for name in ["r1", "r2", "r3"] {
                 assert_eq!(node(&nodes, name)["state"], "quarantined", "{nodes}");
@@ -127,30 +144,53 @@ async fn a_master_clock_jumping_forward_never_grants_twice() {
             m.jump_clock(15_000).unwrap();
         }
         for i in 0..3 {
-            assert_eq!(cluster.get(i, "redlock:L").await, None, "r{} dropped L", i + 1);
+            assert_eq!(
+                cluster.get(i, "redlock:L").await,
+                None,
+                "r{} dropped L",
+                i + 1
+            );
         }
         let (status, body) = acquire(&b, "L", 5_000).await;
-        let valid = granted.elapsed() < Duration::from_millis(grant["validity_ms"].as_u64().unwrap());
+        let valid =
+            granted.elapsed() < Duration::from_millis(grant["validity_ms"].as_u64().unwrap());
         assert!(valid, "the test was too slow: A's lock is no longer valid");
         if !checked {
-            assert_eq!(status, StatusCode::OK, "the control found no second holder: {body}");
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "the control found no second holder: {body}"
+            );
             continue;
         }
-        assert_ne!(status, StatusCode::OK, "B granted L while A holds it: {body}");
-        wait_for("the jumped masters quarantined by their clocks", Duration::from_secs(10), || async {
-            let nodes = b.nodes().await;
-            ["r1", "r2", "r3"].iter().all(|name| {
-                let n = node(&nodes, name);
-                n["state"] == "quarantined"
-                    && n["detector"] == "clock"
-                    && n["warnings"].to_string().contains("clock jumped or ran ahead")
-            })
-        })
+        assert_ne!(
+            status,
+            StatusCode::OK,
+            "B granted L while A holds it: {body}"
+        );
+        wait_for(
+            "the jumped masters quarantined by their clocks",
+            Duration::from_secs(10),
+            || async {
+                let nodes = b.nodes().await;
+                ["r1", "r2", "r3"].iter().all(|name| {
+                    let n = node(&nodes, name);
+                    n["state"] == "quarantined"
+                        && n["detector"] == "clock"
+                        && n["warnings"]
+                            .to_string()
+                            .contains("clock jumped or ran ahead")
+                })
+            },
+        )
         .await;
         let (_, metrics) = b.get_tcp("/metrics").await;
         let counted = metrics
             .lines()
-            .filter(|l| l.starts_with("redlock_node_restarts_detected_total") && l.contains("detector=\"clock\""))
+            .filter(|l| {
+                l.starts_with("redlock_node_restarts_detected_total")
+                    && l.contains("detector=\"clock\"")
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>();
         assert!(counted >= 3.0, "clock faults counted: {counted}\n{metrics}");
@@ -171,15 +211,21 @@ async fn a_frozen_or_backward_master_clock_is_quarantined() {
     agent.wait_usable(5).await;
     cluster.masters[0].freeze_clock().unwrap();
     cluster.masters[1].jump_clock(-60_000).unwrap();
-    wait_for("the frozen and the backward clock quarantined", Duration::from_secs(10), || async {
-        let nodes = agent.nodes().await;
-        ["r1", "r2"].iter().all(|name| {
-            let n = node(&nodes, name);
-            n["state"] == "quarantined"
-                && n["detector"] == "clock"
-                && n["warnings"].to_string().contains("jumped back, froze or ran slow")
-        })
-    })
+    wait_for(
+        "the frozen and the backward clock quarantined",
+        Duration::from_secs(10),
+        || async {
+            let nodes = agent.nodes().await;
+            ["r1", "r2"].iter().all(|name| {
+                let n = node(&nodes, name);
+                n["state"] == "quarantined"
+                    && n["detector"] == "clock"
+                    && n["warnings"]
+                        .to_string()
+                        .contains("jumped back, froze or ran slow")
+            })
+        },
+    )
     .await;
     let nodes = agent.nodes().await;
     for name in ["r3", "r4", "r5"] {

@@ -16,7 +16,8 @@ use serde_json::json;
 const MAX_FENCE: u64 = (1 << 53) - 1;
 
 /// Probes every 100 ms; delayed restart off unless a test adds it.
-const QUICK: &str = "lock:\n  max_ttl: 5s\n  default_ttl: 5s\n  node_timeout: 300ms\nhealth:\n  interval: 100ms\n";
+const QUICK: &str =
+    "lock:\n  max_ttl: 5s\n  default_ttl: 5s\n  node_timeout: 300ms\nhealth:\n  interval: 100ms\n";
 
 async fn fence_of(agent: &TestAgent, resource: &str) -> u64 {
     let (status, body) = agent
@@ -93,7 +94,11 @@ async fn an_idle_agent_answers_from_the_masters_that_came_back() {
     let (status, body) = agent
         .post("/v1/locks/back/acquire", json!({"ttl_ms": 2000}))
         .await;
-    assert_eq!(status, StatusCode::OK, "the first acquire after the restart: {body}");
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the first acquire after the restart: {body}"
+    );
 }
 
 /// The same with delayed restart on: the restarted masters must stay out,
@@ -115,7 +120,8 @@ async fn an_idle_agent_names_masters_that_came_back_quarantined_not_down() {
         .post("/v1/locks/back/acquire", json!({"ttl_ms": 2000}))
         .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    let message = body["message"].as_str().unwrap_or_default();
+    assert_eq!(body["error"]["code"], "no_quorum", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
     for i in 1..=3 {
         assert!(
             message.contains(&format!("r{i} quarantined")),

@@ -513,6 +513,10 @@ impl Node {
         let call = self.batch_call(slot, jobs);
         let mut conn = conn;
         let sent = clock::since_boot();
+        // A loss seen while the batch is on its way (a probe that found the
+        // clock moved or a new run_id, another batch's missing marker)
+        // may concern what this batch's votes read: they do not count.
+        let mark = Node::losses(self);
         let result = if self.charge_queued {
             // The control: bounded from the call, the agent's time included.
             if slot.is_some() {
@@ -582,6 +586,12 @@ impl Node {
                 _ if fault.is_some() && job.command.needs_trust() => Err(NodeError::Other(
                     fault.map_or_else(String::new, |f| f.describe()),
                 )),
+                _ if job.command.needs_trust() && self.lost_since(job.claim.key(), mark) => {
+                    Err(NodeError::Other(format!(
+                        "{} was seen to lose keys while the command was on its way",
+                        self.name
+                    )))
+                }
                 Some((-2, text)) => Err(self.record_error(classify_text(text))),
                 Some((status, "")) => Ok(Answer { status, counter: 0 }),
                 Some((status, text)) => match text.parse() {
