@@ -2,7 +2,7 @@
 //! release; [`Master`], the engine's view of this master; and the batch
 //! they go in: every one goes through a queue to this node's batch task,
 //! which sends whatever queued while its previous batch was on the way as
-//! one call of [`scripts::BATCH`].
+//! one call of [`super::scripts::BATCH`].
 //!
 //! ## Why batches
 //! Under load, most of a lock's cost on a master is per call, not per
@@ -49,12 +49,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::conn::Within;
 use super::process::Evaluated;
-use super::{classify_text, clock, scripts, ttl_ms, Detector, Node};
+use super::{classify_text, clock, ttl_ms, Detector, Node};
 use crate::redlock::master::{Claim, Extension, Master, NodeError, Vote};
 use crate::redlock::observe::{Op, VoteLabel};
 
 impl Node {
-    /// Round 2 of a fenced grant (see [`scripts::BATCH`], `f`): raises this
+    /// Round 2 of a fenced grant (see [`super::scripts::BATCH`], `f`): raises this
     /// master's fencing counter to `fence` while the claim's key still holds
     /// its token. `Ok(true)` when raised (or already as high).
     ///
@@ -206,7 +206,7 @@ impl Master for Node {
     }
 
     /// The vote: `SET key value NX PX ttl` behind the incarnation marker
-    /// (see [`scripts::BATCH`]), reading the fencing counter in the same
+    /// (see [`super::scripts::BATCH`]), reading the fencing counter in the same
     /// script when `read_counter`, and setting the key's waiting flag when
     /// it is taken and the voter is `waiting`.
     async fn vote(
@@ -334,7 +334,7 @@ impl Command {
     }
 }
 
-/// A command's answer: its status (see [`scripts::BATCH`]) and, for a vote
+/// A command's answer: its status (see [`super::scripts::BATCH`]) and, for a vote
 /// that read it, the fencing counter (0 when the master has none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Answer {
@@ -545,7 +545,7 @@ impl Node {
             self.cluster_lock_result(matches!(&result, Ok(redis::Value::BulkString(_))));
         }
         // The master's clock, then one line per command (see
-        // [`scripts::BATCH`]).
+        // [`super::scripts::BATCH`]).
         let mut fault = None;
         let lines: Option<Vec<&str>> = match &result {
             Ok(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes)
@@ -610,7 +610,7 @@ impl Node {
         }
     }
 
-    /// The `EVALSHA` of [`scripts::BATCH`] for `jobs`, written straight
+    /// The `EVALSHA` of [`super::scripts::BATCH`] for `jobs`, written straight
     /// into one command buffer (no argument is allocated on its own).
     fn batch_call(&self, slot: Option<u16>, jobs: &[Job]) -> redis::Cmd {
         let mut call = redis::Cmd::with_capacity(6 + 6 * jobs.len(), 64 + 96 * jobs.len());
