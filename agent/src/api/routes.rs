@@ -10,13 +10,16 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use redlock_wire::ErrorCode;
 
 use super::handlers::{self, acquire, extend, hold, release, ForceReleaseRequest, LockAction};
 use super::peer::Peer;
 pub use super::reply::Body;
-use super::reply::{json, lock_error, ndjson, parse_body, read_body, read_error, ApiError};
+use super::reply::{
+    closing, json, lock_error, ndjson, parse_body, read_body, read_error, ApiError,
+};
 use crate::agent::Agent;
 use crate::lock::listing::{self, ListQuery};
 use crate::lock::Holder;
@@ -57,6 +60,14 @@ enum Route {
 }
 
 /// Entry point for every request on either listener.
+///
+/// One request, one answer: the request's body is read (within
+/// [`super::reply::MAX_BODY`] and `socket.request_timeout`) before any
+/// answer, even one that needs nothing from it (the wrong socket, no such
+/// route, the wrong method, a malformed resource), since a body left on
+/// the connection would be parsed as the next request. A body that cannot
+/// be read (too large, late, broken) gets its answer with
+/// `connection: close` ([`super::reply::closing`]).
 pub async fn handle(
     agent: Arc<Agent>,
     surface: Surface,
@@ -64,9 +75,17 @@ pub async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let label = route_label(request.uri().path());
-    let response = match dispatch(&agent, surface, peer, request).await {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
+    let (parts, body) = request.into_parts();
+    let routed = route_request(&agent, surface, &parts);
+    let body = read_body(&parts.headers, body, agent.config().socket.request_timeout).await;
+    let response = match (routed, body) {
+        (Ok(route), Ok(body)) => match dispatch(&agent, route, &parts, peer, body).await {
+            Ok(response) => response,
+            Err(error) => error.into_response(),
+        },
+        (Err(early), Ok(_)) => early,
+        (Err(early), Err(_)) => closing(early),
+        (Ok(_), Err(error)) => closing(error.into_response()),
     };
     agent
         .metrics()
@@ -113,37 +132,44 @@ fn route_label(path: &str) -> &'static str {
     }
 }
 
-async fn dispatch(
-    agent: &Arc<Agent>,
-    surface: Surface,
-    peer: Option<Peer>,
-    request: Request<Incoming>,
-) -> Result<Response<Body>, ApiError> {
-    let (route, allowed) = route(surface, request.uri().path())?;
-    let holder = peer.map(|p| Holder {
-        pid: p.pid,
-        uid: p.uid,
-        gid: p.gid,
-        pod: p.pod,
-    });
-    if request.method() != allowed {
+/// The route a request names, if it may be served on `surface` with its
+/// method; otherwise the answer (404, 400, 405 or 403), which needs
+/// nothing from the body.
+fn route_request(agent: &Agent, surface: Surface, parts: &Parts) -> Result<Route, Response<Body>> {
+    let path = parts.uri.path();
+    let (route, allowed) = route(surface, path).map_err(ApiError::into_response)?;
+    if parts.method != allowed {
         let mut response = ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::MethodNotAllowed,
-            format!(
-                "{} {} is not allowed; use {allowed}",
-                request.method(),
-                request.uri().path()
-            ),
+            format!("{} {path} is not allowed; use {allowed}", parts.method),
         )
         .into_response();
         response.headers_mut().insert(
             ALLOW,
             HeaderValue::from_str(allowed.as_str()).expect("method names are valid headers"),
         );
-        return Ok(response);
+        return Err(response);
     }
-    check_surface(agent, surface, &route)?;
+    check_surface(agent, surface, &route).map_err(ApiError::into_response)?;
+    Ok(route)
+}
+
+/// Serves `route`, whose request's head is `parts` and whose body,
+/// read whole, is `body`.
+async fn dispatch(
+    agent: &Arc<Agent>,
+    route: Route,
+    parts: &Parts,
+    peer: Option<Peer>,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let holder = peer.map(|p| Holder {
+        pid: p.pid,
+        uid: p.uid,
+        gid: p.gid,
+        pod: p.pod,
+    });
     match route {
         Route::Healthz => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
         Route::Readyz => {
@@ -171,7 +197,7 @@ async fn dispatch(
         }
         Route::Leaks => Ok(json(StatusCode::OK, &agent.scanner().report())),
         Route::Locks => {
-            let query = ListQuery::parse(request.uri().query())
+            let query = ListQuery::parse(parts.uri.query())
                 .map_err(|e| ApiError::invalid(e.to_string()))?;
             let answer = listing::list(agent.locks(), &query)
                 .await
@@ -211,11 +237,9 @@ async fn dispatch(
         },
         Route::Observe(name) => Ok(ndjson(agent.locks().observe(name))),
         Route::Semaphore(name, action) => {
-            let body = read_body(request, agent.config().socket.request_timeout).await?;
             handlers::semaphore(agent, name, action, holder, &body).await
         }
         Route::Campaign(name) => {
-            let body = read_body(request, agent.config().socket.request_timeout).await?;
             let request = parse_body(&body, true)?;
             let events = agent
                 .locks()
@@ -223,28 +247,21 @@ async fn dispatch(
                 .map_err(lock_error)?;
             Ok(ndjson(events))
         }
-        Route::Lock(resource, action) => {
-            let body = read_body(request, agent.config().socket.request_timeout).await?;
-            match action {
-                LockAction::Acquire => {
-                    acquire(agent, resource, holder, parse_body(&body, true)?).await
-                }
-                LockAction::Extend => {
-                    extend(agent, resource, holder, parse_body(&body, false)?).await
-                }
-                LockAction::Release => {
-                    release(agent, resource, holder, parse_body(&body, false)?).await
-                }
-                LockAction::Hold => hold(agent, resource, holder, parse_body(&body, true)?).await,
-                LockAction::ForceRelease => {
-                    let _: ForceReleaseRequest = parse_body(&body, true)?;
-                    Ok(json(
-                        StatusCode::OK,
-                        &agent.locks().force_release(&resource, holder).await,
-                    ))
-                }
+        Route::Lock(resource, action) => match action {
+            LockAction::Acquire => acquire(agent, resource, holder, parse_body(&body, true)?).await,
+            LockAction::Extend => extend(agent, resource, holder, parse_body(&body, false)?).await,
+            LockAction::Release => {
+                release(agent, resource, holder, parse_body(&body, false)?).await
             }
-        }
+            LockAction::Hold => hold(agent, resource, holder, parse_body(&body, true)?).await,
+            LockAction::ForceRelease => {
+                let _: ForceReleaseRequest = parse_body(&body, true)?;
+                Ok(json(
+                    StatusCode::OK,
+                    &agent.locks().force_release(&resource, holder).await,
+                ))
+            }
+        },
     }
 }
 
