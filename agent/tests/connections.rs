@@ -352,6 +352,64 @@ async fn a_late_body_is_never_taken_for_the_next_request() {
     }
 }
 
+/// A body that stops short of its length (the client stalls) is answered
+/// once `socket.request_timeout` has passed, with `connection: close`, and
+/// the connection is closed, so the rest of that body, should it come, is
+/// never read as a request: a route that reads bodies answers 408, one
+/// that reads none (a `GET`) answers as it would without a body, and a
+/// request with no route its 404.
+#[tokio::test]
+async fn a_body_cut_short_is_answered_and_its_connection_closed() {
+    let cluster = Cluster::start(1);
+    let agent = TestAgent::start_with(|socket| {
+        cluster.config_yaml(socket, "").replacen(
+            "socket:\n",
+            "socket:\n  request_timeout: 300ms\n",
+            1,
+        )
+    })
+    .await;
+    for (method, path, status, code) in [
+        (
+            "POST",
+            "/v1/locks/x/acquire",
+            "408",
+            Some("request_timeout"),
+        ),
+        ("GET", "/healthz", "200", None),
+        ("POST", "/v1/nothing", "404", Some("not_found")),
+    ] {
+        let what = format!("{method} {path}");
+        let mut conn = Conn::open(&agent).await;
+        conn.send(
+            format!("{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{{}}")
+                .as_bytes(),
+        )
+        .await;
+        let (head, answer) = conn
+            .answer()
+            .await
+            .unwrap_or_else(|| panic!("{what}: no answer"));
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status}")),
+            "{what}: {head}{answer}"
+        );
+        assert!(
+            head.lines().any(|l| l == "connection: close"),
+            "{what}: {head}"
+        );
+        match code {
+            Some(code) => assert_eq!(answer["error"]["code"], code, "{what}: {answer}"),
+            None => assert_eq!(answer, serde_json::json!({"status": "ok"}), "{what}"),
+        }
+        conn.send_late(SMUGGLED.as_bytes()).await;
+        assert!(
+            conn.closed_within(Duration::from_secs(10)).await,
+            "{what}: the connection stays open"
+        );
+    }
+}
+
 /// An idle connection is closed after `socket.request_timeout`, as before
 /// idle connections were parked: one that was answered, and one that never
 /// sent anything; a connection at work is not.

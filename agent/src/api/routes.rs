@@ -59,6 +59,17 @@ enum Route {
     Campaign(Resource),
 }
 
+impl Route {
+    /// Whether the route reads the request's body (the `POST` routes); the
+    /// others answer from the head alone.
+    fn takes_body(&self) -> bool {
+        matches!(
+            self,
+            Route::Lock(..) | Route::Semaphore(..) | Route::Campaign(_)
+        )
+    }
+}
+
 /// Entry point for every request on either listener.
 ///
 /// One request, one answer: the request's body is read (within
@@ -67,7 +78,8 @@ enum Route {
 /// route, the wrong method, a malformed resource), since a body left on
 /// the connection would be parsed as the next request. A body that cannot
 /// be read (too large, late, broken) gets its answer with
-/// `connection: close` ([`super::reply::closing`]).
+/// `connection: close` ([`super::reply::closing`]): the body's error, or,
+/// for a route that reads no body (a `GET`), the route's own answer.
 pub async fn handle(
     agent: Arc<Agent>,
     surface: Surface,
@@ -85,7 +97,15 @@ pub async fn handle(
         },
         (Err(early), Ok(_)) => early,
         (Err(early), Err(_)) => closing(early),
-        (Ok(_), Err(error)) => closing(error.into_response()),
+        (Ok(route), Err(error)) if route.takes_body() => closing(error.into_response()),
+        // A route that reads nothing from a body answers as it would
+        // without one.
+        (Ok(route), Err(_)) => closing(
+            match dispatch(&agent, route, &parts, peer, Bytes::new()).await {
+                Ok(response) => response,
+                Err(error) => error.into_response(),
+            },
+        ),
     };
     agent
         .metrics()
