@@ -11,8 +11,8 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Body as _, Frame, Incoming};
-use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
-use hyper::{HeaderMap, Response, StatusCode};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{HeaderMap, Method, Response, StatusCode};
 use redlock_wire::{ErrorBody, ErrorCode, ErrorResponse};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -34,6 +34,8 @@ pub struct ApiError {
     status: StatusCode,
     code: ErrorCode,
     message: String,
+    /// The method the route takes, for a 405's `Allow` header.
+    allow: Option<Method>,
 }
 
 impl ApiError {
@@ -42,6 +44,19 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            allow: None,
+        }
+    }
+
+    /// 405 for `method` on `path`, whose route takes only `allowed`.
+    pub fn method_not_allowed(method: &Method, path: &str, allowed: Method) -> ApiError {
+        ApiError {
+            allow: Some(allowed.clone()),
+            ..ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                ErrorCode::MethodNotAllowed,
+                format!("{method} {path} is not allowed; use {allowed}"),
+            )
         }
     }
 
@@ -62,6 +77,13 @@ impl ApiError {
             response
                 .headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if let Some(allowed) = self.allow {
+            response.headers_mut().insert(
+                ALLOW,
+                // Cannot fail: method names are valid header values.
+                HeaderValue::from_str(allowed.as_str()).expect("method names are valid headers"),
+            );
         }
         response
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use redlock_wire::ErrorCode;
@@ -95,8 +95,8 @@ pub async fn handle(
             Ok(response) => response,
             Err(error) => error.into_response(),
         },
-        (Err(early), Ok(_)) => early,
-        (Err(early), Err(_)) => closing(early),
+        (Err(early), Ok(_)) => early.into_response(),
+        (Err(early), Err(_)) => closing(early.into_response()),
         (Ok(route), Err(error)) if route.takes_body() => closing(error.into_response()),
         // A route that reads nothing from a body answers as it would
         // without one.
@@ -153,25 +153,15 @@ fn route_label(path: &str) -> &'static str {
 }
 
 /// The route a request names, if it may be served on `surface` with its
-/// method; otherwise the answer (404, 400, 405 or 403), which needs
-/// nothing from the body.
-fn route_request(agent: &Agent, surface: Surface, parts: &Parts) -> Result<Route, Response<Body>> {
+/// method; otherwise its error (404, 400, 405 or 403), which needs nothing
+/// from the body.
+fn route_request(agent: &Agent, surface: Surface, parts: &Parts) -> Result<Route, ApiError> {
     let path = parts.uri.path();
-    let (route, allowed) = route(surface, path).map_err(ApiError::into_response)?;
+    let (route, allowed) = route(surface, path)?;
     if parts.method != allowed {
-        let mut response = ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::MethodNotAllowed,
-            format!("{} {path} is not allowed; use {allowed}", parts.method),
-        )
-        .into_response();
-        response.headers_mut().insert(
-            ALLOW,
-            HeaderValue::from_str(allowed.as_str()).expect("method names are valid headers"),
-        );
-        return Err(response);
+        return Err(ApiError::method_not_allowed(&parts.method, path, allowed));
     }
-    check_surface(agent, surface, &route).map_err(ApiError::into_response)?;
+    check_surface(agent, surface, &route)?;
     Ok(route)
 }
 
