@@ -7,8 +7,9 @@
 //!   `redlock-agent dev` (local masters from `redlock-testkit`, the `dev`
 //!   feature, on by default), which the library does not contain.
 //! - [`config`]: typed configuration, defaults, validation that reports every
-//!   problem at once with its field path: the YAML's syntax errors and the
-//!   walker over its tree ([`config::yaml`]), every section but the masters
+//!   problem at once with its field path: the file (read only when it is a
+//!   regular file), the YAML's syntax errors and the walker over its tree,
+//!   durations at most a day ([`config::yaml`]), every section but the masters
 //!   ([`config::sections`]), the masters with their passwords and TLS files
 //!   ([`config::masters`]), their URLs parsed and shown without passwords
 //!   ([`config::urls`]), and their hosts resolved so that no two are one

@@ -111,6 +111,39 @@ fn run_with_a_bad_config_exits_64_before_binding() {
     assert_eq!(out.status.code(), Some(64), "no --config is a usage error");
 }
 
+/// A config path that is not a regular file (a FIFO nobody writes to, a
+/// device that never ends, a directory) is refused at once, exit 64,
+/// saying what is there, by `check` (offline or not) and by the agent
+/// itself, rather than read.
+#[test]
+fn a_config_path_that_is_not_a_regular_file_is_refused_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success(), "mkfifo");
+    // The FIFO first: before the check, reading it waited for a writer
+    // forever; /dev/zero is read until memory runs out.
+    let cases = [
+        (fifo.clone(), "a FIFO"),
+        (PathBuf::from("/dev/zero"), "a character device"),
+        (dir.path().to_path_buf(), "a directory"),
+    ];
+    for (path, what) in &cases {
+        for args in [&["check"][..], &["check", "--offline"], &[]] {
+            let (code, stderr) = run_args_to_exit(args, path, Duration::from_secs(10));
+            assert_eq!(code, Some(64), "{args:?} {}: {stderr}", path.display());
+            let expected = format!(
+                "{} is {what}, not a regular file; give the path of a YAML file",
+                path.display()
+            );
+            assert!(
+                stderr.contains(&expected),
+                "{args:?}: missing {expected:?} in {stderr}"
+            );
+        }
+    }
+}
+
 /// Waits until the agent accepts connections on `path`: the file alone is
 /// not enough, since it appears at bind(2), before listen(2).
 fn wait_for_socket(path: &Path, limit: Duration) {
@@ -366,7 +399,13 @@ fn socket_config(dir: &Path, socket: &Path) -> PathBuf {
 /// Runs the agent on `config` and waits for it to exit (killing it after
 /// `limit`, which fails the test): its exit code and stderr.
 fn run_to_exit(config: &Path, limit: Duration) -> (Option<i32>, String) {
+    run_args_to_exit(&[], config, limit)
+}
+
+/// As [`run_to_exit`], with `args` before `--config`.
+fn run_args_to_exit(args: &[&str], config: &Path, limit: Duration) -> (Option<i32>, String) {
     let mut child = Command::new(BIN)
+        .args(args)
         .arg("--config")
         .arg(config)
         .stdout(Stdio::null())

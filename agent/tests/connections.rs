@@ -29,21 +29,35 @@ impl Conn {
         self.stream.write_all(bytes).await.unwrap();
     }
 
+    /// Sends `bytes` to an agent that may have closed the connection
+    /// already: a failed write is left for the reads to notice.
+    async fn send_late(&mut self, bytes: &[u8]) {
+        let _ = self.stream.write_all(bytes).await;
+    }
+
     /// Reads until `buffer` holds `n` bytes; panics on end of stream.
     async fn fill(&mut self, n: usize) {
+        assert!(
+            self.try_fill(n).await,
+            "the agent closed the connection: {:?}",
+            String::from_utf8_lossy(&self.buffer)
+        );
+    }
+
+    /// Reads until `buffer` holds `n` bytes; false at end of stream (or
+    /// when the agent reset the connection).
+    async fn try_fill(&mut self, n: usize) -> bool {
         while self.buffer.len() < n {
             let mut chunk = [0u8; 4096];
             let read = tokio::time::timeout(Duration::from_secs(10), self.stream.read(&mut chunk))
                 .await
-                .expect("an answer within 10s")
-                .unwrap();
-            assert!(
-                read > 0,
-                "the agent closed the connection: {:?}",
-                String::from_utf8_lossy(&self.buffer)
-            );
-            self.buffer.extend_from_slice(&chunk[..read]);
+                .expect("an answer within 10s");
+            match read {
+                Ok(0) | Err(_) => return false,
+                Ok(read) => self.buffer.extend_from_slice(&chunk[..read]),
+            }
         }
+        true
     }
 
     /// The next response's head (status line and headers).
@@ -71,6 +85,53 @@ impl Conn {
         let body: Vec<u8> = self.buffer.drain(..length).collect();
         let status = head.lines().next().unwrap().to_string();
         (status, serde_json::from_slice(&body).unwrap())
+    }
+
+    /// The next response with a `content-length` body: its head and JSON
+    /// body; `None` when the agent closed the connection before it began.
+    async fn answer(&mut self) -> Option<(String, serde_json::Value)> {
+        let end = loop {
+            if let Some(end) = self.buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end;
+            }
+            let len = self.buffer.len();
+            if !self.try_fill(len + 1).await {
+                assert!(
+                    self.buffer.is_empty(),
+                    "the agent closed the connection inside a response: {:?}",
+                    String::from_utf8_lossy(&self.buffer)
+                );
+                return None;
+            }
+        };
+        let head = String::from_utf8(self.buffer.drain(..end + 4).collect()).unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .unwrap_or_else(|| panic!("a content-length: {head}"))
+            .parse()
+            .unwrap();
+        self.fill(length).await;
+        let body: Vec<u8> = self.buffer.drain(..length).collect();
+        let body = serde_json::from_slice(&body)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned().into());
+        Some((head, body))
+    }
+
+    /// Whether the agent sends nothing more within `limit` (closing the
+    /// connection, or keeping it open and quiet).
+    async fn quiet_for(&mut self, limit: Duration) -> bool {
+        if !self.buffer.is_empty() {
+            return false;
+        }
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout(limit, self.stream.read(&mut chunk)).await {
+            Err(_) | Ok(Ok(0)) | Ok(Err(_)) => true,
+            Ok(Ok(read)) => {
+                self.buffer.extend_from_slice(&chunk[..read]);
+                false
+            }
+        }
     }
 
     /// Whether the agent closes the connection within `limit`, sending
@@ -181,6 +242,172 @@ async fn pipelined_and_split_requests_are_answered_in_order() {
     conn.send(&get("/healthz")).await;
     let (status, _) = conn.response().await;
     assert_eq!(status, "HTTP/1.1 200 OK");
+}
+
+/// A request a late body carries: an acquire that must never run, since
+/// it is only the body of the request before it.
+const SMUGGLED: &str =
+    "POST /v1/locks/smuggled/acquire HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n";
+
+/// A request whose answer needs nothing from its body, sent as its head
+/// first and its body later: the head, the body, and the answer expected
+/// (status line, and the error code when it is an error).
+struct LateBody {
+    head: String,
+    body: Vec<u8>,
+    status: &'static str,
+    code: Option<&'static str>,
+}
+
+impl LateBody {
+    /// `method path` with `body` as its body.
+    fn new(method: &str, path: &str, body: Vec<u8>, status: &'static str) -> LateBody {
+        LateBody {
+            head: format!(
+                "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            ),
+            body,
+            status,
+            code: None,
+        }
+    }
+
+    fn error(mut self, code: &'static str) -> LateBody {
+        self.code = Some(code);
+        self
+    }
+}
+
+/// Every answer the agent can give without the request's body (the wrong
+/// socket, no such route, the wrong method, a malformed resource, a body
+/// declared too large, a route that takes no body) still ends that
+/// request: its body, arriving after the head and itself shaped as a
+/// request, is never parsed as the next request nor run. The connection
+/// then answers the next request (or the agent closed it after saying so,
+/// and a new connection does): one answer per request.
+#[tokio::test]
+async fn a_late_body_is_never_taken_for_the_next_request() {
+    let cluster = Cluster::start(1);
+    let agent = TestAgent::start(&cluster, "").await;
+    let smuggled = || SMUGGLED.as_bytes().to_vec();
+    let mut too_large = smuggled();
+    too_large.resize(70_000, b' ');
+    let cases = [
+        LateBody::new("POST", "/v1/locks/x/force-release", smuggled(), "403").error("forbidden"),
+        LateBody::new("POST", "/v1/nothing", smuggled(), "404").error("not_found"),
+        LateBody::new("PUT", "/v1/locks/x/acquire", smuggled(), "405").error("method_not_allowed"),
+        LateBody::new("POST", "/v1/locks/a/b/acquire", smuggled(), "400").error("invalid_resource"),
+        LateBody::new("POST", "/v1/locks/x/acquire", too_large, "413").error("body_too_large"),
+        LateBody::new("GET", "/healthz", smuggled(), "200"),
+        LateBody::new("POST", "/v1/locks/x/force-release", b"{}".to_vec(), "403")
+            .error("forbidden"),
+    ];
+    for case in cases {
+        let what = case.head.lines().next().unwrap().to_string();
+        let mut conn = Conn::open(&agent).await;
+        conn.send(case.head.as_bytes()).await;
+        // The body comes late: after any answer sent without it has gone
+        // out, and the connection has gone idle.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        conn.send_late(&case.body).await;
+        conn.send_late(&get("/healthz")).await;
+
+        let (head, answer) = conn
+            .answer()
+            .await
+            .unwrap_or_else(|| panic!("{what}: no answer"));
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {}", case.status)),
+            "{what}: {head}{answer}"
+        );
+        if let Some(code) = case.code {
+            assert_eq!(answer["error"]["code"], code, "{what}: {answer}");
+        }
+        match conn.answer().await {
+            Some((head, answer)) => {
+                assert!(
+                    head.starts_with("HTTP/1.1 200"),
+                    "{what}, then: {head}{answer}"
+                );
+                assert_eq!(answer, serde_json::json!({"status": "ok"}), "{what}, then");
+            }
+            None => {
+                let mut fresh = Conn::open(&agent).await;
+                fresh.send(&get("/healthz")).await;
+                let (status, answer) = fresh.response().await;
+                assert_eq!(status, "HTTP/1.1 200 OK", "{what}, then anew: {answer}");
+            }
+        }
+        assert!(
+            conn.quiet_for(Duration::from_millis(300)).await,
+            "{what}: a third answer for two requests: {:?}",
+            String::from_utf8_lossy(&conn.buffer)
+        );
+        assert_eq!(
+            cluster.get(0, "redlock:smuggled").await,
+            None,
+            "{what}: the body was run as a request"
+        );
+    }
+}
+
+/// A body that stops short of its length (the client stalls) is answered
+/// once `socket.request_timeout` has passed, with `connection: close`, and
+/// the connection is closed, so the rest of that body, should it come, is
+/// never read as a request: a route that reads bodies answers 408, one
+/// that reads none (a `GET`) answers as it would without a body, and a
+/// request with no route its 404.
+#[tokio::test]
+async fn a_body_cut_short_is_answered_and_its_connection_closed() {
+    let cluster = Cluster::start(1);
+    let agent = TestAgent::start_with(|socket| {
+        cluster.config_yaml(socket, "").replacen(
+            "socket:\n",
+            "socket:\n  request_timeout: 300ms\n",
+            1,
+        )
+    })
+    .await;
+    for (method, path, status, code) in [
+        (
+            "POST",
+            "/v1/locks/x/acquire",
+            "408",
+            Some("request_timeout"),
+        ),
+        ("GET", "/healthz", "200", None),
+        ("POST", "/v1/nothing", "404", Some("not_found")),
+    ] {
+        let what = format!("{method} {path}");
+        let mut conn = Conn::open(&agent).await;
+        conn.send(
+            format!("{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{{}}")
+                .as_bytes(),
+        )
+        .await;
+        let (head, answer) = conn
+            .answer()
+            .await
+            .unwrap_or_else(|| panic!("{what}: no answer"));
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status}")),
+            "{what}: {head}{answer}"
+        );
+        assert!(
+            head.lines().any(|l| l == "connection: close"),
+            "{what}: {head}"
+        );
+        match code {
+            Some(code) => assert_eq!(answer["error"]["code"], code, "{what}: {answer}"),
+            None => assert_eq!(answer, serde_json::json!({"status": "ok"}), "{what}"),
+        }
+        conn.send_late(SMUGGLED.as_bytes()).await;
+        assert!(
+            conn.closed_within(Duration::from_secs(10)).await,
+            "{what}: the connection stays open"
+        );
+    }
 }
 
 /// An idle connection is closed after `socket.request_timeout`, as before

@@ -9,6 +9,13 @@
 //! still grant locks at the end, and never log a panic.
 //!
 //! `FUZZ_CASES` sets the number of cases (default 400).
+//!
+//! Both tests draw their cases from a fixed seed by default, so a run that
+//! changed nothing draws the same cases as the last one and CI is
+//! repeatable; each prints its seed first. `FUZZ_SEED` (decimal or `0x`
+//! hex) repeats the run that printed it; `FUZZ_SEED=random` draws a new
+//! seed (printed, so a failure can be repeated), the long mode that looks
+//! for new cases.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,7 +26,7 @@ use faults::fuzz::{self, Case, Class, Delivery, Outcome};
 use faults::openapi::{self, Spec};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_millis(800);
 
@@ -365,19 +372,55 @@ fn start(settings: AgentSettings) -> (tokio::runtime::Runtime, Cluster, std::pat
     (runtime, cluster, socket)
 }
 
+/// The seed the cases are drawn from when `FUZZ_SEED` is not set: the
+/// same cases on every run, in CI as on a laptop.
+const DEFAULT_SEED: u64 = 0x5eed_f022_0000_0001;
+
+/// This run's seed: `FUZZ_SEED`'s number (decimal or `0x` hex), a new one
+/// for `FUZZ_SEED=random`, else [`DEFAULT_SEED`]. Printed as `test`'s,
+/// with how to repeat it, before any case runs.
+fn seed(test: &str) -> u64 {
+    let given = std::env::var("FUZZ_SEED").unwrap_or_default();
+    let seed = match given.trim() {
+        "" => DEFAULT_SEED,
+        "random" => rand::random(),
+        text => text
+            .strip_prefix("0x")
+            .map_or_else(
+                || text.parse().ok(),
+                |hex| u64::from_str_radix(hex, 16).ok(),
+            )
+            .unwrap_or_else(|| {
+                panic!("FUZZ_SEED={text:?}: a number (decimal or 0x hex) or \"random\"")
+            }),
+    };
+    eprintln!(
+        "{test} seed: {seed:#018x}; set FUZZ_SEED={seed:#018x} to repeat, FUZZ_SEED=random for a new one"
+    );
+    seed
+}
+
 /// A proptest runner of as many cases as the variable `cases_var` says,
-/// else `default`, that shrinks a failure briefly and keeps no file.
-fn runner(cases_var: &str, default: u32) -> (TestRunner, u32) {
+/// else `default`, drawn from `seed` (ChaCha, keyed with the seed's 8
+/// bytes, little-endian, then zeros), that shrinks a failure briefly and
+/// keeps no file.
+fn runner(cases_var: &str, default: u32, seed: u64) -> (TestRunner, u32) {
     let cases: u32 = std::env::var(cases_var)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default);
-    let runner = TestRunner::new(Config {
-        cases,
-        max_shrink_iters: 64,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    let runner = TestRunner::new_with_rng(
+        Config {
+            cases,
+            max_shrink_iters: 64,
+            failure_persistence: None,
+            rng_algorithm: RngAlgorithm::ChaCha,
+            ..Config::default()
+        },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &key),
+    );
     (runner, cases)
 }
 
@@ -396,9 +439,10 @@ fn fuzzed_requests_get_documented_json_answers_and_the_agent_keeps_serving() {
         lock_extra: vec!["max_waiters: 64".into()],
         ..AgentSettings::default()
     };
+    let seed = seed("fuzz");
     let (runtime, cluster, socket) = start(settings);
     let client = Client::new(&socket);
-    let (mut runner, cases) = runner("FUZZ_CASES", 400);
+    let (mut runner, cases) = runner("FUZZ_CASES", 400, seed);
     let tallies = std::sync::Mutex::new(BTreeMap::<(String, u16), u64>::new());
     let bare = std::sync::Mutex::new(BTreeMap::<String, u64>::new());
     let result = runner.run(&case(), |case| {
@@ -440,7 +484,7 @@ fn fuzzed_requests_get_documented_json_answers_and_the_agent_keeps_serving() {
     });
 
     let log = runtime.block_on(async { cluster.agents[0].lock().await.log_text() });
-    eprintln!("fuzz: {cases} cases; answers by class and status (0 = closed):");
+    eprintln!("fuzz: {cases} cases (seed {seed:#018x}); answers by class and status (0 = closed):");
     for ((class, status), n) in tallies.lock().unwrap().iter() {
         eprintln!("  {class:<10} {status:>3}: {n}");
     }
@@ -449,7 +493,7 @@ fn fuzzed_requests_get_documented_json_answers_and_the_agent_keeps_serving() {
     }
     if let Err(e) = result {
         panic!(
-            "{e}\n--- agent log (end) ---\n{}",
+            "{e}\n(seed {seed:#018x}: FUZZ_SEED={seed:#018x} repeats these cases)\n--- agent log (end) ---\n{}",
             faults::cluster::tail(&log, 30)
         );
     }
@@ -727,9 +771,10 @@ fn the_agent_accepts_exactly_what_the_document_accepts() {
         lock_extra: vec![format!("max_hold: {MAX_HOLD_MS}ms")],
         ..AgentSettings::default()
     };
+    let seed = seed("agreement");
     let (runtime, cluster, socket) = start(settings.clone());
     let client = Client::new(&socket);
-    let (mut runner, cases) = runner("AGREE_CASES", 300);
+    let (mut runner, cases) = runner("AGREE_CASES", 300, seed);
     let counter = std::sync::atomic::AtomicU64::new(0);
     let tally = std::sync::Mutex::new(BTreeMap::<String, u64>::new());
     let result = runner.run(&ask(), |ask| {
@@ -900,14 +945,14 @@ fn the_agent_accepts_exactly_what_the_document_accepts() {
             .or_default() += 1;
         Ok(())
     });
-    eprintln!("agreement: {cases} cases; answers by request and status:");
+    eprintln!("agreement: {cases} cases (seed {seed:#018x}); answers by request and status:");
     for (what, n) in tally.lock().unwrap().iter() {
         eprintln!("  {what}: {n}");
     }
     if let Err(e) = result {
         let log = runtime.block_on(async { cluster.agents[0].lock().await.log_text() });
         panic!(
-            "{e}\n--- agent log (end) ---\n{}",
+            "{e}\n(seed {seed:#018x}: FUZZ_SEED={seed:#018x} repeats these cases)\n--- agent log (end) ---\n{}",
             faults::cluster::tail(&log, 30)
         );
     }

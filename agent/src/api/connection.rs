@@ -24,6 +24,10 @@
 //! ## Behavior
 //! - Keep-alive is unchanged for the client: parking never closes the socket
 //!   or adds `connection: close`; it happens only when hyper is idle.
+//! - A connection whose answer said `connection: close` (a request body
+//!   that could not be read, see [`routes::handle`]) is never parked:
+//!   hyper ends it, and what is left of that body is never read as a
+//!   request.
 //! - Bytes hyper had read but not parsed (a request arriving in pieces) are
 //!   handed to the next hyper connection first; a connection with such bytes
 //!   is never parked, so `socket.request_timeout` still bounds a slow header.
@@ -56,6 +60,7 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_util::sync::CancellationToken;
 
 use super::peer::Peer;
+use super::reply;
 use super::routes::{self, Surface};
 use crate::agent::Agent;
 
@@ -95,6 +100,10 @@ struct Activity {
     /// Requests begun since the connection opened: tells a new request
     /// from the one that was last seen finished.
     begun: AtomicUsize,
+    /// An answer said `connection: close` (its request's body was not read
+    /// to its end): hyper ends the connection, which is never parked, so
+    /// the rest of that body is never parsed as a request.
+    closing: AtomicBool,
 }
 
 impl Activity {
@@ -105,13 +114,15 @@ impl Activity {
             flushed: AtomicBool::new(true),
             read_pending: AtomicBool::new(false),
             begun: AtomicUsize::new(0),
+            closing: AtomicBool::new(false),
         })
     }
 
     /// Whether hyper has answered every request, written it all out and is
     /// waiting for the next one with nothing buffered.
     fn idle(&self) -> bool {
-        self.open.load(Ordering::Relaxed) == 0
+        !self.closing.load(Ordering::Relaxed)
+            && self.open.load(Ordering::Relaxed) == 0
             && self.flushed.load(Ordering::Relaxed)
             && self.read_pending.load(Ordering::Relaxed)
             && !self.read_since_request.load(Ordering::Relaxed)
@@ -344,6 +355,7 @@ async fn serve_until_idle<S: Socket>(
         service_fn(move |request: Request<Incoming>| {
             let exchange = activity.begin();
             let handled = routes::handle(Arc::clone(&agent), surface, peer, request);
+            let activity = Arc::clone(&activity);
             // Boxed: hyper keeps room for one service future for the whole
             // connection, and this one is a few KiB.
             Box::pin(async move {
@@ -351,6 +363,9 @@ async fn serve_until_idle<S: Socket>(
                     Ok(response) => response,
                     Err(never) => match never {},
                 };
+                if reply::closes(&response) {
+                    activity.closing.store(true, Ordering::Relaxed);
+                }
                 Ok::<_, Infallible>(response.map(|body| Tracked {
                     body,
                     _exchange: exchange,

@@ -1,6 +1,7 @@
 //! What every route answers with: JSON bodies and NDJSON streams, the
 //! error answer with its code ([`ApiError`]), and the request body read
-//! and parsed within its limits. The lock service's refusals become
+//! and parsed within its limits (or, when it could not be read, an answer
+//! that closes the connection: [`closing`]). The lock service's refusals become
 //! answers here, once ([`lock_error`], [`read_error`]).
 
 use std::convert::Infallible;
@@ -9,9 +10,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::{Frame, Incoming};
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
-use hyper::{Request, Response, StatusCode};
+use hyper::body::{Body as _, Frame, Incoming};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{HeaderMap, Method, Response, StatusCode};
 use redlock_wire::{ErrorBody, ErrorCode, ErrorResponse};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -33,6 +34,8 @@ pub struct ApiError {
     status: StatusCode,
     code: ErrorCode,
     message: String,
+    /// The method the route takes, for a 405's `Allow` header.
+    allow: Option<Method>,
 }
 
 impl ApiError {
@@ -41,6 +44,19 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            allow: None,
+        }
+    }
+
+    /// 405 for `method` on `path`, whose route takes only `allowed`.
+    pub fn method_not_allowed(method: &Method, path: &str, allowed: Method) -> ApiError {
+        ApiError {
+            allow: Some(allowed.clone()),
+            ..ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                ErrorCode::MethodNotAllowed,
+                format!("{method} {path} is not allowed; use {allowed}"),
+            )
         }
     }
 
@@ -62,8 +78,34 @@ impl ApiError {
                 .headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        if let Some(allowed) = self.allow {
+            response.headers_mut().insert(
+                ALLOW,
+                // Cannot fail: method names are valid header values.
+                HeaderValue::from_str(allowed.as_str()).expect("method names are valid headers"),
+            );
+        }
         response
     }
+}
+
+/// `response` with `connection: close`: the answer to a request whose
+/// body was not read to its end, so the rest of it is never parsed as a
+/// request. hyper closes the connection once it is written, and the
+/// connection is never parked for reuse (see [`super::connection`]).
+pub fn closing(mut response: Response<Body>) -> Response<Body> {
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// Whether `response` closes its connection (see [`closing`]).
+pub fn closes(response: &Response<Body>) -> bool {
+    response
+        .headers()
+        .get(CONNECTION)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
 }
 
 /// Serializes an answer.
@@ -90,7 +132,23 @@ pub fn read_error(error: ReadError) -> ApiError {
     ApiError::new(status, code, error.to_string())
 }
 
-pub async fn read_body(request: Request<Incoming>, timeout: Duration) -> Result<Bytes, ApiError> {
+/// Reads a request's whole body, at most [`MAX_BODY`] bytes, within
+/// `timeout`. Every request's body is read before it is answered (see
+/// [`super::routes::handle`]): a body left on the connection would be
+/// parsed as the next request.
+///
+/// # Errors
+/// 413 when the body is (or is declared) larger than [`MAX_BODY`], 408
+/// when it does not arrive within `timeout`, 400 when it cannot be read;
+/// the rest of the body is then still on the connection.
+pub async fn read_body(
+    headers: &HeaderMap,
+    body: Incoming,
+    timeout: Duration,
+) -> Result<Bytes, ApiError> {
+    if body.is_end_stream() {
+        return Ok(Bytes::new());
+    }
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -98,15 +156,14 @@ pub async fn read_body(request: Request<Incoming>, timeout: Duration) -> Result<
             format!("request bodies are limited to {MAX_BODY} bytes"),
         )
     };
-    let declared = request
-        .headers()
+    let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
         return Err(too_large());
     }
-    let collect = Limited::new(request.into_body(), MAX_BODY).collect();
+    let collect = Limited::new(body, MAX_BODY).collect();
     let Ok(collected) = tokio::time::timeout(timeout, collect).await else {
         return Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,

@@ -9,14 +9,17 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use redlock_wire::ErrorCode;
 
 use super::handlers::{self, acquire, extend, hold, release, ForceReleaseRequest, LockAction};
 use super::peer::Peer;
 pub use super::reply::Body;
-use super::reply::{json, lock_error, ndjson, parse_body, read_body, read_error, ApiError};
+use super::reply::{
+    closing, json, lock_error, ndjson, parse_body, read_body, read_error, ApiError,
+};
 use crate::agent::Agent;
 use crate::lock::listing::{self, ListQuery};
 use crate::lock::Holder;
@@ -56,7 +59,27 @@ enum Route {
     Campaign(Resource),
 }
 
+impl Route {
+    /// Whether the route reads the request's body (the `POST` routes); the
+    /// others answer from the head alone.
+    fn takes_body(&self) -> bool {
+        matches!(
+            self,
+            Route::Lock(..) | Route::Semaphore(..) | Route::Campaign(_)
+        )
+    }
+}
+
 /// Entry point for every request on either listener.
+///
+/// One request, one answer: the request's body is read (within
+/// [`super::reply::MAX_BODY`] and `socket.request_timeout`) before any
+/// answer, even one that needs nothing from it (the wrong socket, no such
+/// route, the wrong method, a malformed resource), since a body left on
+/// the connection would be parsed as the next request. A body that cannot
+/// be read (too large, late, broken) gets its answer with
+/// `connection: close` ([`super::reply::closing`]): the body's error, or,
+/// for a route that reads no body (a `GET`), the route's own answer.
 pub async fn handle(
     agent: Arc<Agent>,
     surface: Surface,
@@ -64,9 +87,25 @@ pub async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let label = route_label(request.uri().path());
-    let response = match dispatch(&agent, surface, peer, request).await {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
+    let (parts, body) = request.into_parts();
+    let routed = route_request(&agent, surface, &parts);
+    let body = read_body(&parts.headers, body, agent.config().socket.request_timeout).await;
+    let response = match (routed, body) {
+        (Ok(route), Ok(body)) => match dispatch(&agent, route, &parts, peer, body).await {
+            Ok(response) => response,
+            Err(error) => error.into_response(),
+        },
+        (Err(early), Ok(_)) => early.into_response(),
+        (Err(early), Err(_)) => closing(early.into_response()),
+        (Ok(route), Err(error)) if route.takes_body() => closing(error.into_response()),
+        // A route that reads nothing from a body answers as it would
+        // without one.
+        (Ok(route), Err(_)) => closing(
+            match dispatch(&agent, route, &parts, peer, Bytes::new()).await {
+                Ok(response) => response,
+                Err(error) => error.into_response(),
+            },
+        ),
     };
     agent
         .metrics()
@@ -113,37 +152,34 @@ fn route_label(path: &str) -> &'static str {
     }
 }
 
+/// The route a request names, if it may be served on `surface` with its
+/// method; otherwise its error (404, 400, 405 or 403), which needs nothing
+/// from the body.
+fn route_request(agent: &Agent, surface: Surface, parts: &Parts) -> Result<Route, ApiError> {
+    let path = parts.uri.path();
+    let (route, allowed) = route(surface, path)?;
+    if parts.method != allowed {
+        return Err(ApiError::method_not_allowed(&parts.method, path, allowed));
+    }
+    check_surface(agent, surface, &route)?;
+    Ok(route)
+}
+
+/// Serves `route`, whose request's head is `parts` and whose body,
+/// read whole, is `body`.
 async fn dispatch(
     agent: &Arc<Agent>,
-    surface: Surface,
+    route: Route,
+    parts: &Parts,
     peer: Option<Peer>,
-    request: Request<Incoming>,
+    body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let (route, allowed) = route(surface, request.uri().path())?;
     let holder = peer.map(|p| Holder {
         pid: p.pid,
         uid: p.uid,
         gid: p.gid,
         pod: p.pod,
     });
-    if request.method() != allowed {
-        let mut response = ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::MethodNotAllowed,
-            format!(
-                "{} {} is not allowed; use {allowed}",
-                request.method(),
-                request.uri().path()
-            ),
-        )
-        .into_response();
-        response.headers_mut().insert(
-            ALLOW,
-            HeaderValue::from_str(allowed.as_str()).expect("method names are valid headers"),
-        );
-        return Ok(response);
-    }
-    check_surface(agent, surface, &route)?;
     match route {
         Route::Healthz => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
         Route::Readyz => {
@@ -171,7 +207,7 @@ async fn dispatch(
         }
         Route::Leaks => Ok(json(StatusCode::OK, &agent.scanner().report())),
         Route::Locks => {
-            let query = ListQuery::parse(request.uri().query())
+            let query = ListQuery::parse(parts.uri.query())
                 .map_err(|e| ApiError::invalid(e.to_string()))?;
             let answer = listing::list(agent.locks(), &query)
                 .await
@@ -211,11 +247,9 @@ async fn dispatch(
         },
         Route::Observe(name) => Ok(ndjson(agent.locks().observe(name))),
         Route::Semaphore(name, action) => {
-            let body = read_body(request, agent.config().socket.request_timeout).await?;
             handlers::semaphore(agent, name, action, holder, &body).await
         }
         Route::Campaign(name) => {
-            let body = read_body(request, agent.config().socket.request_timeout).await?;
             let request = parse_body(&body, true)?;
             let events = agent
                 .locks()
@@ -223,28 +257,21 @@ async fn dispatch(
                 .map_err(lock_error)?;
             Ok(ndjson(events))
         }
-        Route::Lock(resource, action) => {
-            let body = read_body(request, agent.config().socket.request_timeout).await?;
-            match action {
-                LockAction::Acquire => {
-                    acquire(agent, resource, holder, parse_body(&body, true)?).await
-                }
-                LockAction::Extend => {
-                    extend(agent, resource, holder, parse_body(&body, false)?).await
-                }
-                LockAction::Release => {
-                    release(agent, resource, holder, parse_body(&body, false)?).await
-                }
-                LockAction::Hold => hold(agent, resource, holder, parse_body(&body, true)?).await,
-                LockAction::ForceRelease => {
-                    let _: ForceReleaseRequest = parse_body(&body, true)?;
-                    Ok(json(
-                        StatusCode::OK,
-                        &agent.locks().force_release(&resource, holder).await,
-                    ))
-                }
+        Route::Lock(resource, action) => match action {
+            LockAction::Acquire => acquire(agent, resource, holder, parse_body(&body, true)?).await,
+            LockAction::Extend => extend(agent, resource, holder, parse_body(&body, false)?).await,
+            LockAction::Release => {
+                release(agent, resource, holder, parse_body(&body, false)?).await
             }
-        }
+            LockAction::Hold => hold(agent, resource, holder, parse_body(&body, true)?).await,
+            LockAction::ForceRelease => {
+                let _: ForceReleaseRequest = parse_body(&body, true)?;
+                Ok(json(
+                    StatusCode::OK,
+                    &agent.locks().force_release(&resource, holder).await,
+                ))
+            }
+        },
     }
 }
 

@@ -7,9 +7,10 @@
 //! defaults computed at run time and the entry points ([`Config::load`],
 //! [`Config::from_yaml`]); the reading is split by job:
 //!
-//! - [`yaml`]: YAML syntax errors, told by their place and never by the
-//!   text there, and the walker that reads one mapping's fields and
-//!   reports the keys nobody asked for.
+//! - [`yaml`]: the file, read only when it is a regular file of a
+//!   config's size; YAML syntax errors, told by their place and never by
+//!   the text there; and the walker that reads one mapping's fields
+//!   (durations at most a day) and reports the keys nobody asked for.
 //! - [`sections`]: every section but the masters, with its defaults and
 //!   checks, and the top level that puts them together.
 //! - [`masters`]: the masters: a server's URL or a cluster's seeds, a
@@ -322,6 +323,14 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The path names something that is not a regular file (a device, a
+    /// FIFO, a directory, a socket): it is not read, since reading it could
+    /// never end (`/dev/zero`, a FIFO nobody writes to).
+    #[error("{path} is {what}, not a regular file; give the path of a YAML file")]
+    NotAFile { path: PathBuf, what: &'static str },
+    /// The file is larger than any config (see [`yaml::MAX_FILE`]).
+    #[error("{path} is larger than {} KiB, more than any config; give the path of a YAML file", yaml::MAX_FILE / 1024)]
+    TooLarge { path: PathBuf },
     #[error("{}", display_fields(.0))]
     Invalid(Vec<FieldError>),
 }
@@ -346,10 +355,7 @@ impl Config {
     /// # Errors
     /// Every problem at once, each with its field path.
     pub fn load_with(path: &Path, check: AddressCheck) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = yaml::read_file(path)?;
         Config::from_yaml_with(&text, check)
     }
 

@@ -95,6 +95,81 @@ lock:
     );
 }
 
+/// Every duration of the config is at most a day: each one past it is
+/// refused with its path, all at once, and read as a day by the checks
+/// between fields (no overflow, no second word on it from a
+/// comparison it passes); a day itself is accepted.
+#[test]
+fn durations_past_a_day_are_refused_with_their_paths() {
+    let fields = [
+        ("socket", "request_timeout"),
+        ("lock", "default_ttl"),
+        ("lock", "max_ttl"),
+        ("lock", "node_timeout"),
+        ("lock", "retry_delay"),
+        ("lock", "retry_jitter"),
+        ("lock", "max_hold"),
+        ("health", "interval"),
+        ("health", "idle_interval"),
+        ("delayed_restart", "extra"),
+        ("leak_scan", "interval"),
+        ("shutdown", "grace"),
+    ];
+    let config = |value: &str| {
+        let mut yaml = MINIMAL.to_string();
+        let mut section = "";
+        for (name, key) in fields {
+            if name != section {
+                yaml.push_str(&format!("{name}:\n"));
+                section = name;
+            }
+            yaml.push_str(&format!("  {key}: {value}\n"));
+        }
+        yaml
+    };
+    // A node timeout of a day (the most it is read as) is no tenth of a
+    // default TTL of a day: its own rule says so, once.
+    let node_timeout_rule = "lock.node_timeout: 1day is not far below lock.default_ttl (1day); \
+                             keep it at most a tenth of it";
+    let errors = errors_of(&config("25h"));
+    let mut expected: Vec<String> = fields
+        .iter()
+        .map(|(name, key)| {
+            format!(
+                "{name}.{key}: \"25h\" is longer than a day; no duration in the config may be over \"24h\""
+            )
+        })
+        .collect();
+    expected.insert(7, node_timeout_rule.to_string());
+    assert_eq!(errors, expected);
+    let errors = errors_of(&format!(
+        "{MINIMAL}lock: {{max_ttl: 999999999999999s}}\ndelayed_restart: {{extra: 100000d}}\n"
+    ));
+    assert_eq!(
+        errors,
+        [
+            "lock.max_ttl: \"999999999999999s\" is longer than a day; no duration in the config may be over \"24h\"",
+            "delayed_restart.extra: \"100000d\" is longer than a day; no duration in the config may be over \"24h\"",
+        ]
+    );
+    // A node timeout that would overflow the check against default_ttl.
+    let errors = errors_of(&format!(
+        "{MINIMAL}lock: {{node_timeout: 18446744073709551615s}}\n"
+    ));
+    assert!(
+        errors[0].starts_with("lock.node_timeout: \"18446744073709551615s\" is longer than a day"),
+        "{errors:?}"
+    );
+    // A day is not past it: only node_timeout's own rule speaks.
+    assert_eq!(errors_of(&config("24h")), [node_timeout_rule]);
+    let config = Config::from_yaml(&format!(
+        "{MINIMAL}lock: {{default_ttl: 1day, max_ttl: 24h, max_hold: 86400s}}\ndelayed_restart: {{extra: 1d}}\n"
+    ))
+    .unwrap();
+    assert_eq!(config.lock.max_ttl, yaml::MAX_DURATION);
+    assert_eq!(config.quarantine(), 2 * yaml::MAX_DURATION);
+}
+
 /// Errors of `yaml` without resolving hosts (the shapes below name
 /// hosts that do not exist).
 pub(super) fn errors_offline(yaml: &str) -> Vec<String> {

@@ -1,14 +1,84 @@
-//! Reading the YAML: a syntax error told by its line and column and never
-//! by the text there (a config's lines hold passwords), and `Section`,
+//! Reading the YAML: the file, only when it is a regular file of a
+//! config's size; a syntax error told by its line and column and never
+//! by the text there (a config's lines hold passwords); and `Section`,
 //! the walker that reads one mapping of the parsed tree field by field,
 //! recording every problem under its path.
 
+use std::fs::{File, FileType, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::FieldError;
+use super::{ConfigError, FieldError};
+
+/// The largest config file read: far more than any config (a few KiB with
+/// dozens of masters), and small enough that reading it costs nothing.
+pub const MAX_FILE: u64 = 1024 * 1024;
+
+/// The text of the config file at `path`, read only when it is a regular
+/// file of at most [`MAX_FILE`] bytes: a device (`/dev/zero`), a FIFO or a
+/// directory is refused without being read, since reading it may never
+/// end. The type is checked before the file is opened and again on the
+/// file opened (without blocking, which opening a FIFO would), so that a
+/// path swapped in between is refused too.
+///
+/// # Errors
+/// [`ConfigError::NotAFile`], [`ConfigError::TooLarge`], or
+/// [`ConfigError::Read`] when it cannot be opened or read, or is not UTF-8.
+pub fn read_file(path: &Path) -> Result<String, ConfigError> {
+    let read_error = |source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let not_a_file = |kind: FileType| ConfigError::NotAFile {
+        path: path.to_path_buf(),
+        what: file_kind(kind),
+    };
+    let kind = std::fs::metadata(path).map_err(read_error)?.file_type();
+    if !kind.is_file() {
+        return Err(not_a_file(kind));
+    }
+    let file: File = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(read_error)?;
+    let opened = file.metadata().map_err(read_error)?;
+    if !opened.file_type().is_file() {
+        return Err(not_a_file(opened.file_type()));
+    }
+    let mut text = String::new();
+    file.take(MAX_FILE + 1)
+        .read_to_string(&mut text)
+        .map_err(read_error)?;
+    if text.len() as u64 > MAX_FILE {
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(text)
+}
+
+/// What a path that is not a regular file names, for its error.
+fn file_kind(kind: FileType) -> &'static str {
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "something else"
+    }
+}
 
 /// A YAML syntax error as users see it: where, and what went wrong, never
 /// the text there. The parser's own rendering quotes the lines around the
@@ -96,6 +166,13 @@ pub(super) fn echo(text: &str) -> String {
 fn is_key(text: &str) -> bool {
     (1..=32).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
 }
+
+/// The longest any duration in the config may be: a day. None makes
+/// sense past it (a lock that must outlive a day is a hold, renewed; a
+/// quarantine of `lock.max_ttl + delayed_restart.extra` past it would keep
+/// a master out for days), and a value far past it (`999999999999999s`)
+/// would overflow the sums and products the agent makes of them.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Reads the fields of one YAML mapping, recording every problem under the
 /// mapping's path, and reports the keys nobody asked for as unknown.
@@ -187,11 +264,24 @@ impl<'e> Section<'e> {
         self.map.remove(key).filter(|v| !v.is_null())
     }
 
+    /// A duration field, at most [`MAX_DURATION`]; a longer one is
+    /// recorded and read as [`MAX_DURATION`], which the checks that
+    /// compare it with other fields can add to and multiply without
+    /// overflow.
     pub(super) fn duration(&mut self, key: &str, default: Duration) -> Duration {
         let Some(text) = self.take::<String>(key, "a duration string like \"250ms\"") else {
             return default;
         };
         match humantime::parse_duration(text.trim()) {
+            Ok(d) if d > MAX_DURATION => {
+                self.error(
+                    key,
+                    format!(
+                        "{text:?} is longer than a day; no duration in the config may be over \"24h\""
+                    ),
+                );
+                MAX_DURATION
+            }
             Ok(d) => d,
             Err(e) => {
                 self.error(
@@ -248,6 +338,45 @@ pub(super) fn show(value: &Value) -> String {
 mod tests {
     use super::*;
     use crate::config::tests::{errors_of, errors_offline};
+
+    #[test]
+    fn only_a_regular_file_of_a_configs_size_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        for (path, what) in [
+            (fifo.as_path(), "a FIFO"),
+            (Path::new("/dev/zero"), "a character device"),
+            (dir.path(), "a directory"),
+        ] {
+            match read_file(path) {
+                Err(ConfigError::NotAFile { what: found, .. }) => assert_eq!(found, what),
+                other => panic!("{}: {other:?}", path.display()),
+            }
+        }
+        let file = dir.path().join("config.yaml");
+        std::fs::write(&file, "masters: []\n").unwrap();
+        assert_eq!(read_file(&file).unwrap(), "masters: []\n");
+        let link = dir.path().join("link.yaml");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(read_file(&link).unwrap(), "masters: []\n");
+        std::fs::write(&file, "#".repeat(MAX_FILE as usize)).unwrap();
+        assert_eq!(read_file(&file).unwrap().len() as u64, MAX_FILE);
+        std::fs::write(&file, "#".repeat(MAX_FILE as usize + 1)).unwrap();
+        let error = read_file(&file).unwrap_err();
+        assert!(matches!(error, ConfigError::TooLarge { .. }), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "{} is larger than 1024 KiB, more than any config; give the path of a YAML file",
+                file.display()
+            )
+        );
+        let missing = dir.path().join("missing.yaml");
+        assert!(matches!(read_file(&missing), Err(ConfigError::Read { .. })));
+    }
 
     #[test]
     fn syntax_errors_say_where() {
