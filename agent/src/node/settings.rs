@@ -50,7 +50,7 @@ pub struct NodeSettings {
     /// agent's, as a fraction of the time between two readings.
     pub drift_factor: f64,
     /// How old the last probe may be before a request that needs this
-    /// master asks for a fresh one (see [`Node::refresh`]): twice
+    /// master asks for a fresh one (see [`crate::redlock::Master::refresh`]): twice
     /// `health.interval`.
     pub stale_after: Duration,
 }
@@ -90,4 +90,3 @@ impl Detector {
         }
     }
 }
-
