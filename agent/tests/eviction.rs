@@ -120,6 +120,14 @@ async fn evicted_majority(
     let b = TestAgent::start(&cluster, SETTINGS).await;
     a.wait_usable(5).await;
     b.wait_usable(5).await;
+    // B's first request wakes its probes (an agent starts idle): one now,
+    // so that no probe races B's vote below, whose own check is the one
+    // under test (its next probe is a minute away).
+    let warm = b.acquire_ok("warm-up", json!({"ttl_ms": 1000})).await;
+    let (status, body) = b
+        .post("/v1/locks/warm-up/release", json!({"token": warm}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     if let Policy::Configured = policy {
         let nodes = a.nodes().await;
         let warnings = node(&nodes, "r1")["warnings"].to_string();

@@ -165,6 +165,21 @@ impl super::Node {
         Some(fault)
     }
 
+    /// The master refused `TIME` to the vote script (an ACL without
+    /// `+time`): its clock cannot be watched. Said once per node.
+    pub(crate) fn clock_refused(&self) {
+        if !self.clock_check || self.is_cluster() {
+            return;
+        }
+        let first = !std::mem::replace(&mut self.lock().clock_refused, true);
+        if first {
+            tracing::warn!(
+                node = %self.name,
+                "the master refuses TIME in scripts (an ACL without +time): its clock is not watched, and a jump of it can drop locks unseen; allow TIME"
+            );
+        }
+    }
+
     /// The master's wall clock now as this agent last read it, in
     /// microseconds since the Unix epoch; `None` before the first reading.
     pub fn master_time_us(&self) -> Option<u64> {

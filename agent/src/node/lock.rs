@@ -559,6 +559,8 @@ impl Node {
                             master_us,
                         };
                         fault = self.clock_reading(sample);
+                    } else {
+                        self.clock_refused();
                     }
                     let lines: Vec<&str> = rest.split('\n').collect();
                     (lines.len() == jobs.len()).then_some(lines)

@@ -172,6 +172,8 @@ struct Inner {
     clock: clock::ClockWatch,
     /// What the last clock fault was, while its quarantine lasts.
     clock_fault: Option<String>,
+    /// The master refused `TIME` (said once, see [`Node::clock_refused`]).
+    clock_refused: bool,
 }
 
 impl Inner {
@@ -332,6 +334,7 @@ impl Node {
                 server_id: None,
                 clock: clock::ClockWatch::default(),
                 clock_fault: None,
+                clock_refused: false,
             }),
             wake: Notify::new(),
             probed: watch::Sender::new(None),

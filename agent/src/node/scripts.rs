@@ -124,7 +124,8 @@ pub async fn evalsha(
 ///
 /// The answer's first line is the master's clock (`TIME`: seconds, a
 /// space, microseconds), read in the same script as the votes, for the
-/// agent's watch on it (see [`super::clock`]).
+/// agent's watch on it (see [`super::clock`]); `-` where an ACL refuses
+/// `TIME`, and then the master's clock is not watched.
 ///
 /// This text is every agent's; each node's own copy is [`batch`]'s.
 pub static BATCH: LazyLock<Script> = LazyLock::new(|| batch(None));
@@ -215,8 +216,9 @@ for i = 1, (#ARGV - 3) / 4 do
   end
   out[i] = answer
 end
-local now = redis.call("time")
-return now[1] .. " " .. now[2] .. "\n" .. table.concat(out, "\n")"#;
+local now = redis.pcall("time")
+if now.err then now = "-" else now = now[1] .. " " .. now[2] end
+return now .. "\n" .. table.concat(out, "\n")"#;
 
 /// Raise the fencing counter (`KEYS[1]`) to `ARGV[1]` (a decimal integer),
 /// never lower it: the catch-up of a master readmitted while its marker was
