@@ -470,18 +470,15 @@ impl Node {
             // Quarantined since these were queued (a restart or a clock
             // seen by another batch): votes and extensions no longer count;
             // releases and fences still go.
-            jobs.retain_mut(|job| {
-                if !job.command.needs_trust() {
-                    return true;
-                }
-                let (reply, _) = oneshot::channel();
-                let reply = std::mem::replace(&mut job.reply, reply);
-                let _ = reply.send(Err(NodeError::Other(format!(
+            let (refused, kept): (Vec<Job>, Vec<Job>) =
+                jobs.drain(..).partition(|job| job.command.needs_trust());
+            *jobs = kept;
+            for job in refused {
+                let _ = job.reply.send(Err(NodeError::Other(format!(
                     "{} was quarantined while the command was queued",
                     self.name
                 ))));
-                false
-            });
+            }
             if jobs.is_empty() {
                 return;
             }
