@@ -357,7 +357,8 @@ async fn what_cannot_be_reentered_is_refused_with_its_code() {
 
 /// Short TTLs for the re-entry shortening tests: a node timeout that lets
 /// a 200 ms TTL through, and a default TTL far below the first grants'.
-const SHORTENING: &str = "lock:\n  node_timeout: 100ms\n  default_ttl: 1s\n  retry_delay: 20ms\n  retry_jitter: 20ms\n";
+const SHORTENING: &str =
+    "lock:\n  node_timeout: 100ms\n  default_ttl: 1s\n  retry_delay: 20ms\n  retry_jitter: 20ms\n";
 
 /// The outer holder's lock, as it was told: acquired by `agent` with
 /// `ttl`, valid until `until` (counted from before the call, so never

@@ -15,6 +15,11 @@ pub(super) struct Entry {
     pub(super) token: String,
     pub(super) granted_at: Instant,
     pub(super) valid_until: Instant,
+    /// The longest TTL set on the masters for this token (the grant's,
+    /// its extensions', its re-entries'): what a re-entry sets at least,
+    /// so that it never cuts a validity told before (see
+    /// [`super::reentry`]).
+    pub(super) ttl: Duration,
     pub(super) holder: Option<Holder>,
     /// The grant's fence, for the answers to its re-entries.
     pub(super) fence: Option<u64>,
@@ -64,6 +69,7 @@ impl Grants {
                 token: grant.token.as_str().to_string(),
                 granted_at: grant.granted_at,
                 valid_until: grant.valid_until(),
+                ttl: grant.ttl,
                 holder,
                 fence: grant.fence,
                 count: 1,
@@ -105,9 +111,12 @@ impl Grants {
             .map(|e| (e.token.clone(), e.holder))
     }
 
-    pub fn extended(&self, resource: &str, token: &str, valid_until: Instant) {
+    /// An extension of the grant of `resource` held with `token` set
+    /// `ttl` on the masters; it is valid until `valid_until`.
+    pub fn extended(&self, resource: &str, token: &str, valid_until: Instant, ttl: Duration) {
         if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
             entry.valid_until = valid_until;
+            entry.ttl = entry.ttl.max(ttl);
         }
     }
 

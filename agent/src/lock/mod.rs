@@ -55,6 +55,12 @@ pub struct Rules {
     pub loss_notice: bool,
     /// Whose tokens a caller may use (`socket.isolate`, see [`isolation`]).
     pub isolate: Isolate,
+    /// A re-entry, a re-entering hold's renewal and an extension of a
+    /// re-entered lock set at least the longest TTL set before for its
+    /// token, so that none cuts a validity told before (see [`reentry`]).
+    /// Off only through the test switch `REDLOCK_TEST_REENTRY_MAY_SHORTEN`,
+    /// for control runs: each then sets the TTL it asked for.
+    pub reentry_keeps_ttl: bool,
 }
 
 impl Rules {
@@ -68,6 +74,7 @@ impl Rules {
             fence: lock.fence,
             loss_notice: true,
             isolate,
+            reentry_keeps_ttl: true,
         }
     }
 
@@ -448,9 +455,10 @@ impl<M: Store> Locks<M> {
         self.touch();
         self.check_isolation(resource, token, caller)?;
         let ttl = self.rules.ttl(ttl_ms)?;
+        let ttl = self.reentry_ttl(resource, token, ttl);
         match self.engine.extend(resource, token, ttl).await {
             Extend::Extended { validity, .. } => {
-                self.extended(resource, token, validity);
+                self.extended(resource, token, validity, ttl);
                 Ok(Extended { validity, ttl })
             }
             Extend::Lost | Extend::Failed => {
@@ -509,14 +517,18 @@ impl<M: Store> Locks<M> {
         released
     }
 
-    /// Bookkeeping of a successful extension.
-    fn extended(&self, resource: &Resource, token: &Token, validity: Duration) {
+    /// Bookkeeping of a successful extension that set `ttl`.
+    fn extended(&self, resource: &Resource, token: &Token, validity: Duration, ttl: Duration) {
         self.metrics
             .extensions
             .with_label_values(&["extended"])
             .inc();
-        self.grants
-            .extended(resource.as_str(), token.as_str(), Instant::now() + validity);
+        self.grants.extended(
+            resource.as_str(),
+            token.as_str(),
+            Instant::now() + validity,
+            ttl,
+        );
         // A permit's semaphore keeps its limit as long as the permit.
         if let Some(limit) = self.grants.limit(resource.as_str(), token.as_str()) {
             let name = resource.queue().trim_end_matches(" permit").to_string();
