@@ -207,6 +207,10 @@ enum Cmd {
         /// Run the command in this process group.
         #[arg(long)]
         join_group: Option<i32>,
+        /// Kill the command's tree at this moment (`CLOCK_MONOTONIC`, ms)
+        /// unless told a later one.
+        #[arg(long)]
+        until: Option<u64>,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
@@ -276,12 +280,14 @@ fn main() -> ExitCode {
             control_fd,
             no_tree,
             join_group,
+            until,
             command,
         }) => ExitCode::from(guardian::run(Guardian {
             socket,
             control_fd,
             tree: !no_tree,
             join_group,
+            until,
             command,
         })),
         Some(Cmd::Check {
