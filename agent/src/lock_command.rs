@@ -14,7 +14,8 @@
 //! `lock`'s when `lock` is the foreground job of a terminal), and "the
 //! tree" is that group plus every descendant of the guardian that left it
 //! ([`tree`]). The tree gets SIGTERM, then SIGKILL after `--kill-after`
-//! but never later than the end of the last validity, when:
+//! but never later than the end of the last validity (which the guardian
+//! keeps too, see below), when:
 //! - the agent says the lock is lost (a force release, `--max-hold`, no
 //!   quorum), the agent goes away, or no renewal arrives in time (a frozen
 //!   agent): `lock` exits 70;

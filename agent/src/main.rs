@@ -133,7 +133,8 @@ enum Cmd {
         #[arg(long, value_parser = humantime::parse_duration)]
         max_hold: Option<Duration>,
         /// After SIGTERM to the command's processes, SIGKILL them after this
-        /// long (never later than the end of the lock's validity).
+        /// long (never later than the end of the lock's validity, which the
+        /// guardian enforces too, even when `lock` is stopped).
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         kill_after: Duration,
         /// Ask for a fencing token: the command gets it as REDLOCK_FENCE
@@ -182,7 +183,8 @@ enum Cmd {
         #[arg(long, value_parser = humantime::parse_duration)]
         max_hold: Option<Duration>,
         /// After SIGTERM to the command's processes, SIGKILL them after this
-        /// long (never later than the end of the leadership's validity).
+        /// long (never later than the end of the leadership's validity,
+        /// which the guardian enforces too, even when `elect` is stopped).
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         kill_after: Duration,
         /// The election.
