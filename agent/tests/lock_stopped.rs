@@ -7,6 +7,9 @@
 //! stop) plus a margin, and before the other client's grant. The control
 //! run turns the guardian's deadline off (`REDLOCK_TEST_NO_GUARDIAN_DEADLINE`)
 //! and finds the command still writing past both, until `lock` is resumed.
+//! The same for `redlock-agent elect`, whose command runs under the same
+//! guardian: stopped, its command is killed by the end of the leadership's
+//! last validity it could have been told.
 //!
 //! Margins, not races: the command is started well before `--max-hold`
 //! runs out, every wait has a deadline, and the bounds leave a second and
@@ -78,10 +81,17 @@ fn writes(dir: &Path) -> Vec<u128> {
         .collect()
 }
 
-/// `lock --ttl 1s --max-hold 3s lk -- sh -c 'while :; do date >> w; ...'`,
-/// in a process group of its own, with the guardian's deadline switched
-/// off for the control run.
-fn start_lock(agent: &TestAgent, dir: &Path, control: bool) -> Child {
+/// Which command runs the writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Lock,
+    Elect,
+}
+
+/// `lock --ttl 1s --max-hold 3s lk -- sh -c 'while :; do date >> w; ...'`
+/// (or `elect`), in a process group of its own, with the guardian's
+/// deadline switched off for the control run.
+fn start_lock(agent: &TestAgent, dir: &Path, kind: Kind, control: bool) -> Child {
     let script = format!(
         "cd {dir}; echo $$ > cmd.tmp; mv cmd.tmp cmd.pid; \
          while :; do date +%s%N >> w; sleep 0.05; done",
@@ -90,7 +100,10 @@ fn start_lock(agent: &TestAgent, dir: &Path, control: bool) -> Child {
     let stderr = std::fs::File::create(dir.join("lock.err")).unwrap();
     let mut command = Command::new(BIN);
     command
-        .arg("lock")
+        .arg(match kind {
+            Kind::Lock => "lock",
+            Kind::Elect => "elect",
+        })
         .arg("--socket")
         .arg(&agent.socket)
         .args(["--ttl", "1s", "--max-hold", "3s", "--kill-after", "200ms"])
@@ -112,20 +125,20 @@ struct Found {
     /// The end of the last validity `lock` could have been told: its TTL
     /// after it was stopped.
     validity_end: u128,
-    /// When another client was granted the lock.
-    granted: u128,
+    /// When another client was granted the lock (`lock` only).
+    granted: Option<u128>,
     /// The run itself, kept until the checks are done.
     stopped: Stopped,
     dir: tempfile::TempDir,
 }
 
-/// Starts `lock`, stops it once its command writes, and waits for another
-/// client to be granted the lock (the agent ends the stopped `lock`'s hold
-/// at `--max-hold`).
-async fn stop_lock(agent: &TestAgent, control: bool) -> Found {
+/// Starts `lock` (or `elect`), stops it once its command writes, and for
+/// `lock` waits for another client to be granted the lock (the agent ends
+/// the stopped `lock`'s hold at `--max-hold`).
+async fn stop_lock(agent: &TestAgent, kind: Kind, control: bool) -> Found {
     let dir = tempfile::tempdir().unwrap();
     let mut stopped = Stopped {
-        lock: start_lock(agent, dir.path(), control),
+        lock: start_lock(agent, dir.path(), kind, control),
         command: None,
     };
     let pid_file = dir.path().join("cmd.pid");
@@ -138,6 +151,14 @@ async fn stop_lock(agent: &TestAgent, control: bool) -> Found {
         .and_then(|pid| pid.trim().parse().ok());
     signal(stopped.lock.id(), libc::SIGSTOP);
     let validity_end = nanos(SystemTime::now() + TTL);
+    if kind == Kind::Elect {
+        return Found {
+            validity_end,
+            granted: None,
+            stopped,
+            dir,
+        };
+    }
     let grant = agent
         .client
         .acquire(
@@ -149,7 +170,7 @@ async fn stop_lock(agent: &TestAgent, control: bool) -> Found {
     assert!(grant.is_ok(), "another client gets the lock: {grant:?}");
     Found {
         validity_end,
-        granted,
+        granted: Some(granted),
         stopped,
         dir,
     }
@@ -159,14 +180,14 @@ fn stderr_of(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("lock.err")).unwrap_or_default()
 }
 
-/// `lock` stopped with SIGSTOP: its guardian kills the command by the end
-/// of the last validity (plus a margin), before another client is granted
-/// the lock, and `lock`, resumed, says the lock was lost (exit 70).
-#[tokio::test]
-async fn a_stopped_lock_does_not_let_its_command_outlive_the_validity() {
+/// `lock` (or `elect`) stopped with SIGSTOP: its guardian kills the
+/// command by the end of the last validity (plus a margin), before another
+/// client is granted the lock, and `lock`, resumed, says the lock was lost
+/// (exit 70).
+async fn stopped_then_killed(kind: Kind) {
     let cluster = Cluster::start(3);
     let agent = TestAgent::start(&cluster, LOCK).await;
-    let mut found = stop_lock(&agent, false).await;
+    let mut found = stop_lock(&agent, kind, false).await;
     let command = found.stopped.command.expect("the command's pid");
     wait_for(
         "the guardian to kill the command",
@@ -183,7 +204,7 @@ async fn a_stopped_lock_does_not_let_its_command_outlive_the_validity() {
         stderr_of(found.dir.path())
     );
     assert!(
-        last < found.granted,
+        found.granted.is_none_or(|granted| last < granted),
         "the command wrote after another client was granted the lock\n{}",
         stderr_of(found.dir.path())
     );
@@ -201,15 +222,14 @@ async fn a_stopped_lock_does_not_let_its_command_outlive_the_validity() {
     assert!(stderr.contains("lost"), "{stderr}");
 }
 
-/// Control: without the guardian's deadline, the command of a stopped
-/// `lock` writes on past the end of the validity and past another client's
-/// grant.
-#[tokio::test]
-async fn control_without_the_guardians_deadline_the_command_writes_on() {
+/// Without the guardian's deadline, the command of a stopped `lock` (or
+/// `elect`) writes on past the end of the validity and past another
+/// client's grant.
+async fn stopped_and_writing_on(kind: Kind) {
     let cluster = Cluster::start(3);
     let agent = TestAgent::start(&cluster, LOCK).await;
-    let found = stop_lock(&agent, true).await;
-    let past = (found.validity_end + MARGIN.as_nanos()).max(found.granted);
+    let found = stop_lock(&agent, kind, true).await;
+    let past = (found.validity_end + MARGIN.as_nanos()).max(found.granted.unwrap_or(0));
     wait_for(
         "writes past the validity and the other grant",
         Duration::from_secs(15),
@@ -221,4 +241,32 @@ async fn control_without_the_guardians_deadline_the_command_writes_on() {
         "{}",
         stderr_of(found.dir.path())
     );
+}
+
+/// A stopped `lock`: its command is killed by the end of the validity,
+/// before another client is granted the lock.
+#[tokio::test]
+async fn a_stopped_lock_does_not_let_its_command_outlive_the_validity() {
+    stopped_then_killed(Kind::Lock).await;
+}
+
+/// Control: without the guardian's deadline, the command of a stopped
+/// `lock` writes on past the validity and another client's grant.
+#[tokio::test]
+async fn control_without_the_guardians_deadline_the_command_writes_on() {
+    stopped_and_writing_on(Kind::Lock).await;
+}
+
+/// A stopped `elect`: its command is killed by the end of the
+/// leadership's last validity it could have been told.
+#[tokio::test]
+async fn a_stopped_elect_does_not_let_its_command_outlive_the_validity() {
+    stopped_then_killed(Kind::Elect).await;
+}
+
+/// Control: without the guardian's deadline, the command of a stopped
+/// `elect` writes on past the validity.
+#[tokio::test]
+async fn control_without_the_guardians_deadline_the_elected_command_writes_on() {
+    stopped_and_writing_on(Kind::Elect).await;
 }
