@@ -406,17 +406,12 @@ async fn granted_to_other_within(other: &TestAgent, resource: &str, outer: &Oute
                 &AcquireOptions::new().ttl(Duration::from_millis(500)),
             )
             .await;
-        match asked {
-            Ok(grant) => {
-                assert!(
-                    Instant::now() < outer.until,
-                    "granted only after the outer validity ended"
-                );
-                let _ = other.client.release(resource, &grant.token).await;
-                return true;
-            }
-            // Taken, or a master slow on a busy machine: not granted.
-            Err(_) => {}
+        // Refused: taken, or a master slow on a busy machine.
+        if let Ok(grant) = asked {
+            // A grant that came after the outer validity cut nothing.
+            let within = Instant::now() < outer.until;
+            let _ = other.client.release(resource, &grant.token).await;
+            return within;
         }
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
