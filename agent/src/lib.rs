@@ -106,7 +106,8 @@
 //!   of the socket; the command runs under a guardian process
 //!   ([`lock_command::guardian`], the hidden `lock-guardian` command) that
 //!   stops its whole process tree ([`lock_command::tree`]: its group and
-//!   every descendant found in `/proc`), even when `lock` is killed.
+//!   every descendant found in `/proc`), even when `lock` is killed, and
+//!   keeps the validity's deadline itself, even when `lock` is stopped.
 //! - [`shutdown`]: signals that start a drain.
 //!
 //! Imports point one way, with no loops: `daemon` → `api` → `agent` →
