@@ -19,7 +19,7 @@ use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITC
 use crate::redlock::master::NodeError;
 use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
-use redlock_testkit::switches::{NO_LOSS_NOTICE, NO_SLOT_READINESS};
+use redlock_testkit::switches::{NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN};
 use tokio_util::sync::CancellationToken;
 
 /// The engine over the Redis masters.
@@ -264,6 +264,13 @@ impl Agent {
                  their keys only at their next renewal; for control runs of the tests only"
             );
             rules.loss_notice = false;
+        }
+        if switched_on(REENTRY_MAY_SHORTEN) {
+            tracing::warn!(
+                "{REENTRY_MAY_SHORTEN} is set: a re-entry sets the TTL it asks for, and may cut \
+                 the validity its lock's first holder was told; for control runs of the tests only"
+            );
+            rules.reentry_keeps_ttl = false;
         }
         let slot_readiness = !switched_on(NO_SLOT_READINESS);
         if !slot_readiness {

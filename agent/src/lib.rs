@@ -60,7 +60,7 @@
 //!   acquire, holds ([`lock::holds`]: renewed, and told `lost` the moment
 //!   a force release or a master's loss is heard), extend, release, force
 //!   release; the TTL and owner rules, grant bookkeeping
-//!   ([`lock::Grants`]), waiters ([`lock::waiters`]: per-resource FIFO
+//!   ([`lock::Grants`], in `lock/grants.rs`), waiters ([`lock::waiters`]: per-resource FIFO
 //!   queues woken by releases here or, through pub/sub, on other agents),
 //!   re-entry by the holding process ([`lock::reentry`]: a count over one
 //!   grant), semaphores ([`lock::semaphores`]: `limit` permits, each a
@@ -106,7 +106,8 @@
 //!   of the socket; the command runs under a guardian process
 //!   ([`lock_command::guardian`], the hidden `lock-guardian` command) that
 //!   stops its whole process tree ([`lock_command::tree`]: its group and
-//!   every descendant found in `/proc`), even when `lock` is killed.
+//!   every descendant found in `/proc`), even when `lock` is killed, and
+//!   keeps the validity's deadline itself, even when `lock` is stopped.
 //! - [`shutdown`]: signals that start a drain.
 //!
 //! Imports point one way, with no loops: `daemon` → `api` → `agent` →

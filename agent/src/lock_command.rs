@@ -14,7 +14,8 @@
 //! `lock`'s when `lock` is the foreground job of a terminal), and "the
 //! tree" is that group plus every descendant of the guardian that left it
 //! ([`tree`]). The tree gets SIGTERM, then SIGKILL after `--kill-after`
-//! but never later than the end of the last validity, when:
+//! but never later than the end of the last validity (which the guardian
+//! keeps too, see below), when:
 //! - the agent says the lock is lost (a force release, `--max-hold`, no
 //!   quorum), the agent goes away, or no renewal arrives in time (a frozen
 //!   agent): `lock` exits 70;
@@ -22,6 +23,11 @@
 //!   same signal (a second one skips the grace);
 //! - the command exits and processes of its tree remain: `lock` exits
 //!   with the command's status once they are gone.
+//!
+//! The guardian keeps the deadline too: `lock` tells it the end of each
+//! validity it learns (at the grant and at each renewal), and the guardian
+//! SIGKILLs the tree when the last one told runs out, so the tree is gone
+//! by then even when `lock` is stopped (SIGSTOP, a debugger) or wedged.
 //!
 //! If `lock` is killed (SIGKILL included), the guardian sees its end of
 //! their socket pair close, SIGKILLs the tree until none of it is left and
@@ -55,6 +61,11 @@ use tokio::time::Instant;
 /// show a grandchild outliving the lock. An environment variable, not a
 /// flag: no script should be able to turn it off by accident.
 pub use redlock_testkit::switches::NO_TREE_KILL as TREE_SWITCH;
+
+/// `1` turns the guardian's own deadline off: only `lock` stops the tree
+/// when the validity runs out, so a stopped `lock` lets the command run on
+/// (the control run of the stopped `lock` test).
+pub use redlock_testkit::switches::NO_GUARDIAN_DEADLINE as DEADLINE_SWITCH;
 
 /// Exit statuses of `lock` itself (otherwise it exits with the command's).
 pub mod exit {
@@ -314,7 +325,15 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
              signalled, and its children can outlive the lock; for control runs of the tests only"
         );
     }
-    let guarded = match Guarded::start(&cmd, lease, tree, signals) {
+    let deadline = !switched_on(DEADLINE_SWITCH);
+    if !deadline {
+        eprintln!(
+            "redlock-agent lock: {DEADLINE_SWITCH} is set: the guardian keeps no deadline, and \
+             the command can outlive the lock when `lock` is stopped; for control runs of the \
+             tests only"
+        );
+    }
+    let guarded = match Guarded::start(&cmd, lease, tree, deadline, signals) {
         Ok(guarded) => guarded,
         Err((error, lease)) => {
             release(&cmd, lease).await;
@@ -359,7 +378,18 @@ async fn lead(client: &Client, cmd: &LockCommand, elect: &Elect) -> Result<Campa
 
 /// Whether the test-only switch turned the tree kill off.
 fn tree_kill_disabled() -> bool {
-    std::env::var_os(TREE_SWITCH).is_some_and(|v| v == "1")
+    switched_on(TREE_SWITCH)
+}
+
+/// Whether the test-only switch `name` is set to `1`.
+fn switched_on(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v == "1")
+}
+
+/// How long after a validity of `valid_for` arrives the tree may run at
+/// most: a little before it ends, for the last signal to land.
+fn last_moment(valid_for: Duration) -> Duration {
+    valid_for.saturating_sub((valid_for / 10).min(Duration::from_millis(50)))
 }
 
 /// How long `lock` waits for the agent to answer its release.
@@ -448,6 +478,8 @@ struct Guarded {
     tree: bool,
     /// The command joined `lock`'s process group (see [`foreground_group`]).
     joined: bool,
+    /// The guardian keeps the deadline (off only under the test switch).
+    deadline: bool,
 }
 
 impl Guarded {
@@ -458,10 +490,11 @@ impl Guarded {
         cmd: &LockCommand,
         hold: Lease,
         tree: bool,
+        deadline: bool,
         signals: Signals,
     ) -> Result<Guarded, (std::io::Error, Lease)> {
         let join = foreground_group();
-        match Guarded::spawn(cmd, &hold, tree, join) {
+        match Guarded::spawn(cmd, &hold, tree, deadline, join) {
             Ok((guardian, ours)) => {
                 let (reports, orders) = ours.into_split();
                 Ok(Guarded {
@@ -472,6 +505,7 @@ impl Guarded {
                     signals,
                     tree,
                     joined: join.is_some(),
+                    deadline,
                 })
             }
             Err(e) => Err((e, hold)),
@@ -482,6 +516,7 @@ impl Guarded {
         cmd: &LockCommand,
         hold: &Lease,
         tree: bool,
+        deadline: bool,
         join: Option<i32>,
     ) -> std::io::Result<(Child, tokio::net::UnixStream)> {
         if tree {
@@ -517,6 +552,10 @@ impl Guarded {
         }
         if let Some(group) = join {
             guardian.arg("--join-group").arg(group.to_string());
+        }
+        if deadline {
+            let until = guardian::monotonic_ms().saturating_add(ms(last_moment(hold.validity())));
+            guardian.arg("--until").arg(until.to_string());
         }
         guardian
             .arg("--")
@@ -567,7 +606,7 @@ impl Guarded {
             // just before the validity ends.
             let stopping_at = |valid_until: Instant, valid_for: Duration| {
                 (Instant::now() + cmd.kill_after)
-                    .min(valid_until - (valid_for / 10).min(Duration::from_millis(50)))
+                    .min(valid_until - valid_for + last_moment(valid_for))
             };
             let mut begin = None;
             tokio::select! {
@@ -592,6 +631,11 @@ impl Guarded {
                     Ok(Some(HoldEvent::Renewed { validity_ms })) => {
                         valid_for = Duration::from_millis(validity_ms);
                         valid_until = Instant::now() + valid_for;
+                        if self.deadline && stop.is_none() {
+                            let until = guardian::monotonic_ms()
+                                .saturating_add(ms(last_moment(valid_for)));
+                            let _ = self.orders.write_all(&guardian::until_line(until)).await;
+                        }
                     }
                     Ok(Some(HoldEvent::Acquired { .. })) => {}
                     Ok(Some(HoldEvent::Lost { reason })) => {
@@ -636,6 +680,17 @@ impl Guarded {
                 _ => {}
             }
         };
+        if stop.is_none()
+            && self.deadline
+            && Instant::now() >= valid_until - valid_for + last_moment(valid_for)
+        {
+            // `lock` could not act (stopped, wedged) past the last moment
+            // it told the guardian, which killed the tree on its own.
+            stop = Some(Stop::Lost(
+                "the validity ran out while `lock` was stopped; the guardian killed the command"
+                    .to_string(),
+            ));
+        }
         let status = status.map_err(|e| LockError::CannotRun {
             command: program.clone(),
             error: e.to_string(),

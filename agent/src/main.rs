@@ -133,7 +133,8 @@ enum Cmd {
         #[arg(long, value_parser = humantime::parse_duration)]
         max_hold: Option<Duration>,
         /// After SIGTERM to the command's processes, SIGKILL them after this
-        /// long (never later than the end of the lock's validity).
+        /// long (never later than the end of the lock's validity, which the
+        /// guardian enforces too, even when `lock` is stopped).
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         kill_after: Duration,
         /// Ask for a fencing token: the command gets it as REDLOCK_FENCE
@@ -182,7 +183,8 @@ enum Cmd {
         #[arg(long, value_parser = humantime::parse_duration)]
         max_hold: Option<Duration>,
         /// After SIGTERM to the command's processes, SIGKILL them after this
-        /// long (never later than the end of the leadership's validity).
+        /// long (never later than the end of the leadership's validity,
+        /// which the guardian enforces too, even when `elect` is stopped).
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         kill_after: Duration,
         /// The election.
@@ -207,6 +209,10 @@ enum Cmd {
         /// Run the command in this process group.
         #[arg(long)]
         join_group: Option<i32>,
+        /// Kill the command's tree at this moment (`CLOCK_MONOTONIC`, ms)
+        /// unless told a later one.
+        #[arg(long)]
+        until: Option<u64>,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
@@ -276,12 +282,14 @@ fn main() -> ExitCode {
             control_fd,
             no_tree,
             join_group,
+            until,
             command,
         }) => ExitCode::from(guardian::run(Guardian {
             socket,
             control_fd,
             tree: !no_tree,
             join_group,
+            until,
             command,
         })),
         Some(Cmd::Check {

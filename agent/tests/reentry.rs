@@ -2,17 +2,20 @@
 //! that holds it, with its token, is held until released as often, and
 //! stays one key with one token on the masters; what may not re-enter (a
 //! wrong or spent token, a hold's, another process, another agent) is
-//! refused with its own code.
+//! refused with its own code. A re-entry never shortens the validity its
+//! first holder was told: whatever TTL it asks for, and however its inner
+//! holds end, no other agent is granted the lock before then.
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{Cluster, TestAgent};
+use common::{Cluster, Switch, TestAgent};
 use hyper::StatusCode;
 use redlock_client::{AcquireOptions, Error, ErrorCode, Released};
+use redlock_testkit::switches::REENTRY_MAY_SHORTEN;
 use serde_json::{json, Value};
 
 const MASTERS: usize = 3;
@@ -350,4 +353,185 @@ async fn what_cannot_be_reentered_is_refused_with_its_code() {
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{answer}");
     assert_eq!(answer["error"]["code"], "not_reentrant", "a hold's grant");
+}
+
+/// Short TTLs for the re-entry shortening tests: a node timeout that lets
+/// a 200 ms TTL through, and a default TTL far below the first grants'.
+const SHORTENING: &str =
+    "lock:\n  node_timeout: 100ms\n  default_ttl: 1s\n  retry_delay: 20ms\n  retry_jitter: 20ms\n";
+
+/// The outer holder's lock, as it was told: acquired by `agent` with
+/// `ttl`, valid until `until` (counted from before the call, so never
+/// later than what the agent meant).
+struct Outer {
+    token: String,
+    until: Instant,
+}
+
+/// Starts the agent that re-enters and the other agent, both over
+/// `cluster`; under the control switch the re-entering agent may shorten.
+async fn two_agents(cluster: &Cluster, may_shorten: bool) -> (TestAgent, TestAgent) {
+    let agent = {
+        let _switch = may_shorten.then(|| Switch::set(REENTRY_MAY_SHORTEN, "1"));
+        TestAgent::start(cluster, SHORTENING).await
+    };
+    let other = TestAgent::start(cluster, SHORTENING).await;
+    (agent, other)
+}
+
+async fn acquire_outer(agent: &TestAgent, resource: &str, ttl: Duration) -> Outer {
+    let asked = Instant::now();
+    let grant = agent
+        .client
+        .acquire(resource, &AcquireOptions::new().ttl(ttl))
+        .await
+        .unwrap();
+    assert!(grant.validity > Duration::from_secs(2), "{grant:?}");
+    Outer {
+        token: grant.token,
+        until: asked + grant.validity,
+    }
+}
+
+/// Whether `other` is granted `resource` before the outer holder's told
+/// validity ends (less a margin for the test's own delays): tries again
+/// and again until then. A grant is released at once.
+async fn granted_to_other_within(other: &TestAgent, resource: &str, outer: &Outer) -> bool {
+    let last_try = outer.until - Duration::from_millis(150);
+    while Instant::now() < last_try {
+        let asked = other
+            .client
+            .acquire(
+                resource,
+                &AcquireOptions::new().ttl(Duration::from_millis(500)),
+            )
+            .await;
+        // Refused: taken, or a master slow on a busy machine.
+        if let Ok(grant) = asked {
+            // A grant that came after the outer validity cut nothing.
+            let within = Instant::now() < outer.until;
+            let _ = other.client.release(resource, &grant.token).await;
+            return within;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    false
+}
+
+/// Re-entered with a 200 ms TTL and released once: the outer holder's
+/// 4 s validity is not cut, and no other agent is granted the lock while
+/// it lasts. With `may_shorten` (the control), the other agent is.
+async fn reentry_with_a_short_ttl(may_shorten: bool) -> bool {
+    let cluster = Cluster::start(MASTERS);
+    let (agent, other) = two_agents(&cluster, may_shorten).await;
+    let outer = acquire_outer(&agent, "re2", Duration::from_secs(4)).await;
+    let inner = agent
+        .client
+        .acquire(
+            "re2",
+            &AcquireOptions::new()
+                .ttl(Duration::from_millis(200))
+                .reenter(&outer.token),
+        )
+        .await
+        .unwrap();
+    assert_eq!(inner.hold_count, Some(2));
+    assert_eq!(
+        agent
+            .client
+            .release_counted("re2", &outer.token)
+            .await
+            .unwrap(),
+        Released::StillHeld(1)
+    );
+    granted_to_other_within(&other, "re2", &outer).await
+}
+
+/// A re-entry with a 200 ms TTL, released once, leaves the outer holder
+/// its 4 s: another agent is refused while the outer validity lasts.
+#[tokio::test]
+async fn a_short_reentry_does_not_cut_the_outer_validity() {
+    assert!(!reentry_with_a_short_ttl(false).await);
+}
+
+/// Control: with the test switch, the same short re-entry cuts the outer
+/// holder's validity and another agent is granted the lock within it.
+#[tokio::test]
+async fn control_a_short_reentry_cuts_the_outer_validity() {
+    assert!(reentry_with_a_short_ttl(true).await);
+}
+
+/// Re-entered with no TTL (the default, 1 s here, far below the outer
+/// grant's 4 s) and released once: another agent is granted the lock
+/// within the outer validity only with `may_shorten` (the control).
+async fn reentry_with_the_default_ttl(may_shorten: bool) -> bool {
+    let cluster = Cluster::start(MASTERS);
+    let (agent, other) = two_agents(&cluster, may_shorten).await;
+    let outer = acquire_outer(&agent, "re3", Duration::from_secs(4)).await;
+    let inner = agent
+        .client
+        .acquire("re3", &AcquireOptions::new().reenter(&outer.token))
+        .await
+        .unwrap();
+    assert_eq!(inner.hold_count, Some(2));
+    assert!(
+        may_shorten || inner.ttl >= Duration::from_secs(4),
+        "the re-entry is told the TTL it set: {inner:?}"
+    );
+    assert_eq!(
+        agent
+            .client
+            .release_counted("re3", &outer.token)
+            .await
+            .unwrap(),
+        Released::StillHeld(1)
+    );
+    granted_to_other_within(&other, "re3", &outer).await
+}
+
+/// A re-entry that leaves out `ttl_ms` keeps the outer grant's TTL, not
+/// the default: another agent is refused while the outer validity lasts.
+#[tokio::test]
+async fn a_reentry_without_a_ttl_does_not_cut_the_outer_validity() {
+    assert!(!reentry_with_the_default_ttl(false).await);
+}
+
+/// Control: with the test switch, a re-entry without a TTL sets the
+/// default, and another agent is granted the lock within the outer
+/// validity.
+#[tokio::test]
+async fn control_a_reentry_without_a_ttl_cuts_the_outer_validity() {
+    assert!(reentry_with_the_default_ttl(true).await);
+}
+
+/// A hold re-enters with a 300 ms TTL and closes after 0.5 s: the outer
+/// holder's 4 s validity still holds, and another agent is granted the
+/// lock within it only with `may_shorten` (the control).
+async fn reentering_hold_closed_early(may_shorten: bool) -> bool {
+    let cluster = Cluster::start(MASTERS);
+    let (agent, other) = two_agents(&cluster, may_shorten).await;
+    let outer = acquire_outer(&agent, "re4", Duration::from_secs(4)).await;
+    let mut hold = agent
+        .hold("re4", json!({"token": outer.token, "ttl_ms": 300}))
+        .await;
+    assert_eq!(hold.status, StatusCode::OK, "{:?}", hold.error);
+    let acquired = hold.next(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(acquired["hold_count"], 2, "{acquired}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(hold);
+    granted_to_other_within(&other, "re4", &outer).await
+}
+
+/// A re-entering hold closed after 0.5 s leaves the outer validity as it
+/// was: another agent is refused while it lasts.
+#[tokio::test]
+async fn a_closed_reentering_hold_does_not_cut_the_outer_validity() {
+    assert!(!reentering_hold_closed_early(false).await);
+}
+
+/// Control: with the test switch, the hold renewed at its own 300 ms TTL
+/// and its close leaves the key to expire within the outer validity.
+#[tokio::test]
+async fn control_a_closed_reentering_hold_cuts_the_outer_validity() {
+    assert!(reentering_hold_closed_early(true).await);
 }

@@ -78,8 +78,21 @@ pub const LEAK_REPAIR_PAUSE_MS: &str = "REDLOCK_TEST_LEAK_REPAIR_PAUSE_MS";
 /// their client processes in pods by writing those files.
 pub const PROC_ROOT: &str = "REDLOCK_TEST_PROC_ROOT";
 
+/// `1` lets a re-entry set the lock's TTL to what it asked for (or the
+/// default TTL), shorter than its first grant's, and lets a re-entering
+/// hold renew at its own TTL: the control runs of the re-entry tests,
+/// which must see another agent granted the lock while its first holder's
+/// validity still runs.
+pub const REENTRY_MAY_SHORTEN: &str = "REDLOCK_TEST_REENTRY_MAY_SHORTEN";
+
+/// `1` turns the `lock`/`elect` guardian's own deadline off: the guardian
+/// stops the command only when told to, or when `lock`/`elect` dies, so a
+/// stopped `lock` lets its command outlive the validity. The control run of
+/// the stopped `lock` test.
+pub const NO_GUARDIAN_DEADLINE: &str = "REDLOCK_TEST_NO_GUARDIAN_DEADLINE";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 15] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -93,6 +106,8 @@ pub const ALL: [&str; 13] = [
     NO_SCAN_FENCE,
     LEAK_REPAIR_PAUSE_MS,
     PROC_ROOT,
+    REENTRY_MAY_SHORTEN,
+    NO_GUARDIAN_DEADLINE,
 ];
 
 /// `1` stops the agent from watching its masters' clocks: the master's

@@ -283,8 +283,11 @@ pub async fn run<M: Store>(
         // can wait a node timeout in its master's queue and another on its
         // way, more than the margin when the TTL is short).
         let give_up = valid_until.checked_sub(margin / 2).unwrap_or(valid_until);
+        // A re-entered lock's renewal never sets less than a TTL set
+        // before for it: the outer holder's validity is not cut.
+        let set = locks.reentry_ttl(&resource, &grant.token, ttl);
         let outcome =
-            tokio::time::timeout_at(give_up.into(), engine.extend(&resource, &grant.token, ttl))
+            tokio::time::timeout_at(give_up.into(), engine.extend(&resource, &grant.token, set))
                 .await;
         let Ok(outcome) = outcome else {
             tracing::debug!(%resource, "hold renewal still unanswered near the end of the validity");
@@ -299,7 +302,7 @@ pub async fn run<M: Store>(
                 holding = extended_on;
                 valid_until = now + validity;
                 next_renewal = now + renew_every;
-                locks.extended(&resource, &grant.token, validity);
+                locks.extended(&resource, &grant.token, validity, set);
                 let renewed = HoldEvent::Renewed {
                     validity_ms: u64::try_from(validity.as_millis()).unwrap_or(u64::MAX),
                 };

@@ -4,8 +4,8 @@
 //! each written once, here. Knows nothing of HTTP: [`crate::api`] maps
 //! requests to [`Locks`] and its [`LockError`]s to answers.
 //!
-//! - [`Grants`] (below): the locks this agent granted, and the process
-//!   behind each.
+//! - [`grants`]: the locks this agent granted ([`Grants`]), and the
+//!   process behind each.
 //! - [`waiters`]: per-resource FIFO queues; only the head competes.
 //! - [`holds`]: locks tied to a client's connection, renewed until it ends.
 //! - [`listing`]: the lock keys on the masters as operators read them.
@@ -15,6 +15,7 @@
 //!   for an agent that serves a whole node.
 
 pub mod elections;
+mod grants;
 pub mod holds;
 pub mod idle;
 pub mod isolation;
@@ -24,7 +25,7 @@ pub mod semaphores;
 pub mod waiters;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redlock_wire::{AcquireRequest, ForceReleaseResponse, HoldEvent, OnDisconnect};
@@ -36,6 +37,7 @@ use crate::metrics::{Metrics, Outcome};
 use crate::redlock::{
     token, Acquire, Extend, Failure, Grant, Redlock, Release, Resource, Store, Token,
 };
+pub use grants::{Grants, Held, Holder};
 use listing::Listings;
 use waiters::{WaitError, Waiters};
 
@@ -53,6 +55,12 @@ pub struct Rules {
     pub loss_notice: bool,
     /// Whose tokens a caller may use (`socket.isolate`, see [`isolation`]).
     pub isolate: Isolate,
+    /// A re-entry, a re-entering hold's renewal and an extension of a
+    /// re-entered lock set at least the longest TTL set before for its
+    /// token, so that none cuts a validity told before (see [`reentry`]).
+    /// Off only through the test switch `REDLOCK_TEST_REENTRY_MAY_SHORTEN`,
+    /// for control runs: each then sets the TTL it asked for.
+    pub reentry_keeps_ttl: bool,
 }
 
 impl Rules {
@@ -66,6 +74,7 @@ impl Rules {
             fence: lock.fence,
             loss_notice: true,
             isolate,
+            reentry_keeps_ttl: true,
         }
     }
 
@@ -446,9 +455,10 @@ impl<M: Store> Locks<M> {
         self.touch();
         self.check_isolation(resource, token, caller)?;
         let ttl = self.rules.ttl(ttl_ms)?;
+        let ttl = self.reentry_ttl(resource, token, ttl);
         match self.engine.extend(resource, token, ttl).await {
             Extend::Extended { validity, .. } => {
-                self.extended(resource, token, validity);
+                self.extended(resource, token, validity, ttl);
                 Ok(Extended { validity, ttl })
             }
             Extend::Lost | Extend::Failed => {
@@ -507,14 +517,18 @@ impl<M: Store> Locks<M> {
         released
     }
 
-    /// Bookkeeping of a successful extension.
-    fn extended(&self, resource: &Resource, token: &Token, validity: Duration) {
+    /// Bookkeeping of a successful extension that set `ttl`.
+    fn extended(&self, resource: &Resource, token: &Token, validity: Duration, ttl: Duration) {
         self.metrics
             .extensions
             .with_label_values(&["extended"])
             .inc();
-        self.grants
-            .extended(resource.as_str(), token.as_str(), Instant::now() + validity);
+        self.grants.extended(
+            resource.as_str(),
+            token.as_str(),
+            Instant::now() + validity,
+            ttl,
+        );
         // A permit's semaphore keeps its limit as long as the permit.
         if let Some(limit) = self.grants.limit(resource.as_str(), token.as_str()) {
             let name = resource.queue().trim_end_matches(" permit").to_string();
@@ -635,179 +649,6 @@ impl<M: Store> Locks<M> {
         self.waiters
             .released(crate::redlock::resource::queue_of(resource), Some(value));
     }
-}
-
-#[derive(Debug, Clone)]
-struct Entry {
-    token: String,
-    granted_at: Instant,
-    valid_until: Instant,
-    holder: Option<Holder>,
-    /// The grant's fence, for the answers to its re-entries.
-    fence: Option<u64>,
-    /// Acquires it takes releases to undo (see [`reentry`]): 1 at the
-    /// grant, one more per re-entry; 0 once a release went to the masters.
-    count: u32,
-    /// A hold's grant, renewed and released by its hold: never re-entered.
-    hold: bool,
-    /// A permit's semaphore's limit, noted again at each extension.
-    limit: Option<u32>,
-}
-
-/// The process that asked for a grant, as the kernel reported it when it
-/// connected (`SO_PEERCRED`); shown in `/v1/locks` for locks held here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Holder {
-    pub pid: Option<u32>,
-    pub uid: u32,
-    pub gid: u32,
-    /// Its pod, read from its cgroup when it connected; only under
-    /// `socket.isolate: pod` (see [`isolation`]).
-    pub pod: Option<isolation::Pod>,
-}
-
-/// The locks this agent granted and that are not yet released, by
-/// resource (at most one valid grant per resource can exist): what
-/// `redlock_locks_held` counts and `redlock_hold_duration_seconds`
-/// measures.
-///
-/// Bookkeeping only: safety never depends on it (the masters are the truth),
-/// so an agent restart that forgets it loses nothing but these figures.
-#[derive(Debug, Default)]
-pub struct Grants {
-    // A std Mutex: short critical sections, never across an await.
-    by_resource: Mutex<HashMap<String, Entry>>,
-}
-
-impl Grants {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.by_resource.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn granted(&self, resource: &str, grant: &Grant, holder: Option<Holder>) {
-        self.lock().insert(
-            resource.to_string(),
-            Entry {
-                token: grant.token.as_str().to_string(),
-                granted_at: grant.granted_at,
-                valid_until: grant.valid_until(),
-                holder,
-                fence: grant.fence,
-                count: 1,
-                hold: false,
-                limit: None,
-            },
-        );
-    }
-
-    /// Records the limit of the semaphore whose permit `resource` is.
-    pub fn set_limit(&self, resource: &str, token: &str, limit: u32) {
-        if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
-            entry.limit = Some(limit);
-        }
-    }
-
-    /// The limit recorded for the permit `resource` held with `token`.
-    pub fn limit(&self, resource: &str, token: &str) -> Option<u32> {
-        self.lock()
-            .get(resource)
-            .filter(|e| e.token == token)
-            .and_then(|e| e.limit)
-    }
-
-    /// Who asked for the grant of `resource` whose token is `token`, if
-    /// this agent granted it and knows the peer.
-    pub fn holder(&self, resource: &str, token: &str) -> Option<Holder> {
-        self.lock()
-            .get(resource)
-            .filter(|e| e.token == token)
-            .and_then(|e| e.holder)
-    }
-
-    /// The token of this agent's grant of `resource`, if any, with who
-    /// asked for it.
-    pub fn current(&self, resource: &str) -> Option<(String, Option<Holder>)> {
-        self.lock()
-            .get(resource)
-            .map(|e| (e.token.clone(), e.holder))
-    }
-
-    pub fn extended(&self, resource: &str, token: &str, valid_until: Instant) {
-        if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
-            entry.valid_until = valid_until;
-        }
-    }
-
-    /// Forgets a released grant and records how long it was held.
-    pub fn released(&self, resource: &str, token: &str, metrics: &Metrics) {
-        let mut grants = self.lock();
-        if grants.get(resource).is_some_and(|e| e.token == token) {
-            if let Some(entry) = grants.remove(resource) {
-                let end = Instant::now().min(entry.valid_until);
-                metrics
-                    .hold_duration
-                    .observe(end.duration_since(entry.granted_at).as_secs_f64());
-            }
-        }
-    }
-
-    /// Validity left of the grant of `resource` whose token is `token`, if
-    /// this agent granted it and it has not run out.
-    pub fn holds(&self, resource: &str, token: &str, now: Instant) -> Option<Duration> {
-        self.lock()
-            .get(resource)
-            .filter(|e| e.token == token && e.valid_until > now)
-            .map(|e| e.valid_until - now)
-    }
-
-    /// Forgets the grant of `resource`, whatever its token (force release).
-    pub fn forget(&self, resource: &str, metrics: &Metrics) {
-        if let Some(entry) = self.lock().remove(resource) {
-            let end = Instant::now().min(entry.valid_until);
-            metrics
-                .hold_duration
-                .observe(end.duration_since(entry.granted_at).as_secs_f64());
-        }
-    }
-
-    /// Whether any grant here is still valid at `now`.
-    pub fn any_valid(&self, now: Instant) -> bool {
-        self.lock().values().any(|e| e.valid_until > now)
-    }
-
-    /// Drops grants whose validity ran out (recording their hold up to
-    /// expiry) and returns how many are still held, by kind.
-    pub fn sweep(&self, now: Instant, metrics: &Metrics) -> Held {
-        let mut grants = self.lock();
-        grants.retain(|_, e| {
-            let live = e.valid_until > now;
-            if !live {
-                metrics
-                    .hold_duration
-                    .observe(e.valid_until.duration_since(e.granted_at).as_secs_f64());
-            }
-            live
-        });
-        let mut held = Held::default();
-        for resource in grants.keys() {
-            if semaphores::permit_of(resource).is_some() {
-                held.permits += 1;
-            } else if resource.ends_with(" election") {
-                held.leaderships += 1;
-            } else {
-                held.locks += 1;
-            }
-        }
-        held
-    }
-}
-
-/// Grants held here, by kind.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Held {
-    pub locks: usize,
-    pub permits: usize,
-    pub leaderships: usize,
 }
 
 /// Refuses an owner label that is not 1 to 128 bytes of printable ASCII.

@@ -9,7 +9,17 @@
 //! A re-entry grants nothing new: the masters hold one key with one token,
 //! as for any lock, and the re-entry's TTL is a compare-and-pexpire of that
 //! token ([`crate::redlock::Redlock::extend`]), so it succeeds only while a
-//! quorum still holds the key. The count lives in this agent's
+//! quorum still holds the key.
+//!
+//! A re-entry never cuts a validity told before. Its TTL is the one it
+//! asks for (or the default) or the longest set before for the token (by
+//! the grant, an extension or a re-entry), whichever is longer, and the
+//! answer says which was set: the key then outlives every validity told
+//! before, since each was counted from an earlier moment with a TTL no
+//! longer. A re-entering hold renews, and an extension of a re-entered
+//! lock sets, at least that TTL too; releases of inner acquires touch no
+//! master. So the first holder keeps the validity it was told, however
+//! the inner acquires ask and end. The count lives in this agent's
 //! bookkeeping ([`super::Grants`]) and only ever delays a release: a lock
 //! whose count is lost (an agent restart, expiry, a force release) is
 //! released by its TTL as any other.
@@ -89,7 +99,7 @@ impl<M: Store> Locks<M> {
         let pid = caller.and_then(|c| c.pid);
         let ttl = self.rules.ttl(ask.ttl_ms)?;
         super::check_owner(ask.owner.as_deref())?;
-        let fence = self
+        let (fence, longest) = self
             .grants
             .reentry(resource.as_str(), token.as_str(), pid, Instant::now())
             .map_err(|refusal| match refusal {
@@ -108,12 +118,22 @@ impl<M: Store> Locks<M> {
                 "fence: this lock was acquired without a fence, and a re-entry answers the first grant's; acquire it with fence: true to have one".into(),
             ));
         }
+        let ttl = if self.rules.reentry_keeps_ttl {
+            ttl.max(longest)
+        } else {
+            ttl
+        };
         match self.engine.extend(resource, token, ttl).await {
             Extend::Extended { validity, holding } => {
                 let extended_at = Instant::now();
                 let hold_count = self
                     .grants
-                    .reentered(resource.as_str(), token.as_str(), extended_at + validity)
+                    .reentered(
+                        resource.as_str(),
+                        token.as_str(),
+                        extended_at + validity,
+                        ttl,
+                    )
                     .ok_or_else(|| LockError::NotReentrant(resource.clone()))?;
                 Ok(Reentered {
                     token: token.clone(),
@@ -138,6 +158,24 @@ impl<M: Store> Locks<M> {
 }
 
 impl<M: Store> Locks<M> {
+    /// The TTL an extension of the lock of `resource` held with `token`
+    /// sets when it asks for `ttl`: at least the longest set before while
+    /// the lock is re-entered (unless the test switch says otherwise), so
+    /// that no extension of one acquire cuts another's validity.
+    pub(crate) fn reentry_ttl(
+        &self,
+        resource: &Resource,
+        token: &Token,
+        ttl: Duration,
+    ) -> Duration {
+        if !self.rules.reentry_keeps_ttl {
+            return ttl;
+        }
+        self.grants
+            .reentered_ttl(resource.as_str(), token.as_str())
+            .map_or(ttl, |longest| ttl.max(longest))
+    }
+
     /// A hold that re-enters the lock of `resource` held with `token` by
     /// `caller`'s process: [`Locks::reenter`], then renewed by a hold until
     /// its connection closes, which lowers the count as a release does.
@@ -194,36 +232,54 @@ impl<M: Store> Locks<M> {
 
 impl Grants {
     /// Whether `pid` may re-enter the grant of `resource` held with
-    /// `token` at `now`: its fence if so.
+    /// `token` at `now`: its fence and the longest TTL set for it so far
+    /// if so.
     pub fn reentry(
         &self,
         resource: &str,
         token: &str,
         pid: Option<u32>,
         now: Instant,
-    ) -> Result<Option<u64>, Refusal> {
+    ) -> Result<(Option<u64>, Duration), Refusal> {
         let grants = self.lock();
         let entry = grants
             .get(resource)
             .filter(|e| e.token == token && e.valid_until > now && e.count > 0 && !e.hold)
             .ok_or(Refusal::NotHeld)?;
         match (pid, entry.holder.and_then(|h| h.pid)) {
-            (Some(asking), Some(holding)) if asking == holding => Ok(entry.fence),
+            (Some(asking), Some(holding)) if asking == holding => Ok((entry.fence, entry.ttl)),
             _ => Err(Refusal::OtherProcess),
         }
     }
 
-    /// A re-entry's extension went through: the grant is valid until
-    /// `valid_until` and counts one acquire more, returned. `None` when a
-    /// release took the count to zero meanwhile, or the grant is gone.
-    pub fn reentered(&self, resource: &str, token: &str, valid_until: Instant) -> Option<u32> {
+    /// A re-entry's extension set `ttl` and went through: the grant is
+    /// valid until `valid_until` (or later, if it was before) and counts
+    /// one acquire more, returned. `None` when a release took the count to
+    /// zero meanwhile, or the grant is gone.
+    pub fn reentered(
+        &self,
+        resource: &str,
+        token: &str,
+        valid_until: Instant,
+        ttl: Duration,
+    ) -> Option<u32> {
         let mut grants = self.lock();
         let entry = grants
             .get_mut(resource)
             .filter(|e| e.token == token && e.count > 0)?;
         entry.count += 1;
-        entry.valid_until = valid_until;
+        entry.valid_until = entry.valid_until.max(valid_until);
+        entry.ttl = entry.ttl.max(ttl);
         Some(entry.count)
+    }
+
+    /// The longest TTL set so far for the grant of `resource` held with
+    /// `token`, while it is re-entered (counts more than one acquire).
+    pub fn reentered_ttl(&self, resource: &str, token: &str) -> Option<Duration> {
+        self.lock()
+            .get(resource)
+            .filter(|e| e.token == token && e.count > 1)
+            .map(|e| e.ttl)
     }
 
     /// One release of the grant of `resource` held with `token`: `Some(n)`

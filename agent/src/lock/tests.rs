@@ -53,6 +53,7 @@ fn service_with(isolate: Isolate) -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
         fence: FenceMode::OnRequest,
         loss_notice: true,
         isolate,
+        reentry_keeps_ttl: true,
     };
     let locks = Locks::new(engine, rules, waiters, metrics, shutdown);
     (masters, Arc::new(locks))
@@ -477,6 +478,44 @@ async fn reentries_count_and_end_when_a_release_goes_to_the_masters() {
         .reenter(&r, &grant.token, Some(&process(Some(7))), &request)
         .await;
     assert!(matches!(late, Err(LockError::NotReentrant(_))), "{late:?}");
+}
+
+/// A re-entry never sets less than the longest TTL set before for its
+/// token, whatever it asks for (or with none asked, the default); nor does
+/// an extension while the lock is re-entered. Once the inner acquire is
+/// released, the holder's own extension sets what it asks for.
+#[tokio::test]
+async fn a_reentry_never_sets_a_shorter_ttl() {
+    let (_masters, locks) = service();
+    let r = resource("ledger");
+    let grant = acquire_as(&locks, &r, 7).await;
+    let short = AcquireRequest {
+        token: Some(grant.token.as_str().to_string()),
+        ttl_ms: Some(200),
+        ..AcquireRequest::default()
+    };
+    let again = locks
+        .reenter(&r, &grant.token, Some(&process(Some(7))), &short)
+        .await
+        .unwrap();
+    assert_eq!(again.ttl, grant.ttl, "the first grant's TTL, not 200 ms");
+    let extended = locks
+        .extend(&r, &grant.token, Some(200), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        extended.ttl, grant.ttl,
+        "re-entered: not cut by an extension"
+    );
+    assert_eq!(
+        locks.release(&r, &grant.token, None).await.unwrap(),
+        Released::StillHeld(1)
+    );
+    let own = locks
+        .extend(&r, &grant.token, Some(200), None)
+        .await
+        .unwrap();
+    assert_eq!(own.ttl, Duration::from_millis(200), "its own lock again");
 }
 
 /// Kept to pods: another pod's extend, release and re-entry with the

@@ -11,9 +11,20 @@
 //! and every descendant that left it ([`super::tree`]). It exits only
 //! when no descendant is left, with the command's status.
 //!
+//! The guardian keeps the lock's deadline itself, so that the tree never
+//! outlives the lock's validity even when `lock` cannot act (stopped with
+//! SIGSTOP or by a debugger, wedged, starved): `lock` tells it the last
+//! moment the tree may run (`--until` at the start, an `until` line at each
+//! renewal), and when the last moment told passes, the guardian SIGKILLs
+//! the tree as `kill` would.
+//!
 //! ## Behavior
 //! - `term` from `lock`: SIGTERM to the tree, once. `kill`: SIGKILL to the
 //!   tree, again every 10 ms, until it is gone.
+//! - `until <ms>` from `lock`: the new last moment, on `CLOCK_MONOTONIC`
+//!   in milliseconds ([`monotonic_ms`]), which both processes read alike.
+//!   Once it passes with the tree still running: SIGKILL to the tree until
+//!   it is gone, as for `kill`, said on stderr.
 //! - `lock` gone (its end of the socket closes, which the kernel does
 //!   however `lock` died): SIGKILL to the tree until it is gone, then the
 //!   lock is released through the agent's socket. `lock` asks for its hold
@@ -56,6 +67,10 @@ pub struct Guardian {
     /// Put the command in this process group (`lock`'s, when `lock` is the
     /// foreground job of a terminal) instead of a new one.
     pub join_group: Option<i32>,
+    /// The last moment the tree may run unless `lock` tells a later one,
+    /// in [`monotonic_ms`]; `None` (only under the test switch) keeps no
+    /// deadline here.
+    pub until: Option<u64>,
     pub command: Vec<OsString>,
 }
 
@@ -63,6 +78,31 @@ pub struct Guardian {
 pub(super) const TERM: &[u8] = b"term\n";
 /// A line `lock` sends its guardian.
 pub(super) const KILL: &[u8] = b"kill\n";
+
+/// The line `lock` sends its guardian when it learns a new validity: the
+/// tree may run until `until`, in [`monotonic_ms`], and no longer.
+pub(super) fn until_line(until: u64) -> Vec<u8> {
+    format!("until {until}\n").into_bytes()
+}
+
+/// Reads an `until` line (see [`until_line`]).
+fn parse_until(line: &[u8]) -> Option<u64> {
+    let rest = line.strip_prefix(b"until ")?;
+    std::str::from_utf8(rest).ok()?.trim_end().parse().ok()
+}
+
+/// Now on `CLOCK_MONOTONIC`, in milliseconds: the one clock `lock` and its
+/// guardian share (the boot's, not changed by setting the time).
+pub fn monotonic_ms() -> u64 {
+    // SAFETY: timespec is plain data that clock_gettime fills; the pointer
+    // is to a local.
+    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; CLOCK_MONOTONIC is always available on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let secs = u64::try_from(now.tv_sec).unwrap_or(0);
+    let millis = u64::try_from(now.tv_nsec).unwrap_or(0) / 1_000_000;
+    secs.saturating_mul(1000).saturating_add(millis)
+}
 
 /// A line the guardian sends `lock`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,6 +189,7 @@ pub fn run(guardian: Guardian) -> u8 {
         pid,
         tree: guardian.tree,
         group: (guardian.join_group.is_none()).then_some(pid),
+        until: guardian.until,
     };
     let (status, lock_gone) = watch.run(&control, &children);
     let code = status.map_or(1, shell_code);
@@ -259,6 +300,8 @@ struct Watch {
     tree: bool,
     /// The command's own process group, when it has one.
     group: Option<i32>,
+    /// The last moment the tree may run, as first told.
+    until: Option<u64>,
 }
 
 impl Watch {
@@ -270,6 +313,7 @@ impl Watch {
         let mut termed = false;
         let mut killing = false;
         let mut lock_gone = false;
+        let mut until = self.until;
         let mut input = Vec::new();
         loop {
             let none_left = tree::reap(|pid, ended| {
@@ -289,6 +333,16 @@ impl Watch {
                     },
                 );
             }
+            // The deadline is checked on every wake-up, whatever woke the
+            // guardian: a stream of lines from `lock` cannot put it off.
+            let left_ms = until.map(|until| until.saturating_sub(monotonic_ms()));
+            if !killing && left_ms == Some(0) {
+                eprintln!(
+                    "redlock-agent lock: the lock's last validity ran out and `lock` did not \
+                     stop the command; killing the command's processes"
+                );
+                killing = true;
+            }
             if killing {
                 self.signal(libc::SIGKILL, status.is_some());
             }
@@ -307,7 +361,7 @@ impl Watch {
             let timeout = if killing {
                 i32::try_from(KILL_AGAIN.as_millis()).unwrap_or(10)
             } else {
-                -1
+                left_ms.map_or(-1, |ms| i32::try_from(ms).unwrap_or(i32::MAX))
             };
             // SAFETY: poll(2) on an array of two initialised pollfds.
             // EINTR (a signal that is not blocked) just loops.
@@ -327,6 +381,10 @@ impl Watch {
                         self.signal(libc::SIGTERM, status.is_some());
                     } else if line == KILL {
                         killing = true;
+                    } else if let Some(told) = parse_until(&line) {
+                        // The last validity told is the one that counts,
+                        // but never when the switch turned it off.
+                        until = until.map(|_| told);
                     }
                 }
             }
@@ -439,6 +497,8 @@ mod tests {
             Report::parse("error two\nlines".replace('\n', " ").as_str()),
             Some(Report::Error("two lines".into()))
         );
+        assert_eq!(parse_until(&until_line(1234)), Some(1234));
+        assert_eq!(parse_until(b"until x\n"), None);
         assert_eq!(Report::parse("left"), None);
         assert_eq!(Report::parse("what 1"), None);
     }

@@ -263,6 +263,7 @@ mod tests {
             fence: FenceMode::OnRequest,
             loss_notice: true,
             isolate: crate::config::Isolate::None,
+            reentry_keeps_ttl: true,
         };
         Arc::new(Locks::new(engine, rules, waiters, metrics, shutdown))
     }

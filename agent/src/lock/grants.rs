@@ -1,0 +1,193 @@
+//! The bookkeeping of the locks this agent granted: who asked for each,
+//! until when it is valid, and how many acquires (re-entries) a release
+//! must undo. Figures and re-entry only: the masters are the truth.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{isolation, semaphores};
+use crate::metrics::Metrics;
+use crate::redlock::Grant;
+
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub(super) token: String,
+    pub(super) granted_at: Instant,
+    pub(super) valid_until: Instant,
+    /// The longest TTL set on the masters for this token (the grant's,
+    /// its extensions', its re-entries'): what a re-entry sets at least,
+    /// so that it never cuts a validity told before (see
+    /// [`super::reentry`]).
+    pub(super) ttl: Duration,
+    pub(super) holder: Option<Holder>,
+    /// The grant's fence, for the answers to its re-entries.
+    pub(super) fence: Option<u64>,
+    /// Acquires it takes releases to undo (see [`super::reentry`]): 1 at the
+    /// grant, one more per re-entry; 0 once a release went to the masters.
+    pub(super) count: u32,
+    /// A hold's grant, renewed and released by its hold: never re-entered.
+    pub(super) hold: bool,
+    /// A permit's semaphore's limit, noted again at each extension.
+    pub(super) limit: Option<u32>,
+}
+
+/// The process that asked for a grant, as the kernel reported it when it
+/// connected (`SO_PEERCRED`); shown in `/v1/locks` for locks held here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: Option<u32>,
+    pub uid: u32,
+    pub gid: u32,
+    /// Its pod, read from its cgroup when it connected; only under
+    /// `socket.isolate: pod` (see [`isolation`]).
+    pub pod: Option<isolation::Pod>,
+}
+
+/// The locks this agent granted and that are not yet released, by
+/// resource (at most one valid grant per resource can exist): what
+/// `redlock_locks_held` counts and `redlock_hold_duration_seconds`
+/// measures.
+///
+/// Bookkeeping only: safety never depends on it (the masters are the truth),
+/// so an agent restart that forgets it loses nothing but these figures.
+#[derive(Debug, Default)]
+pub struct Grants {
+    // A std Mutex: short critical sections, never across an await.
+    by_resource: Mutex<HashMap<String, Entry>>,
+}
+
+impl Grants {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.by_resource.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn granted(&self, resource: &str, grant: &Grant, holder: Option<Holder>) {
+        self.lock().insert(
+            resource.to_string(),
+            Entry {
+                token: grant.token.as_str().to_string(),
+                granted_at: grant.granted_at,
+                valid_until: grant.valid_until(),
+                ttl: grant.ttl,
+                holder,
+                fence: grant.fence,
+                count: 1,
+                hold: false,
+                limit: None,
+            },
+        );
+    }
+
+    /// Records the limit of the semaphore whose permit `resource` is.
+    pub fn set_limit(&self, resource: &str, token: &str, limit: u32) {
+        if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
+            entry.limit = Some(limit);
+        }
+    }
+
+    /// The limit recorded for the permit `resource` held with `token`.
+    pub fn limit(&self, resource: &str, token: &str) -> Option<u32> {
+        self.lock()
+            .get(resource)
+            .filter(|e| e.token == token)
+            .and_then(|e| e.limit)
+    }
+
+    /// Who asked for the grant of `resource` whose token is `token`, if
+    /// this agent granted it and knows the peer.
+    pub fn holder(&self, resource: &str, token: &str) -> Option<Holder> {
+        self.lock()
+            .get(resource)
+            .filter(|e| e.token == token)
+            .and_then(|e| e.holder)
+    }
+
+    /// The token of this agent's grant of `resource`, if any, with who
+    /// asked for it.
+    pub fn current(&self, resource: &str) -> Option<(String, Option<Holder>)> {
+        self.lock()
+            .get(resource)
+            .map(|e| (e.token.clone(), e.holder))
+    }
+
+    /// An extension of the grant of `resource` held with `token` set
+    /// `ttl` on the masters; it is valid until `valid_until`.
+    pub fn extended(&self, resource: &str, token: &str, valid_until: Instant, ttl: Duration) {
+        if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
+            entry.valid_until = valid_until;
+            entry.ttl = entry.ttl.max(ttl);
+        }
+    }
+
+    /// Forgets a released grant and records how long it was held.
+    pub fn released(&self, resource: &str, token: &str, metrics: &Metrics) {
+        let mut grants = self.lock();
+        if grants.get(resource).is_some_and(|e| e.token == token) {
+            if let Some(entry) = grants.remove(resource) {
+                let end = Instant::now().min(entry.valid_until);
+                metrics
+                    .hold_duration
+                    .observe(end.duration_since(entry.granted_at).as_secs_f64());
+            }
+        }
+    }
+
+    /// Validity left of the grant of `resource` whose token is `token`, if
+    /// this agent granted it and it has not run out.
+    pub fn holds(&self, resource: &str, token: &str, now: Instant) -> Option<Duration> {
+        self.lock()
+            .get(resource)
+            .filter(|e| e.token == token && e.valid_until > now)
+            .map(|e| e.valid_until - now)
+    }
+
+    /// Forgets the grant of `resource`, whatever its token (force release).
+    pub fn forget(&self, resource: &str, metrics: &Metrics) {
+        if let Some(entry) = self.lock().remove(resource) {
+            let end = Instant::now().min(entry.valid_until);
+            metrics
+                .hold_duration
+                .observe(end.duration_since(entry.granted_at).as_secs_f64());
+        }
+    }
+
+    /// Whether any grant here is still valid at `now`.
+    pub fn any_valid(&self, now: Instant) -> bool {
+        self.lock().values().any(|e| e.valid_until > now)
+    }
+
+    /// Drops grants whose validity ran out (recording their hold up to
+    /// expiry) and returns how many are still held, by kind.
+    pub fn sweep(&self, now: Instant, metrics: &Metrics) -> Held {
+        let mut grants = self.lock();
+        grants.retain(|_, e| {
+            let live = e.valid_until > now;
+            if !live {
+                metrics
+                    .hold_duration
+                    .observe(e.valid_until.duration_since(e.granted_at).as_secs_f64());
+            }
+            live
+        });
+        let mut held = Held::default();
+        for resource in grants.keys() {
+            if semaphores::permit_of(resource).is_some() {
+                held.permits += 1;
+            } else if resource.ends_with(" election") {
+                held.leaderships += 1;
+            } else {
+                held.locks += 1;
+            }
+        }
+        held
+    }
+}
+
+/// Grants held here, by kind.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub locks: usize,
+    pub permits: usize,
+    pub leaderships: usize,
+}
