@@ -75,25 +75,8 @@ async fn an_agent_clock_far_ahead_never_pins_the_fences() {
 /// view it had before (delayed restart off: they may vote at once).
 #[tokio::test]
 async fn an_idle_agent_answers_from_the_masters_that_came_back() {
-    let mut cluster = Cluster::start(5);
-    let agent = TestAgent::start(
-        &cluster,
-        &format!("{QUICK}  idle_interval: 60s\ndelayed_restart:\n  enabled: false\n"),
-    )
-    .await;
-    // The agent starts idle; its probes are a minute apart from here.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for i in 0..3 {
-        cluster.masters[i].kill();
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for i in 0..3 {
-        cluster.masters[i].restart().unwrap();
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (status, body) = agent
-        .post("/v1/locks/back/acquire", json!({"ttl_ms": 2000}))
-        .await;
+    let (status, body) =
+        first_acquire_after_a_majority_came_back("delayed_restart:\n  enabled: false\n").await;
     assert_eq!(
         status,
         StatusCode::OK,
@@ -105,20 +88,7 @@ async fn an_idle_agent_answers_from_the_masters_that_came_back() {
 /// and the first acquire says so (`quarantined`), not that they are down.
 #[tokio::test]
 async fn an_idle_agent_names_masters_that_came_back_quarantined_not_down() {
-    let mut cluster = Cluster::start(5);
-    let agent = TestAgent::start(&cluster, &format!("{QUICK}  idle_interval: 60s\n")).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for i in 0..3 {
-        cluster.masters[i].kill();
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for i in 0..3 {
-        cluster.masters[i].restart().unwrap();
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (status, body) = agent
-        .post("/v1/locks/back/acquire", json!({"ttl_ms": 2000}))
-        .await;
+    let (status, body) = first_acquire_after_a_majority_came_back("").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["error"]["code"], "no_quorum", "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
@@ -128,4 +98,25 @@ async fn an_idle_agent_names_masters_that_came_back_quarantined_not_down() {
             "r{i} named quarantined: {message}"
         );
     }
+}
+
+/// An idle agent (probes a minute apart, `extra` config added) over five
+/// masters; three of them killed, then started again empty; the agent's
+/// first acquire a second later, and its answer.
+async fn first_acquire_after_a_majority_came_back(extra: &str) -> (StatusCode, serde_json::Value) {
+    let mut cluster = Cluster::start(5);
+    let agent = TestAgent::start(&cluster, &format!("{QUICK}  idle_interval: 60s\n{extra}")).await;
+    // The agent starts idle; its probes are a minute apart from here.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for master in &mut cluster.masters[..3] {
+        master.kill();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for master in &mut cluster.masters[..3] {
+        master.restart().unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    agent
+        .post("/v1/locks/back/acquire", json!({"ttl_ms": 2000}))
+        .await
 }

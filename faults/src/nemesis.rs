@@ -207,6 +207,20 @@ impl Nemesis {
         picked
     }
 
+    /// A majority of the masters not in `busy`, for `kind`; `None` (and
+    /// the fault skipped, saying why) when too few are free.
+    fn pick_majority(&mut self, kind: FaultKind, busy: &mut Vec<usize>) -> Option<Vec<usize>> {
+        let majority = self.cluster.masters.len() / 2 + 1;
+        let picked = self.pick_masters(majority, busy);
+        if picked.len() < majority {
+            self.report
+                .skipped
+                .push(format!("{}: not enough free masters", kind.as_str()));
+            return None;
+        }
+        Some(picked)
+    }
+
     fn names(&self, masters: &[usize]) -> String {
         masters
             .iter()
@@ -328,14 +342,7 @@ impl Nemesis {
                 Some(undo)
             }
             FaultKind::RestartMajority | FaultKind::FlushMajority => {
-                let majority = self.cluster.masters.len() / 2 + 1;
-                let picked = self.pick_masters(majority, busy);
-                if picked.len() < majority {
-                    self.report
-                        .skipped
-                        .push(format!("{}: not enough free masters", kind.as_str()));
-                    return None;
-                }
+                let picked = self.pick_majority(kind, busy)?;
                 let held = self.checker.open();
                 let flush = kind == FaultKind::FlushMajority;
                 let hits = picked.iter().map(|&j| {

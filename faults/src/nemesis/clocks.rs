@@ -126,14 +126,7 @@ impl Nemesis {
     /// restarted from its snapshot at once ([`FaultKind::RestoreMajority`]).
     pub(super) async fn inject_restore(&mut self, busy: &mut Vec<usize>) -> Option<Undo> {
         let kind = FaultKind::RestoreMajority;
-        let majority = self.cluster.masters.len() / 2 + 1;
-        let picked = self.pick_masters(majority, busy);
-        if picked.len() < majority {
-            self.report
-                .skipped
-                .push(format!("{}: not enough free masters", kind.as_str()));
-            return None;
-        }
+        let picked = self.pick_majority(kind, busy)?;
         let saves = picked.iter().map(|&j| {
             let m = self.cluster.masters[j].clone();
             async move { m.save().await }
