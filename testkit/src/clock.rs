@@ -28,8 +28,6 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::server::RedisServer;
-
 /// The library's source, compiled on first use.
 const SOURCE: &str = include_str!("clock_shim.c");
 
@@ -163,7 +161,10 @@ impl ClockControl {
     }
 
     /// Moves the clock to what `change` makes of it, given the real clock now.
-    fn update(&self, change: impl FnOnce(Clock, i64) -> Clock) -> Result<Clock, ClockError> {
+    pub(crate) fn update(
+        &self,
+        change: impl FnOnce(Clock, i64) -> Clock,
+    ) -> Result<Clock, ClockError> {
         let mut clock = self.clock.lock().unwrap_or_else(|p| p.into_inner());
         let next = change(*clock, real_now_us());
         match next.line() {
@@ -179,56 +180,6 @@ impl ClockControl {
         }
         *clock = next;
         Ok(next)
-    }
-}
-
-impl RedisServer {
-    fn clock_control(&self) -> Result<&ClockControl, ClockError> {
-        self.clock_shim()
-            .ok_or_else(|| ClockError::NotShimmed(self.name().to_string()))
-    }
-
-    /// Where the master's clock is now; `None` without the clock library.
-    pub fn clock(&self) -> Option<Clock> {
-        self.clock_shim().map(ClockControl::get)
-    }
-
-    /// Jumps the master's wall clock by `ms` (negative: back), at once; a
-    /// frozen clock stays frozen, `ms` further on. Forward past a key's TTL,
-    /// the key is gone at the master's next look at it.
-    ///
-    /// # Errors
-    /// When the master was started without [`crate::Options::clock`], or
-    /// the control file cannot be written.
-    pub fn jump_clock(&self, ms: i64) -> Result<Clock, ClockError> {
-        self.clock_control()?.update(|c, _| c.jumped(ms))
-    }
-
-    /// Stops the master's wall clock where it reads now: TTLs stop running
-    /// down, `TIME` stops moving.
-    ///
-    /// # Errors
-    /// As [`RedisServer::jump_clock`].
-    pub fn freeze_clock(&self) -> Result<Clock, ClockError> {
-        self.clock_control()?.update(Clock::frozen)
-    }
-
-    /// Lets a frozen clock run again from where it stopped (behind the real
-    /// one by how long it stood still); a running clock is left as it is.
-    ///
-    /// # Errors
-    /// As [`RedisServer::jump_clock`].
-    pub fn resume_clock(&self) -> Result<Clock, ClockError> {
-        self.clock_control()?.update(Clock::resumed)
-    }
-
-    /// Puts the master back on the real wall clock (a jump by however far
-    /// it was off).
-    ///
-    /// # Errors
-    /// As [`RedisServer::jump_clock`].
-    pub fn clear_clock(&self) -> Result<Clock, ClockError> {
-        self.clock_control()?.update(|_, _| Clock::Real)
     }
 }
 
