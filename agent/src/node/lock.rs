@@ -556,7 +556,7 @@ impl Node {
                             master_us,
                         };
                         fault = self.clock_reading(sample);
-                    } else {
+                    } else if time == "-" {
                         self.clock_refused();
                     }
                     let lines: Vec<&str> = rest.split('\n').collect();

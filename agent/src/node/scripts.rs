@@ -124,8 +124,10 @@ pub async fn evalsha(
 ///
 /// The answer's first line is the master's clock (`TIME`: seconds, a
 /// space, microseconds), read in the same script as the votes, for the
-/// agent's watch on it (see [`super::clock`]); `-` where an ACL refuses
-/// `TIME`, and then the master's clock is not watched.
+/// agent's watch on it (see [`super::clock`]), in a batch with a vote or
+/// an extension (the commands that must come from a master the agent
+/// trusts), else empty; `-` where an ACL refuses `TIME`, and then the
+/// master's clock is not watched.
 ///
 /// This text is every agent's; each node's own copy is [`batch`]'s.
 pub static BATCH: LazyLock<Script> = LazyLock::new(|| batch(None));
@@ -216,8 +218,15 @@ for i = 1, (#ARGV - 3) / 4 do
   end
   out[i] = answer
 end
-local now = redis.pcall("time")
-if now.err then now = "-" else now = now[1] .. " " .. now[2] end
+local now = ""
+for i = 1, (#ARGV - 3) / 4 do
+  local op = ARGV[3 + (i - 1) * 4 + 1]
+  if op == "v" or op == "e" then
+    now = redis.pcall("time")
+    if now.err then now = "-" else now = now[1] .. " " .. now[2] end
+    break
+  end
+end
 return now .. "\n" .. table.concat(out, "\n")"#;
 
 /// Raise the fencing counter (`KEYS[1]`) to `ARGV[1]` (a decimal integer),
