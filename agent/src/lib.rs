@@ -25,7 +25,9 @@
 //!   operator reads, loss notices) and [`redlock::Channels`] (what a
 //!   master's pub/sub subscriber serves).
 //! - [`node`]: one Redis master behind that trait: its connection
-//!   ([`node::conn`]: one server's, or a Redis Cluster's) and state, the
+//!   ([`node::conn`]: one server's, or a Redis Cluster's) and state (what
+//!   the config tells it and the detectors of a quarantine in
+//!   [`node::settings`]), the
 //!   lock commands ([`node::lock`], sent in batches: what queued while the
 //!   previous call was on its way goes in one script call, one per slot on
 //!   a cluster) and their scripts ([`node::scripts`]),
