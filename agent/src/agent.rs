@@ -19,7 +19,9 @@ use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITC
 use crate::redlock::master::NodeError;
 use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
-use redlock_testkit::switches::{NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN};
+use redlock_testkit::switches::{
+    NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, REENTRY_TRUSTS_PID_ZERO,
+};
 use tokio_util::sync::CancellationToken;
 
 /// The engine over the Redis masters.
@@ -271,6 +273,14 @@ impl Agent {
                  the validity its lock's first holder was told; for control runs of the tests only"
             );
             rules.reentry_keeps_ttl = false;
+        }
+        if switched_on(REENTRY_TRUSTS_PID_ZERO) {
+            tracing::warn!(
+                "{REENTRY_TRUSTS_PID_ZERO} is set: processes the kernel reports as pid 0 (in a pid \
+                 namespace this agent does not see) may re-enter each other's locks; for control \
+                 runs of the tests only"
+            );
+            rules.reentry_trusts_pid_zero = true;
         }
         let slot_readiness = !switched_on(NO_SLOT_READINESS);
         if !slot_readiness {

@@ -91,8 +91,15 @@ pub const REENTRY_MAY_SHORTEN: &str = "REDLOCK_TEST_REENTRY_MAY_SHORTEN";
 /// the stopped `lock` test.
 pub const NO_GUARDIAN_DEADLINE: &str = "REDLOCK_TEST_NO_GUARDIAN_DEADLINE";
 
+/// `1` lets a peer whose pid the kernel reports as 0 (a process in a pid
+/// namespace the agent does not see) re-enter a lock acquired by another
+/// such peer, as if 0 named one process: the control run of the re-entry
+/// test with the agent in a pid namespace of its own, which must see
+/// another process re-enter the lock.
+pub const REENTRY_TRUSTS_PID_ZERO: &str = "REDLOCK_TEST_REENTRY_TRUSTS_PID_ZERO";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 16] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -108,6 +115,7 @@ pub const ALL: [&str; 15] = [
     PROC_ROOT,
     REENTRY_MAY_SHORTEN,
     NO_GUARDIAN_DEADLINE,
+    REENTRY_TRUSTS_PID_ZERO,
 ];
 
 /// `1` stops the agent from watching its masters' clocks: the master's

@@ -212,7 +212,9 @@ pub fn lock_error(error: LockError) -> ApiError {
         LockError::LimitMismatch { .. } => (StatusCode::CONFLICT, ErrorCode::LimitMismatch),
         LockError::Lost(_) => (StatusCode::CONFLICT, ErrorCode::Lost),
         LockError::NotReentrant(_) => (StatusCode::CONFLICT, ErrorCode::NotReentrant),
-        LockError::ReentryForbidden(_) | LockError::Isolated { .. } => {
+        LockError::ReentryForbidden(_)
+        | LockError::ReentryUnavailable(_)
+        | LockError::Isolated { .. } => {
             (StatusCode::FORBIDDEN, ErrorCode::Forbidden)
         }
         LockError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum),

@@ -61,6 +61,11 @@ pub struct Rules {
     /// Off only through the test switch `REDLOCK_TEST_REENTRY_MAY_SHORTEN`,
     /// for control runs: each then sets the TTL it asked for.
     pub reentry_keeps_ttl: bool,
+    /// Whether pid 0, what the kernel reports for a peer in a pid namespace
+    /// this agent does not see, names a process that may re-enter. Never,
+    /// but under the test switch `REDLOCK_TEST_REENTRY_TRUSTS_PID_ZERO`,
+    /// for control runs: every such peer then passes for the same process.
+    pub reentry_trusts_pid_zero: bool,
 }
 
 impl Rules {
@@ -75,6 +80,7 @@ impl Rules {
             loss_notice: true,
             isolate,
             reentry_keeps_ttl: true,
+            reentry_trusts_pid_zero: false,
         }
     }
 
@@ -147,6 +153,9 @@ pub enum LockError {
     /// A re-entry from another process than the grant's.
     #[error("{0} was acquired by another process: only the process that acquired a lock (the same peer pid) may re-enter it")]
     ReentryForbidden(Resource),
+    /// A re-entry from a process whose pid this agent cannot see.
+    #[error("{0} cannot be re-entered through this agent: the kernel reports no pid for the calling process (it runs in a pid namespace the agent does not see), so the agent cannot tell it from any other process; run the application and the agent in one pid namespace (in Kubernetes, shareProcessNamespace: true) to re-enter locks")]
+    ReentryUnavailable(Resource),
     /// Under `socket.isolate`, a token that is not a grant held here for
     /// the caller's pod (or uid): another's, or none; never said which.
     #[error(

@@ -27,7 +27,12 @@
 //! ## Who may re-enter
 //! Only a connection from the process that acquired the lock (its peer
 //! pid, as the kernel reported it) with its current token, through the
-//! agent that granted it, while the grant is valid. A hold's grant is never
+//! agent that granted it, while the grant is valid. A process in a pid
+//! namespace the agent does not see (a sidecar's own, the Kubernetes
+//! default without `shareProcessNamespace`) is reported as pid 0, as is
+//! every other there: no such process re-enters
+//! ([`LockError::ReentryUnavailable`], saying why), since the agent cannot
+//! tell it from another that was handed the token. A hold's grant is never
 //! re-entered: its hold renews and releases it. A re-entry does not wait,
 //! and keeps the first grant's owner label and fence: asking for a fence
 //! the first grant did not mint, or for another owner label, is refused.
@@ -72,6 +77,10 @@ pub enum Refusal {
     NotHeld,
     /// Acquired by another process (or by one whose pid is unknown).
     OtherProcess,
+    /// Asked by a process whose pid the kernel did not report (none, or 0
+    /// for a process in a pid namespace the agent does not see): it cannot
+    /// be told from any other.
+    UnknownProcess,
 }
 
 impl<M: Store> Locks<M> {
@@ -85,7 +94,8 @@ impl<M: Store> Locks<M> {
     /// or uid ([`LockError::Isolated`], before any other check); the TTL
     /// out of range, a token that is not this agent's current grant
     /// ([`LockError::NotReentrant`]), another process's grant
-    /// ([`LockError::ReentryForbidden`]), another owner label or a fence
+    /// ([`LockError::ReentryForbidden`]), a caller whose pid is unknown
+    /// ([`LockError::ReentryUnavailable`]), another owner label or a fence
     /// the first grant has not, the lock lost on the masters, or no
     /// quorum.
     pub async fn reenter(
@@ -96,7 +106,11 @@ impl<M: Store> Locks<M> {
         ask: &AcquireRequest,
     ) -> Result<Reentered, LockError> {
         self.check_isolation(resource, token, caller)?;
-        let pid = caller.and_then(|c| c.pid);
+        // Pid 0 is the kernel's answer for every peer in a pid namespace
+        // this agent does not see: it names no one process.
+        let pid = caller
+            .and_then(|c| c.pid)
+            .filter(|&pid| pid != 0 || self.rules.reentry_trusts_pid_zero);
         let ttl = self.rules.ttl(ask.ttl_ms)?;
         super::check_owner(ask.owner.as_deref())?;
         let (fence, longest) = self
@@ -105,6 +119,7 @@ impl<M: Store> Locks<M> {
             .map_err(|refusal| match refusal {
                 Refusal::NotHeld => LockError::NotReentrant(resource.clone()),
                 Refusal::OtherProcess => LockError::ReentryForbidden(resource.clone()),
+                Refusal::UnknownProcess => LockError::ReentryUnavailable(resource.clone()),
             })?;
         if let Some(owner) = ask.owner.as_deref() {
             if token::owner_of(token.as_str()) != Some(owner) {
@@ -247,6 +262,7 @@ impl Grants {
             .filter(|e| e.token == token && e.valid_until > now && e.count > 0 && !e.hold)
             .ok_or(Refusal::NotHeld)?;
         match (pid, entry.holder.and_then(|h| h.pid)) {
+            (None, _) => Err(Refusal::UnknownProcess),
             (Some(asking), Some(holding)) if asking == holding => Ok((entry.fence, entry.ttl)),
             _ => Err(Refusal::OtherProcess),
         }

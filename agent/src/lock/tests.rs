@@ -54,6 +54,7 @@ fn service_with(isolate: Isolate) -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
         loss_notice: true,
         isolate,
         reentry_keeps_ttl: true,
+        reentry_trusts_pid_zero: false,
     };
     let locks = Locks::new(engine, rules, waiters, metrics, shutdown);
     (masters, Arc::new(locks))
@@ -433,6 +434,33 @@ async fn the_listing_names_unread_masters_and_refuses_without_a_quorum() {
     assert!(matches!(one, Err(ReadError::TooFewRead { .. })), "{one:?}");
 }
 
+/// Pid 0 is what the kernel reports for every peer in a pid namespace the
+/// agent does not see: two such processes are not one, and neither
+/// re-enters a lock the other acquired (nor its own: the agent cannot tell
+/// which is asking).
+#[tokio::test]
+async fn processes_reported_as_pid_zero_never_reenter() {
+    let (_masters, locks) = service();
+    let r = resource("ledger");
+    let grant = acquire_as(&locks, &r, 0).await;
+    let request = AcquireRequest {
+        token: Some(grant.token.as_str().to_string()),
+        ..AcquireRequest::default()
+    };
+    let refused = locks
+        .reenter(&r, &grant.token, Some(&process(Some(0))), &request)
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::ReentryUnavailable(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        locks.release(&r, &grant.token, None).await.unwrap(),
+        Released::Released,
+        "the refused re-entry counted nothing"
+    );
+}
+
 /// A re-entry counts one acquire more and a release one less, on the
 /// grant's own token; once a release goes to the masters (the count at
 /// zero, its delete perhaps still on its way) no re-entry gets in, and a
@@ -446,15 +474,20 @@ async fn reentries_count_and_end_when_a_release_goes_to_the_masters() {
         token: Some(grant.token.as_str().to_string()),
         ..AcquireRequest::default()
     };
-    for pid in [None, Some(8)] {
-        let refused = locks
-            .reenter(&r, &grant.token, Some(&process(pid)), &request)
-            .await;
-        assert!(
-            matches!(refused, Err(LockError::ReentryForbidden(_))),
-            "pid {pid:?}: {refused:?}"
-        );
-    }
+    let refused = locks
+        .reenter(&r, &grant.token, Some(&process(Some(8))), &request)
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::ReentryForbidden(_))),
+        "{refused:?}"
+    );
+    let refused = locks
+        .reenter(&r, &grant.token, Some(&process(None)), &request)
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::ReentryUnavailable(_))),
+        "{refused:?}"
+    );
     let again = locks
         .reenter(&r, &grant.token, Some(&process(Some(7))), &request)
         .await

@@ -264,6 +264,7 @@ mod tests {
             loss_notice: true,
             isolate: crate::config::Isolate::None,
             reentry_keeps_ttl: true,
+            reentry_trusts_pid_zero: false,
         };
         Arc::new(Locks::new(engine, rules, waiters, metrics, shutdown))
     }
