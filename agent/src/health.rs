@@ -742,6 +742,7 @@ mod tests {
         assert!(topology_warnings(&fine).is_empty());
     }
 
+    #[test]
     fn persistence_modes() {
         assert_eq!(
             persistence_mode(Some("no"), Some("everysec"), Some("")).as_deref(),
