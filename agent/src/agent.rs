@@ -20,7 +20,8 @@ use crate::redlock::master::NodeError;
 use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
 use redlock_testkit::switches::{
-    NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, REENTRY_TRUSTS_PID_ZERO,
+    NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, RENEWALS_WAIT_FOR_CLIENT,
+    REENTRY_TRUSTS_PID_ZERO,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -281,6 +282,13 @@ impl Agent {
                  runs of the tests only"
             );
             rules.reentry_trusts_pid_zero = true;
+        }
+        if switched_on(RENEWALS_WAIT_FOR_CLIENT) {
+            tracing::warn!(
+                "{RENEWALS_WAIT_FOR_CLIENT} is set: renewals wait for their client to read, and \
+                 streams write whether or not it reads; for control runs of the tests only"
+            );
+            rules.renewals_wait_for_client = true;
         }
         let slot_readiness = !switched_on(NO_SLOT_READINESS);
         if !slot_readiness {

@@ -60,7 +60,10 @@
 //!   any resource could get a quorum now, counted slot by slot.
 //! - [`lock`]: the lock service, the one home of the lock lifecycle:
 //!   acquire, holds ([`lock::holds`]: renewed, and told `lost` the moment
-//!   a force release or a master's loss is heard), extend, release, force
+//!   a force release or a master's loss is heard; their events, and a
+//!   campaign's and an observer's, on their way to the client in
+//!   [`lock::events`]: stamped, never waited for by a renewal, written as
+//!   true when written), extend, release, force
 //!   release; the TTL and owner rules, grant bookkeeping
 //!   ([`lock::Grants`], in `lock/grants.rs`), waiters ([`lock::waiters`]: per-resource FIFO
 //!   queues woken by releases here or, through pub/sub, on other agents),

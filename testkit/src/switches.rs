@@ -98,8 +98,16 @@ pub const NO_GUARDIAN_DEADLINE: &str = "REDLOCK_TEST_NO_GUARDIAN_DEADLINE";
 /// another process re-enter the lock.
 pub const REENTRY_TRUSTS_PID_ZERO: &str = "REDLOCK_TEST_REENTRY_TRUSTS_PID_ZERO";
 
+/// `1` makes a hold's and a campaign's renewals wait until their client
+/// has room for the `renewed` event, and writes a stream's lines whether
+/// or not the client read the last: the control run of the stalled-stream
+/// tests, which must see a client that stopped reading lose its lock to
+/// another while its connection is open, then read a backlog of old
+/// renewals.
+pub const RENEWALS_WAIT_FOR_CLIENT: &str = "REDLOCK_TEST_RENEWALS_WAIT_FOR_CLIENT";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -116,6 +124,7 @@ pub const ALL: [&str; 16] = [
     REENTRY_MAY_SHORTEN,
     NO_GUARDIAN_DEADLINE,
     REENTRY_TRUSTS_PID_ZERO,
+    RENEWALS_WAIT_FOR_CLIENT,
 ];
 
 /// `1` stops the agent from watching its masters' clocks: the master's

@@ -39,12 +39,20 @@
 //! - A connection idle for `socket.request_timeout` is closed, as hyper's
 //!   header timeout closed it before; once the next request's first bytes
 //!   arrive, hyper allows that long again for the rest of its header.
+//! - A stream (`application/x-ndjson`: a hold, a campaign, an observer) is
+//!   asked for its next line only once the client has read every byte
+//!   written before (the socket's unread bytes, `SIOCOUTQ`, are zero),
+//!   looked at again after 1 ms, then twice as long each time up to 50 ms.
+//!   So a client that stops reading finds at most one line written before
+//!   it stopped, and the line made when it reads again says what is true
+//!   then ([`crate::lock::events`]), never a backlog of old renewals.
 
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -69,17 +77,44 @@ use crate::agent::Agent;
 pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static {
     /// Ready when a read would not block (data, end of stream or an error).
     fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+
+    /// The descriptor whose unread bytes pace a stream; `None` where no
+    /// stream is served (the metrics port).
+    fn paced_fd(&self) -> Option<RawFd>;
 }
 
 impl Socket for UnixStream {
     fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.poll_read_ready(cx)
     }
+
+    fn paced_fd(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
 }
 
 impl Socket for TcpStream {
     fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.poll_read_ready(cx)
+    }
+
+    fn paced_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+/// Bytes written to the Unix socket `fd` that its peer has not read yet
+/// (`SIOCOUTQ`); 0 when the kernel does not say.
+fn unread_by_peer(fd: RawFd) -> usize {
+    let mut unread: libc::c_int = 0;
+    // SAFETY: `fd` is the connection's open socket (hyper holds it while it
+    // polls a body, see `Paced`), and the ioctl writes one c_int to the
+    // pointer given.
+    let answered = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &raw mut unread) };
+    if answered == 0 {
+        usize::try_from(unread).unwrap_or(0)
+    } else {
+        0
     }
 }
 
@@ -104,6 +139,8 @@ struct Activity {
     /// to its end): hyper ends the connection, which is never parked, so
     /// the rest of that body is never parsed as a request.
     closing: AtomicBool,
+    /// The socket's descriptor, for pacing streams; -1 where none.
+    fd: AtomicI32,
 }
 
 impl Activity {
@@ -115,6 +152,7 @@ impl Activity {
             read_pending: AtomicBool::new(false),
             begun: AtomicUsize::new(0),
             closing: AtomicBool::new(false),
+            fd: AtomicI32::new(-1),
         })
     }
 
@@ -157,6 +195,50 @@ impl Drop for Exchange {
 struct Tracked {
     body: routes::Body,
     _exchange: Exchange,
+    /// A stream's pacing; `None` for any other answer.
+    paced: Option<Paced>,
+}
+
+/// How a stream waits for its client to read the last line.
+struct Paced {
+    fd: RawFd,
+    /// The next look, while the client has bytes unread.
+    retry: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The wait before the look after it.
+    backoff: Duration,
+}
+
+/// The first wait for a client that has not read the last line, and the
+/// longest.
+const PACE_FIRST: Duration = Duration::from_millis(1);
+const PACE_LONGEST: Duration = Duration::from_millis(50);
+
+impl Paced {
+    fn new(fd: RawFd) -> Paced {
+        Paced {
+            fd,
+            retry: None,
+            backoff: PACE_FIRST,
+        }
+    }
+
+    /// Ready once the client has read every byte written to it.
+    fn poll_read_by_client(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if let Some(retry) = &mut self.retry {
+                if retry.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.retry = None;
+            }
+            if unread_by_peer(self.fd) == 0 {
+                self.backoff = PACE_FIRST;
+                return Poll::Ready(());
+            }
+            self.retry = Some(Box::pin(tokio::time::sleep(self.backoff)));
+            self.backoff = (self.backoff * 2).min(PACE_LONGEST);
+        }
+    }
 }
 
 impl Body for Tracked {
@@ -167,6 +249,11 @@ impl Body for Tracked {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(paced) = &mut self.paced {
+            if paced.poll_read_by_client(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
         Pin::new(&mut self.body).poll_frame(cx)
     }
 
@@ -288,6 +375,9 @@ pub async fn serve<S: Socket>(
     shutdown: CancellationToken,
 ) {
     let activity = Activity::new();
+    activity
+        .fd
+        .store(socket.paced_fd().unwrap_or(-1), Ordering::Relaxed);
     let mut socket = socket;
     let mut unread = Bytes::new();
     loop {
@@ -350,6 +440,9 @@ async fn serve_until_idle<S: Socket>(
     shutdown: &CancellationToken,
 ) -> Served<S> {
     let service = {
+        // Streams are paced but under the control runs' test switch (see
+        // `Rules::renewals_wait_for_client`).
+        let pace = !agent.locks().rules().renewals_wait_for_client;
         let agent = Arc::clone(agent);
         let activity = Arc::clone(activity);
         service_fn(move |request: Request<Incoming>| {
@@ -366,9 +459,13 @@ async fn serve_until_idle<S: Socket>(
                 if reply::closes(&response) {
                     activity.closing.store(true, Ordering::Relaxed);
                 }
+                let fd = activity.fd.load(Ordering::Relaxed);
+                let paced =
+                    (pace && fd >= 0 && reply::is_stream(&response)).then(|| Paced::new(fd));
                 Ok::<_, Infallible>(response.map(|body| Tracked {
                     body,
                     _exchange: exchange,
+                    paced,
                 }))
             })
         })

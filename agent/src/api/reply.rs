@@ -17,6 +17,7 @@ use redlock_wire::{ErrorBody, ErrorCode, ErrorResponse};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::lock::events::{self, Timely};
 use crate::lock::listing::ReadError;
 use crate::lock::waiters::WaitError;
 use crate::lock::LockError;
@@ -229,13 +230,16 @@ pub fn lock_error(error: LockError) -> ApiError {
 }
 
 /// A 200 `application/x-ndjson` stream of `events`, one per line, open
-/// until the sender ends it. Dropping the stream (the connection closed)
+/// until the sender ends it: each as true when its line is made, outdated
+/// renewals left out ([`events::next_timely`]). The connection asks for
+/// the next line only once the client has read the last
+/// ([`super::connection`]). Dropping the stream (the connection closed)
 /// drops the receiver: a hold ends, a campaign resigns, an observer stops.
-pub fn ndjson<T: Serialize + Send + 'static>(
-    events: tokio::sync::mpsc::Receiver<T>,
+pub fn ndjson<T: Serialize + Timely + Send + 'static>(
+    events: events::Receiver<T>,
 ) -> Response<Body> {
     let body = futures::stream::unfold(events, |mut events| async move {
-        let event = events.recv().await?;
+        let event = events::next_timely(&mut events).await?;
         Some((Ok::<_, Infallible>(Frame::data(line(&event))), events))
     });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(body)));
@@ -244,6 +248,14 @@ pub fn ndjson<T: Serialize + Send + 'static>(
         HeaderValue::from_static("application/x-ndjson"),
     );
     response
+}
+
+/// Whether `response` is a stream of events ([`ndjson`]).
+pub fn is_stream<B>(response: &Response<B>) -> bool {
+    response
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|t| t == "application/x-ndjson")
 }
 
 /// One event as an NDJSON line.

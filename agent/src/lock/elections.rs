@@ -30,9 +30,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redlock_wire::election::MAX_VALUE_LEN;
 use redlock_wire::{CampaignEvent, CampaignRequest, HoldEvent, Leader, ObserveEvent};
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::events::{self, Events, Stamped};
 use super::listing::{self, ReadError};
 use super::waiters::{LockContest, WaitError};
 use super::{check_owner, millis, Holder, LockError, Locks};
@@ -86,7 +86,7 @@ impl<M: Store> Locks<M> {
         name: Resource,
         request: CampaignRequest,
         holder: Option<Holder>,
-    ) -> Result<mpsc::Receiver<CampaignEvent>, LockError> {
+    ) -> Result<events::Receiver<CampaignEvent>, LockError> {
         let ttl = self.rules.ttl(request.ttl_ms)?;
         let max_hold = self.rules.max_hold(request.max_hold_ms)?;
         check_owner(request.owner.as_deref())?;
@@ -99,7 +99,7 @@ impl<M: Store> Locks<M> {
                 "value must be at most {MAX_VALUE_LEN} characters"
             )));
         }
-        let (events, receiver) = mpsc::channel(8);
+        let (events, receiver) = events::stream();
         let campaign = Campaign {
             name,
             ttl,
@@ -115,7 +115,7 @@ impl<M: Store> Locks<M> {
     async fn run_campaign(
         self: Arc<Self>,
         campaign: Campaign,
-        events: mpsc::Sender<CampaignEvent>,
+        events: Events<CampaignEvent>,
     ) {
         let resource = Resource::election(&campaign.name);
         // The client gone: the wait is given up.
@@ -218,7 +218,11 @@ impl<M: Store> Locks<M> {
                 // Too little validity left to lead: in line again.
                 Err(_) => continue,
             };
-            let Some(HoldEvent::Acquired { ttl_ms, .. }) = hold.recv().await else {
+            let Some(Stamped {
+                event: HoldEvent::Acquired { ttl_ms, .. },
+                ..
+            }) = hold.recv().await
+            else {
                 continue;
             };
             let mut lost = None;
@@ -241,13 +245,23 @@ impl<M: Store> Locks<M> {
                 if events.send(elected).await.is_ok() {
                     // The client gone resigns at once, not at the next
                     // renewal.
-                    while let Some(event) = tokio::select! {
+                    while let Some(Stamped { event, at }) = tokio::select! {
                         event = hold.recv() => event,
                         () = events.closed() => None,
                     } {
                         let event = match event {
                             HoldEvent::Renewed { validity_ms } => {
-                                CampaignEvent::Renewed { validity_ms }
+                                // As a hold's: never waits for the client.
+                                let renewed = CampaignEvent::Renewed { validity_ms };
+                                let told = if self.rules.renewals_wait_for_client {
+                                    events.send_as_of(renewed, at).await.is_ok()
+                                } else {
+                                    events.offer_as_of(renewed, at) || !events.is_closed()
+                                };
+                                if !told {
+                                    break;
+                                }
+                                continue;
                             }
                             HoldEvent::Lost { reason } => {
                                 lost = Some(reason.clone());
@@ -255,7 +269,7 @@ impl<M: Store> Locks<M> {
                             }
                             HoldEvent::Acquired { .. } => continue,
                         };
-                        if events.send(event).await.is_err() {
+                        if events.send_as_of(event, at).await.is_err() {
                             break;
                         }
                     }
@@ -389,8 +403,8 @@ impl<M: Store> Locks<M> {
     /// receiver is dropped. Woken by the election's announcements and
     /// releases; read again when a leadership would run out, and every
     /// [`OBSERVE_EVERY`] besides.
-    pub fn observe(self: &Arc<Self>, name: Resource) -> mpsc::Receiver<ObserveEvent> {
-        let (events, receiver) = mpsc::channel(8);
+    pub fn observe(self: &Arc<Self>, name: Resource) -> events::Receiver<ObserveEvent> {
+        let (events, receiver) = events::stream();
         let locks = Arc::clone(self);
         tokio::spawn(async move {
             let queue = Resource::election(&name).queue().to_string();

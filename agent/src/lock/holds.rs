@@ -24,6 +24,10 @@
 //!   one `health.interval`; the hold hears it as it is seen.
 //! - A closed connection releases at once (unless the hold asked for
 //!   `on_disconnect: expire`); no event can be sent then.
+//! - A client that stops reading (its connection open) keeps its hold
+//!   renewed: renewals never wait for the client, and what it reads when it
+//!   reads again is never a `renewed` outdated by a later event or whose
+//!   validity has passed ([`super::events`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +37,7 @@ use std::time::{Duration, Instant};
 use redlock_wire::{HoldEvent, OnDisconnect};
 use tokio::sync::{mpsc, watch};
 
+use super::events::Events;
 use super::Locks;
 use crate::redlock::{Extend, Failure, Grant, Holding, Resource, Store};
 
@@ -203,7 +208,7 @@ pub async fn run<M: Store>(
     grant: Grant,
     max_hold: Duration,
     ending: Ending,
-    events: mpsc::Sender<HoldEvent>,
+    events: Events<HoldEvent>,
 ) -> End {
     let engine = locks.engine();
     let ttl = grant.ttl;
@@ -303,10 +308,18 @@ pub async fn run<M: Store>(
                 valid_until = now + validity;
                 next_renewal = now + renew_every;
                 locks.extended(&resource, &grant.token, validity, set);
+                // Never waits for the client: one that stopped reading
+                // has older events unread, and the renewals go on (see
+                // [`super::events`]).
                 let renewed = HoldEvent::Renewed {
                     validity_ms: u64::try_from(validity.as_millis()).unwrap_or(u64::MAX),
                 };
-                if events.send(renewed).await.is_err() {
+                let told = if locks.rules().renewals_wait_for_client {
+                    events.send(renewed).await.is_ok()
+                } else {
+                    events.offer(renewed) || !events.is_closed()
+                };
+                if !told {
                     break End::Closed;
                 }
             }

@@ -15,6 +15,7 @@
 //!   for an agent that serves a whole node.
 
 pub mod elections;
+pub mod events;
 mod grants;
 pub mod holds;
 pub mod idle;
@@ -29,7 +30,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redlock_wire::{AcquireRequest, ForceReleaseResponse, HoldEvent, OnDisconnect};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{FenceMode, Isolate, LockConfig};
@@ -66,6 +66,11 @@ pub struct Rules {
     /// but under the test switch `REDLOCK_TEST_REENTRY_TRUSTS_PID_ZERO`,
     /// for control runs: every such peer then passes for the same process.
     pub reentry_trusts_pid_zero: bool,
+    /// Whether a renewal waits for its client to have room for `renewed`.
+    /// Never, but under the test switch
+    /// `REDLOCK_TEST_RENEWALS_WAIT_FOR_CLIENT`, for control runs: a client
+    /// that stops reading then stops its renewals (see [`events`]).
+    pub renewals_wait_for_client: bool,
 }
 
 impl Rules {
@@ -81,6 +86,7 @@ impl Rules {
             isolate,
             reentry_keeps_ttl: true,
             reentry_trusts_pid_zero: false,
+            renewals_wait_for_client: false,
         }
     }
 
@@ -375,7 +381,7 @@ impl<M: Store> Locks<M> {
         ask: Ask,
         max_hold_ms: Option<u64>,
         on_disconnect: OnDisconnect,
-    ) -> Result<mpsc::Receiver<HoldEvent>, LockError> {
+    ) -> Result<events::Receiver<HoldEvent>, LockError> {
         let max_hold = self.rules.max_hold(max_hold_ms)?;
         let grant = self.acquire(&resource, ask).await?;
         let (events, _task) = self
@@ -396,7 +402,7 @@ impl<M: Store> Locks<M> {
         permit: Option<u32>,
     ) -> Result<
         (
-            mpsc::Receiver<HoldEvent>,
+            events::Receiver<HoldEvent>,
             tokio::task::JoinHandle<holds::End>,
         ),
         LockError,
@@ -425,7 +431,7 @@ impl<M: Store> Locks<M> {
                 millis(margin)
             )));
         }
-        let (events, receiver) = mpsc::channel::<HoldEvent>(8);
+        let (events, receiver) = events::stream::<HoldEvent>();
         let acquired = HoldEvent::Acquired {
             token: grant.token.as_str().to_string(),
             validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
@@ -434,8 +440,7 @@ impl<M: Store> Locks<M> {
             permit,
             hold_count: None,
         };
-        // Cannot fail: the channel is new and has room.
-        events.try_send(acquired).expect("room for the first event");
+        events.first(acquired);
         let task = tokio::spawn(holds::run(
             Arc::clone(self),
             resource,

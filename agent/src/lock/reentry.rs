@@ -206,7 +206,7 @@ impl<M: Store> Locks<M> {
         ask: &AcquireRequest,
         max_hold_ms: Option<u64>,
         on_disconnect: OnDisconnect,
-    ) -> Result<tokio::sync::mpsc::Receiver<HoldEvent>, LockError> {
+    ) -> Result<super::events::Receiver<HoldEvent>, LockError> {
         if on_disconnect == OnDisconnect::Expire {
             return Err(LockError::Invalid(
                 "on_disconnect: a hold that re-enters a lock lowers its count when it closes; expire does not apply".into(),
@@ -222,7 +222,7 @@ impl<M: Store> Locks<M> {
             fence: reentered.fence,
             holding: reentered.holding,
         };
-        let (events, receiver) = tokio::sync::mpsc::channel::<HoldEvent>(8);
+        let (events, receiver) = super::events::stream::<HoldEvent>();
         let acquired = HoldEvent::Acquired {
             token: grant.token.as_str().to_string(),
             validity_ms: super::millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
@@ -231,8 +231,7 @@ impl<M: Store> Locks<M> {
             permit: None,
             hold_count: Some(reentered.hold_count),
         };
-        // Cannot fail: the channel is new and has room.
-        events.try_send(acquired).expect("room for the first event");
+        events.first(acquired);
         tokio::spawn(super::holds::run(
             std::sync::Arc::clone(self),
             resource,

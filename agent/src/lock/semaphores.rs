@@ -43,7 +43,6 @@ use std::time::{Duration, Instant};
 
 use redlock_wire::semaphore::MAX_PERMITS;
 use redlock_wire::{HoldEvent, OnDisconnect, PermitInfo, SemaphoreResponse};
-use tokio::sync::mpsc;
 
 use super::listing::{self, ReadError};
 use super::waiters::Contest;
@@ -340,7 +339,7 @@ impl<M: Store> Locks<M> {
         ask: Ask,
         max_hold_ms: Option<u64>,
         on_disconnect: OnDisconnect,
-    ) -> Result<mpsc::Receiver<HoldEvent>, LockError> {
+    ) -> Result<super::events::Receiver<HoldEvent>, LockError> {
         let max_hold = self.rules.max_hold(max_hold_ms)?;
         let permit = self.acquire_permit(name, limit, ask).await?;
         let resource = Resource::permit(name, permit.index);

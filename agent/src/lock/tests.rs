@@ -55,6 +55,7 @@ fn service_with(isolate: Isolate) -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
         isolate,
         reentry_keeps_ttl: true,
         reentry_trusts_pid_zero: false,
+        renewals_wait_for_client: false,
     };
     let locks = Locks::new(engine, rules, waiters, metrics, shutdown);
     (masters, Arc::new(locks))
@@ -131,7 +132,7 @@ async fn on_every_master(masters: &[Arc<Memory>], key: &str, held: bool) {
 async fn start_hold(
     locks: &Arc<Locks<Memory>>,
     name: &str,
-) -> (tokio::sync::mpsc::Receiver<HoldEvent>, String) {
+) -> (super::events::Receiver<HoldEvent>, String) {
     let mut events = locks
         .hold(
             resource(name),
@@ -148,7 +149,7 @@ async fn start_hold(
 }
 
 /// The hold's next event is `lost` with `reason`.
-async fn expect_lost(events: &mut tokio::sync::mpsc::Receiver<HoldEvent>, reason: &str) {
+async fn expect_lost(events: &mut super::events::Receiver<HoldEvent>, reason: &str) {
     match next(events).await {
         HoldEvent::Lost { reason: said } => assert_eq!(said, reason),
         other => panic!("expected lost ({reason}): {other:?}"),
@@ -156,8 +157,8 @@ async fn expect_lost(events: &mut tokio::sync::mpsc::Receiver<HoldEvent>, reason
 }
 
 /// The next event of a hold, failing the test after [`PATIENCE`].
-async fn next(events: &mut tokio::sync::mpsc::Receiver<HoldEvent>) -> HoldEvent {
-    tokio::time::timeout(PATIENCE, events.recv())
+async fn next(events: &mut super::events::Receiver<HoldEvent>) -> HoldEvent {
+    tokio::time::timeout(PATIENCE, super::events::next_timely(events))
         .await
         .expect("a hold event in time")
         .expect("the hold's stream is open")

@@ -265,6 +265,7 @@ mod tests {
             isolate: crate::config::Isolate::None,
             reentry_keeps_ttl: true,
             reentry_trusts_pid_zero: false,
+            renewals_wait_for_client: false,
         };
         Arc::new(Locks::new(engine, rules, waiters, metrics, shutdown))
     }
