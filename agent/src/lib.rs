@@ -89,7 +89,9 @@
 //! - [`api`]: HTTP routes ([`api::routes`]: routing and the views;
 //!   [`api::handlers`]: the requests that take locks, permits and
 //!   leadership, to the lock service and back; [`api::reply`]: answers,
-//!   errors with their codes, bodies read and parsed), the
+//!   errors with their codes, bodies read and parsed), the API's
+//!   OpenAPI document with the config's bounds filled in
+//!   ([`api::openapi`], `GET /v1/openapi.json`), the
 //!   listeners ([`api::server`]: the application socket, the
 //!   admin socket, metrics; binding them, [`api::server::bind`]; who each
 //!   admits, [`api::server::gate`]; their budgets within the open-files

@@ -1,7 +1,13 @@
-//! `agent/openapi.yaml`, loaded, and used to judge the agent's answers:
-//! is the status listed for the operation, is the content type the one
-//! documented, and does the body validate against the JSON Schema of that
-//! response (OpenAPI 3.1 schemas are JSON Schema 2020-12).
+//! The API's OpenAPI document, loaded, and used to judge the agent's
+//! answers: is the status listed for the operation, is the content type
+//! the one documented, and does the body validate against the JSON Schema
+//! of that response (OpenAPI 3.1 schemas are JSON Schema 2020-12).
+//!
+//! Two copies of the document exist: the file, `agent/openapi.yaml`, whose
+//! config-dependent bounds are the widest any config allows, and the one a
+//! running agent serves at [`SERVED_PATH`], with that agent's bounds as
+//! `minimum` / `maximum` ([`Spec::fetch`]). The live tests judge an agent
+//! by the document it serves.
 //!
 //! Validation is stricter than the document: every object schema that
 //! lists its `properties` is checked as if it had `additionalProperties:
@@ -15,11 +21,47 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Map, Value};
 
-use crate::http::Response;
+use crate::http::{request, Conn, Response};
+
+/// Where an agent serves its document (on both sockets).
+pub const SERVED_PATH: &str = "/v1/openapi.json";
 
 /// The document's location in this repository.
 pub fn default_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/openapi.yaml")
+}
+
+/// A percent-encoded path segment or query value, decoded as RFC 3986
+/// reads it: every `%` starts an escape of two hex digits, and the bytes
+/// are UTF-8. What a parameter's schema is then checked against.
+///
+/// # Errors
+/// A stray `%` (it encodes nothing, so the value is none the document
+/// describes) or bytes that are not UTF-8.
+pub fn decode_component(raw: &str) -> Result<String, String> {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
+            out.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        let Some(byte) = hex else {
+            return Err(format!(
+                "{raw:?}: a '%' at {i} is not followed by two hex digits"
+            ));
+        };
+        out.push(byte);
+        i += 3;
+    }
+    String::from_utf8(out).map_err(|_| format!("{raw:?}: decodes to bytes that are not UTF-8"))
 }
 
 /// Which documented operation a request reaches.
@@ -120,6 +162,64 @@ impl Spec {
     pub fn parse(text: &str) -> Result<Spec, String> {
         let doc: Value =
             serde_saphyr::from_str(text).map_err(|e| format!("openapi.yaml is not YAML: {e}"))?;
+        Spec::from_doc(doc)
+    }
+
+    /// The document the agent on `socket` serves ([`SERVED_PATH`]), checked
+    /// as [`Spec::load`] checks the file.
+    ///
+    /// # Errors
+    /// When the agent does not answer 200 with JSON, or as [`Spec::load`].
+    pub async fn fetch(socket: &Path) -> Result<Spec, String> {
+        let fetched = async {
+            let mut conn = Conn::connect(socket).await?;
+            conn.write(&request("GET", SERVED_PATH, b"")).await?;
+            conn.read_response("GET", std::time::Duration::from_secs(10))
+                .await
+        };
+        let response = fetched
+            .await
+            .map_err(|e| format!("GET {SERVED_PATH} on {}: {e}", socket.display()))?;
+        if response.status() != 200 {
+            return Err(format!(
+                "GET {SERVED_PATH} on {}: {} {}",
+                socket.display(),
+                response.status(),
+                cut(&response.body_text(), 300)
+            ));
+        }
+        let doc = response
+            .json()
+            .map_err(|e| format!("GET {SERVED_PATH}: not JSON: {e}"))?;
+        Spec::from_doc(doc)
+    }
+
+    /// The document the live tests judge the agent on `socket` by: the one
+    /// it serves ([`Spec::fetch`]); or, to measure an agent that serves
+    /// none, with `FUZZ_DOCUMENT=file` the file as written
+    /// ([`default_path`]), with `FUZZ_DOCUMENT=<path>` the file there (an
+    /// older version of it, say). Says which on stderr.
+    ///
+    /// # Errors
+    /// As [`Spec::fetch`] or [`Spec::load`].
+    pub async fn judging(socket: &Path) -> Result<Spec, String> {
+        let path = match std::env::var("FUZZ_DOCUMENT").ok().as_deref() {
+            None | Some("") => {
+                eprintln!("judged by the document the agent serves ({SERVED_PATH})");
+                return Spec::fetch(socket).await;
+            }
+            Some("file") => default_path(),
+            Some(path) => PathBuf::from(path),
+        };
+        eprintln!("judged by the file {} (FUZZ_DOCUMENT)", path.display());
+        Spec::load(&path)
+    }
+
+    /// As [`Spec::parse`], from the document already read.
+    ///
+    /// # Errors
+    /// What is wrong, with where.
+    pub fn from_doc(doc: Value) -> Result<Spec, String> {
         let version = doc["openapi"].as_str().unwrap_or_default();
         if !version.starts_with("3.1") {
             return Err(format!("openapi: {version:?}, expected 3.1.x"));
@@ -629,6 +729,16 @@ mod tests {
                 &answer(200, "application/x-ndjson", "{\"event\":\"boom\"}\n")
             )
             .is_err());
+    }
+
+    #[test]
+    fn components_decode_as_rfc_3986_reads_them() {
+        assert_eq!(decode_component("a%2Fb%25").as_deref(), Ok("a/b%"));
+        assert_eq!(decode_component("%C3%A9").as_deref(), Ok("é"));
+        for stray in ["a%ZZ", "%", "a%4", "%g1"] {
+            assert!(decode_component(stray).is_err(), "{stray}");
+        }
+        assert!(decode_component("%FF").is_err());
     }
 
     #[test]

@@ -1,9 +1,16 @@
 //! `agent/openapi.yaml` against the code: it parses as OpenAPI 3.1, its
 //! schemas are JSON Schema 2020-12, it lists every error code the wire
-//! crate has, and real wire values validate against their schemas.
+//! crate has, and real wire values validate against their schemas. And
+//! the document a running agent serves (`GET /v1/openapi.json`): the file
+//! with the agent's own bounds, on both sockets, listing the answers the
+//! agent gives while it stops.
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use faults::cluster::{AgentSettings, Cluster};
+use faults::http::{request, Conn, Response};
 use faults::openapi::{self, Spec};
 use redlock_wire::*;
 use serde_json::{json, Value};
@@ -927,4 +934,267 @@ fn the_prefix_is_a_resource_prefix() {
     for refused in [&"r".repeat(257), "é", "a*", "a b", "[", "\\"] {
         assert!(prefix(refused).is_err(), "{refused:?}");
     }
+}
+
+/// A runtime, three fresh masters and one agent with `settings`, usable,
+/// and the agent's application and admin sockets (the admin socket's
+/// default path: `NAME-admin.sock` beside `NAME.sock`).
+fn start(settings: AgentSettings) -> (tokio::runtime::Runtime, Cluster, PathBuf, PathBuf) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cluster = runtime
+        .block_on(Cluster::start(3, 1, settings))
+        .unwrap_or_else(|e| panic!("{e}"));
+    runtime
+        .block_on(cluster.wait_usable(3, Duration::from_secs(10)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let socket = runtime.block_on(async { cluster.agents[0].lock().await.socket.clone() });
+    let stem = socket.file_stem().unwrap().to_string_lossy().into_owned();
+    let admin = socket.with_file_name(format!("{stem}-admin.sock"));
+    (runtime, cluster, socket, admin)
+}
+
+/// `served` with the bounds of `file` put back where the agent filled in
+/// its own (`minimum`/`maximum` beside an `x-config-*`, and its `value`).
+fn without_filled_bounds(served: &Value, file: &Value) -> Value {
+    match (served, file) {
+        (Value::Object(s), Value::Object(f)) => {
+            let mut out = serde_json::Map::new();
+            for (key, value) in s {
+                let filled = matches!(
+                    (
+                        key.as_str(),
+                        s.get("x-config-minimum"),
+                        s.get("x-config-maximum")
+                    ),
+                    ("minimum", Some(_), _) | ("maximum", _, Some(_))
+                );
+                let value = match f.get(key) {
+                    Some(original) if filled => original.clone(),
+                    Some(original) => without_filled_bounds(value, original),
+                    None => value.clone(),
+                };
+                out.insert(key.clone(), value);
+            }
+            for extension in ["x-config-minimum", "x-config-maximum"] {
+                if let Some(Value::Object(named)) = out.get_mut(extension) {
+                    named.remove("value");
+                }
+            }
+            Value::Object(out)
+        }
+        (Value::Array(s), Value::Array(f)) if s.len() == f.len() => Value::Array(
+            s.iter()
+                .zip(f)
+                .map(|(s, f)| without_filled_bounds(s, f))
+                .collect(),
+        ),
+        _ => served.clone(),
+    }
+}
+
+/// The `ttl_ms` or `max_hold_ms` schema of a request body, `$ref`s
+/// followed.
+fn field<'a>(doc: &'a Value, schema: &str, name: &str) -> &'a Value {
+    resolved(
+        doc,
+        &doc["components"]["schemas"][schema]["properties"][name],
+    )
+}
+
+/// An agent with a `lock.max_ttl` of 7.3 s (and `lock.node_timeout` 100
+/// ms, `lock.max_hold` 90 s) serves, on its application socket and on its
+/// admin socket alike, the file with those bounds as `minimum`/`maximum`
+/// of every `ttl_ms` and `max_hold_ms` (and as `value` in `x-config-*`),
+/// and nothing else changed; so a TTL of 7301 ms is outside the served
+/// document and inside the file. The metrics listener does not serve it.
+#[test]
+fn the_agent_serves_the_document_with_its_bounds_on_both_sockets() {
+    let settings = AgentSettings {
+        key_prefix: "served:".into(),
+        max_ttl: Duration::from_millis(7300),
+        // Fresh masters are not kept out for `max_ttl` first.
+        delayed_restart: false,
+        lock_extra: vec!["max_hold: 90s".into()],
+        ..AgentSettings::default()
+    };
+    let (runtime, cluster, socket, admin) = start(settings);
+    let served = runtime
+        .block_on(Spec::fetch(&socket))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let served_admin = runtime
+        .block_on(Spec::fetch(&admin))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        served.doc(),
+        served_admin.doc(),
+        "the two sockets serve one document"
+    );
+    let doc = served.doc();
+    for schema in [
+        "AcquireRequest",
+        "ExtendRequest",
+        "HoldRequest",
+        "PermitRequest",
+        "PermitHoldRequest",
+        "PermitExtendRequest",
+        "CampaignRequest",
+    ] {
+        let ttl = field(doc, schema, "ttl_ms");
+        assert_eq!(ttl["maximum"], 7300, "{schema}.ttl_ms: {ttl}");
+        assert_eq!(ttl["minimum"], 200, "{schema}.ttl_ms: {ttl}");
+        assert_eq!(ttl["x-config-maximum"]["value"], 7300, "{schema}.ttl_ms");
+    }
+    for schema in ["HoldRequest", "PermitHoldRequest", "CampaignRequest"] {
+        let most = field(doc, schema, "max_hold_ms");
+        assert_eq!(most["maximum"], 90_000, "{schema}.max_hold_ms: {most}");
+        assert_eq!(most["minimum"], 1, "{schema}.max_hold_ms: {most}");
+    }
+    let file = spec();
+    let acquire = "/v1/locks/{resource}/acquire";
+    for (ttl, inside) in [(7300, true), (7301, false), (200, true), (199, false)] {
+        let body = json!({ "ttl_ms": ttl });
+        assert_eq!(
+            served.validate_request("POST", acquire, &body).is_ok(),
+            inside,
+            "ttl_ms {ttl} in the served document"
+        );
+        file.validate_request("POST", acquire, &body)
+            .unwrap_or_else(|e| panic!("ttl_ms {ttl} in the file: {e}"));
+    }
+    assert_eq!(
+        without_filled_bounds(doc, file.doc()),
+        *file.doc(),
+        "the served document is the file but for the bounds"
+    );
+    let metrics_port = runtime.block_on(async { cluster.agents[0].lock().await.metrics_port });
+    let status = runtime.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", metrics_port))
+            .await
+            .unwrap();
+        tcp.write_all(b"GET /v1/openapi.json HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(10), tcp.read_to_string(&mut answer))
+            .await
+            .expect("the metrics listener answers")
+            .unwrap();
+        answer.lines().next().unwrap_or_default().to_string()
+    });
+    assert!(status.starts_with("HTTP/1.1 404"), "{status}");
+}
+
+/// Sends one request and reads its whole answer.
+async fn exchange(socket: &Path, method: &str, target: &str, body: &str) -> Response {
+    let mut conn = Conn::connect(socket).await.expect("connect");
+    conn.write(&request(method, target, body.as_bytes()))
+        .await
+        .expect("write");
+    conn.read_response(method, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{method} {target}: {e}"))
+}
+
+/// Requests that wait their turn when the agent is told to stop
+/// (SIGTERM) are answered 503 `shutting_down`, and the document the agent
+/// served (or the file, with `FUZZ_DOCUMENT=file`) lists that answer for
+/// each: a lock's acquire and hold, a
+/// permit's acquire and hold. The lock and the semaphore's one permit are
+/// taken by plain acquires of a minute (not holds, which end when the
+/// agent stops and would wake the waiters), so nothing but the stop ends
+/// the waits.
+#[test]
+fn requests_waiting_when_the_agent_stops_get_a_documented_answer() {
+    let settings = AgentSettings {
+        key_prefix: "stopping:".into(),
+        max_ttl: Duration::from_secs(60),
+        // Fresh masters are not kept out for `max_ttl` first.
+        delayed_restart: false,
+        ..AgentSettings::default()
+    };
+    let (runtime, cluster, socket, _) = start(settings);
+    let spec = runtime
+        .block_on(Spec::judging(&socket))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let waits = [
+        ("/v1/locks/stopping/acquire", r#"{"wait_ms": 60000}"#),
+        ("/v1/locks/stopping/hold", r#"{"wait_ms": 60000}"#),
+        (
+            "/v1/semaphores/stopping/acquire",
+            r#"{"limit": 1, "wait_ms": 60000}"#,
+        ),
+        (
+            "/v1/semaphores/stopping/hold",
+            r#"{"limit": 1, "wait_ms": 60000}"#,
+        ),
+    ];
+    let answers = runtime.block_on(async {
+        for (target, body) in [
+            ("/v1/locks/stopping/acquire", r#"{"ttl_ms": 60000}"#),
+            (
+                "/v1/semaphores/stopping/acquire",
+                r#"{"limit": 1, "ttl_ms": 60000}"#,
+            ),
+        ] {
+            let taken = exchange(&socket, "POST", target, body).await;
+            assert_eq!(taken.status(), 200, "{target}: {}", taken.body_text());
+        }
+        let waiting: Vec<_> = waits
+            .iter()
+            .map(|&(target, body)| {
+                let socket = socket.clone();
+                tokio::spawn(async move { exchange(&socket, "POST", target, body).await })
+            })
+            .collect();
+        // Every request waits in its queue before the agent is told to stop.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let lock = exchange(&socket, "GET", "/v1/locks/stopping", "").await;
+            let semaphore = exchange(&socket, "GET", "/v1/semaphores/stopping", "").await;
+            let lock_waiters = lock.json().ok().and_then(|v| v["lock"]["waiters"].as_u64());
+            let permit_waiters = semaphore.json().ok().and_then(|v| v["waiters"].as_u64());
+            if lock_waiters == Some(2) && permit_waiters == Some(2) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the waiters never all waited: {} / {}",
+                lock.body_text(),
+                semaphore.body_text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let pid = cluster.agents[0]
+            .lock()
+            .await
+            .pid()
+            .expect("the agent runs");
+        // SAFETY: a signal to the agent this test started.
+        let sent = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(sent, 0, "SIGTERM to the agent");
+        let mut answers = Vec::new();
+        for task in waiting {
+            answers.push(task.await.expect("the waiter's task"));
+        }
+        answers
+    });
+    let mut undocumented = Vec::new();
+    for ((target, _), answer) in waits.iter().zip(&answers) {
+        let code = answer.json().ok().map(|v| v["error"]["code"].clone());
+        assert_eq!(
+            (answer.status(), code),
+            (503, Some(json!("shutting_down"))),
+            "{target}: {}",
+            answer.body_text()
+        );
+        if let Err(e) = spec.check("POST", target, answer) {
+            undocumented.push(e);
+        }
+    }
+    assert!(undocumented.is_empty(), "{}", undocumented.join("\n"));
 }

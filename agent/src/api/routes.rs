@@ -15,6 +15,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use redlock_wire::ErrorCode;
 
 use super::handlers::{self, acquire, extend, hold, release, ForceReleaseRequest, LockAction};
+use super::openapi;
 use super::peer::Peer;
 pub use super::reply::Body;
 use super::reply::{
@@ -44,6 +45,8 @@ enum Route {
     Leaks,
     Locks,
     Summary,
+    /// `GET /v1/openapi.json`: the API's document with this agent's bounds.
+    OpenApi,
     /// `GET /v1/locks/{resource}`: one lock in full.
     LockInfo(Resource),
     Lock(Resource, LockAction),
@@ -125,6 +128,7 @@ fn route_label(path: &str) -> &'static str {
         "/v1/leaks" => "leaks",
         "/v1/locks" => "locks",
         "/v1/summary" => "summary",
+        "/v1/openapi.json" => "openapi",
         _ if path.starts_with("/v1/locks/") && path.matches('/').count() == 3 => "lock",
         _ if path.starts_with("/v1/semaphores/") && path.matches('/').count() == 3 => "semaphore",
         _ if path.starts_with("/v1/semaphores/") => match path.rsplit('/').next() {
@@ -224,6 +228,14 @@ async fn dispatch(
             agent.fresh().await;
             Ok(json(StatusCode::OK, &agent.summary()))
         }
+        Route::OpenApi => match openapi::served(agent.config()) {
+            Ok(document) => Ok(json(StatusCode::OK, &document)),
+            Err(e) => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::Internal,
+                e,
+            )),
+        },
         Route::Metrics => {
             agent.fresh().await;
             let mut response = Response::new(Full::new(Bytes::from(agent.scrape())).boxed());
@@ -321,6 +333,7 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
         "/v1/leaks" => return Ok((Route::Leaks, Method::GET)),
         "/v1/locks" => return Ok((Route::Locks, Method::GET)),
         "/v1/summary" => return Ok((Route::Summary, Method::GET)),
+        "/v1/openapi.json" => return Ok((Route::OpenApi, Method::GET)),
         _ => {}
     }
     if let Some(rest) = path.strip_prefix("/v1/semaphores/") {

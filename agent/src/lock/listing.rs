@@ -23,7 +23,7 @@ use redlock_wire::{LockInfo, LockResponse, LocksResponse, NodeKey};
 use tokio::sync::Semaphore;
 
 use super::Locks;
-use crate::redlock::resource::MAX_RESOURCE_LEN;
+use crate::redlock::resource::{self, MAX_RESOURCE_LEN};
 use crate::redlock::{token, KeyState, NodeError, Resource, Store};
 
 /// Locks listed in one page when the caller does not say.
@@ -41,7 +41,9 @@ pub const MAX_SCAN_KEYS: usize = 1_000_000;
 const SCAN_COUNT: u64 = 5000;
 /// Keys per `READ_KEYS` call, so one script never blocks a master long.
 const READ_CHUNK: usize = 1000;
-/// Longest `cursor` accepted (a resource name is at most 256 bytes).
+/// Longest `cursor` accepted, in characters (Unicode scalar values), as the
+/// document's `maxLength` counts them: a resource name is at most 256
+/// bytes, but a page may end at any key under the prefix.
 const MAX_CURSOR_LEN: usize = 512;
 /// Names or locks a listing handles between two turns it gives back to the
 /// runtime: its sorting and building of up to a million names never holds
@@ -92,7 +94,7 @@ pub enum QueryError {
     Encoding(&'static str),
     #[error("limit must be a whole number from 1 to {MAX_LIMIT}: {0:?}")]
     Limit(String),
-    #[error("cursor is longer than {MAX_CURSOR_LEN} bytes")]
+    #[error("cursor is longer than {MAX_CURSOR_LEN} characters")]
     Cursor,
     #[error("prefix has byte {0:#04x} at offset {1}; use visible ASCII without *?[]\\")]
     Prefix(u8, usize),
@@ -111,11 +113,9 @@ impl ListQuery {
         let mut parsed = ListQuery::default();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            // Strict, as a resource in the path: a stray `%` is refused.
             let decode = |what: &'static str| {
-                percent_encoding::percent_decode_str(value)
-                    .decode_utf8()
-                    .map(|v| v.into_owned())
-                    .map_err(|_| QueryError::Encoding(what))
+                resource::percent_decode(value).map_err(|_| QueryError::Encoding(what))
             };
             match name {
                 "prefix" => {
@@ -134,7 +134,7 @@ impl ListQuery {
                 }
                 "cursor" => {
                     let cursor = decode("cursor")?;
-                    if cursor.len() > MAX_CURSOR_LEN {
+                    if cursor.chars().count() > MAX_CURSOR_LEN {
                         return Err(QueryError::Cursor);
                     }
                     parsed.cursor = Some(cursor).filter(|c| !c.is_empty());
@@ -581,6 +581,30 @@ mod tests {
         assert_eq!(
             ListQuery::parse(Some(&format!("prefix={longest}r"))).unwrap_err(),
             QueryError::PrefixTooLong(MAX_RESOURCE_LEN + 1)
+        );
+        // A stray `%` is refused, never read as itself.
+        assert_eq!(
+            ListQuery::parse(Some("prefix=a%ZZ")).unwrap_err(),
+            QueryError::Encoding("prefix")
+        );
+        assert_eq!(
+            ListQuery::parse(Some("cursor=a%2")).unwrap_err(),
+            QueryError::Encoding("cursor")
+        );
+    }
+
+    /// The cursor's length counts characters, as the document's
+    /// `maxLength` does: 512 two-byte characters are a cursor, 513 are not.
+    #[test]
+    fn the_cursor_is_measured_in_characters() {
+        let at_most = "%C3%A9".repeat(MAX_CURSOR_LEN);
+        let cursor = ListQuery::parse(Some(&format!("cursor={at_most}")))
+            .unwrap()
+            .cursor;
+        assert_eq!(cursor.map(|c| c.len()), Some(2 * MAX_CURSOR_LEN));
+        assert_eq!(
+            ListQuery::parse(Some(&format!("cursor={at_most}%C3%A9"))).unwrap_err(),
+            QueryError::Cursor
         );
     }
 }

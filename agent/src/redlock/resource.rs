@@ -23,6 +23,10 @@ pub enum ResourceError {
     TooLong(usize),
     #[error("resource name is not valid percent-encoded UTF-8")]
     BadEncoding,
+    #[error(
+        "resource name has a '%' at offset {0} not followed by two hex digits; encode '%' as %25"
+    )]
+    BadEscape(usize),
     #[error("resource name has byte {0:#04x} at offset {1}; use visible ASCII without *?[]\\")]
     BadByte(u8, usize),
 }
@@ -49,14 +53,17 @@ impl Resource {
         Ok(Resource(name.to_string()))
     }
 
-    /// Decodes and validates one percent-encoded path segment.
+    /// Decodes and validates one percent-encoded path segment. A `%` not
+    /// followed by two hex digits is refused, never kept as it is: else
+    /// `a%ZZ` and `a%25ZZ` would name one resource.
     ///
     /// # Errors
     /// As [`Resource::new`], plus bad percent-encoding.
     pub fn from_path_segment(segment: &str) -> Result<Resource, ResourceError> {
-        let decoded = percent_encoding::percent_decode_str(segment)
-            .decode_utf8()
-            .map_err(|_| ResourceError::BadEncoding)?;
+        let decoded = percent_decode(segment).map_err(|e| match e {
+            Undecodable::Escape(at) => ResourceError::BadEscape(at),
+            Undecodable::Utf8 => ResourceError::BadEncoding,
+        })?;
         Resource::new(&decoded)
     }
 
@@ -103,6 +110,36 @@ impl fmt::Display for Resource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// Why [`percent_decode`] refused a text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Undecodable {
+    /// A `%` at this byte offset without two hex digits after it.
+    Escape(usize),
+    /// The decoded bytes are not UTF-8.
+    Utf8,
+}
+
+/// Decodes percent-encoded `text` (RFC 3986), refusing a `%` that does not
+/// start an escape, where a lenient decoder keeps it as it is and so gives
+/// two encodings one meaning.
+///
+/// # Errors
+/// [`Undecodable`]: where the stray `%` is, or that the bytes are not UTF-8.
+pub fn percent_decode(text: &str) -> Result<String, Undecodable> {
+    let bytes = text.as_bytes();
+    if let Some(at) = (0..bytes.len()).find(|&i| {
+        bytes[i] == b'%'
+            && !(bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    }) {
+        return Err(Undecodable::Escape(at));
+    }
+    percent_encoding::percent_decode(bytes)
+        .decode_utf8()
+        .map(|d| d.into_owned())
+        .map_err(|_| Undecodable::Utf8)
 }
 
 /// [`Resource::queue`] of a resource's name.
@@ -168,6 +205,31 @@ mod tests {
             Resource::from_path_segment("%ff"),
             Err(ResourceError::BadEncoding)
         );
+    }
+
+    /// A stray `%` is refused, so each resource has one encoding per
+    /// spelling of its bytes: `a%ZZ` is not `a%25ZZ`'s resource.
+    #[test]
+    fn refuses_a_percent_that_starts_no_escape() {
+        for (segment, at) in [
+            ("a%ZZ", 1),
+            ("%", 0),
+            ("ab%4", 2),
+            ("%2", 0),
+            ("a%2Fb%g1", 5),
+        ] {
+            assert_eq!(
+                Resource::from_path_segment(segment),
+                Err(ResourceError::BadEscape(at)),
+                "{segment}"
+            );
+        }
+        assert_eq!(
+            Resource::from_path_segment("a%25ZZ").unwrap().as_str(),
+            "a%ZZ"
+        );
+        assert_eq!(percent_decode("%e2%82%ac"), Ok("€".to_string()));
+        assert_eq!(percent_decode("%ff"), Err(Undecodable::Utf8));
     }
 
     #[test]
