@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use crate::agent::{Agent, MasterUrlError};
 use crate::config::Config;
 use crate::health;
-use crate::node::{Conn, Node};
+use crate::node::{cluster_node_as_server, Conn, Node};
 use crate::redlock::master::NodeError;
 
 /// How long the masters have to answer, when `check` is not told.
@@ -174,12 +174,9 @@ async fn judge_single(node: &Node, conn: &Conn, deadline: Instant, verdict: &mut
         None => "single server".to_string(),
     });
     if info.get::<String>("cluster_enabled").as_deref() == Some("1") {
-        verdict.problems.push(
-            "it is a Redis Cluster node (cluster_enabled:1), listed as a single server (url): \
-             list the cluster's nodes under cluster: instead, so each lock goes to the shard \
-             of its slot"
-                .to_string(),
-        );
+        verdict
+            .problems
+            .push(cluster_node_as_server("cluster_enabled:1"));
     }
     verdict.problems.extend(health::topology_warnings(&info));
 }

@@ -40,7 +40,7 @@ use crate::node::Conn;
 use redlock_wire::NodeState;
 
 use crate::node::probe::ProbeReply;
-use crate::node::{Detector, Identity, Node};
+use crate::node::{cluster_node_as_server, Detector, Identity, Node};
 use crate::redlock::{fence, NodeError};
 
 pub use crate::node::{MARKER_SUFFIX, WITNESS_SUFFIX};
@@ -617,6 +617,9 @@ async fn check_topology(node: &Node, conn: &Conn, settings: &HealthSettings) {
         save.as_deref(),
     );
     let mut warnings = topology_warnings(&info);
+    if !node.is_cluster() && info.get::<String>("cluster_enabled").as_deref() == Some("1") {
+        warnings.push(cluster_node_as_server("cluster_enabled:1"));
+    }
     if !settings.delayed_restart && persistence.as_deref() != Some("aof always") {
         warnings.push(format!(
             "delayed restart is off and persistence is {}: a crash can lose held locks",

@@ -63,8 +63,8 @@
 //!   a force release or a master's loss is heard; their events, and a
 //!   campaign's and an observer's, on their way to the client in
 //!   [`lock::events`]: stamped, never waited for by a renewal, written as
-//!   true when written), extend, release, force
-//!   release; the TTL and owner rules, grant bookkeeping
+//!   true when written), extend, release, force release (of a lock, a
+//!   permit or a leadership alike); the TTL and owner rules, grant bookkeeping
 //!   ([`lock::Grants`], in `lock/grants.rs`), waiters ([`lock::waiters`]: per-resource FIFO
 //!   queues woken by releases here or, through pub/sub, on other agents),
 //!   re-entry by the holding process ([`lock::reentry`]: a count over one
@@ -88,7 +88,8 @@
 //!   ([`scanner::shared`]) once per interval.
 //! - [`api`]: HTTP routes ([`api::routes`]: routing and the views;
 //!   [`api::handlers`]: the requests that take locks, permits and
-//!   leadership, to the lock service and back; [`api::reply`]: answers,
+//!   leadership, and an operator's force release of a permit, to the lock
+//!   service and back; [`api::reply`]: answers,
 //!   errors with their codes, bodies read and parsed), the API's
 //!   OpenAPI document with the config's bounds filled in
 //!   ([`api::openapi`], `GET /v1/openapi.json`), the

@@ -99,6 +99,17 @@ pub struct LockCommand {
     pub command: Vec<String>,
 }
 
+impl LockCommand {
+    /// What the command runs under, for messages: `the lock on R`, or
+    /// under `elect`, `the leadership of election R`.
+    pub fn what(&self) -> String {
+        match self.elect {
+            Some(_) => format!("the leadership of election {}", self.resource),
+            None => format!("the lock on {}", self.resource),
+        }
+    }
+}
+
 /// What `redlock-agent elect` adds to `lock`.
 #[derive(Debug, Clone, Default)]
 pub struct Elect {
@@ -186,20 +197,28 @@ pub enum LockError {
     NoQuorum(String),
     #[error("the agent refused the request: {0}")]
     Refused(String),
-    #[error("the lock on {resource} was lost ({reason}); the command was stopped")]
-    Lost { resource: String, reason: String },
+    /// `what`: the lock on the resource, or the leadership of the election
+    /// ([`LockCommand::what`]).
+    #[error("{what} was lost ({reason}); the command was stopped")]
+    Lost { what: String, reason: String },
     #[error("cannot run {command:?}: {error}")]
     CannotRun { command: String, error: String },
     #[error(
         "stopped by {}{}",
         signal_name(*signal),
-        if *waiting {
-            " while waiting for the lock"
-        } else {
-            "; the command's processes were stopped and the lock released"
+        match (*waiting, *elect) {
+            (true, false) => " while waiting for the lock",
+            (true, true) => " while campaigning for the leadership",
+            (false, false) => "; the command's processes were stopped and the lock released",
+            (false, true) => "; the command's processes were stopped and the leadership resigned",
         }
     )]
-    Signaled { signal: i32, waiting: bool },
+    Signaled {
+        signal: i32,
+        waiting: bool,
+        /// Under `elect`: a leadership, not a lock.
+        elect: bool,
+    },
 }
 
 impl LockError {
@@ -258,7 +277,7 @@ fn refused(cmd: &LockCommand, error: Error) -> LockError {
             LockError::Unreachable(cmd.socket.clone(), error.to_string())
         }
         Error::Protocol(_) => LockError::Lost {
-            resource: cmd.resource.clone(),
+            what: cmd.what(),
             reason: "the agent ended the hold before it began".into(),
         },
         Error::Lost { message } | Error::Api { message, .. } => LockError::Refused(message),
@@ -307,14 +326,14 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
             }
             // Dropping the request ends the wait; nothing was granted.
             signal = signals.recv() => {
-                return Err(LockError::Signaled { signal, waiting: true });
+                return Err(LockError::Signaled { signal, waiting: true, elect: false });
             }
         },
         Some(elect) => tokio::select! {
             campaign = lead(&client, &cmd, elect) => Lease::Leader(campaign?),
             // Dropping the campaign ends it; nothing was led.
             signal = signals.recv() => {
-                return Err(LockError::Signaled { signal, waiting: true });
+                return Err(LockError::Signaled { signal, waiting: true, elect: true });
             }
         },
     };
@@ -369,7 +388,7 @@ async fn lead(client: &Client, cmd: &LockCommand, elect: &Elect) -> Result<Campa
     match campaign.elected().await {
         Ok(Some(_)) => Ok(campaign),
         Ok(None) => Err(LockError::Lost {
-            resource: cmd.resource.clone(),
+            what: cmd.what(),
             reason: "the agent ended the campaign before it led".into(),
         }),
         Err(e) => Err(LockError::Unreachable(cmd.socket.clone(), e.to_string())),
@@ -718,7 +737,7 @@ impl Guarded {
                 // to release.
                 self.hold.close();
                 Err(LockError::Lost {
-                    resource: cmd.resource.clone(),
+                    what: cmd.what(),
                     reason,
                 })
             }
@@ -727,6 +746,7 @@ impl Guarded {
                 Err(LockError::Signaled {
                     signal,
                     waiting: false,
+                    elect: cmd.elect.is_some(),
                 })
             }
             Some(Stop::Exited) | None => {
@@ -740,7 +760,8 @@ impl Guarded {
                 if left {
                     eprintln!(
                         "redlock-agent lock: the command left processes running; they were \
-                         stopped before the lock was released"
+                         stopped before {} was given up",
+                        cmd.what()
                     );
                 }
                 Ok(shell_code(status))

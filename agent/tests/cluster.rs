@@ -1232,6 +1232,65 @@ async fn a_cluster_that_turns_out_to_hold_another_masters_node_is_down() {
     }
 }
 
+/// Two primaries of a Redis Cluster listed as single servers (`url`), not
+/// as a cluster: the one that does not serve the marker key's slot answers
+/// MOVED, the one that does answers like a single server. `/v1/nodes` says
+/// of each that it is a cluster node to be listed under `cluster:`: the
+/// first in its error (never the raw redirect), the second in its
+/// warnings, read from `cluster_enabled:1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_listed_as_a_single_server_is_named_as_one() {
+    let mut masters = Masters::start(1, 0);
+    masters.add_single();
+    let marker_slot = keys::key_slot(format!("{PREFIX}{}", keys::MARKER_SUFFIX).as_bytes());
+    let primaries = blocking(|| masters.clusters[0].primaries()).unwrap();
+    let serving = primaries.iter().find(|p| p.owns(marker_slot)).unwrap().port;
+    let moved = primaries.iter().find(|p| p.port != serving).unwrap().port;
+    let single = masters.singles[0].url();
+    let agent = TestAgent::start_with(|socket| {
+        format!(
+            "socket:\n  path: {:?}\nmetrics:\n  listen: \"127.0.0.1:0\"\nmasters:\n  - name: r1\n    url: {single}\n  - name: m1\n    url: redis://127.0.0.1:{moved}\n  - name: s1\n    url: redis://127.0.0.1:{serving}\n{SETTINGS}",
+            socket.display().to_string(),
+        )
+    })
+    .await;
+    let said = "it is a Redis Cluster node";
+    let advice = "listed as a single server (url): list the cluster's nodes under cluster: instead (see docs/redis-cluster.md)";
+    let nodes = wait_nodes(
+        &agent,
+        "m1's error and s1's warning",
+        Duration::from_secs(20),
+        |nodes| {
+            let error = node(nodes, "m1")["last_error"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let warned = node(nodes, "s1")["warnings"].as_array().is_some_and(|w| {
+                w.iter()
+                    .any(|w| w.as_str().unwrap_or_default().contains(said))
+            });
+            error.contains(said) && warned
+        },
+    )
+    .await;
+    let m1 = node(&nodes, "m1");
+    let error = m1["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with(&format!("{said} (it answered MOVED), {advice}")),
+        "{m1:#}"
+    );
+    assert!(!error.to_lowercase().contains("key moved"), "{m1:#}");
+    let s1 = node(&nodes, "s1");
+    assert!(
+        s1["warnings"].as_array().unwrap().iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{said} (cluster_enabled:1), {advice}"))),
+        "{s1:#}"
+    );
+    agent.stop().await;
+}
+
 // --- config -------------------------------------------------------------
 
 const BIN: &str = env!("CARGO_BIN_EXE_redlock-agent");

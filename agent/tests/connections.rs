@@ -212,6 +212,40 @@ async fn a_connection_serves_requests_across_idle_gaps_and_its_hold_ends_with_it
     .await;
 }
 
+/// A hold whose client shuts down its writing side (a half-close: the end
+/// of a pipe's input, `shutdown(SHUT_WR)`) ends as a closed connection
+/// does, as docs/api.md says: released at once, long before its TTL, and
+/// the stream ends with no `lost` event.
+#[tokio::test]
+async fn a_half_closed_hold_is_released_at_once_and_ends_without_lost() {
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(&cluster, "").await;
+    let mut conn = Conn::open(&agent).await;
+    conn.send(&post("/v1/locks/hc/hold", r#"{"ttl_ms": 60000}"#))
+        .await;
+    let head = conn.head().await;
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    while !String::from_utf8_lossy(&conn.buffer).contains("\"acquired\"") {
+        let len = conn.buffer.len();
+        conn.fill(len + 1).await;
+    }
+    conn.stream.shutdown().await.unwrap();
+    // The rest of the stream, to its end.
+    while conn.try_fill(conn.buffer.len() + 1).await {}
+    let rest = String::from_utf8_lossy(&conn.buffer).into_owned();
+    assert!(!rest.contains("\"lost\""), "{rest}");
+    // Released, not left to its 60 s TTL: the next client takes it now.
+    wait_for(
+        "the half-closed hold's release",
+        Duration::from_secs(20),
+        || async { cluster.get(0, "redlock:hc").await.is_none() },
+    )
+    .await;
+    agent
+        .acquire_ok("hc", serde_json::json!({"ttl_ms": 1000}))
+        .await;
+}
+
 /// Two requests in one write, and one request in two writes, are each
 /// answered once, in order, on the same connection: bytes hyper read but
 /// had not parsed are never lost between hyper connections.

@@ -114,6 +114,15 @@ async fn elect_runs_the_command_only_while_leading() {
         "the first command outlived its leadership"
     );
     assert!(!output.status.success(), "{output:?}");
+    // Said of a leadership, not of a lock.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "stopped by SIGTERM; the command's processes were stopped and the leadership resigned"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("the lock"), "{stderr}");
     wait_for("the second command", Duration::from_secs(10), || async {
         term_of(dir, "b").is_some()
     })
@@ -134,6 +143,11 @@ async fn elect_runs_the_command_only_while_leading() {
     assert_eq!(output.status.code(), Some(70), "{stderr}");
     assert!(stderr.contains("lost"), "{stderr}");
     assert!(
+        stderr.contains("the leadership of election jobs was lost ("),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("the lock"), "{stderr}");
+    assert!(
         !alive(second_pid),
         "the second command outlived its lost leadership"
     );
@@ -144,4 +158,38 @@ async fn elect_runs_the_command_only_while_leading() {
 async fn waiting(agent: &TestAgent) -> u64 {
     let (_, summary): (_, Value) = agent.get("/v1/summary").await.unwrap();
     summary["waiters"].as_u64().unwrap_or(0)
+}
+
+/// An operator's force release of the leadership (admin socket) stops the
+/// leading `elect`'s command, and `elect` exits 70 saying the leadership
+/// of the election was lost to a force release, never "the lock".
+#[tokio::test]
+async fn a_force_released_leadership_stops_the_command_and_says_so() {
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(&cluster, "").await;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+
+    let leader = start_elect(&agent, dir, "a");
+    wait_for("the command", Duration::from_secs(10), || async {
+        term_of(dir, "a").is_some()
+    })
+    .await;
+    let pid = pid_of(dir, "a");
+    let forced = agent
+        .admin_client
+        .force_release_leadership("jobs")
+        .await
+        .expect("force release of the leadership");
+    assert_eq!(forced.deleted, 3, "{forced:?}");
+    let output = exit_of(leader).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(70), "{stderr}");
+    assert!(
+        stderr.contains("the leadership of election jobs was lost (force_released)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("the lock"), "{stderr}");
+    assert!(!alive(pid), "the command outlived its leadership");
+    agent.stop().await;
 }

@@ -32,7 +32,7 @@
 use std::time::Duration;
 
 use hyper::Method;
-use redlock_wire::{CampaignEvent, CampaignRequest, Leader, ObserveEvent};
+use redlock_wire::{CampaignEvent, CampaignRequest, ForceReleaseResponse, Leader, ObserveEvent};
 use tokio::time::Instant;
 
 use crate::hold::Lines;
@@ -308,6 +308,29 @@ impl Client {
     /// campaigner leads; otherwise an API or transport error.
     pub async fn leader(&self, name: &str) -> Result<Leader, Error> {
         self.get(election_path(name, "")).await
+    }
+
+    /// `POST /v1/elections/{name}/force-release`: for operators, on the
+    /// admin socket, ends the leadership of `name` whoever holds it, as
+    /// [`Client::force_release`] does a lock: the leader's campaign hears
+    /// `lost` (`force_released`) at once, and another campaigner is
+    /// elected with a larger term.
+    ///
+    /// # Errors
+    /// [`Error::Api`] for a refused request (`forbidden` on the
+    /// application socket), or a transport error.
+    pub async fn force_release_leadership(
+        &self,
+        name: &str,
+    ) -> Result<ForceReleaseResponse, Error> {
+        self.transport
+            .call(
+                Method::POST,
+                election_path(name, "force-release"),
+                None,
+                Duration::ZERO,
+            )
+            .await
     }
 
     /// `GET /v1/elections/{name}/observe`: the leader now, then every

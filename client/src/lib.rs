@@ -640,7 +640,9 @@ impl Client {
 
     /// `POST /v1/locks/{resource}/force-release`: for operators, deletes the
     /// lock key on every master whoever holds it (logged and counted by the
-    /// agent). Its holder learns at its next renewal.
+    /// agent). Its holder's hold, on whichever agent, hears `lost`
+    /// (`force_released`) at once. Permits and leaderships have theirs:
+    /// [`Client::force_release_permit`], [`Client::force_release_leadership`].
     ///
     /// # Errors
     /// [`Error::Api`] for a refused request, or a transport error.

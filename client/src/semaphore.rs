@@ -34,8 +34,9 @@ use std::time::Duration;
 
 use hyper::Method;
 use redlock_wire::{
-    ExtendResponse, HoldEvent, OnDisconnect, PermitExtendRequest, PermitHoldRequest,
-    PermitReleaseRequest, PermitRequest, PermitResponse, ReleaseResponse, SemaphoreResponse,
+    ExtendResponse, ForceReleaseResponse, HoldEvent, OnDisconnect, PermitExtendRequest,
+    PermitForceReleaseRequest, PermitHoldRequest, PermitReleaseRequest, PermitRequest,
+    PermitResponse, ReleaseResponse, SemaphoreResponse,
 };
 
 use crate::hold::Hold;
@@ -415,6 +416,30 @@ impl Client {
             Error::Protocol("a semaphore's `acquired` must name its permit".into())
         })?;
         Ok(PermitHold { permit, hold })
+    }
+
+    /// `POST /v1/semaphores/{name}/force-release`: for operators, on the
+    /// admin socket, deletes permit `permit` on every master whoever holds
+    /// it, as [`Client::force_release`] does a lock: its holder's hold
+    /// hears `lost` (`force_released`) at once, and a waiter may take it.
+    ///
+    /// # Errors
+    /// [`Error::Api`] for a refused request (`forbidden` on the
+    /// application socket, `invalid_request` for a permit number past the
+    /// largest limit), or a transport error.
+    pub async fn force_release_permit(
+        &self,
+        name: &str,
+        permit: u32,
+    ) -> Result<ForceReleaseResponse, Error> {
+        self.transport
+            .call(
+                Method::POST,
+                semaphore_path(name, "force-release"),
+                Some(json(&PermitForceReleaseRequest { permit })),
+                Duration::ZERO,
+            )
+            .await
     }
 
     /// `GET /v1/semaphores/{name}`: the held permits (never tokens), the

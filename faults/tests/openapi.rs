@@ -451,6 +451,11 @@ fn wire_values_match_their_schemas() {
     );
     check(
         &s,
+        "PermitForceReleaseRequest",
+        PermitForceReleaseRequest { permit: 2 },
+    );
+    check(
+        &s,
         "SemaphoreResponse",
         SemaphoreResponse {
             semaphore: "s".into(),
@@ -704,6 +709,11 @@ fn request_readers() -> Vec<(&'static str, &'static str, Reader)> {
             "post",
             "/v1/semaphores/{name}/hold",
             reader::<PermitHoldRequest>,
+        ),
+        (
+            "post",
+            "/v1/semaphores/{name}/force-release",
+            reader::<PermitForceReleaseRequest>,
         ),
         (
             "post",

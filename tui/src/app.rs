@@ -92,6 +92,9 @@ pub enum Mode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Confirm {
     pub resource: String,
+    /// What the force release asks the agent for: the lock's, a permit's
+    /// or a leadership's.
+    pub command: Command,
     pub owner: Option<String>,
     pub held_on: usize,
     pub masters: usize,
@@ -387,13 +390,13 @@ impl App {
             A::ForceRelease => self.ask_force_release(),
             A::Confirm => {
                 if let Mode::Confirm(confirm) = &self.mode {
-                    let resource = confirm.resource.clone();
+                    let command = confirm.command.clone();
                     self.back();
                     if self.settings.readonly {
                         return;
                     }
-                    self.outbox.push(Command::ForceRelease(resource.clone()));
-                    self.flash(Level::Info, format!("force-releasing {resource}…"));
+                    self.flash(Level::Info, format!("force-releasing {}…", command.what()));
+                    self.outbox.push(command);
                 }
             }
             A::Cancel => {
@@ -447,24 +450,9 @@ impl App {
             self.flash(Level::Warn, "no lock selected");
             return;
         };
-        let kind = Kind::of(&lock.info.resource);
-        if !kind.force_releasable() {
-            let what = match kind {
-                Kind::Permit { semaphore, .. } => format!("a permit of semaphore {semaphore}"),
-                Kind::Leader { election } => format!("the leadership of election {election}"),
-                Kind::Lock => String::new(),
-            };
-            self.flash(
-                Level::Warn,
-                format!(
-                    "no force release for {what}: the agent force-releases only locks \
-                     an application names; its holder releases or resigns it, or it expires"
-                ),
-            );
-            return;
-        }
         let confirm = Confirm {
             resource: lock.info.resource.clone(),
+            command: force_release(&lock.info.resource),
             owner: lock.info.owner.clone(),
             held_on: lock.held_on(),
             masters: lock.keys.len(),
@@ -745,6 +733,19 @@ impl App {
             Update::Summary(Err(e)) => self.summary.forget(Known::Failed(e)),
         }
         self.rebuild_tables();
+    }
+}
+
+/// The force release of a listed resource, by its kind: a lock's, one
+/// permit's of its semaphore, or an election's leadership.
+fn force_release(resource: &str) -> Command {
+    match Kind::of(resource) {
+        Kind::Lock => Command::ForceRelease(resource.to_string()),
+        Kind::Permit { semaphore, permit } => Command::ForceReleasePermit {
+            semaphore: semaphore.to_string(),
+            permit,
+        },
+        Kind::Leader { election } => Command::ForceReleaseLeadership(election.to_string()),
     }
 }
 

@@ -209,6 +209,49 @@ pub enum Event {
 pub enum Command {
     /// `POST /v1/locks/{resource}/force-release`, then poll at once.
     ForceRelease(String),
+    /// `POST /v1/semaphores/{semaphore}/force-release` of one permit, then
+    /// poll at once.
+    ForceReleasePermit { semaphore: String, permit: u32 },
+    /// `POST /v1/elections/{election}/force-release`, then poll at once.
+    ForceReleaseLeadership(String),
+}
+
+impl Command {
+    /// What the command force-releases, as the flash names it: the lock's
+    /// resource, a permit of a semaphore or an election's leadership.
+    pub fn what(&self) -> String {
+        match self {
+            Command::ForceRelease(resource) => resource.clone(),
+            Command::ForceReleasePermit { semaphore, permit } => {
+                format!("permit {permit} of semaphore {semaphore}")
+            }
+            Command::ForceReleaseLeadership(election) => {
+                format!("the leadership of election {election}")
+            }
+        }
+    }
+
+    /// Sends the command: its route, and the agent's answer.
+    async fn send(
+        &self,
+        agent: &redlock_client::Client,
+    ) -> (String, Result<ForceReleaseResponse, Error>) {
+        use redlock_client::{election_path, lock_path, semaphore_path};
+        match self {
+            Command::ForceRelease(resource) => (
+                lock_path(resource, "force-release"),
+                agent.force_release(resource).await,
+            ),
+            Command::ForceReleasePermit { semaphore, permit } => (
+                semaphore_path(semaphore, "force-release"),
+                agent.force_release_permit(semaphore, *permit).await,
+            ),
+            Command::ForceReleaseLeadership(election) => (
+                election_path(election, "force-release"),
+                agent.force_release_leadership(election).await,
+            ),
+        }
+    }
 }
 
 /// Where and how often to ask.
@@ -336,9 +379,9 @@ impl Client {
                 () = &mut sleep => return Ok(()),
                 command = self.commands.recv() => match command {
                     None => return Err(Stop),
-                    Some(Command::ForceRelease(resource)) => {
+                    Some(command) => {
                         self.send(Event::Released {
-                            resource,
+                            resource: command.what(),
                             result: Err("not connected to the agent".to_string()),
                         })
                         .await?;
@@ -365,13 +408,13 @@ impl Client {
                 () = changed(&mut query) => tick.reset(),
                 command = self.commands.recv() => match command {
                     None => return Ok(Stop),
-                    Some(Command::ForceRelease(resource)) => {
-                        let path = redlock_client::lock_path(&resource, "force-release");
-                        let (result, failed) =
-                            match worded("POST", &path, agent.force_release(&resource).await) {
-                                Ok(reply) => (reply, None),
-                                Err(e) => (Err(e.to_string()), Some(e)),
-                            };
+                    Some(command) => {
+                        let (path, answer) = command.send(agent).await;
+                        let (result, failed) = match worded("POST", &path, answer) {
+                            Ok(reply) => (reply, None),
+                            Err(e) => (Err(e.to_string()), Some(e)),
+                        };
+                        let resource = command.what();
                         if self.send(Event::Released { resource, result }).await.is_err() {
                             return Ok(Stop);
                         }

@@ -250,7 +250,7 @@ pub const BINDINGS: &[Binding] = &[
     bind(S::Nodes, &[Key::char('U')], A::SortNodes(NodeColumn::Uptime), "sort by uptime", Some("sort")),
     // Locks.
     bind(S::Locks, &[ENTER], A::OpenDetail, "open the lock's detail", Some("detail")),
-    bind(S::Locks, &[Key::ctrl('d')], A::ForceRelease, "force-release the lock (asks first; not permits or leaders)", Some("force release")),
+    bind(S::Locks, &[Key::ctrl('d')], A::ForceRelease, "force-release the lock, permit or leadership (asks first)", Some("force release")),
     bind(S::Locks, &[Key::char('R')], A::SortLocks(LockColumn::Resource), "sort by resource (again: reverse)", Some("sort")),
     bind(S::Locks, &[Key::char('O')], A::SortLocks(LockColumn::Owner), "sort by owner", Some("sort")),
     bind(S::Locks, &[Key::char('V')], A::SortLocks(LockColumn::Validity), "sort by validity left", Some("sort")),
@@ -270,7 +270,7 @@ pub const BINDINGS: &[Binding] = &[
     bind(S::Detail, &[ESC, ENTER], A::CloseDetail, "back to the locks", Some("back")),
     bind(S::Detail, &[Key::char('j'), Key::code(KeyCode::Down)], A::Down, "next lock", None),
     bind(S::Detail, &[Key::char('k'), Key::code(KeyCode::Up)], A::Up, "previous lock", None),
-    bind(S::Detail, &[Key::ctrl('d')], A::ForceRelease, "force-release this lock (asks first; not permits or leaders)", Some("force release")),
+    bind(S::Detail, &[Key::ctrl('d')], A::ForceRelease, "force-release this lock, permit or leadership (asks first)", Some("force release")),
     bind(S::Detail, &[Key::char(' ')], A::TogglePause, "pause or resume live updates", Some("pause")),
     bind(S::Detail, &[Key::char('?')], A::Help, "help", Some("help")),
     bind(S::Detail, &[Key::char('q')], A::Quit, "quit", Some("quit")),

@@ -875,8 +875,11 @@ impl Campaign {
 }
 
 /// A permit and a leadership taken through the agent show as such in the
-/// locks view (with no force release), and in the `:primitives` view with
-/// the permits held of the limit, the leader's holder, value and term.
+/// locks view, and in the `:primitives` view with the permits held of the
+/// limit, the leader's holder, value and term; `ctrl-d` on each asks first,
+/// naming the permit of its semaphore or the election's leadership, and
+/// `y` force-releases it through the admin socket: the permit is free and
+/// the election has no leader.
 #[test]
 fn the_tui_shows_a_held_permit_and_a_leader() {
     require("tmux", &["-V"]);
@@ -937,15 +940,22 @@ fn the_tui_shows_a_held_permit_and_a_leader() {
         ["leader", "cron"],
         "{screen}"
     );
-    // No force release for them: the key says why.
+    // Force release asks first, naming the permit of its semaphore; `n`
+    // leaves it held.
     tmux.type_text("/^e2e-pool");
     tmux.keys(&["Enter"]);
     tmux.wait_until("the filter to keep the permit", |s| {
         s.contains("Locks [1/1]")
     });
     tmux.keys(&["C-d"]);
-    let screen = tmux.wait_for_text("no force release for a permit of semaphore e2e-pool");
-    assert!(!screen.contains("Force-release"), "{screen}");
+    tmux.wait_until("the permit's confirm dialog", |s| {
+        s.contains("Force-release permit 0 of semaphore e2e-pool?")
+            && s.contains("Holder: worker · on 3 of 3 masters")
+    });
+    tmux.keys(&["n"]);
+    tmux.wait_until("the dialog to close", |s| {
+        !s.contains("Force-release permit 0") && row(s, "e2e-pool permit 0").is_some()
+    });
     // Its detail pane is the listing's row (the agent's lock route
     // refuses these names): owner and holder, no error.
     tmux.keys(&["Enter"]);
@@ -982,6 +992,46 @@ fn the_tui_shows_a_held_permit_and_a_leader() {
         [format!("{agent_name}/cron").as_str(), "value", "v1"],
         "{screen}"
     );
+
+    // Back in the locks view, `y` force-releases the permit, then the
+    // leadership. The flash says what the agent did: deleted on all three
+    // masters or, when one answered late, on the others, naming it.
+    tmux.type_text(":locks");
+    tmux.keys(&["Enter"]);
+    tmux.type_text("/^e2e-pool");
+    tmux.keys(&["Enter"]);
+    tmux.wait_until("the filter to keep the permit", |s| {
+        s.contains("Locks [1/1]")
+    });
+    tmux.keys(&["C-d"]);
+    tmux.wait_for_text("Force-release permit 0 of semaphore e2e-pool?");
+    tmux.keys(&["y"]);
+    tmux.wait_until("the permit to be released", |s| {
+        (s.contains("force-released permit 0 of semaphore e2e-pool: deleted on 3 masters")
+            || s.contains("force-released permit 0 of semaphore e2e-pool on 2 masters"))
+            && row(s, "e2e-pool permit 0").is_none()
+    });
+    tmux.keys(&["Escape"]);
+    tmux.wait_until("the filter to clear", |s| {
+        s.contains("Locks [1/1]") && row(s, "e2e-sched election").is_some()
+    });
+    tmux.type_text("/^e2e-sched");
+    tmux.keys(&["Enter"]);
+    tmux.keys(&["C-d"]);
+    tmux.wait_for_text("Force-release the leadership of election e2e-sched?");
+    tmux.keys(&["y"]);
+    tmux.wait_until("the leadership to be released", |s| {
+        (s.contains("force-released the leadership of election e2e-sched: deleted on 3")
+            || s.contains("force-released the leadership of election e2e-sched on 2"))
+            && row(s, "e2e-sched election").is_none()
+    });
+    let (status, semaphore) =
+        http(&agent.socket, "GET", "/v1/semaphores/e2e-pool", "").expect("the semaphore");
+    assert_eq!(status, 200, "{semaphore}");
+    assert!(semaphore.contains(r#""permits":[]"#), "{semaphore}");
+    let (status, leader) =
+        http(&agent.socket, "GET", "/v1/elections/e2e-sched", "").expect("the leader");
+    assert_eq!(status, 404, "{leader}");
 
     tmux.keys(&["q"]);
     wait_for(

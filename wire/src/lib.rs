@@ -91,8 +91,8 @@ pub mod semaphore;
 
 pub use election::{CampaignEvent, CampaignRequest, Leader, ObserveEvent};
 pub use semaphore::{
-    PermitExtendRequest, PermitHoldRequest, PermitInfo, PermitReleaseRequest, PermitRequest,
-    PermitResponse, SemaphoreResponse,
+    PermitExtendRequest, PermitForceReleaseRequest, PermitHoldRequest, PermitInfo,
+    PermitReleaseRequest, PermitRequest, PermitResponse, SemaphoreResponse,
 };
 
 lock_request! {
@@ -356,7 +356,9 @@ pub struct LockResponse {
     pub partial: bool,
 }
 
-/// 200 answer to `POST /v1/locks/{resource}/force-release`.
+/// 200 answer to `POST /v1/locks/{resource}/force-release`, and to the
+/// force release of a permit (`/v1/semaphores/{name}/force-release`) or of
+/// a leadership (`/v1/elections/{name}/force-release`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForceReleaseResponse {
     /// Masters on which a key was deleted.

@@ -89,6 +89,16 @@ pub struct PermitReleaseRequest {
     pub token: String,
 }
 
+/// Body of a semaphore's `force-release` (admin socket only): the permit
+/// to delete on every master, whoever holds it; the answer is a lock's
+/// (`ForceReleaseResponse`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PermitForceReleaseRequest {
+    #[serde(deserialize_with = "crate::fields::whole_u32")]
+    pub permit: u32,
+}
+
 /// One held permit in `GET /v1/semaphores/{name}`: who holds it, never
 /// its token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use hyper::{Response, StatusCode};
 use redlock_wire::{
     AcquireRequest, AcquireResponse, ExtendRequest, ExtendResponse, HoldRequest,
-    PermitExtendRequest, PermitHoldRequest, PermitReleaseRequest, PermitRequest, PermitResponse,
-    ReleaseRequest, ReleaseResponse,
+    PermitExtendRequest, PermitForceReleaseRequest, PermitHoldRequest, PermitReleaseRequest,
+    PermitRequest, PermitResponse, ReleaseRequest, ReleaseResponse,
 };
 
 use super::reply::{json, lock_error, ndjson, parse_body, ApiError, Body};
@@ -172,7 +172,8 @@ pub async fn release(
     Ok(json(StatusCode::OK, &answer))
 }
 
-/// `POST /v1/semaphores/{name}/{acquire,extend,release,hold}`.
+/// `POST /v1/semaphores/{name}/{acquire,extend,release,hold}`, and
+/// `force-release` of one permit (on the admin socket: the routing checks).
 pub async fn semaphore(
     agent: &Arc<Agent>,
     name: Resource,
@@ -241,10 +242,13 @@ pub async fn semaphore(
             };
             release(agent, resource, holder, request).await
         }
-        LockAction::ForceRelease => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            redlock_wire::ErrorCode::NotFound,
-            "a semaphore has no force-release",
-        )),
+        LockAction::ForceRelease => {
+            let request: PermitForceReleaseRequest = parse_body(body, false)?;
+            let resource = permit_resource(&name, request.permit).map_err(lock_error)?;
+            Ok(json(
+                StatusCode::OK,
+                &agent.locks().force_release(&resource, holder).await,
+            ))
+        }
     }
 }

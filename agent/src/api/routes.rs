@@ -60,6 +60,9 @@ enum Route {
     Observe(Resource),
     /// `POST /v1/elections/{name}/campaign`.
     Campaign(Resource),
+    /// `POST /v1/elections/{name}/force-release`: an operator ends the
+    /// leadership, whoever holds it (admin socket only).
+    ForceResign(Resource),
 }
 
 impl Route {
@@ -68,7 +71,7 @@ impl Route {
     fn takes_body(&self) -> bool {
         matches!(
             self,
-            Route::Lock(..) | Route::Semaphore(..) | Route::Campaign(_)
+            Route::Lock(..) | Route::Semaphore(..) | Route::Campaign(_) | Route::ForceResign(_)
         )
     }
 }
@@ -136,12 +139,14 @@ fn route_label(path: &str) -> &'static str {
             Some("extend") => "permit_extend",
             Some("release") => "permit_release",
             Some("hold") => "permit_hold",
+            Some("force-release") => "permit_force_release",
             _ => "unknown",
         },
         _ if path.starts_with("/v1/elections/") && path.matches('/').count() == 3 => "leader",
         _ if path.starts_with("/v1/elections/") => match path.rsplit('/').next() {
             Some("campaign") => "campaign",
             Some("observe") => "observe",
+            Some("force-release") => "leader_force_release",
             _ => "unknown",
         },
         _ if path.starts_with("/v1/locks/") => match path.rsplit('/').next() {
@@ -261,6 +266,14 @@ async fn dispatch(
         Route::Semaphore(name, action) => {
             handlers::semaphore(agent, name, action, holder, &body).await
         }
+        Route::ForceResign(name) => {
+            let _: ForceReleaseRequest = parse_body(&body, true)?;
+            let election = Resource::election(&name);
+            Ok(json(
+                StatusCode::OK,
+                &agent.locks().force_release(&election, holder).await,
+            ))
+        }
         Route::Campaign(name) => {
             let request = parse_body(&body, true)?;
             let events = agent
@@ -287,8 +300,9 @@ async fn dispatch(
     }
 }
 
-/// Force release only on the admin socket; lock operations only on the
-/// application socket.
+/// Force release (of a lock, a permit or a leadership) only on the admin
+/// socket; lock, permit and leadership operations only on the application
+/// socket.
 fn check_surface(agent: &Agent, surface: Surface, route: &Route) -> Result<(), ApiError> {
     let forbidden = |message: String| {
         Err(ApiError::new(
@@ -298,11 +312,24 @@ fn check_surface(agent: &Agent, surface: Surface, route: &Route) -> Result<(), A
         ))
     };
     match (surface, route) {
-        (Surface::Socket, Route::Lock(_, LockAction::ForceRelease)) => forbidden(format!(
+        (
+            Surface::Socket,
+            Route::Lock(_, LockAction::ForceRelease)
+            | Route::Semaphore(_, LockAction::ForceRelease)
+            | Route::ForceResign(_),
+        ) => forbidden(format!(
             "force-release is served only on the admin socket ({}, admin.socket.path)",
             agent.config().admin.socket.path.display()
         )),
-        (Surface::Admin, Route::Semaphore(..) | Route::Campaign(_)) => forbidden(format!(
+        (Surface::Admin, Route::Semaphore(_, action))
+            if !matches!(action, LockAction::ForceRelease) =>
+        {
+            forbidden(format!(
+                "permits and leadership are taken on the application socket ({}, socket.path); the admin socket serves views and force-release",
+                agent.config().socket.path.display()
+            ))
+        }
+        (Surface::Admin, Route::Campaign(_)) => forbidden(format!(
             "permits and leadership are taken on the application socket ({}, socket.path); the admin socket serves views and force-release",
             agent.config().socket.path.display()
         )),
@@ -345,6 +372,7 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
             "extend" => LockAction::Extend,
             "release" => LockAction::Release,
             "hold" => LockAction::Hold,
+            "force-release" => LockAction::ForceRelease,
             _ => return Err(not_found()),
         };
         return Ok((
@@ -358,6 +386,9 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
             Some((segment, "observe")) => Ok((Route::Observe(one_segment(segment)?), Method::GET)),
             Some((segment, "campaign")) => {
                 Ok((Route::Campaign(one_segment(segment)?), Method::POST))
+            }
+            Some((segment, "force-release")) => {
+                Ok((Route::ForceResign(one_segment(segment)?), Method::POST))
             }
             Some(_) => Err(not_found()),
         };

@@ -81,6 +81,19 @@ impl MasterUrl {
             };
             return Err(format!("URL has no host{hint}: {:?}", url.to_string()));
         }
+        for (part, raw) in [
+            ("user", url.url.username()),
+            ("password", url.url.password().unwrap_or("")),
+        ] {
+            if let Some(problem) = escape_problem(raw) {
+                return Err(format!(
+                    "the {part} {problem}; the value is not shown, since it may hold a password: \
+                     write a % in the {part} as %25, or give the password in password_file or \
+                     password_env: {:?}",
+                    url.to_string()
+                ));
+            }
+        }
         for (key, _) in url.url.query_pairs() {
             let hint = match key.as_ref() {
                 READ_QUERY_KEY => continue,
@@ -148,6 +161,27 @@ impl MasterUrl {
         use redis::IntoConnectionInfo;
         self.url.as_str().into_connection_info()
     }
+}
+
+/// What is wrong with the percent-escapes of a URL's user or password, as
+/// written: a `%` not followed by two hex digits (the redis client would
+/// take it literally, `%zz` as three characters, and AUTH would fail at run
+/// time), or escapes that decode to bytes that are not UTF-8 (which the
+/// redis client refuses).
+fn escape_problem(raw: &str) -> Option<&'static str> {
+    let bytes = raw.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'%'
+            && !(bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+        {
+            return Some("has a % that is not a percent-escape (% and two hex digits)");
+        }
+    }
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .is_err()
+        .then_some("has percent-escapes that do not decode to UTF-8")
 }
 
 /// The `protocol` values the redis client knows; any other is shown as
@@ -234,6 +268,7 @@ pub(super) fn without_detail(e: &redis::RedisError) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::MasterUrl;
     use crate::config::tests::{errors_of, errors_offline};
     use crate::config::{AddressCheck, Config};
 
@@ -338,6 +373,36 @@ mod tests {
             info.redis_settings().protocol(),
             redis::ProtocolVersion::RESP3
         );
+    }
+
+    /// A `%` in the user or password that is not an escape is refused, with
+    /// the field and never the password: the redis client would send it as
+    /// written, and AUTH fail at run time.
+    #[test]
+    fn invalid_percent_escapes_in_the_userinfo_are_refused_without_the_password() {
+        for (url, part) in [
+            ("redis://:hid%zzden@127.0.0.1:6379", "password"),
+            ("redis://:hidden%4@127.0.0.1:6379", "password"),
+            ("redis://:hidden%@127.0.0.1:6379", "password"),
+            ("redis://:hid%ffden@127.0.0.1:6379", "password"),
+            ("redis://ag%zzent:hidden@127.0.0.1:6379", "user"),
+        ] {
+            let error = MasterUrl::parse(url)
+                .err()
+                .unwrap_or_else(|| panic!("{url} accepted"));
+            assert!(
+                error.starts_with(&format!("the {part} has ")),
+                "{url}: {error}"
+            );
+            assert!(
+                error.contains(&format!("write a % in the {part} as %25")),
+                "{url}: {error}"
+            );
+            assert!(!error.contains("hid"), "{url}: {error}");
+        }
+        let fine = MasterUrl::parse("redis://:hid%25zz%2Fden@127.0.0.1:6379").unwrap();
+        let info = fine.connection_info().unwrap();
+        assert_eq!(info.redis_settings().password(), Some("hid%zz/den"));
     }
 
     /// The password's two halves: a shape that splits it must show neither.

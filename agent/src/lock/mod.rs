@@ -139,6 +139,9 @@ pub enum LockError {
     Invalid(String),
     #[error("{0} is locked by another holder")]
     Taken(Resource),
+    /// Every permit of a semaphore was held by others for all of the wait.
+    #[error("semaphore {semaphore} has all its permits held by others (limit {limit})")]
+    Full { semaphore: Resource, limit: u32 },
     /// A semaphore asked for with another limit than its permits'.
     #[error("semaphore {semaphore} has limit {theirs} while its permits are held; this request asked for {ours}")]
     LimitMismatch {
@@ -149,7 +152,8 @@ pub enum LockError {
     /// Fewer than a quorum of masters could be used; the message names them.
     #[error("{0}")]
     NoQuorum(String),
-    #[error("{0} was not extended on a quorum in time; the lock is lost")]
+    /// A lock, a permit or a leadership (the message says which).
+    #[error("{} was not extended on a quorum in time; it is lost", .0.what())]
     Lost(Resource),
     #[error(transparent)]
     Wait(#[from] WaitError),
@@ -323,7 +327,7 @@ impl<M: Store> Locks<M> {
         let result = acquire.await;
         let outcome = match &result {
             Ok(_) => Outcome::Acquired,
-            Err(LockError::Taken(_)) => Outcome::Taken,
+            Err(LockError::Taken(_) | LockError::Full { .. }) => Outcome::Taken,
             Err(LockError::NoQuorum(_)) => Outcome::NoQuorum,
             Err(_) => Outcome::Error,
         };

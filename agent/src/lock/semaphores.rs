@@ -300,7 +300,10 @@ impl<M: Store> Locks<M> {
             (Acquire::Granted(_), None) => unreachable!("a granted round names its permit"),
             (Acquire::Taken, _) => {
                 self.metrics.fail(Failure::Taken);
-                Err(LockError::Taken(name.clone()))
+                Err(LockError::Full {
+                    semaphore: name.clone(),
+                    limit,
+                })
             }
             (Acquire::NoQuorum(message), _) => {
                 self.metrics.fail(Failure::NoQuorum);

@@ -91,6 +91,37 @@ fn classify(e: &RedisError) -> NodeError {
     }
 }
 
+/// What the agent says of a master listed as a single server (`url`) that
+/// is a Redis Cluster node, with what showed it (`cluster_enabled:1`, or
+/// the answer it gave): in `/v1/nodes` (its error and warnings), the logs
+/// and `check`.
+pub fn cluster_node_as_server(evidence: &str) -> String {
+    format!(
+        "it is a Redis Cluster node ({evidence}), listed as a single server (url): list the \
+         cluster's nodes under cluster: instead (see docs/redis-cluster.md), so each lock goes \
+         to the shard of its slot"
+    )
+}
+
+/// The code of an answer only a Redis Cluster node gives: a key served by
+/// another node (`MOVED`, `ASK`), keys of several slots in one call
+/// (`CROSSSLOT`), or a cluster without all its slots (`CLUSTERDOWN`).
+fn cluster_only(e: &RedisError) -> Option<&'static str> {
+    match e.kind() {
+        ErrorKind::Server(ServerErrorKind::Moved) => Some("MOVED"),
+        ErrorKind::Server(ServerErrorKind::Ask) => Some("ASK"),
+        ErrorKind::Server(ServerErrorKind::CrossSlot) => Some("CROSSSLOT"),
+        ErrorKind::Server(ServerErrorKind::ClusterDown) => Some("CLUSTERDOWN"),
+        _ => match e.code() {
+            Some("MOVED") => Some("MOVED"),
+            Some("ASK") => Some("ASK"),
+            Some("CROSSSLOT") => Some("CROSSSLOT"),
+            Some("CLUSTERDOWN") => Some("CLUSTERDOWN"),
+            _ => None,
+        },
+    }
+}
+
 /// Sorts an error's text: a script's error wraps the failed command's
 /// (`WRONGTYPE ...`, `OOM ...`, `READONLY ...`).
 fn classify_text(text: &str) -> NodeError {
@@ -729,9 +760,20 @@ impl Node {
         result.map_err(|e| self.failed(kind, &e))
     }
 
+    /// Classifies an error this master answered: as [`classify`], but an
+    /// answer only a Redis Cluster node gives, from a master listed as a
+    /// single server, says so and what to change in the config rather
+    /// than passing the raw redirect on.
+    pub(crate) fn classify(&self, e: &RedisError) -> NodeError {
+        match cluster_only(e).filter(|_| self.cluster.is_none()) {
+            Some(code) => NodeError::Other(cluster_node_as_server(&format!("it answered {code}"))),
+            None => classify(e),
+        }
+    }
+
     /// Classifies and records a failed request of `kind`.
     fn failed(&self, kind: Op, e: &RedisError) -> NodeError {
-        let error = match classify(e) {
+        let error = match self.classify(e) {
             NodeError::Timeout(_) if kind == Op::Probe => NodeError::Timeout(self.probe_timeout()),
             NodeError::Timeout(_) => NodeError::Timeout(self.timeout),
             other => other,

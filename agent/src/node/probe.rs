@@ -308,7 +308,7 @@ impl Node {
                 Some(Ok(value)) => redis::from_redis_value(value)
                     .map(Some)
                     .map_err(|e| NodeError::Other(format!("a probe's answer: {e}"))),
-                Some(Err(e)) => match super::classify(&e) {
+                Some(Err(e)) => match self.classify(&e) {
                     NodeError::NoPerm(_) => Ok(None),
                     other => Err(other),
                 },
@@ -346,7 +346,7 @@ impl Node {
             // Not loaded (a restarted master, a SCRIPT FLUSH): checked on
             // its own, which loads it.
             Some(Err(e)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => None,
-            Some(Err(e)) => Some(Err(super::classify(&e))),
+            Some(Err(e)) => Some(Err(self.classify(&e))),
         };
         Ok(ProbeReply {
             latency,

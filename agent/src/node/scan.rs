@@ -18,7 +18,7 @@ use super::Conn;
 
 use redlock_wire::keys::{key_slot, slot_key};
 
-use super::{classify, scripts, ttl_ms, Node};
+use super::{scripts, ttl_ms, Node};
 use crate::redlock::master::{KeyState, NodeError, Store};
 use crate::redlock::observe::Op;
 
@@ -191,7 +191,7 @@ impl Node {
         let started = Instant::now();
         let result = op(conn.clone()).await;
         self.observer.request(Op::Scan, started.elapsed());
-        result.map_err(|e| classify(&e))
+        result.map_err(|e| self.classify(&e))
     }
 
     /// One `SCAN cursor MATCH pattern COUNT count`: the next cursor and the

@@ -507,7 +507,11 @@ impl<M: Master> Redlock<M> {
             match vote {
                 Vote::Granted { .. } => granted += 1,
                 Vote::Taken => taken += 1,
-                Vote::LostState | Vote::Failed(_) => {}
+                Vote::LostState => failures.push(format!(
+                    "{} (incarnation marker missing: it lost its keys; quarantined)",
+                    node.name()
+                )),
+                Vote::Failed(e) => failures.push(format!("{} ({e})", node.name())),
             }
         }
         if granted + taken < self.quorum && !self.quorum_usable() {
@@ -515,16 +519,45 @@ impl<M: Master> Redlock<M> {
             // how long, as an acquire that finds too few usable would.
             Attempt::NoQuorum(self.describe_unusable())
         } else if granted + taken < self.quorum {
-            Attempt::NoQuorum(format!(
-                "{} of {} masters answered, quorum is {}; failed: {}",
-                granted + taken,
-                self.nodes.len(),
-                self.quorum,
-                failures.join(", ")
-            ))
+            Attempt::NoQuorum(self.describe_votes(usable, granted + taken, &failures))
         } else {
             Attempt::Taken
         }
+    }
+
+    /// Says how a round's votes fell short of a quorum: of every configured
+    /// master, how many answered, which were asked and failed, and which
+    /// were not asked (not usable, or a duplicate), so that the counts
+    /// agree with the masters named.
+    fn describe_votes(&self, asked: &[Arc<M>], answered: usize, failures: &[String]) -> String {
+        let mut not_asked = Vec::new();
+        for (node, duplicate) in self.nodes.iter().zip(self.duplicates()) {
+            if asked.iter().any(|a| Arc::ptr_eq(a, node)) {
+                continue;
+            }
+            match duplicate {
+                Some(first) => not_asked.push(format!(
+                    "{} (duplicate of {})",
+                    node.name(),
+                    self.nodes[first].name()
+                )),
+                None => not_asked.push(format!("{} ({})", node.name(), node.unusable_reason())),
+            }
+        }
+        let mut message = format!(
+            "{answered} of {} masters answered ({} asked, {} not usable), quorum is {}",
+            self.nodes.len(),
+            asked.len(),
+            not_asked.len(),
+            self.quorum
+        );
+        if !failures.is_empty() {
+            message.push_str(&format!("; failed: {}", failures.join(", ")));
+        }
+        if !not_asked.is_empty() {
+            message.push_str(&format!("; not usable: {}", not_asked.join(", ")));
+        }
+        message
     }
 
     /// Compare-and-delete on every master, all at once. [`Release::Released`]

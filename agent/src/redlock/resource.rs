@@ -89,6 +89,19 @@ impl Resource {
         Resource(format!("{} election", name.0))
     }
 
+    /// What this resource is, for messages: `the lock on x`, `permit 2 of
+    /// semaphore x` or `the leadership of election x`. Unambiguous: no
+    /// client can name a resource with a space (see [`Resource::permit`]).
+    pub fn what(&self) -> String {
+        if let Some((semaphore, index)) = permit_parts(&self.0) {
+            return format!("permit {index} of semaphore {semaphore}");
+        }
+        match self.0.strip_suffix(" election") {
+            Some(election) => format!("the leadership of election {election}"),
+            None => format!("the lock on {}", self.0),
+        }
+    }
+
     /// The name of this resource's waiters and release channel: its own,
     /// or for a permit its semaphore's (`<name> permit`), so a release of
     /// any permit wakes the semaphore's one queue.
@@ -154,6 +167,13 @@ pub fn queue_of(resource: &str) -> &str {
     }
 }
 
+/// A permit's semaphore and number, from its resource's name.
+fn permit_parts(resource: &str) -> Option<(&str, &str)> {
+    let (head, index) = resource.rsplit_once(' ')?;
+    let semaphore = head.strip_suffix(" permit")?;
+    (!index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())).then_some((semaphore, index))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +190,20 @@ mod tests {
         assert_eq!(election.queue(), "pay election");
         assert!(Resource::new(permit.as_str()).is_err());
         assert!(Resource::new(election.as_str()).is_err());
+    }
+
+    #[test]
+    fn messages_name_a_permit_or_a_leadership_as_what_it_is() {
+        let big = Resource::new("big").unwrap();
+        assert_eq!(
+            Resource::permit(&big, 2).what(),
+            "permit 2 of semaphore big"
+        );
+        assert_eq!(
+            Resource::election(&big).what(),
+            "the leadership of election big"
+        );
+        assert_eq!(big.what(), "the lock on big");
     }
 
     #[test]

@@ -208,6 +208,40 @@ async fn a_quorum_reached_too_late_is_no_grant_and_is_released() {
     }
 }
 
+/// A round that misses its quorum says how many of the configured masters
+/// answered, and names each of the others once: asked and failed, or not
+/// usable. The counts agree with the names (issue 40: "0 of 5 masters
+/// answered" named three).
+#[tokio::test(start_paused = true)]
+async fn a_missed_quorum_counts_the_masters_it_names() {
+    let s = setup(5, FenceSettings::default());
+    s.masters[0].set(Mode::Down);
+    s.masters[1].set(Mode::Down);
+    for m in &s.masters[2..] {
+        m.set(Mode::LostState);
+    }
+    let Acquire::NoQuorum(message) = acquire(&s, "a", false).await else {
+        panic!("no master answered a vote, and a lock was granted");
+    };
+    assert!(
+        message.starts_with("0 of 5 masters answered (3 asked, 2 not usable), quorum is 3; "),
+        "{message}"
+    );
+    let (failed, not_usable) = message
+        .split_once("; not usable: ")
+        .unwrap_or_else(|| panic!("{message}"));
+    for m in ["m2", "m3", "m4"] {
+        assert_eq!(failed.matches(&format!("{m} (")).count(), 1, "{message}");
+    }
+    for m in ["m0", "m1"] {
+        assert_eq!(
+            not_usable.matches(&format!("{m} (down)")).count(),
+            1,
+            "{message}"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn votes_of_masters_that_lost_their_keys_never_count() {
     let s = setup(3, FenceSettings::default());

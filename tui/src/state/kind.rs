@@ -46,10 +46,4 @@ impl<'a> Kind<'a> {
             Kind::Leader { .. } => "leader",
         }
     }
-
-    /// Can the agent force-release it? Its force-release route refuses
-    /// names with spaces, which every permit and election resource has.
-    pub fn force_releasable(self) -> bool {
-        self == Kind::Lock
-    }
 }

@@ -376,9 +376,6 @@ mod tests {
         ] {
             assert_eq!(Kind::of(name), Kind::Lock, "{name:?}");
         }
-        assert!(Kind::Lock.force_releasable());
-        assert!(!Kind::of("pay permit 0").force_releasable());
-        assert!(!Kind::of("s election").force_releasable());
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! The confirm dialog in front of a force release: it names the resource
-//! and its holder, says what will happen, and takes its answer keys from
-//! the key table.
+//! The confirm dialog in front of a force release: it names the lock, the
+//! permit or the leadership and its holder, says what will happen, and
+//! takes its answer keys from the key table.
 
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -8,6 +8,7 @@ use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use crate::app::{App, Confirm};
+use crate::client::Command;
 use crate::keys;
 
 use super::fmt::{self, DASH};
@@ -37,7 +38,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, confirm: &Confirm) {
     let lines = vec![
         Line::from(vec![
             Span::raw("Force-release "),
-            Span::styled(confirm.resource.clone(), theme::TITLE),
+            Span::styled(confirm.command.what(), theme::TITLE),
             Span::raw("?"),
         ]),
         Line::from(vec![
@@ -52,10 +53,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, confirm: &Confirm) {
             ),
         ]),
         Line::default(),
-        Line::from(Span::styled(
-            "Deletes the key on every master. The holder is not told and may go on as if it held the lock.",
-            theme::WARN,
-        )),
+        Line::from(Span::styled(consequence(&confirm.command), theme::WARN)),
         Line::default(),
         Line::from(answers),
     ];
@@ -67,4 +65,22 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, confirm: &Confirm) {
         Paragraph::new(lines).block(block).wrap(Wrap { trim: true }),
         popup,
     );
+}
+
+/// What the force release does, and who hears of it.
+fn consequence(command: &Command) -> &'static str {
+    match command {
+        Command::ForceRelease(_) => {
+            "Deletes the key on every master. A hold hears lost at once; other holders are not \
+             told and may go on."
+        }
+        Command::ForceReleasePermit { .. } => {
+            "Deletes this permit on every master; a waiter may take it. Its hold hears lost at \
+             once; other holders are not told."
+        }
+        Command::ForceReleaseLeadership(_) => {
+            "Ends this leadership on every master: its campaign hears lost at once, and the next \
+             leader gets a larger term."
+        }
+    }
 }

@@ -386,7 +386,7 @@ fn help_is_rendered_from_the_key_table() {
     assert!(contains(&screen, "│  j / ↓                 move down"));
     assert!(contains(
         &screen,
-        "│  ctrl-d                force-release the lock (asks first; not permits or leaders)"
+        "│  ctrl-d                force-release the lock, permit or leadership (asks first)"
     ));
     assert!(
         screen[1].starts_with(" <esc> close "),

@@ -1,8 +1,9 @@
 //! Render tests of semaphores and elections: the KIND column of the locks
-//! view, the refused force release, the primitives view and the header's
-//! figures.
+//! view, the force release of a permit or a leadership, the primitives
+//! view and the header's figures.
 
 use super::*;
+use crate::client::Command;
 
 /// The fixture agent with a semaphore `pay` (permits 0 and 1 of 3) and an
 /// election `sched` in its listing, beside a plain lock.
@@ -94,8 +95,11 @@ fn the_locks_view_tells_permits_and_leaders_from_locks() {
     assert!(contains(&screen, "Locks [1/4]"), "{}", screen.join("\n"));
 }
 
+/// `ctrl-d` on a permit's row asks first, naming the permit of its
+/// semaphore and what the force release does; `y` sends the force release
+/// of that one permit.
 #[test]
-fn force_release_says_why_it_is_not_offered_for_a_permit() {
+fn force_release_of_a_permit_asks_first_and_sends_that_permits_release() {
     let t0 = Instant::now();
     let mut app = primitives_app(t0);
     typed(&mut app, ":locks");
@@ -104,13 +108,68 @@ fn force_release_says_why_it_is_not_offered_for_a_permit() {
     key(&mut app, KeyCode::Enter);
     ctrl(&mut app, 'd');
     let screen = shot(&app);
-    assert!(!contains(&screen, "Force-release"), "{}", screen.join("\n"));
     assert!(
-        contains(&screen, "no force release for a permit of semaphore pay"),
+        contains(&screen, "│Force-release permit 1 of semaphore pay?"),
+        "{}",
+        screen.join("\n")
+    );
+    assert!(
+        contains(&screen, "│Holder: w2 · on 3 of 3 masters"),
+        "{}",
+        screen.join("\n")
+    );
+    assert!(
+        contains(
+            &screen,
+            "│Deletes this permit on every master; a waiter may take it."
+        ),
         "{}",
         screen.join("\n")
     );
     assert!(app.take_commands().is_empty());
+    key(&mut app, KeyCode::Char('y'));
+    assert_eq!(
+        app.take_commands(),
+        [Command::ForceReleasePermit {
+            semaphore: "pay".to_string(),
+            permit: 1
+        }]
+    );
+    let screen = shot(&app);
+    assert!(
+        contains(&screen, "force-releasing permit 1 of semaphore pay…"),
+        "{}",
+        screen.join("\n")
+    );
+}
+
+/// `ctrl-d` on a leader's row asks first, naming the election's
+/// leadership; `y` sends the force release of that leadership.
+#[test]
+fn force_release_of_a_leadership_asks_first_and_sends_it() {
+    let t0 = Instant::now();
+    let mut app = primitives_app(t0);
+    typed(&mut app, ":locks");
+    key(&mut app, KeyCode::Enter);
+    typed(&mut app, "/^sched election");
+    key(&mut app, KeyCode::Enter);
+    ctrl(&mut app, 'd');
+    let screen = shot(&app);
+    assert!(
+        contains(&screen, "│Force-release the leadership of election sched?"),
+        "{}",
+        screen.join("\n")
+    );
+    assert!(
+        contains(&screen, "│Ends this leadership on every master:"),
+        "{}",
+        screen.join("\n")
+    );
+    key(&mut app, KeyCode::Char('y'));
+    assert_eq!(
+        app.take_commands(),
+        [Command::ForceReleaseLeadership("sched".to_string())]
+    );
 }
 
 #[test]
