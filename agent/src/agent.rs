@@ -20,8 +20,8 @@ use crate::redlock::master::NodeError;
 use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
 use redlock_testkit::switches::{
-    NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, RENEWALS_WAIT_FOR_CLIENT,
-    REENTRY_TRUSTS_PID_ZERO,
+    NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, REENTRY_TRUSTS_PID_ZERO,
+    RENEWALS_WAIT_FOR_CLIENT,
 };
 use tokio_util::sync::CancellationToken;
 

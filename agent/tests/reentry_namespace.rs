@@ -117,11 +117,10 @@ async fn reentry_by_another_process(agent: &Agent) -> ((u16, Value), Released) {
         .unwrap_or_else(|e| panic!("{e}\n{}", agent.log()));
     let (socket, body) = (agent.socket.clone(), json!({"token": grant.token}));
     // Off the runtime: the client above shares it.
-    let other = tokio::task::spawn_blocking(move || {
-        acquire_from_another_process(&socket, "jobs", &body)
-    })
-    .await
-    .unwrap();
+    let other =
+        tokio::task::spawn_blocking(move || acquire_from_another_process(&socket, "jobs", &body))
+            .await
+            .unwrap();
     let released = client.release_counted("jobs", &grant.token).await.unwrap();
     (other, released)
 }
@@ -149,7 +148,11 @@ async fn in_its_own_pid_namespace_no_process_reenters_another_ones_lock() {
         .acquire("own", &AcquireOptions::new().reenter(grant.token.clone()))
         .await;
     let error = own.expect_err("pid 0 re-entered its own lock");
-    assert_eq!(error.code(), Some(redlock_client::ErrorCode::Forbidden), "{error}");
+    assert_eq!(
+        error.code(),
+        Some(redlock_client::ErrorCode::Forbidden),
+        "{error}"
+    );
 }
 
 /// The control: with pid 0 taken for one process, another process

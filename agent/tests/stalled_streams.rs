@@ -152,12 +152,8 @@ where
 async fn stalled_hold(wait: bool) -> Stall {
     let cluster = Cluster::start(MASTERS);
     let (first, other, _switch) = agents(&cluster, wait).await;
-    let (mut stream, acquired) = RawStream::open(
-        &first,
-        "/v1/locks/stalled/hold",
-        &json!({"ttl_ms": TTL_MS}),
-    )
-    .await;
+    let (mut stream, acquired) =
+        RawStream::open(&first, "/v1/locks/stalled/hold", &json!({"ttl_ms": TTL_MS})).await;
     assert_eq!(acquired["event"], "acquired", "{acquired}");
     let limit = if wait { CONTROL_STALL } else { STALL };
     let result = stall(&mut stream, limit, || async {

@@ -50,8 +50,8 @@
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::io;
-use std::pin::Pin;
 use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};

@@ -215,9 +215,7 @@ pub fn lock_error(error: LockError) -> ApiError {
         LockError::NotReentrant(_) => (StatusCode::CONFLICT, ErrorCode::NotReentrant),
         LockError::ReentryForbidden(_)
         | LockError::ReentryUnavailable(_)
-        | LockError::Isolated { .. } => {
-            (StatusCode::FORBIDDEN, ErrorCode::Forbidden)
-        }
+        | LockError::Isolated { .. } => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
         LockError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum),
         LockError::Wait(WaitError::TooManyWaiters(_) | WaitError::TooManyWaitersPerUid { .. }) => {
             (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyWaiters)

@@ -112,11 +112,7 @@ impl<M: Store> Locks<M> {
         Ok(receiver)
     }
 
-    async fn run_campaign(
-        self: Arc<Self>,
-        campaign: Campaign,
-        events: Events<CampaignEvent>,
-    ) {
+    async fn run_campaign(self: Arc<Self>, campaign: Campaign, events: Events<CampaignEvent>) {
         let resource = Resource::election(&campaign.name);
         // The client gone: the wait is given up.
         let cancel = CancellationToken::new();

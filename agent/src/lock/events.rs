@@ -253,7 +253,11 @@ mod tests {
         events.offer(HoldEvent::Renewed { validity_ms: 900 });
         tokio::time::advance(Duration::from_millis(900)).await;
         drop(events);
-        assert_eq!(next_timely(&mut receiver).await, None, "its validity passed");
+        assert_eq!(
+            next_timely(&mut receiver).await,
+            None,
+            "its validity passed"
+        );
     }
 
     #[tokio::test(start_paused = true)]
