@@ -665,7 +665,7 @@ impl Guarded {
                     // not an event: the lock cannot be trusted past it.
                     Ok(None) | Err(_) => {
                         hold_open = false;
-                        begin = Some(Stop::Lost("the agent closed the hold".to_string()));
+                        begin = Some(Stop::Lost("the agent ended the stream without a lost event".to_string()));
                     }
                 },
                 () = tokio::time::sleep_until(term_at), if stop.is_none() => {

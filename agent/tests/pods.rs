@@ -422,7 +422,7 @@ async fn a_pod_cannot_use_another_pods_token() {
         answers[0][0]["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("this pod holds no lock here with this token"),
+            .contains("this pod holds no lock, permit or leadership here with this token"),
         "{}",
         answers[0][0]
     );

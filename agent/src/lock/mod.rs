@@ -169,7 +169,7 @@ pub enum LockError {
     /// Under `socket.isolate`, a token that is not a grant held here for
     /// the caller's pod (or uid): another's, or none; never said which.
     #[error(
-        "{resource}: this {} holds no lock here with this token (socket.isolate: {}): a token is \
+        "{resource}: this {} holds no lock, permit or leadership here with this token (socket.isolate: {}): a token is \
          used only from the {} that acquired it, through the agent that granted it, while that \
          agent holds the lock",
         .isolate.as_str(),
