@@ -19,7 +19,9 @@ use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITC
 use crate::redlock::master::NodeError;
 use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
-use redlock_testkit::switches::{NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN};
+use redlock_testkit::switches::{
+    NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, SEMAPHORE_LIMIT_BY_GRANTER,
+};
 use tokio_util::sync::CancellationToken;
 
 /// The engine over the Redis masters.
@@ -271,6 +273,14 @@ impl Agent {
                  the validity its lock's first holder was told; for control runs of the tests only"
             );
             rules.reentry_keeps_ttl = false;
+        }
+        if switched_on(SEMAPHORE_LIMIT_BY_GRANTER) {
+            tracing::warn!(
+                "{SEMAPHORE_LIMIT_BY_GRANTER} is set: only the agent that granted a permit keeps \
+                 its semaphore's limit, which lapses while permits extended elsewhere are held; \
+                 for control runs of the tests only"
+            );
+            rules.limit_kept_by_any_agent = false;
         }
         let slot_readiness = !switched_on(NO_SLOT_READINESS);
         if !slot_readiness {

@@ -91,8 +91,16 @@ pub const REENTRY_MAY_SHORTEN: &str = "REDLOCK_TEST_REENTRY_MAY_SHORTEN";
 /// the stopped `lock` test.
 pub const NO_GUARDIAN_DEADLINE: &str = "REDLOCK_TEST_NO_GUARDIAN_DEADLINE";
 
+/// `1` lets only the agent that granted a permit keep its semaphore's
+/// limit note alive, as before the fix: an extension through another
+/// agent, or through the same agent after a restart, no longer lengthens
+/// the note, which then lapses while permits are held. The control run of
+/// the semaphore limit test, which must see a request with another limit
+/// granted beside them without the fix.
+pub const SEMAPHORE_LIMIT_BY_GRANTER: &str = "REDLOCK_TEST_SEMAPHORE_LIMIT_BY_GRANTER";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 16] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -108,6 +116,7 @@ pub const ALL: [&str; 15] = [
     PROC_ROOT,
     REENTRY_MAY_SHORTEN,
     NO_GUARDIAN_DEADLINE,
+    SEMAPHORE_LIMIT_BY_GRANTER,
 ];
 
 /// `1` stops the agent from watching its masters' clocks: the master's

@@ -61,6 +61,12 @@ pub struct Rules {
     /// Off only through the test switch `REDLOCK_TEST_REENTRY_MAY_SHORTEN`,
     /// for control runs: each then sets the TTL it asked for.
     pub reentry_keeps_ttl: bool,
+    /// Every extension of a permit, through any agent, keeps its
+    /// semaphore's limit note alive (see [`semaphores`]). Off only
+    /// through the test switch `REDLOCK_TEST_SEMAPHORE_LIMIT_BY_GRANTER`,
+    /// for control runs: only the agent that granted the permit, while it
+    /// runs, keeps the note, which lapses while the permit is held.
+    pub limit_kept_by_any_agent: bool,
 }
 
 impl Rules {
@@ -75,6 +81,7 @@ impl Rules {
             loss_notice: true,
             isolate,
             reentry_keeps_ttl: true,
+            limit_kept_by_any_agent: true,
         }
     }
 
@@ -529,18 +536,13 @@ impl<M: Store> Locks<M> {
             Instant::now() + validity,
             ttl,
         );
-        // A permit's semaphore keeps its limit as long as the permit.
-        if let Some(limit) = self.grants.limit(resource.as_str(), token.as_str()) {
-            let name = resource.queue().trim_end_matches(" permit").to_string();
-            let nodes = self.engine.nodes().to_vec();
-            let key =
-                redlock_wire::keys::semaphore_limit_key(&self.engine.settings().key_prefix, &name);
-            let ttl = validity.max(self.rules.default_ttl);
-            tokio::spawn(async move {
-                let value = limit.to_string();
-                let writes = nodes.iter().map(|node| node.note(&key, &value, ttl));
-                futures::future::join_all(writes).await;
-            });
+        // A permit's semaphore keeps its limit as long as the permit,
+        // whichever agent extends it: this one's note, or the one there.
+        if let Some(name) = resource.semaphore() {
+            let limit = self.grants.limit(resource.as_str(), token.as_str());
+            if limit.is_some() || self.rules.limit_kept_by_any_agent {
+                self.keep_limit(name, limit, ttl.max(self.rules.default_ttl));
+            }
         }
     }
 

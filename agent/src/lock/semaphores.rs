@@ -28,14 +28,27 @@
 //!
 //! ## The limit
 //! The limit is part of the semaphore: its permits are granted with it,
-//! and each grant and extension here writes it in a bookkeeping note on
-//! every master ([`redlock_wire::keys::semaphore_limit_key`]), kept as long
-//! as the longest permit. A request with another limit while the note is
-//! there is refused ([`LockError::LimitMismatch`]). Two requests with
-//! different limits on a semaphore with no permit held, at the same
-//! instant, can both be granted: the note is written after the grant.
-//! The refusal keeps a misconfiguration from going unnoticed; the bound of
-//! k holders for the clients of one limit does not rest on it.
+//! and the agent that grants one writes it in a bookkeeping note on every
+//! master ([`redlock_wire::keys::semaphore_limit_key`]). Every extension
+//! of a permit keeps the note on every master for at least the
+//! extension's TTL, whichever agent extends it (a hold's renewal or a
+//! request by token) and whether or not that agent granted the permit or
+//! ran when it was granted: the granting agent writes the note again, any
+//! other lengthens the TTL of the note it finds ([`Store::keep_note`]), in
+//! the background, one command per master, so an extension waits for no
+//! more round trips than before. On a master, the note is written or kept
+//! after the permit's key is set for the same TTL, so it outlives every
+//! permit there. While any permit is held, a request with another limit
+//! is refused ([`LockError::LimitMismatch`]): its round reads the note
+//! with the permits, and one master's note is enough. What this does not
+//! cover: two requests with different limits on a semaphore with no
+//! permit held, at the same instant, can both be granted (the note is
+//! written after the grant); and the note is written and kept best
+//! effort, so a master that missed it (unreachable then, or restarted
+//! without its keys) has none, and a permit extended only while every
+//! master missed its keep outlives its note. The refusal keeps a
+//! misconfiguration from going unnoticed; the bound of k holders for the
+//! clients of one limit does not rest on it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -326,6 +339,25 @@ impl<M: Store> Locks<M> {
                 tracing::debug!(semaphore = name, error = %e, "semaphore limit not noted on a master");
             }
         }
+    }
+
+    /// Keeps the semaphore's limit note on every master at least `ttl`
+    /// after an extension of one of its permits, in the background: the
+    /// limit's value when this agent granted the permit, else the note's
+    /// TTL alone (see the module's doc).
+    pub(crate) fn keep_limit(&self, name: &str, limit: Option<u32>, ttl: Duration) {
+        let nodes = self.engine.nodes().to_vec();
+        let key = redlock_wire::keys::semaphore_limit_key(&self.engine.settings().key_prefix, name);
+        tokio::spawn(async move {
+            let value = limit.map(|l| l.to_string());
+            let writes = nodes.iter().map(|node| async {
+                match &value {
+                    Some(value) => node.note(&key, value, ttl).await,
+                    None => node.keep_note(&key, ttl).await,
+                }
+            });
+            futures::future::join_all(writes).await;
+        });
     }
 
     /// A permit tied to the client's connection, as [`Locks::hold`]; its

@@ -54,6 +54,7 @@ fn service_with(isolate: Isolate) -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
         loss_notice: true,
         isolate,
         reentry_keeps_ttl: true,
+        limit_kept_by_any_agent: true,
     };
     let locks = Locks::new(engine, rules, waiters, metrics, shutdown);
     (masters, Arc::new(locks))

@@ -302,6 +302,23 @@ impl Node {
         .map(|_| ())
     }
 
+    /// A bookkeeping note kept at least `ttl` (see [`scripts::KEEP_NOTE`]).
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or fails.
+    pub async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.request(Op::Release, |mut conn| async move {
+            scripts::KEEP_NOTE
+                .key(key)
+                .arg(ttl_ms)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// `PUBLISH channel message`: on a cluster, it reaches every node.
     ///
     /// # Errors
@@ -478,6 +495,10 @@ impl Store for Node {
 
     async fn note(&self, key: &str, value: &str, ttl: Duration) -> Result<(), NodeError> {
         Node::note(self, key, value, ttl).await
+    }
+
+    async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
+        Node::keep_note(self, key, ttl).await
     }
 
     async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {

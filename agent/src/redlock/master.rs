@@ -293,6 +293,15 @@ pub trait Store: Master {
         ttl: Duration,
     ) -> impl Future<Output = Result<(), NodeError>> + Send;
 
+    /// Lengthens the TTL of the bookkeeping key `key` to at least `ttl`
+    /// when it is there; never writes it: how an agent that does not know
+    /// a semaphore's limit keeps its note alive while it extends a permit.
+    fn keep_note(
+        &self,
+        key: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), NodeError>> + Send;
+
     /// Publishes `message` on `channel` (on a cluster, to every node).
     fn announce(
         &self,

@@ -264,6 +264,7 @@ mod tests {
             loss_notice: true,
             isolate: crate::config::Isolate::None,
             reentry_keeps_ttl: true,
+            limit_kept_by_any_agent: true,
         };
         Arc::new(Locks::new(engine, rules, waiters, metrics, shutdown))
     }
