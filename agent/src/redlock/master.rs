@@ -325,6 +325,14 @@ pub trait Store: Master {
         &self,
         keys: &[String],
     ) -> impl Future<Output = Result<Vec<KeyState>, NodeError>> + Send;
+
+    /// The value of each of `keys`, in the order asked (`None` for a key
+    /// that is gone): one command however many keys (on a cluster, one
+    /// per slot), where [`Store::list_keys`] costs the master two per key.
+    fn list_values(
+        &self,
+        keys: &[String],
+    ) -> impl Future<Output = Result<Vec<Option<String>>, NodeError>> + Send;
 }
 
 /// A change to the channels a master's subscriber should be on.

@@ -299,4 +299,9 @@ impl Store for Memory {
             })
             .collect())
     }
+
+    async fn list_values(&self, keys: &[String]) -> Result<Vec<Option<String>>, NodeError> {
+        self.answer().await?;
+        Ok(keys.iter().map(|key| self.holds(key)).collect())
+    }
 }
