@@ -237,7 +237,7 @@ async fn dispatch(
             let answer = agent.locks().semaphore(&name).await.map_err(read_error)?;
             Ok(json(StatusCode::OK, &answer))
         }
-        Route::Leader(name) => match agent.locks().leader(&name).await.map_err(read_error)? {
+        Route::Leader(name) => match agent.locks().read_leader(&name).await.map_err(read_error)? {
             Some(leader) => Ok(json(StatusCode::OK, &leader)),
             None => Err(ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -323,6 +323,17 @@ impl<M: Store> Locks<M> {
         self.waiters.released(resource.queue(), Some(message));
     }
 
+    /// `GET /v1/elections/{name}`: [`Locks::leader`] as an operator read,
+    /// which takes a turn among the listings' (see [`listing::Listings`]).
+    ///
+    /// # Errors
+    /// [`ReadError::Busy`] when other operator reads hold every turn, and
+    /// as [`Locks::leader`].
+    pub async fn read_leader(&self, name: &Resource) -> Result<Option<Leader>, ReadError> {
+        let _turn = self.listings.turn().await?;
+        self.leader(name).await
+    }
+
     /// Who leads `name` now: the holder of its lock on a quorum of
     /// masters, with its note; `None` when no campaigner does.
     ///

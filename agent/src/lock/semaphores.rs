@@ -424,12 +424,15 @@ impl<M: Store> Locks<M> {
     }
 
     /// `GET /v1/semaphores/{name}`: the permits a quorum of masters hold,
-    /// and the limit they were granted with.
+    /// and the limit they were granted with. An operator read: it takes a
+    /// turn among the listings' (see [`listing::Listings`]).
     ///
     /// # Errors
+    /// [`ReadError::Busy`] when other operator reads hold every turn,
     /// [`ReadError::TooFewRead`] when fewer than a quorum of masters
     /// answered.
     pub async fn semaphore(&self, name: &Resource) -> Result<SemaphoreResponse, ReadError> {
+        let _turn = self.listings.turn().await?;
         let redlock = &self.engine;
         let limit_key =
             redlock_wire::keys::semaphore_limit_key(&redlock.settings().key_prefix, name.as_str());
