@@ -43,7 +43,12 @@ async fn calls(cluster: &Cluster, m: usize) -> HashMap<String, u64> {
         .filter_map(|l| l.strip_prefix("cmdstat_"))
         .filter_map(|l| {
             let (name, rest) = l.split_once(':')?;
-            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
             (name != "info").then(|| (name.to_string(), calls))
         })
         .collect()
@@ -92,7 +97,9 @@ async fn a_refused_acquire_costs_each_master_the_same_whatever_the_limit() {
     for limit in [4, 256] {
         let cost = refusal_cost(&cluster, &agent, limit).await;
         for (m, (total, by_command)) in cost.iter().enumerate() {
-            eprintln!("limit {limit}, master {m}: {total} commands for {REFUSALS} refusals: {by_command}");
+            eprintln!(
+                "limit {limit}, master {m}: {total} commands for {REFUSALS} refusals: {by_command}"
+            );
             assert!(
                 *total <= REFUSALS * PER_REFUSAL + BACKGROUND,
                 "limit {limit}, master {m}: {total} commands for {REFUSALS} refusals: {by_command}"
