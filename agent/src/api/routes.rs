@@ -245,17 +245,27 @@ async fn dispatch(
                 format!("no campaigner leads election {name} now"),
             )),
         },
-        Route::Observe(name) => Ok(ndjson(agent.locks().observe(name))),
+        Route::Observe(name) => {
+            let slot = agent
+                .locks()
+                .open_stream(holder.as_ref().map(|h| h.uid))
+                .map_err(lock_error)?;
+            Ok(ndjson(agent.locks().observe(name), slot))
+        }
         Route::Semaphore(name, action) => {
             handlers::semaphore(agent, name, action, holder, &body).await
         }
         Route::Campaign(name) => {
             let request = parse_body(&body, true)?;
+            let slot = agent
+                .locks()
+                .open_stream(holder.as_ref().map(|h| h.uid))
+                .map_err(lock_error)?;
             let events = agent
                 .locks()
                 .campaign(name, request, holder)
                 .map_err(lock_error)?;
-            Ok(ndjson(events))
+            Ok(ndjson(events, slot))
         }
         Route::Lock(resource, action) => match action {
             LockAction::Acquire => acquire(agent, resource, holder, parse_body(&body, true)?).await,

@@ -13,6 +13,8 @@
 //! - [`idle`]: when the service is idle, and what wakes when it is not.
 //! - [`isolation`]: tokens kept to the pod (or uid) that acquired them,
 //!   for an agent that serves a whole node.
+//! - [`streams`]: each uid's share of the streams served here (holds,
+//!   campaigns, observers).
 
 pub mod elections;
 mod grants;
@@ -22,6 +24,7 @@ pub mod isolation;
 pub mod listing;
 pub mod reentry;
 pub mod semaphores;
+pub mod streams;
 pub mod waiters;
 
 use std::collections::HashMap;
@@ -67,6 +70,9 @@ pub struct Rules {
     /// for control runs: only the agent that granted the permit, while it
     /// runs, keeps the note, which lapses while the permit is held.
     pub limit_kept_by_any_agent: bool,
+    /// Streams (holds, campaigns, observers) one uid may have open at
+    /// once (`lock.max_streams_per_uid`, see [`streams`]).
+    pub max_streams_per_uid: usize,
 }
 
 impl Rules {
@@ -82,6 +88,7 @@ impl Rules {
             isolate,
             reentry_keeps_ttl: true,
             limit_kept_by_any_agent: true,
+            max_streams_per_uid: lock.max_streams_per_uid,
         }
     }
 
@@ -148,6 +155,9 @@ pub enum LockError {
     Lost(Resource),
     #[error(transparent)]
     Wait(#[from] WaitError),
+    /// The caller's uid has `lock.max_streams_per_uid` streams open.
+    #[error(transparent)]
+    TooManyStreams(#[from] streams::TooManyStreams),
     /// A re-entry whose token is not this agent's current grant.
     #[error("{0} is not held here with this token: a re-entry takes the token of this agent's current grant of the lock (acquired here, not run out, not released, not a hold's)")]
     NotReentrant(Resource),
@@ -209,6 +219,7 @@ pub struct Locks<M: Store> {
     /// The holds running here, for the force releases that end them.
     holds: holds::Registry,
     listings: Listings,
+    streams: streams::Streams,
     metrics: Arc<Metrics>,
     /// Cancelled when the agent starts to shut down: holds end with `lost`.
     shutdown: CancellationToken,
@@ -225,6 +236,7 @@ impl<M: Store> Locks<M> {
     ) -> Locks<M> {
         Locks {
             engine,
+            streams: streams::Streams::new(rules.max_streams_per_uid),
             rules,
             grants: Grants::default(),
             waiters,
@@ -278,6 +290,15 @@ impl<M: Store> Locks<M> {
 
     pub fn listings(&self) -> &Listings {
         &self.listings
+    }
+
+    /// A slot for one more stream of the caller's uid, to keep for as long
+    /// as the stream is open (see [`streams`]).
+    ///
+    /// # Errors
+    /// [`LockError::TooManyStreams`] when the uid has its share open.
+    pub fn open_stream(&self, uid: Option<u32>) -> Result<streams::Slot, LockError> {
+        Ok(self.streams.open(uid)?)
     }
 
     pub fn holds(&self) -> &holds::Registry {

@@ -55,6 +55,7 @@ fn service_with(isolate: Isolate) -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
         isolate,
         reentry_keeps_ttl: true,
         limit_kept_by_any_agent: true,
+        max_streams_per_uid: 1024,
     };
     let locks = Locks::new(engine, rules, waiters, metrics, shutdown);
     (masters, Arc::new(locks))

@@ -265,6 +265,7 @@ mod tests {
             isolate: crate::config::Isolate::None,
             reentry_keeps_ttl: true,
             limit_kept_by_any_agent: true,
+            max_streams_per_uid: 1024,
         };
         Arc::new(Locks::new(engine, rules, waiters, metrics, shutdown))
     }
