@@ -46,6 +46,18 @@ const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// leadership is about to run out.
 const OBSERVE_EVERY: Duration = Duration::from_secs(5);
 
+/// Observers' reads of a leader that no announcement asked for (the
+/// look every [`OBSERVE_EVERY`], and at a leadership's end), per second
+/// over every observer of one agent: at most about 250 commands a second
+/// on each master (a read is 5), however many elections are observed.
+/// Beyond, such reads come later; reads woken by an announcement (an
+/// election, a resignation, a release) never wait.
+pub const OBSERVER_READS_PER_SECOND: f64 = 50.0;
+
+/// How soon an observer whose timer found the reads' budget spent tries
+/// again.
+const BUDGET_RETRY: Duration = Duration::from_millis(100);
+
 /// How long an observer waits for a new leader's note before it shows the
 /// leader without its term.
 const NOTE_WAIT: Duration = Duration::from_secs(1);
@@ -399,7 +411,8 @@ impl<M: Store> Locks<M> {
     /// Streams who leads `name`: now, then at every change, until the
     /// receiver is dropped. Woken by the election's announcements and
     /// releases; read again when a leadership would run out, and every
-    /// [`OBSERVE_EVERY`] besides.
+    /// [`OBSERVE_EVERY`] besides, those reads within the agent's budget
+    /// ([`OBSERVER_READS_PER_SECOND`]).
     pub fn observe(self: &Arc<Self>, name: Resource) -> mpsc::Receiver<ObserveEvent> {
         let (events, receiver) = mpsc::channel(8);
         let locks = Arc::clone(self);
@@ -408,7 +421,18 @@ impl<M: Store> Locks<M> {
             let mut watch = locks.waiters.observe(&queue);
             let mut last: Option<Option<Seen>> = None;
             let mut noteless_since: Option<Instant> = None;
+            // The first read, and reads woken by an announcement, are
+            // never held back; a timer's waits for the agent's budget.
+            let mut woken = true;
             loop {
+                if !woken && !locks.observer_reads.try_take() {
+                    tokio::select! {
+                        () = events.closed() => return,
+                        () = watch.changed() => woken = true,
+                        () = tokio::time::sleep(BUDGET_RETRY) => {}
+                    }
+                    continue;
+                }
                 let mut wait = OBSERVE_EVERY;
                 match locks.leader(&name).await {
                     Ok(leader) => {
@@ -446,8 +470,8 @@ impl<M: Store> Locks<M> {
                 }
                 tokio::select! {
                     () = events.closed() => return,
-                    () = watch.changed() => {}
-                    () = tokio::time::sleep(wait) => {}
+                    () = watch.changed() => woken = true,
+                    () = tokio::time::sleep(wait) => woken = false,
                 }
             }
         });

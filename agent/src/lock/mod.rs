@@ -7,6 +7,8 @@
 //! - [`grants`]: the locks this agent granted ([`Grants`]), and the
 //!   process behind each.
 //! - [`waiters`]: per-resource FIFO queues; only the head competes.
+//! - [`budget`]: rate budgets for timer-driven work, shared by every
+//!   resource of the agent.
 //! - [`holds`]: locks tied to a client's connection, renewed until it ends.
 //! - [`listing`]: the lock keys on the masters as operators read them.
 //! - [`reentry`]: a lock acquired again by the process that holds it.
@@ -16,6 +18,7 @@
 //! - [`streams`]: each uid's share of the streams served here (holds,
 //!   campaigns, observers).
 
+pub mod budget;
 pub mod elections;
 mod grants;
 pub mod holds;
@@ -220,6 +223,8 @@ pub struct Locks<M: Store> {
     holds: holds::Registry,
     listings: Listings,
     streams: streams::Streams,
+    /// Observers' timer-driven reads of a leader (see [`elections`]).
+    observer_reads: budget::Budget,
     metrics: Arc<Metrics>,
     /// Cancelled when the agent starts to shut down: holds end with `lost`.
     shutdown: CancellationToken,
@@ -237,6 +242,7 @@ impl<M: Store> Locks<M> {
         Locks {
             engine,
             streams: streams::Streams::new(rules.max_streams_per_uid),
+            observer_reads: budget::Budget::new(elections::OBSERVER_READS_PER_SECOND),
             rules,
             grants: Grants::default(),
             waiters,
