@@ -73,7 +73,9 @@
 //!   pub/sub connections close until its next request), tokens kept to the
 //!   pod or uid that acquired them ([`lock::isolation`], `socket.isolate`,
 //!   for an agent that serves a whole node), each uid's share of the
-//!   streams served ([`lock::streams`]: holds, campaigns, observers) and
+//!   streams served ([`lock::streams`]: holds, campaigns, observers), the
+//!   rate budgets of timer-driven work shared by every resource
+//!   ([`lock::budget`]: waiters' retries, observers' reads) and
 //!   the operators' listing of lock keys, whose turns semaphore and
 //!   leader reads share ([`lock::listing`]). Generic
 //!   over [`redlock::Store`]: it imports nothing from [`node`], and its

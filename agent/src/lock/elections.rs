@@ -22,7 +22,10 @@
 //! any agent answers who leads; then it announces the change on the
 //! election's channel, as it does when the leadership ends, so observers
 //! on every agent read it at once. A note is shown only while its token
-//! holds the election's lock on a quorum.
+//! holds the election's lock on a quorum. Observers' reads that no
+//! announcement asked for share one budget per agent
+//! ([`OBSERVER_READS_PER_SECOND`]), so observers cost the masters per
+//! agent, not per election.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
