@@ -50,7 +50,7 @@ const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 const OBSERVE_EVERY: Duration = Duration::from_secs(5);
 
 /// Observers' reads of a leader that no announcement asked for (the
-/// look every [`OBSERVE_EVERY`], and at a leadership's end), per second
+/// look every 5 s, and at a leadership's end), per second
 /// over every observer of one agent: at most about 250 commands a second
 /// on each master (a read is 5), however many elections are observed.
 /// Beyond, such reads come later; reads woken by an announcement (an

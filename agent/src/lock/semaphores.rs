@@ -185,7 +185,7 @@ struct Look {
 /// the other, when the others it tried were taken meanwhile: a few, so a
 /// burst of requests reading the same free permit still finds the next,
 /// and a round's cost never grows with the limit.
-const FREE_TRIES: usize = 3;
+pub const FREE_TRIES: usize = 3;
 
 impl<M: Store> Contest<M> for PermitContest {
     fn queue(&self) -> &str {
