@@ -21,7 +21,7 @@ use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
 use redlock_testkit::switches::{
     NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, REENTRY_TRUSTS_PID_ZERO,
-    RENEWALS_WAIT_FOR_CLIENT,
+    RENEWALS_WAIT_FOR_CLIENT, SEMAPHORE_LIMIT_BY_GRANTER,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -289,6 +289,14 @@ impl Agent {
                  streams write whether or not it reads; for control runs of the tests only"
             );
             rules.renewals_wait_for_client = true;
+        }
+        if switched_on(SEMAPHORE_LIMIT_BY_GRANTER) {
+            tracing::warn!(
+                "{SEMAPHORE_LIMIT_BY_GRANTER} is set: only the agent that granted a permit keeps \
+                 its semaphore's limit, which lapses while permits extended elsewhere are held; \
+                 for control runs of the tests only"
+            );
+            rules.limit_kept_by_any_agent = false;
         }
         let slot_readiness = !switched_on(NO_SLOT_READINESS);
         if !slot_readiness {

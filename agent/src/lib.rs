@@ -75,8 +75,12 @@
 //!   service is idle ([`lock::idle`]: probes slow down and
 //!   pub/sub connections close until its next request), tokens kept to the
 //!   pod or uid that acquired them ([`lock::isolation`], `socket.isolate`,
-//!   for an agent that serves a whole node) and the operators' listing of
-//!   lock keys ([`lock::listing`]). Generic
+//!   for an agent that serves a whole node), each uid's share of the
+//!   streams served ([`lock::streams`]: holds, campaigns, observers), the
+//!   rate budgets of timer-driven work shared by every resource
+//!   ([`lock::budget`]: waiters' retries, observers' reads) and
+//!   the operators' listing of lock keys, whose turns semaphore and
+//!   leader reads share ([`lock::listing`]). Generic
 //!   over [`redlock::Store`]: it imports nothing from [`node`], and its
 //!   unit tests run it on masters in memory.
 //! - [`metrics`]: every metric, defined in one place; the engine's observer.

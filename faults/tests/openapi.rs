@@ -36,6 +36,7 @@ fn every_code() -> Vec<ErrorCode> {
         ShuttingDown,
         TooManyConnections,
         TooManyWaiters,
+        TooManyStreams,
         RequestTimeout,
         Forbidden,
         NotReentrant,
@@ -48,8 +49,8 @@ fn every_code() -> Vec<ErrorCode> {
         match code {
             Taken | NoQuorum | Lost | InvalidRequest | InvalidResource | TtlOutOfRange
             | BodyTooLarge | NotFound | MethodNotAllowed | ShuttingDown | TooManyConnections
-            | TooManyWaiters | RequestTimeout | Forbidden | NotReentrant | Busy | LimitMismatch
-            | NoLeader | Internal => {}
+            | TooManyWaiters | TooManyStreams | RequestTimeout | Forbidden | NotReentrant
+            | Busy | LimitMismatch | NoLeader | Internal => {}
         }
     }
     all

@@ -106,8 +106,16 @@ pub const REENTRY_TRUSTS_PID_ZERO: &str = "REDLOCK_TEST_REENTRY_TRUSTS_PID_ZERO"
 /// renewals.
 pub const RENEWALS_WAIT_FOR_CLIENT: &str = "REDLOCK_TEST_RENEWALS_WAIT_FOR_CLIENT";
 
+/// `1` lets only the agent that granted a permit keep its semaphore's
+/// limit note alive, as before the fix: an extension through another
+/// agent, or through the same agent after a restart, no longer lengthens
+/// the note, which then lapses while permits are held. The control run of
+/// the semaphore limit test, which must see a request with another limit
+/// granted beside them without the fix.
+pub const SEMAPHORE_LIMIT_BY_GRANTER: &str = "REDLOCK_TEST_SEMAPHORE_LIMIT_BY_GRANTER";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 18] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -125,6 +133,7 @@ pub const ALL: [&str; 17] = [
     NO_GUARDIAN_DEADLINE,
     REENTRY_TRUSTS_PID_ZERO,
     RENEWALS_WAIT_FOR_CLIENT,
+    SEMAPHORE_LIMIT_BY_GRANTER,
 ];
 
 /// `1` stops the agent from watching its masters' clocks: the master's

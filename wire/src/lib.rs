@@ -647,6 +647,9 @@ pub enum ErrorCode {
     /// `lock.max_waiters` requests already wait for locks on this agent, or
     /// the caller's uid already has `lock.max_waiters_per_uid` waiting.
     TooManyWaiters,
+    /// The caller's uid already has `lock.max_streams_per_uid` streams
+    /// (holds, campaigns, observers) open on this agent.
+    TooManyStreams,
     /// The request did not arrive in full within `socket.request_timeout`.
     RequestTimeout,
     /// The peer may not use this socket or this route on it (`socket.allow_uids`,
@@ -682,6 +685,7 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::TooManyConnections => "too_many_connections",
             ErrorCode::TooManyWaiters => "too_many_waiters",
+            ErrorCode::TooManyStreams => "too_many_streams",
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotReentrant => "not_reentrant",
@@ -726,6 +730,7 @@ mod tests {
             ErrorCode::ShuttingDown,
             ErrorCode::TooManyConnections,
             ErrorCode::TooManyWaiters,
+            ErrorCode::TooManyStreams,
             ErrorCode::RequestTimeout,
             ErrorCode::Forbidden,
             ErrorCode::NotReentrant,

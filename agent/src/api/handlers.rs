@@ -95,6 +95,10 @@ pub async fn hold(
     holder: Option<Holder>,
     request: HoldRequest,
 ) -> Result<Response<Body>, ApiError> {
+    let slot = agent
+        .locks()
+        .open_stream(holder.as_ref().map(|h| h.uid))
+        .map_err(lock_error)?;
     if let Some(token) = request.token.clone() {
         let events = agent
             .locks()
@@ -108,7 +112,7 @@ pub async fn hold(
             )
             .await
             .map_err(lock_error)?;
-        return Ok(ndjson(events));
+        return Ok(ndjson(events, slot));
     }
     let ask = Ask {
         lock: request.lock(),
@@ -119,7 +123,7 @@ pub async fn hold(
         .hold(resource, ask, request.max_hold_ms, request.on_disconnect)
         .await
         .map_err(lock_error)?;
-    Ok(ndjson(events))
+    Ok(ndjson(events, slot))
 }
 
 pub async fn extend(
@@ -208,6 +212,10 @@ pub async fn semaphore(
         }
         LockAction::Hold => {
             let request: PermitHoldRequest = parse_body(body, false)?;
+            let slot = agent
+                .locks()
+                .open_stream(holder.as_ref().map(|h| h.uid))
+                .map_err(lock_error)?;
             let ask = Ask {
                 lock: request.lock(),
                 holder,
@@ -223,7 +231,7 @@ pub async fn semaphore(
                 )
                 .await
                 .map_err(lock_error)?;
-            Ok(ndjson(events))
+            Ok(ndjson(events, slot))
         }
         LockAction::Extend => {
             let request: PermitExtendRequest = parse_body(body, false)?;

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::lock::events::{self, Timely};
 use crate::lock::listing::ReadError;
+use crate::lock::streams::Slot;
 use crate::lock::waiters::WaitError;
 use crate::lock::LockError;
 
@@ -220,6 +221,7 @@ pub fn lock_error(error: LockError) -> ApiError {
         LockError::Wait(WaitError::TooManyWaiters(_) | WaitError::TooManyWaitersPerUid { .. }) => {
             (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyWaiters)
         }
+        LockError::TooManyStreams(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::TooManyStreams),
         LockError::Wait(WaitError::ShuttingDown) => {
             (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ShuttingDown)
         }
@@ -232,13 +234,19 @@ pub fn lock_error(error: LockError) -> ApiError {
 /// renewals left out ([`events::next_timely`]). The connection asks for
 /// the next line only once the client has read the last
 /// ([`super::connection`]). Dropping the stream (the connection closed)
-/// drops the receiver: a hold ends, a campaign resigns, an observer stops.
+/// drops the receiver: a hold ends, a campaign resigns, an observer stops,
+/// and the stream's `slot` in its uid's share is given back.
 pub fn ndjson<T: Serialize + Timely + Send + 'static>(
     events: events::Receiver<T>,
+    slot: Slot,
 ) -> Response<Body> {
-    let body = futures::stream::unfold(events, |mut events| async move {
+    // The slot lives as long as the body: given back when the stream ends.
+    let body = futures::stream::unfold((events, slot), |(mut events, slot)| async move {
         let event = events::next_timely(&mut events).await?;
-        Some((Ok::<_, Infallible>(Frame::data(line(&event))), events))
+        Some((
+            Ok::<_, Infallible>(Frame::data(line(&event))),
+            (events, slot),
+        ))
     });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(body)));
     response.headers_mut().insert(

@@ -254,7 +254,7 @@ async fn dispatch(
             let answer = agent.locks().semaphore(&name).await.map_err(read_error)?;
             Ok(json(StatusCode::OK, &answer))
         }
-        Route::Leader(name) => match agent.locks().leader(&name).await.map_err(read_error)? {
+        Route::Leader(name) => match agent.locks().read_leader(&name).await.map_err(read_error)? {
             Some(leader) => Ok(json(StatusCode::OK, &leader)),
             None => Err(ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -262,7 +262,13 @@ async fn dispatch(
                 format!("no campaigner leads election {name} now"),
             )),
         },
-        Route::Observe(name) => Ok(ndjson(agent.locks().observe(name))),
+        Route::Observe(name) => {
+            let slot = agent
+                .locks()
+                .open_stream(holder.as_ref().map(|h| h.uid))
+                .map_err(lock_error)?;
+            Ok(ndjson(agent.locks().observe(name), slot))
+        }
         Route::Semaphore(name, action) => {
             handlers::semaphore(agent, name, action, holder, &body).await
         }
@@ -276,11 +282,15 @@ async fn dispatch(
         }
         Route::Campaign(name) => {
             let request = parse_body(&body, true)?;
+            let slot = agent
+                .locks()
+                .open_stream(holder.as_ref().map(|h| h.uid))
+                .map_err(lock_error)?;
             let events = agent
                 .locks()
                 .campaign(name, request, holder)
                 .map_err(lock_error)?;
-            Ok(ndjson(events))
+            Ok(ndjson(events, slot))
         }
         Route::Lock(resource, action) => match action {
             LockAction::Acquire => acquire(agent, resource, holder, parse_body(&body, true)?).await,

@@ -230,6 +230,9 @@ pub struct LockConfig {
     /// Waiting requests one uid may have at once, so one peer cannot take
     /// every waiter slot.
     pub max_waiters_per_uid: usize,
+    /// Streams (holds, campaigns, observers) one uid may have open at once
+    /// on this agent, so one peer cannot load the masters for everyone.
+    pub max_streams_per_uid: usize,
     /// When grants carry a fencing token.
     pub fence: FenceMode,
 }

@@ -304,6 +304,12 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
             format!("{max_waiters_per_uid} is above lock.max_waiters ({max_waiters})"),
         );
     }
+    let max_streams_per_uid: usize = s
+        .take("max_streams_per_uid", "a whole number")
+        .unwrap_or(DEFAULT_STREAMS_PER_UID);
+    if max_streams_per_uid == 0 {
+        s.error("max_streams_per_uid", "must be at least 1");
+    }
     let fence = s
         .take("fence", "\"on_request\" or \"always\"")
         .unwrap_or(FenceMode::OnRequest);
@@ -364,9 +370,14 @@ fn read_lock(tree: Value, errors: &mut Vec<FieldError>) -> LockConfig {
         max_hold,
         max_waiters,
         max_waiters_per_uid,
+        max_streams_per_uid,
         fence,
     }
 }
+
+/// `lock.max_streams_per_uid` by default: room for an application's holds
+/// and observers, far below what made one client a load on everyone.
+const DEFAULT_STREAMS_PER_UID: usize = 1024;
 
 fn read_agent(tree: Value, errors: &mut Vec<FieldError>) -> AgentConfig {
     let mut s = Section::new("agent", tree, errors);
@@ -513,6 +524,28 @@ mod tests {
                 errors.iter().any(|e| e == expected),
                 "{workers}: {errors:#?}"
             );
+        }
+    }
+
+    #[test]
+    fn stream_shares_have_a_default_and_are_checked() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.lock.max_streams_per_uid, 1024);
+        let config =
+            Config::from_yaml(&format!("{MINIMAL}lock: {{max_streams_per_uid: 3}}\n")).unwrap();
+        assert_eq!(config.lock.max_streams_per_uid, 3);
+        for (lock, expected) in [
+            (
+                "{max_streams_per_uid: 0}",
+                "lock.max_streams_per_uid: must be at least 1",
+            ),
+            (
+                "{max_streams_per_uid: many}",
+                "lock.max_streams_per_uid: expected a whole number, found a string \"many\"",
+            ),
+        ] {
+            let errors = errors_of(&format!("{MINIMAL}lock: {lock}\n"));
+            assert_eq!(errors, [expected], "{lock}");
         }
     }
 

@@ -22,7 +22,10 @@
 //! any agent answers who leads; then it announces the change on the
 //! election's channel, as it does when the leadership ends, so observers
 //! on every agent read it at once. A note is shown only while its token
-//! holds the election's lock on a quorum.
+//! holds the election's lock on a quorum. Observers' reads that no
+//! announcement asked for share one budget per agent
+//! ([`OBSERVER_READS_PER_SECOND`]), so observers cost the masters per
+//! agent, not per election.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -45,6 +48,18 @@ const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// How often an observer reads the leader when no change is heard and no
 /// leadership is about to run out.
 const OBSERVE_EVERY: Duration = Duration::from_secs(5);
+
+/// Observers' reads of a leader that no announcement asked for (the
+/// look every 5 s, and at a leadership's end), per second
+/// over every observer of one agent: at most about 250 commands a second
+/// on each master (a read is 5), however many elections are observed.
+/// Beyond, such reads come later; reads woken by an announcement (an
+/// election, a resignation, a release) never wait.
+pub const OBSERVER_READS_PER_SECOND: f64 = 50.0;
+
+/// How soon an observer whose timer found the reads' budget spent tries
+/// again.
+const BUDGET_RETRY: Duration = Duration::from_millis(100);
 
 /// How long an observer waits for a new leader's note before it shows the
 /// leader without its term.
@@ -333,6 +348,17 @@ impl<M: Store> Locks<M> {
         self.waiters.released(resource.queue(), Some(message));
     }
 
+    /// `GET /v1/elections/{name}`: [`Locks::leader`] as an operator read,
+    /// which takes a turn among the listings' (see [`listing::Listings`]).
+    ///
+    /// # Errors
+    /// [`ReadError::Busy`] when other operator reads hold every turn, and
+    /// as [`Locks::leader`].
+    pub async fn read_leader(&self, name: &Resource) -> Result<Option<Leader>, ReadError> {
+        let _turn = self.listings.turn().await?;
+        self.leader(name).await
+    }
+
     /// Who leads `name` now: the holder of its lock on a quorum of
     /// masters, with its note; `None` when no campaigner does.
     ///
@@ -398,7 +424,8 @@ impl<M: Store> Locks<M> {
     /// Streams who leads `name`: now, then at every change, until the
     /// receiver is dropped. Woken by the election's announcements and
     /// releases; read again when a leadership would run out, and every
-    /// [`OBSERVE_EVERY`] besides.
+    /// [`OBSERVE_EVERY`] besides, those reads within the agent's budget
+    /// ([`OBSERVER_READS_PER_SECOND`]).
     pub fn observe(self: &Arc<Self>, name: Resource) -> events::Receiver<ObserveEvent> {
         let (events, receiver) = events::stream();
         let locks = Arc::clone(self);
@@ -407,7 +434,18 @@ impl<M: Store> Locks<M> {
             let mut watch = locks.waiters.observe(&queue);
             let mut last: Option<Option<Seen>> = None;
             let mut noteless_since: Option<Instant> = None;
+            // The first read, and reads woken by an announcement, are
+            // never held back; a timer's waits for the agent's budget.
+            let mut woken = true;
             loop {
+                if !woken && !locks.observer_reads.try_take() {
+                    tokio::select! {
+                        () = events.closed() => return,
+                        () = watch.changed() => woken = true,
+                        () = tokio::time::sleep(BUDGET_RETRY) => {}
+                    }
+                    continue;
+                }
                 let mut wait = OBSERVE_EVERY;
                 match locks.leader(&name).await {
                     Ok(leader) => {
@@ -445,8 +483,8 @@ impl<M: Store> Locks<M> {
                 }
                 tokio::select! {
                     () = events.closed() => return,
-                    () = watch.changed() => {}
-                    () = tokio::time::sleep(wait) => {}
+                    () = watch.changed() => woken = true,
+                    () = tokio::time::sleep(wait) => woken = false,
                 }
             }
         });

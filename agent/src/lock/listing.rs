@@ -30,9 +30,10 @@ use crate::redlock::{token, KeyState, NodeError, Resource, Store};
 pub const MAX_LOCKS: usize = 1000;
 /// Largest `limit` a caller may ask for.
 pub const MAX_LIMIT: usize = 5000;
-/// Listings that may scan the masters at once on one agent.
+/// Operator reads (listings, and the reads of a semaphore or an
+/// election's leader) that may read the masters at once on one agent.
 pub const MAX_LISTINGS: usize = 2;
-/// How long a listing waits for its turn before answering `429 busy`.
+/// How long an operator read waits for its turn before answering `429 busy`.
 pub const LISTING_QUEUE_WAIT: Duration = Duration::from_secs(1);
 /// Most matching keys one listing walks on one master; beyond, that master
 /// counts as unread (an answer built from part of it would look complete).
@@ -50,10 +51,26 @@ const MAX_CURSOR_LEN: usize = 512;
 /// a worker thread (and the lock commands waiting on it) for long.
 const YIELD_EVERY: usize = 512;
 
-/// Turns for listings: at most [`MAX_LISTINGS`] scan the masters at once.
+/// Turns for operator reads: at most [`MAX_LISTINGS`] read the masters at
+/// once, whatever they read (a listing, a semaphore, a leader), so no
+/// number of readers adds load on the masters past that.
 #[derive(Debug)]
 pub struct Listings {
     permits: Semaphore,
+}
+
+impl Listings {
+    /// A turn to read the masters, held until dropped.
+    ///
+    /// # Errors
+    /// [`ReadError::Busy`] when none came within [`LISTING_QUEUE_WAIT`].
+    pub async fn turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ReadError> {
+        let turn = tokio::time::timeout(LISTING_QUEUE_WAIT, self.permits.acquire())
+            .await
+            .map_err(|_| ReadError::Busy)?;
+        // Cannot fail: the semaphore is never closed.
+        Ok(turn.expect("the listings semaphore stays open"))
+    }
 }
 
 impl Default for Listings {
@@ -156,8 +173,8 @@ impl ListQuery {
 /// Why a listing or a lookup has no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
-    /// [`MAX_LISTINGS`] listings are running and none ended in time.
-    #[error("{MAX_LISTINGS} listings are already scanning the masters; retry in a second")]
+    /// [`MAX_LISTINGS`] operator reads are running and none ended in time.
+    #[error("{MAX_LISTINGS} listings or semaphore and election reads are already reading the masters; retry in a second")]
     Busy,
     /// Too few masters answered for the answer to mean anything.
     #[error("only {read} of {masters} masters could be read (unread: {}); a quorum of {quorum} is needed", unread.join(", "))]
@@ -285,11 +302,7 @@ pub async fn list<M: Store>(
     locks: &Locks<M>,
     query: &ListQuery,
 ) -> Result<LocksResponse, ReadError> {
-    let _turn = tokio::time::timeout(LISTING_QUEUE_WAIT, locks.listings().permits.acquire())
-        .await
-        .map_err(|_| ReadError::Busy)?
-        // Cannot fail: the semaphore is never closed.
-        .expect("the listings semaphore stays open");
+    let _turn = locks.listings().turn().await?;
     let started = Instant::now();
     let redlock = locks.engine();
     let key_prefix = &redlock.settings().key_prefix;

@@ -7,13 +7,18 @@
 //! - [`grants`]: the locks this agent granted ([`Grants`]), and the
 //!   process behind each.
 //! - [`waiters`]: per-resource FIFO queues; only the head competes.
+//! - [`budget`]: rate budgets for timer-driven work, shared by every
+//!   resource of the agent.
 //! - [`holds`]: locks tied to a client's connection, renewed until it ends.
 //! - [`listing`]: the lock keys on the masters as operators read them.
 //! - [`reentry`]: a lock acquired again by the process that holds it.
 //! - [`idle`]: when the service is idle, and what wakes when it is not.
 //! - [`isolation`]: tokens kept to the pod (or uid) that acquired them,
 //!   for an agent that serves a whole node.
+//! - [`streams`]: each uid's share of the streams served here (holds,
+//!   campaigns, observers).
 
+pub mod budget;
 pub mod elections;
 pub mod events;
 mod grants;
@@ -23,6 +28,7 @@ pub mod isolation;
 pub mod listing;
 pub mod reentry;
 pub mod semaphores;
+pub mod streams;
 pub mod waiters;
 
 use std::collections::HashMap;
@@ -71,6 +77,15 @@ pub struct Rules {
     /// `REDLOCK_TEST_RENEWALS_WAIT_FOR_CLIENT`, for control runs: a client
     /// that stops reading then stops its renewals (see [`events`]).
     pub renewals_wait_for_client: bool,
+    /// Every extension of a permit, through any agent, keeps its
+    /// semaphore's limit note alive (see [`semaphores`]). Off only
+    /// through the test switch `REDLOCK_TEST_SEMAPHORE_LIMIT_BY_GRANTER`,
+    /// for control runs: only the agent that granted the permit, while it
+    /// runs, keeps the note, which lapses while the permit is held.
+    pub limit_kept_by_any_agent: bool,
+    /// Streams (holds, campaigns, observers) one uid may have open at
+    /// once (`lock.max_streams_per_uid`, see [`streams`]).
+    pub max_streams_per_uid: usize,
 }
 
 impl Rules {
@@ -87,6 +102,8 @@ impl Rules {
             reentry_keeps_ttl: true,
             reentry_trusts_pid_zero: false,
             renewals_wait_for_client: false,
+            limit_kept_by_any_agent: true,
+            max_streams_per_uid: lock.max_streams_per_uid,
         }
     }
 
@@ -157,6 +174,9 @@ pub enum LockError {
     Lost(Resource),
     #[error(transparent)]
     Wait(#[from] WaitError),
+    /// The caller's uid has `lock.max_streams_per_uid` streams open.
+    #[error(transparent)]
+    TooManyStreams(#[from] streams::TooManyStreams),
     /// A re-entry whose token is not this agent's current grant.
     #[error("{0} is not held here with this token: a re-entry takes the token of this agent's current grant of the lock (acquired here, not run out, not released, not a hold's)")]
     NotReentrant(Resource),
@@ -221,6 +241,9 @@ pub struct Locks<M: Store> {
     /// The holds running here, for the force releases that end them.
     holds: holds::Registry,
     listings: Listings,
+    streams: streams::Streams,
+    /// Observers' timer-driven reads of a leader (see [`elections`]).
+    observer_reads: budget::Budget,
     metrics: Arc<Metrics>,
     /// Cancelled when the agent starts to shut down: holds end with `lost`.
     shutdown: CancellationToken,
@@ -237,6 +260,8 @@ impl<M: Store> Locks<M> {
     ) -> Locks<M> {
         Locks {
             engine,
+            streams: streams::Streams::new(rules.max_streams_per_uid),
+            observer_reads: budget::Budget::new(elections::OBSERVER_READS_PER_SECOND),
             rules,
             grants: Grants::default(),
             waiters,
@@ -290,6 +315,15 @@ impl<M: Store> Locks<M> {
 
     pub fn listings(&self) -> &Listings {
         &self.listings
+    }
+
+    /// A slot for one more stream of the caller's uid, to keep for as long
+    /// as the stream is open (see [`streams`]).
+    ///
+    /// # Errors
+    /// [`LockError::TooManyStreams`] when the uid has its share open.
+    pub fn open_stream(&self, uid: Option<u32>) -> Result<streams::Slot, LockError> {
+        Ok(self.streams.open(uid)?)
     }
 
     pub fn holds(&self) -> &holds::Registry {
@@ -547,18 +581,13 @@ impl<M: Store> Locks<M> {
             Instant::now() + validity,
             ttl,
         );
-        // A permit's semaphore keeps its limit as long as the permit.
-        if let Some(limit) = self.grants.limit(resource.as_str(), token.as_str()) {
-            let name = resource.queue().trim_end_matches(" permit").to_string();
-            let nodes = self.engine.nodes().to_vec();
-            let key =
-                redlock_wire::keys::semaphore_limit_key(&self.engine.settings().key_prefix, &name);
-            let ttl = validity.max(self.rules.default_ttl);
-            tokio::spawn(async move {
-                let value = limit.to_string();
-                let writes = nodes.iter().map(|node| node.note(&key, &value, ttl));
-                futures::future::join_all(writes).await;
-            });
+        // A permit's semaphore keeps its limit as long as the permit,
+        // whichever agent extends it: this one's note, or the one there.
+        if let Some(name) = resource.semaphore() {
+            let limit = self.grants.limit(resource.as_str(), token.as_str());
+            if limit.is_some() || self.rules.limit_kept_by_any_agent {
+                self.keep_limit(name, limit, ttl.max(self.rules.default_ttl));
+            }
         }
     }
 

@@ -21,21 +21,40 @@
 //! Waiters of a semaphore wait in one queue per agent (the permits share
 //! their release channel, [`Resource::queue`]); only its head competes.
 //! A round reads the semaphore's limit and every permit's key on the
-//! masters at once, votes for the lowest permit free on a quorum of them,
-//! and, when that fails or none looked free, for every other permit at
-//! once (their waiting flags make any permit's release announce itself).
-//! It keeps the lowest permit it won and releases the others.
+//! masters at once, in one command per master ([`Store::list_values`];
+//! on a Redis Cluster, one per slot the keys fall in), and votes for the
+//! lowest permit free on a quorum of them, then, if another request won
+//! it meanwhile, for the next one found free, up to [`FREE_TRIES`]. A
+//! request that will not wait stops there: refused, a full semaphore
+//! costs each master that one read, whatever the limit. A request that
+//! waits, or whose read too few masters answered, then votes for every
+//! other permit at once (their waiting flags make any permit's release
+//! announce itself). It keeps the lowest permit it won and releases the
+//! others.
 //!
 //! ## The limit
 //! The limit is part of the semaphore: its permits are granted with it,
-//! and each grant and extension here writes it in a bookkeeping note on
-//! every master ([`redlock_wire::keys::semaphore_limit_key`]), kept as long
-//! as the longest permit. A request with another limit while the note is
-//! there is refused ([`LockError::LimitMismatch`]). Two requests with
-//! different limits on a semaphore with no permit held, at the same
-//! instant, can both be granted: the note is written after the grant.
-//! The refusal keeps a misconfiguration from going unnoticed; the bound of
-//! k holders for the clients of one limit does not rest on it.
+//! and the agent that grants one writes it in a bookkeeping note on every
+//! master ([`redlock_wire::keys::semaphore_limit_key`]). Every extension
+//! of a permit keeps the note on every master for at least the
+//! extension's TTL, whichever agent extends it (a hold's renewal or a
+//! request by token) and whether or not that agent granted the permit or
+//! ran when it was granted: the granting agent writes the note again, any
+//! other lengthens the TTL of the note it finds ([`Store::keep_note`]), in
+//! the background, one command per master, so an extension waits for no
+//! more round trips than before. On a master, the note is written or kept
+//! after the permit's key is set for the same TTL, so it outlives every
+//! permit there. While any permit is held, a request with another limit
+//! is refused ([`LockError::LimitMismatch`]): its round reads the note
+//! with the permits, and one master's note is enough. What this does not
+//! cover: two requests with different limits on a semaphore with no
+//! permit held, at the same instant, can both be granted (the note is
+//! written after the grant); and the note is written and kept best
+//! effort, so a master that missed it (unreachable then, or restarted
+//! without its keys) has none, and a permit extended only while every
+//! master missed its keep outlives its note. The refusal keeps a
+//! misconfiguration from going unnoticed; the bound of k holders for the
+//! clients of one limit does not rest on it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -106,34 +125,66 @@ impl PermitContest {
     }
 
     /// The limit's note and each permit's key, read on every usable master
-    /// at once: how many masters have each limit, and on how many each
-    /// permit is free.
-    async fn look<M: Store>(&self, redlock: &Redlock<M>) -> (HashMap<String, usize>, Vec<usize>) {
+    /// at once, one command each ([`Store::list_values`]): how many masters
+    /// have each limit, on how many each permit is free, and how many
+    /// masters answered.
+    async fn look<M: Store>(&self, redlock: &Redlock<M>) -> Look {
         let mut keys = Vec::with_capacity(self.permits.len() + 1);
         keys.push(self.limit_key.clone());
         keys.extend(self.permits.iter().map(|p| redlock.key(p)));
         let usable = redlock.nodes().iter().filter(|n| n.is_usable());
-        let reads = futures::future::join_all(usable.map(|n| n.list_keys(&keys))).await;
-        let mut limits: HashMap<String, usize> = HashMap::new();
-        let mut free = vec![0; self.permits.len()];
-        for states in reads.into_iter().flatten() {
-            for (i, state) in states.iter().enumerate() {
-                let present = state.pttl != -2 && state.value.is_some();
-                match (i, present) {
-                    (0, true) => {
-                        *limits
-                            .entry(state.value.clone().unwrap_or_default())
-                            .or_default() += 1
-                    }
-                    (0, false) => {}
-                    (i, false) => free[i - 1] += 1,
-                    (_, true) => {}
-                }
+        let reads = futures::future::join_all(usable.map(|n| n.list_values(&keys))).await;
+        let mut look = Look {
+            limits: HashMap::new(),
+            free: vec![0; self.permits.len()],
+            answered: 0,
+        };
+        for values in reads.into_iter().flatten() {
+            look.answered += 1;
+            let mut values = values.into_iter();
+            if let Some(Some(limit)) = values.next() {
+                *look.limits.entry(limit).or_default() += 1;
+            }
+            for (free, value) in look.free.iter_mut().zip(values) {
+                *free += usize::from(value.is_none());
             }
         }
-        (limits, free)
+        look
+    }
+
+    /// Votes for `permit`, recording it as won when granted.
+    async fn vote<M: Store>(&mut self, redlock: &Redlock<M>, i: usize, waiting: bool) -> Acquire {
+        let outcome = redlock
+            .acquire_once(
+                &self.permits[i],
+                self.ttl,
+                &self.tokens[i],
+                self.fence,
+                waiting,
+            )
+            .await;
+        if matches!(outcome, Acquire::Granted(_)) {
+            self.won = u32::try_from(i).ok();
+        }
+        outcome
     }
 }
+
+/// What a round read before it votes.
+struct Look {
+    /// Each limit found in the note, and on how many masters.
+    limits: HashMap<String, usize>,
+    /// On how many masters each permit is free.
+    free: Vec<usize>,
+    /// How many masters answered the read.
+    answered: usize,
+}
+
+/// How many of the permits that looked free a round votes for, one after
+/// the other, when the others it tried were taken meanwhile: a few, so a
+/// burst of requests reading the same free permit still finds the next,
+/// and a round's cost never grows with the limit.
+pub const FREE_TRIES: usize = 3;
 
 impl<M: Store> Contest<M> for PermitContest {
     fn queue(&self) -> &str {
@@ -145,32 +196,22 @@ impl<M: Store> Contest<M> for PermitContest {
     }
 
     async fn round(&mut self, redlock: &Redlock<M>, waiting: bool) -> Acquire {
-        let (limits, free) = self.look(redlock).await;
+        let look = self.look(redlock).await;
         let ours = self.limit.to_string();
-        if let Some((limit, _)) = limits.iter().max_by_key(|&(v, c)| (*c, v.as_str())) {
+        if let Some((limit, _)) = look.limits.iter().max_by_key(|&(v, c)| (*c, v.as_str())) {
             if *limit != ours {
                 self.mismatch = Some(limit.clone());
                 return Acquire::Taken;
             }
         }
         let quorum = redlock.quorum();
-        let first = free.iter().position(|&on| on >= quorum);
+        let mut tried = vec![false; self.permits.len()];
         let mut no_quorum = None;
-        if let Some(i) = first {
-            match redlock
-                .acquire_once(
-                    &self.permits[i],
-                    self.ttl,
-                    &self.tokens[i],
-                    self.fence,
-                    waiting,
-                )
-                .await
-            {
-                Acquire::Granted(grant) => {
-                    self.won = u32::try_from(i).ok();
-                    return Acquire::Granted(grant);
-                }
+        let looked_free = (0..self.permits.len()).filter(|&i| look.free[i] >= quorum);
+        for i in looked_free.take(FREE_TRIES).collect::<Vec<_>>() {
+            tried[i] = true;
+            match self.vote(redlock, i, waiting).await {
+                Acquire::Granted(grant) => return Acquire::Granted(grant),
                 Acquire::NoQuorum(message) if !redlock.quorum_usable() => {
                     return Acquire::NoQuorum(message);
                 }
@@ -178,12 +219,19 @@ impl<M: Store> Contest<M> for PermitContest {
                 Acquire::Taken => {}
             }
         }
-        // Every other permit at once: any that was freed since the read is
-        // won, and the votes on the taken ones flag them, so their
-        // releases wake this queue.
+        // A read that a quorum answered, with no permit it found free
+        // left: a request that will not wait is refused here, at the cost
+        // of that one read (and the few votes above).
+        if !waiting && look.answered >= quorum {
+            return no_quorum.map_or(Acquire::Taken, Acquire::NoQuorum);
+        }
+        // A request that waits votes for every other permit at once: any
+        // that was freed since the read is won, and the votes on the taken
+        // ones flag them, so their releases wake this queue. So does one
+        // whose read too few masters answered: the votes tell why.
         let (ttl, fence) = (self.ttl, self.fence);
         let (permits, tokens) = (&self.permits, &self.tokens);
-        let rounds = (0..permits.len()).filter(|&i| Some(i) != first).map(|i| {
+        let rounds = (0..permits.len()).filter(|&i| !tried[i]).map(|i| {
             let (permit, token) = (&permits[i], &tokens[i]);
             async move {
                 let outcome = redlock
@@ -330,6 +378,25 @@ impl<M: Store> Locks<M> {
         }
     }
 
+    /// Keeps the semaphore's limit note on every master at least `ttl`
+    /// after an extension of one of its permits, in the background: the
+    /// limit's value when this agent granted the permit, else the note's
+    /// TTL alone (see the module's doc).
+    pub(crate) fn keep_limit(&self, name: &str, limit: Option<u32>, ttl: Duration) {
+        let nodes = self.engine.nodes().to_vec();
+        let key = redlock_wire::keys::semaphore_limit_key(&self.engine.settings().key_prefix, name);
+        tokio::spawn(async move {
+            let value = limit.map(|l| l.to_string());
+            let writes = nodes.iter().map(|node| async {
+                match &value {
+                    Some(value) => node.note(&key, value, ttl).await,
+                    None => node.keep_note(&key, ttl).await,
+                }
+            });
+            futures::future::join_all(writes).await;
+        });
+    }
+
     /// A permit tied to the client's connection, as [`Locks::hold`]; its
     /// first event names the permit.
     ///
@@ -359,12 +426,15 @@ impl<M: Store> Locks<M> {
     }
 
     /// `GET /v1/semaphores/{name}`: the permits a quorum of masters hold,
-    /// and the limit they were granted with.
+    /// and the limit they were granted with. An operator read: it takes a
+    /// turn among the listings' (see [`listing::Listings`]).
     ///
     /// # Errors
+    /// [`ReadError::Busy`] when other operator reads hold every turn,
     /// [`ReadError::TooFewRead`] when fewer than a quorum of masters
     /// answered.
     pub async fn semaphore(&self, name: &Resource) -> Result<SemaphoreResponse, ReadError> {
+        let _turn = self.listings.turn().await?;
         let redlock = &self.engine;
         let limit_key =
             redlock_wire::keys::semaphore_limit_key(&redlock.settings().key_prefix, name.as_str());

@@ -56,6 +56,8 @@ fn service_with(isolate: Isolate) -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
         reentry_keeps_ttl: true,
         reentry_trusts_pid_zero: false,
         renewals_wait_for_client: false,
+        limit_kept_by_any_agent: true,
+        max_streams_per_uid: 1024,
     };
     let locks = Locks::new(engine, rules, waiters, metrics, shutdown);
     (masters, Arc::new(locks))

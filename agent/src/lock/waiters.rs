@@ -55,6 +55,7 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
 /// second on five masters, whatever the number of waiters.
 pub const RETRIES_PER_SECOND: f64 = 1000.0;
 
+use super::budget::Budget;
 use crate::metrics::Metrics;
 use crate::redlock::{Acquire, ChannelChange, Channels, Master, Redlock, Resource, Store, Token};
 
@@ -105,39 +106,13 @@ pub struct Waiters {
     listeners: Mutex<Vec<mpsc::UnboundedSender<ChannelChange>>>,
     /// Cancelled when the agent shuts down: every waiter answers at once.
     shutdown: CancellationToken,
-    retries: RetryBudget,
+    /// Timer-driven retries: [`RETRIES_PER_SECOND`], with a burst of as
+    /// many.
+    retries: Budget,
     /// Watchers of a queue's releases and announcements that do not wait
     /// in it (an election's observers), by queue: how many, and the
     /// counter every release heard raises. Taken after `queues`.
     observers: Mutex<HashMap<String, (usize, watch::Sender<u64>)>>,
-}
-
-/// A token bucket for timer-driven retries: [`RETRIES_PER_SECOND`], with a
-/// burst of as many.
-#[derive(Debug)]
-struct RetryBudget {
-    // A std Mutex: a few arithmetic operations, never across an await.
-    state: Mutex<(f64, Instant)>,
-}
-
-impl RetryBudget {
-    fn new() -> RetryBudget {
-        RetryBudget {
-            state: Mutex::new((RETRIES_PER_SECOND, Instant::now())),
-        }
-    }
-
-    /// Takes one retry if the budget has one.
-    fn try_take(&self) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        let (tokens, last) = *state;
-        let tokens = (tokens + now.duration_since(last).as_secs_f64() * RETRIES_PER_SECOND)
-            .min(RETRIES_PER_SECOND);
-        let taken = tokens >= 1.0;
-        *state = (if taken { tokens - 1.0 } else { tokens }, now);
-        taken
-    }
 }
 
 /// Why a request got no answer from Redlock.
@@ -213,7 +188,7 @@ impl Waiters {
     ) -> Waiters {
         Waiters {
             shutdown,
-            retries: RetryBudget::new(),
+            retries: Budget::new(RETRIES_PER_SECOND),
             queues: Mutex::new(HashMap::new()),
             next_id: std::sync::atomic::AtomicU64::new(0),
             total: std::sync::atomic::AtomicUsize::new(0),

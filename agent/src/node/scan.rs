@@ -267,6 +267,47 @@ impl Node {
         Ok(keys.iter().filter_map(|k| states.remove(k)).collect())
     }
 
+    /// The values of `keys` in one `MGET` (on a cluster, one per slot, all
+    /// at once): a key that is gone, or of another type, reads `None`.
+    ///
+    /// # Errors
+    /// When the master does not answer in time on `conn`, or fails.
+    pub async fn read_values(
+        &self,
+        conn: &Conn,
+        keys: &[String],
+    ) -> Result<Vec<Option<String>>, NodeError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let groups: Vec<Vec<&String>> = if self.is_cluster() {
+            super::cluster::by_slot(keys, |key| key.as_str())
+                .into_iter()
+                .map(|(_, group)| group)
+                .collect()
+        } else {
+            vec![keys.iter().collect()]
+        };
+        let reads = futures::future::join_all(groups.iter().map(|group| async move {
+            let values: Vec<Option<String>> = self
+                .read_request(conn, |mut conn| async move {
+                    redis::cmd("MGET")
+                        .arg(group.as_slice())
+                        .query_async(&mut conn)
+                        .await
+                })
+                .await?;
+            Ok::<_, NodeError>(group.iter().map(|k| (*k).clone()).zip(values))
+        }))
+        .await;
+        let mut found: HashMap<String, Option<String>> = HashMap::with_capacity(keys.len());
+        for read in reads {
+            found.extend(read?);
+        }
+        // In the order asked.
+        Ok(keys.iter().map(|k| found.remove(k).flatten()).collect())
+    }
+
     /// An operator's force release of `key` on this master (see
     /// [`scripts::FORCE_DELETE`]): deleted whoever holds it.
     /// `Ok(Some(value))` when a key was deleted ("" for a key of another
@@ -294,6 +335,23 @@ impl Node {
             scripts::NOTE
                 .key(key)
                 .arg(value)
+                .arg(ttl_ms)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// A bookkeeping note kept at least `ttl` (see [`scripts::KEEP_NOTE`]).
+    ///
+    /// # Errors
+    /// When the master is not connected, does not answer in time, or fails.
+    pub async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.request(Op::Release, |mut conn| async move {
+            scripts::KEEP_NOTE
+                .key(key)
                 .arg(ttl_ms)
                 .invoke_async::<i64>(&mut conn)
                 .await
@@ -480,6 +538,10 @@ impl Store for Node {
         Node::note(self, key, value, ttl).await
     }
 
+    async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
+        Node::keep_note(self, key, ttl).await
+    }
+
     async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {
         Node::announce(self, channel, message).await
     }
@@ -498,6 +560,11 @@ impl Store for Node {
 
     async fn list_keys(&self, keys: &[String]) -> Result<Vec<KeyState>, NodeError> {
         self.operator_read(|conn| async move { self.read_keys(&conn, keys).await })
+            .await
+    }
+
+    async fn list_values(&self, keys: &[String]) -> Result<Vec<Option<String>>, NodeError> {
+        self.operator_read(|conn| async move { self.read_values(&conn, keys).await })
             .await
     }
 }

@@ -383,6 +383,18 @@ return 1"#,
     )
 });
 
+/// A bookkeeping note's TTL lengthened to at least `ARGV[1]` ms, when the
+/// note is there with a TTL; never written, shortened or made to last
+/// forever: an agent that does not know a note's value keeps it alive.
+pub static KEEP_NOTE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local left = redis.call("pttl", KEYS[1])
+if left < 0 or left >= tonumber(ARGV[1]) then return 0 end
+redis.call("pexpire", KEYS[1], ARGV[1])
+return 1"#,
+    )
+});
+
 pub static FORCE_DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local value = redis.pcall("get", KEYS[1])

@@ -293,6 +293,15 @@ pub trait Store: Master {
         ttl: Duration,
     ) -> impl Future<Output = Result<(), NodeError>> + Send;
 
+    /// Lengthens the TTL of the bookkeeping key `key` to at least `ttl`
+    /// when it is there; never writes it: how an agent that does not know
+    /// a semaphore's limit keeps its note alive while it extends a permit.
+    fn keep_note(
+        &self,
+        key: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), NodeError>> + Send;
+
     /// Publishes `message` on `channel` (on a cluster, to every node).
     fn announce(
         &self,
@@ -316,6 +325,14 @@ pub trait Store: Master {
         &self,
         keys: &[String],
     ) -> impl Future<Output = Result<Vec<KeyState>, NodeError>> + Send;
+
+    /// The value of each of `keys`, in the order asked (`None` for a key
+    /// that is gone): one command however many keys (on a cluster, one
+    /// per slot), where [`Store::list_keys`] costs the master two per key.
+    fn list_values(
+        &self,
+        keys: &[String],
+    ) -> impl Future<Output = Result<Vec<Option<String>>, NodeError>> + Send;
 }
 
 /// A change to the channels a master's subscriber should be on.

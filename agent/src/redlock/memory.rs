@@ -231,6 +231,18 @@ impl Store for Memory {
         Ok(())
     }
 
+    async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
+        self.answer().await?;
+        let until = Instant::now() + ttl;
+        let now = Instant::now();
+        if let Some((_, at)) = self.keys.lock().unwrap().get_mut(key) {
+            if *at > now && *at < until {
+                *at = until;
+            }
+        }
+        Ok(())
+    }
+
     async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {
         self.answer().await?;
         self.announced
@@ -286,5 +298,10 @@ impl Store for Memory {
                 },
             })
             .collect())
+    }
+
+    async fn list_values(&self, keys: &[String]) -> Result<Vec<Option<String>>, NodeError> {
+        self.answer().await?;
+        Ok(keys.iter().map(|key| self.holds(key)).collect())
     }
 }

@@ -109,6 +109,15 @@ impl Resource {
         queue_of(&self.0)
     }
 
+    /// The semaphore whose permit this is (`<name>` of `<name> permit
+    /// <index>`), or `None` for any other lock.
+    pub fn semaphore(&self) -> Option<&str> {
+        let queue = queue_of(&self.0);
+        (queue.len() != self.0.len())
+            .then(|| queue.strip_suffix(" permit"))
+            .flatten()
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -184,6 +193,9 @@ mod tests {
         let permit = Resource::permit(&pay, 3);
         assert_eq!(permit.as_str(), "pay permit 3");
         assert_eq!(permit.queue(), "pay permit");
+        assert_eq!(permit.semaphore(), Some("pay"));
+        assert_eq!(pay.semaphore(), None);
+        assert_eq!(Resource::election(&pay).semaphore(), None);
         assert_eq!(Resource::permit(&pay, 0).queue(), "pay permit");
         assert_eq!(pay.queue(), "pay");
         let election = Resource::election(&pay);

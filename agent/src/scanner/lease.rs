@@ -266,6 +266,8 @@ mod tests {
             reentry_keeps_ttl: true,
             reentry_trusts_pid_zero: false,
             renewals_wait_for_client: false,
+            limit_kept_by_any_agent: true,
+            max_streams_per_uid: 1024,
         };
         Arc::new(Locks::new(engine, rules, waiters, metrics, shutdown))
     }
