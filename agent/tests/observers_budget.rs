@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, Hold, TestAgent};
@@ -37,30 +36,11 @@ const CONFIG: &str = "health:\n  interval: 10s\nleak_scan:\n  interval: 1h\n";
 
 /// Every call master `m` has served but `INFO`'s.
 async fn commands(cluster: &Cluster, m: usize) -> f64 {
-    let mut conn = cluster.redis(m).await;
-    let text: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let calls: HashMap<&str, f64> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_"))
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name, calls))
-        })
-        .collect();
+    let calls = cluster.command_calls(m).await;
     calls
         .iter()
-        .filter(|(name, _)| **name != "info")
-        .map(|(_, n)| n)
+        .filter(|(name, _)| *name != "info")
+        .map(|(_, &n)| n as f64)
         .sum()
 }
 

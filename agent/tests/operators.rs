@@ -59,34 +59,11 @@ async fn patient(cluster: &Cluster, m: usize) -> redis::aio::MultiplexedConnecti
         .unwrap()
 }
 
-/// `INFO commandstats` of master `m` as command -> calls.
-async fn command_calls(cluster: &Cluster, m: usize) -> HashMap<String, u64> {
-    let mut conn = cluster.redis(m).await;
-    let text: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    text.lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_"))
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_string(), calls))
-        })
-        .collect()
-}
-
 /// `INFO commandstats` of every master.
 async fn read_calls(cluster: &Cluster) -> Vec<HashMap<String, u64>> {
     let mut out = Vec::new();
     for m in 0..cluster.masters.len() {
-        out.push(command_calls(cluster, m).await);
+        out.push(cluster.command_calls(m).await);
     }
     out
 }

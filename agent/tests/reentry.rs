@@ -8,15 +8,13 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, Switch, TestAgent};
 use hyper::StatusCode;
 use redlock_client::{AcquireOptions, Error, ErrorCode, Released};
 use redlock_testkit::switches::REENTRY_MAY_SHORTEN;
-use serde_json::{json, Value};
+use serde_json::json;
 
 const MASTERS: usize = 3;
 
@@ -42,26 +40,6 @@ fn code(result: Result<redlock_client::Grant, Error>) -> Option<ErrorCode> {
         Ok(grant) => panic!("granted: {grant:?}"),
         Err(e) => e.code(),
     }
-}
-
-/// An acquire of `resource` with `body`, sent by another process (`curl`)
-/// on `socket`: status code and the JSON answer.
-fn acquire_from_another_process(socket: &Path, resource: &str, body: &Value) -> (u16, Value) {
-    let output = Command::new("curl")
-        .args(["--silent", "--show-error", "--unix-socket"])
-        .arg(socket)
-        .args(["--write-out", "\n%{http_code}", "--data"])
-        .arg(body.to_string())
-        .args(["-H", "content-type: application/json"])
-        .arg(format!("http://agent/v1/locks/{resource}/acquire"))
-        .output()
-        .expect("curl runs");
-    let text = String::from_utf8(output.stdout).unwrap();
-    let (answer, status) = text.rsplit_once('\n').expect("body, then the status");
-    (
-        status.trim().parse().unwrap_or_else(|_| panic!("{text}")),
-        serde_json::from_str(answer).unwrap_or_else(|e| panic!("{e}: {answer}")),
-    )
 }
 
 /// Acquired, re-entered twice (same token, same fence, count 2 then 3),
@@ -253,10 +231,11 @@ async fn only_the_acquiring_process_may_reenter() {
         .unwrap();
     let (socket, body) = (agent.socket.clone(), json!({"token": grant.token}));
     // Off the runtime: the agent answers on it.
-    let (status, answer) =
-        tokio::task::spawn_blocking(move || acquire_from_another_process(&socket, "jobs", &body))
-            .await
-            .unwrap();
+    let (status, answer) = tokio::task::spawn_blocking(move || {
+        common::acquire_from_another_process(&socket, "jobs", &body)
+    })
+    .await
+    .unwrap();
     assert_eq!(status, 403, "{answer}");
     assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
     assert_eq!(

@@ -10,8 +10,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::{wait_for, Cluster};
@@ -87,26 +86,6 @@ impl Agent {
     }
 }
 
-/// An acquire of `resource` with `body` by another process (`curl`) on
-/// `socket`: status code and the JSON answer.
-fn acquire_from_another_process(socket: &Path, resource: &str, body: &Value) -> (u16, Value) {
-    let output = Command::new("curl")
-        .args(["--silent", "--show-error", "--unix-socket"])
-        .arg(socket)
-        .args(["--write-out", "\n%{http_code}", "--data"])
-        .arg(body.to_string())
-        .args(["-H", "content-type: application/json"])
-        .arg(format!("http://agent/v1/locks/{resource}/acquire"))
-        .output()
-        .expect("curl runs");
-    let text = String::from_utf8(output.stdout).unwrap();
-    let (answer, status) = text.rsplit_once('\n').expect("body, then the status");
-    (
-        status.trim().parse().unwrap_or_else(|_| panic!("{text}")),
-        serde_json::from_str(answer).unwrap_or_else(|e| panic!("{e}: {answer}")),
-    )
-}
-
 /// This process acquires `jobs`; another process re-enters it with the
 /// token. Returns that answer and what this process's release came to.
 async fn reentry_by_another_process(agent: &Agent) -> ((u16, Value), Released) {
@@ -117,10 +96,11 @@ async fn reentry_by_another_process(agent: &Agent) -> ((u16, Value), Released) {
         .unwrap_or_else(|e| panic!("{e}\n{}", agent.log()));
     let (socket, body) = (agent.socket.clone(), json!({"token": grant.token}));
     // Off the runtime: the client above shares it.
-    let other =
-        tokio::task::spawn_blocking(move || acquire_from_another_process(&socket, "jobs", &body))
-            .await
-            .unwrap();
+    let other = tokio::task::spawn_blocking(move || {
+        common::acquire_from_another_process(&socket, "jobs", &body)
+    })
+    .await
+    .unwrap();
     let released = client.release_counted("jobs", &grant.token).await.unwrap();
     (other, released)
 }

@@ -33,25 +33,9 @@ const BACKGROUND: u64 = 40;
 /// Every call master `m` has served (`INFO commandstats`), but `INFO`'s
 /// own (the test's reads and the probes'), by command.
 async fn calls(cluster: &Cluster, m: usize) -> HashMap<String, u64> {
-    let mut conn = cluster.redis(m).await;
-    let text: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    text.lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_"))
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            (name != "info").then(|| (name.to_string(), calls))
-        })
-        .collect()
+    let mut calls = cluster.command_calls(m).await;
+    calls.remove("info");
+    calls
 }
 
 /// Commands each master served while `REFUSALS` acquires of a full

@@ -218,6 +218,19 @@ impl Node {
         .await
     }
 
+    /// `keys` as one read call takes them: on a cluster, one group per
+    /// slot (read all at once); on a single server, all in one.
+    fn read_groups<'k>(&self, keys: &'k [String]) -> Vec<Vec<&'k String>> {
+        if self.is_cluster() {
+            super::cluster::by_slot(keys, |key| key.as_str())
+                .into_iter()
+                .map(|(_, group)| group)
+                .collect()
+        } else {
+            vec![keys.iter().collect()]
+        }
+    }
+
     /// The value and PTTL of every key in `keys`, in one script call (one
     /// round trip). Keys that are gone answer `pttl: -2`.
     ///
@@ -231,16 +244,7 @@ impl Node {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        // A cluster reads one slot per script call, all at once; a single
-        // server reads them all in one.
-        let groups: Vec<Vec<&String>> = if self.is_cluster() {
-            super::cluster::by_slot(keys, |key| key.as_str())
-                .into_iter()
-                .map(|(_, group)| group)
-                .collect()
-        } else {
-            vec![keys.iter().collect()]
-        };
+        let groups = self.read_groups(keys);
         let reads = futures::future::join_all(groups.iter().map(|group| async move {
             let reply: Vec<redis::Value> = self
                 .read_request(conn, |mut conn| async move {
@@ -280,14 +284,7 @@ impl Node {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let groups: Vec<Vec<&String>> = if self.is_cluster() {
-            super::cluster::by_slot(keys, |key| key.as_str())
-                .into_iter()
-                .map(|(_, group)| group)
-                .collect()
-        } else {
-            vec![keys.iter().collect()]
-        };
+        let groups = self.read_groups(keys);
         let reads = futures::future::join_all(groups.iter().map(|group| async move {
             let values: Vec<Option<String>> = self
                 .read_request(conn, |mut conn| async move {

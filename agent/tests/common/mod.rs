@@ -119,6 +119,30 @@ impl Cluster {
             .unwrap();
     }
 
+    /// `INFO commandstats` of master `m` as command -> calls, `info`
+    /// itself included.
+    pub async fn command_calls(&self, m: usize) -> std::collections::HashMap<String, u64> {
+        let mut conn = self.redis(m).await;
+        let text: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("cmdstat_"))
+            .filter_map(|l| {
+                let (name, rest) = l.split_once(':')?;
+                let calls = rest
+                    .strip_prefix("calls=")?
+                    .split(',')
+                    .next()?
+                    .parse()
+                    .ok()?;
+                Some((name.to_string(), calls))
+            })
+            .collect()
+    }
+
     /// The config YAML for an agent over these masters, plus `extra` YAML
     /// appended (sections not otherwise set).
     pub fn config_yaml(&self, socket: &Path, extra: &str) -> String {
@@ -622,4 +646,25 @@ impl Drop for Switch {
     fn drop(&mut self) {
         std::env::remove_var(self.0);
     }
+}
+
+/// An acquire of `resource` with `body`, sent by another process (`curl`)
+/// on `socket`: status code and the JSON answer. Blocking: call it off the
+/// runtime that serves the agent.
+pub fn acquire_from_another_process(socket: &Path, resource: &str, body: &Value) -> (u16, Value) {
+    let output = std::process::Command::new("curl")
+        .args(["--silent", "--show-error", "--unix-socket"])
+        .arg(socket)
+        .args(["--write-out", "\n%{http_code}", "--data"])
+        .arg(body.to_string())
+        .args(["-H", "content-type: application/json"])
+        .arg(format!("http://agent/v1/locks/{resource}/acquire"))
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let (answer, status) = text.rsplit_once('\n').expect("body, then the status");
+    (
+        status.trim().parse().unwrap_or_else(|_| panic!("{text}")),
+        serde_json::from_str(answer).unwrap_or_else(|e| panic!("{e}: {answer}")),
+    )
 }
