@@ -280,6 +280,7 @@ lock:
   max_hold: {{ $c.lock.maxHold | quote }}
   max_waiters: {{ int $c.lock.maxWaiters }}
   max_waiters_per_uid: {{ int $c.lock.maxWaitersPerUid }}
+  max_streams_per_uid: {{ int $c.lock.maxStreamsPerUid }}
   fence: {{ $c.lock.fence | quote }}
 health:
   interval: {{ $c.health.interval | quote }}
