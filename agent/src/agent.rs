@@ -248,6 +248,7 @@ impl Agent {
                 quorum: config.quorum(),
                 masters: names.clone(),
                 agent_name: config.agent.name.clone(),
+                idle_interval: config.health.idle_interval,
             },
             Arc::clone(&metrics),
         ));
@@ -344,7 +345,12 @@ impl Agent {
         let nodes = self.engine().nodes();
         let settings = Arc::new(self.health.clone());
         let peers: Arc<[Arc<Node>]> = nodes.to_vec().into();
-        futures::future::join_all(nodes.iter().map(|n| health::probe(n, &peers, &settings))).await;
+        futures::future::join_all(
+            nodes
+                .iter()
+                .map(|n| health::probe(n, &peers, &settings, false)),
+        )
+        .await;
         for node in nodes {
             node.probed();
         }

@@ -92,7 +92,7 @@ pub async fn watch(
             () = tokio::time::sleep_until(wake.into()) => {}
             () = node.wake.notified() => {}
         }
-        probe(&node, &peers, &settings).await;
+        probe(&node, &peers, &settings, idle()).await;
         node.probed();
         node.close_idle_reader();
     }
@@ -103,7 +103,9 @@ pub async fn watch(
 ///
 /// `peers`: every configured master (this one among them), read for the
 /// fencing counter's catch-up when a quarantine ends ([`catch_up`]).
-pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) {
+/// `idle`: the lock service is idle, so a known process is probed by one
+/// script call (see `Node::probe_identity`).
+pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings, idle: bool) {
     if node.is_cluster() {
         return probe_cluster(node, peers, settings).await;
     }
@@ -115,7 +117,7 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
         .then(|| before.as_ref().and_then(|i| i.evicted_keys));
     let mut answer = None;
     if let Some(conn) = node.connection() {
-        match node.probe_identity(&conn, marker).await {
+        match node.probe_identity(&conn, marker, idle).await {
             Ok(reply) => answer = Some((conn, false, reply)),
             // One late answer is the agent's own backlog as often as a dead
             // master: lock requests are bounded on their own, so keep the
@@ -144,7 +146,7 @@ pub async fn probe(node: &Node, peers: &[Arc<Node>], settings: &HealthSettings) 
         None => {
             let opened = match node.open().await {
                 Ok(conn) => node
-                    .probe_identity(&conn, marker)
+                    .probe_identity(&conn, marker, false)
                     .await
                     .map(|reply| (conn, reply)),
                 Err(e) => Err(e),

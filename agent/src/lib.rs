@@ -89,7 +89,8 @@
 //!   ([`scanner::lease`]: a fenced Redlock grant on a reserved resource,
 //!   kept by extension) scans and repairs with its fence, and writes its
 //!   report on every master; every other agent reads the freshest copy
-//!   ([`scanner::shared`]) once per interval.
+//!   ([`scanner::shared`]) once per interval, or once per
+//!   `health.idle_interval` while it is idle.
 //! - [`api`]: HTTP routes ([`api::routes`]: routing and the views;
 //!   [`api::handlers`]: the requests that take locks, permits and
 //!   leadership, and an operator's force release of a permit, to the lock

@@ -16,7 +16,8 @@ use serde_json::json;
 /// leak scan: its connection is the scanning agent's, not any idle one's.
 const CONFIG: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 200ms\nhealth:\n  interval: 100ms\n  idle_interval: 60s\nleak_scan:\n  interval: 1h\n";
 
-/// `INFO` calls master `i` has served (each probe sends two).
+/// `INFO` calls master `i` has served (each probe makes one, in its
+/// script; the first after a connect three).
 async fn info_calls(cluster: &Cluster, i: usize) -> u64 {
     let mut conn = cluster.redis(i).await;
     let stats: String = redis::cmd("INFO")
@@ -141,6 +142,89 @@ async fn the_extra_connections_close_once_the_agent_is_idle_again() {
         || async {
             agent_connections(&cluster, 0).await == vec![format!("redlock-agent:{name}:locks N")]
         },
+    )
+    .await;
+}
+
+/// A probe of a process the agent knows is one script call with one
+/// `INFO` inside (see `node::scripts::probe`), not `INFO server`, `INFO
+/// stats` and a marker script: what an idle fleet costs its masters is
+/// mostly its probes. Probes every 100 ms, nothing else on the masters.
+#[tokio::test]
+async fn a_known_master_is_probed_with_one_info() {
+    let quick = CONFIG.replace("idle_interval: 60s", "idle_interval: 100ms");
+    let cluster = Cluster::start(3);
+    let agent = TestAgent::start(&cluster, &quick).await;
+    agent.wait_usable(3).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = cluster.command_calls(0).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = cluster.command_calls(0).await;
+    let delta = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
+    // The second read of INFO commandstats counts the first.
+    let (probes, info) = (delta("evalsha"), delta("info") - 1);
+    println!("{probes} probes, {info} INFO calls in 3 s");
+    assert!(probes >= 5, "{probes} probes in 3 s at 100 ms: {after:?}");
+    assert!(
+        info * 2 <= probes * 3,
+        "{info} INFO calls for {probes} probes: more than one each (before: three each)"
+    );
+}
+
+/// Seconds since the last command on the `purpose` connection of agent
+/// `agent` on master `i` (`idle` in `CLIENT LIST`).
+async fn connection_idle_s(cluster: &Cluster, i: usize, agent: &str, purpose: &str) -> u64 {
+    let mut conn = cluster.redis(i).await;
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let name = format!("name=redlock-agent:{agent}:{purpose} ");
+    let line = list
+        .lines()
+        .find(|l| l.contains(&name))
+        .unwrap_or_else(|| panic!("no {name}in {list}"));
+    line.split(' ')
+        .find_map(|f| f.strip_prefix("idle="))
+        .and_then(|n| n.parse().ok())
+        .unwrap()
+}
+
+/// A fleet scanning every 200 ms: the idle standby does not read the
+/// fleet's report every 200 ms but once per `health.idle_interval` (a
+/// minute here): its connection stays silent; a reader of its
+/// `/v1/leaks` gets the fleet's report, not stale, and wakes it to read
+/// the masters' copies again.
+#[tokio::test]
+async fn an_idle_standby_reads_the_fleets_report_once_per_idle_interval() {
+    let cluster = Cluster::start(3);
+    let scan = CONFIG.replace("interval: 1h", "interval: 200ms");
+    let a1 = TestAgent::start(&cluster, &format!("agent:\n  name: a1\n{scan}")).await;
+    wait_for("a1 to scan", Duration::from_secs(30), || async {
+        a1.get("/v1/leaks").await.unwrap().1["scanning"] == true
+    })
+    .await;
+    let a2 = TestAgent::start(&cluster, &format!("agent:\n  name: a2\n{scan}")).await;
+    wait_for(
+        "a2 to read a1's report",
+        Duration::from_secs(30),
+        || async { a2.get("/v1/leaks").await.unwrap().1["scanner"] == "a1" },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let silent = connection_idle_s(&cluster, 0, "a2", "locks").await;
+    assert!(
+        silent >= 2,
+        "a2's connection idle for {silent} s while a1 scans every 200 ms"
+    );
+    let leaks = a2.get("/v1/leaks").await.unwrap().1;
+    assert_eq!(leaks["scanner"], "a1", "{leaks}");
+    assert_eq!(leaks["stale"], false, "{leaks}");
+    wait_for(
+        "the read to wake a2's look",
+        Duration::from_secs(10),
+        || async { connection_idle_s(&cluster, 0, "a2", "locks").await == 0 },
     )
     .await;
 }

@@ -250,6 +250,9 @@ pub struct Node {
     /// [`scripts::batch`]), so the first vote after the master's process
     /// changed answers NOSCRIPT whoever else loaded theirs.
     batch_script: redis::Script,
+    /// This node's copy of the health probe's script (see
+    /// [`scripts::probe`]), where the process check is on.
+    probe_script: Option<redis::Script>,
     /// The master refused `CLIENT SETNAME` once: said, not again.
     setname_refused: AtomicBool,
     /// The leak scanner's connection (see [`scan`]), opened on first use
@@ -313,6 +316,9 @@ impl Node {
         observer: Arc<dyn NodeObserver>,
     ) -> Arc<Node> {
         let timeout = settings.timeout;
+        // This node's own script copies (see `process`): none on a cluster.
+        let tag =
+            (settings.process_check && cluster.is_none()).then(crate::redlock::token::random_id);
         Arc::new_cyclic(|node| Node {
             name,
             client,
@@ -330,11 +336,10 @@ impl Node {
             process_check: settings.process_check,
             drift_factor: settings.drift_factor,
             stale_after: settings.stale_after,
-            batch_script: if settings.process_check && cluster.is_none() {
-                scripts::batch(Some(&crate::redlock::token::random_id()))
-            } else {
-                scripts::BATCH.clone()
-            },
+            batch_script: tag
+                .as_deref()
+                .map_or_else(|| scripts::BATCH.clone(), |tag| scripts::batch(Some(tag))),
+            probe_script: tag.as_deref().map(scripts::probe),
             setname_refused: AtomicBool::new(false),
             scan_conn: Mutex::new(None),
             list_conn: Mutex::new(None),

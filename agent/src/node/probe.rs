@@ -268,11 +268,24 @@ impl Node {
     ///
     /// # Errors
     /// When the master does not answer in time or the connection fails.
+    ///
+    /// `known`: an idle agent's probe on the connection the last probe
+    /// answered on, so a process the agent knows may answer through this
+    /// node's probe script ([`Node::probe_known`]) instead of `INFO`. A
+    /// busy agent's probes read `INFO` every time: their cost is the
+    /// agent's work's, and they keep the same answers through a proxy that
+    /// keeps the connection across a restart.
     pub async fn probe_identity(
         &self,
         conn: &Conn,
         marker: Option<Option<u64>>,
+        known: bool,
     ) -> Result<ProbeReply, NodeError> {
+        if known {
+            if let Some(reply) = self.probe_known(conn, marker).await? {
+                return Ok(reply);
+            }
+        }
         let start = Instant::now();
         let sent = super::clock::since_boot();
         let mut pipe = redis::pipe();
@@ -353,6 +366,86 @@ impl Node {
             identity,
             marker,
         })
+    }
+
+    /// The probe of a process this agent knows: one call of this node's
+    /// probe script ([`scripts::probe`]), whose answer carries the marker
+    /// check, `evicted_keys` and the master's clock; the `run_id` and
+    /// `redis_version` are the last `INFO`'s, and the uptime has grown by
+    /// the time since the last probe. `None` when there is no known
+    /// identity or copy of the script, or the master answered NOSCRIPT (a
+    /// new process, or `SCRIPT FLUSH`): the script is loaded then, before
+    /// the caller reads `INFO server`, so a restart between the two shows
+    /// as a new `run_id`.
+    ///
+    /// # Errors
+    /// When the master does not answer in time or the connection fails.
+    async fn probe_known(
+        &self,
+        conn: &Conn,
+        marker: Option<Option<u64>>,
+    ) -> Result<Option<ProbeReply>, NodeError> {
+        let (Some(script), Some(before)) = (&self.probe_script, self.snapshot().identity) else {
+            return Ok(None);
+        };
+        let start = Instant::now();
+        let since = self.probed_at().map_or(Duration::ZERO, |at| at.elapsed());
+        let sent = super::clock::since_boot();
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(script.get_hash())
+            .arg(1)
+            .arg(self.marker_key.as_str())
+            .arg(MARKER_VALUE)
+            .arg(marker.flatten().map_or_else(String::new, |n| n.to_string()))
+            .arg(if self.eviction_check { "1" } else { "0" })
+            .arg(if marker.is_some() { "1" } else { "0" });
+        let answer = self
+            .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
+                match call.query_async::<String>(&mut conn).await {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        script.prepare_invoke().load_async(&mut conn).await?;
+                        Ok(None)
+                    }
+                    answer => answer.map(Some),
+                }
+            })
+            .await;
+        let answer = match answer {
+            Ok(Some(answer)) => answer,
+            Ok(None) => return Ok(None),
+            Err(NodeError::Timeout(_)) => return Err(NodeError::Timeout(self.probe_timeout())),
+            Err(e) => return Err(e),
+        };
+        let received = super::clock::since_boot();
+        let mut lines = answer.split('\n');
+        let status = lines.next().unwrap_or_default();
+        let evicted_keys = lines.next().and_then(|n| n.parse().ok());
+        let clock = lines.next().and_then(|now| {
+            let (secs, micros) = now.split_once(' ')?;
+            Some(secs.parse::<u64>().ok()? * 1_000_000 + micros.parse::<u64>().ok()?)
+        });
+        if let Some(master_us) = clock {
+            self.clock_reading(super::clock::Sample {
+                sent,
+                received,
+                master_us,
+            });
+        }
+        let marker = marker.map(|_| {
+            status
+                .parse::<i64>()
+                .map(marker_detector)
+                .map_err(|e| NodeError::Other(format!("a probe's answer {status:?}: {e}")))
+        });
+        Ok(Some(ProbeReply {
+            latency: start.elapsed(),
+            identity: Some(Identity {
+                uptime: before.uptime + since,
+                evicted_keys,
+                ..before
+            }),
+            marker,
+        }))
     }
 
     /// The bound on a health probe: the connect timeout (ten node timeouts,

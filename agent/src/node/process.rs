@@ -15,7 +15,10 @@
 //! new `run_id`. A new `run_id` quarantines the master (detector
 //! `run_id`) before any vote of that batch counts; the known one (an
 //! operator's `SCRIPT FLUSH`) sends the batch again. The check costs
-//! nothing per vote: one `INFO` per new process and agent.
+//! nothing per vote: one `INFO` per new process and agent. The health
+//! probe tells a known process the same way, by a script of its own
+//! ([`super::scripts::probe`]), and reads `INFO server` only when that
+//! script is missing.
 
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 

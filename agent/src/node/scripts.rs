@@ -347,23 +347,62 @@ return 1"#,
 /// last read, or "" when unknown; `ARGV[3]` "0" to skip the check (the test
 /// switch).
 pub static CHECK_MARKER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local found = redis.call("get", KEYS[1])
-if not found then return 0 end
-if ARGV[3] == "0" then return 1 end
-local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
-local counted = string.match(found, " e=(%d+)$")
-if counted == nil then
-  if evicted and evicted == ARGV[2] then redis.call("set", KEYS[1], ARGV[1] .. " e=" .. evicted) end
-  return 1
-end
-if evicted and counted ~= evicted then
-  redis.call("del", KEYS[1])
-  return -3
-end
-return 1"#,
-    )
+    Script::new(&format!(
+        "{MARKER_CHECK_SOURCE}\nreturn check_marker(KEYS[1], ARGV[1], ARGV[2], ARGV[3] ~= \"0\")"
+    ))
 });
+
+/// [`CHECK_MARKER`]'s check as a Lua function, shared with [`probe`]'s
+/// script. `evicted` (the master's `evicted_keys`) is read only when the
+/// marker is there and its count is checked.
+const MARKER_CHECK_SOURCE: &str = r#"local evicted
+local function count()
+  if evicted == nil then
+    evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)") or false
+  end
+  return evicted or nil
+end
+local function check_marker(key, value, last, evictions)
+  local found = redis.call("get", key)
+  if not found then return 0 end
+  if not evictions then return 1 end
+  local now = count()
+  local counted = string.match(found, " e=(%d+)$")
+  if counted == nil then
+    if now and now == last then redis.call("set", key, value .. " e=" .. now) end
+    return 1
+  end
+  if now and counted ~= now then
+    redis.call("del", key)
+    return -3
+  end
+  return 1
+end"#;
+
+/// The health probe of a master whose process the agent knows, in one
+/// call: [`CHECK_MARKER`]'s answer (when `ARGV[4]` is "1"; else empty),
+/// the master's `evicted_keys` (empty where it reports none) and its clock
+/// (`TIME`, as in [`BATCH`]'s first line; `-` where refused), a line each.
+/// Same `KEYS` and first three `ARGV` as [`CHECK_MARKER`].
+///
+/// Each node has its own copy, under its own SHA (`tag`, as
+/// [`batch`]), loaded only by a probe that then reads `INFO server`: on
+/// a new process (a restart, a restore, a failover behind a proxy) the
+/// call answers NOSCRIPT, and the probe reads the master's identity from
+/// `INFO` as on first sight. So the probe of a known process costs one
+/// `INFO stats` instead of two `INFO` sections and a script, and what an
+/// idle fleet costs its masters is mostly this call (docs/benchmarks.md).
+pub fn probe(tag: &str) -> Script {
+    Script::new(&format!(
+        r#"{MARKER_CHECK_SOURCE}
+local status = ""
+if ARGV[4] == "1" then status = check_marker(KEYS[1], ARGV[1], ARGV[2], ARGV[3] ~= "0") end
+local now = redis.pcall("time")
+if now.err then now = "-" else now = now[1] .. " " .. now[2] end
+return status .. "\n" .. (count() or "") .. "\n" .. now
+-- {tag}"#
+    ))
+}
 
 /// An operator's force release on one master (`KEYS[1]` the lock key):
 /// deletes the key whoever holds it, and returns the value it held ("" for

@@ -11,11 +11,13 @@
 //! Every agent's scanner task, once per interval, either scans (it holds
 //! the scan lock) or looks: one script call per master reads the fleet's
 //! report and whether the scan lock is there, and when it is not on a
-//! quorum, tries to take it. So a fleet's scan load on a master is one
-//! scanner's (its SCANs, reads and repairs) plus one read per agent per
-//! interval, whatever the number of agents, and the keys it adds do not
-//! grow with the fleet: the scan lock, the report and the scan fence, one
-//! each per prefix (on a cluster master, the fence per slot written in).
+//! quorum, tries to take it; an idle agent's standby looks every
+//! `health.idle_interval` instead ([`shared::looks_every`]). So a fleet's
+//! scan load on a master is one scanner's (its SCANs, reads and repairs)
+//! plus one read per agent per interval, whatever the number of agents,
+//! and the keys it adds do not grow with the fleet: the scan lock, the
+//! report and the scan fence, one each per prefix (on a cluster master,
+//! the fence per slot written in).
 //!
 //! # The fence
 //! Each holder's grant of the scan lock carries a fence above every
@@ -83,6 +85,7 @@ use crate::node::{KeyState, Node};
 use crate::redlock::token::{self, Stored};
 use crate::redlock::{NodeError, Resource};
 use lease::Lease;
+use shared::View;
 
 /// Test-only switch (see `redlock_testkit::switches`): set to a
 /// `lock.key_prefix`, the scanners of agents with that prefix take every
@@ -112,6 +115,8 @@ pub struct ScanSettings {
     pub masters: Vec<String>,
     /// `agent.name`: the scanner named in the reports this agent makes.
     pub agent_name: String,
+    /// `health.idle_interval` (see [`shared::looks_every`]).
+    pub idle_interval: Duration,
 }
 
 /// One master's keys from one scan.
@@ -127,17 +132,6 @@ struct NodeScan {
     duration: Duration,
     repaired: u64,
     error: Option<NodeError>,
-}
-
-/// What `/v1/leaks` answers from: the freshest report this agent knows,
-/// its own or read from the masters.
-#[derive(Debug)]
-struct View {
-    report: LeaksResponse,
-    /// This agent made `report`: it holds the scan lock.
-    scanning: bool,
-    /// Masters whose copy of the report could not be read at the last look.
-    copies_unread: Vec<String>,
 }
 
 /// The scanner's memory: the fleet's report as this agent knows it and
@@ -162,6 +156,8 @@ pub struct Scanner {
     /// [`REPAIR_PAUSE_SWITCH`]'s pause before each repair. Never in
     /// production.
     repair_pause: Option<Duration>,
+    /// A reader of `/v1/leaks` wakes a standby that looks seldom.
+    wake: tokio::sync::Notify,
 }
 
 impl Scanner {
@@ -207,6 +203,7 @@ impl Scanner {
                 "{REPAIR_PAUSE_SWITCH} is set: the scanner waits before each repair; for tests only"
             );
         }
+        let interval = settings.config.interval;
         Scanner {
             report_key: format!("{}{LEAK_REPORT_SUFFIX}", settings.key_prefix),
             fence_key: format!("{}{LEAK_FENCE_SUFFIX}", settings.key_prefix),
@@ -216,24 +213,31 @@ impl Scanner {
                 report,
                 scanning: false,
                 copies_unread: Vec::new(),
+                looks_every: interval,
             }),
             previous_minority: Mutex::new(HashSet::new()),
             by_shape,
             fence_check,
             repair_pause,
+            wake: tokio::sync::Notify::new(),
         }
     }
 
     /// The fleet's last report as this agent knows it, for `GET
     /// /v1/leaks`: with its age, whether it is stale, and whether this
-    /// agent made it.
+    /// agent made it. A standby that looks seldom (see
+    /// [`shared::looks_every`]) is woken to look now, for this reader's
+    /// next read.
     pub fn report(&self) -> LeaksResponse {
         let view = self.view();
+        if !view.scanning && view.looks_every > self.settings.config.interval {
+            self.wake.notify_one();
+        }
         shared::answer(
             &view.report,
             view.scanning,
             &view.copies_unread,
-            self.settings.config.interval,
+            view.looks_every,
             unix_ms(),
         )
     }
@@ -253,9 +257,21 @@ impl Scanner {
         let nodes = locks.engine().nodes().to_vec();
         let shutdown = locks.shutdown_token();
         let mut held: Option<Lease<Node>> = None;
+        let mut others_scan = false;
         loop {
+            let wait = shared::looks_every(
+                self.settings.config.interval,
+                self.settings.idle_interval,
+                held.is_some(),
+                others_scan,
+                locks.idle_for() >= crate::lock::idle::IDLE_AFTER,
+            );
+            self.view().looks_every = wait;
+            // Readers wake only a standby that looks seldom.
+            let seldom = wait > self.settings.config.interval;
             tokio::select! {
-                () = tokio::time::sleep(self.settings.config.interval) => {}
+                () = tokio::time::sleep(wait) => {}
+                () = self.wake.notified(), if seldom => {}
                 () = shutdown.cancelled() => {
                     if let Some(lease) = held.take() {
                         lease.release().await;
@@ -271,8 +287,11 @@ impl Scanner {
                 );
                 self.step_down(held.take());
             }
-            if held.is_none() && self.look(&nodes).await {
-                held = self.take_over(&locks, &nodes).await;
+            if held.is_none() {
+                others_scan = !self.look(&nodes).await;
+                if !others_scan {
+                    held = self.take_over(&locks, &nodes).await;
+                }
             }
             if let Some(lease) = &held {
                 if !self.round(&nodes, lease).await {

@@ -1,7 +1,8 @@
 //! The fleet's report as every agent sees it: the scanning agent writes
 //! its report (a [`LeaksResponse`]) on every master after each scan, with
 //! a TTL of a few intervals ([`report_ttl`]); the others read every
-//! master's copy once per interval and keep the freshest ([`newer`]:
+//! master's copy once per interval (an idle agent less often:
+//! [`looks_every`]) and keep the freshest ([`newer`]:
 //! the highest fence, then the most scans). An answer says whose report
 //! it is, how old, and whether it is older than the fleet's scans should
 //! let it be ([`answer`]): never a stale one presented as current.
@@ -11,6 +12,20 @@
 use std::time::Duration;
 
 use redlock_wire::LeaksResponse;
+
+/// What `/v1/leaks` answers from: the freshest report this agent knows,
+/// its own or read from the masters.
+#[derive(Debug)]
+pub(super) struct View {
+    pub(super) report: LeaksResponse,
+    /// This agent made `report`: it holds the scan lock.
+    pub(super) scanning: bool,
+    /// Masters whose copy of the report could not be read at the last look.
+    pub(super) copies_unread: Vec<String>,
+    /// How often this agent reads the report now: the period its age is
+    /// judged stale by ([`looks_every`]).
+    pub(super) looks_every: Duration,
+}
 
 /// `a` is fresher than `b`: made by a later scanner (a higher fence), or
 /// later by the same one (more scans). A report without a fence (none
@@ -75,9 +90,57 @@ fn stale_after(report: &LeaksResponse, interval: Duration) -> u64 {
         .saturating_add(took)
 }
 
+/// How long the scanner task waits before its next round or look. A
+/// scanner scans every interval, and so does a standby that may have to
+/// take over (its last look found the scan lock free) or whose lock
+/// service has work. A standby of an idle agent while another agent
+/// scans looks every `health.idle_interval` when that is longer: what an
+/// idle fleet costs the masters does not grow as the scan interval
+/// shrinks (the scanner's own cost does). Its `/v1/leaks` readers wake it
+/// ([`super::Scanner::report`]), and it takes over a stopped scanner's lock at
+/// most one idle interval late; the scan itself goes on meanwhile when
+/// any busy agent of the fleet is a standby.
+pub fn looks_every(
+    interval: Duration,
+    idle_interval: Duration,
+    scanning: bool,
+    others_scan: bool,
+    idle: bool,
+) -> Duration {
+    if !scanning && others_scan && idle {
+        interval.max(idle_interval)
+    } else {
+        interval
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_idle_standby_behind_a_live_scanner_looks_seldom() {
+        let (interval, idle) = (Duration::from_secs(5), Duration::from_secs(30));
+        // scanning, others_scan, idle
+        assert_eq!(looks_every(interval, idle, false, true, true), idle);
+        assert_eq!(looks_every(interval, idle, true, false, true), interval);
+        assert_eq!(
+            looks_every(interval, idle, false, false, true),
+            interval,
+            "may take over"
+        );
+        assert_eq!(
+            looks_every(interval, idle, false, true, false),
+            interval,
+            "has work"
+        );
+        let long = Duration::from_secs(60);
+        assert_eq!(
+            looks_every(long, idle, false, true, true),
+            long,
+            "never more often"
+        );
+    }
 
     fn report(fence: Option<u64>, scans: u64, scanned_at_ms: Option<u64>) -> LeaksResponse {
         LeaksResponse {
