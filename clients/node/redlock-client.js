@@ -33,6 +33,7 @@
 const http = require('node:http');
 const { EventEmitter } = require('node:events');
 const { performance } = require('node:perf_hooks');
+const { traceHeaders } = require('./trace.js');
 
 /** Milliseconds a request may take beyond the wait it asks the agent for. */
 const DEFAULT_TIMEOUT_MS = 5000;
@@ -164,7 +165,7 @@ class Client {
     const limit = this.timeoutMs + (waitMs || 0);
     const data = payload === undefined ? undefined : Buffer.from(JSON.stringify(payload));
     return new Promise((resolve, reject) => {
-      const headers = { host: 'localhost' };
+      const headers = { ...traceHeaders(), host: 'localhost' };
       if (data) {
         headers['content-type'] = 'application/json';
         headers['content-length'] = data.length;
