@@ -34,6 +34,9 @@ fi
 # real agent on real masters (`redlock-agent dev`, built before the tests).
 echo "== clients"
 cargo test -q --doc -p redlock-client
+# The optional `opentelemetry` feature: the trace propagation test again,
+# with the current OpenTelemetry context as the source.
+cargo test -q -p redlock-client --features opentelemetry --test trace
 target="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 export REDLOCK_AGENT="${target:-$PWD/target}/debug/redlock-agent"
 # Python and Node.js are installed as a user installs them, then tested
