@@ -55,6 +55,16 @@
 //! # }
 //! ```
 //!
+//! # Tracing
+//! Every request carries the caller's W3C trace context (`traceparent`,
+//! `tracestate`), so the agent's spans join the caller's trace: with the
+//! `opentelemetry` feature, the current `opentelemetry::Context`
+//! through the global text-map propagator (the application registers
+//! one, the SDK's `TraceContextPropagator`; in async code the context is
+//! current while the future that calls the client is polled, as
+//! `FutureExt::with_context` or `tracing-opentelemetry` arrange); without
+//! it, a [`TraceContext`] the calls are scoped in. Neither: no header.
+//!
 //! # Layout
 //! - this file: [`Client`], its options and answers.
 //! - [`error`]: [`Error`], one variant per case a caller acts on.
@@ -64,6 +74,9 @@
 //!   [`Client::hold_permit`], ...), each an ordinary lock of its own.
 //! - [`election`]: leader elections: [`Client::campaign`]'s [`Campaign`]
 //!   stream, [`Client::leader`], [`Client::observe`]'s [`Observer`].
+//! - [`trace`]: the caller's W3C trace context ([`TraceContext`], or the
+//!   current OpenTelemetry context with the `opentelemetry` feature) on
+//!   every request.
 //! - `transport`: connections over the socket, their pool, request paths
 //!   ([`lock_path`], [`resource_path`], [`semaphore_path`],
 //!   [`election_path`]: the one percent-encoding of names) and decoding
@@ -74,6 +87,7 @@ pub mod error;
 pub mod guard;
 pub mod hold;
 pub mod semaphore;
+pub mod trace;
 mod transport;
 
 use std::path::{Path, PathBuf};
@@ -95,6 +109,7 @@ pub use hold::Hold;
 pub use redlock_wire as wire;
 pub use redlock_wire::{CampaignEvent, ErrorCode, Leader, ObserveEvent, OnDisconnect};
 pub use semaphore::{Permit, PermitHold, PermitHoldOptions, PermitOptions};
+pub use trace::{InvalidTraceContext, TraceContext};
 pub use transport::{election_path, lock_path, resource_path, semaphore_path};
 
 /// How long a request may take beyond the wait it asks for, by default.

@@ -28,7 +28,7 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
-use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -37,7 +37,11 @@ use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
+use crate::trace::TraceContext;
 use crate::Error;
+
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// Idle connections kept for reuse.
 pub(crate) const MAX_IDLE: usize = 16;
@@ -110,9 +114,15 @@ pub(crate) fn encode(text: &str) -> String {
     utf8_percent_encode(text, SEGMENT).to_string()
 }
 
-/// A request to the agent: the header values are static, and the URI and
-/// body are shared, not copied, with every rebuild of the same request.
-fn request(method: Method, uri: Uri, body: Option<Bytes>) -> Request<Full<Bytes>> {
+/// A request to the agent: the header values are static or checked when
+/// their trace context was built, and the URI, body and trace headers are
+/// shared, not copied, with every rebuild of the same request.
+fn request(
+    method: Method,
+    uri: Uri,
+    body: Option<Bytes>,
+    trace: Option<&TraceContext>,
+) -> Request<Full<Bytes>> {
     let mut builder = Request::builder()
         .method(method)
         .uri(uri)
@@ -120,9 +130,15 @@ fn request(method: Method, uri: Uri, body: Option<Bytes>) -> Request<Full<Bytes>
     if body.is_some() {
         builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
+    if let Some((traceparent, tracestate)) = trace.map(TraceContext::headers) {
+        builder = builder.header(TRACEPARENT, traceparent);
+        if let Some(tracestate) = tracestate {
+            builder = builder.header(TRACESTATE, tracestate);
+        }
+    }
     builder
         .body(Full::new(body.unwrap_or_default()))
-        // Cannot fail: a known method, a valid URI, and fixed headers.
+        // Cannot fail: a known method, a valid URI, and valid header values.
         .expect("a valid request")
 }
 
@@ -256,7 +272,9 @@ impl Transport {
         let uri =
             Uri::try_from(path).map_err(|e| Error::Protocol(format!("not a request path: {e}")))?;
         let body = body.map(Bytes::from);
-        let rebuild = || request(method.clone(), uri.clone(), body.clone());
+        // Read here, while the caller's task (and its context) is current.
+        let trace = crate::trace::current();
+        let rebuild = || request(method.clone(), uri.clone(), body.clone(), trace.as_ref());
         let mut request = rebuild();
         while let Some(mut conn) = self.take_idle() {
             if conn.sender.ready().await.is_err() {

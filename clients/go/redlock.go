@@ -17,6 +17,7 @@
 //	}
 //
 // Layout: redlock.go (the client, its transport, errors and locks),
+// trace.go (the caller's trace context as request headers),
 // stream.go (one NDJSON answer and its connection), hold.go (holds and
 // their loss), semaphore.go (permits), election.go (campaigns, leaders,
 // observers).
@@ -87,6 +88,14 @@ func (e *Error) Is(target error) bool {
 type Client struct {
 	socket string
 	http   *http.Client
+
+	// TraceContext, when set, returns the W3C traceparent and tracestate
+	// of a call's context, sent to the agent so its spans join the
+	// caller's trace ("" sends nothing). Applications on OpenTelemetry-Go
+	// plug their propagator in here (see the README's Tracing section);
+	// values set with WithTraceContext take precedence. Set it before the
+	// client is shared: it is read on every call without a lock.
+	TraceContext func(ctx context.Context) (traceparent, tracestate string)
 }
 
 // New returns a client of the agent listening on the Unix socket at
@@ -140,6 +149,7 @@ func (c *Client) send(ctx context.Context, method, u string, in interface{}) (*h
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	c.traceHeaders(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("redlock: %s %s on %s: %w", method, strings.TrimPrefix(u, "http://agent"), c.socket, err)

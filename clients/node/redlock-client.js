@@ -28,98 +28,34 @@
  * number larger than every earlier grant's, to pass to storage with each
  * write. An election's `term` is such a fence.
  * Times (`validUntil`) are on performance.now()'s clock, in ms.
+ *
+ * Layout: this file (the client, holds, campaigns, observers), errors.js
+ * (every error class and the agent's codes), trace.js (the caller's trace
+ * context as request headers).
  */
 
 const http = require('node:http');
 const { EventEmitter } = require('node:events');
 const { performance } = require('node:perf_hooks');
+const {
+  RedlockError,
+  ApiError,
+  TakenError,
+  LostError,
+  NoQuorumError,
+  LimitMismatchError,
+  NoLeaderError,
+  UnreachableError,
+  LockLostError,
+  apiError,
+} = require('./errors.js');
+const { traceHeaders } = require('./trace.js');
 
 /** Milliseconds a request may take beyond the wait it asks the agent for. */
 const DEFAULT_TIMEOUT_MS = 5000;
 
 /** Longest hold event line accepted; real ones are under 200 bytes. */
 const MAX_LINE = 64 * 1024;
-
-class RedlockError extends Error {}
-
-/** The agent answered an error: `status`, `code` and the message. */
-class ApiError extends RedlockError {
-  constructor(status, code, message) {
-    super(`${status} ${code}: ${message}`);
-    this.name = 'ApiError';
-    this.status = status;
-    this.code = code;
-    this.apiMessage = message;
-  }
-}
-
-/** 409 `taken`: another holder kept the lock for all of waitMs. */
-class TakenError extends ApiError {}
-/** 409 `lost`: not extended on a quorum in time; stop using the lock. */
-class LostError extends ApiError {}
-/**
- * 503 `no_quorum`: fewer than N/2+1 masters usable, or (release) too many
- * failed to tell whether they held the lock; retry later.
- */
-class NoQuorumError extends ApiError {}
-
-/**
- * The socket could not be reached, the connection failed, or no answer came
- * in time. For an acquire, the lock may or may not have been granted; it
- * then expires with its TTL.
- */
-class UnreachableError extends RedlockError {
-  constructor(message, cause) {
-    super(message, cause ? { cause } : undefined);
-    this.name = 'UnreachableError';
-  }
-}
-
-/**
- * A held lock, permit or leadership was lost. `resource` names it; `reason`: the agent's (`renew_failed`, `no_quorum`,
- * `max_hold`, `shutdown`, `force_released`, `node_lost`), `disconnected` or
- * `expired`.
- */
-class LockLostError extends RedlockError {
-  constructor(resource, reason) {
-    super(`the lock on ${resource} was lost: ${reason}`);
-    this.name = 'LockLostError';
-    this.resource = resource;
-    this.reason = reason;
-  }
-}
-
-/**
- * 409 `limit_mismatch`: the semaphore's permits are held with another
- * limit; every user of a semaphore must ask with the same one.
- */
-class LimitMismatchError extends ApiError {}
-/** 404 `no_leader`: no campaigner leads the election now. */
-class NoLeaderError extends ApiError {}
-
-const CODES = {
-  taken: TakenError,
-  lost: LostError,
-  no_quorum: NoQuorumError,
-  limit_mismatch: LimitMismatchError,
-  no_leader: NoLeaderError,
-};
-
-function apiError(status, text) {
-  let error;
-  try {
-    error = JSON.parse(text).error;
-  } catch (_) {
-    error = undefined;
-  }
-  if (!error || typeof error.code !== 'string') {
-    return new UnreachableError(`unexpected answer: ${status} ${text.slice(0, 200)}`);
-  }
-  const Kind = CODES[error.code] || ApiError;
-  const e = new Kind(status, error.code, error.message);
-  e.name = Kind.name;
-  return e;
-}
 
 /**
  * `/v1/locks/{resource}/{action}`, the resource percent-encoded as one path
@@ -164,7 +100,7 @@ class Client {
     const limit = this.timeoutMs + (waitMs || 0);
     const data = payload === undefined ? undefined : Buffer.from(JSON.stringify(payload));
     return new Promise((resolve, reject) => {
-      const headers = { host: 'localhost' };
+      const headers = { ...traceHeaders(), host: 'localhost' };
       if (data) {
         headers['content-type'] = 'application/json';
         headers['content-length'] = data.length;

@@ -26,6 +26,7 @@ from ._common import (
     parse_event,
     semaphore_path,
 )
+from ._trace import trace_headers
 
 OnLost = Callable[[LockLost], None]
 
@@ -76,7 +77,9 @@ class Client:
         conn = self._connect(wait_ms)
         try:
             data = None if payload is None else json.dumps(payload).encode()
-            headers = {"Content-Type": "application/json"} if data is not None else {}
+            headers = trace_headers()
+            if data is not None:
+                headers["Content-Type"] = "application/json"
             conn.request(method, path, body=data, headers=headers)
             response = conn.getresponse()
             answer = response.read()
@@ -101,7 +104,9 @@ class Client:
         conn = self._connect(wait_ms)
         try:
             data = None if method == "GET" else json.dumps(payload).encode()
-            headers = {} if data is None else {"Content-Type": "application/json"}
+            headers = trace_headers()
+            if data is not None:
+                headers["Content-Type"] = "application/json"
             conn.request(method, path, body=data, headers=headers)
             response = conn.getresponse()
             if response.status != 200:

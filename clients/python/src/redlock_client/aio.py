@@ -46,6 +46,7 @@ from ._common import (
     parse_event,
     semaphore_path,
 )
+from ._trace import trace_headers
 
 __all__ = ["AsyncClient", "AsyncHold", "AsyncCampaign", "AsyncObserver"]
 
@@ -189,6 +190,8 @@ class AsyncClient:
             )
             data = b"" if payload is None else json.dumps(payload).encode()
             head = "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" % (method, path)
+            for name, value in trace_headers().items():
+                head += "%s: %s\r\n" % (name, value)
             if payload is not None:
                 head += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(data)
             writer.write(head.encode("ascii") + b"\r\n" + data)

@@ -60,8 +60,10 @@ final class Http implements AutoCloseable {
      *
      * @param timeout closes the connection after this long unless
      *     {@link #disarm()} is called first; null for none
+     * @param trace the caller's trace context as headers; null for none
      */
-    static Http exchange(Path socket, String method, String path, String body, Duration timeout) throws IOException {
+    static Http exchange(Path socket, String method, String path, String body, Duration timeout, TraceContext trace)
+            throws IOException {
         SocketChannel channel = SocketChannel.open(StandardProtocolFamily.UNIX);
         Http http = new Http(channel);
         try {
@@ -74,6 +76,9 @@ final class Http implements AutoCloseable {
             head.append(method).append(' ').append(path).append(" HTTP/1.1\r\n")
                 .append("Host: localhost\r\n")
                 .append("Connection: close\r\n");
+            if (trace != null) {
+                head.append(trace.headLines());
+            }
             if (body != null) {
                 head.append("Content-Type: application/json\r\n")
                     .append("Content-Length: ").append(payload.length).append("\r\n");

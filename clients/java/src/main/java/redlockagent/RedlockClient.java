@@ -10,6 +10,7 @@ import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Consumer;
+import java.util.function.Supplier;
 
 /**
  * The client of one redlock-agent's socket: locks (acquire, extend,
@@ -26,6 +27,12 @@ import java.util.function.Consumer;
  * }</pre>
  *
  * Every refusal is a {@link RedlockException} with the agent's code.
+ *
+ * <p>Every request carries the caller's trace context as W3C
+ * {@code traceparent}/{@code tracestate} headers, so the agent's spans join
+ * the caller's trace: the current OpenTelemetry span when
+ * {@code io.opentelemetry.api} is on the class path (read by reflection, no
+ * dependency), or what {@link #withTraceContext} supplies.
  */
 public final class RedlockClient {
     /** How long an answer may take beyond the request's own wait. */
@@ -33,23 +40,37 @@ public final class RedlockClient {
 
     private final Path socket;
     private final Duration timeout;
+    /** Null: only the current OpenTelemetry span, if any. */
+    private final Supplier<TraceContext> traceContext;
 
     public RedlockClient(Path socket) {
-        this(socket, DEFAULT_TIMEOUT);
+        this(socket, DEFAULT_TIMEOUT, null);
     }
 
     public RedlockClient(String socket) {
-        this(Path.of(socket), DEFAULT_TIMEOUT);
+        this(Path.of(socket), DEFAULT_TIMEOUT, null);
     }
 
-    private RedlockClient(Path socket, Duration timeout) {
+    private RedlockClient(Path socket, Duration timeout, Supplier<TraceContext> traceContext) {
         this.socket = socket;
         this.timeout = timeout;
+        this.traceContext = traceContext;
     }
 
     /** This client with another limit on how long an answer may take beyond its wait. */
     public RedlockClient withTimeout(Duration timeout) {
-        return new RedlockClient(socket, timeout);
+        return new RedlockClient(socket, timeout, traceContext);
+    }
+
+    /**
+     * This client with {@code supplier} asked, on the calling thread, for
+     * each request's trace context, for applications that carry W3C trace
+     * context themselves (a thread-local, a request scope). A null answer
+     * falls back to the current OpenTelemetry span, if any; a supplier that
+     * throws sends none: tracing never fails a lock call.
+     */
+    public RedlockClient withTraceContext(Supplier<TraceContext> supplier) {
+        return new RedlockClient(socket, timeout, supplier);
     }
 
     public Path socket() {
@@ -208,7 +229,7 @@ public final class RedlockClient {
      * is the interruption).
      */
     public Leadership campaign(String name, CampaignOptions options) {
-        return campaign(name, options, new AtomicReference<>());
+        return campaign(name, options, new AtomicReference<>(), traceContext());
     }
 
     /**
@@ -218,6 +239,8 @@ public final class RedlockClient {
     public CompletableFuture<Leadership> campaignAsync(String name, CampaignOptions options) {
         CompletableFuture<Leadership> future = new CompletableFuture<>();
         AtomicReference<Http> connection = new AtomicReference<>();
+        // Read here, on the caller's thread, where its current span is.
+        TraceContext trace = traceContext();
         future.whenComplete((leadership, e) -> {
             if (future.isCancelled()) {
                 Http http = connection.getAndSet(null);
@@ -228,7 +251,7 @@ public final class RedlockClient {
         });
         Thread t = new Thread(() -> {
             try {
-                Leadership leadership = campaign(name, options, connection);
+                Leadership leadership = campaign(name, options, connection, trace);
                 if (!future.complete(leadership)) {
                     leadership.close();
                 }
@@ -241,8 +264,9 @@ public final class RedlockClient {
         return future;
     }
 
-    private Leadership campaign(String name, CampaignOptions options, AtomicReference<Http> connection) {
-        Http http = open("POST", path("elections", name, "campaign"), options.body(), 0);
+    private Leadership campaign(String name, CampaignOptions options, AtomicReference<Http> connection,
+            TraceContext trace) {
+        Http http = open("POST", path("elections", name, "campaign"), options.body(), 0, trace);
         http.disarm(); // waiting in line may take any time
         connection.set(http);
         try {
@@ -326,11 +350,31 @@ public final class RedlockClient {
         }
     }
 
+    /** The calling thread's trace context: the supplier's, else the current OpenTelemetry span's, else null. */
+    private TraceContext traceContext() {
+        if (traceContext != null) {
+            try {
+                TraceContext supplied = traceContext.get();
+                if (supplied != null) {
+                    return supplied;
+                }
+            } catch (RuntimeException e) {
+                return null;
+            }
+        }
+        return OpenTelemetrySpans.current();
+    }
+
     /** Sends a request and returns its 200 answer, body unread, its deadline armed. */
     private Http open(String method, String path, Map<String, Object> body, long waitMs) {
+        return open(method, path, body, waitMs, traceContext());
+    }
+
+    private Http open(String method, String path, Map<String, Object> body, long waitMs, TraceContext trace) {
         Http http;
         try {
-            http = Http.exchange(socket, method, path, body == null ? null : Json.write(body), timeout.plusMillis(waitMs));
+            http = Http.exchange(socket, method, path, body == null ? null : Json.write(body), timeout.plusMillis(waitMs),
+                trace);
         } catch (IOException e) {
             throw unreachable(method, path, e);
         }
