@@ -35,9 +35,6 @@ pub const PROJECTED: usize = 10_000;
 /// (`health.idle_interval`, 30 s by default), so every agent of a fleet
 /// probes about once in it, at a time of its own.
 pub const MIN_WINDOW: Duration = Duration::from_secs(30);
-/// The fleet's leak scan interval: the default. One agent of the fleet
-/// scans for all; each other reads its report once per interval.
-pub const LEAK_SCAN: Duration = Duration::from_secs(30);
 /// Agents started at once.
 const STARTING_AT_ONCE: usize = 25;
 /// Left to the fleet after its start, before the window: every agent's
@@ -120,6 +117,9 @@ pub struct Fleet {
     /// small machine the idle agents' own probing can leave a large
     /// fleet's last agents no room to start in time.
     pub stopped: Option<String>,
+    /// The fleet's `leak_scan.interval` (`--leak-scan`, 30 s by default):
+    /// one agent scans for all, the others read its report.
+    pub leak_scan: Duration,
 }
 
 impl Fleet {
@@ -206,6 +206,7 @@ fn start_fleet(
     masters: &Masters,
     retry: AgentRetry,
     n: usize,
+    leak_scan: Duration,
 ) -> anyhow::Result<Vec<Agent>> {
     let mut fleet = Vec::with_capacity(n);
     for chunk_start in (0..n).step_by(STARTING_AT_ONCE) {
@@ -225,7 +226,7 @@ fn start_fleet(
                                 &format!("fleet-{i}"),
                                 masters,
                                 retry,
-                                LEAK_SCAN,
+                                leak_scan,
                             )
                         };
                         start().or_else(|_| start()).or_else(|_| start())
@@ -288,11 +289,12 @@ pub fn measure(
     retry: AgentRetry,
     sizes: &[usize],
     window: Duration,
+    leak_scan: Duration,
 ) -> anyhow::Result<Fleet> {
     let baseline = read_window(masters, 0, window)?;
     let mut latency = Vec::new();
     {
-        let lone = start_fleet(bin, dir, masters, retry, 1)?;
+        let lone = start_fleet(bin, dir, masters, retry, 1, leak_scan)?;
         std::thread::sleep(SETTLE);
         latency.push(cycles(&lone[0], 1, window)?);
     }
@@ -300,7 +302,7 @@ pub fn measure(
     let mut agent_rss_kib = None;
     let mut stopped = None;
     for &n in sizes {
-        let fleet = match start_fleet(bin, dir, masters, retry, n) {
+        let fleet = match start_fleet(bin, dir, masters, retry, n, leak_scan) {
             Ok(fleet) => fleet,
             Err(e) if !fleets.is_empty() => {
                 eprintln!(
@@ -330,6 +332,7 @@ pub fn measure(
         latency,
         agent_rss_kib,
         stopped,
+        leak_scan,
     })
 }
 
@@ -359,6 +362,7 @@ mod tests {
             latency: Vec::new(),
             agent_rss_kib: None,
             stopped: None,
+            leak_scan: Duration::from_secs(30),
         };
         assert_eq!(fleet.per_agent_cpu(&fleet.fleets[0]), 400.0);
         assert_eq!(fleet.per_agent_cpu(&fleet.fleets[1]), 400.0);

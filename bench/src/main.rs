@@ -107,6 +107,10 @@ struct RunArgs {
     /// Where the report goes (scratch files go to OUT/scratch).
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
+    /// W10's fleets' `leak_scan.interval`: one agent scans, the others
+    /// read its report (an idle one once per `health.idle_interval`).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    leak_scan: Duration,
     /// Profile the agent with `perf` under workload 1 at 64 clients instead,
     /// and draw its flame graph (results/flamegraph-w1-64-DATE.svg).
     #[arg(long)]
@@ -254,6 +258,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         agent_bin: args.agent_bin.clone(),
         drivers,
         scratch: scratch.path().to_path_buf(),
+        leak_scan: args.leak_scan,
     };
     let env = environment(&args, &options);
 

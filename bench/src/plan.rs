@@ -238,6 +238,8 @@ pub struct Options {
     pub agent_bin: PathBuf,
     pub drivers: Drivers,
     pub scratch: PathBuf,
+    /// W10's fleets' `leak_scan.interval`.
+    pub leak_scan: Duration,
 }
 
 /// Everything a run measured.
@@ -688,6 +690,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
             AGENT_DEFAULT,
             sizes,
             window,
+            options.leak_scan,
         )
         .map_err(|e| format!("{e:#}"));
         if let Err(e) = &measured {

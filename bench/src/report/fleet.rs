@@ -25,7 +25,7 @@ pub fn section(md: &mut String, results: &Results) {
          `SCAN` calls (the leak scans) over one window, mean per master. Per agent: less \
          the masters alone (N = 0), over N. Then one client's acquire + release through the fleet's \
          first agent.\n",
-        fleet::LEAK_SCAN.as_secs()
+        measured.as_ref().map_or(30, |f| f.leak_scan.as_secs())
     );
     let f = match measured {
         Ok(f) => f,
