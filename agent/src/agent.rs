@@ -14,6 +14,7 @@ use crate::lock::idle::IDLE_AFTER;
 use crate::lock::waiters::{self, Subscriptions, Waiters};
 use crate::lock::{millis, Rules};
 use crate::metrics::{Metrics, NodeSeries};
+use crate::telemetry::Telemetry;
 use crate::node::{subscriber, Node, NodeSettings, FENCE_SUFFIX};
 use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITCH};
 use crate::redlock::master::NodeError;
@@ -74,6 +75,8 @@ pub struct Agent {
     /// Readiness counts cluster slots in quarantine; off only under the
     /// test switch `REDLOCK_TEST_NO_SLOT_READINESS`, for control runs.
     slot_readiness: bool,
+    /// OpenTelemetry spans of the lock path; holds nothing when off.
+    telemetry: Telemetry,
 }
 
 /// A master URL the redis crate refuses.
@@ -306,7 +309,14 @@ impl Agent {
             );
         }
         let locks = Locks::new(engine, rules, waiters, Arc::clone(&metrics), shutdown);
+        // Traces never stop a lock call, nor the agent: without them it
+        // serves as it would with tracing off.
+        let telemetry = Telemetry::new(&config.tracing, &config.agent.name, &metrics).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "tracing off");
+            Telemetry::default()
+        });
         Ok(Agent {
+            telemetry,
             config,
             locks: Arc::new(locks),
             health,
@@ -331,6 +341,10 @@ impl Agent {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
     }
 
     pub fn scanner(&self) -> &Scanner {
