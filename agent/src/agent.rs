@@ -14,12 +14,12 @@ use crate::lock::idle::IDLE_AFTER;
 use crate::lock::waiters::{self, Subscriptions, Waiters};
 use crate::lock::{millis, Rules};
 use crate::metrics::{Metrics, NodeSeries};
-use crate::telemetry::Telemetry;
 use crate::node::{subscriber, Node, NodeSettings, FENCE_SUFFIX};
 use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITCH};
 use crate::redlock::master::NodeError;
 use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
+use crate::telemetry::Telemetry;
 use redlock_testkit::switches::{
     NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, REENTRY_TRUSTS_PID_ZERO,
     RENEWALS_WAIT_FOR_CLIENT, SEMAPHORE_LIMIT_BY_GRANTER,
@@ -311,10 +311,11 @@ impl Agent {
         let locks = Locks::new(engine, rules, waiters, Arc::clone(&metrics), shutdown);
         // Traces never stop a lock call, nor the agent: without them it
         // serves as it would with tracing off.
-        let telemetry = Telemetry::new(&config.tracing, &config.agent.name, &metrics).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "tracing off");
-            Telemetry::default()
-        });
+        let telemetry = Telemetry::new(&config.tracing, &config.agent.name, &metrics)
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "tracing off");
+                Telemetry::default()
+            });
         Ok(Agent {
             telemetry,
             config,

@@ -205,9 +205,10 @@ pub async fn extend(
     request: ExtendRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
-    let mut span = agent
-        .telemetry()
-        .start("redlock.extend", Kind::of(&resource), resource.as_str());
+    let mut span =
+        agent
+            .telemetry()
+            .start("redlock.extend", Kind::of(&resource), resource.as_str());
     let extended = agent
         .locks()
         .extend(&resource, &token, request.ttl_ms, holder.as_ref())
@@ -232,9 +233,10 @@ pub async fn release(
     request: ReleaseRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
-    let mut span = agent
-        .telemetry()
-        .start("redlock.release", Kind::of(&resource), resource.as_str());
+    let mut span =
+        agent
+            .telemetry()
+            .start("redlock.release", Kind::of(&resource), resource.as_str());
     let released = agent
         .locks()
         .release(&resource, &token, holder.as_ref())

@@ -56,8 +56,9 @@ impl TraceEndpoint {
         } else {
             format!("{text:?}")
         };
-        let url = url::Url::parse(text.trim())
-            .map_err(|e| format!("not a URL ({e}): {shown}; write e.g. \"http://127.0.0.1:4318\""))?;
+        let url = url::Url::parse(text.trim()).map_err(|e| {
+            format!("not a URL ({e}): {shown}; write e.g. \"http://127.0.0.1:4318\"")
+        })?;
         if !url.username().is_empty() || url.password().is_some() {
             return Err(format!(
                 "must not carry a user or password: {shown}; the agent sends no credentials to \
@@ -80,7 +81,9 @@ impl TraceEndpoint {
         if url.query().is_some() || url.fragment().is_some() {
             return Err(format!("must not have a query or fragment: {shown}"));
         }
-        Ok(TraceEndpoint(url.as_str().trim_end_matches('/').to_string()))
+        Ok(TraceEndpoint(
+            url.as_str().trim_end_matches('/').to_string(),
+        ))
     }
 
     /// The URL spans are posted to: the OTLP/HTTP path under the endpoint,

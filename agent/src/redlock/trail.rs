@@ -69,7 +69,8 @@ pub fn followed() -> bool {
 
 /// Notes into the running task's trail, if it has one.
 pub fn note(f: impl FnOnce(&mut Seen)) {
-    let _ = TRAIL.try_with(|trail| f(&mut trail.seen.lock().unwrap_or_else(PoisonError::into_inner)));
+    let _ =
+        TRAIL.try_with(|trail| f(&mut trail.seen.lock().unwrap_or_else(PoisonError::into_inner)));
 }
 
 /// The running task's request joins a queue with `ahead` waiters before it

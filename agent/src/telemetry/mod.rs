@@ -73,10 +73,8 @@ impl Telemetry {
             return Ok(Telemetry::default());
         };
         tokio::runtime::Handle::try_current().map_err(|_| TelemetryError::NoRuntime)?;
-        let client = opentelemetry_http::hyper::HyperClient::with_default_connector(
-            EXPORT_TIMEOUT,
-            None,
-        );
+        let client =
+            opentelemetry_http::hyper::HyperClient::with_default_connector(EXPORT_TIMEOUT, None);
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(client)

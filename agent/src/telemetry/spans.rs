@@ -15,8 +15,8 @@ use redlock_wire::{CampaignEvent, HoldEvent, ObserveEvent};
 
 use crate::lock::LockError;
 use crate::redlock::observe::VoteLabel;
-use crate::redlock::{token, Resource};
 use crate::redlock::trail::{self, Trail};
+use crate::redlock::{token, Resource};
 
 /// What a span is about, as `redlock.kind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +105,9 @@ impl Traced {
     pub fn acquired(&mut self, fence: Option<u64>, behind: Option<&str>) {
         let seen = self.trail.seen();
         self.set("redlock.rounds", i64::from(seen.rounds));
-        let waited = seen.waited_from.map_or(Duration::ZERO, |from| from.elapsed());
+        let waited = seen
+            .waited_from
+            .map_or(Duration::ZERO, |from| from.elapsed());
         self.set("redlock.wait_ms", millis(waited));
         if let Some(position) = seen.queue_position {
             self.set("redlock.queue.position", position as i64);
@@ -155,8 +157,12 @@ pub async fn follow<F: std::future::Future>(span: Option<&Traced>, future: F) ->
 /// What a stream's event means for the span of its hold or leadership.
 pub enum Mark<'e> {
     /// The lock was granted (a hold's `acquired`, a campaign's `elected`).
-    Granted { fence: Option<u64> },
-    Waiting { behind: Option<(&'e str, &'e str)> },
+    Granted {
+        fence: Option<u64>,
+    },
+    Waiting {
+        behind: Option<(&'e str, &'e str)>,
+    },
     Renewed,
     Lost(&'e str),
     Other,
@@ -287,7 +293,10 @@ impl Watch {
             }
             Mark::Lost(reason) => {
                 if let Some(hold) = self.hold.as_mut() {
-                    hold.add_event("lost", vec![KeyValue::new("redlock.reason", reason.to_string())]);
+                    hold.add_event(
+                        "lost",
+                        vec![KeyValue::new("redlock.reason", reason.to_string())],
+                    );
                     hold.set_attribute(KeyValue::new("redlock.outcome", "lost"));
                     hold.end();
                 }
