@@ -477,6 +477,7 @@ impl<M: Master> Redlock<M> {
                                 node: name,
                                 vote: label,
                                 latency: asked.elapsed(),
+                                at: std::time::Instant::now(),
                             });
                         });
                     }

@@ -44,6 +44,8 @@ pub struct VoteSeen {
     pub vote: VoteLabel,
     /// From the round's start to this answer.
     pub latency: Duration,
+    /// When the answer came.
+    pub at: Instant,
 }
 
 impl Trail {

@@ -128,8 +128,13 @@ impl Traced {
             } else {
                 no.push(name);
             }
-            self.span.add_event(
+            // The wall-clock time of the answer, for the event's place.
+            let at = SystemTime::now()
+                .checked_sub(vote.at.elapsed())
+                .unwrap_or_else(SystemTime::now);
+            self.span.add_event_with_timestamp(
                 "vote",
+                at,
                 vec![
                     KeyValue::new("redlock.master", vote.node.clone()),
                     KeyValue::new("redlock.vote", vote.vote.as_str()),
