@@ -139,6 +139,8 @@ impl Telemetry {
     /// running request's context; `None` when tracing is off or the span
     /// is not sampled (then nothing more is recorded for it).
     pub fn start(&self, name: &'static str, kind: Kind, resource: &str) -> Option<Traced> {
+        // Off: not even the running context is read.
+        self.on.as_ref()?;
         self.start_in(name, kind, resource, &Context::current())
     }
 
@@ -151,6 +153,11 @@ impl Telemetry {
         parent: &Context,
     ) -> Option<Traced> {
         let on = self.on.as_ref()?;
+        // A caller that said "not sampled": nothing is built for it.
+        let caller = parent.span();
+        if caller.span_context().is_valid() && !caller.span_context().is_sampled() {
+            return None;
+        }
         let span = on
             .tracer
             .span_builder(name)
