@@ -6,7 +6,7 @@
 //! ## Behavior
 //! - A span's end never waits: a full queue drops the span and counts it
 //!   (`redlock_trace_spans_dropped_total{reason="queue_full"}`).
-//! - One batch is in flight at a time, bounded by the exporter's timeout;
+//! - One request is in flight at a time, bounded by the exporter's timeout;
 //!   a collector that refuses (HTTP 503) or does not answer loses that
 //!   batch (`reason="export_failed"`), and the next batch is tried as
 //!   usual: no retry queue grows behind a collector that is down.
@@ -15,21 +15,23 @@
 
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use opentelemetry::Context;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use prometheus::IntCounter;
 use tokio::sync::mpsc;
 
-/// Spans that may wait for the collector; past it they are dropped. A few
-/// seconds of a busy agent's spans, a few MiB at most.
-pub const QUEUE: usize = 4096;
+/// Spans that may wait for the collector; past it they are dropped. Above
+/// what a busy agent ends in a [`LINGER`] (two spans per lock cycle), a few
+/// MiB at most.
+pub const QUEUE: usize = 8192;
 
 /// Spans sent in one request to the collector.
 pub const BATCH: usize = 512;
 
-/// How long a span may wait in the queue for a batch to fill.
-pub const LINGER: Duration = Duration::from_secs(1);
+/// How long the spans that follow a batch's first wait to join it.
+pub const LINGER: Duration = Duration::from_millis(100);
 
 /// The SDK's span processor: hands each ended span to the queue.
 #[derive(Debug)]
@@ -70,28 +72,32 @@ impl SpanProcessor for Queue {
     }
 }
 
-/// Sends batches until the queue closes: a batch goes once it is full or
-/// its first span has waited [`LINGER`].
+/// Sends batches until the queue closes. The first span of a batch wakes
+/// the task; it then sleeps [`LINGER`] while spans queue (no wake-up or
+/// timer per span: a busy agent's lock path pays only the channel's send)
+/// and takes every queued span, sent in requests of up to [`BATCH`].
 async fn send<E: SpanExporter>(
     exporter: E,
     mut receiver: mpsc::Receiver<SpanData>,
     failed: IntCounter,
 ) {
-    let mut batch = Vec::with_capacity(BATCH);
-    while let Some(first) = receiver.recv().await {
-        batch.push(first);
-        let deadline = tokio::time::Instant::now() + LINGER;
-        while batch.len() < BATCH {
-            match tokio::time::timeout_at(deadline, receiver.recv()).await {
-                Ok(Some(span)) => batch.push(span),
-                Ok(None) | Err(_) => break,
+    let mut queued = Vec::with_capacity(BATCH);
+    while receiver.recv_many(&mut queued, BATCH).await > 0 {
+        tokio::time::sleep(LINGER).await;
+        while receiver
+            .recv_many(&mut queued, QUEUE)
+            .now_or_never()
+            .unwrap_or(0)
+            > 0
+        {}
+        while !queued.is_empty() {
+            let rest = queued.split_off(queued.len().min(BATCH));
+            let batch = std::mem::replace(&mut queued, rest);
+            let count = batch.len() as u64;
+            if let Err(e) = exporter.export(batch).await {
+                failed.inc_by(count);
+                tracing::debug!(error = %e, spans = count, "trace spans not exported");
             }
-        }
-        let sent = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-        let count = sent.len() as u64;
-        if let Err(e) = exporter.export(sent).await {
-            failed.inc_by(count);
-            tracing::debug!(error = %e, spans = count, "trace spans not exported");
         }
     }
 }
