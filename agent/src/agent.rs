@@ -19,6 +19,7 @@ use crate::redlock::fence::{FenceSettings, CLOCK_SKEW_SWITCH, NO_WRITEBACK_SWITC
 use crate::redlock::master::NodeError;
 use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
+use crate::telemetry::Telemetry;
 use redlock_testkit::switches::{
     NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, REENTRY_TRUSTS_PID_ZERO,
     RENEWALS_WAIT_FOR_CLIENT, SEMAPHORE_LIMIT_BY_GRANTER,
@@ -74,6 +75,8 @@ pub struct Agent {
     /// Readiness counts cluster slots in quarantine; off only under the
     /// test switch `REDLOCK_TEST_NO_SLOT_READINESS`, for control runs.
     slot_readiness: bool,
+    /// OpenTelemetry spans of the lock path; holds nothing when off.
+    telemetry: Telemetry,
 }
 
 /// A master URL the redis crate refuses.
@@ -307,7 +310,15 @@ impl Agent {
             );
         }
         let locks = Locks::new(engine, rules, waiters, Arc::clone(&metrics), shutdown);
+        // Traces never stop a lock call, nor the agent: without them it
+        // serves as it would with tracing off.
+        let telemetry = Telemetry::new(&config.tracing, &config.agent.name, &metrics)
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "tracing off");
+                Telemetry::default()
+            });
         Ok(Agent {
+            telemetry,
             config,
             locks: Arc::new(locks),
             health,
@@ -332,6 +343,10 @@ impl Agent {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
     }
 
     pub fn scanner(&self) -> &Scanner {

@@ -17,6 +17,7 @@
 //! - [`redlock`]: the algorithm, free of transport, of Redis and of metrics:
 //!   quorum, a grant's validity and drift (pure) and the masters that
 //!   hold it ([`redlock::grant`]), fencing ([`redlock::fence`]), tokens,
+//!   what one request's rounds saw, for its span ([`redlock::trail`]),
 //!   resources, over the
 //!   [`redlock::master::Master`] trait, reporting to the
 //!   [`redlock::observe::Observer`] it is given. Unit tests run it against
@@ -122,11 +123,18 @@
 //!   every descendant found in `/proc`), even when `lock` is killed, and
 //!   keeps the validity's deadline itself, even when `lock` is stopped.
 //! - [`shutdown`]: signals that start a drain.
+//! - [`telemetry`]: OpenTelemetry traces: the caller's W3C trace context,
+//!   the spans of acquires, holds, leaderships, extends and releases
+//!   ([`telemetry::spans`]; what their rounds saw comes from the trail the
+//!   engine and the waiters note into, [`redlock::trail`], which knows
+//!   nothing of traces), and a bounded queue to the OTLP collector that a
+//!   lock call never waits for ([`telemetry::export`]). Built by `agent`,
+//!   used by `api`; it imports `lock` and `redlock` types, never the reverse.
 //!
 //! Imports point one way, with no loops: `daemon` → `api` → `agent` →
 //! `lock` and `node` (side by side: neither imports the other) →
-//! `redlock`; `check` → `agent`, beside `daemon`; `metrics` and `health`
-//! beside them.
+//! `redlock`; `api` and `agent` → `telemetry` → `lock` and `redlock`;
+//! `check` → `agent`, beside `daemon`; `metrics` and `health` beside them.
 
 pub mod agent;
 pub mod api;
@@ -141,6 +149,7 @@ pub mod node;
 pub mod redlock;
 pub mod scanner;
 pub mod shutdown;
+pub mod telemetry;
 
 pub use agent::Agent;
 pub use config::Config;

@@ -207,6 +207,10 @@ pub struct Metrics {
     pub leak_scan_refused: IntCounterVec,
     pub api_requests: IntCounterVec,
     pub force_releases: IntCounter,
+    /// Spans not sent to the collector, by reason (`queue_full`: the
+    /// bounded queue was full; `export_failed`: the collector refused or
+    /// did not answer): tracing never waits for it.
+    pub trace_spans_dropped: IntCounterVec,
     pub connections_refused: IntCounterVec,
     pub build_info: IntGaugeVec,
 }
@@ -407,6 +411,11 @@ impl Metrics {
                 "Locks deleted on every master by an operator's force release.",
             )
             .expect("valid counter"),
+            trace_spans_dropped: counter_vec(
+                "redlock_trace_spans_dropped_total",
+                "Trace spans dropped rather than sent to the OTLP collector, by reason (queue_full, export_failed).",
+                &["reason"],
+            ),
             connections_refused: counter_vec(
                 "redlock_connections_refused_total",
                 "Connections answered and closed before any request, by listener (app, admin, metrics) and reason (forbidden, max_connections, max_connections_per_uid, unidentified).",
@@ -439,6 +448,9 @@ impl Metrics {
         }
         for result in ["extended", "lost"] {
             m.extensions.with_label_values(&[result]);
+        }
+        for reason in ["queue_full", "export_failed"] {
+            m.trace_spans_dropped.with_label_values(&[reason]);
         }
         for event in Leadership::ALL {
             m.leadership_changes.with_label_values(&[event.as_str()]);
@@ -502,6 +514,7 @@ impl Metrics {
             Box::new(self.leak_scan_refused.clone()),
             Box::new(self.api_requests.clone()),
             Box::new(self.force_releases.clone()),
+            Box::new(self.trace_spans_dropped.clone()),
             Box::new(self.connections_refused.clone()),
             Box::new(self.build_info.clone()),
         ];

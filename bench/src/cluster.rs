@@ -492,7 +492,23 @@ impl Agent {
         env: &[(&str, &str)],
         socket_extra: &str,
     ) -> anyhow::Result<Agent> {
-        Agent::launch(bin, dir, name, masters, retry, env, socket_extra, None)
+        Agent::launch(bin, dir, name, masters, retry, env, socket_extra, None, "")
+    }
+
+    /// As [`Agent::start`] with the default retry, and `yaml` (whole
+    /// sections, such as W12's `tracing:`) added to its config.
+    ///
+    /// # Errors
+    /// As [`Agent::start`].
+    pub fn start_with(
+        bin: &Path,
+        dir: &Path,
+        name: &str,
+        masters: &impl MasterSet,
+        yaml: &str,
+    ) -> anyhow::Result<Agent> {
+        let retry = crate::plan::AGENT_DEFAULT;
+        Agent::launch(bin, dir, name, masters, retry, &[], "", None, yaml)
     }
 
     /// As [`Agent::start`], with the leak scan on every `leak_scan`: the
@@ -508,7 +524,7 @@ impl Agent {
         retry: AgentRetry,
         leak_scan: Duration,
     ) -> anyhow::Result<Agent> {
-        Agent::launch(bin, dir, name, masters, retry, &[], "", Some(leak_scan))
+        Agent::launch(bin, dir, name, masters, retry, &[], "", Some(leak_scan), "")
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -521,6 +537,7 @@ impl Agent {
         env: &[(&str, &str)],
         socket_extra: &str,
         leak_scan: Option<Duration>,
+        extra_yaml: &str,
     ) -> anyhow::Result<Agent> {
         let socket = dir.join(format!("{name}.sock"));
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
@@ -551,6 +568,7 @@ impl Agent {
             // would count as lock traffic.
             None => yaml.push_str("leak_scan: {interval: 1h}\n"),
         }
+        yaml.push_str(extra_yaml);
         fs::write(&config, yaml)?;
         let log = dir.join(format!("{name}.log"));
         let child = Command::new(bin)

@@ -15,6 +15,8 @@
 //!   masters
 //! - `primitives`: W11, a permit cycle and a leadership hand-off beside a
 //!   lock cycle and a lock hand-off
+//! - `traces`: W12, the agent's CPU per W1 cycle with tracing off and with
+//!   every request traced to a local OTLP receiver
 //! - `stats`: percentiles, fairness, the hot-key tracker
 //! - `limit`: the masters' own limit with `redis-benchmark`
 //! - `profile`: `perf` on the agent under the 64-client uncontended load,
@@ -37,6 +39,7 @@ mod profile;
 mod report;
 mod spec;
 mod stats;
+mod traces;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -77,7 +80,8 @@ struct RunArgs {
     /// Peers to run, comma-separated (default: all; --smoke: agent).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// Workloads to run, comma-separated: w1 .. w11 (default: all). w5 (the
+    /// Workloads to run, comma-separated: w1 .. w12 (default: all but w12,
+    /// which runs only when named: tracing's cost). w5 (the
     /// marker check's cost), w6 (a fenced acquire's), w8 (idle
     /// connections), w9 (masters as Redis Clusters), w10 (fleets of idle
     /// agents) and w11 (semaphores and elections beside locks) run for the

@@ -17,6 +17,7 @@ use crate::limit::{self, Limit};
 use crate::peers::{Drivers, Peer};
 use crate::primitives::{self, Primitives};
 use crate::spec::{Keys, Report, Spec};
+use crate::traces::{self, Tracing};
 
 /// The agent's defaults (`lock.retry_delay`, `lock.retry_jitter`).
 pub const AGENT_DEFAULT: AgentRetry = AgentRetry {
@@ -162,8 +163,8 @@ impl Workload {
 
 /// The workload ids `--only` takes (w4 is the masters' limit, w8 the idle
 /// connections, w10 the fleet of idle agents).
-pub const WORKLOAD_IDS: [&str; 11] = [
-    "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11",
+pub const WORKLOAD_IDS: [&str; 12] = [
+    "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12",
 ];
 
 /// W7's processes in a full run (in the smoke run: 4).
@@ -253,6 +254,8 @@ pub struct Results {
     pub fleet: Option<Result<Fleet, String>>,
     /// W11, when it ran.
     pub primitives: Option<Result<Primitives, String>>,
+    /// W12, when it ran.
+    pub tracing: Option<Result<Tracing, String>>,
     pub redis_version: String,
     pub agent_failed: bool,
 }
@@ -342,6 +345,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         idle: None,
         fleet: None,
         primitives: None,
+        tracing: None,
         redis_version,
         agent_failed: false,
     };
@@ -658,6 +662,16 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
             }
         }
         results.primitives = Some(measured);
+    }
+    // Only when asked for by name: two more agents and twelve W1 runs.
+    let asked = |w: &str| options.only.iter().any(|o| o == w);
+    if asked("w12") && options.peers.contains(&Peer::Agent) {
+        let measured = traces::measure(options, &masters).map_err(|e| format!("{e:#}"));
+        if let Err(e) = &measured {
+            eprintln!("W12 FAILED: {}", e.lines().next().unwrap_or_default());
+            results.agent_failed = true;
+        }
+        results.tracing = Some(measured);
     }
     if !options.smoke && wanted("w4") {
         eprintln!("limit: redis-benchmark on all {MASTERS} masters at once");

@@ -9,6 +9,7 @@ mod clusters;
 mod fleet;
 mod floor;
 mod primitives;
+mod traces;
 
 use std::fmt::Write;
 
@@ -209,6 +210,7 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     clusters::section(&mut md, results, env);
     fleet::section(&mut md, results);
     primitives::section(&mut md, results);
+    traces::section(&mut md, results);
     environment(&mut md, results, env, peers);
     md
 }
@@ -1208,6 +1210,7 @@ mod tests {
             idle: None,
             fleet: None,
             primitives: None,
+            tracing: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1243,6 +1246,7 @@ mod tests {
             idle: None,
             fleet: None,
             primitives: None,
+            tracing: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1287,6 +1291,7 @@ mod tests {
             idle: Some(Ok(measured)),
             fleet: None,
             primitives: None,
+            tracing: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1352,6 +1357,7 @@ mod tests {
             idle: None,
             fleet: None,
             primitives: None,
+            tracing: None,
             redis_version: "7".into(),
             agent_failed: false,
         };
@@ -1412,6 +1418,7 @@ mod tests {
             idle: None,
             fleet: None,
             primitives: None,
+            tracing: None,
             redis_version: "7".into(),
             agent_failed: false,
         };

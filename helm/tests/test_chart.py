@@ -117,6 +117,7 @@ def test_admin_socket_is_on_a_volume_only_the_agent_mounts(render, native):
     env = {e["name"]: e for e in agent["env"]}
     assert env["REDLOCK_ADMIN_SOCKET"]["value"] == admin_path
     assert env["REDLOCK_AGENT_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
 
 def test_socket_path_follows_values(render):

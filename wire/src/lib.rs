@@ -302,6 +302,11 @@ pub struct LockInfo {
     pub container: Option<String>,
     /// This agent's requests waiting for this resource.
     pub waiters: u64,
+    /// The trace (32 hex digits) of the request that took the grant, when
+    /// it was traced (`tracing.otlp_endpoint`); only for locks held
+    /// through this agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// 200 answer to `GET /v1/locks?prefix=&cursor=&limit=`: one page of the

@@ -14,8 +14,10 @@ use redlock_wire::{
 use super::reply::{json, lock_error, ndjson, parse_body, ApiError, Body};
 use crate::agent::Agent;
 use crate::lock::semaphores::permit_resource;
-use crate::lock::{millis, Ask, Holder, Released};
-use crate::redlock::{Resource, Token};
+use crate::lock::{millis, Ask, Holder, LockError, Released};
+use crate::redlock::{Grant, Resource, Token};
+use crate::telemetry::spans::follow;
+use crate::telemetry::{Kind, Traced};
 
 /// What a lock's (or a permit's) route asks for.
 #[derive(Clone, Copy)]
@@ -60,15 +62,19 @@ pub async fn acquire(
             },
         ));
     }
+    let mut span = agent
+        .telemetry()
+        .start("redlock.acquire", Kind::Lock, resource.as_str());
+    let behind = span.as_ref().and_then(|_| holder_here(agent, &resource));
     let ask = Ask {
         lock: request,
         holder,
     };
-    let grant = agent
-        .locks()
-        .acquire(&resource, ask)
-        .await
-        .map_err(lock_error)?;
+    let granted = follow(span.as_ref(), agent.locks().acquire(&resource, ask)).await;
+    if let Some(span) = span.as_mut() {
+        finish_acquire(agent, span, &resource, &granted, behind.as_deref());
+    }
+    let grant = granted.map_err(lock_error)?;
     Ok(json(
         StatusCode::OK,
         &AcquireResponse {
@@ -112,18 +118,84 @@ pub async fn hold(
             )
             .await
             .map_err(lock_error)?;
-        return Ok(ndjson(events, slot));
+        return Ok(ndjson(events, slot, None));
     }
+    let mut span = agent
+        .telemetry()
+        .start("redlock.acquire", Kind::Lock, resource.as_str());
+    let behind = span.as_ref().and_then(|_| holder_here(agent, &resource));
     let ask = Ask {
         lock: request.lock(),
         holder,
     };
-    let events = agent
+    let held = agent.locks().hold(
+        resource.clone(),
+        ask,
+        request.max_hold_ms,
+        request.on_disconnect,
+    );
+    let events = follow(span.as_ref(), held).await;
+    if let Some(span) = span.as_mut() {
+        span.outcome(&events);
+        span.acquired(None, behind.as_deref());
+        if events.is_ok() {
+            if let Some((token, _)) = agent.locks().grants().current(resource.as_str()) {
+                agent
+                    .locks()
+                    .grants()
+                    .traced(resource.as_str(), &token, span.trace_id());
+            }
+        }
+    }
+    let events = events.map_err(lock_error)?;
+    let watch = agent.telemetry().watch(Kind::Lock, resource.as_str(), span);
+    Ok(ndjson(events, slot, watch))
+}
+
+/// The value of the grant of `resource` held through this agent, if any:
+/// the holder a new request waits behind, where it is known.
+fn holder_here(agent: &Agent, resource: &Resource) -> Option<String> {
+    agent
         .locks()
-        .hold(resource, ask, request.max_hold_ms, request.on_disconnect)
-        .await
-        .map_err(lock_error)?;
-    Ok(ndjson(events, slot))
+        .grants()
+        .current(resource.as_str())
+        .map(|(token, _)| token)
+}
+
+/// Ends an acquire's span with what its rounds saw, and notes its trace
+/// on the grant, for the listing.
+fn finish_acquire(
+    agent: &Agent,
+    span: &mut Traced,
+    resource: &Resource,
+    granted: &Result<Grant, LockError>,
+    behind: Option<&str>,
+) {
+    span.outcome(granted);
+    span.acquired(granted.as_ref().ok().and_then(|g| g.fence), behind);
+    if let Ok(grant) = granted {
+        agent
+            .locks()
+            .grants()
+            .traced(resource.as_str(), grant.token.as_str(), span.trace_id());
+    }
+}
+
+/// `force-release` of a lock, a permit or a leadership, by an operator.
+pub async fn force_release(
+    agent: &Agent,
+    resource: &Resource,
+    kind: Kind,
+    holder: Option<Holder>,
+) -> Result<Response<Body>, ApiError> {
+    let mut span = agent
+        .telemetry()
+        .start("redlock.force_release", kind, resource.as_str());
+    let answer = agent.locks().force_release(resource, holder).await;
+    if let Some(span) = span.as_mut() {
+        span.set("redlock.deleted", answer.deleted as i64);
+    }
+    Ok(json(StatusCode::OK, &answer))
 }
 
 pub async fn extend(
@@ -133,11 +205,18 @@ pub async fn extend(
     request: ExtendRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
+    let mut span =
+        agent
+            .telemetry()
+            .start("redlock.extend", Kind::of(&resource), resource.as_str());
     let extended = agent
         .locks()
         .extend(&resource, &token, request.ttl_ms, holder.as_ref())
-        .await
-        .map_err(lock_error)?;
+        .await;
+    if let Some(span) = span.as_mut() {
+        span.outcome(&extended);
+    }
+    let extended = extended.map_err(lock_error)?;
     Ok(json(
         StatusCode::OK,
         &ExtendResponse {
@@ -154,11 +233,21 @@ pub async fn release(
     request: ReleaseRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
+    let mut span =
+        agent
+            .telemetry()
+            .start("redlock.release", Kind::of(&resource), resource.as_str());
     let released = agent
         .locks()
         .release(&resource, &token, holder.as_ref())
-        .await
-        .map_err(lock_error)?;
+        .await;
+    if let Some(span) = span.as_mut() {
+        span.outcome(&released);
+        if let Ok(released) = &released {
+            span.set("redlock.released", matches!(released, Released::Released));
+        }
+    }
+    let released = released.map_err(lock_error)?;
     let answer = match released {
         Released::Released => ReleaseResponse {
             released: true,
@@ -192,11 +281,24 @@ pub async fn semaphore(
                 lock: request.lock(),
                 holder,
             };
-            let permit = agent
-                .locks()
-                .acquire_permit(&name, request.limit, ask)
-                .await
-                .map_err(lock_error)?;
+            let mut span = agent
+                .telemetry()
+                .start("redlock.acquire", Kind::Permit, name.as_str());
+            let acquired = agent.locks().acquire_permit(&name, request.limit, ask);
+            let permit = follow(span.as_ref(), acquired).await;
+            if let Some(span) = span.as_mut() {
+                span.outcome(&permit);
+                span.acquired(permit.as_ref().ok().and_then(|p| p.grant.fence), None);
+                if let Ok(permit) = &permit {
+                    span.set("redlock.permit", i64::from(permit.index));
+                    if let Ok(resource) = permit_resource(&name, permit.index) {
+                        let token = permit.grant.token.as_str();
+                        let grants = agent.locks().grants();
+                        grants.traced(resource.as_str(), token, span.trace_id());
+                    }
+                }
+            }
+            let permit = permit.map_err(lock_error)?;
             let grant = permit.grant;
             Ok(json(
                 StatusCode::OK,
@@ -220,18 +322,24 @@ pub async fn semaphore(
                 lock: request.lock(),
                 holder,
             };
-            let events = agent
-                .locks()
-                .hold_permit(
-                    &name,
-                    request.limit,
-                    ask,
-                    request.max_hold_ms,
-                    request.on_disconnect,
-                )
-                .await
-                .map_err(lock_error)?;
-            Ok(ndjson(events, slot))
+            let mut span = agent
+                .telemetry()
+                .start("redlock.acquire", Kind::Permit, name.as_str());
+            let held = agent.locks().hold_permit(
+                &name,
+                request.limit,
+                ask,
+                request.max_hold_ms,
+                request.on_disconnect,
+            );
+            let events = follow(span.as_ref(), held).await;
+            if let Some(span) = span.as_mut() {
+                span.outcome(&events);
+                span.acquired(None, None);
+            }
+            let events = events.map_err(lock_error)?;
+            let watch = agent.telemetry().watch(Kind::Permit, name.as_str(), span);
+            Ok(ndjson(events, slot, watch))
         }
         LockAction::Extend => {
             let request: PermitExtendRequest = parse_body(body, false)?;
@@ -253,10 +361,7 @@ pub async fn semaphore(
         LockAction::ForceRelease => {
             let request: PermitForceReleaseRequest = parse_body(body, false)?;
             let resource = permit_resource(&name, request.permit).map_err(lock_error)?;
-            Ok(json(
-                StatusCode::OK,
-                &agent.locks().force_release(&resource, holder).await,
-            ))
+            force_release(agent, &resource, Kind::Permit, holder).await
         }
     }
 }

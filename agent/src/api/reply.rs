@@ -22,6 +22,8 @@ use crate::lock::listing::ReadError;
 use crate::lock::streams::Slot;
 use crate::lock::waiters::WaitError;
 use crate::lock::LockError;
+use crate::telemetry::spans::Marked;
+use crate::telemetry::Watch;
 
 /// Largest request body read.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -236,16 +238,22 @@ pub fn lock_error(error: LockError) -> ApiError {
 /// ([`super::connection`]). Dropping the stream (the connection closed)
 /// drops the receiver: a hold ends, a campaign resigns, an observer stops,
 /// and the stream's `slot` in its uid's share is given back.
-pub fn ndjson<T: Serialize + Timely + Send + 'static>(
+pub fn ndjson<T: Serialize + Timely + Marked + Send + 'static>(
     events: events::Receiver<T>,
     slot: Slot,
+    watch: Option<Watch>,
 ) -> Response<Body> {
-    // The slot lives as long as the body: given back when the stream ends.
-    let body = futures::stream::unfold((events, slot), |(mut events, slot)| async move {
+    // The slot lives as long as the body: given back when the stream ends;
+    // so does the watch, whose hold span ends with it.
+    let state = (events, slot, watch);
+    let body = futures::stream::unfold(state, |(mut events, slot, mut watch)| async move {
         let event = events::next_timely(&mut events).await?;
+        if let Some(watch) = watch.as_mut() {
+            watch.saw(event.mark());
+        }
         Some((
             Ok::<_, Infallible>(Frame::data(line(&event))),
-            (events, slot),
+            (events, slot, watch),
         ))
     });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(body)));

@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
+use opentelemetry::context::FutureExt as _;
 use redlock_wire::ErrorCode;
 
 use super::handlers::{self, acquire, extend, hold, release, ForceReleaseRequest, LockAction};
@@ -25,6 +26,7 @@ use crate::agent::Agent;
 use crate::lock::listing::{self, ListQuery};
 use crate::lock::Holder;
 use crate::redlock::Resource;
+use crate::telemetry::Kind;
 
 /// Which listener a request came in on. The TCP listener serves probes and
 /// metrics only; locks are taken on the application socket; force release
@@ -97,10 +99,16 @@ pub async fn handle(
     let routed = route_request(&agent, surface, &parts);
     let body = read_body(&parts.headers, body, agent.config().socket.request_timeout).await;
     let response = match (routed, body) {
-        (Ok(route), Ok(body)) => match dispatch(&agent, route, &parts, peer, body).await {
-            Ok(response) => response,
-            Err(error) => error.into_response(),
-        },
+        (Ok(route), Ok(body)) => {
+            let served = dispatch(&agent, route, &parts, peer, body);
+            // The caller's trace, when tracing is on: the spans made while
+            // serving it are its children.
+            let served = match agent.telemetry().context(&parts.headers) {
+                Some(context) => served.with_context(context).await,
+                None => served.await,
+            };
+            served.unwrap_or_else(ApiError::into_response)
+        }
         (Err(early), Ok(_)) => early.into_response(),
         (Err(early), Err(_)) => closing(early.into_response()),
         (Ok(route), Err(error)) if route.takes_body() => closing(error.into_response()),
@@ -267,7 +275,7 @@ async fn dispatch(
                 .locks()
                 .open_stream(holder.as_ref().map(|h| h.uid))
                 .map_err(lock_error)?;
-            Ok(ndjson(agent.locks().observe(name), slot))
+            Ok(ndjson(agent.locks().observe(name), slot, None))
         }
         Route::Semaphore(name, action) => {
             handlers::semaphore(agent, name, action, holder, &body).await
@@ -275,10 +283,7 @@ async fn dispatch(
         Route::ForceResign(name) => {
             let _: ForceReleaseRequest = parse_body(&body, true)?;
             let election = Resource::election(&name);
-            Ok(json(
-                StatusCode::OK,
-                &agent.locks().force_release(&election, holder).await,
-            ))
+            handlers::force_release(agent, &election, Kind::Leadership, holder).await
         }
         Route::Campaign(name) => {
             let request = parse_body(&body, true)?;
@@ -286,11 +291,17 @@ async fn dispatch(
                 .locks()
                 .open_stream(holder.as_ref().map(|h| h.uid))
                 .map_err(lock_error)?;
+            let span = agent
+                .telemetry()
+                .start("redlock.campaign", Kind::Leadership, name.as_str());
             let events = agent
                 .locks()
-                .campaign(name, request, holder)
+                .campaign(name.clone(), request, holder)
                 .map_err(lock_error)?;
-            Ok(ndjson(events, slot))
+            let watch = agent
+                .telemetry()
+                .watch(Kind::Leadership, name.as_str(), span);
+            Ok(ndjson(events, slot, watch))
         }
         Route::Lock(resource, action) => match action {
             LockAction::Acquire => acquire(agent, resource, holder, parse_body(&body, true)?).await,
@@ -301,10 +312,7 @@ async fn dispatch(
             LockAction::Hold => hold(agent, resource, holder, parse_body(&body, true)?).await,
             LockAction::ForceRelease => {
                 let _: ForceReleaseRequest = parse_body(&body, true)?;
-                Ok(json(
-                    StatusCode::OK,
-                    &agent.locks().force_release(&resource, holder).await,
-                ))
+                handlers::force_release(agent, &resource, Kind::Lock, holder).await
             }
         },
     }

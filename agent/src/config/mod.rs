@@ -17,12 +17,15 @@
 //!   password from a file or the environment, the TLS files.
 //! - [`urls`]: a master's URL, parsed and checked for what the redis
 //!   client would silently ignore, and shown with its password hidden.
+//! - [`traces`]: `tracing`, the OpenTelemetry collector and sampling,
+//!   its URL shown without credentials.
 //! - [`addresses`]: the masters' hosts resolved, so two masters that are
 //!   one server (whose vote would count twice) are refused.
 
 pub mod addresses;
 pub mod masters;
 pub mod sections;
+pub mod traces;
 pub mod urls;
 pub mod yaml;
 
@@ -35,6 +38,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use addresses::{AddressCheck, RESOLVE_TIMEOUT};
+pub use traces::{TraceEndpoint, TracingConfig};
 pub use urls::MasterUrl;
 
 use sections::read_config;
@@ -58,6 +62,7 @@ pub struct Config {
     pub delayed_restart: DelayedRestartConfig,
     pub leak_scan: LeakScanConfig,
     pub shutdown: ShutdownConfig,
+    pub tracing: TracingConfig,
 }
 
 #[derive(Debug, Clone, Serialize)]

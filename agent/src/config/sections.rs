@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::addresses::AddressCheck;
 use super::masters::read_masters;
+use super::traces::read_tracing;
 use super::yaml::{echo, show, Section};
 use super::{
     default_admin_path, default_agent_name, AdminConfig, AdminSocketConfig, AgentConfig, Config,
@@ -39,6 +40,7 @@ pub(super) fn read_config(
     let restart_tree = top.raw("delayed_restart");
     let shutdown_tree = top.raw("shutdown");
     let leak_tree = top.raw("leak_scan");
+    let tracing_tree = top.raw("tracing");
     top.finish();
 
     let socket = read_socket(socket_tree.unwrap_or(Value::Null), errors);
@@ -109,6 +111,8 @@ pub(super) fn read_config(
     };
     s.finish();
 
+    let tracing = read_tracing(tracing_tree.unwrap_or(Value::Null), errors);
+
     Config {
         agent,
         socket,
@@ -121,6 +125,7 @@ pub(super) fn read_config(
         delayed_restart,
         leak_scan,
         shutdown,
+        tracing,
     }
 }
 

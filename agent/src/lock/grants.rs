@@ -30,6 +30,8 @@ pub(super) struct Entry {
     pub(super) hold: bool,
     /// A permit's semaphore's limit, noted again at each extension.
     pub(super) limit: Option<u32>,
+    /// The trace of the request that took it, when it was traced.
+    pub(super) trace_id: Option<String>,
 }
 
 /// The process that asked for a grant, as the kernel reported it when it
@@ -75,6 +77,7 @@ impl Grants {
                 count: 1,
                 hold: false,
                 limit: None,
+                trace_id: None,
             },
         );
     }
@@ -101,6 +104,22 @@ impl Grants {
             .get(resource)
             .filter(|e| e.token == token)
             .and_then(|e| e.holder)
+    }
+
+    /// Notes the trace of the request that took the grant of `resource`
+    /// held with `token`, for the listing.
+    pub fn traced(&self, resource: &str, token: &str, trace_id: String) {
+        if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
+            entry.trace_id = Some(trace_id);
+        }
+    }
+
+    /// The trace of the request that took the grant held with `token`.
+    pub fn trace_id(&self, resource: &str, token: &str) -> Option<String> {
+        self.lock()
+            .get(resource)
+            .filter(|e| e.token == token)
+            .and_then(|e| e.trace_id.clone())
     }
 
     /// The token of this agent's grant of `resource`, if any, with who

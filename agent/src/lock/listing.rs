@@ -536,6 +536,7 @@ pub(crate) fn lock_info<M: Store>(
         quorum_agrees: agreeing >= quorum,
         held_here: held_here.is_some(),
         waiters: locks.waiters().count(resource),
+        trace_id: held_here.and_then(|_| locks.grants().trace_id(resource, holder)),
         nodes: node_keys,
         resource: resource.to_string(),
     }

@@ -405,6 +405,7 @@ impl Waiters {
             }
         });
         let (sender, wake) = watch::channel(0);
+        crate::redlock::trail::queued(queue.order.len());
         queue.order.push_back((id, sender));
         self.metrics.waiters.inc();
         let ticket = Ticket {

@@ -18,6 +18,7 @@ pub mod resource;
 #[cfg(test)]
 mod tests;
 pub mod token;
+pub mod trail;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -275,6 +276,10 @@ impl<M: Master> Redlock<M> {
             return Acquire::NoQuorum(self.describe_unusable());
         }
         let key = self.key(resource);
+        trail::note(|seen| {
+            seen.rounds += 1;
+            seen.votes.clear();
+        });
         // tokio's clock: the same as std's, but for tests on a paused one.
         let started = tokio::time::Instant::now();
         let outcome = match self
@@ -459,9 +464,22 @@ impl<M: Master> Redlock<M> {
                 let index = self.index_of(&node);
                 let holding = Arc::clone(&holding);
                 async move {
+                    // Timed only for a request whose span records it.
+                    let asked = trail::followed().then(std::time::Instant::now);
                     let vote = node.vote(&claim, ttl, fence, waiting).await;
                     if matches!(vote, Vote::Granted { .. }) {
                         holding.confirm(index);
+                    }
+                    if let Some(asked) = asked {
+                        let (name, label) = (node.name().to_string(), vote_label(&vote));
+                        trail::note(|seen| {
+                            seen.votes.push(trail::VoteSeen {
+                                node: name,
+                                vote: label,
+                                latency: asked.elapsed(),
+                                at: std::time::Instant::now(),
+                            });
+                        });
                     }
                     (node, vote)
                 }

@@ -295,4 +295,7 @@ leak_scan:
   repair: {{ $c.leakScan.repair }}
 shutdown:
   grace: {{ $c.shutdown.grace | quote }}
+tracing:
+  otlp_endpoint: {{ if $c.tracing.otlpEndpoint }}{{ $c.tracing.otlpEndpoint | quote }}{{ else }}null{{ end }}
+  sample_ratio: {{ $c.tracing.sampleRatio }}
 {{- end -}}

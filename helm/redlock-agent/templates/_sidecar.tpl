@@ -153,6 +153,8 @@ as JSON (templates can only return strings). Use with `| fromJson`.
   {{- $env := list -}}
   {{- /* The pod name as agent.name, in every lock value this agent sets. */ -}}
   {{- $env = append $env (dict "name" "REDLOCK_AGENT_NAME" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name"))) -}}
+  {{- /* The pod name as k8s.pod.name on the agent's trace spans. */ -}}
+  {{- $env = append $env (dict "name" "POD_NAME" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name"))) -}}
   {{- /* Where redlock-tui, run in this container, finds the admin socket. */ -}}
   {{- $env = append $env (dict "name" "REDLOCK_ADMIN_SOCKET" "value" (include "redlock-agent.sidecar.adminSocketPath" .)) -}}
   {{- if eq $v.auth.agentDelivery "env" -}}

@@ -278,6 +278,7 @@ pub(crate) mod tests {
             gid: None,
             pod: None,
             container: None,
+            trace_id: None,
         }
     }
 

@@ -401,6 +401,11 @@ fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
         ]),
         Line::from(vec![field("holder"), Span::raw(holder_text(info))]),
     ];
+    // The trace of the request that took the grant, to look up in the
+    // tracing backend; only for a traced grant held through this agent.
+    if let Some(trace) = &info.trace_id {
+        lines.push(Line::from(vec![field("trace"), Span::raw(trace.clone())]));
+    }
     let mut validity = vec![field("validity")];
     match lock.validity {
         Some(v) => {

@@ -66,6 +66,7 @@ fn app_at(t0: Instant, readonly: bool) -> App {
     everywhere.pid = Some(4242);
     everywhere.uid = Some(1000);
     everywhere.gid = Some(1001);
+    everywhere.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".to_string());
     let mut minority = lock_fixtures::lock("stray", None, 8_000, &["r1"], MASTERS);
     minority.agent = Some("pod-b".to_string());
     polled(
@@ -313,6 +314,10 @@ fn the_detail_pane_names_the_holding_process_of_a_lock_held_here() {
     assert!(contains(
         &screen,
         "│holder    agent pod-a · pid 4242 · uid 1000 · gid 1001"
+    ));
+    assert!(contains(
+        &screen,
+        "│trace     4bf92f3577b34da6a3ce929d0e0e4736"
     ));
 }
 

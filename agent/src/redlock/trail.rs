@@ -1,0 +1,103 @@
+//! What one request's rounds saw, for the span that traces it: each
+//! master's vote and how long it took, how many rounds ran, and when and
+//! where in line the request started to wait. Kept only for a request
+//! whose caller follows it ([`follow`], when its span is recorded): the
+//! engine and the waiters note into the trail of the task they run in, and
+//! without one a note is a thread-local read and nothing else (no clock
+//! read, no allocation). The engine knows nothing of traces; the telemetry
+//! turns a [`Seen`] into attributes.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::observe::VoteLabel;
+
+tokio::task_local! {
+    static TRAIL: Arc<Trail>;
+}
+
+/// The notes of one request, shared by the task that runs it and the
+/// caller that reads them when it is answered.
+#[derive(Debug, Default)]
+pub struct Trail {
+    seen: Mutex<Seen>,
+}
+
+/// What a request's rounds saw.
+#[derive(Debug, Default, Clone)]
+pub struct Seen {
+    /// Rounds of votes run (one per try while waiting).
+    pub rounds: u32,
+    /// The last round's votes, in the order they came.
+    pub votes: Vec<VoteSeen>,
+    /// When the request joined its queue to wait, if it did.
+    pub waited_from: Option<Instant>,
+    /// Waiters ahead of it on this agent when it joined the queue.
+    pub queue_position: Option<usize>,
+}
+
+/// One master's answer in a round.
+#[derive(Debug, Clone)]
+pub struct VoteSeen {
+    pub node: String,
+    pub vote: VoteLabel,
+    /// From the round's start to this answer.
+    pub latency: Duration,
+    /// When the answer came.
+    pub at: Instant,
+}
+
+impl Trail {
+    /// A copy of what was noted so far.
+    pub fn seen(&self) -> Seen {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Runs `future` with `trail` as the trail its rounds and waits note into.
+pub async fn follow<F: Future>(trail: Arc<Trail>, future: F) -> F::Output {
+    TRAIL.scope(trail, future).await
+}
+
+/// Whether the running task's request is followed: only then is a vote's
+/// latency timed.
+pub fn followed() -> bool {
+    TRAIL.try_with(|_| ()).is_ok()
+}
+
+/// Notes into the running task's trail, if it has one.
+pub fn note(f: impl FnOnce(&mut Seen)) {
+    let _ =
+        TRAIL.try_with(|trail| f(&mut trail.seen.lock().unwrap_or_else(PoisonError::into_inner)));
+}
+
+/// The running task's request joins a queue with `ahead` waiters before it
+/// on this agent; its first wait is the one its span tells.
+pub fn queued(ahead: usize) {
+    note(|seen| {
+        seen.waited_from.get_or_insert_with(Instant::now);
+        seen.queue_position.get_or_insert(ahead);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn notes_reach_the_trail_only_when_followed() {
+        note(|s| s.rounds += 1);
+        assert!(!followed());
+        let trail = Arc::new(Trail::default());
+        follow(Arc::clone(&trail), async {
+            assert!(followed());
+            note(|s| s.rounds += 1);
+        })
+        .await;
+        assert_eq!(trail.seen().rounds, 1);
+    }
+}

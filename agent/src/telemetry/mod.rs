@@ -1,0 +1,197 @@
+//! OpenTelemetry traces of the lock path: the caller's W3C trace context
+//! read from each request, the spans of acquires, holds, leaderships,
+//! extends and releases ([`spans`]), and their way to the collector
+//! ([`export`]: a bounded queue that never makes a lock call wait).
+//!
+//! Off (no `tracing.otlp_endpoint`), [`Telemetry`] holds nothing: no
+//! header is parsed, no span or trail is made, and the lock path runs as
+//! it does without this module. On, a request is traced when its caller's
+//! `traceparent` says it is sampled, or, without one, by
+//! `tracing.sample_ratio`; an unsampled request gets no span here either.
+//! Span names and attributes are documented in `docs/tracing.md`.
+
+pub mod export;
+pub mod spans;
+
+use hyper::HeaderMap;
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanExporter};
+use opentelemetry_sdk::Resource as OtelResource;
+
+use crate::config::TracingConfig;
+use crate::metrics::Metrics;
+pub use spans::{Kind, Traced, Watch};
+
+/// `service.name` of the agent's spans.
+pub const SERVICE: &str = "redlock-agent";
+
+/// How long one export to the collector may take before its batch is
+/// given up (and counted as dropped).
+pub const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Why tracing could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("tracing.otlp_endpoint: the exporter could not be built: {0}")]
+    Exporter(String),
+    #[error("tracing: no tokio runtime to send spans from")]
+    NoRuntime,
+}
+
+/// The agent's tracer, or nothing when tracing is off.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    on: Option<On>,
+}
+
+#[derive(Debug)]
+struct On {
+    /// Kept so the queue's task lives as long as the agent.
+    _provider: SdkTracerProvider,
+    tracer: SdkTracer,
+    propagator: TraceContextPropagator,
+}
+
+impl Telemetry {
+    /// Tracing as `config` says, for the agent named `agent` (its
+    /// `service.instance.id`), in the pod named by `POD_NAME` if set (the
+    /// Helm chart sets it from the downward API). Spawns the export task on
+    /// the running runtime.
+    ///
+    /// # Errors
+    /// When the exporter cannot be built or no runtime is running.
+    pub fn new(
+        config: &TracingConfig,
+        agent: &str,
+        metrics: &Metrics,
+    ) -> Result<Telemetry, TelemetryError> {
+        let Some(endpoint) = &config.otlp_endpoint else {
+            return Ok(Telemetry::default());
+        };
+        tokio::runtime::Handle::try_current().map_err(|_| TelemetryError::NoRuntime)?;
+        let client =
+            opentelemetry_http::hyper::HyperClient::with_default_connector(EXPORT_TIMEOUT, None);
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_http_client(client)
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(endpoint.traces_url())
+            .with_timeout(EXPORT_TIMEOUT)
+            .build()
+            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+        let mut attributes = vec![
+            KeyValue::new("service.instance.id", agent.to_string()),
+            KeyValue::new("redlock.agent", agent.to_string()),
+            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+        ];
+        if let Some(pod) = std::env::var("POD_NAME").ok().filter(|p| !p.is_empty()) {
+            attributes.push(KeyValue::new("k8s.pod.name", pod));
+        }
+        let resource = OtelResource::builder_empty()
+            .with_service_name(SERVICE)
+            .with_attributes(attributes)
+            .build();
+        exporter.set_resource(&resource);
+        let dropped = &metrics.trace_spans_dropped;
+        let queue = export::Queue::start(
+            exporter,
+            dropped.with_label_values(&["queue_full"]),
+            dropped.with_label_values(&["export_failed"]),
+        );
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(queue)
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                config.sample_ratio,
+            ))))
+            .with_resource(resource)
+            .build();
+        let tracer = provider.tracer(SERVICE);
+        Ok(Telemetry {
+            on: Some(On {
+                _provider: provider,
+                tracer,
+                propagator: TraceContextPropagator::new(),
+            }),
+        })
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.on.is_some()
+    }
+
+    /// The caller's trace context from the `traceparent` and `tracestate`
+    /// headers; `None` when tracing is off (nothing is read then). A
+    /// missing or malformed header gives an empty context: the request is
+    /// then a trace of its own, sampled by ratio.
+    pub fn context(&self, headers: &HeaderMap) -> Option<Context> {
+        let on = self.on.as_ref()?;
+        Some(
+            on.propagator
+                .extract(&opentelemetry_http::HeaderExtractor(headers)),
+        )
+    }
+
+    /// Starts span `name` for `kind` on `resource` as a child of the
+    /// running request's context; `None` when tracing is off or the span
+    /// is not sampled (then nothing more is recorded for it).
+    pub fn start(&self, name: &'static str, kind: Kind, resource: &str) -> Option<Traced> {
+        // Off: not even the running context is read.
+        self.on.as_ref()?;
+        self.start_in(name, kind, resource, &Context::current())
+    }
+
+    /// As [`Telemetry::start`], under `parent`.
+    pub fn start_in(
+        &self,
+        name: &'static str,
+        kind: Kind,
+        resource: &str,
+        parent: &Context,
+    ) -> Option<Traced> {
+        let on = self.on.as_ref()?;
+        // A caller that said "not sampled": nothing is built for it.
+        let caller = parent.span();
+        if caller.span_context().is_valid() && !caller.span_context().is_sampled() {
+            return None;
+        }
+        let span = on
+            .tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Internal)
+            .with_attributes([
+                KeyValue::new("redlock.resource", resource.to_string()),
+                KeyValue::new("redlock.kind", kind.as_str()),
+            ])
+            .start_with_context(&on.tracer, parent);
+        use opentelemetry::trace::Span as _;
+        span.is_recording().then(|| Traced::new(span, kind))
+    }
+
+    /// A watch over a stream's events that traces the hold or leadership
+    /// they tell; `None` when off. `acquire` is the span of the hold's
+    /// acquire, or of the campaign (ended by the watch when elected). The
+    /// hold's span is a sibling of `acquire` under the caller's span, or
+    /// its child when the request came without one (so that both are in
+    /// one trace); an unsampled request has neither.
+    pub fn watch(&self, kind: Kind, resource: &str, acquire: Option<Traced>) -> Option<Watch> {
+        let on = self.on.as_ref()?;
+        let acquire = acquire?;
+        let caller = Context::current();
+        let parent = if caller.has_active_span() {
+            caller
+        } else {
+            Context::new().with_remote_span_context(acquire.span_context())
+        };
+        Some(Watch::new(
+            on.tracer.clone(),
+            kind,
+            resource.to_string(),
+            parent,
+            acquire,
+        ))
+    }
+}

@@ -1,0 +1,332 @@
+//! The spans themselves: [`Traced`], one request's span (an acquire, a
+//! permit, a campaign, an extend, a release, a force release) with the
+//! trail its rounds noted ([`crate::redlock::trail`]); and [`Watch`],
+//! which follows a hold's or a campaign's event stream and keeps the span
+//! of the hold or leadership from its grant to its release or loss, with
+//! `renewed` and `lost` events. Attribute names: `docs/tracing.md`.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::trace::{Span as _, SpanContext, SpanKind, Status, Tracer};
+use opentelemetry::{Context, KeyValue, Value};
+use opentelemetry_sdk::trace::{SdkTracer, Span};
+use redlock_wire::{CampaignEvent, HoldEvent, ObserveEvent};
+
+use crate::lock::LockError;
+use crate::redlock::observe::VoteLabel;
+use crate::redlock::trail::{self, Trail};
+use crate::redlock::{token, Resource};
+
+/// What a span is about, as `redlock.kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Lock,
+    Permit,
+    Leadership,
+}
+
+impl Kind {
+    /// The kind of a resource's lock: a permit's or a leadership's own
+    /// resource names them (see [`Resource::permit`]).
+    pub fn of(resource: &Resource) -> Kind {
+        if resource.semaphore().is_some() {
+            Kind::Permit
+        } else if resource.as_str().ends_with(" election") {
+            Kind::Leadership
+        } else {
+            Kind::Lock
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Permit => "permit",
+            Kind::Leadership => "leadership",
+        }
+    }
+}
+
+/// One request's span while it is served; ended when dropped.
+#[derive(Debug)]
+pub struct Traced {
+    span: Span,
+    trail: Arc<Trail>,
+    kind: Kind,
+}
+
+impl Traced {
+    pub(super) fn new(span: Span, kind: Kind) -> Traced {
+        Traced {
+            span,
+            trail: Arc::default(),
+            kind,
+        }
+    }
+
+    pub fn span_context(&self) -> SpanContext {
+        self.span.span_context().clone()
+    }
+
+    /// The trace id, 32 hex digits, as `GET /v1/locks/{resource}` shows
+    /// the grant's.
+    pub fn trace_id(&self) -> String {
+        self.span.span_context().trace_id().to_string()
+    }
+
+    pub fn set(&mut self, key: &'static str, value: impl Into<Value>) {
+        self.span.set_attribute(KeyValue::new(key, value));
+    }
+
+    /// Sets `redlock.outcome` from a lock call's result; a failure that is
+    /// not the lock's answer (no quorum, an error) marks the span's status.
+    pub fn outcome<T>(&mut self, result: &Result<T, LockError>) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(LockError::Taken(_) | LockError::Full { .. }) => "taken",
+            Err(LockError::NoQuorum(_)) => "no_quorum",
+            Err(LockError::Lost(_)) => "lost",
+            Err(_) => "error",
+        };
+        self.set("redlock.outcome", outcome);
+        if let Err(e) = result {
+            if !matches!(e, LockError::Taken(_) | LockError::Full { .. }) {
+                self.span.set_status(Status::error(e.to_string()));
+            }
+        }
+    }
+
+    /// Sets what an acquire's rounds saw: the wait (from joining the
+    /// queue to the answer), the place in line, the holder waited behind
+    /// (`behind`, a lock value, when known), the last round's votes with
+    /// each master's latency (as `vote` events at their times), and the
+    /// fence.
+    pub fn acquired(&mut self, fence: Option<u64>, behind: Option<&str>) {
+        let seen = self.trail.seen();
+        self.set("redlock.rounds", i64::from(seen.rounds));
+        let waited = seen
+            .waited_from
+            .map_or(Duration::ZERO, |from| from.elapsed());
+        self.set("redlock.wait_ms", millis(waited));
+        if let Some(position) = seen.queue_position {
+            self.set("redlock.queue.position", position as i64);
+        }
+        if let Some(value) = behind.filter(|_| seen.waited_from.is_some() || seen.rounds > 0) {
+            if let Some(agent) = token::agent_of(value) {
+                self.set("redlock.holder.agent", agent.to_string());
+            }
+            if let Some(owner) = token::owner_of(value) {
+                self.set("redlock.holder.owner", owner.to_string());
+            }
+        }
+        let (mut yes, mut no) = (Vec::new(), Vec::new());
+        for vote in &seen.votes {
+            let name: opentelemetry::StringValue = vote.node.clone().into();
+            if vote.vote == VoteLabel::Granted {
+                yes.push(name);
+            } else {
+                no.push(name);
+            }
+            // The wall-clock time of the answer, for the event's place.
+            let at = SystemTime::now()
+                .checked_sub(vote.at.elapsed())
+                .unwrap_or_else(SystemTime::now);
+            self.span.add_event_with_timestamp(
+                "vote",
+                at,
+                vec![
+                    KeyValue::new("redlock.master", vote.node.clone()),
+                    KeyValue::new("redlock.vote", vote.vote.as_str()),
+                    KeyValue::new("redlock.latency_ms", vote.latency.as_secs_f64() * 1000.0),
+                ],
+            );
+        }
+        self.set("redlock.masters.granted", Value::Array(yes.into()));
+        self.set("redlock.masters.refused", Value::Array(no.into()));
+        if let Some(fence) = fence {
+            self.set("redlock.fence", i64::try_from(fence).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// Runs `future` with `span`'s trail followed by the engine and the
+/// waiters; without a span, just runs it.
+pub async fn follow<F: std::future::Future>(span: Option<&Traced>, future: F) -> F::Output {
+    match span {
+        Some(span) => trail::follow(Arc::clone(&span.trail), future).await,
+        None => future.await,
+    }
+}
+
+/// What a stream's event means for the span of its hold or leadership.
+pub enum Mark<'e> {
+    /// The lock was granted (a hold's `acquired`, a campaign's `elected`).
+    Granted {
+        fence: Option<u64>,
+    },
+    Waiting {
+        behind: Option<(&'e str, &'e str)>,
+    },
+    Renewed,
+    Lost(&'e str),
+    Other,
+}
+
+/// Events that a [`Watch`] reads.
+pub trait Marked {
+    fn mark(&self) -> Mark<'_>;
+}
+
+impl Marked for HoldEvent {
+    fn mark(&self) -> Mark<'_> {
+        match self {
+            HoldEvent::Acquired { fence, .. } => Mark::Granted { fence: *fence },
+            HoldEvent::Renewed { .. } => Mark::Renewed,
+            HoldEvent::Lost { reason } => Mark::Lost(reason),
+        }
+    }
+}
+
+impl Marked for CampaignEvent {
+    fn mark(&self) -> Mark<'_> {
+        match self {
+            CampaignEvent::Waiting { leader } => Mark::Waiting {
+                behind: leader.as_ref().map(|l| {
+                    (
+                        l.agent.as_deref().unwrap_or(""),
+                        l.owner.as_deref().unwrap_or(""),
+                    )
+                }),
+            },
+            CampaignEvent::Elected { term, .. } => Mark::Granted { fence: Some(*term) },
+            CampaignEvent::Renewed { .. } => Mark::Renewed,
+            CampaignEvent::Lost { reason } => Mark::Lost(reason),
+        }
+    }
+}
+
+impl Marked for ObserveEvent {
+    fn mark(&self) -> Mark<'_> {
+        Mark::Other
+    }
+}
+
+/// Follows one hold's or campaign's stream: ends the acquire's (or the
+/// campaign's) span at the grant, then keeps the hold's (or leadership's)
+/// span, named `redlock.hold` or `redlock.leadership`, to the stream's end:
+/// `lost`, or the client gone (its hold released).
+#[derive(Debug)]
+pub struct Watch {
+    tracer: SdkTracer,
+    kind: Kind,
+    resource: String,
+    parent: Context,
+    acquire: Option<Traced>,
+    hold: Option<Span>,
+    waiting_since: Option<SystemTime>,
+}
+
+impl Watch {
+    pub(super) fn new(
+        tracer: SdkTracer,
+        kind: Kind,
+        resource: String,
+        parent: Context,
+        acquire: Traced,
+    ) -> Watch {
+        Watch {
+            tracer,
+            kind,
+            resource,
+            parent,
+            acquire: Some(acquire),
+            hold: None,
+            waiting_since: None,
+        }
+    }
+
+    /// Reads one event on its way to the client.
+    pub fn saw(&mut self, mark: Mark<'_>) {
+        match mark {
+            Mark::Waiting { behind } => {
+                self.waiting_since.get_or_insert_with(SystemTime::now);
+                if let (Some(acquire), Some((agent, owner))) = (self.acquire.as_mut(), behind) {
+                    acquire.set("redlock.holder.agent", agent.to_string());
+                    acquire.set("redlock.holder.owner", owner.to_string());
+                }
+            }
+            Mark::Granted { fence } => {
+                if let Some(mut acquire) = self.acquire.take() {
+                    if let Some(since) = self.waiting_since {
+                        let waited = since.elapsed().unwrap_or_default();
+                        acquire.set("redlock.wait_ms", millis(waited));
+                    }
+                    if let Some(fence) = fence {
+                        acquire.set("redlock.fence", i64::try_from(fence).unwrap_or(i64::MAX));
+                    }
+                    if acquire.kind == Kind::Leadership {
+                        acquire.set("redlock.outcome", "elected");
+                    }
+                }
+                let name = match self.kind {
+                    Kind::Leadership => "redlock.leadership",
+                    Kind::Lock | Kind::Permit => "redlock.hold",
+                };
+                let mut attributes = vec![
+                    KeyValue::new("redlock.resource", self.resource.clone()),
+                    KeyValue::new("redlock.kind", self.kind.as_str()),
+                ];
+                if let Some(fence) = fence {
+                    attributes.push(KeyValue::new(
+                        "redlock.fence",
+                        i64::try_from(fence).unwrap_or(i64::MAX),
+                    ));
+                }
+                self.hold = Some(
+                    self.tracer
+                        .span_builder(name)
+                        .with_kind(SpanKind::Internal)
+                        .with_attributes(attributes)
+                        .start_with_context(&self.tracer, &self.parent),
+                );
+            }
+            Mark::Renewed => {
+                if let Some(hold) = self.hold.as_mut() {
+                    hold.add_event("renewed", Vec::new());
+                }
+            }
+            Mark::Lost(reason) => {
+                if let Some(hold) = self.hold.as_mut() {
+                    hold.add_event(
+                        "lost",
+                        vec![KeyValue::new("redlock.reason", reason.to_string())],
+                    );
+                    hold.set_attribute(KeyValue::new("redlock.outcome", "lost"));
+                    hold.end();
+                }
+            }
+            Mark::Other => {}
+        }
+    }
+}
+
+impl Drop for Watch {
+    /// The stream ended without `lost`: the client left, and its hold is
+    /// released (or its campaign withdrawn).
+    fn drop(&mut self) {
+        if let Some(hold) = self.hold.as_mut() {
+            if hold.is_recording() {
+                hold.set_attribute(KeyValue::new("redlock.outcome", "released"));
+                hold.end();
+            }
+        }
+        if let Some(acquire) = self.acquire.as_mut() {
+            acquire.set("redlock.outcome", "withdrawn");
+        }
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
