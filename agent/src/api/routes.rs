@@ -100,12 +100,16 @@ pub async fn handle(
     let body = read_body(&parts.headers, body, agent.config().socket.request_timeout).await;
     let response = match (routed, body) {
         (Ok(route), Ok(body)) => {
-            let served = dispatch(&agent, route, &parts, peer, body);
             // The caller's trace, when tracing is on: the spans made while
-            // serving it are its children.
+            // serving it are its children. Without one the future is built
+            // in place and never moved.
             let served = match agent.telemetry().context(&parts.headers) {
-                Some(context) => served.with_context(context).await,
-                None => served.await,
+                Some(context) => {
+                    Box::pin(dispatch(&agent, route, &parts, peer, body))
+                        .with_context(context)
+                        .await
+                }
+                None => dispatch(&agent, route, &parts, peer, body).await,
             };
             served.unwrap_or_else(ApiError::into_response)
         }

@@ -5,6 +5,7 @@
 //! of the hold or leadership from its grant to its release or loss, with
 //! `renewed` and `lost` events. Attribute names: `docs/tracing.md`.
 
+use futures::future::{BoxFuture, Either};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -151,11 +152,17 @@ impl Traced {
 }
 
 /// Runs `future` with `span`'s trail followed by the engine and the
-/// waiters; without a span, just runs it.
-pub async fn follow<F: std::future::Future>(span: Option<&Traced>, future: F) -> F::Output {
+/// waiters; without a span, just runs it. Not an `async fn`: the untraced
+/// future is handed back as it is, not moved into a wrapper twice its
+/// size (a lock request's future is several kilobytes, copied on every
+/// move), and the traced one is boxed once.
+pub fn follow<'a, F>(span: Option<&Traced>, future: F) -> Either<BoxFuture<'a, F::Output>, F>
+where
+    F: std::future::Future + Send + 'a,
+{
     match span {
-        Some(span) => trail::follow(Arc::clone(&span.trail), future).await,
-        None => future.await,
+        Some(span) => Either::Left(Box::pin(trail::follow(Arc::clone(&span.trail), future))),
+        None => Either::Right(future),
     }
 }
 
