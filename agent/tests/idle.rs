@@ -19,28 +19,28 @@ const CONFIG: &str = "lock:\n  default_ttl: 2s\n  max_ttl: 2s\n  node_timeout: 2
 /// `INFO` calls master `i` has served (each probe makes one, in its
 /// script; the first after a connect three).
 async fn info_calls(cluster: &Cluster, i: usize) -> u64 {
+    cluster
+        .command_calls(i)
+        .await
+        .get("info")
+        .copied()
+        .unwrap_or(0)
+}
+
+/// `CLIENT LIST` of master `i`.
+async fn client_list(cluster: &Cluster, i: usize) -> String {
     let mut conn = cluster.redis(i).await;
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
+    redis::cmd("CLIENT")
+        .arg("LIST")
         .query_async(&mut conn)
         .await
-        .unwrap();
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_info:calls="))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
+        .unwrap()
 }
 
 /// The agent's connections on master `i`, as `name flags` pairs: the
 /// named ones and the pub/sub one (`flags=P`, unnamed), not the test's.
 async fn agent_connections(cluster: &Cluster, i: usize) -> Vec<String> {
-    let mut conn = cluster.redis(i).await;
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let list = client_list(cluster, i).await;
     let field = |line: &str, key: &str| {
         line.split(' ')
             .find_map(|f| f.strip_prefix(key))
@@ -174,12 +174,7 @@ async fn a_known_master_is_probed_with_one_info() {
 /// Seconds since the last command on the `purpose` connection of agent
 /// `agent` on master `i` (`idle` in `CLIENT LIST`).
 async fn connection_idle_s(cluster: &Cluster, i: usize, agent: &str, purpose: &str) -> u64 {
-    let mut conn = cluster.redis(i).await;
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let list = client_list(cluster, i).await;
     let name = format!("name=redlock-agent:{agent}:{purpose} ");
     let line = list
         .lines()
