@@ -10,6 +10,10 @@
 #   bench/instructions.sh                     the working tree's release build
 #   bench/instructions.sh A B ...             these agent binaries, in turn
 #   CLIENTS="1 64" SECONDS_MEASURED=15 bench/instructions.sh ...
+#   TRACED=1 bench/instructions.sh ...        every request traced
+#                                             (`tracing.sample_ratio: 1.0`)
+#                                             and exported to a receiver
+#                                             that answers 200, as W12's
 #
 # For each binary and client count: the cycles counted, the instructions
 # (Ir) per cycle (less the agent's idle background work, measured first
@@ -60,6 +64,26 @@ done
 masters_json="[${masters_json%,}]"
 
 metrics_port=$(free_port)
+tracing_yaml=""
+if [ "${TRACED:-0}" = 1 ]; then
+  # An OTLP/HTTP receiver that reads each export and answers 200.
+  otlp_port=$(free_port)
+  python3 - "$otlp_port" <<'PY' &
+import http.server, sys
+class Receiver(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Receiver).serve_forever()
+PY
+  pids+=("$!")
+  tracing_yaml="tracing: {otlp_endpoint: \"http://127.0.0.1:$otlp_port\", sample_ratio: 1.0}"
+fi
 # Lock requests answered (the cycles counted between zeroing and dumping),
 # script calls and the commands in them, every master's.
 counters() {
@@ -89,6 +113,7 @@ $masters_yaml
 lock: {default_ttl: 60s, max_ttl: 120s, node_timeout: 3s, retry_delay: 50ms, retry_jitter: 50ms}
 delayed_restart: {enabled: false}
 leak_scan: {interval: 1h}
+$tracing_yaml
 YAML
     rm -f "$work/agent.sock" "$work"/cg.out*
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \

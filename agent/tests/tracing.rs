@@ -178,6 +178,20 @@ fn strings(attributes: &[KeyValue], key: &str) -> Vec<String> {
     }
 }
 
+fn doubles(attributes: &[KeyValue], key: &str) -> Vec<f64> {
+    match attr(attributes, key) {
+        Some(Any::ArrayValue(array)) => array
+            .values
+            .iter()
+            .filter_map(|v| match v.value.as_ref()? {
+                Any::DoubleValue(d) => Some(*d),
+                _ => None,
+            })
+            .collect(),
+        other => panic!("{key}: not an array: {other:?} in {attributes:?}"),
+    }
+}
+
 /// A caller's trace context: a fresh trace id, the caller's span id, and
 /// the `traceparent` header that carries them (sampled).
 struct Caller {
@@ -270,7 +284,7 @@ async fn agent_tracing_to(cluster: &Cluster, endpoint: &str) -> TestAgent {
 
 /// An acquire with a `traceparent` is a span in the caller's trace, whose
 /// parent is the caller's span, with the resource, kind, outcome, votes
-/// (one `vote` event per master, with its latency) and fence; the lock's
+/// (the masters that granted, each with its latency) and fence; the lock's
 /// listing names the trace; its release is a span of that trace too.
 #[tokio::test]
 async fn acquire_with_a_traceparent_joins_the_callers_trace() {
@@ -300,17 +314,13 @@ async fn acquire_with_a_traceparent_joins_the_callers_trace() {
     assert_eq!(int(a, "redlock.wait_ms"), 0);
     let granted = strings(a, "redlock.masters.granted");
     assert!(granted.len() >= 2, "a quorum voted yes: {granted:?}");
-    let votes: Vec<_> = acquire
-        .span
-        .events
-        .iter()
-        .filter(|e| e.name == "vote")
-        .collect();
-    assert!(votes.len() >= 2, "{:?}", acquire.span.events);
-    for vote in votes {
-        assert!(attr(&vote.attributes, "redlock.latency_ms").is_some());
-        assert!(!text(&vote.attributes, "redlock.master").is_empty());
-    }
+    let latencies = doubles(a, "redlock.masters.granted.latency_ms");
+    assert_eq!(latencies.len(), granted.len(), "{a:?}");
+    assert!(latencies.iter().all(|ms| *ms >= 0.0), "{latencies:?}");
+    assert!(
+        attr(a, "redlock.masters.refused").is_none(),
+        "no master refused: {a:?}"
+    );
     assert_eq!(text(&acquire.resource, "service.name"), "redlock-agent");
     assert_eq!(text(&acquire.resource, "service.instance.id"), "tracer-1");
     assert!(receiver
@@ -468,6 +478,99 @@ async fn a_hold_span_ends_at_its_release_or_loss_with_events() {
         text(&event.attributes, "redlock.reason"),
         lost["reason"].as_str().unwrap()
     );
+}
+
+/// A re-entry by token is an acquire span of its own caller's trace,
+/// marked `redlock.reentered`, with the hold count and the first grant's
+/// fence.
+#[tokio::test]
+async fn a_reentry_is_a_span_with_its_hold_count() {
+    let receiver = Receiver::start(Mode::Ok).await;
+    let cluster = Cluster::start(3);
+    let agent = agent_tracing_to(&cluster, &receiver.endpoint()).await;
+    let (status, first) = post_json(
+        &agent.socket,
+        "/v1/locks/nested/acquire",
+        json!({"ttl_ms": 5000, "fence": true}),
+        Some(&Caller::new(5).traceparent()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+
+    let caller = Caller::new(6);
+    let (status, again) = post_json(
+        &agent.socket,
+        "/v1/locks/nested/acquire",
+        json!({"ttl_ms": 5000, "token": first["token"]}),
+        Some(&caller.traceparent()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["hold_count"], 2);
+    let reentry = receiver.span(&caller.trace, "redlock.acquire").await;
+    assert_eq!(hex(&reentry.span.parent_span_id), caller.span);
+    let a = &reentry.span.attributes;
+    assert_eq!(text(a, "redlock.outcome"), "ok");
+    assert_eq!(attr(a, "redlock.reentered"), Some(&Any::BoolValue(true)));
+    assert_eq!(int(a, "redlock.hold_count"), 2);
+    assert_eq!(
+        int(a, "redlock.fence") as u64,
+        first["fence"].as_u64().unwrap()
+    );
+}
+
+/// A campaign is a `redlock.campaign` span that ends `elected`, and the
+/// leadership a `redlock.leadership` span from the election to the stream's
+/// end, both in the campaigner's trace with the term as the fence.
+#[tokio::test]
+async fn a_campaign_and_its_leadership_are_spans_of_the_callers_trace() {
+    let receiver = Receiver::start(Mode::Ok).await;
+    let cluster = Cluster::start(3);
+    let agent = agent_tracing_to(&cluster, &receiver.endpoint()).await;
+    let caller = Caller::new(7);
+    let mut response = post(
+        &agent.socket,
+        "/v1/elections/scheduler/campaign",
+        json!({"ttl_ms": 900}),
+        Some(&caller.traceparent()),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let (body, mut buffer) = (response.body_mut(), Vec::new());
+    let elected = loop {
+        let event = next_line(body, &mut buffer, Duration::from_secs(10))
+            .await
+            .expect("an event before the election");
+        if event["event"] == "elected" {
+            break event;
+        }
+    };
+    let term = elected["term"].as_u64().unwrap();
+    let renewed = next_line(body, &mut buffer, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(renewed["event"], "renewed");
+    drop(response);
+
+    let campaign = receiver.span(&caller.trace, "redlock.campaign").await;
+    assert_eq!(hex(&campaign.span.parent_span_id), caller.span);
+    let a = &campaign.span.attributes;
+    assert_eq!(text(a, "redlock.kind"), "leadership");
+    assert_eq!(text(a, "redlock.resource"), "scheduler");
+    assert_eq!(text(a, "redlock.outcome"), "elected");
+    assert_eq!(int(a, "redlock.fence") as u64, term);
+
+    let leadership = receiver.span(&caller.trace, "redlock.leadership").await;
+    assert_eq!(hex(&leadership.span.parent_span_id), caller.span);
+    let l = &leadership.span.attributes;
+    assert_eq!(int(l, "redlock.fence") as u64, term);
+    assert_eq!(text(l, "redlock.outcome"), "resigned");
+    assert!(
+        leadership.span.events.iter().any(|e| e.name == "renewed"),
+        "{:?}",
+        leadership.span.events
+    );
+    assert!(campaign.span.end_time_unix_nano <= leadership.span.start_time_unix_nano);
 }
 
 /// The outcomes of a fixed run of lock calls: grants, a taken lock, and

@@ -17,7 +17,7 @@ use crate::lock::semaphores::permit_resource;
 use crate::lock::{millis, Ask, Holder, LockError, Released};
 use crate::redlock::{Grant, Resource, Token};
 use crate::telemetry::spans::follow;
-use crate::telemetry::{Kind, Traced};
+use crate::telemetry::{Caller, Kind, Traced};
 
 /// What a lock's (or a permit's) route asks for.
 #[derive(Clone, Copy)]
@@ -33,9 +33,14 @@ pub async fn acquire(
     agent: &Agent,
     resource: Resource,
     holder: Option<Holder>,
+    caller: &Caller,
     request: AcquireRequest,
 ) -> Result<Response<Body>, ApiError> {
     if let Some(token) = request.token.clone() {
+        let mut span =
+            agent
+                .telemetry()
+                .start(caller, "redlock.acquire", Kind::Lock, resource.as_str());
         let reentered = agent
             .locks()
             .reenter(
@@ -44,8 +49,18 @@ pub async fn acquire(
                 holder.as_ref(),
                 &request,
             )
-            .await
-            .map_err(lock_error)?;
+            .await;
+        if let Some(span) = span.as_mut() {
+            span.outcome(&reentered);
+            span.set("redlock.reentered", true);
+            if let Ok(reentered) = &reentered {
+                span.set("redlock.hold_count", i64::from(reentered.hold_count));
+                if let Some(fence) = reentered.fence {
+                    span.set("redlock.fence", i64::try_from(fence).unwrap_or(i64::MAX));
+                }
+            }
+        }
+        let reentered = reentered.map_err(lock_error)?;
         return Ok(json(
             StatusCode::OK,
             &AcquireResponse {
@@ -62,9 +77,10 @@ pub async fn acquire(
             },
         ));
     }
-    let mut span = agent
-        .telemetry()
-        .start("redlock.acquire", Kind::Lock, resource.as_str());
+    let mut span =
+        agent
+            .telemetry()
+            .start(caller, "redlock.acquire", Kind::Lock, resource.as_str());
     let behind = span.as_ref().and_then(|_| holder_here(agent, &resource));
     let ask = Ask {
         lock: request,
@@ -99,6 +115,7 @@ pub async fn hold(
     agent: &Arc<Agent>,
     resource: Resource,
     holder: Option<Holder>,
+    caller: &Caller,
     request: HoldRequest,
 ) -> Result<Response<Body>, ApiError> {
     let slot = agent
@@ -106,23 +123,35 @@ pub async fn hold(
         .open_stream(holder.as_ref().map(|h| h.uid))
         .map_err(lock_error)?;
     if let Some(token) = request.token.clone() {
+        let mut span =
+            agent
+                .telemetry()
+                .start(caller, "redlock.acquire", Kind::Lock, resource.as_str());
         let events = agent
             .locks()
             .hold_reentered(
-                resource,
+                resource.clone(),
                 &Token::from_client(token),
                 holder.as_ref(),
                 &request.lock(),
                 request.max_hold_ms,
                 request.on_disconnect,
             )
-            .await
-            .map_err(lock_error)?;
-        return Ok(ndjson(events, slot, None));
+            .await;
+        if let Some(span) = span.as_mut() {
+            span.outcome(&events);
+            span.set("redlock.reentered", true);
+        }
+        let events = events.map_err(lock_error)?;
+        let watch = agent
+            .telemetry()
+            .watch(caller, Kind::Lock, resource.as_str(), span);
+        return Ok(ndjson(events, slot, watch));
     }
-    let mut span = agent
-        .telemetry()
-        .start("redlock.acquire", Kind::Lock, resource.as_str());
+    let mut span =
+        agent
+            .telemetry()
+            .start(caller, "redlock.acquire", Kind::Lock, resource.as_str());
     let behind = span.as_ref().and_then(|_| holder_here(agent, &resource));
     let ask = Ask {
         lock: request.lock(),
@@ -148,7 +177,9 @@ pub async fn hold(
         }
     }
     let events = events.map_err(lock_error)?;
-    let watch = agent.telemetry().watch(Kind::Lock, resource.as_str(), span);
+    let watch = agent
+        .telemetry()
+        .watch(caller, Kind::Lock, resource.as_str(), span);
     Ok(ndjson(events, slot, watch))
 }
 
@@ -187,10 +218,12 @@ pub async fn force_release(
     resource: &Resource,
     kind: Kind,
     holder: Option<Holder>,
+    caller: &Caller,
 ) -> Result<Response<Body>, ApiError> {
-    let mut span = agent
-        .telemetry()
-        .start("redlock.force_release", kind, resource.as_str());
+    let mut span =
+        agent
+            .telemetry()
+            .start(caller, "redlock.force_release", kind, resource.as_str());
     let answer = agent.locks().force_release(resource, holder).await;
     if let Some(span) = span.as_mut() {
         span.set("redlock.deleted", answer.deleted as i64);
@@ -202,13 +235,16 @@ pub async fn extend(
     agent: &Agent,
     resource: Resource,
     holder: Option<Holder>,
+    caller: &Caller,
     request: ExtendRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
-    let mut span =
-        agent
-            .telemetry()
-            .start("redlock.extend", Kind::of(&resource), resource.as_str());
+    let mut span = agent.telemetry().start(
+        caller,
+        "redlock.extend",
+        Kind::of(&resource),
+        resource.as_str(),
+    );
     let extended = agent
         .locks()
         .extend(&resource, &token, request.ttl_ms, holder.as_ref())
@@ -230,13 +266,16 @@ pub async fn release(
     agent: &Agent,
     resource: Resource,
     holder: Option<Holder>,
+    caller: &Caller,
     request: ReleaseRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
-    let mut span =
-        agent
-            .telemetry()
-            .start("redlock.release", Kind::of(&resource), resource.as_str());
+    let mut span = agent.telemetry().start(
+        caller,
+        "redlock.release",
+        Kind::of(&resource),
+        resource.as_str(),
+    );
     let released = agent
         .locks()
         .release(&resource, &token, holder.as_ref())
@@ -272,6 +311,7 @@ pub async fn semaphore(
     name: Resource,
     action: LockAction,
     holder: Option<Holder>,
+    caller: &Caller,
     body: &[u8],
 ) -> Result<Response<Body>, ApiError> {
     match action {
@@ -281,9 +321,10 @@ pub async fn semaphore(
                 lock: request.lock(),
                 holder,
             };
-            let mut span = agent
-                .telemetry()
-                .start("redlock.acquire", Kind::Permit, name.as_str());
+            let mut span =
+                agent
+                    .telemetry()
+                    .start(caller, "redlock.acquire", Kind::Permit, name.as_str());
             let acquired = agent.locks().acquire_permit(&name, request.limit, ask);
             let permit = follow(span.as_ref(), acquired).await;
             if let Some(span) = span.as_mut() {
@@ -322,9 +363,10 @@ pub async fn semaphore(
                 lock: request.lock(),
                 holder,
             };
-            let mut span = agent
-                .telemetry()
-                .start("redlock.acquire", Kind::Permit, name.as_str());
+            let mut span =
+                agent
+                    .telemetry()
+                    .start(caller, "redlock.acquire", Kind::Permit, name.as_str());
             let held = agent.locks().hold_permit(
                 &name,
                 request.limit,
@@ -338,7 +380,9 @@ pub async fn semaphore(
                 span.acquired(None, None);
             }
             let events = events.map_err(lock_error)?;
-            let watch = agent.telemetry().watch(Kind::Permit, name.as_str(), span);
+            let watch = agent
+                .telemetry()
+                .watch(caller, Kind::Permit, name.as_str(), span);
             Ok(ndjson(events, slot, watch))
         }
         LockAction::Extend => {
@@ -348,7 +392,7 @@ pub async fn semaphore(
                 token: request.token,
                 ttl_ms: request.ttl_ms,
             };
-            extend(agent, resource, holder, request).await
+            extend(agent, resource, holder, caller, request).await
         }
         LockAction::Release => {
             let request: PermitReleaseRequest = parse_body(body, false)?;
@@ -356,12 +400,12 @@ pub async fn semaphore(
             let request = ReleaseRequest {
                 token: request.token,
             };
-            release(agent, resource, holder, request).await
+            release(agent, resource, holder, caller, request).await
         }
         LockAction::ForceRelease => {
             let request: PermitForceReleaseRequest = parse_body(body, false)?;
             let resource = permit_resource(&name, request.permit).map_err(lock_error)?;
-            force_release(agent, &resource, Kind::Permit, holder).await
+            force_release(agent, &resource, Kind::Permit, holder, caller).await
         }
     }
 }

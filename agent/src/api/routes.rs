@@ -12,7 +12,6 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
-use opentelemetry::context::FutureExt as _;
 use redlock_wire::ErrorCode;
 
 use super::handlers::{self, acquire, extend, hold, release, ForceReleaseRequest, LockAction};
@@ -26,7 +25,7 @@ use crate::agent::Agent;
 use crate::lock::listing::{self, ListQuery};
 use crate::lock::Holder;
 use crate::redlock::Resource;
-use crate::telemetry::Kind;
+use crate::telemetry::{Caller, Kind};
 
 /// Which listener a request came in on. The TCP listener serves probes and
 /// metrics only; locks are taken on the application socket; force release
@@ -101,17 +100,11 @@ pub async fn handle(
     let response = match (routed, body) {
         (Ok(route), Ok(body)) => {
             // The caller's trace, when tracing is on: the spans made while
-            // serving it are its children. Without one the future is built
-            // in place and never moved.
-            let served = match agent.telemetry().context(&parts.headers) {
-                Some(context) => {
-                    Box::pin(dispatch(&agent, route, &parts, peer, body))
-                        .with_context(context)
-                        .await
-                }
-                None => dispatch(&agent, route, &parts, peer, body).await,
-            };
-            served.unwrap_or_else(ApiError::into_response)
+            // serving it are its children.
+            let caller = agent.telemetry().caller(&parts.headers);
+            dispatch(&agent, route, &parts, peer, &caller, body)
+                .await
+                .unwrap_or_else(ApiError::into_response)
         }
         (Err(early), Ok(_)) => early.into_response(),
         (Err(early), Err(_)) => closing(early.into_response()),
@@ -119,7 +112,16 @@ pub async fn handle(
         // A route that reads nothing from a body answers as it would
         // without one.
         (Ok(route), Err(_)) => closing(
-            match dispatch(&agent, route, &parts, peer, Bytes::new()).await {
+            match dispatch(
+                &agent,
+                route,
+                &parts,
+                peer,
+                &Caller::default(),
+                Bytes::new(),
+            )
+            .await
+            {
                 Ok(response) => response,
                 Err(error) => error.into_response(),
             },
@@ -193,6 +195,7 @@ async fn dispatch(
     route: Route,
     parts: &Parts,
     peer: Option<Peer>,
+    caller: &Caller,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     let holder = peer.map(|p| Holder {
@@ -282,12 +285,12 @@ async fn dispatch(
             Ok(ndjson(agent.locks().observe(name), slot, None))
         }
         Route::Semaphore(name, action) => {
-            handlers::semaphore(agent, name, action, holder, &body).await
+            handlers::semaphore(agent, name, action, holder, caller, &body).await
         }
         Route::ForceResign(name) => {
             let _: ForceReleaseRequest = parse_body(&body, true)?;
             let election = Resource::election(&name);
-            handlers::force_release(agent, &election, Kind::Leadership, holder).await
+            handlers::force_release(agent, &election, Kind::Leadership, holder, caller).await
         }
         Route::Campaign(name) => {
             let request = parse_body(&body, true)?;
@@ -295,28 +298,37 @@ async fn dispatch(
                 .locks()
                 .open_stream(holder.as_ref().map(|h| h.uid))
                 .map_err(lock_error)?;
-            let span = agent
-                .telemetry()
-                .start("redlock.campaign", Kind::Leadership, name.as_str());
+            let span = agent.telemetry().start(
+                caller,
+                "redlock.campaign",
+                Kind::Leadership,
+                name.as_str(),
+            );
             let events = agent
                 .locks()
                 .campaign(name.clone(), request, holder)
                 .map_err(lock_error)?;
             let watch = agent
                 .telemetry()
-                .watch(Kind::Leadership, name.as_str(), span);
+                .watch(caller, Kind::Leadership, name.as_str(), span);
             Ok(ndjson(events, slot, watch))
         }
         Route::Lock(resource, action) => match action {
-            LockAction::Acquire => acquire(agent, resource, holder, parse_body(&body, true)?).await,
-            LockAction::Extend => extend(agent, resource, holder, parse_body(&body, false)?).await,
-            LockAction::Release => {
-                release(agent, resource, holder, parse_body(&body, false)?).await
+            LockAction::Acquire => {
+                acquire(agent, resource, holder, caller, parse_body(&body, true)?).await
             }
-            LockAction::Hold => hold(agent, resource, holder, parse_body(&body, true)?).await,
+            LockAction::Extend => {
+                extend(agent, resource, holder, caller, parse_body(&body, false)?).await
+            }
+            LockAction::Release => {
+                release(agent, resource, holder, caller, parse_body(&body, false)?).await
+            }
+            LockAction::Hold => {
+                hold(agent, resource, holder, caller, parse_body(&body, true)?).await
+            }
             LockAction::ForceRelease => {
                 let _: ForceReleaseRequest = parse_body(&body, true)?;
-                handlers::force_release(agent, &resource, Kind::Lock, holder).await
+                handlers::force_release(agent, &resource, Kind::Lock, holder, caller).await
             }
         },
     }

@@ -30,8 +30,9 @@ pub(super) struct Entry {
     pub(super) hold: bool,
     /// A permit's semaphore's limit, noted again at each extension.
     pub(super) limit: Option<u32>,
-    /// The trace of the request that took it, when it was traced.
-    pub(super) trace_id: Option<String>,
+    /// The trace of the request that took it (its id's 16 bytes), when
+    /// it was traced.
+    pub(super) trace_id: Option<u128>,
 }
 
 /// The process that asked for a grant, as the kernel reported it when it
@@ -108,18 +109,20 @@ impl Grants {
 
     /// Notes the trace of the request that took the grant of `resource`
     /// held with `token`, for the listing.
-    pub fn traced(&self, resource: &str, token: &str, trace_id: String) {
+    pub fn traced(&self, resource: &str, token: &str, trace_id: u128) {
         if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
             entry.trace_id = Some(trace_id);
         }
     }
 
-    /// The trace of the request that took the grant held with `token`.
+    /// The trace of the request that took the grant held with `token`, as
+    /// 32 hex digits.
     pub fn trace_id(&self, resource: &str, token: &str) -> Option<String> {
         self.lock()
             .get(resource)
             .filter(|e| e.token == token)
-            .and_then(|e| e.trace_id.clone())
+            .and_then(|e| e.trace_id)
+            .map(|id| format!("{id:032x}"))
     }
 
     /// The token of this agent's grant of `resource`, if any, with who

@@ -477,7 +477,6 @@ impl<M: Master> Redlock<M> {
                                 node: name,
                                 vote: label,
                                 latency: asked.elapsed(),
-                                at: std::time::Instant::now(),
                             });
                         });
                     }

@@ -11,6 +11,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use tokio::task::futures::TaskLocalFuture;
+
 use super::observe::VoteLabel;
 
 tokio::task_local! {
@@ -44,23 +46,18 @@ pub struct VoteSeen {
     pub vote: VoteLabel,
     /// From the round's start to this answer.
     pub latency: Duration,
-    /// When the answer came.
-    pub at: Instant,
 }
 
 impl Trail {
-    /// A copy of what was noted so far.
-    pub fn seen(&self) -> Seen {
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+    /// What was noted so far, taken out (the trail is empty after).
+    pub fn take(&self) -> Seen {
+        std::mem::take(&mut *self.seen.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
-/// Runs `future` with `trail` as the trail its rounds and waits note into.
-pub async fn follow<F: Future>(trail: Arc<Trail>, future: F) -> F::Output {
-    TRAIL.scope(trail, future).await
+/// `future`, run with `trail` as the trail its rounds and waits note into.
+pub fn follow<F: Future>(trail: Arc<Trail>, future: F) -> TaskLocalFuture<Arc<Trail>, F> {
+    TRAIL.scope(trail, future)
 }
 
 /// Whether the running task's request is followed: only then is a vote's
@@ -98,6 +95,6 @@ mod tests {
             note(|s| s.rounds += 1);
         })
         .await;
-        assert_eq!(trail.seen().rounds, 1);
+        assert_eq!(trail.take().rounds, 1);
     }
 }

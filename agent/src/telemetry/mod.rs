@@ -124,38 +124,30 @@ impl Telemetry {
     }
 
     /// The caller's trace context from the `traceparent` and `tracestate`
-    /// headers; `None` when tracing is off (nothing is read then). A
-    /// missing or malformed header gives an empty context: the request is
-    /// then a trace of its own, sampled by ratio.
-    pub fn context(&self, headers: &HeaderMap) -> Option<Context> {
-        let on = self.on.as_ref()?;
-        Some(
+    /// headers; [`Caller::default`] (no trace) when tracing is off (nothing
+    /// is read then). A missing or malformed header gives an empty context:
+    /// the request is then a trace of its own, sampled by ratio.
+    pub fn caller(&self, headers: &HeaderMap) -> Caller {
+        Caller(self.on.as_ref().map(|on| {
             on.propagator
-                .extract(&opentelemetry_http::HeaderExtractor(headers)),
-        )
+                .extract(&opentelemetry_http::HeaderExtractor(headers))
+        }))
     }
 
-    /// Starts span `name` for `kind` on `resource` as a child of the
-    /// running request's context; `None` when tracing is off or the span
-    /// is not sampled (then nothing more is recorded for it).
-    pub fn start(&self, name: &'static str, kind: Kind, resource: &str) -> Option<Traced> {
-        // Off: not even the running context is read.
-        self.on.as_ref()?;
-        self.start_in(name, kind, resource, &Context::current())
-    }
-
-    /// As [`Telemetry::start`], under `parent`.
-    pub fn start_in(
+    /// Starts span `name` for `kind` on `resource` as a child of
+    /// `caller`'s span; `None` when tracing is off or the span is not
+    /// sampled (then nothing more is recorded for it).
+    pub fn start(
         &self,
+        caller: &Caller,
         name: &'static str,
         kind: Kind,
         resource: &str,
-        parent: &Context,
     ) -> Option<Traced> {
-        let on = self.on.as_ref()?;
+        let (on, parent) = (self.on.as_ref()?, caller.0.as_ref()?);
         // A caller that said "not sampled": nothing is built for it.
-        let caller = parent.span();
-        if caller.span_context().is_valid() && !caller.span_context().is_sampled() {
+        let span = parent.span();
+        if span.span_context().is_valid() && !span.span_context().is_sampled() {
             return None;
         }
         let span = on
@@ -177,14 +169,18 @@ impl Telemetry {
     /// hold's span is a sibling of `acquire` under the caller's span, or
     /// its child when the request came without one (so that both are in
     /// one trace); an unsampled request has neither.
-    pub fn watch(&self, kind: Kind, resource: &str, acquire: Option<Traced>) -> Option<Watch> {
+    pub fn watch(
+        &self,
+        caller: &Caller,
+        kind: Kind,
+        resource: &str,
+        acquire: Option<Traced>,
+    ) -> Option<Watch> {
         let on = self.on.as_ref()?;
         let acquire = acquire?;
-        let caller = Context::current();
-        let parent = if caller.has_active_span() {
-            caller
-        } else {
-            Context::new().with_remote_span_context(acquire.span_context())
+        let parent = match &caller.0 {
+            Some(context) if context.has_active_span() => context.clone(),
+            _ => Context::new().with_remote_span_context(acquire.span_context()),
         };
         Some(Watch::new(
             on.tracer.clone(),
@@ -195,3 +191,11 @@ impl Telemetry {
         ))
     }
 }
+
+/// A request's place in its caller's trace, read from its headers by
+/// [`Telemetry::caller`]: the spans started while serving it are its
+/// children. Handed to the handlers rather than attached to the task, so
+/// that serving an untraced request and a traced one costs the same
+/// apart from the spans themselves.
+#[derive(Debug, Default)]
+pub struct Caller(Option<Context>);

@@ -5,14 +5,15 @@
 //! of the hold or leadership from its grant to its release or loss, with
 //! `renewed` and `lost` events. Attribute names: `docs/tracing.md`.
 
-use futures::future::{BoxFuture, Either};
+use futures::future::Either;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{Span as _, SpanContext, SpanKind, Status, Tracer};
-use opentelemetry::{Context, KeyValue, Value};
+use opentelemetry::{Context, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::{SdkTracer, Span};
 use redlock_wire::{CampaignEvent, HoldEvent, ObserveEvent};
+use tokio::task::futures::TaskLocalFuture;
 
 use crate::lock::LockError;
 use crate::redlock::observe::VoteLabel;
@@ -70,10 +71,10 @@ impl Traced {
         self.span.span_context().clone()
     }
 
-    /// The trace id, 32 hex digits, as `GET /v1/locks/{resource}` shows
-    /// the grant's.
-    pub fn trace_id(&self) -> String {
-        self.span.span_context().trace_id().to_string()
+    /// The trace id, which `GET /v1/locks/{resource}` shows (as 32 hex
+    /// digits) for the grant it took.
+    pub fn trace_id(&self) -> u128 {
+        u128::from_be_bytes(self.span.span_context().trace_id().to_bytes())
     }
 
     pub fn set(&mut self, key: &'static str, value: impl Into<Value>) {
@@ -100,11 +101,11 @@ impl Traced {
 
     /// Sets what an acquire's rounds saw: the wait (from joining the
     /// queue to the answer), the place in line, the holder waited behind
-    /// (`behind`, a lock value, when known), the last round's votes with
-    /// each master's latency (as `vote` events at their times), and the
-    /// fence.
+    /// (`behind`, a lock value, when known), the last round's votes (the
+    /// masters that granted and refused, each with its latency, as arrays
+    /// in the order the answers came), and the fence.
     pub fn acquired(&mut self, fence: Option<u64>, behind: Option<&str>) {
-        let seen = self.trail.seen();
+        let seen = self.trail.take();
         self.set("redlock.rounds", i64::from(seen.rounds));
         let waited = seen
             .waited_from
@@ -121,47 +122,76 @@ impl Traced {
                 self.set("redlock.holder.owner", owner.to_string());
             }
         }
-        let (mut yes, mut no) = (Vec::new(), Vec::new());
-        for vote in &seen.votes {
-            let name: opentelemetry::StringValue = vote.node.clone().into();
-            if vote.vote == VoteLabel::Granted {
-                yes.push(name);
+        let mut granted = Votes::default();
+        let mut refused = Votes::default();
+        for vote in seen.votes {
+            let votes = if vote.vote == VoteLabel::Granted {
+                &mut granted
             } else {
-                no.push(name);
-            }
-            // The wall-clock time of the answer, for the event's place.
-            let at = SystemTime::now()
-                .checked_sub(vote.at.elapsed())
-                .unwrap_or_else(SystemTime::now);
-            self.span.add_event_with_timestamp(
-                "vote",
-                at,
-                vec![
-                    KeyValue::new("redlock.master", vote.node.clone()),
-                    KeyValue::new("redlock.vote", vote.vote.as_str()),
-                    KeyValue::new("redlock.latency_ms", vote.latency.as_secs_f64() * 1000.0),
-                ],
-            );
+                refused.votes.push(vote.vote.as_str().into());
+                &mut refused
+            };
+            votes.masters.push(vote.node.into());
+            votes.latencies.push(vote.latency.as_secs_f64() * 1000.0);
         }
-        self.set("redlock.masters.granted", Value::Array(yes.into()));
-        self.set("redlock.masters.refused", Value::Array(no.into()));
+        granted.set(
+            self,
+            [
+                "redlock.masters.granted",
+                "redlock.masters.granted.latency_ms",
+                "",
+            ],
+        );
+        refused.set(
+            self,
+            [
+                "redlock.masters.refused",
+                "redlock.masters.refused.latency_ms",
+                "redlock.masters.refused.vote",
+            ],
+        );
         if let Some(fence) = fence {
             self.set("redlock.fence", i64::try_from(fence).unwrap_or(i64::MAX));
         }
     }
 }
 
+/// The masters of one side of a round's votes, with their latencies (and,
+/// for refusals, each vote), in the order the answers came.
+#[derive(Default)]
+struct Votes {
+    masters: Vec<StringValue>,
+    latencies: Vec<f64>,
+    votes: Vec<StringValue>,
+}
+
+impl Votes {
+    /// Sets the masters under `keys[0]`, their latencies under `keys[1]`
+    /// and, for refusals, their votes under `keys[2]`; nothing when there
+    /// are none.
+    fn set(self, span: &mut Traced, [masters, latencies, votes]: [&'static str; 3]) {
+        if self.masters.is_empty() {
+            return;
+        }
+        span.set(masters, Value::Array(self.masters.into()));
+        span.set(latencies, Value::Array(self.latencies.into()));
+        if !self.votes.is_empty() {
+            span.set(votes, Value::Array(self.votes.into()));
+        }
+    }
+}
+
 /// Runs `future` with `span`'s trail followed by the engine and the
-/// waiters; without a span, just runs it. Not an `async fn`: the untraced
-/// future is handed back as it is, not moved into a wrapper twice its
-/// size (a lock request's future is several kilobytes, copied on every
-/// move), and the traced one is boxed once.
-pub fn follow<'a, F>(span: Option<&Traced>, future: F) -> Either<BoxFuture<'a, F::Output>, F>
-where
-    F: std::future::Future + Send + 'a,
-{
+/// waiters; without a span, just runs it. Not an `async fn`: the future is
+/// handed back as it is, or in the trail's scope, not moved into a wrapper
+/// twice its size (a lock request's future is several kilobytes, copied on
+/// every move) nor boxed.
+pub fn follow<F: std::future::Future>(
+    span: Option<&Traced>,
+    future: F,
+) -> Either<TaskLocalFuture<Arc<Trail>, F>, F> {
     match span {
-        Some(span) => Either::Left(Box::pin(trail::follow(Arc::clone(&span.trail), future))),
+        Some(span) => Either::Left(trail::follow(Arc::clone(&span.trail), future)),
         None => Either::Right(future),
     }
 }
