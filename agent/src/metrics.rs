@@ -219,8 +219,8 @@ impl Metrics {
             .expect("valid gauge"),
             leadership_changes: counter_vec(
                 "redlock_leadership_changes_total",
-                "Leaderships of this agent's campaigners, by event: elected, resigned (the campaign closed its stream) or lost (renewal failed, a master lost it, force release, shutdown).",
-                &["event"],
+                "Leaderships of this agent's campaigners, by event and reason: elected (no reason); resigned, ended by its campaign or the agent's rules (closed: the client closed its stream; max_hold; shutdown); lost, taken from it (renew_failed, no_quorum, node_lost, force_released).",
+                &["event", "reason"],
             ),
             last_term: IntGauge::new(
                 "redlock_last_term",
@@ -329,8 +329,9 @@ impl Metrics {
         for reason in ["queue_full", "export_failed"] {
             m.trace_spans_dropped.with_label_values(&[reason]);
         }
-        for event in Leadership::ALL {
-            m.leadership_changes.with_label_values(&[event.as_str()]);
+        for change in Leadership::ALL {
+            m.leadership_changes
+                .with_label_values(&[change.event(), change.reason()]);
         }
         for node in nodes {
             m.node_up.with_label_values(&[node]);
@@ -404,9 +405,9 @@ impl Metrics {
     }
 
     /// A leadership of this agent's campaigners began or ended.
-    pub fn leadership(&self, event: Leadership) {
+    pub fn leadership(&self, change: Leadership) {
         self.leadership_changes
-            .with_label_values(&[event.as_str()])
+            .with_label_values(&[change.event(), change.reason()])
             .inc();
     }
 
@@ -459,15 +460,17 @@ impl Metrics {
             waiters: u64::try_from(self.waiters.get()).unwrap_or(0),
             permits_held: u64::try_from(self.permits_held.get()).unwrap_or(0),
             leaderships_held: u64::try_from(self.leaderships_held.get()).unwrap_or(0),
-            leadership_changes: ["elected", "resigned", "lost"]
-                .iter()
-                .map(|e| {
-                    (
-                        e.to_string(),
-                        self.leadership_changes.with_label_values(&[e]).get(),
-                    )
-                })
-                .collect(),
+            // By event, the reasons of each added up.
+            leadership_changes: Leadership::ALL.iter().fold(
+                std::collections::BTreeMap::new(),
+                |mut by_event, change| {
+                    *by_event.entry(change.event().to_string()).or_default() += self
+                        .leadership_changes
+                        .with_label_values(&[change.event(), change.reason()])
+                        .get();
+                    by_event
+                },
+            ),
         }
     }
 

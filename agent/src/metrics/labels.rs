@@ -128,24 +128,71 @@ impl ScanWrite {
     }
 }
 
-/// The events of `redlock_leadership_changes_total`.
+/// A change of leadership of this agent's campaigners, for
+/// `redlock_leadership_changes_total{event, reason}`: one series per
+/// variant. A leadership ends `resigned`, by its campaign or by the
+/// agent's own rules, which is no fault, or `lost`, taken from it by a
+/// fault or an operator; the alert counts losses only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leadership {
+    /// `elected`, with no reason (an empty `reason`, which Prometheus
+    /// stores as no label).
     Elected,
-    /// The campaign closed its stream.
-    Resigned,
-    /// Renewal failed, a master lost it, a force release, a shutdown.
-    Lost,
+    /// `resigned`, `closed`: the client closed its campaign's stream.
+    Closed,
+    /// `resigned`, `max_hold`: the leadership reached its `max_hold`.
+    MaxHold,
+    /// `resigned`, `shutdown`: the agent shut down.
+    Shutdown,
+    /// `lost`, `renew_failed`: renewals failed until just before the
+    /// validity ended, or showed that no quorum holds the token any more.
+    RenewFailed,
+    /// `lost`, `no_quorum`: renewals found fewer than a quorum of masters
+    /// usable until just before the validity ended.
+    NoQuorum,
+    /// `lost`, `node_lost`: masters it was held on lost their keys.
+    NodeLost,
+    /// `lost`, `force_released`: an operator's force release removed it.
+    ForceReleased,
 }
 
 impl Leadership {
-    pub const ALL: [Leadership; 3] = [Leadership::Elected, Leadership::Resigned, Leadership::Lost];
+    pub const ALL: [Leadership; 8] = [
+        Leadership::Elected,
+        Leadership::Closed,
+        Leadership::MaxHold,
+        Leadership::Shutdown,
+        Leadership::RenewFailed,
+        Leadership::NoQuorum,
+        Leadership::NodeLost,
+        Leadership::ForceReleased,
+    ];
 
-    pub fn as_str(self) -> &'static str {
+    /// The `event` label: `elected`, `resigned` or `lost`.
+    pub fn event(self) -> &'static str {
         match self {
             Leadership::Elected => "elected",
-            Leadership::Resigned => "resigned",
-            Leadership::Lost => "lost",
+            Leadership::Closed | Leadership::MaxHold | Leadership::Shutdown => "resigned",
+            Leadership::RenewFailed
+            | Leadership::NoQuorum
+            | Leadership::NodeLost
+            | Leadership::ForceReleased => "lost",
+        }
+    }
+
+    /// The `reason` label: the reason of the campaign stream's `lost`
+    /// event when the client was told one, `closed` when the client left,
+    /// empty for `elected`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Leadership::Elected => "",
+            Leadership::Closed => "closed",
+            Leadership::MaxHold => "max_hold",
+            Leadership::Shutdown => "shutdown",
+            Leadership::RenewFailed => "renew_failed",
+            Leadership::NoQuorum => "no_quorum",
+            Leadership::NodeLost => "node_lost",
+            Leadership::ForceReleased => "force_released",
         }
     }
 }
