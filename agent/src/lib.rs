@@ -84,7 +84,8 @@
 //!   leader reads share ([`lock::listing`]). Generic
 //!   over [`redlock::Store`]: it imports nothing from [`node`], and its
 //!   unit tests run it on masters in memory.
-//! - [`metrics`]: every metric, defined in one place; the engine's observer.
+//! - [`metrics`]: every metric, defined in one place, with the closed sets
+//!   of its label values (`metrics/labels.rs`); the engine's observer.
 //! - [`scanner`]: the leaked-key scan (no TTL, TTL over max, minority),
 //!   once per fleet: the agent holding the fleet's scan lock
 //!   ([`scanner::lease`]: a fenced Redlock grant on a reserved resource,

@@ -2,7 +2,7 @@
 //!
 //! Names follow the Prometheus guide: prefix `redlock_`, base units,
 //! `_total` on counters. Label values come from closed sets only (the enums
-//! below, node names from the config, HTTP routes and codes); never a
+//! of `labels`, node names from the config, HTTP routes and codes); never a
 //! resource name or a token. Gauges that describe node state are computed
 //! from the nodes when scraped, so they cannot drift from `/v1/nodes`.
 
@@ -16,132 +16,9 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-/// Why a connection was refused before its first request was read, for
-/// `redlock_connections_refused_total{listener, reason}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The peer's uid and gid are in neither allow list.
-    Forbidden,
-    /// `socket.max_connections`, the admin socket's budget or
-    /// `metrics.max_connections` was reached.
-    MaxConnections,
-    /// The peer's uid already has `socket.max_connections_per_uid` open.
-    MaxConnectionsPerUid,
-    /// `socket.isolate` needs the peer's pod (or uid), which could not be
-    /// told.
-    Unidentified,
-}
+mod labels;
 
-impl Refusal {
-    pub const ALL: [Refusal; 4] = [
-        Refusal::Forbidden,
-        Refusal::MaxConnections,
-        Refusal::MaxConnectionsPerUid,
-        Refusal::Unidentified,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::Forbidden => "forbidden",
-            Refusal::MaxConnections => "max_connections",
-            Refusal::MaxConnectionsPerUid => "max_connections_per_uid",
-            Refusal::Unidentified => "unidentified",
-        }
-    }
-}
-
-/// The Unix listeners, for the `listener` label.
-pub const LISTENERS: [&str; 2] = ["app", "admin"];
-
-/// The metrics port (`metrics.listen`), for the `listener` label; refused
-/// only for `max_connections`.
-pub const TCP_LISTENER: &str = "metrics";
-
-/// How an acquire request ended, for `redlock_acquire_wait_seconds{outcome}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Acquired,
-    Taken,
-    NoQuorum,
-    Error,
-}
-
-impl Outcome {
-    pub const ALL: [Outcome; 4] = [
-        Outcome::Acquired,
-        Outcome::Taken,
-        Outcome::NoQuorum,
-        Outcome::Error,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Acquired => "acquired",
-            Outcome::Taken => "taken",
-            Outcome::NoQuorum => "no_quorum",
-            Outcome::Error => "error",
-        }
-    }
-}
-
-/// Kinds of leaked keys the scanner finds, for `redlock_leaked_keys{kind}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum LeakKind {
-    /// No TTL: it never expires, a deadlock.
-    NoTtl,
-    /// A TTL above `lock.max_ttl`: set by something that bypassed the agent.
-    TtlOverMax,
-    /// On fewer than a quorum of masters on two scans in a row: debris of a
-    /// partial acquisition.
-    Minority,
-    /// Without TTL or with one over `lock.max_ttl`, and a value that looks
-    /// like a token but is not proven to be this key's (an older agent's
-    /// token, a hex digest, a token copied from another key): maybe a leak,
-    /// maybe application data. Never repaired.
-    Unproven,
-}
-
-impl LeakKind {
-    pub const ALL: [LeakKind; 4] = [
-        LeakKind::NoTtl,
-        LeakKind::TtlOverMax,
-        LeakKind::Minority,
-        LeakKind::Unproven,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LeakKind::NoTtl => "no_ttl",
-            LeakKind::TtlOverMax => "ttl_over_max",
-            LeakKind::Minority => "minority",
-            LeakKind::Unproven => "unproven",
-        }
-    }
-}
-
-/// The leak scanner's fenced writes, for
-/// `redlock_leak_scan_refused_total{write}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScanWrite {
-    /// A new scanner raising each master's scan fence.
-    Claim,
-    /// A TTL given to a lock key left without one.
-    Repair,
-    /// The fleet's report written on a master.
-    Report,
-}
-
-impl ScanWrite {
-    pub const ALL: [ScanWrite; 3] = [ScanWrite::Claim, ScanWrite::Repair, ScanWrite::Report];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ScanWrite::Claim => "claim",
-            ScanWrite::Repair => "repair",
-            ScanWrite::Report => "report",
-        }
-    }
-}
+pub use labels::{Leadership, LeakKind, Outcome, Refusal, ScanWrite, LISTENERS, TCP_LISTENER};
 
 /// Wait buckets from 0.5ms up; [`wait_buckets`] cuts them at the ceiling.
 const WAIT_BUCKETS: &[f64] = &[
@@ -342,8 +219,8 @@ impl Metrics {
             .expect("valid gauge"),
             leadership_changes: counter_vec(
                 "redlock_leadership_changes_total",
-                "Leaderships of this agent's campaigners, by event: elected, resigned (the campaign closed its stream) or lost (renewal failed, a master lost it, force release, shutdown).",
-                &["event"],
+                "Leaderships of this agent's campaigners, by event and reason: elected (no reason); resigned, ended by its campaign or the agent's rules (closed: the client closed its stream; max_hold; shutdown); lost, taken from it (renew_failed, no_quorum, node_lost, force_released).",
+                &["event", "reason"],
             ),
             last_term: IntGauge::new(
                 "redlock_last_term",
@@ -452,8 +329,9 @@ impl Metrics {
         for reason in ["queue_full", "export_failed"] {
             m.trace_spans_dropped.with_label_values(&[reason]);
         }
-        for event in Leadership::ALL {
-            m.leadership_changes.with_label_values(&[event.as_str()]);
+        for change in Leadership::ALL {
+            m.leadership_changes
+                .with_label_values(&[change.event(), change.reason()]);
         }
         for node in nodes {
             m.node_up.with_label_values(&[node]);
@@ -527,9 +405,9 @@ impl Metrics {
     }
 
     /// A leadership of this agent's campaigners began or ended.
-    pub fn leadership(&self, event: Leadership) {
+    pub fn leadership(&self, change: Leadership) {
         self.leadership_changes
-            .with_label_values(&[event.as_str()])
+            .with_label_values(&[change.event(), change.reason()])
             .inc();
     }
 
@@ -582,15 +460,17 @@ impl Metrics {
             waiters: u64::try_from(self.waiters.get()).unwrap_or(0),
             permits_held: u64::try_from(self.permits_held.get()).unwrap_or(0),
             leaderships_held: u64::try_from(self.leaderships_held.get()).unwrap_or(0),
-            leadership_changes: ["elected", "resigned", "lost"]
-                .iter()
-                .map(|e| {
-                    (
-                        e.to_string(),
-                        self.leadership_changes.with_label_values(&[e]).get(),
-                    )
-                })
-                .collect(),
+            // By event, the reasons of each added up.
+            leadership_changes: Leadership::ALL.iter().fold(
+                std::collections::BTreeMap::new(),
+                |mut by_event, change| {
+                    *by_event.entry(change.event().to_string()).or_default() += self
+                        .leadership_changes
+                        .with_label_values(&[change.event(), change.reason()])
+                        .get();
+                    by_event
+                },
+            ),
         }
     }
 
@@ -602,28 +482,6 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut out)
             .expect("encode metrics");
         out
-    }
-}
-
-/// The events of `redlock_leadership_changes_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Leadership {
-    Elected,
-    /// The campaign closed its stream.
-    Resigned,
-    /// Renewal failed, a master lost it, a force release, a shutdown.
-    Lost,
-}
-
-impl Leadership {
-    pub const ALL: [Leadership; 3] = [Leadership::Elected, Leadership::Resigned, Leadership::Lost];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Leadership::Elected => "elected",
-            Leadership::Resigned => "resigned",
-            Leadership::Lost => "lost",
-        }
     }
 }
 

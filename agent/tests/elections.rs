@@ -114,7 +114,7 @@ async fn one_leader_of_three_campaigners_and_the_next_elected_on_resignation() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("redlock_leadership_changes_total{event=\"elected\"} 1\n"),
+        metrics.contains("redlock_leadership_changes_total{event=\"elected\",reason=\"\"} 1\n"),
         "{metrics}"
     );
     assert!(

@@ -647,7 +647,9 @@ def observe(stack: Stack) -> list[Check]:
     leaked = prom.values(f'redlock_leaked_keys{{job="{JOB}", kind="no_ttl"}}', "node")
     node_up = prom.values(f'redlock_node_up{{job="{JOB}"}}', "node")
     slots_out = prom.values(f'redlock_node_quarantined_slots{{job="{JOB}"}}', "node")
-    leadership = prom.values(f'redlock_leadership_changes_total{{job="{JOB}"}}', "event")
+    # By event, every reason added up (one series per event and reason).
+    leadership = prom.values(f'sum by (event) (redlock_leadership_changes_total{{job="{JOB}"}})', "event")
+    resigned = prom.values(f'redlock_leadership_changes_total{{job="{JOB}", event="resigned"}}', "reason")
     firing = prom.firing()
     print(f"e2e: alerts firing: {', '.join(sorted(describe(a) for a in firing)) or 'none'}")
     print(f"e2e: leaked keys (no_ttl): {sum(leaked.values()):g} "
@@ -670,6 +672,8 @@ def observe(stack: Stack) -> list[Check]:
               slots_out == {name: 0.0 for name in MASTERS}, f"got {slots_out}"),
         Check("redlock_leadership_changes_total: 2 elected, 1 resigned, 1 lost",
               leadership == {"elected": 2.0, "resigned": 1.0, "lost": 1.0}, f"got {leadership}"),
+        Check('the resignation is counted as resigned{reason="closed"}',
+              resigned == {"closed": 1.0, "max_hold": 0.0, "shutdown": 0.0}, f"got {resigned}"),
         Check(f"no alert fires but {', '.join(FIRING)}", not unexpected_alerts,
               f"also firing: {sorted(describe(a) for a in unexpected_alerts)}"),
     ]

@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::events::{self, Events, Stamped};
+use super::holds::{End, Held};
 use super::listing::{self, ReadError};
 use super::waiters::{LockContest, WaitError};
 use super::{check_owner, millis, Holder, LockError, Locks};
@@ -222,6 +223,7 @@ impl<M: Store> Locks<M> {
                     campaign.max_hold,
                     redlock_wire::OnDisconnect::Release,
                     None,
+                    Held::Leadership,
                 )
                 .await
             {
@@ -236,12 +238,13 @@ impl<M: Store> Locks<M> {
             else {
                 continue;
             };
-            let mut lost = None;
+            let mut elected = false;
             if !events.is_closed() {
                 self.note_leader(&campaign, &token, term).await;
                 self.announce_change(&resource, &format!("elected {term}"))
                     .await;
                 self.metrics.leadership(Leadership::Elected);
+                elected = true;
                 self.metrics
                     .last_term
                     .set(i64::try_from(term).unwrap_or(i64::MAX));
@@ -274,10 +277,7 @@ impl<M: Store> Locks<M> {
                                 }
                                 continue;
                             }
-                            HoldEvent::Lost { reason } => {
-                                lost = Some(reason.clone());
-                                CampaignEvent::Lost { reason }
-                            }
+                            HoldEvent::Lost { reason } => CampaignEvent::Lost { reason },
                             HoldEvent::Acquired { .. } => continue,
                         };
                         if events.send_as_of(event, at).await.is_err() {
@@ -287,15 +287,27 @@ impl<M: Store> Locks<M> {
                 }
             }
             // Resigns (the hold releases the lock once its events are
-            // dropped), then tells the observers.
+            // dropped), then tells the observers. The hold's end says how
+            // the leadership ended, counted here alone (not as a lock's
+            // failure): resigned or lost.
             drop(hold);
-            let _ = task.await;
-            self.metrics.leadership(if lost.is_some() {
-                Leadership::Lost
-            } else {
-                Leadership::Resigned
-            });
-            tracing::info!(election = %campaign.name, term, lost = lost.as_deref().unwrap_or("-"), "leadership ended");
+            match task.await {
+                Ok(end) if elected => {
+                    let change = ended(end);
+                    self.metrics.leadership(change);
+                    tracing::info!(
+                        election = %campaign.name,
+                        term,
+                        event = change.event(),
+                        reason = change.reason(),
+                        "leadership ended"
+                    );
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(election = %campaign.name, term, %error, "leadership's hold stopped");
+                }
+            }
             self.announce_change(&resource, &format!("ended {term}"))
                 .await;
             return;
@@ -492,6 +504,20 @@ impl<M: Store> Locks<M> {
     }
 }
 
+/// How a leadership ended, from how its hold did: resigned when its
+/// campaign or the agent's rules ended it, lost when it was taken.
+fn ended(end: End) -> Leadership {
+    match end {
+        End::Closed => Leadership::Closed,
+        End::MaxHold => Leadership::MaxHold,
+        End::Shutdown => Leadership::Shutdown,
+        End::RenewFailed => Leadership::RenewFailed,
+        End::NoQuorum => Leadership::NoQuorum,
+        End::NodeLost => Leadership::NodeLost,
+        End::ForceReleased => Leadership::ForceReleased,
+    }
+}
+
 /// What an observer compares to tell a change of leader: term, agent,
 /// owner.
 type Seen = (Option<u64>, Option<String>, Option<String>);
@@ -502,5 +528,22 @@ struct DropGuard(tokio::task::JoinHandle<()>);
 impl Drop for DropGuard {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A leadership is counted lost exactly when its hold was lost, under
+    /// the reason its campaign's `lost` event gave.
+    #[test]
+    fn a_leadership_ends_lost_only_when_its_hold_was_lost() {
+        for end in End::ALL {
+            let change = ended(end);
+            assert_eq!(change.event() == "lost", end.is_loss(), "{end:?}");
+            assert_eq!(change.event() == "resigned", !end.is_loss(), "{end:?}");
+            assert_eq!(change.reason(), end.reason(), "{end:?}");
+        }
     }
 }

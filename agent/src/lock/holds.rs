@@ -24,6 +24,12 @@
 //!   one `health.interval`; the hold hears it as it is seen.
 //! - A closed connection releases at once (unless the hold asked for
 //!   `on_disconnect: expire`); no event can be sent then.
+//! - Only a loss (renewals failed, masters lost the lock, a force release:
+//!   [`End::is_loss`]) is a failure, counted once: a lock's or a permit's
+//!   in `redlock_failures_total{reason="lost"}`, a leadership's by its
+//!   campaign in `redlock_leadership_changes_total{event="lost"}`. An end
+//!   at `max_hold` or at the agent's shutdown is told `lost` too (the
+//!   client must stop), but is no failure.
 //! - A client that stops reading (its connection open) keeps its hold
 //!   renewed: renewals never wait for the client, and what it reads when it
 //!   reads again is never a `renewed` outdated by a later event or whose
@@ -58,8 +64,47 @@ pub enum End {
     NodeLost,
 }
 
+/// What a hold holds, which says where its loss is counted: a lock's
+/// (or a permit's) in `redlock_failures_total{reason="lost"}`, a
+/// leadership's once, in `redlock_leadership_changes_total`, by its
+/// campaign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    Lock,
+    Leadership,
+}
+
 impl End {
-    fn reason(self) -> &'static str {
+    /// Every way a hold ends.
+    pub const ALL: [End; 7] = [
+        End::Closed,
+        End::RenewFailed,
+        End::NoQuorum,
+        End::MaxHold,
+        End::Shutdown,
+        End::ForceReleased,
+        End::NodeLost,
+    ];
+
+    /// Whether the lock was taken from its holder (renewals failed, masters
+    /// lost it, an operator's force release) rather than given up: by the
+    /// client, at its `max_hold`, or at the agent's shutdown. Only a loss
+    /// is a failure; a client still connected is told `lost` either way.
+    pub fn is_loss(self) -> bool {
+        match self {
+            End::RenewFailed | End::NoQuorum | End::ForceReleased | End::NodeLost => true,
+            End::Closed | End::MaxHold | End::Shutdown => false,
+        }
+    }
+
+    /// The end a stream's `lost` reason names, if any.
+    pub fn from_reason(reason: &str) -> Option<End> {
+        End::ALL.into_iter().find(|end| end.reason() == reason)
+    }
+
+    /// The reason the stream's `lost` event gives (`closed`: the client
+    /// left, told nothing).
+    pub fn reason(self) -> &'static str {
         match self {
             End::Closed => "closed",
             End::RenewFailed => "renew_failed",
@@ -201,13 +246,14 @@ pub enum Ending {
 
 /// Runs a granted hold until it ends, sending its events on `events`
 /// (the first, `acquired`, is already sent by the caller), and releases it
-/// as `ending` says.
+/// as `ending` says; counts its loss as `held` says.
 pub async fn run<M: Store>(
     locks: Arc<Locks<M>>,
     resource: Resource,
     grant: Grant,
     max_hold: Duration,
     ending: Ending,
+    held: Held,
     events: Events<HoldEvent>,
 ) -> End {
     let engine = locks.engine();
@@ -350,8 +396,10 @@ pub async fn run<M: Store>(
         }
     };
 
-    if end != End::Closed {
+    if end.is_loss() && held == Held::Lock {
         locks.metrics().fail(Failure::Lost);
+    }
+    if end != End::Closed {
         let lost = HoldEvent::Lost {
             reason: end.reason().to_string(),
         };
@@ -382,6 +430,26 @@ pub async fn run<M: Store>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each end is named by its reason, and only the ends that took the
+    /// lock from its holder are losses.
+    #[test]
+    fn ends_read_back_from_their_reasons_and_losses_are_faults_only() {
+        for end in End::ALL {
+            assert_eq!(End::from_reason(end.reason()), Some(end));
+        }
+        assert_eq!(End::from_reason("too_many_waiters"), None);
+        let losses: Vec<End> = End::ALL.into_iter().filter(|e| e.is_loss()).collect();
+        assert_eq!(
+            losses,
+            [
+                End::RenewFailed,
+                End::NoQuorum,
+                End::ForceReleased,
+                End::NodeLost
+            ]
+        );
+    }
 
     #[test]
     fn lost_margin_leaves_room_to_react() {

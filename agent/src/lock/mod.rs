@@ -423,7 +423,14 @@ impl<M: Store> Locks<M> {
         let max_hold = self.rules.max_hold(max_hold_ms)?;
         let grant = self.acquire(&resource, ask).await?;
         let (events, _task) = self
-            .start_hold(resource, grant, max_hold, on_disconnect, None)
+            .start_hold(
+                resource,
+                grant,
+                max_hold,
+                on_disconnect,
+                None,
+                holds::Held::Lock,
+            )
             .await?;
         Ok(events)
     }
@@ -438,6 +445,7 @@ impl<M: Store> Locks<M> {
         max_hold: Duration,
         on_disconnect: OnDisconnect,
         permit: Option<u32>,
+        held: holds::Held,
     ) -> Result<
         (
             events::Receiver<HoldEvent>,
@@ -485,6 +493,7 @@ impl<M: Store> Locks<M> {
             grant,
             max_hold,
             holds::Ending::Own(on_disconnect),
+            held,
             events,
         ));
         Ok((receiver, task))

@@ -238,6 +238,7 @@ impl<M: Store> Locks<M> {
             grant,
             max_hold,
             super::holds::Ending::Reentered,
+            super::holds::Held::Lock,
             events,
         ));
         Ok(receiver)

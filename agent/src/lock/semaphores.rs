@@ -420,6 +420,7 @@ impl<M: Store> Locks<M> {
                 max_hold,
                 on_disconnect,
                 Some(permit.index),
+                super::holds::Held::Lock,
             )
             .await?;
         Ok(events)

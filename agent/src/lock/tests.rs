@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlock_wire::{AcquireRequest, HoldEvent, OnDisconnect};
+use redlock_wire::{AcquireRequest, CampaignEvent, CampaignRequest, HoldEvent, OnDisconnect};
 use tokio_util::sync::CancellationToken;
 
 use super::isolation::{Pod, PodUid};
@@ -388,6 +388,157 @@ async fn a_hold_whose_masters_lose_their_keys_ends_with_node_lost() {
     masters[0].lose_keys();
     masters[1].lose_keys();
     expect_lost(&mut events, "node_lost").await;
+}
+
+/// A campaign for `name` led until `max_hold_ms`, elected before this
+/// returns.
+async fn lead(
+    locks: &Arc<Locks<Memory>>,
+    name: &str,
+    max_hold_ms: Option<u64>,
+) -> super::events::Receiver<CampaignEvent> {
+    let request = CampaignRequest {
+        ttl_ms: Some(TTL_MS),
+        owner: Some("scheduler".into()),
+        value: None,
+        max_hold_ms,
+    };
+    let mut events = locks.campaign(resource(name), request, None).unwrap();
+    loop {
+        match next_of(&mut events).await {
+            CampaignEvent::Elected { .. } => return events,
+            CampaignEvent::Waiting { .. } => {}
+            other => panic!("expected elected: {other:?}"),
+        }
+    }
+}
+
+/// The next event of a campaign, failing the test after [`PATIENCE`].
+async fn next_of(events: &mut super::events::Receiver<CampaignEvent>) -> CampaignEvent {
+    tokio::time::timeout(PATIENCE, super::events::next_timely(events))
+        .await
+        .expect("a campaign event in time")
+        .expect("the campaign's stream is open")
+}
+
+/// The campaign's stream, read to its end.
+async fn to_the_end(events: &mut super::events::Receiver<CampaignEvent>) {
+    tokio::time::timeout(PATIENCE, async { while events.recv().await.is_some() {} })
+        .await
+        .expect("the campaign's stream ends");
+}
+
+/// `redlock_leadership_changes_total{event, reason}` and
+/// `redlock_failures_total{reason="lost"}`, once the campaign counted its
+/// leadership's end; and every loss of a leadership, whatever its reason.
+async fn ended_counts(locks: &Locks<Memory>, event: &str, reason: &str) -> (u64, u64, u64) {
+    let changes = &locks.metrics().leadership_changes;
+    let count = |event: &str| {
+        crate::metrics::Leadership::ALL
+            .iter()
+            .filter(|c| c.event() == event)
+            .map(|c| changes.with_label_values(&[c.event(), c.reason()]).get())
+            .sum::<u64>()
+    };
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while count("resigned") + count("lost") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no end counted");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let failures = locks.metrics().failures.with_label_values(&["lost"]).get();
+    let this = changes.with_label_values(&[event, reason]).get();
+    (this, count("lost"), failures)
+}
+
+/// A leadership that reaches its `max_hold` tells the client `lost`
+/// (`max_hold`), as a hold does, but counts as resigned: no loss, and no
+/// failure of a lock.
+#[tokio::test]
+async fn a_leadership_ended_by_max_hold_counts_as_resigned_not_lost() {
+    let (_, locks) = service();
+    let mut events = lead(&locks, "cron", Some(300)).await;
+    match next_of(&mut events).await {
+        CampaignEvent::Lost { reason } => assert_eq!(reason, "max_hold"),
+        other => panic!("expected lost (max_hold): {other:?}"),
+    }
+    to_the_end(&mut events).await;
+    let (resigned, lost, failures) = ended_counts(&locks, "resigned", "max_hold").await;
+    assert_eq!((resigned, lost, failures), (1, 0, 0));
+}
+
+/// The agent's shutdown ends a leadership, told `lost` (`shutdown`) and
+/// counted as resigned; so does the client closing its stream
+/// (`closed`).
+#[tokio::test]
+async fn a_leadership_ended_by_shutdown_or_the_client_counts_as_resigned() {
+    let (_, locks) = service();
+    let events = lead(&locks, "closed", None).await;
+    drop(events);
+    let (resigned, lost, failures) = ended_counts(&locks, "resigned", "closed").await;
+    assert_eq!((resigned, lost, failures), (1, 0, 0));
+
+    let mut events = lead(&locks, "stopped", None).await;
+    locks.shutdown_token().cancel();
+    match next_of(&mut events).await {
+        CampaignEvent::Lost { reason } => assert_eq!(reason, "shutdown"),
+        other => panic!("expected lost (shutdown): {other:?}"),
+    }
+    to_the_end(&mut events).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while ended_counts(&locks, "resigned", "shutdown").await.0 == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "shutdown not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let (resigned, lost, failures) = ended_counts(&locks, "resigned", "shutdown").await;
+    assert_eq!((resigned, lost, failures), (1, 0, 0));
+}
+
+/// A leadership whose masters lose their keys is lost (`node_lost`),
+/// counted once, in the leadership metric, not as a lock's failure.
+#[tokio::test]
+async fn a_leadership_whose_masters_lose_their_keys_counts_as_lost_once() {
+    let (masters, locks) = service();
+    let mut events = lead(&locks, "cron", None).await;
+    masters[0].lose_keys();
+    masters[1].lose_keys();
+    match next_of(&mut events).await {
+        CampaignEvent::Lost { reason } => assert_eq!(reason, "node_lost"),
+        other => panic!("expected lost (node_lost): {other:?}"),
+    }
+    to_the_end(&mut events).await;
+    let (node_lost, lost, failures) = ended_counts(&locks, "lost", "node_lost").await;
+    assert_eq!((node_lost, lost, failures), (1, 1, 0));
+}
+
+/// A lock's hold ended by its `max_hold` is told `lost` but is no
+/// failure; one whose masters lost it is.
+#[tokio::test]
+async fn only_a_lost_hold_counts_as_a_failure_of_a_lock() {
+    let (masters, locks) = service();
+    let failures = || locks.metrics().failures.with_label_values(&["lost"]).get();
+    let mut capped = locks
+        .hold(
+            resource("capped"),
+            ask(0, "worker"),
+            Some(300),
+            OnDisconnect::Release,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        next(&mut capped).await,
+        HoldEvent::Acquired { .. }
+    ));
+    expect_lost(&mut capped, "max_hold").await;
+    assert_eq!(failures(), 0);
+    let (mut events, _) = start_hold(&locks, "h").await;
+    masters[0].lose_keys();
+    masters[1].lose_keys();
+    expect_lost(&mut events, "node_lost").await;
+    assert_eq!(failures(), 1);
 }
 
 /// The listing names a master it could not read and says `partial`; with

@@ -15,6 +15,7 @@ use opentelemetry_sdk::trace::{SdkTracer, Span};
 use redlock_wire::{CampaignEvent, HoldEvent, ObserveEvent};
 use tokio::task::futures::TaskLocalFuture;
 
+use crate::lock::holds::End;
 use crate::lock::LockError;
 use crate::redlock::observe::VoteLabel;
 use crate::redlock::trail::{self, Trail};
@@ -339,7 +340,8 @@ impl Watch {
                         "lost",
                         vec![KeyValue::new("redlock.reason", reason.to_string())],
                     );
-                    hold.set_attribute(KeyValue::new("redlock.outcome", "lost"));
+                    let outcome = ended_as(self.kind, reason);
+                    hold.set_attribute(KeyValue::new("redlock.outcome", outcome));
                     hold.end();
                 }
             }
@@ -348,13 +350,32 @@ impl Watch {
     }
 }
 
+/// How the span of a hold or a leadership whose stream said `lost` ends:
+/// `lost` when the lock was taken from it; when the agent's rules ended
+/// it (`max_hold`, the agent's shutdown), `resigned` for a leadership and
+/// `released` for a hold, as the metrics count them (see
+/// [`End::is_loss`]).
+fn ended_as(kind: Kind, reason: &str) -> &'static str {
+    if End::from_reason(reason).is_none_or(End::is_loss) {
+        return "lost";
+    }
+    match kind {
+        Kind::Leadership => "resigned",
+        Kind::Lock | Kind::Permit => "released",
+    }
+}
+
 impl Drop for Watch {
     /// The stream ended without `lost`: the client left, and its hold is
-    /// released (or its campaign withdrawn).
+    /// released (its leadership resigned, or its campaign withdrawn).
     fn drop(&mut self) {
         if let Some(hold) = self.hold.as_mut() {
             if hold.is_recording() {
-                hold.set_attribute(KeyValue::new("redlock.outcome", "released"));
+                let outcome = match self.kind {
+                    Kind::Leadership => "resigned",
+                    Kind::Lock | Kind::Permit => "released",
+                };
+                hold.set_attribute(KeyValue::new("redlock.outcome", outcome));
                 hold.end();
             }
         }
@@ -366,4 +387,21 @@ impl Drop for Watch {
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a loss ends a span as `lost`; `max_hold` and the agent's
+    /// shutdown end a leadership as resigned and a hold as released.
+    #[test]
+    fn an_end_by_the_agents_rules_is_no_loss() {
+        assert_eq!(ended_as(Kind::Leadership, "max_hold"), "resigned");
+        assert_eq!(ended_as(Kind::Leadership, "shutdown"), "resigned");
+        assert_eq!(ended_as(Kind::Leadership, "node_lost"), "lost");
+        assert_eq!(ended_as(Kind::Lock, "max_hold"), "released");
+        assert_eq!(ended_as(Kind::Permit, "renew_failed"), "lost");
+        assert_eq!(ended_as(Kind::Lock, "unheard_of"), "lost");
+    }
 }
