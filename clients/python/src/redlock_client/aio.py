@@ -7,6 +7,12 @@ waiting for a lock never blocks the event loop.
     client = AsyncClient("/run/redlock/agent.sock")
     async with client.hold("orders-42", ttl_ms=10_000, wait_ms=5_000) as lock:
         await lock.guard(do_the_work())   # cancelled the moment the lock is lost
+
+This module is also the one source of the blocking client: `_sync.py` is
+generated from it by `python scripts/generate_sync.py` (unasync: `async` and
+`await` dropped, `AsyncClient` named `Client`, and `_backend_async` swapped
+for `_backend_sync`, which holds everything blocking I/O does differently).
+Edit this file, never `_sync.py`, and write its docstrings for both.
 """
 
 from __future__ import annotations
