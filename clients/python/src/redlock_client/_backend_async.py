@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable, Generator, Generic, Optional, TypeVar, cast
+from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, Optional, TypeVar, cast
 
 from ._common import MAX_LINE, LockLost
 
@@ -72,9 +72,10 @@ class Socket:
         self._writer.close()
 
 
-def spawn(read: Callable[[], Awaitable[None]], name: str) -> "asyncio.Task[None]":
-    """Runs a stream's reader: a task of its own."""
-    return asyncio.ensure_future(read())
+def spawn(read: Callable[[], Coroutine[Any, Any, None]], name: str) -> "asyncio.Task[None]":
+    """Runs a stream's reader: a task of its own, named as the blocking
+    client names its thread."""
+    return asyncio.get_running_loop().create_task(read(), name=name)
 
 
 async def stop(task: "Optional[asyncio.Task[None]]") -> None:

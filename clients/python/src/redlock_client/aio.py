@@ -188,7 +188,8 @@ class AsyncClient:
             # A timeout is an OSError too (TimeoutError).
             if socket is not None:
                 socket.close()
-            raise Unreachable("%s %s on %s: %s" % (method, path, self.socket_path, _failure(e))) from e
+            where = "%s %s on %s" % (method, path, self.socket_path)
+            raise Unreachable("%s: %s" % (where, _failure(e))) from e
 
     async def _read_all(self, response: _Response, method: str, path: str, limit: float) -> bytes:
         """The whole body; the connection closed."""
