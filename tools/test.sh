@@ -49,6 +49,9 @@ need_packages npm:npm
 venv="${target:-$PWD/target}/clients-python-venv"
 rm -rf "$venv" && python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check ./clients/python
+# unasync is not the package's dependency: tests/test_generated.py uses it to
+# check that the committed blocking client is what its generator writes.
+"$venv/bin/pip" install --quiet --disable-pip-version-check unasync
 # OpenTelemetry is optional for the client; its tracing tests need the API
 # and the SDK, and skip, saying so, when PyPI cannot provide them.
 "$venv/bin/pip" install --quiet --disable-pip-version-check opentelemetry-api opentelemetry-sdk ||

@@ -1,22 +1,36 @@
-"""The blocking client: `http.client` over a Unix socket, a thread per open
-stream (hold, campaign) reading its events."""
+# Generated from aio.py by `python scripts/generate_sync.py` (unasync), run in
+# clients/python. Do not edit: edit aio.py (or _backend_sync.py, for what
+# blocking I/O does differently) and run the command again.
+"""The blocking client: the calls of `redlock_client.aio.AsyncClient`, on a
+blocking Unix socket, with a daemon thread per open stream (hold, campaign)
+reading its events."""
 
 from __future__ import annotations
 
-import http.client
 import json
-import socket
-import threading
 import time
-from typing import Any, Callable, Dict, Iterator, Literal, Optional
+from typing import Any, Iterator, Callable, Dict, Literal, Optional, TypeVar
 
+from ._backend_sync import (
+    NO_VALIDITY,
+    CampaignWaits,
+    Event,
+    Opening,
+    Socket,
+    StreamWaits,
+    opening,
+    spawn,
+    stop,
+)
 from ._common import (
     DEFAULT_TIMEOUT,
+    MAX_LINE,
     Extended,
     Grant,
     Leader,
     LockLost,
     Permit,
+    RedlockError,
     Unreachable,
     api_error,
     body,
@@ -28,44 +42,154 @@ from ._common import (
 )
 from ._trace import trace_headers
 
+__all__ = ["Client", "Hold", "Campaign", "Observer"]
+
+S = TypeVar("S", bound="_Stream")
 OnLost = Callable[[LockLost], None]
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: Optional[float]) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
+class _Response:
+    """One HTTP/1.1 response read from its connection: status, headers and
+    a body read whole or line by line (chunked or sized)."""
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+    def __init__(self, socket: Socket) -> None:
+        self.socket = socket
+        self.status = 0
+        self.headers: Dict[str, str] = {}
+        self._chunked = False
+        self._left: Optional[int] = None
+        self._buffer = b""
+        self._done = False
+
+    def read_head(self) -> None:
+        status = self.socket.readline()
+        parts = status.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            raise ValueError("not an HTTP answer: %r" % status[:100])
+        self.status = int(parts[1])
+        while True:
+            line = self.socket.readline()
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+        self._chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        if not self._chunked and "content-length" in self.headers:
+            self._left = int(self.headers["content-length"])
+
+    def _piece(self) -> bytes:
+        """The next piece of the body; b"" at its end."""
+        if self._done:
+            return b""
+        if self._chunked:
+            size_line = self.socket.readline()
+            if not size_line:
+                raise ConnectionError("the stream ended inside a chunk")
+            size = int(size_line.split(b";")[0].strip(), 16)
+            if size == 0:
+                self.socket.readline()
+                self._done = True
+                return b""
+            data = self.socket.readexactly(size)
+            self.socket.readexactly(2)
+            return data
+        if self._left is not None:
+            if self._left == 0:
+                self._done = True
+                return b""
+            data = self.socket.read(min(self._left, 65536))
+            if not data:
+                raise ConnectionError("the answer ended early")
+            self._left -= len(data)
+            return data
+        data = self.socket.read(65536)
+        if not data:
+            self._done = True
+        return data
+
+    def read_all(self) -> bytes:
+        out = [self._buffer]
+        self._buffer = b""
+        while True:
+            piece = self._piece()
+            if not piece:
+                return b"".join(out)
+            out.append(piece)
+
+    def readline(self) -> bytes:
+        """One line of the body with its newline; b"" at the end."""
+        while b"\n" not in self._buffer:
+            if len(self._buffer) > MAX_LINE:
+                raise ValueError("a stream line over %d bytes" % MAX_LINE)
+            piece = self._piece()
+            if not piece:
+                line, self._buffer = self._buffer, b""
+                return line
+            self._buffer += piece
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line + b"\n"
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def _failure(e: BaseException) -> str:
+    return str(e) or type(e).__name__
 
 
 class Client:
     """A client of the agent listening on `socket_path`. Each call opens its
-    own connection, so one client may be shared by threads.
+    own connection, so one client may be shared by threads (blocking) or
+    tasks (asyncio).
 
     ## Behavior
     - Every call is one request on a fresh connection, bounded by `timeout`
       seconds plus the `wait_ms` it asks the agent for.
     - An agent that cannot be reached raises `Unreachable`; an error answer
       raises the `ApiError` subclass of its code.
-    - Streams (holds, campaigns) read their events on a daemon thread and
-      report a loss through `lost`, `check()`, `on_lost` and `LockLost`.
+    - Streams (holds, campaigns) read their events on a daemon thread
+      (blocking) or in a task (asyncio) and report a loss through `lost`,
+      `check()`, `on_lost` and `LockLost` (and `guard()` in asyncio).
     """
 
     def __init__(self, socket_path: Any, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.socket_path = str(socket_path)
         self.timeout = timeout
 
-    def _connect(self, wait_ms: Optional[int]) -> _UnixConnection:
-        return _UnixConnection(self.socket_path, self.timeout + (wait_ms or 0) / 1000.0)
+    def _open(
+        self, method: str, path: str, payload: Optional[Dict[str, Any]], limit: float
+    ) -> _Response:
+        """Sends one request; the response with its head read."""
+        socket = None
+        try:
+            socket = Socket.connect(self.socket_path, time.monotonic() + limit)
+            socket.deadline = time.monotonic() + limit
+            data = b"" if payload is None else json.dumps(payload).encode()
+            head = "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" % (method, path)
+            for name, value in trace_headers().items():
+                head += "%s: %s\r\n" % (name, value)
+            if payload is not None:
+                head += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(data)
+            socket.write(head.encode("ascii") + b"\r\n" + data)
+            response = _Response(socket)
+            response.read_head()
+            return response
+        except (OSError, ValueError) as e:
+            # A timeout is an OSError too (TimeoutError).
+            if socket is not None:
+                socket.close()
+            where = "%s %s on %s" % (method, path, self.socket_path)
+            raise Unreachable("%s: %s" % (where, _failure(e))) from e
+
+    def _read_all(self, response: _Response, method: str, path: str, limit: float) -> bytes:
+        """The whole body; the connection closed."""
+        response.socket.deadline = time.monotonic() + limit
+        try:
+            return response.read_all()
+        except (OSError, ValueError) as e:
+            raise Unreachable("%s %s: %s" % (method, path, _failure(e))) from e
+        finally:
+            response.close()
 
     def _call(
         self,
@@ -74,62 +198,36 @@ class Client:
         payload: Optional[Dict[str, Any]] = None,
         wait_ms: Optional[int] = None,
     ) -> Any:
-        conn = self._connect(wait_ms)
-        try:
-            data = None if payload is None else json.dumps(payload).encode()
-            headers = trace_headers()
-            if data is not None:
-                headers["Content-Type"] = "application/json"
-            conn.request(method, path, body=data, headers=headers)
-            response = conn.getresponse()
-            answer = response.read()
-        except OSError as e:
-            # socket.timeout is an OSError too.
-            raise Unreachable("%s %s on %s: %s" % (method, path, self.socket_path, e)) from e
-        except http.client.HTTPException as e:
-            raise Unreachable("%s %s: %s" % (method, path, e)) from e
-        finally:
-            conn.close()
+        limit = self.timeout + (wait_ms or 0) / 1000.0
+        response = self._open(method, path, payload, limit)
+        data = self._read_all(response, method, path, limit)
         if not 200 <= response.status < 300:
-            raise api_error(response.status, answer)
+            raise api_error(response.status, data)
         try:
-            return json.loads(answer)
+            return json.loads(data)
         except ValueError as e:
-            raise Unreachable("unexpected answer: %d %r" % (response.status, answer[:200])) from e
+            raise Unreachable("unexpected answer: %d %r" % (response.status, data[:200])) from e
 
     def _stream(
-        self, path: str, payload: Dict[str, Any], wait_ms: Optional[int], method: str = "POST"
-    ) -> "tuple[_UnixConnection, http.client.HTTPResponse]":
-        """Opens a stream: the connection and its response, status 200."""
-        conn = self._connect(wait_ms)
-        try:
-            data = None if method == "GET" else json.dumps(payload).encode()
-            headers = trace_headers()
-            if data is not None:
-                headers["Content-Type"] = "application/json"
-            conn.request(method, path, body=data, headers=headers)
-            response = conn.getresponse()
-            if response.status != 200:
-                raise api_error(response.status, response.read())
-        except OSError as e:
-            conn.close()
-            raise Unreachable("%s %s on %s: %s" % (method, path, self.socket_path, e)) from e
-        except http.client.HTTPException as e:
-            conn.close()
-            raise Unreachable("%s %s: %s" % (method, path, e)) from e
-        except BaseException:
-            conn.close()
-            raise
-        return conn, response
+        self, method: str, path: str, payload: Optional[Dict[str, Any]], wait_ms: Optional[int]
+    ) -> _Response:
+        """Opens a stream: its response, status 200, with no deadline."""
+        limit = self.timeout + (wait_ms or 0) / 1000.0
+        response = self._open(method, path, payload, limit)
+        if response.status != 200:
+            raise api_error(response.status, self._read_all(response, method, path, limit))
+        response.socket.deadline = None
+        return response
 
-    def _first(self, conn: _UnixConnection, response: Any, path: str, kind: str) -> Dict[str, Any]:
+    def _first(self, response: _Response, path: str, kind: str) -> Dict[str, Any]:
+        response.socket.deadline = time.monotonic() + self.timeout
         try:
             first = parse_event(response.readline())
-        except (OSError, http.client.HTTPException, ValueError) as e:
-            conn.close()
-            raise Unreachable("POST %s: %s" % (path, e)) from e
+        except (OSError, ValueError) as e:
+            response.close()
+            raise Unreachable("POST %s: %s" % (path, _failure(e))) from e
         if first is None or first.get("event") != kind:
-            conn.close()
+            response.close()
             raise Unreachable("a stream must start with `%s`, got %r" % (kind, first))
         return first
 
@@ -157,7 +255,8 @@ class Client:
     def extend(self, resource: str, token: str, ttl_ms: Optional[int] = None) -> Extended:
         """A new TTL from now. Raises Lost when it was not extended on a
         quorum in time: stop using the lock."""
-        answer = self._call("POST", lock_path(resource, "extend"), body(token=token, ttl_ms=ttl_ms))
+        payload = body(token=token, ttl_ms=ttl_ms)
+        answer = self._call("POST", lock_path(resource, "extend"), payload)
         return Extended(answer, time.monotonic())
 
     def release(self, resource: str, token: str) -> bool:
@@ -194,17 +293,17 @@ class Client:
         on_lost: Optional[OnLost] = None,
         on_disconnect: Optional[str] = None,
         token: Optional[str] = None,
-    ) -> "Hold":
-        """A lock held while the returned `Hold` is open (use it in a `with`
-        block): the agent renews it every third of the TTL and releases it
-        when the connection closes (`on_disconnect="expire"` lets it expire
-        instead). `token=` re-enters a lock this process holds for as long
-        as the hold lasts (closing it then lowers the count as a release
-        does). `on_lost(LockLost)` is called from the reader thread when the
-        lock is lost.
+    ) -> Opening[Hold]:
+        """A lock held while the returned hold is open (`with client.hold(...)
+        as lock:`; in asyncio `async with`, or `lock = await
+        client.hold(...)`): the agent renews it every third of the TTL and
+        releases it when the connection closes (`on_disconnect="expire"` lets
+        it expire instead). `token=` re-enters a lock this process holds for
+        as long as the hold lasts (closing it then lowers the count as a
+        release does). `on_lost(LockLost)` is called from the reader (thread
+        or task) when the lock is lost.
 
         Raises as `acquire` when the lock is not granted."""
-        path = lock_path(resource, "hold")
         payload = body(
             ttl_ms=ttl_ms,
             wait_ms=wait_ms,
@@ -214,9 +313,19 @@ class Client:
             on_disconnect=on_disconnect,
             token=token,
         )
-        conn, response = self._stream(path, payload, wait_ms)
-        first = self._first(conn, response, path, "acquired")
-        return Hold(self, resource, None, conn, response, first, time.monotonic(), on_lost)
+        return opening(self._hold(lock_path(resource, "hold"), resource, payload, wait_ms, on_lost))
+
+    def _hold(
+        self,
+        path: str,
+        name: str,
+        payload: Dict[str, Any],
+        wait_ms: Optional[int],
+        on_lost: Optional[OnLost],
+    ) -> Hold:
+        response = self._stream("POST", path, payload, wait_ms)
+        first = self._first(response, path, "acquired")
+        return Hold(self, name, response, first, time.monotonic(), on_lost)
 
     # Semaphores.
 
@@ -248,7 +357,8 @@ class Client:
     def release_permit(self, name: str, permit: int, token: str) -> bool:
         """Releases a permit on every master; False as `release`."""
         payload = {"permit": permit, "token": token}
-        return bool(self._call("POST", semaphore_path(name, "release"), payload)["released"])
+        answer = self._call("POST", semaphore_path(name, "release"), payload)
+        return bool(answer["released"])
 
     def hold_permit(
         self,
@@ -261,10 +371,9 @@ class Client:
         fence: Optional[bool] = None,
         on_lost: Optional[OnLost] = None,
         on_disconnect: Optional[str] = None,
-    ) -> "Hold":
-        """A permit held while the returned `Hold` is open, exactly as
-        `hold` holds a lock; its `permit` says which one."""
-        path = semaphore_path(name, "hold")
+    ) -> Opening[Hold]:
+        """A permit held while the returned hold is open, exactly as `hold`
+        holds a lock; its `permit` says which one."""
         payload = body(
             limit=limit,
             ttl_ms=ttl_ms,
@@ -274,9 +383,7 @@ class Client:
             fence=fence,
             on_disconnect=on_disconnect,
         )
-        conn, response = self._stream(path, payload, wait_ms)
-        first = self._first(conn, response, path, "acquired")
-        return Hold(self, name, first.get("permit"), conn, response, first, time.monotonic(), on_lost)
+        return opening(self._hold(semaphore_path(name, "hold"), name, payload, wait_ms, on_lost))
 
     def semaphore(self, name: str) -> Dict[str, Any]:
         """The semaphore's held permits (never tokens), `limit` while any is
@@ -294,211 +401,179 @@ class Client:
         value: Optional[str] = None,
         max_hold_ms: Optional[int] = None,
         on_lost: Optional[OnLost] = None,
-    ) -> "Campaign":
-        """Campaigns to lead election `name`: returns at once with the
-        campaign; `wait_elected()` blocks until it leads. `value` (up to
-        1024 bytes) is published to everyone who asks who leads. Closing the
-        campaign resigns (or stops waiting)."""
-        path = election_path(name, "campaign")
+    ) -> Opening[Campaign]:
+        """Campaigns to lead election `name`: the campaign, at once;
+        `wait_elected()` waits until it leads. `value` (up to 1024 bytes) is
+        published to everyone who asks who leads. Closing the campaign
+        resigns (or stops waiting)."""
         payload = body(ttl_ms=ttl_ms, owner=owner, value=value, max_hold_ms=max_hold_ms)
-        conn, response = self._stream(path, payload, None)
-        return Campaign(self, name, conn, response, on_lost)
+        return opening(self._campaign(name, payload, on_lost))
+
+    def _campaign(
+        self, name: str, payload: Dict[str, Any], on_lost: Optional[OnLost]
+    ) -> Campaign:
+        response = self._stream("POST", election_path(name, "campaign"), payload, None)
+        return Campaign(self, name, response, on_lost)
 
     def leader(self, name: str) -> Leader:
         """Who leads election `name` now. Raises NoLeader when no one does."""
         return Leader(self._call("GET", election_path(name)))
 
-    def observe(self, name: str) -> "Observer":
+    def observe(self, name: str) -> Opening[Observer]:
         """The leader of election `name` now, then every change, as an
-        iterator of `Leader` (or None: no leader). Close it when done."""
-        path = election_path(name, "observe")
-        conn, response = self._stream(path, {}, None, method="GET")
-        return Observer(conn, response)
+        iterator of `Leader` (or None: no leader); in asyncio `async for`.
+        Close it when done."""
+        return opening(self._observe(name))
+
+    def _observe(self, name: str) -> Observer:
+        return Observer(self._stream("GET", election_path(name, "observe"), None, None))
 
 
-class _Stream:
-    """An open event stream: a reader thread, a deadline watchdog once a
-    validity is known, and one loss notice."""
+class _Stream(StreamWaits):
+    """An open event stream, read by a reader of its own (a thread, or a
+    task) with a deadline once a validity is known, and one loss notice."""
 
-    def __init__(self, name: str, conn: _UnixConnection, response: Any, on_lost: Optional[OnLost]):
+    def __init__(self, name: str, response: _Response, on_lost: Optional[OnLost]) -> None:
         self._name = name
-        self.lost = threading.Event()
+        self._response = response
+        self._on_lost = on_lost
+        self.lost = Event()
         self.lost_reason: Optional[str] = None
         self.validity_ms = 0
-        self.valid_until = 0.0
-        self._on_lost = on_lost
-        self._conn = conn
-        self._response = response
-        self._closed = threading.Event()
-        self._armed = threading.Event()
-        self._conn_closed = False
-        self._lock = threading.Lock()
+        self.valid_until: Optional[float] = NO_VALIDITY
+        self._armed = False
+        self._closed = False
+        self._reader: Any = None
 
     def _start(self, kind: str) -> None:
-        self._reader = threading.Thread(
-            target=self._read, name="redlock-%s-%s" % (kind, self._name), daemon=True
-        )
-        self._reader.start()
-        self._watchdog = threading.Thread(
-            target=self._watch, name="redlock-deadline-%s" % self._name, daemon=True
-        )
-        self._watchdog.start()
+        self._reader = spawn(self._read, "redlock-%s-%s" % (kind, self._name))
+
+    def __enter__(self: S) -> S:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
+        counts = self._counts_loss()
+        self.close()
+        if exc_type is None and counts and self.lost.is_set():
+            raise LockLost(self._name, self.lost_reason or "lost")
+        return False
+
+    def _counts_loss(self) -> bool:
+        """Whether a loss inside the block raises when it ends."""
+        return True
 
     def check(self) -> None:
         """Raises LockLost if it is lost; call it between steps."""
         if self.lost.is_set():
             raise LockLost(self._name, self.lost_reason or "lost")
 
-    def wait_lost(self, timeout: Optional[float] = None) -> bool:
-        """Blocks until it is lost (True) or `timeout` seconds pass (False)."""
-        return self.lost.wait(timeout)
-
     def close(self) -> None:
         """Ends the stream: the connection closes, and the agent releases
         (or resigns) on every master."""
-        if self._closed.is_set():
+        if self._closed:
             return
-        self._closed.set()
-        sock = self._conn.sock
-        try:
-            # Wakes the reader thread blocked in recv at once; it closes the
-            # connection itself (closing it under its feet breaks
-            # http.client), unless it has already ended.
-            if sock is not None:
-                sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        if not self._reader.is_alive():
-            self._close_conn()
-
-    def _close_conn(self) -> None:
-        with self._lock:
-            if self._conn_closed:
-                return
-            self._conn_closed = True
-        self._conn.close()
+        self._closed = True
+        self._response.close()
+        stop(self._reader)
 
     def _renewed(self, validity_ms: int) -> None:
-        arrived = time.monotonic()
-        with self._lock:
-            self.validity_ms = validity_ms
-            self.valid_until = arrived + validity_ms / 1000.0
-        self._armed.set()
+        self.validity_ms = validity_ms
+        self.valid_until = time.monotonic() + validity_ms / 1000.0
+        self._armed = True
 
-    def _mark_lost(self, reason: str) -> None:
-        with self._lock:
-            if self.lost.is_set() or self._closed.is_set():
-                return
-            self.lost_reason = reason
-            self.lost.set()
+    def _lose(self, reason: str) -> None:
+        if self._closed or self.lost.is_set():
+            return
+        self.lost_reason = reason
+        self.lost.set()
         self._lost_set()
-        self.close()
+        self._closed = True
+        self._response.close()
         if self._on_lost is not None:
             self._on_lost(LockLost(self._name, reason))
 
     def _lost_set(self) -> None:
         """Hook: runs once, just after `lost` is set."""
 
+    def _deadline(self) -> Optional[float]:
+        # Lost when no renewal arrived by a twentieth of the last validity
+        # before its end (the agent or its host is frozen).
+        if not self._armed or self.valid_until is None:
+            return None
+        return self.valid_until - self.validity_ms / 20000.0
+
     def _read(self) -> None:
-        try:
-            sock = self._conn.sock
-            if sock is not None:
-                # Renewals come every third of the TTL; the watchdog, not a
-                # socket timeout, decides when silence means lost.
-                sock.settimeout(None)
-            while not self._closed.is_set():
-                try:
-                    event = parse_event(self._response.readline())
-                except Exception as e:  # noqa: BLE001 - any failure ends the stream
-                    # After close() this is the shutdown we caused: not a loss.
-                    self._mark_lost("disconnected (%s: %s)" % (type(e).__name__, e))
-                    return
-                if event is None:
-                    self._mark_lost("disconnected")
-                    return
-                if event.get("event") == "lost":
-                    self._mark_lost(event.get("reason", "lost"))
-                    return
-                self._event(event)
-        finally:
-            self._close_conn()
+        while not self._closed:
+            self._response.socket.deadline = self._deadline()
+            try:
+                event = parse_event(self._response.readline())
+            except TimeoutError:
+                self._lose("expired")
+                return
+            except Exception as e:  # noqa: BLE001 - any failure ends the stream
+                # After close() this is the end we caused: not a loss.
+                self._lose("disconnected (%s: %s)" % (type(e).__name__, e))
+                return
+            if event is None:
+                self._lose("disconnected")
+                return
+            if event.get("event") == "lost":
+                self._lose(event.get("reason", "lost"))
+                return
+            self._event(event)
 
     def _event(self, event: Dict[str, Any]) -> None:
         if event.get("event") == "renewed":
             self._renewed(event["validity_ms"])
-
-    def _watch(self) -> None:
-        # Lost when no renewal arrived by a twentieth of the last validity
-        # before its end (the agent or its host is frozen).
-        while not self._armed.is_set():
-            if self._closed.wait(0.05) or self.lost.is_set():
-                return
-        while not self._closed.is_set() and not self.lost.is_set():
-            with self._lock:
-                deadline = self.valid_until - self.validity_ms / 20000.0
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._mark_lost("expired")
-                return
-            self._closed.wait(min(left, 1.0))
 
 
 class Hold(_Stream):
     """A held lock or permit, renewed by the agent while open. Attributes:
     `resource` (the lock, or the semaphore), `permit` (None for a lock),
     `token`, `fence`, `hold_count` (after a re-entry), `ttl_ms`,
-    `validity_ms` and `valid_until` (on
-    `time.monotonic()`, moved by every renewal), `lost` (a
-    `threading.Event`) and `lost_reason`.
+    `validity_ms` and `valid_until` (on `time.monotonic()`, moved by every
+    renewal), `lost` (a `threading.Event`, or an `asyncio.Event`) and
+    `lost_reason`.
 
     Python cannot stop code from another thread, so a loss shows where the
     code looks: `check()` raises LockLost, `lost` is set, `on_lost` is
-    called, and leaving the `with` block raises LockLost."""
+    called, and leaving the `with` block raises LockLost; in asyncio
+    `guard()` also cancels the work it runs."""
 
     def __init__(
         self,
         client: Client,
         resource: str,
-        permit: Optional[int],
-        conn: _UnixConnection,
-        response: Any,
+        response: _Response,
         acquired: Dict[str, Any],
         arrived: float,
         on_lost: Optional[OnLost],
     ) -> None:
-        super().__init__(resource, conn, response, on_lost)
+        super().__init__(resource, response, on_lost)
         self.client = client
         self.resource = resource
-        self.permit = permit
+        self.permit: Optional[int] = acquired.get("permit")
         self.token: str = acquired["token"]
         self.ttl_ms: int = acquired["ttl_ms"]
         self.fence: Optional[int] = acquired.get("fence")
         self.hold_count: Optional[int] = acquired.get("hold_count")
         self.validity_ms = acquired["validity_ms"]
         self.valid_until = arrived + self.validity_ms / 1000.0
-        self._armed.set()
+        self._armed = True
         self._start("hold")
 
     def __repr__(self) -> str:
-        return "Hold(resource=%r, permit=%r, ttl_ms=%d, lost=%r)" % (
+        return "%s(resource=%r, permit=%r, ttl_ms=%d, lost=%r)" % (
+            type(self).__name__,
             self.resource,
             self.permit,
             self.ttl_ms,
             self.lost_reason,
         )
 
-    def __enter__(self) -> "Hold":
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> "Literal[False]":
-        self.close()
-        if exc_type is None and self.lost.is_set():
-            raise LockLost(self.resource, self.lost_reason or "lost")
-        return False
-
     def release(self) -> bool:
         """Releases through the API, then closes the hold. True when a
-        quorum still held it (see `Client.release`)."""
+        quorum still held it (see `release`)."""
         try:
             if self.permit is None:
                 return self.client.release(self.resource, self.token)
@@ -507,66 +582,42 @@ class Hold(_Stream):
             self.close()
 
 
-class Campaign(_Stream):
+class Campaign(_Stream, CampaignWaits):
     """A campaign for an election's leadership, open until closed.
     `leader` is the leader the agent last named while this one waited;
     once elected, `term` (the leadership's fence: pass it with every write
-    the leader makes), `validity_ms` and `valid_until`. A lost leadership
-    shows as a lost hold does (`lost`, `check()`, `on_lost`, LockLost)."""
+    the leader makes), `validity_ms` and `valid_until`. `elected` is set
+    then (an Event, as `lost`). A lost leadership shows as a lost hold does
+    (`lost`, `check()`, `on_lost`, LockLost)."""
 
     def __init__(
-        self,
-        client: Client,
-        election: str,
-        conn: _UnixConnection,
-        response: Any,
-        on_lost: Optional[OnLost],
+        self, client: Client, election: str, response: _Response, on_lost: Optional[OnLost]
     ) -> None:
-        super().__init__(election, conn, response, on_lost)
+        super().__init__(election, response, on_lost)
         self.client = client
         self.election = election
         self.term: Optional[int] = None
         self.ttl_ms: Optional[int] = None
         self.leader: Optional[Leader] = None
-        self.elected = threading.Event()
-        self._changed = threading.Condition(self._lock)
+        self.elected = Event()
+        self._settled = Event()  # elected, or lost
         self._start("campaign")
 
     def __repr__(self) -> str:
-        return "Campaign(election=%r, term=%r, lost=%r)" % (
+        return "%s(election=%r, term=%r, lost=%r)" % (
+            type(self).__name__,
             self.election,
             self.term,
             self.lost_reason,
         )
 
-    def __enter__(self) -> "Campaign":
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> "Literal[False]":
-        was_elected = self.elected.is_set()
-        self.close()
-        if exc_type is None and was_elected and self.lost.is_set():
-            raise LockLost(self.election, self.lost_reason or "lost")
-        return False
+    def _counts_loss(self) -> bool:
+        return self.elected.is_set()
 
     @property
     def is_leader(self) -> bool:
         """Elected and not lost (by the last event and this process's clock)."""
-        return self.elected.is_set() and not self.lost.is_set() and not self._closed.is_set()
-
-    def wait_elected(self, timeout: Optional[float] = None) -> Optional[int]:
-        """Blocks until this campaigner leads: its term. None when `timeout`
-        seconds passed first. Raises LockLost if the campaign ended first
-        (or the leadership was already lost)."""
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._changed:
-            while not self.elected.is_set() and not self.lost.is_set():
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    return None
-                self._changed.wait(left if left is None else min(left, 1.0))
-        self.check()
-        return self.term
+        return self.elected.is_set() and not self.lost.is_set() and not self._closed
 
     def resign(self) -> None:
         """Gives up the leadership (or stops waiting): `close()`."""
@@ -576,61 +627,50 @@ class Campaign(_Stream):
         kind = event.get("event")
         if kind == "waiting":
             leader = event.get("leader")
-            with self._changed:
-                self.leader = None if leader is None else Leader(leader)
-                self._changed.notify_all()
+            self.leader = None if leader is None else Leader(leader)
         elif kind == "elected":
-            arrived = time.monotonic()
-            with self._changed:
-                self.term = event["term"]
-                self.ttl_ms = event["ttl_ms"]
-                self.validity_ms = event["validity_ms"]
-                self.valid_until = arrived + self.validity_ms / 1000.0
-                self.elected.set()
-                self._changed.notify_all()
-            self._armed.set()
+            self.term = event["term"]
+            self.ttl_ms = event["ttl_ms"]
+            self._renewed(event["validity_ms"])
+            self.elected.set()
+            self._settled.set()
         elif kind == "renewed":
             self._renewed(event["validity_ms"])
 
     def _lost_set(self) -> None:
-        with self._changed:
-            self._changed.notify_all()
+        self._settled.set()
 
 
 class Observer:
-    """The leader of an election and every change, read as an iterator:
-    each item a `Leader`, or None when no one leads. The iteration ends
-    when the stream does; `close()` ends it from another thread."""
+    """The leader of an election and every change, read as an iterator
+    (`async for` in asyncio): each item a `Leader`, or None when no one
+    leads. The iteration ends when the stream does; `close()` ends it (from
+    another thread, when blocking)."""
 
-    def __init__(self, conn: _UnixConnection, response: Any) -> None:
-        self._conn = conn
+    def __init__(self, response: _Response) -> None:
         self._response = response
-        if conn.sock is not None:
-            conn.sock.settimeout(None)
 
-    def __enter__(self) -> "Observer":
+    def __enter__(self) -> Observer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __iter__(self) -> Iterator[Optional[Leader]]:
+        return self._events()
+
+    def _events(self) -> Iterator[Optional[Leader]]:
         try:
             while True:
                 try:
                     event = parse_event(self._response.readline())
-                except (OSError, ValueError, http.client.HTTPException):
+                except (OSError, ValueError, RedlockError):
                     return
                 if event is None:
                     return
                 yield observed(event)
         finally:
-            self._conn.close()
+            self._response.close()
 
     def close(self) -> None:
-        sock = self._conn.sock
-        try:
-            if sock is not None:
-                sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        self._response.close()

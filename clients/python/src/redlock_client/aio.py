@@ -7,27 +7,31 @@ waiting for a lock never blocks the event loop.
     client = AsyncClient("/run/redlock/agent.sock")
     async with client.hold("orders-42", ttl_ms=10_000, wait_ms=5_000) as lock:
         await lock.guard(do_the_work())   # cancelled the moment the lock is lost
+
+This module is also the one source of the blocking client: `_sync.py` is
+generated from it by `python scripts/generate_sync.py` (unasync: `async` and
+`await` dropped, `AsyncClient` named `Client`, and `_backend_async` swapped
+for `_backend_sync`, which holds everything blocking I/O does differently).
+Edit this file, never `_sync.py`, and write its docstrings for both.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from typing import (
-    Any,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Dict,
-    Generator,
-    Generic,
-    Literal,
-    Optional,
-    cast,
-    TypeVar,
-)
+from typing import Any, AsyncIterator, Callable, Dict, Literal, Optional, TypeVar
 
+from ._backend_async import (
+    NO_VALIDITY,
+    CampaignWaits,
+    Event,
+    Opening,
+    Socket,
+    StreamWaits,
+    opening,
+    spawn,
+    stop,
+)
 from ._common import (
     DEFAULT_TIMEOUT,
     MAX_LINE,
@@ -50,7 +54,6 @@ from ._trace import trace_headers
 
 __all__ = ["AsyncClient", "AsyncHold", "AsyncCampaign", "AsyncObserver"]
 
-T = TypeVar("T")
 S = TypeVar("S", bound="_AsyncStream")
 OnLost = Callable[[LockLost], None]
 
@@ -59,9 +62,8 @@ class _Response:
     """One HTTP/1.1 response read from its connection: status, headers and
     a body read whole or line by line (chunked or sized)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, socket: Socket) -> None:
+        self.socket = socket
         self.status = 0
         self.headers: Dict[str, str] = {}
         self._chunked = False
@@ -70,13 +72,13 @@ class _Response:
         self._done = False
 
     async def read_head(self) -> None:
-        status = await self.reader.readline()
+        status = await self.socket.readline()
         parts = status.split(None, 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
             raise ValueError("not an HTTP answer: %r" % status[:100])
         self.status = int(parts[1])
         while True:
-            line = await self.reader.readline()
+            line = await self.socket.readline()
             if line in (b"\r\n", b"\n", b""):
                 break
             name, _, value = line.decode("latin-1").partition(":")
@@ -90,27 +92,27 @@ class _Response:
         if self._done:
             return b""
         if self._chunked:
-            size_line = await self.reader.readline()
+            size_line = await self.socket.readline()
             if not size_line:
                 raise ConnectionError("the stream ended inside a chunk")
             size = int(size_line.split(b";")[0].strip(), 16)
             if size == 0:
-                await self.reader.readline()
+                await self.socket.readline()
                 self._done = True
                 return b""
-            data = await self.reader.readexactly(size)
-            await self.reader.readexactly(2)
+            data = await self.socket.readexactly(size)
+            await self.socket.readexactly(2)
             return data
         if self._left is not None:
             if self._left == 0:
                 self._done = True
                 return b""
-            data = await self.reader.read(min(self._left, 65536))
+            data = await self.socket.read(min(self._left, 65536))
             if not data:
                 raise ConnectionError("the answer ended early")
             self._left -= len(data)
             return data
-        data = await self.reader.read(65536)
+        data = await self.socket.read(65536)
         if not data:
             self._done = True
         return data
@@ -138,41 +140,26 @@ class _Response:
         return line + b"\n"
 
     def close(self) -> None:
-        self.writer.close()
+        self.socket.close()
 
 
-class _Opening(Generic[T]):
-    """A stream being opened: `await` it, or use it in `async with`, which
-    closes the stream at the end of the block."""
-
-    def __init__(self, opening: Awaitable[T]) -> None:
-        self._opening = opening
-        self._stream: Optional[T] = None
-
-    def __await__(self) -> Generator[Any, None, T]:
-        return self._opening.__await__()
-
-    async def __aenter__(self) -> T:
-        self._stream = await self._opening
-        return cast(T, await self._stream.__aenter__())  # type: ignore[attr-defined]
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        assert self._stream is not None  # set by __aenter__, which ran
-        return await self._stream.__aexit__(*exc)  # type: ignore[attr-defined]
+def _failure(e: BaseException) -> str:
+    return str(e) or type(e).__name__
 
 
 class AsyncClient:
-    """A client of the agent listening on `socket_path`, for asyncio. Each
-    call opens its own connection; one client may serve many tasks.
+    """A client of the agent listening on `socket_path`. Each call opens its
+    own connection, so one client may be shared by threads (blocking) or
+    tasks (asyncio).
 
     ## Behavior
     - Every call is one request on a fresh connection, bounded by `timeout`
       seconds plus the `wait_ms` it asks the agent for.
     - An agent that cannot be reached raises `Unreachable`; an error answer
       raises the `ApiError` subclass of its code.
-    - Streams (holds, campaigns) read their events in a task of their own
-      and report a loss through `lost`, `check()`, `guard()`, `on_lost` and
-      `LockLost`.
+    - Streams (holds, campaigns) read their events on a daemon thread
+      (blocking) or in a task (asyncio) and report a loss through `lost`,
+      `check()`, `on_lost` and `LockLost` (and `guard()` in asyncio).
     """
 
     def __init__(self, socket_path: Any, timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -183,25 +170,36 @@ class AsyncClient:
         self, method: str, path: str, payload: Optional[Dict[str, Any]], limit: float
     ) -> _Response:
         """Sends one request; the response with its head read."""
-        writer = None
+        socket = None
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(self.socket_path, limit=MAX_LINE * 2), limit
-            )
+            socket = await Socket.connect(self.socket_path, time.monotonic() + limit)
+            socket.deadline = time.monotonic() + limit
             data = b"" if payload is None else json.dumps(payload).encode()
             head = "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" % (method, path)
             for name, value in trace_headers().items():
                 head += "%s: %s\r\n" % (name, value)
             if payload is not None:
                 head += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(data)
-            writer.write(head.encode("ascii") + b"\r\n" + data)
-            response = _Response(reader, writer)
-            await asyncio.wait_for(response.read_head(), limit)
+            await socket.write(head.encode("ascii") + b"\r\n" + data)
+            response = _Response(socket)
+            await response.read_head()
             return response
-        except (OSError, asyncio.TimeoutError, ValueError, asyncio.IncompleteReadError) as e:
-            if writer is not None:
-                writer.close()
-            raise Unreachable("%s %s on %s: %s" % (method, path, self.socket_path, str(e) or type(e).__name__)) from e
+        except (OSError, ValueError) as e:
+            # A timeout is an OSError too (TimeoutError).
+            if socket is not None:
+                socket.close()
+            where = "%s %s on %s" % (method, path, self.socket_path)
+            raise Unreachable("%s: %s" % (where, _failure(e))) from e
+
+    async def _read_all(self, response: _Response, method: str, path: str, limit: float) -> bytes:
+        """The whole body; the connection closed."""
+        response.socket.deadline = time.monotonic() + limit
+        try:
+            return await response.read_all()
+        except (OSError, ValueError) as e:
+            raise Unreachable("%s %s: %s" % (method, path, _failure(e))) from e
+        finally:
+            response.close()
 
     async def _call(
         self,
@@ -212,12 +210,7 @@ class AsyncClient:
     ) -> Any:
         limit = self.timeout + (wait_ms or 0) / 1000.0
         response = await self._open(method, path, payload, limit)
-        try:
-            data = await asyncio.wait_for(response.read_all(), limit)
-        except (OSError, asyncio.TimeoutError, ValueError, asyncio.IncompleteReadError) as e:
-            raise Unreachable("%s %s: %s" % (method, path, str(e) or type(e).__name__)) from e
-        finally:
-            response.close()
+        data = await self._read_all(response, method, path, limit)
         if not 200 <= response.status < 300:
             raise api_error(response.status, data)
         try:
@@ -228,24 +221,21 @@ class AsyncClient:
     async def _stream(
         self, method: str, path: str, payload: Optional[Dict[str, Any]], wait_ms: Optional[int]
     ) -> _Response:
+        """Opens a stream: its response, status 200, with no deadline."""
         limit = self.timeout + (wait_ms or 0) / 1000.0
         response = await self._open(method, path, payload, limit)
         if response.status != 200:
-            try:
-                data = await asyncio.wait_for(response.read_all(), limit)
-            except (OSError, asyncio.TimeoutError, ValueError, asyncio.IncompleteReadError) as e:
-                raise Unreachable("%s %s: %s" % (method, path, str(e) or type(e).__name__)) from e
-            finally:
-                response.close()
-            raise api_error(response.status, data)
+            raise api_error(response.status, await self._read_all(response, method, path, limit))
+        response.socket.deadline = None
         return response
 
     async def _first(self, response: _Response, path: str, kind: str) -> Dict[str, Any]:
+        response.socket.deadline = time.monotonic() + self.timeout
         try:
-            first = parse_event(await asyncio.wait_for(response.readline(), self.timeout))
-        except (OSError, asyncio.TimeoutError, ValueError, asyncio.IncompleteReadError) as e:
+            first = parse_event(await response.readline())
+        except (OSError, ValueError) as e:
             response.close()
-            raise Unreachable("POST %s: %s" % (path, str(e) or type(e).__name__)) from e
+            raise Unreachable("POST %s: %s" % (path, _failure(e))) from e
         if first is None or first.get("event") != kind:
             response.close()
             raise Unreachable("a stream must start with `%s`, got %r" % (kind, first))
@@ -262,24 +252,35 @@ class AsyncClient:
         fence: Optional[bool] = None,
         token: Optional[str] = None,
     ) -> Grant:
-        """As `Client.acquire`."""
+        """The lock, if a quorum granted it within `wait_ms` (default: one
+        attempt). `ttl_ms` defaults to the agent's `lock.default_ttl`.
+        `token=` re-enters a lock this process holds: same token, and
+        `hold_count` releases before it is released on the masters.
+
+        Raises Taken, NoQuorum, ApiError (refused request) or Unreachable."""
         payload = body(ttl_ms=ttl_ms, wait_ms=wait_ms, owner=owner, fence=fence, token=token)
         answer = await self._call("POST", lock_path(resource, "acquire"), payload, wait_ms)
         return Grant(answer, time.monotonic())
 
     async def extend(self, resource: str, token: str, ttl_ms: Optional[int] = None) -> Extended:
-        """As `Client.extend`."""
+        """A new TTL from now. Raises Lost when it was not extended on a
+        quorum in time: stop using the lock."""
         payload = body(token=token, ttl_ms=ttl_ms)
         answer = await self._call("POST", lock_path(resource, "extend"), payload)
         return Extended(answer, time.monotonic())
 
     async def release(self, resource: str, token: str) -> bool:
-        """As `Client.release`."""
+        """Releases on every master. False means no quorum still held it: it
+        had expired, and the work may have overlapped another holder's (or,
+        for a re-entered lock, that a release is still owed). Raises
+        NoQuorum when too many masters failed to tell (a retry with the same
+        token is safe)."""
         answer = await self._call("POST", lock_path(resource, "release"), {"token": token})
         return bool(answer["released"])
 
     async def force_release(self, resource: str) -> Dict[str, Any]:
-        """As `Client.force_release` (admin socket)."""
+        """For operators, on the admin socket: deletes the lock on every
+        master, whoever holds it. Its holder hears of it at once."""
         answer: Dict[str, Any] = await self._call("POST", lock_path(resource, "force-release"))
         return answer
 
@@ -302,10 +303,17 @@ class AsyncClient:
         on_lost: Optional[OnLost] = None,
         on_disconnect: Optional[str] = None,
         token: Optional[str] = None,
-    ) -> "_Opening[AsyncHold]":
-        """A lock held while the returned `AsyncHold` is open, as
-        `Client.hold`: `async with client.hold(...) as lock:` or
-        `lock = await client.hold(...)`."""
+    ) -> Opening[AsyncHold]:
+        """A lock held while the returned hold is open (`with client.hold(...)
+        as lock:`; in asyncio `async with`, or `lock = await
+        client.hold(...)`): the agent renews it every third of the TTL and
+        releases it when the connection closes (`on_disconnect="expire"` lets
+        it expire instead). `token=` re-enters a lock this process holds for
+        as long as the hold lasts (closing it then lowers the count as a
+        release does). `on_lost(LockLost)` is called from the reader (thread
+        or task) when the lock is lost.
+
+        Raises as `acquire` when the lock is not granted."""
         payload = body(
             ttl_ms=ttl_ms,
             wait_ms=wait_ms,
@@ -315,7 +323,7 @@ class AsyncClient:
             on_disconnect=on_disconnect,
             token=token,
         )
-        return _Opening(self._hold(lock_path(resource, "hold"), resource, payload, wait_ms, on_lost))
+        return opening(self._hold(lock_path(resource, "hold"), resource, payload, wait_ms, on_lost))
 
     async def _hold(
         self,
@@ -324,7 +332,7 @@ class AsyncClient:
         payload: Dict[str, Any],
         wait_ms: Optional[int],
         on_lost: Optional[OnLost],
-    ) -> "AsyncHold":
+    ) -> AsyncHold:
         response = await self._stream("POST", path, payload, wait_ms)
         first = await self._first(response, path, "acquired")
         return AsyncHold(self, name, response, first, time.monotonic(), on_lost)
@@ -340,7 +348,10 @@ class AsyncClient:
         owner: Optional[str] = None,
         fence: Optional[bool] = None,
     ) -> Permit:
-        """As `Client.acquire_permit`."""
+        """One of `limit` permits of semaphore `name`, waiting up to
+        `wait_ms` for one. Every user of a semaphore passes the same
+        `limit`. Raises Taken (all held for all of `wait_ms`),
+        LimitMismatch, NoQuorum, ApiError or Unreachable."""
         payload = body(limit=limit, ttl_ms=ttl_ms, wait_ms=wait_ms, owner=owner, fence=fence)
         answer = await self._call("POST", semaphore_path(name, "acquire"), payload, wait_ms)
         return Permit(answer, time.monotonic())
@@ -348,13 +359,13 @@ class AsyncClient:
     async def extend_permit(
         self, name: str, permit: int, token: str, ttl_ms: Optional[int] = None
     ) -> Extended:
-        """As `Client.extend_permit`."""
+        """A new TTL from now for a permit. Raises Lost: stop using it."""
         payload = body(permit=permit, token=token, ttl_ms=ttl_ms)
         answer = await self._call("POST", semaphore_path(name, "extend"), payload)
         return Extended(answer, time.monotonic())
 
     async def release_permit(self, name: str, permit: int, token: str) -> bool:
-        """As `Client.release_permit`."""
+        """Releases a permit on every master; False as `release`."""
         payload = {"permit": permit, "token": token}
         answer = await self._call("POST", semaphore_path(name, "release"), payload)
         return bool(answer["released"])
@@ -370,8 +381,9 @@ class AsyncClient:
         fence: Optional[bool] = None,
         on_lost: Optional[OnLost] = None,
         on_disconnect: Optional[str] = None,
-    ) -> "_Opening[AsyncHold]":
-        """A permit held while the returned `AsyncHold` is open."""
+    ) -> Opening[AsyncHold]:
+        """A permit held while the returned hold is open, exactly as `hold`
+        holds a lock; its `permit` says which one."""
         payload = body(
             limit=limit,
             ttl_ms=ttl_ms,
@@ -381,10 +393,11 @@ class AsyncClient:
             fence=fence,
             on_disconnect=on_disconnect,
         )
-        return _Opening(self._hold(semaphore_path(name, "hold"), name, payload, wait_ms, on_lost))
+        return opening(self._hold(semaphore_path(name, "hold"), name, payload, wait_ms, on_lost))
 
     async def semaphore(self, name: str) -> Dict[str, Any]:
-        """As `Client.semaphore`."""
+        """The semaphore's held permits (never tokens), `limit` while any is
+        held, and this agent's `waiters`."""
         answer: Dict[str, Any] = await self._call("GET", semaphore_path(name))
         return answer
 
@@ -398,53 +411,57 @@ class AsyncClient:
         value: Optional[str] = None,
         max_hold_ms: Optional[int] = None,
         on_lost: Optional[OnLost] = None,
-    ) -> "_Opening[AsyncCampaign]":
-        """Campaigns to lead election `name`, as `Client.campaign`; `await
-        campaign.wait_elected()` for the term."""
+    ) -> Opening[AsyncCampaign]:
+        """Campaigns to lead election `name`: the campaign, at once;
+        `wait_elected()` waits until it leads. `value` (up to 1024 bytes) is
+        published to everyone who asks who leads. Closing the campaign
+        resigns (or stops waiting)."""
         payload = body(ttl_ms=ttl_ms, owner=owner, value=value, max_hold_ms=max_hold_ms)
-        return _Opening(self._campaign(name, payload, on_lost))
+        return opening(self._campaign(name, payload, on_lost))
 
     async def _campaign(
         self, name: str, payload: Dict[str, Any], on_lost: Optional[OnLost]
-    ) -> "AsyncCampaign":
+    ) -> AsyncCampaign:
         response = await self._stream("POST", election_path(name, "campaign"), payload, None)
         return AsyncCampaign(self, name, response, on_lost)
 
     async def leader(self, name: str) -> Leader:
-        """As `Client.leader`: raises NoLeader when no one leads."""
+        """Who leads election `name` now. Raises NoLeader when no one does."""
         return Leader(await self._call("GET", election_path(name)))
 
-    def observe(self, name: str) -> "_Opening[AsyncObserver]":
-        """The leader now and every change: `async for leader in
-        observer` (a `Leader`, or None when no one leads)."""
-        return _Opening(self._observe(name))
+    def observe(self, name: str) -> Opening[AsyncObserver]:
+        """The leader of election `name` now, then every change, as an
+        iterator of `Leader` (or None: no leader); in asyncio `async for`.
+        Close it when done."""
+        return opening(self._observe(name))
 
-    async def _observe(self, name: str) -> "AsyncObserver":
+    async def _observe(self, name: str) -> AsyncObserver:
         return AsyncObserver(await self._stream("GET", election_path(name, "observe"), None, None))
 
 
-class _AsyncStream:
-    """An open event stream read by a task of its own, with a deadline once
-    a validity is known, and one loss notice."""
+class _AsyncStream(StreamWaits):
+    """An open event stream, read by a reader of its own (a thread, or a
+    task) with a deadline once a validity is known, and one loss notice."""
 
     def __init__(self, name: str, response: _Response, on_lost: Optional[OnLost]) -> None:
         self._name = name
         self._response = response
         self._on_lost = on_lost
-        self.lost = asyncio.Event()
+        self.lost = Event()
         self.lost_reason: Optional[str] = None
         self.validity_ms = 0
-        self.valid_until: Optional[float] = None
+        self.valid_until: Optional[float] = NO_VALIDITY
+        self._armed = False
         self._closed = False
-        self._task: Optional["asyncio.Task[None]"] = None
+        self._reader: Any = None
 
-    def _start(self) -> None:
-        self._task = asyncio.ensure_future(self._read())
+    def _start(self, kind: str) -> None:
+        self._reader = spawn(self._read, "redlock-%s-%s" % (kind, self._name))
 
     async def __aenter__(self: S) -> S:
         return self
 
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> "Literal[False]":
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         counts = self._counts_loss()
         await self.close()
         if exc_type is None and counts and self.lost.is_set():
@@ -452,35 +469,13 @@ class _AsyncStream:
         return False
 
     def _counts_loss(self) -> bool:
+        """Whether a loss inside the block raises when it ends."""
         return True
 
     def check(self) -> None:
-        """Raises LockLost if it is lost."""
+        """Raises LockLost if it is lost; call it between steps."""
         if self.lost.is_set():
             raise LockLost(self._name, self.lost_reason or "lost")
-
-    async def wait_lost(self) -> LockLost:
-        """Returns (not raises) the LockLost once it is lost."""
-        await self.lost.wait()
-        return LockLost(self._name, self.lost_reason or "lost")
-
-    async def guard(self, work: Awaitable[T]) -> T:
-        """Runs `work` and cancels it the moment this is lost, raising
-        LockLost then: the asyncio form of stopping work on loss."""
-        task = asyncio.ensure_future(work)
-        lost = asyncio.ensure_future(self.lost.wait())
-        try:
-            await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            lost.cancel()
-        if not task.done():
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-            raise LockLost(self._name, self.lost_reason or "lost")
-        return task.result()
 
     async def close(self) -> None:
         """Ends the stream: the connection closes, and the agent releases
@@ -489,50 +484,44 @@ class _AsyncStream:
             return
         self._closed = True
         self._response.close()
-        task = self._task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await stop(self._reader)
 
     def _renewed(self, validity_ms: int) -> None:
         self.validity_ms = validity_ms
         self.valid_until = time.monotonic() + validity_ms / 1000.0
+        self._armed = True
 
     def _lose(self, reason: str) -> None:
         if self._closed or self.lost.is_set():
             return
         self.lost_reason = reason
         self.lost.set()
+        self._lost_set()
         self._closed = True
         self._response.close()
         if self._on_lost is not None:
             self._on_lost(LockLost(self._name, reason))
 
+    def _lost_set(self) -> None:
+        """Hook: runs once, just after `lost` is set."""
+
     def _deadline(self) -> Optional[float]:
         # Lost when no renewal arrived by a twentieth of the last validity
         # before its end (the agent or its host is frozen).
-        if self.valid_until is None:
+        if not self._armed or self.valid_until is None:
             return None
-        return self.valid_until - self.validity_ms / 20000.0 - time.monotonic()
+        return self.valid_until - self.validity_ms / 20000.0
 
     async def _read(self) -> None:
         while not self._closed:
-            left = self._deadline()
+            self._response.socket.deadline = self._deadline()
             try:
-                if left is None:
-                    line = await self._response.readline()
-                else:
-                    line = await asyncio.wait_for(self._response.readline(), max(left, 0.0))
-                event = parse_event(line)
-            except asyncio.TimeoutError:
+                event = parse_event(await self._response.readline())
+            except TimeoutError:
                 self._lose("expired")
                 return
-            except asyncio.CancelledError:
-                raise
             except Exception as e:  # noqa: BLE001 - any failure ends the stream
+                # After close() this is the end we caused: not a loss.
                 self._lose("disconnected (%s: %s)" % (type(e).__name__, e))
                 return
             if event is None:
@@ -549,8 +538,17 @@ class _AsyncStream:
 
 
 class AsyncHold(_AsyncStream):
-    """A held lock or permit, renewed by the agent while open; attributes
-    as `redlock_client.Hold`, with `lost` an `asyncio.Event`."""
+    """A held lock or permit, renewed by the agent while open. Attributes:
+    `resource` (the lock, or the semaphore), `permit` (None for a lock),
+    `token`, `fence`, `hold_count` (after a re-entry), `ttl_ms`,
+    `validity_ms` and `valid_until` (on `time.monotonic()`, moved by every
+    renewal), `lost` (a `threading.Event`, or an `asyncio.Event`) and
+    `lost_reason`.
+
+    Python cannot stop code from another thread, so a loss shows where the
+    code looks: `check()` raises LockLost, `lost` is set, `on_lost` is
+    called, and leaving the `with` block raises LockLost; in asyncio
+    `guard()` also cancels the work it runs."""
 
     def __init__(
         self,
@@ -571,10 +569,12 @@ class AsyncHold(_AsyncStream):
         self.hold_count: Optional[int] = acquired.get("hold_count")
         self.validity_ms = acquired["validity_ms"]
         self.valid_until = arrived + self.validity_ms / 1000.0
-        self._start()
+        self._armed = True
+        self._start("hold")
 
     def __repr__(self) -> str:
-        return "AsyncHold(resource=%r, permit=%r, ttl_ms=%d, lost=%r)" % (
+        return "%s(resource=%r, permit=%r, ttl_ms=%d, lost=%r)" % (
+            type(self).__name__,
             self.resource,
             self.permit,
             self.ttl_ms,
@@ -582,7 +582,8 @@ class AsyncHold(_AsyncStream):
         )
 
     async def release(self) -> bool:
-        """Releases through the API, then closes the hold."""
+        """Releases through the API, then closes the hold. True when a
+        quorum still held it (see `release`)."""
         try:
             if self.permit is None:
                 return await self.client.release(self.resource, self.token)
@@ -591,9 +592,13 @@ class AsyncHold(_AsyncStream):
             await self.close()
 
 
-class AsyncCampaign(_AsyncStream):
-    """A campaign for an election's leadership; attributes as
-    `redlock_client.Campaign`, with `elected` and `lost` asyncio Events."""
+class AsyncCampaign(_AsyncStream, CampaignWaits):
+    """A campaign for an election's leadership, open until closed.
+    `leader` is the leader the agent last named while this one waited;
+    once elected, `term` (the leadership's fence: pass it with every write
+    the leader makes), `validity_ms` and `valid_until`. `elected` is set
+    then (an Event, as `lost`). A lost leadership shows as a lost hold does
+    (`lost`, `check()`, `on_lost`, LockLost)."""
 
     def __init__(
         self, client: AsyncClient, election: str, response: _Response, on_lost: Optional[OnLost]
@@ -604,11 +609,13 @@ class AsyncCampaign(_AsyncStream):
         self.term: Optional[int] = None
         self.ttl_ms: Optional[int] = None
         self.leader: Optional[Leader] = None
-        self.elected = asyncio.Event()
-        self._start()
+        self.elected = Event()
+        self._settled = Event()  # elected, or lost
+        self._start("campaign")
 
     def __repr__(self) -> str:
-        return "AsyncCampaign(election=%r, term=%r, lost=%r)" % (
+        return "%s(election=%r, term=%r, lost=%r)" % (
+            type(self).__name__,
             self.election,
             self.term,
             self.lost_reason,
@@ -619,22 +626,8 @@ class AsyncCampaign(_AsyncStream):
 
     @property
     def is_leader(self) -> bool:
+        """Elected and not lost (by the last event and this process's clock)."""
         return self.elected.is_set() and not self.lost.is_set() and not self._closed
-
-    async def wait_elected(self) -> int:
-        """Waits until this campaigner leads: its term. Raises LockLost if
-        the campaign ended first (or the leadership was already lost). Bound
-        it with `asyncio.wait_for`."""
-        elected = asyncio.ensure_future(self.elected.wait())
-        lost = asyncio.ensure_future(self.lost.wait())
-        try:
-            await asyncio.wait({elected, lost}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            elected.cancel()
-            lost.cancel()
-        self.check()
-        assert self.term is not None  # set with `elected`, which is set
-        return self.term
 
     async def resign(self) -> None:
         """Gives up the leadership (or stops waiting): `close()`."""
@@ -650,18 +643,24 @@ class AsyncCampaign(_AsyncStream):
             self.ttl_ms = event["ttl_ms"]
             self._renewed(event["validity_ms"])
             self.elected.set()
+            self._settled.set()
         elif kind == "renewed":
             self._renewed(event["validity_ms"])
 
+    def _lost_set(self) -> None:
+        self._settled.set()
+
 
 class AsyncObserver:
-    """The leader of an election and every change: `async for leader in
-    observer`, each a `Leader` or None (no leader)."""
+    """The leader of an election and every change, read as an iterator
+    (`async for` in asyncio): each item a `Leader`, or None when no one
+    leads. The iteration ends when the stream does; `close()` ends it (from
+    another thread, when blocking)."""
 
     def __init__(self, response: _Response) -> None:
         self._response = response
 
-    async def __aenter__(self) -> "AsyncObserver":
+    async def __aenter__(self) -> AsyncObserver:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -671,14 +670,17 @@ class AsyncObserver:
         return self._events()
 
     async def _events(self) -> AsyncIterator[Optional[Leader]]:
-        while True:
-            try:
-                event = parse_event(await self._response.readline())
-            except (OSError, ValueError, asyncio.IncompleteReadError, RedlockError):
-                return
-            if event is None:
-                return
-            yield observed(event)
+        try:
+            while True:
+                try:
+                    event = parse_event(await self._response.readline())
+                except (OSError, ValueError, RedlockError):
+                    return
+                if event is None:
+                    return
+                yield observed(event)
+        finally:
+            self._response.close()
 
     async def close(self) -> None:
         self._response.close()
