@@ -491,7 +491,7 @@ async fn a_reentry_is_a_span_with_its_hold_count() {
     let (status, first) = post_json(
         &agent.socket,
         "/v1/locks/nested/acquire",
-        json!({"ttl_ms": 5000, "fence": true}),
+        json!({"ttl_ms": 2000, "fence": true}),
         Some(&Caller::new(5).traceparent()),
     )
     .await;
@@ -501,7 +501,7 @@ async fn a_reentry_is_a_span_with_its_hold_count() {
     let (status, again) = post_json(
         &agent.socket,
         "/v1/locks/nested/acquire",
-        json!({"ttl_ms": 5000, "token": first["token"]}),
+        json!({"ttl_ms": 2000, "token": first["token"]}),
         Some(&caller.traceparent()),
     )
     .await;

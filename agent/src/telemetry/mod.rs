@@ -29,6 +29,10 @@ pub use spans::{Kind, Traced, Watch};
 /// `service.name` of the agent's spans.
 pub const SERVICE: &str = "redlock-agent";
 
+/// The attributes a span has room for from its start: an acquire's
+/// (`docs/tracing.md`) when it waited behind a holder and a master refused.
+const ATTRIBUTES: usize = 16;
+
 /// How long one export to the collector may take before its batch is
 /// given up (and counted as dropped).
 pub const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -150,14 +154,16 @@ impl Telemetry {
         if span.span_context().is_valid() && !span.span_context().is_sampled() {
             return None;
         }
+        // Room for what the span is given later: the vector is the span's
+        // own, and growing it one attribute at a time is a copy each time.
+        let mut attributes = Vec::with_capacity(ATTRIBUTES);
+        attributes.push(KeyValue::new("redlock.resource", resource.to_string()));
+        attributes.push(KeyValue::new("redlock.kind", kind.as_str()));
         let span = on
             .tracer
             .span_builder(name)
             .with_kind(SpanKind::Internal)
-            .with_attributes([
-                KeyValue::new("redlock.resource", resource.to_string()),
-                KeyValue::new("redlock.kind", kind.as_str()),
-            ])
+            .with_attributes(attributes)
             .start_with_context(&on.tracer, parent);
         use opentelemetry::trace::Span as _;
         span.is_recording().then(|| Traced::new(span, kind))
