@@ -32,56 +32,13 @@
 use std::time::Duration;
 
 use hyper::Method;
-use redlock_wire::{CampaignEvent, CampaignRequest, ForceReleaseResponse, Leader, ObserveEvent};
+use redlock_wire::{CampaignEvent, ForceReleaseResponse, Leader, ObserveEvent};
 use tokio::time::Instant;
 
 use crate::hold::Lines;
+pub use crate::options::CampaignOptions;
 use crate::transport::{self, election_path, Conn};
-use crate::{json, millis, Client, Error};
-
-/// What [`Client::campaign`] asks for. Unset fields take the agent's
-/// defaults (`lock.default_ttl`, `lock.max_hold`, no owner, no value).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CampaignOptions {
-    request: CampaignRequest,
-}
-
-impl CampaignOptions {
-    pub fn new() -> CampaignOptions {
-        CampaignOptions::default()
-    }
-
-    /// The leadership's TTL: a leader that vanishes is replaced after at
-    /// most this long; the agent renews it every third of it.
-    pub fn ttl(mut self, ttl: Duration) -> CampaignOptions {
-        self.request.ttl_ms = Some(millis(ttl));
-        self
-    }
-
-    /// A label operators see beside the leadership.
-    pub fn owner(mut self, owner: impl Into<String>) -> CampaignOptions {
-        self.request.owner = Some(owner.into());
-        self
-    }
-
-    /// What this campaigner publishes while it leads (an address, say),
-    /// up to [`redlock_wire::election::MAX_VALUE_LEN`] characters.
-    pub fn value(mut self, value: impl Into<String>) -> CampaignOptions {
-        self.request.value = Some(value.into());
-        self
-    }
-
-    /// End the leadership (`lost`, reason `max_hold`) after this long.
-    pub fn max_hold(mut self, max_hold: Duration) -> CampaignOptions {
-        self.request.max_hold_ms = Some(millis(max_hold));
-        self
-    }
-
-    /// The body these options send.
-    pub fn request(&self) -> &CampaignRequest {
-        &self.request
-    }
-}
+use crate::{json, Client, Error};
 
 /// An open campaign ([`Client::campaign`]): its stream's events, and
 /// whether this campaigner leads. Dropping it closes the connection: the

@@ -66,7 +66,10 @@
 //! it, a [`TraceContext`] the calls are scoped in. Neither: no header.
 //!
 //! # Layout
-//! - this file: [`Client`], its options and answers.
+//! - this file: [`Client`], its lock calls and their answers.
+//! - [`options`]: [`Options`], what every kind of request asks for, each
+//!   option declared once ([`AcquireOptions`], [`HoldOptions`],
+//!   [`PermitOptions`], [`PermitHoldOptions`], [`CampaignOptions`]).
 //! - [`error`]: [`Error`], one variant per case a caller acts on.
 //! - [`hold`]: [`Hold`], a hold's NDJSON event stream.
 //! - [`guard`]: [`LockGuard`], the renewing, self-releasing lock.
@@ -86,6 +89,7 @@ pub mod election;
 pub mod error;
 pub mod guard;
 pub mod hold;
+pub mod options;
 pub mod semaphore;
 pub mod trace;
 mod transport;
@@ -96,153 +100,26 @@ use std::time::Duration;
 
 use hyper::Method;
 use redlock_wire::{
-    AcquireRequest, AcquireResponse, ExtendRequest, ExtendResponse, ForceReleaseResponse,
-    HoldEvent, HoldRequest, LeaksResponse, LockResponse, LocksResponse, NodesResponse,
-    ReleaseRequest, ReleaseResponse, SummaryResponse,
+    AcquireResponse, ExtendRequest, ExtendResponse, ForceReleaseResponse, HoldEvent, LeaksResponse,
+    LockResponse, LocksResponse, NodesResponse, ReleaseRequest, ReleaseResponse, SummaryResponse,
 };
 use tokio::time::Instant;
 
-pub use election::{Campaign, CampaignOptions, Observer};
+pub use election::{Campaign, Observer};
 pub use error::Error;
 pub use guard::{LockGuard, LostReason};
 pub use hold::Hold;
+pub use options::{
+    AcquireOptions, CampaignOptions, HoldOptions, Options, PermitHoldOptions, PermitOptions,
+};
 pub use redlock_wire as wire;
 pub use redlock_wire::{CampaignEvent, ErrorCode, Leader, ObserveEvent, OnDisconnect};
-pub use semaphore::{Permit, PermitHold, PermitHoldOptions, PermitOptions};
+pub use semaphore::{Permit, PermitHold};
 pub use trace::{InvalidTraceContext, TraceContext};
 pub use transport::{election_path, lock_path, resource_path, semaphore_path};
 
 /// How long a request may take beyond the wait it asks for, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What [`Client::acquire`] asks for: the wire's `acquire` body, built
-/// with durations. Unset fields take the agent's defaults
-/// (`lock.default_ttl`, one attempt, no owner).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AcquireOptions {
-    request: AcquireRequest,
-}
-
-impl AcquireOptions {
-    pub fn new() -> AcquireOptions {
-        AcquireOptions::default()
-    }
-
-    /// The lock's TTL. The agent accepts twice `lock.node_timeout` (100 ms
-    /// by default) to `lock.max_ttl`; otherwise `ttl_out_of_range`.
-    pub fn ttl(mut self, ttl: Duration) -> AcquireOptions {
-        self.request.ttl_ms = Some(millis(ttl));
-        self
-    }
-
-    /// How long the agent may keep trying while the lock is taken.
-    pub fn wait(mut self, wait: Duration) -> AcquireOptions {
-        self.request.wait_ms = Some(millis(wait));
-        self
-    }
-
-    /// Ask for a fencing token ([`Grant::fence`]).
-    pub fn fence(mut self) -> AcquireOptions {
-        self.request.fence = true;
-        self
-    }
-
-    /// A label operators see beside the lock (1 to 128 printable ASCII).
-    pub fn owner(mut self, owner: impl Into<String>) -> AcquireOptions {
-        self.request.owner = Some(owner.into());
-        self
-    }
-
-    /// Re-enter a lock this process already holds through the same agent,
-    /// with the token of that grant: the answer has the same token, the
-    /// TTL set again on the masters, and [`Grant::hold_count`]. Each
-    /// release lowers the count ([`Client::release_counted`]); the lock is
-    /// released on the masters only when it reaches zero. A hold
-    /// re-enters with [`HoldOptions::reenter`]; a hold's own grant cannot
-    /// be re-entered (its hold renews and releases it).
-    pub fn reenter(mut self, token: impl Into<String>) -> AcquireOptions {
-        self.request.token = Some(token.into());
-        self
-    }
-
-    /// The body these options send.
-    pub fn request(&self) -> &AcquireRequest {
-        &self.request
-    }
-}
-
-/// What [`Client::hold`] and [`Client::lock`] ask for: as
-/// [`AcquireOptions`], plus a bound on how long the hold may last and what
-/// happens to the lock if the connection closes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HoldOptions {
-    request: HoldRequest,
-}
-
-impl HoldOptions {
-    pub fn new() -> HoldOptions {
-        HoldOptions::default()
-    }
-
-    /// A hold asking what `options` ask for an acquire, with the defaults
-    /// for the rest.
-    pub fn from_acquire(options: &AcquireOptions) -> HoldOptions {
-        HoldOptions {
-            request: HoldRequest::with_lock(options.request.clone()),
-        }
-    }
-
-    /// The TTL the agent renews every third of (see [`AcquireOptions::ttl`]).
-    pub fn ttl(mut self, ttl: Duration) -> HoldOptions {
-        self.request.ttl_ms = Some(millis(ttl));
-        self
-    }
-
-    /// How long the agent may keep trying while the lock is taken.
-    pub fn wait(mut self, wait: Duration) -> HoldOptions {
-        self.request.wait_ms = Some(millis(wait));
-        self
-    }
-
-    /// Ask for a fencing token ([`Hold::fence`]).
-    pub fn fence(mut self) -> HoldOptions {
-        self.request.fence = true;
-        self
-    }
-
-    /// What the agent does with the lock when this hold's connection
-    /// closes without a release (see [`OnDisconnect`]).
-    pub fn on_disconnect(mut self, on_disconnect: OnDisconnect) -> HoldOptions {
-        self.request.on_disconnect = on_disconnect;
-        self
-    }
-
-    /// A label operators see beside the lock.
-    pub fn owner(mut self, owner: impl Into<String>) -> HoldOptions {
-        self.request.owner = Some(owner.into());
-        self
-    }
-
-    /// End the hold (`lost`, reason `max_hold`) after this long; at most
-    /// `lock.max_hold`, which is also the default.
-    pub fn max_hold(mut self, max_hold: Duration) -> HoldOptions {
-        self.request.max_hold_ms = Some(millis(max_hold));
-        self
-    }
-
-    /// Re-enter a lock this process holds, with its token, for as long as
-    /// the hold lasts: closing the hold lowers the lock's count as a
-    /// release does ([`Hold::hold_count`]).
-    pub fn reenter(mut self, token: impl Into<String>) -> HoldOptions {
-        self.request.token = Some(token.into());
-        self
-    }
-
-    /// The body these options send.
-    pub fn request(&self) -> &HoldRequest {
-        &self.request
-    }
-}
 
 /// Which page of `GET /v1/locks` to ask for ([`Client::locks_page`]).
 /// Unset fields take the agent's defaults: every resource, from the first,

@@ -34,129 +34,15 @@ use std::time::Duration;
 
 use hyper::Method;
 use redlock_wire::{
-    ExtendResponse, ForceReleaseResponse, HoldEvent, OnDisconnect, PermitExtendRequest,
-    PermitForceReleaseRequest, PermitHoldRequest, PermitReleaseRequest, PermitRequest,
-    PermitResponse, ReleaseResponse, SemaphoreResponse,
+    ExtendResponse, ForceReleaseResponse, HoldEvent, PermitExtendRequest,
+    PermitForceReleaseRequest, PermitReleaseRequest, PermitResponse, ReleaseResponse,
+    SemaphoreResponse,
 };
 
 use crate::hold::Hold;
+pub use crate::options::{PermitHoldOptions, PermitOptions};
 use crate::transport::semaphore_path;
 use crate::{json, millis, Client, Error, Extended};
-
-/// What [`Client::acquire_permit`] asks for: the wire's semaphore
-/// `acquire` body, built with durations. The limit is required; unset
-/// fields take the agent's defaults, as for a lock.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PermitOptions {
-    request: PermitRequest,
-}
-
-impl PermitOptions {
-    /// One permit of a semaphore of `limit` permits (the agent takes 1 to
-    /// [`redlock_wire::semaphore::MAX_PERMITS`]). The limit is part of the
-    /// semaphore: while permits are held with another, the agent refuses
-    /// with `409 limit_mismatch`.
-    pub fn new(limit: u32) -> PermitOptions {
-        PermitOptions {
-            request: PermitRequest {
-                limit,
-                ..PermitRequest::default()
-            },
-        }
-    }
-
-    /// The permit's TTL (as [`crate::AcquireOptions::ttl`]).
-    pub fn ttl(mut self, ttl: Duration) -> PermitOptions {
-        self.request.ttl_ms = Some(millis(ttl));
-        self
-    }
-
-    /// How long the agent may keep trying while every permit is held.
-    pub fn wait(mut self, wait: Duration) -> PermitOptions {
-        self.request.wait_ms = Some(millis(wait));
-        self
-    }
-
-    /// Ask for a fencing token ([`Permit::fence`]).
-    pub fn fence(mut self) -> PermitOptions {
-        self.request.fence = true;
-        self
-    }
-
-    /// A label operators see beside the permit.
-    pub fn owner(mut self, owner: impl Into<String>) -> PermitOptions {
-        self.request.owner = Some(owner.into());
-        self
-    }
-
-    /// The body these options send.
-    pub fn request(&self) -> &PermitRequest {
-        &self.request
-    }
-}
-
-/// What [`Client::hold_permit`] asks for: as [`PermitOptions`], plus a
-/// bound on how long the hold may last and what happens to the permit if
-/// the connection closes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PermitHoldOptions {
-    request: PermitHoldRequest,
-}
-
-impl PermitHoldOptions {
-    /// A permit of a semaphore of `limit` permits, held on a connection
-    /// (see [`PermitOptions::new`]).
-    pub fn new(limit: u32) -> PermitHoldOptions {
-        PermitHoldOptions {
-            request: PermitHoldRequest {
-                limit,
-                ..PermitHoldRequest::default()
-            },
-        }
-    }
-
-    /// The TTL the agent renews every third of.
-    pub fn ttl(mut self, ttl: Duration) -> PermitHoldOptions {
-        self.request.ttl_ms = Some(millis(ttl));
-        self
-    }
-
-    /// How long the agent may keep trying while every permit is held.
-    pub fn wait(mut self, wait: Duration) -> PermitHoldOptions {
-        self.request.wait_ms = Some(millis(wait));
-        self
-    }
-
-    /// Ask for a fencing token ([`PermitHold::fence`]).
-    pub fn fence(mut self) -> PermitHoldOptions {
-        self.request.fence = true;
-        self
-    }
-
-    /// A label operators see beside the permit.
-    pub fn owner(mut self, owner: impl Into<String>) -> PermitHoldOptions {
-        self.request.owner = Some(owner.into());
-        self
-    }
-
-    /// End the hold (`lost`, reason `max_hold`) after this long.
-    pub fn max_hold(mut self, max_hold: Duration) -> PermitHoldOptions {
-        self.request.max_hold_ms = Some(millis(max_hold));
-        self
-    }
-
-    /// What the agent does with the permit when this hold's connection
-    /// closes without a release (see [`OnDisconnect`]).
-    pub fn on_disconnect(mut self, on_disconnect: OnDisconnect) -> PermitHoldOptions {
-        self.request.on_disconnect = on_disconnect;
-        self
-    }
-
-    /// The body these options send.
-    pub fn request(&self) -> &PermitHoldRequest {
-        &self.request
-    }
-}
 
 /// A granted permit ([`Client::acquire_permit`]).
 #[derive(Clone, PartialEq, Eq)]
@@ -449,30 +335,5 @@ impl Client {
     /// A transport error, or an API error.
     pub async fn semaphore(&self, name: &str) -> Result<SemaphoreResponse, Error> {
         self.get(semaphore_path(name, "")).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options_carry_the_limit_and_what_is_set() {
-        let options = PermitOptions::new(3)
-            .ttl(Duration::from_millis(1500))
-            .wait(Duration::from_secs(2))
-            .owner("w1")
-            .fence();
-        assert_eq!(
-            String::from_utf8(json(options.request())).unwrap(),
-            r#"{"ttl_ms":1500,"wait_ms":2000,"owner":"w1","fence":true,"limit":3}"#
-        );
-        let hold = PermitHoldOptions::new(2)
-            .max_hold(Duration::from_secs(60))
-            .on_disconnect(OnDisconnect::Expire);
-        assert_eq!(
-            String::from_utf8(json(hold.request())).unwrap(),
-            r#"{"limit":2,"max_hold_ms":60000,"on_disconnect":"expire"}"#
-        );
     }
 }
