@@ -573,6 +573,43 @@ async fn a_campaign_and_its_leadership_are_spans_of_the_callers_trace() {
     assert!(campaign.span.end_time_unix_nano <= leadership.span.start_time_unix_nano);
 }
 
+/// A permit's hold is traced as a lock's: an acquire span naming the
+/// permit, then a hold span to the stream's end.
+#[tokio::test]
+async fn a_permit_hold_names_its_permit_and_ends_released() {
+    let receiver = Receiver::start(Mode::Ok).await;
+    let cluster = Cluster::start(3);
+    let agent = agent_tracing_to(&cluster, &receiver.endpoint()).await;
+    let caller = Caller::new(8);
+    let mut response = post(
+        &agent.socket,
+        "/v1/semaphores/workers/hold",
+        json!({"limit": 2, "ttl_ms": 900}),
+        Some(&caller.traceparent()),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let (body, mut buffer) = (response.body_mut(), Vec::new());
+    let acquired = next_line(body, &mut buffer, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(acquired["event"], "acquired", "{acquired}");
+    drop(response);
+
+    let acquire = receiver.span(&caller.trace, "redlock.acquire").await;
+    let a = &acquire.span.attributes;
+    assert_eq!(text(a, "redlock.kind"), "permit");
+    assert_eq!(text(a, "redlock.resource"), "workers");
+    assert_eq!(text(a, "redlock.outcome"), "ok");
+    assert_eq!(
+        int(a, "redlock.permit") as u64,
+        acquired["permit"].as_u64().unwrap()
+    );
+    let hold = receiver.span(&caller.trace, "redlock.hold").await;
+    assert_eq!(text(&hold.span.attributes, "redlock.kind"), "permit");
+    assert_eq!(text(&hold.span.attributes, "redlock.outcome"), "released");
+}
+
 /// The outcomes of a fixed run of lock calls: grants, a taken lock, and
 /// releases, each sampled with its own traceparent.
 async fn run_calls(agent: &TestAgent) -> Vec<(u16, Value)> {

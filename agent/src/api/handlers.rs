@@ -374,16 +374,22 @@ pub async fn semaphore(
                 request.max_hold_ms,
                 request.on_disconnect,
             );
-            let events = follow(span.as_ref(), held).await;
+            let permit = follow(span.as_ref(), held).await;
             if let Some(span) = span.as_mut() {
-                span.outcome(&events);
-                span.acquired(None, None);
+                span.outcome(&permit);
+                span.acquired(permit.as_ref().ok().and_then(|p| p.fence), None);
+                if let Ok(permit) = &permit {
+                    span.set("redlock.permit", i64::from(permit.index));
+                    let resource = permit.resource.as_str();
+                    let grants = agent.locks().grants();
+                    grants.traced(resource, permit.token.as_str(), span.trace_id());
+                }
             }
-            let events = events.map_err(lock_error)?;
+            let permit = permit.map_err(lock_error)?;
             let watch = agent
                 .telemetry()
                 .watch(caller, Kind::Permit, name.as_str(), span);
-            Ok(ndjson(events, slot, watch))
+            Ok(ndjson(permit.events, slot, watch))
         }
         LockAction::Extend => {
             let request: PermitExtendRequest = parse_body(body, false)?;

@@ -71,6 +71,17 @@ use crate::redlock::{Acquire, Failure, Grant, KeyState, Master, Redlock, Resourc
 
 /// A granted permit.
 #[derive(Debug)]
+/// A permit held by its client's connection ([`Locks::hold_permit`]).
+pub struct HeldPermit {
+    /// The hold's events, from `acquired` to `lost`.
+    pub events: super::events::Receiver<HoldEvent>,
+    pub index: u32,
+    /// The permit's own resource ([`Resource::permit`]).
+    pub resource: Resource,
+    pub token: Token,
+    pub fence: Option<u64>,
+}
+
 pub struct Permit {
     pub index: u32,
     pub grant: Grant,
@@ -409,13 +420,14 @@ impl<M: Store> Locks<M> {
         ask: Ask,
         max_hold_ms: Option<u64>,
         on_disconnect: OnDisconnect,
-    ) -> Result<super::events::Receiver<HoldEvent>, LockError> {
+    ) -> Result<HeldPermit, LockError> {
         let max_hold = self.rules.max_hold(max_hold_ms)?;
         let permit = self.acquire_permit(name, limit, ask).await?;
         let resource = Resource::permit(name, permit.index);
+        let (token, fence) = (permit.grant.token.clone(), permit.grant.fence);
         let (events, _task) = self
             .start_hold(
-                resource,
+                resource.clone(),
                 permit.grant,
                 max_hold,
                 on_disconnect,
@@ -423,7 +435,13 @@ impl<M: Store> Locks<M> {
                 super::holds::Held::Lock,
             )
             .await?;
-        Ok(events)
+        Ok(HeldPermit {
+            events,
+            index: permit.index,
+            resource,
+            token,
+            fence,
+        })
     }
 
     /// `GET /v1/semaphores/{name}`: the permits a quorum of masters hold,
