@@ -13,18 +13,6 @@ use serde_json::{json, Value};
 
 const MASTERS: usize = 3;
 
-async fn campaign(agent: &TestAgent, name: &str, body: Value) -> Hold {
-    let stream = agent
-        .stream(
-            Method::POST,
-            &format!("/v1/elections/{name}/campaign"),
-            Some(body),
-        )
-        .await;
-    assert_eq!(stream.status, StatusCode::OK, "{:?}", stream.error);
-    stream
-}
-
 async fn leader(agent: &TestAgent, name: &str) -> (StatusCode, Value) {
     agent.get(&format!("/v1/elections/{name}")).await.unwrap()
 }
@@ -67,28 +55,28 @@ async fn one_leader_of_three_campaigners_and_the_next_elected_on_resignation() {
     // A long TTL: the next is elected within a second only if the
     // resignation releases at once.
     let ttl = json!(9000);
-    let mut first = campaign(
-        &one,
-        "scheduler",
-        json!({"ttl_ms": ttl, "value": "10.0.0.1:8080", "owner": "a"}),
-    )
-    .await;
+    let mut first = one
+        .campaign(
+            "scheduler",
+            json!({"ttl_ms": ttl, "value": "10.0.0.1:8080", "owner": "a"}),
+        )
+        .await;
     let elected = first.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(elected["event"], "elected", "{elected}");
     let term = elected["term"].as_u64().unwrap();
 
-    let mut second = campaign(
-        &two,
-        "scheduler",
-        json!({"ttl_ms": ttl, "value": "10.0.0.2:8080", "owner": "b"}),
-    )
-    .await;
-    let mut third = campaign(
-        &one,
-        "scheduler",
-        json!({"ttl_ms": ttl, "value": "10.0.0.3:8080", "owner": "c"}),
-    )
-    .await;
+    let mut second = two
+        .campaign(
+            "scheduler",
+            json!({"ttl_ms": ttl, "value": "10.0.0.2:8080", "owner": "b"}),
+        )
+        .await;
+    let mut third = one
+        .campaign(
+            "scheduler",
+            json!({"ttl_ms": ttl, "value": "10.0.0.3:8080", "owner": "c"}),
+        )
+        .await;
     for stream in [&mut second, &mut third] {
         let waiting = stream.next(Duration::from_secs(5)).await.unwrap();
         assert_eq!(waiting["event"], "waiting", "{waiting}");
@@ -225,7 +213,7 @@ async fn no_leader_answers_404_and_a_lost_leadership_says_lost() {
     let none = observer.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(none, json!({"event": "no_leader", "election": "cron"}));
 
-    let mut leading = campaign(&agent, "cron", json!({"ttl_ms": 5000})).await;
+    let mut leading = agent.campaign("cron", json!({"ttl_ms": 5000})).await;
     let elected = leading.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(elected["event"], "elected");
     let seen = observer.next(Duration::from_secs(5)).await.unwrap();

@@ -11,7 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{wait_for, Cluster, Hold, TestAgent};
-use hyper::{Method, StatusCode};
+use hyper::StatusCode;
 use serde_json::{json, Value};
 
 const MASTERS: usize = 3;
@@ -22,14 +22,7 @@ const LOST: [&str; 4] = ["renew_failed", "no_quorum", "node_lost", "force_releas
 
 /// A campaign for `name` through `agent`, once elected.
 async fn lead(agent: &TestAgent, name: &str, body: Value) -> Hold {
-    let mut stream = agent
-        .stream(
-            Method::POST,
-            &format!("/v1/elections/{name}/campaign"),
-            Some(body),
-        )
-        .await;
-    assert_eq!(stream.status, StatusCode::OK, "{:?}", stream.error);
+    let mut stream = agent.campaign(name, body).await;
     let elected = next_change(&mut stream, Duration::from_secs(5)).await;
     let elected = elected.expect("elected within 5 s");
     assert_eq!(elected["event"], "elected", "{elected}");

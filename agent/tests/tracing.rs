@@ -275,6 +275,44 @@ async fn next_line(body: &mut Incoming, buffer: &mut Vec<u8>, limit: Duration) -
     }
 }
 
+/// A receiver, three masters, and an agent tracing every request to the
+/// receiver (the masters kept for as long as the agent).
+async fn traced() -> (Receiver, Cluster, TestAgent) {
+    let receiver = Receiver::start(Mode::Ok).await;
+    let cluster = Cluster::start(3);
+    let agent = agent_tracing_to(&cluster, &receiver.endpoint()).await;
+    (receiver, cluster, agent)
+}
+
+/// An event stream (a hold, a campaign) opened with a caller's
+/// `traceparent`.
+struct Stream {
+    response: Response<Incoming>,
+    buffer: Vec<u8>,
+}
+
+impl Stream {
+    async fn open(agent: &TestAgent, path: &str, body: Value, caller: &Caller) -> Stream {
+        let response = post(&agent.socket, path, body, Some(&caller.traceparent())).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        Stream {
+            response,
+            buffer: Vec::new(),
+        }
+    }
+
+    /// The next event, within 10 s.
+    async fn next(&mut self) -> Value {
+        next_line(
+            self.response.body_mut(),
+            &mut self.buffer,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("an event within 10 s")
+    }
+}
+
 async fn agent_tracing_to(cluster: &Cluster, endpoint: &str) -> TestAgent {
     let extra = format!(
         "{SHORT}agent:\n  name: tracer-1\ntracing:\n  otlp_endpoint: \"{endpoint}\"\n  sample_ratio: 1.0\n"
@@ -288,9 +326,7 @@ async fn agent_tracing_to(cluster: &Cluster, endpoint: &str) -> TestAgent {
 /// listing names the trace; its release is a span of that trace too.
 #[tokio::test]
 async fn acquire_with_a_traceparent_joins_the_callers_trace() {
-    let receiver = Receiver::start(Mode::Ok).await;
-    let cluster = Cluster::start(3);
-    let agent = agent_tracing_to(&cluster, &receiver.endpoint()).await;
+    let (receiver, _cluster, agent) = traced().await;
     let caller = Caller::new(1);
     let (status, grant) = post_json(
         &agent.socket,
@@ -358,9 +394,7 @@ async fn acquire_with_a_traceparent_joins_the_callers_trace() {
 /// place in line, and the holder (agent and owner) it waited behind.
 #[tokio::test]
 async fn a_wait_behind_another_holder_shows_the_wait_and_the_holder() {
-    let receiver = Receiver::start(Mode::Ok).await;
-    let cluster = Cluster::start(3);
-    let agent = agent_tracing_to(&cluster, &receiver.endpoint()).await;
+    let (receiver, _cluster, agent) = traced().await;
     let first = agent
         .acquire_ok("ledger", json!({"ttl_ms": 2000, "owner": "first"}))
         .await;
@@ -411,29 +445,21 @@ async fn a_wait_behind_another_holder_shows_the_wait_and_the_holder() {
 /// event when an operator force-releases it.
 #[tokio::test]
 async fn a_hold_span_ends_at_its_release_or_loss_with_events() {
-    let receiver = Receiver::start(Mode::Ok).await;
-    let cluster = Cluster::start(3);
-    let agent = agent_tracing_to(&cluster, &receiver.endpoint()).await;
+    let (receiver, _cluster, agent) = traced().await;
 
     let caller = Caller::new(3);
-    let mut response = post(
-        &agent.socket,
+    let mut stream = Stream::open(
+        &agent,
         "/v1/locks/batch/hold",
         json!({"ttl_ms": 900}),
-        Some(&caller.traceparent()),
+        &caller,
     )
     .await;
-    assert_eq!(response.status(), StatusCode::OK);
-    let (body, mut buffer) = (response.body_mut(), Vec::new());
-    let acquired = next_line(body, &mut buffer, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let acquired = stream.next().await;
     assert_eq!(acquired["event"], "acquired");
-    let renewed = next_line(body, &mut buffer, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let renewed = stream.next().await;
     assert_eq!(renewed["event"], "renewed");
-    drop(response);
+    drop(stream);
     let hold = receiver.span(&caller.trace, "redlock.hold").await;
     assert_eq!(hex(&hold.span.parent_span_id), caller.span);
     assert_eq!(text(&hold.span.attributes, "redlock.outcome"), "released");
@@ -446,25 +472,20 @@ async fn a_hold_span_ends_at_its_release_or_loss_with_events() {
     assert!(acquire.span.end_time_unix_nano <= hold.span.start_time_unix_nano);
 
     let caller = Caller::new(4);
-    let mut response = post(
-        &agent.socket,
+    let mut stream = Stream::open(
+        &agent,
         "/v1/locks/report/hold",
         json!({"ttl_ms": 2000}),
-        Some(&caller.traceparent()),
+        &caller,
     )
     .await;
-    let (body, mut buffer) = (response.body_mut(), Vec::new());
-    let acquired = next_line(body, &mut buffer, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let acquired = stream.next().await;
     assert_eq!(acquired["event"], "acquired");
     let (status, _) = agent
         .admin_post("/v1/locks/report/force-release", json!({}))
         .await;
     assert_eq!(status, StatusCode::OK);
-    let lost = next_line(body, &mut buffer, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let lost = stream.next().await;
     assert_eq!(lost["event"], "lost");
     let hold = receiver.span(&caller.trace, "redlock.hold").await;
     assert_eq!(text(&hold.span.attributes, "redlock.outcome"), "lost");
@@ -485,9 +506,7 @@ async fn a_hold_span_ends_at_its_release_or_loss_with_events() {
 /// fence.
 #[tokio::test]
 async fn a_reentry_is_a_span_with_its_hold_count() {
-    let receiver = Receiver::start(Mode::Ok).await;
-    let cluster = Cluster::start(3);
-    let agent = agent_tracing_to(&cluster, &receiver.endpoint()).await;
+    let (receiver, _cluster, agent) = traced().await;
     let (status, first) = post_json(
         &agent.socket,
         "/v1/locks/nested/acquire",
@@ -524,33 +543,25 @@ async fn a_reentry_is_a_span_with_its_hold_count() {
 /// end, both in the campaigner's trace with the term as the fence.
 #[tokio::test]
 async fn a_campaign_and_its_leadership_are_spans_of_the_callers_trace() {
-    let receiver = Receiver::start(Mode::Ok).await;
-    let cluster = Cluster::start(3);
-    let agent = agent_tracing_to(&cluster, &receiver.endpoint()).await;
+    let (receiver, _cluster, agent) = traced().await;
     let caller = Caller::new(7);
-    let mut response = post(
-        &agent.socket,
+    let mut stream = Stream::open(
+        &agent,
         "/v1/elections/scheduler/campaign",
         json!({"ttl_ms": 900}),
-        Some(&caller.traceparent()),
+        &caller,
     )
     .await;
-    assert_eq!(response.status(), StatusCode::OK);
-    let (body, mut buffer) = (response.body_mut(), Vec::new());
     let elected = loop {
-        let event = next_line(body, &mut buffer, Duration::from_secs(10))
-            .await
-            .expect("an event before the election");
+        let event = stream.next().await;
         if event["event"] == "elected" {
             break event;
         }
     };
     let term = elected["term"].as_u64().unwrap();
-    let renewed = next_line(body, &mut buffer, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let renewed = stream.next().await;
     assert_eq!(renewed["event"], "renewed");
-    drop(response);
+    drop(stream);
 
     let campaign = receiver.span(&caller.trace, "redlock.campaign").await;
     assert_eq!(hex(&campaign.span.parent_span_id), caller.span);
@@ -577,24 +588,18 @@ async fn a_campaign_and_its_leadership_are_spans_of_the_callers_trace() {
 /// permit, then a hold span to the stream's end.
 #[tokio::test]
 async fn a_permit_hold_names_its_permit_and_ends_released() {
-    let receiver = Receiver::start(Mode::Ok).await;
-    let cluster = Cluster::start(3);
-    let agent = agent_tracing_to(&cluster, &receiver.endpoint()).await;
+    let (receiver, _cluster, agent) = traced().await;
     let caller = Caller::new(8);
-    let mut response = post(
-        &agent.socket,
+    let mut stream = Stream::open(
+        &agent,
         "/v1/semaphores/workers/hold",
         json!({"limit": 2, "ttl_ms": 900}),
-        Some(&caller.traceparent()),
+        &caller,
     )
     .await;
-    assert_eq!(response.status(), StatusCode::OK);
-    let (body, mut buffer) = (response.body_mut(), Vec::new());
-    let acquired = next_line(body, &mut buffer, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let acquired = stream.next().await;
     assert_eq!(acquired["event"], "acquired", "{acquired}");
-    drop(response);
+    drop(stream);
 
     let acquire = receiver.span(&caller.trace, "redlock.acquire").await;
     let a = &acquire.span.attributes;

@@ -515,6 +515,14 @@ impl TestAgent {
         .await
     }
 
+    /// A campaign for election `name`, its stream open (200).
+    pub async fn campaign(&self, name: &str, body: Value) -> Hold {
+        let path = format!("/v1/elections/{name}/campaign");
+        let stream = self.stream(Method::POST, &path, Some(body)).await;
+        assert_eq!(stream.status, StatusCode::OK, "{:?}", stream.error);
+        stream
+    }
+
     /// A request answered with an NDJSON stream (a hold, a permit's hold,
     /// a campaign, an observer), on a raw connection of its own: its
     /// status, and its events or error. Dropping it closes the connection.
