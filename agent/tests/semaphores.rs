@@ -254,6 +254,52 @@ async fn a_permits_hold_extend_and_release() {
     agent.stop().await;
 }
 
+/// A permit is extended and released by its token alone, through the
+/// agent that granted it or another one: the agent finds the permit from
+/// the token. A token made for no permit of the semaphore (another
+/// semaphore's, a lock's) is refused with its code, and changes nothing.
+#[tokio::test]
+async fn a_permit_is_extended_and_released_by_its_token_alone() {
+    let cluster = Cluster::start(MASTERS);
+    let one = TestAgent::start(&cluster, "").await;
+    let two = TestAgent::start(&cluster, "").await;
+    let ask = json!({"limit": 3, "ttl_ms": 30000});
+    let (_, first) = permit(&one, "batch", ask.clone()).await;
+    let (status, second) = permit(&one, "batch", ask).await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    assert_ne!(first["permit"], second["permit"]);
+
+    let token_only = json!({"token": second["token"], "ttl_ms": 30000});
+    let (status, extended) = one.post("/v1/semaphores/batch/extend", token_only).await;
+    assert_eq!(status, StatusCode::OK, "{extended}");
+
+    let (_, other) = permit(&one, "other", json!({"limit": 1, "ttl_ms": 30000})).await;
+    let (status, lock) = one.post("/v1/locks/batch/acquire", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{lock}");
+    for wrong in [&other["token"], &lock["token"]] {
+        let body = json!({"token": wrong});
+        let (status, answer) = two.post("/v1/semaphores/batch/release", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
+    }
+    assert_eq!(
+        semaphore(&two, "batch").await["permits"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let body = json!({"token": second["token"]});
+    let (status, released) = two.post("/v1/semaphores/batch/release", body).await;
+    assert_eq!(status, StatusCode::OK, "{released}");
+    assert_eq!(released["released"], true, "{released}");
+    let listed = semaphore(&one, "batch").await;
+    let permits = listed["permits"].as_array().unwrap();
+    assert_eq!(permits.len(), 1, "{listed}");
+    assert_eq!(permits[0]["permit"], first["permit"], "{listed}");
+}
+
 /// Refused with their codes: no limit, limit 0 or above the maximum, a
 /// permit number out of range, a name with a space, and taking a permit
 /// on the admin socket.

@@ -220,7 +220,7 @@ async fn cycles(
                             .wait(wait)
                             .owner(owner.clone());
                         match client.acquire_permit(&semaphore, &options).await {
-                            Ok(p) => client.release_permit(&semaphore, p.permit, &p.token).await,
+                            Ok(p) => client.release_permit(&semaphore, &p.token).await,
                             Err(e) => Err(e),
                         }
                     };

@@ -20,7 +20,7 @@
 //!     Ok(permit) => {
 //!         // ... call the API, finished well before permit.valid_until ...
 //!         client
-//!             .release_permit(&permit.semaphore, permit.permit, &permit.token)
+//!             .release_permit(&permit.semaphore, &permit.token)
 //!             .await?;
 //!     }
 //!     Err(Error::Taken { .. }) => println!("all 5 permits are in use"),
@@ -197,8 +197,9 @@ impl Client {
         })
     }
 
-    /// `POST /v1/semaphores/{name}/extend`: a new TTL from now for
-    /// `permit` (`None`: the agent's `lock.default_ttl`).
+    /// `POST /v1/semaphores/{name}/extend`: a new TTL from now for the
+    /// permit `token` holds (`None`: the agent's `lock.default_ttl`); the
+    /// agent finds the permit from the token.
     ///
     /// # Errors
     /// [`Error::Lost`] when it was not extended on a quorum in time (stop
@@ -206,12 +207,11 @@ impl Client {
     pub async fn extend_permit(
         &self,
         name: &str,
-        permit: u32,
         token: &str,
         ttl: Option<Duration>,
     ) -> Result<Extended, Error> {
         let body = PermitExtendRequest {
-            permit,
+            permit: None,
             token: token.to_string(),
             ttl_ms: ttl.map(millis),
         };
@@ -232,20 +232,16 @@ impl Client {
         })
     }
 
-    /// `POST /v1/semaphores/{name}/release`. `Ok(false)` means no quorum
+    /// `POST /v1/semaphores/{name}/release` of the permit `token` holds
+    /// (the agent finds which from the token). `Ok(false)` means no quorum
     /// still held the permit: it had expired, and the work may have run
     /// beside `limit` others.
     ///
     /// # Errors
     /// As [`Client::release`].
-    pub async fn release_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        token: &str,
-    ) -> Result<bool, Error> {
+    pub async fn release_permit(&self, name: &str, token: &str) -> Result<bool, Error> {
         let body = PermitReleaseRequest {
-            permit,
+            permit: None,
             token: token.to_string(),
         };
         let answer: ReleaseResponse = self

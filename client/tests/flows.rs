@@ -450,23 +450,18 @@ async fn semaphore_permits_round_trip() {
 
     let extended = s
         .client
-        .extend_permit(
-            "pay-api",
-            first.permit,
-            &first.token,
-            Some(Duration::from_secs(20)),
-        )
+        .extend_permit("pay-api", &first.token, Some(Duration::from_secs(20)))
         .await
         .unwrap();
     assert!(extended.validity > Duration::from_secs(10));
     assert!(s
         .client
-        .release_permit("pay-api", first.permit, &first.token)
+        .release_permit("pay-api", &first.token)
         .await
         .unwrap());
     assert!(!s
         .client
-        .release_permit("pay-api", first.permit, &first.token)
+        .release_permit("pay-api", &first.token)
         .await
         .unwrap());
 
@@ -490,7 +485,7 @@ async fn semaphore_permits_round_trip() {
     .await;
     assert!(s
         .client
-        .release_permit("pay-api", second.permit, &second.token)
+        .release_permit("pay-api", &second.token)
         .await
         .unwrap());
 }

@@ -175,11 +175,9 @@ impl Client {
     ) -> Result<Answer<Extended>, Error> {
         match held {
             Held::Lock(resource) => self.extend(resource, token, ttl).await,
-            Held::Permit { semaphore, permit } => answer(
-                self.fresh()
-                    .extend_permit(semaphore, *permit, token, ttl)
-                    .await,
-            ),
+            Held::Permit { semaphore, .. } => {
+                answer(self.fresh().extend_permit(semaphore, token, ttl).await)
+            }
         }
     }
 
@@ -190,8 +188,8 @@ impl Client {
     pub async fn release_held(&self, held: &Held, token: &str) -> Result<Answer<bool>, Error> {
         match held {
             Held::Lock(resource) => self.release(resource, token).await,
-            Held::Permit { semaphore, permit } => {
-                answer(self.fresh().release_permit(semaphore, *permit, token).await)
+            Held::Permit { semaphore, .. } => {
+                answer(self.fresh().release_permit(semaphore, token).await)
             }
         }
     }

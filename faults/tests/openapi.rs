@@ -439,7 +439,7 @@ fn wire_values_match_their_schemas() {
         &s,
         "PermitExtendRequest",
         PermitExtendRequest {
-            permit: 2,
+            permit: Some(2),
             token: token.into(),
             ttl_ms: Some(5),
         },
@@ -448,7 +448,7 @@ fn wire_values_match_their_schemas() {
         &s,
         "PermitReleaseRequest",
         PermitReleaseRequest {
-            permit: 2,
+            permit: Some(2),
             token: token.into(),
         },
     );

@@ -79,6 +79,23 @@ pub fn whole_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     })
 }
 
+/// An optional `u32`: absent or `null` is `None`, else as [`whole_u32`].
+///
+/// # Errors
+/// As [`whole_u32`], but for `null`.
+pub fn optional_whole_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    Option::<Whole>::deserialize(d)?
+        .map(|Whole(v)| {
+            u32::try_from(v).map_err(|_| {
+                de::Error::invalid_value(
+                    Unexpected::Unsigned(v),
+                    &"a whole number up to 4294967295",
+                )
+            })
+        })
+        .transpose()
+}
+
 /// An optional field that is not an `Option` (a flag, an enum with a
 /// default): `null` is its default, as absent is.
 ///

@@ -68,8 +68,14 @@ pub struct PermitResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PermitExtendRequest {
-    #[serde(deserialize_with = "crate::fields::whole_u32")]
-    pub permit: u32,
+    /// The permit the token holds; when absent the agent finds it from the
+    /// token, which names its permit's key (see the agent's tokens).
+    #[serde(
+        default,
+        deserialize_with = "crate::fields::optional_whole_u32",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub permit: Option<u32>,
     pub token: String,
     #[serde(
         default,
@@ -84,8 +90,13 @@ pub struct PermitExtendRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PermitReleaseRequest {
-    #[serde(deserialize_with = "crate::fields::whole_u32")]
-    pub permit: u32,
+    /// As [`PermitExtendRequest::permit`].
+    #[serde(
+        default,
+        deserialize_with = "crate::fields::optional_whole_u32",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub permit: Option<u32>,
     pub token: String,
 }
 

@@ -393,7 +393,7 @@ pub async fn semaphore(
         }
         LockAction::Extend => {
             let request: PermitExtendRequest = parse_body(body, false)?;
-            let resource = permit_resource(&name, request.permit).map_err(lock_error)?;
+            let resource = permit_named(agent, &name, request.permit, &request.token)?;
             let request = ExtendRequest {
                 token: request.token,
                 ttl_ms: request.ttl_ms,
@@ -402,7 +402,7 @@ pub async fn semaphore(
         }
         LockAction::Release => {
             let request: PermitReleaseRequest = parse_body(body, false)?;
-            let resource = permit_resource(&name, request.permit).map_err(lock_error)?;
+            let resource = permit_named(agent, &name, request.permit, &request.token)?;
             let request = ReleaseRequest {
                 token: request.token,
             };
@@ -414,4 +414,21 @@ pub async fn semaphore(
             force_release(agent, &resource, Kind::Permit, holder, caller).await
         }
     }
+}
+
+/// The permit's resource of an extend or a release: the one the request
+/// names, or the one its token was made for.
+fn permit_named(
+    agent: &Agent,
+    name: &Resource,
+    permit: Option<u32>,
+    token: &str,
+) -> Result<Resource, ApiError> {
+    match permit {
+        Some(permit) => permit_resource(name, permit),
+        None => agent
+            .locks()
+            .permit_of(name, &Token::from_client(token.to_string())),
+    }
+    .map_err(lock_error)
 }

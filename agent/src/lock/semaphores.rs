@@ -67,7 +67,9 @@ use super::listing::{self, ReadError};
 use super::waiters::Contest;
 use super::{check_owner, Ask, LockError, Locks};
 use crate::config::FenceMode;
-use crate::redlock::{Acquire, Failure, Grant, KeyState, Master, Redlock, Resource, Store, Token};
+use crate::redlock::{
+    token, Acquire, Failure, Grant, KeyState, Master, Redlock, Resource, Store, Token,
+};
 
 /// A granted permit.
 #[derive(Debug)]
@@ -300,6 +302,27 @@ pub fn permit_resource(name: &Resource, permit: u32) -> Result<Resource, LockErr
 }
 
 impl<M: Store> Locks<M> {
+    /// The permit of the semaphore `name` that `token` was made for: a
+    /// token's check value proves the key it was made for (see
+    /// [`token::stored_at`]), so a permit is released or extended by its
+    /// token alone, by any agent.
+    ///
+    /// # Errors
+    /// [`LockError::Invalid`] when `token` was made for none of its permits.
+    pub fn permit_of(&self, name: &Resource, token: &Token) -> Result<Resource, LockError> {
+        let redlock = self.engine();
+        (0..MAX_PERMITS)
+            .map(|i| Resource::permit(name, i))
+            .find(|permit| {
+                token::stored_at(&redlock.key(permit), token.as_str()) == token::Stored::Token
+            })
+            .ok_or_else(|| {
+                LockError::Invalid(format!(
+                    "token: not the token of a permit of semaphore {name:?}"
+                ))
+            })
+    }
+
     /// One permit of the semaphore `name` of `limit` permits, waiting in
     /// line up to `wait_ms`, recorded as a grant of its permit's resource.
     ///
