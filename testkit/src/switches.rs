@@ -114,8 +114,15 @@ pub const RENEWALS_WAIT_FOR_CLIENT: &str = "REDLOCK_TEST_RENEWALS_WAIT_FOR_CLIEN
 /// granted beside them without the fix.
 pub const SEMAPHORE_LIMIT_BY_GRANTER: &str = "REDLOCK_TEST_SEMAPHORE_LIMIT_BY_GRANTER";
 
+/// `1` grants a lock on several resources once each resource that a
+/// quorum granted is counted, whatever the others answered: a resource
+/// held by someone else is granted again (the all-or-nothing rule off).
+/// The control run of the fault suite's multi-resource property, which
+/// must see a resource held by two grants at once without the rule.
+pub const MULTI_PARTIAL: &str = "REDLOCK_TEST_MULTI_PARTIAL";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 18] = [
+pub const ALL: [&str; 19] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -134,6 +141,7 @@ pub const ALL: [&str; 18] = [
     REENTRY_TRUSTS_PID_ZERO,
     RENEWALS_WAIT_FOR_CLIENT,
     SEMAPHORE_LIMIT_BY_GRANTER,
+    MULTI_PARTIAL,
 ];
 
 /// `1` stops the agent from watching its masters' clocks: the master's

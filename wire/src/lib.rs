@@ -87,9 +87,14 @@ macro_rules! lock_request {
 }
 
 pub mod election;
+pub mod multi;
 pub mod semaphore;
 
 pub use election::{CampaignEvent, CampaignRequest, Leader, ObserveEvent};
+pub use multi::{
+    MultiAcquireRequest, MultiAcquireResponse, MultiExtendRequest, MultiHoldRequest,
+    MultiReleaseRequest, MAX_RESOURCES,
+};
 pub use semaphore::{
     PermitExtendRequest, PermitForceReleaseRequest, PermitHoldRequest, PermitInfo,
     PermitReleaseRequest, PermitRequest, PermitResponse, SemaphoreResponse,
