@@ -89,6 +89,7 @@ pub mod election;
 pub mod error;
 pub mod guard;
 pub mod hold;
+pub mod multi;
 pub mod options;
 pub mod semaphore;
 pub mod trace;
@@ -109,6 +110,7 @@ pub use election::{Campaign, Observer};
 pub use error::Error;
 pub use guard::{LockGuard, LostReason};
 pub use hold::Hold;
+pub use multi::MultiGrant;
 pub use options::{
     AcquireOptions, CampaignOptions, HoldOptions, Options, PermitHoldOptions, PermitOptions,
 };

@@ -554,3 +554,66 @@ async fn a_campaign_leads_until_dropped_and_the_next_gets_a_larger_term() {
     })
     .await;
 }
+
+/// Several resources at once: all granted under one token (a single
+/// acquire of any refused), extended and released by it; one already held
+/// keeps the whole request out; a hold of several releases them when
+/// dropped.
+#[tokio::test]
+async fn several_resources_round_trip() {
+    let s = setup().await;
+    let options = AcquireOptions::new()
+        .ttl(Duration::from_secs(10))
+        .owner("mover")
+        .fence();
+    let grant = s
+        .client
+        .acquire_many(&["stock-b", "stock-a"], &options)
+        .await
+        .unwrap();
+    assert_eq!(grant.resources, ["stock-a", "stock-b"]);
+    assert!(grant.fence.is_some(), "{grant:?}");
+    assert!(
+        !format!("{grant:?}").contains(&grant.token),
+        "Debug hides the token"
+    );
+    for resource in ["stock-a", "stock-b"] {
+        let single = s.client.acquire(resource, &AcquireOptions::new()).await;
+        assert!(matches!(single, Err(Error::Taken { .. })), "{single:?}");
+    }
+    let extended = s
+        .client
+        .extend_many(&grant.token, Some(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    assert!(extended.validity > Duration::from_secs(10));
+    let overlapping = s
+        .client
+        .acquire_many(&["stock-b", "stock-c"], &AcquireOptions::new())
+        .await;
+    assert!(
+        matches!(overlapping, Err(Error::Taken { .. })),
+        "{overlapping:?}"
+    );
+    assert!(s.client.release_many(&grant.token).await.unwrap());
+
+    let hold = s
+        .client
+        .hold_many(&["stock-a", "stock-c"], &HoldOptions::new())
+        .await
+        .unwrap();
+    let single = s.client.acquire("stock-c", &AcquireOptions::new()).await;
+    assert!(matches!(single, Err(Error::Taken { .. })), "{single:?}");
+    drop(hold);
+    wait_for("both released when the hold is dropped", || async {
+        let grant = s
+            .client
+            .acquire_many(&["stock-a", "stock-c"], &AcquireOptions::new())
+            .await;
+        match grant {
+            Ok(grant) => s.client.release_many(&grant.token).await.unwrap(),
+            Err(_) => false,
+        }
+    })
+    .await;
+}

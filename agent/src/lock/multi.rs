@@ -391,3 +391,127 @@ fn names(resources: &[Resource]) -> String {
     let names: Vec<&str> = resources.iter().map(Resource::as_str).collect();
     names.join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::tests::{ask, resource, service};
+
+    fn many(names: &[&str]) -> Vec<Resource> {
+        let names: Vec<String> = names.iter().map(ToString::to_string).collect();
+        resources(&names).unwrap()
+    }
+
+    /// A resource held leaves the whole request out with no key of the
+    /// others on any master; free, all are granted under one token that
+    /// proves the set, and the token releases them all.
+    #[tokio::test]
+    async fn all_or_nothing_on_every_master_and_one_token_for_all() {
+        let (masters, locks) = service();
+        let held = locks
+            .acquire(&resource("b"), ask(0, "other"))
+            .await
+            .unwrap();
+        let set = many(&["c", "b", "a"]);
+        let refused = locks.acquire_many(&set, ask(0, "mover")).await;
+        assert!(
+            matches!(refused, Err(LockError::TakenMany(_))),
+            "{refused:?}"
+        );
+        for master in &masters {
+            assert_eq!(master.holds("t:a"), None);
+            assert_eq!(master.holds("t:c"), None);
+        }
+        locks
+            .release(&resource("b"), &held.token, None)
+            .await
+            .unwrap();
+        let granted = locks.acquire_many(&set, ask(0, "mover")).await.unwrap();
+        let prefix = &locks.engine().settings().key_prefix;
+        assert_eq!(
+            stored_at(&set_key(prefix, &set), granted.token.as_str()),
+            Stored::Token
+        );
+        for (resource, grant) in set.iter().zip(&granted.grants) {
+            let key = locks.engine().key(resource);
+            assert_eq!(stored_at(&key, grant.token.as_str()), Stored::Token);
+            let holding = masters
+                .iter()
+                .filter(|m| m.holds(&key).as_deref() == Some(grant.token.as_str()))
+                .count();
+            assert!(holding >= 2, "{resource} held on {holding} of 3");
+        }
+        let parts = locks.parts_of(&granted.token, None).unwrap();
+        let named = locks
+            .parts_of(&granted.token, Some(&["a".into(), "c".into(), "b".into()]))
+            .unwrap();
+        assert_eq!(parts, named);
+        assert!(locks
+            .parts_of(&granted.token, Some(&["a".into(), "b".into()]))
+            .is_err());
+        assert_eq!(
+            locks
+                .release_many(&granted.token, &parts, None)
+                .await
+                .unwrap(),
+            Released::Released
+        );
+        // The last master's release may still be on its way.
+        for _ in 0..100 {
+            if masters.iter().all(|m| m.holds("t:b").is_none()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(masters.iter().all(|m| m.holds("t:b").is_none()));
+        assert!(locks.parts_of(&granted.token, None).is_err(), "forgotten");
+    }
+
+    /// The set's one fence is above the fences of each resource's earlier
+    /// grants, and a later grant of any of them is above it.
+    #[tokio::test]
+    async fn one_fence_above_each_resource_earlier_fences() {
+        let (_masters, locks) = service();
+        let mut fenced = ask(0, "f");
+        fenced.lock.fence = true;
+        let mut earlier = 0;
+        for name in ["x", "y"] {
+            let grant = locks
+                .acquire(&resource(name), fenced.clone())
+                .await
+                .unwrap();
+            earlier = earlier.max(grant.fence.unwrap());
+            locks
+                .release(&resource(name), &grant.token, None)
+                .await
+                .unwrap();
+        }
+        let set = many(&["x", "y"]);
+        let granted = locks.acquire_many(&set, fenced.clone()).await.unwrap();
+        let fence = granted.grants[0].fence.unwrap();
+        assert!(fence > earlier);
+        assert!(granted.grants.iter().all(|g| g.fence == Some(fence)));
+        let parts = locks.parts_of(&granted.token, None).unwrap();
+        locks
+            .release_many(&granted.token, &parts, None)
+            .await
+            .unwrap();
+        let later = locks.acquire(&resource("y"), fenced).await.unwrap();
+        assert!(later.fence.unwrap() > fence);
+    }
+
+    /// Requests name 2 to the maximum of valid resources, none twice.
+    #[test]
+    fn requests_name_two_to_the_maximum_distinct_valid_resources() {
+        let named =
+            |names: &[&str]| resources(&names.iter().map(ToString::to_string).collect::<Vec<_>>());
+        assert!(named(&["one"]).is_err());
+        assert!(named(&["a", "b", "a"]).is_err());
+        assert!(named(&["a", "no spaces"]).is_err());
+        let most: Vec<String> = (0..=MAX_RESOURCES).map(|i| format!("r{i}")).collect();
+        assert!(resources(&most).is_err());
+        assert!(resources(&most[1..]).is_ok());
+        let sorted = named(&["b", "c", "a"]).unwrap();
+        assert_eq!(names(&sorted), "a, b, c");
+    }
+}

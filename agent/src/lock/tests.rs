@@ -26,7 +26,7 @@ const TTL_MS: u64 = 30_000;
 /// The longest any wait below may take before the test fails.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-fn service() -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
+pub(super) fn service() -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
     service_with(Isolate::None)
 }
 
@@ -63,11 +63,11 @@ fn service_with(isolate: Isolate) -> (Vec<Arc<Memory>>, Arc<Locks<Memory>>) {
     (masters, Arc::new(locks))
 }
 
-fn resource(name: &str) -> Resource {
+pub(super) fn resource(name: &str) -> Resource {
     Resource::new(name).unwrap()
 }
 
-fn ask(wait_ms: u64, owner: &str) -> Ask {
+pub(super) fn ask(wait_ms: u64, owner: &str) -> Ask {
     lock_ask(AcquireRequest {
         ttl_ms: Some(TTL_MS),
         wait_ms: Some(wait_ms),
