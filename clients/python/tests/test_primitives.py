@@ -60,7 +60,7 @@ class PrimitivesTest(unittest.TestCase):
         # A permit's token alone names it; the older (permit, token) still works.
         extended = c.extend_permit("py-sem", granted.token, ttl_ms=20_000)
         self.assertEqual(extended.ttl_ms, 20_000)
-        self.assertEqual(c.extend_permit("py-sem", granted.permit, granted.token).ttl_ms, 30_000)
+        self.assertEqual(c.extend_permit("py-sem", granted.permit, granted.token, 30_000).ttl_ms, 30_000)
         self.assertTrue(c.release_permit("py-sem", token=granted.token))
         for p in permits:
             self.assertTrue(c.release_permit("py-sem", p.token))
