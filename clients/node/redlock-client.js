@@ -323,7 +323,7 @@ class Client {
   holdMany(resources, { ttlMs, waitMs, owner, maxHoldMs, fence, onDisconnect } = {}) {
     let names;
     try {
-      names = resourceList(resources).sort();
+      names = (resourceList(resources) || []).sort();
     } catch (e) {
       return Promise.reject(e);
     }
