@@ -58,8 +58,8 @@ type event struct {
 	Leader     *Leader `json:"leader"`
 }
 
-// Hold is a lock (or a semaphore's permit) the agent renews every third of
-// its TTL for as long as the hold is open.
+// Hold is a lock (a semaphore's permit, or a lock on several resources)
+// the agent renews every third of its TTL for as long as the hold is open.
 //
 // ## Behavior
 //   - Lost() is closed when the lock is lost; Reason() then says why: the
@@ -79,6 +79,8 @@ type Hold struct {
 	fence    uint64
 	permit   int
 	count    int
+	// resources are a lock on several's, sorted; nil for one lock or a permit.
+	resources []string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -99,7 +101,7 @@ func (c *Client) Hold(ctx context.Context, resource string, o HoldOptions) (*Hol
 	return c.hold(ctx, resource, path("locks", resource, "hold"), o.body())
 }
 
-func (c *Client) hold(ctx context.Context, resource, u string, body holdBody) (*Hold, error) {
+func (c *Client) hold(ctx context.Context, resource, u string, body interface{}) (*Hold, error) {
 	var first event
 	s, err := c.openStream(ctx, http.MethodPost, u, body, func(s *stream) error {
 		if !s.next(&first) || first.Event != "acquired" {
@@ -187,8 +189,13 @@ func (h *Hold) Reason() string {
 // Context is cancelled when the lock is lost or the hold closed.
 func (h *Hold) Context() context.Context { return h.ctx }
 
-// Resource is the lock's resource (a semaphore's name for a permit).
+// Resource is the lock's resource (a semaphore's name for a permit; the
+// resources joined by commas for a lock on several).
 func (h *Hold) Resource() string { return h.resource }
+
+// Resources are the resources of a hold of several (HoldMany), sorted; nil
+// for a hold of one lock or a permit.
+func (h *Hold) Resources() []string { return append([]string(nil), h.resources...) }
 
 // Token is the grant's token (for a re-entry of the lock).
 func (h *Hold) Token() string { return h.token }

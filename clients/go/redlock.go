@@ -1,6 +1,7 @@
 // Package redlock is the Go client of redlock-agent's socket: locks
-// (acquire, extend, release, re-entry), holds the agent renews that tell
-// when they are lost, fencing tokens, semaphores and leader elections.
+// (acquire, extend, release, re-entry), locks on several resources at
+// once, holds the agent renews that tell when they are lost, fencing
+// tokens, semaphores and leader elections.
 //
 // The agent speaks HTTP/1.1 + JSON on a Unix socket; this package wraps it
 // with only the standard library. Every call takes a context.Context: it
@@ -19,8 +20,8 @@
 // Layout: redlock.go (the client, its transport, errors and locks),
 // trace.go (the caller's trace context as request headers),
 // stream.go (one NDJSON answer and its connection), hold.go (holds and
-// their loss), semaphore.go (permits), election.go (campaigns, leaders,
-// observers).
+// their loss), multi.go (locks on several resources at once),
+// semaphore.go (permits), election.go (campaigns, leaders, observers).
 package redlock
 
 import (

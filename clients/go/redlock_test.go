@@ -345,7 +345,14 @@ func TestSemaphore(t *testing.T) {
 	case <-time.After(deadline):
 		t.Fatal("the waiter was not granted")
 	}
-	for _, p := range permits {
+	// The token alone names a permit.
+	if _, err := c.ExtendPermit(ctx, name, redlock.ByToken, permits[1].Token, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.ReleasePermit(ctx, name, redlock.ByToken, permits[1].Token); err != nil || !ok {
+		t.Fatalf("release by token: %v %v", ok, err)
+	}
+	for _, p := range permits[:1] {
 		if _, err := p.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

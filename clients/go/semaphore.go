@@ -11,12 +11,17 @@ import (
 // MaxPermits is the largest limit a semaphore may have.
 const MaxPermits = 256
 
+// ByToken, passed as the permit to ExtendPermit or ReleasePermit, names
+// the permit by its token alone: the agent finds which permit the token
+// was made for, through any agent.
+const ByToken = -1
+
 // Permit is one of a semaphore's permits: use it only until ValidUntil,
 // extend it or release it as a Lock.
 type Permit struct {
 	c         *Client
 	Semaphore string
-	// Permit is which permit, 0 to limit-1: needed with the token.
+	// Permit is which permit, 0 to limit-1; the token alone names it.
 	Permit     int
 	Token      string
 	TTL        time.Duration
@@ -55,26 +60,36 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, limit int, o Lo
 }
 
 type permitToken struct {
-	Permit int    `json:"permit"`
+	Permit *int   `json:"permit,omitempty"`
 	Token  string `json:"token"`
 	TTLMs  int64  `json:"ttl_ms,omitempty"`
 }
 
+// permitTokenBody names a permit by its token, and by its number too when
+// given (not ByToken).
+func permitTokenBody(permit int, token string, ttl time.Duration) permitToken {
+	b := permitToken{Token: token, TTLMs: ms(ttl)}
+	if permit >= 0 {
+		b.Permit = &permit
+	}
+	return b
+}
+
 // ExtendPermit gives a permit a new TTL from now; ErrLost when it has run
-// out.
+// out. permit may be ByToken: the token alone names the permit.
 func (c *Client) ExtendPermit(ctx context.Context, name string, permit int, token string, ttl time.Duration) (Extended, error) {
 	var a extendAnswer
-	if err := c.call(ctx, http.MethodPost, path("semaphores", name, "extend"), permitToken{permit, token, ms(ttl)}, &a); err != nil {
+	if err := c.call(ctx, http.MethodPost, path("semaphores", name, "extend"), permitTokenBody(permit, token, ttl), &a); err != nil {
 		return Extended{}, err
 	}
 	return a.extended(), nil
 }
 
 // ReleasePermit releases a permit on every master; false when it had run
-// out already.
+// out already. permit may be ByToken, as in ExtendPermit.
 func (c *Client) ReleasePermit(ctx context.Context, name string, permit int, token string) (bool, error) {
 	var a releaseAnswer
-	if err := c.call(ctx, http.MethodPost, path("semaphores", name, "release"), permitToken{Permit: permit, Token: token}, &a); err != nil {
+	if err := c.call(ctx, http.MethodPost, path("semaphores", name, "release"), permitTokenBody(permit, token, 0), &a); err != nil {
 		return false, err
 	}
 	return a.Released, nil

@@ -92,9 +92,21 @@ export interface Grant {
   holdCount: number | null;
 }
 
+/** A lock on several resources: all of them under one token and one fence. */
+export interface ManyGrant {
+  /** Sorted. */
+  resources: string[];
+  /** Extends and releases every resource. Not enumerable. */
+  readonly token: string;
+  ttlMs: number;
+  validityMs: number;
+  validUntil: number;
+  fence: number | null;
+}
+
 export interface Permit {
   semaphore: string;
-  /** 0 to limit-1: with the token, extends and releases it. */
+  /** 0 to limit-1: which permit; the token alone extends and releases it. */
   permit: number;
   readonly token: string;
   ttlMs: number;
@@ -137,11 +149,13 @@ declare class Stream extends EventEmitter {
   on(event: string | symbol, listener: (...args: any[]) => void): this;
 }
 
-/** A held lock or permit, renewed by the agent while open. */
+/** A held lock, permit or lock on several resources, renewed by the agent while open. */
 export class Hold extends Stream {
   readonly client: Client;
-  /** The lock's resource, or the semaphore's name. */
+  /** The lock's resource, the semaphore's name, or the resources joined by commas. */
   readonly resource: string;
+  /** The sorted resources of a lock on several; null for a lock or permit. */
+  readonly resources: string[] | null;
   /** Which permit, for a semaphore's hold; null for a lock. */
   readonly permit: number | null;
   readonly token: string;
@@ -195,8 +209,24 @@ export class Client {
   hold(resource: string, options?: HoldOptions): Promise<Hold>;
   using<T>(resource: string, options: HoldOptions, fn: (lock: Hold, signal: AbortSignal) => Promise<T> | T): Promise<T>;
 
+  /** 2 to 32 distinct resources, all granted or none, under one token. */
+  acquireMany(resources: string[], options?: AcquireOptions): Promise<ManyGrant>;
+  /** `resources`: only through an agent that did not grant the token. */
+  extendMany(token: string, options?: { ttlMs?: number; resources?: string[] }): Promise<Extended>;
+  releaseMany(token: string, options?: { resources?: string[] }): Promise<boolean>;
+  holdMany(resources: string[], options?: PermitHoldOptions): Promise<Hold>;
+  usingMany<T>(
+    resources: string[],
+    options: PermitHoldOptions,
+    fn: (lock: Hold, signal: AbortSignal) => Promise<T> | T,
+  ): Promise<T>;
+
   acquirePermit(name: string, limit: number, options?: AcquireOptions): Promise<Permit>;
+  /** The permit's token alone names it. */
+  extendPermit(name: string, token: string, options?: { ttlMs?: number }): Promise<Extended>;
+  /** The older form, with the permit's number: still accepted. */
   extendPermit(name: string, permit: number, token: string, options?: { ttlMs?: number }): Promise<Extended>;
+  releasePermit(name: string, token: string): Promise<boolean>;
   releasePermit(name: string, permit: number, token: string): Promise<boolean>;
   holdPermit(name: string, limit: number, options?: PermitHoldOptions): Promise<Hold>;
   usingPermit<T>(
@@ -216,3 +246,5 @@ export class Client {
 export function lockPath(resource: string, action: string): string;
 export function semaphorePath(name: string, action?: string): string;
 export function electionPath(name: string, action?: string): string;
+/** `/v1/locks/{action}`: a lock on several resources, named in the body. */
+export function multiPath(action: string): string;

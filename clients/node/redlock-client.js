@@ -12,9 +12,11 @@
  *     await doTheWork({ signal });   // signal aborts the moment the lock is lost
  *   });                              // released on every master
  *
- * acquire / extend / release map one-to-one to the API, as do the semaphore
- * calls (acquirePermit, extendPermit, releasePermit, holdPermit,
- * usingPermit) and the election calls (campaign, lead, leader, observe). hold() keeps a lock
+ * acquire / extend / release map one-to-one to the API, as do the calls of
+ * a lock on several resources at once (acquireMany, extendMany,
+ * releaseMany, holdMany, usingMany), the semaphore calls (acquirePermit,
+ * extendPermit, releasePermit, holdPermit, usingPermit) and the election
+ * calls (campaign, lead, leader, observe). hold() keeps a lock
  * for as long as its connection is open: the agent renews it and streams
  * NDJSON events; the Hold's `signal` (an AbortSignal) aborts with a
  * LockLostError when the agent says `lost`, when the connection ends
@@ -29,13 +31,13 @@
  * write. An election's `term` is such a fence.
  * Times (`validUntil`) are on performance.now()'s clock, in ms.
  *
- * Layout: this file (the client, holds, campaigns, observers), errors.js
- * (every error class and the agent's codes), trace.js (the caller's trace
- * context as request headers).
+ * Layout: this file (the client and its answers), streams.js (holds,
+ * campaigns, observers and the NDJSON lines they read), errors.js (every
+ * error class and the agent's codes), trace.js (the caller's trace context
+ * as request headers).
  */
 
 const http = require('node:http');
-const { EventEmitter } = require('node:events');
 const { performance } = require('node:perf_hooks');
 const {
   RedlockError,
@@ -50,12 +52,10 @@ const {
   apiError,
 } = require('./errors.js');
 const { traceHeaders } = require('./trace.js');
+const { Lines, Hold, Campaign, Observer, leader, withTimeout } = require('./streams.js');
 
 /** Milliseconds a request may take beyond the wait it asks the agent for. */
 const DEFAULT_TIMEOUT_MS = 5000;
-
-/** Longest hold event line accepted; real ones are under 200 bytes. */
-const MAX_LINE = 64 * 1024;
 
 /**
  * `/v1/locks/{resource}/{action}`, the resource percent-encoded as one path
@@ -75,6 +75,11 @@ function electionPath(name, action) {
   return action === undefined ? `/v1/elections/${segment(name)}` : `/v1/elections/${segment(name)}/${action}`;
 }
 
+/** `/v1/locks/{action}`: a lock on several resources, named in the body. */
+function multiPath(action) {
+  return `/v1/locks/${action}`;
+}
+
 function segment(name) {
   return encodeURIComponent(name).replace(/[!'()*]/g, (c) => '%' + c.charCodeAt(0).toString(16).toUpperCase());
 }
@@ -83,6 +88,25 @@ function body(fields) {
   const out = {};
   for (const [k, v] of Object.entries(fields)) if (v !== undefined && v !== null) out[k] = v;
   return out;
+}
+
+/** The resources of a lock on several, as a JSON array; a lone string is refused. */
+function resourceList(resources) {
+  if (resources === undefined || resources === null) return undefined;
+  if (typeof resources === 'string' || !Array.isArray(resources)) {
+    throw new TypeError('resources must be an array of names');
+  }
+  return [...resources];
+}
+
+/**
+ * A permit's token (which alone names it) and its number when given, from
+ * (token, options) or the older (permit, token, options).
+ */
+function permitArgs(permit, token, options) {
+  if (typeof permit === 'string') return { fields: { token: permit }, options: token || {} };
+  if (typeof token !== 'string') throw new TypeError("a permit is extended and released by its token");
+  return { fields: { permit, token }, options: options || {} };
 }
 
 class Client {
@@ -165,7 +189,7 @@ class Client {
   }
 
   /** Opens a hold's stream and reads its `acquired` line. */
-  async _hold(path, name, payload, waitMs) {
+  async _hold(path, name, payload, waitMs, resources) {
     const { req, lines, limit } = await this._open('POST', path, payload, waitMs);
     let first;
     try {
@@ -178,7 +202,7 @@ class Client {
       req.destroy();
       throw new UnreachableError(`a hold must start with \`acquired\`, got ${JSON.stringify(first)}`);
     }
-    return new Hold(this, name, req, lines, first, performance.now());
+    return new Hold(this, name, req, lines, first, performance.now(), resources);
   }
 
   // Locks.
@@ -262,6 +286,64 @@ class Client {
     return guarded(await this.hold(resource, options), fn);
   }
 
+  // Locks on several resources at once.
+
+  /**
+   * A lock on every one of `resources` (2 to 32 distinct names), all granted
+   * or none, under one token; options as acquire() (no re-entry). Rejects
+   * with TakenError (one of them stayed held for all of waitMs),
+   * NoQuorumError, ApiError or UnreachableError.
+   */
+  async acquireMany(resources, { ttlMs, waitMs, owner, fence } = {}) {
+    const payload = body({ resources: resourceList(resources), ttl_ms: ttlMs, wait_ms: waitMs, owner, fence });
+    const answer = await this._call('POST', multiPath('acquire'), payload, waitMs);
+    return manyGrant(answer, performance.now());
+  }
+
+  /**
+   * A new TTL from now for every resource of the token's grant. `resources`
+   * is needed only through an agent that did not grant it. Rejects with
+   * LostError: stop using all of them.
+   */
+  async extendMany(token, { ttlMs, resources } = {}) {
+    const payload = body({ token, ttl_ms: ttlMs, resources: resourceList(resources) });
+    return extended(await this._call('POST', multiPath('extend'), payload), performance.now());
+  }
+
+  /** Releases every resource of the token's grant on every master; false as release(). */
+  async releaseMany(token, { resources } = {}) {
+    const answer = await this._call('POST', multiPath('release'), body({ token, resources: resourceList(resources) }));
+    return answer.released;
+  }
+
+  /**
+   * Every one of `resources` held while the returned Hold is open, as
+   * hold(): renewed, lost and released together. Its `resources` are sorted.
+   */
+  holdMany(resources, { ttlMs, waitMs, owner, maxHoldMs, fence, onDisconnect } = {}) {
+    let names;
+    try {
+      names = (resourceList(resources) || []).sort();
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const payload = body({
+      resources: names,
+      ttl_ms: ttlMs,
+      wait_ms: waitMs,
+      owner,
+      max_hold_ms: maxHoldMs,
+      fence,
+      on_disconnect: onDisconnect,
+    });
+    return this._hold(multiPath('hold'), names.join(','), payload, waitMs, names);
+  }
+
+  /** Runs `fn(lock, signal)` while holding every one of `resources`, as using(). */
+  async usingMany(resources, options, fn) {
+    return guarded(await this.holdMany(resources, options), fn);
+  }
+
   // Semaphores.
 
   /**
@@ -280,15 +362,20 @@ class Client {
     return permitGrant(answer, performance.now());
   }
 
-  /** A new TTL from now for a permit. Rejects with LostError: stop using it. */
-  async extendPermit(name, permit, token, { ttlMs } = {}) {
-    const answer = await this._call('POST', semaphorePath(name, 'extend'), body({ permit, token, ttl_ms: ttlMs }));
+  /**
+   * A new TTL from now for a permit, named by its token alone:
+   * extendPermit(name, token, { ttlMs }) (the older (name, permit, token,
+   * options) works too). Rejects with LostError: stop using it.
+   */
+  async extendPermit(name, permit, token, options) {
+    const { fields, options: { ttlMs } } = permitArgs(permit, token, options);
+    const answer = await this._call('POST', semaphorePath(name, 'extend'), body({ ...fields, ttl_ms: ttlMs }));
     return extended(answer, performance.now());
   }
 
-  /** Releases a permit on every master; false as release(). */
+  /** Releases a permit on every master, named as in extendPermit(); false as release(). */
   async releasePermit(name, permit, token) {
-    const answer = await this._call('POST', semaphorePath(name, 'release'), { permit, token });
+    const answer = await this._call('POST', semaphorePath(name, 'release'), permitArgs(permit, token).fields);
     return answer.released;
   }
 
@@ -392,6 +479,18 @@ function grant(answer, arrived) {
   return g;
 }
 
+function manyGrant(answer, arrived) {
+  const g = {
+    resources: answer.resources,
+    ttlMs: answer.ttl_ms,
+    validityMs: answer.validity_ms,
+    validUntil: arrived + answer.validity_ms,
+    fence: answer.fence === undefined ? null : answer.fence,
+  };
+  Object.defineProperty(g, 'token', { value: answer.token, enumerable: false });
+  return g;
+}
+
 function permitGrant(answer, arrived) {
   const p = {
     semaphore: answer.semaphore,
@@ -409,323 +508,6 @@ function extended(answer, arrived) {
   return { ttlMs: answer.ttl_ms, validityMs: answer.validity_ms, validUntil: arrived + answer.validity_ms };
 }
 
-/** A Leader as the agent tells it, in this client's names; absent fields null. */
-function leader(answer) {
-  const or = (v) => (v === undefined ? null : v);
-  return {
-    election: answer.election,
-    term: or(answer.term),
-    value: or(answer.value),
-    owner: or(answer.owner),
-    agent: or(answer.agent),
-    pid: or(answer.pid),
-    uid: or(answer.uid),
-    sinceMs: or(answer.since_ms),
-    validityMs: answer.validity_ms,
-  };
-}
-
-function withTimeout(promise, ms, onTimeout) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => {
-      onTimeout();
-      reject(new UnreachableError(`no answer within ${ms} ms`));
-    }, ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** Splits a streamed body into NDJSON events; next() is null at the end. */
-class Lines {
-  constructor(res) {
-    this.buffer = '';
-    this.queue = [];
-    this.waiting = null;
-    this.ended = false;
-    res.setEncoding('utf8');
-    res.on('data', (chunk) => {
-      this.buffer += chunk;
-      let end;
-      while ((end = this.buffer.indexOf('\n')) >= 0) {
-        const line = this.buffer.slice(0, end);
-        this.buffer = this.buffer.slice(end + 1);
-        this._push(parse(line));
-      }
-      if (this.buffer.length > MAX_LINE) this._fail(new UnreachableError(`a stream line over ${MAX_LINE} bytes`));
-    });
-    res.on('end', () => this._end());
-    res.on('close', () => this._end());
-    res.on('error', (e) => this._fail(new UnreachableError(e.message, e)));
-  }
-
-  _push(item) {
-    if (this.waiting) {
-      const { resolve, reject } = this.waiting;
-      this.waiting = null;
-      if (item instanceof Error) reject(item);
-      else resolve(item);
-    } else this.queue.push(item);
-  }
-
-  _end() {
-    if (this.ended) return;
-    this.ended = true;
-    this._push(null);
-  }
-
-  _fail(e) {
-    if (this.ended) return;
-    this.ended = true;
-    this._push(e);
-  }
-
-  next() {
-    if (this.queue.length > 0) {
-      const item = this.queue.shift();
-      return item instanceof Error ? Promise.reject(item) : Promise.resolve(item);
-    }
-    if (this.ended) return Promise.resolve(null);
-    return new Promise((resolve, reject) => {
-      this.waiting = { resolve, reject };
-    });
-  }
-}
-
-function parse(line) {
-  try {
-    return JSON.parse(line);
-  } catch (_) {
-    return new UnreachableError(`not a stream event: ${line.slice(0, 200)}`);
-  }
-}
-
-/**
- * An open stream the agent renews (a hold, a campaign): `signal` aborts
- * with a LockLostError on loss; 'renewed' and 'lost' events.
- */
-class Stream extends EventEmitter {
-  constructor(name, req) {
-    super();
-    this._name = name;
-    this._req = req;
-    this._closed = false;
-    this._controller = new AbortController();
-    this.signal = this._controller.signal;
-    this.lostReason = null;
-    this.validityMs = null;
-    this.validUntil = null;
-  }
-
-  /** Throws the LockLostError if it is lost. */
-  throwIfLost() {
-    if (this.signal.aborted) throw this.signal.reason;
-  }
-
-  /** Resolves with the LockLostError when it is lost. */
-  lost() {
-    if (this.signal.aborted) return Promise.resolve(this.signal.reason);
-    return new Promise((resolve) => {
-      this.signal.addEventListener('abort', () => resolve(this.signal.reason), { once: true });
-    });
-  }
-
-  /** Ends the stream: the connection closes and the agent releases (or resigns). */
-  close() {
-    if (this._closed) return;
-    this._closed = true;
-    clearTimeout(this._timer);
-    this._req.destroy();
-  }
-
-  _renewed(validityMs) {
-    this.validityMs = validityMs;
-    this.validUntil = performance.now() + validityMs;
-    this._arm();
-  }
-
-  // Lost when no renewal arrived by a twentieth of the last validity before its
-  // end (the agent or its host is frozen).
-  _arm() {
-    clearTimeout(this._timer);
-    const left = this.validUntil - this.validityMs / 20 - performance.now();
-    this._timer = setTimeout(() => this._lose('expired'), Math.max(0, left));
-  }
-
-  _lose(reason) {
-    if (this._closed || this.signal.aborted) return;
-    this.lostReason = reason;
-    const error = new LockLostError(this._name, reason);
-    this.close();
-    this._controller.abort(error);
-    this.emit('lost', error);
-  }
-
-  async _read(lines) {
-    for (;;) {
-      let event;
-      try {
-        event = await lines.next();
-      } catch (e) {
-        this._lose(`disconnected (${e.message})`);
-        return;
-      }
-      if (this._closed) return;
-      if (event === null) {
-        this._lose('disconnected');
-        return;
-      }
-      if (event.event === 'lost') {
-        this._lose(event.reason || 'lost');
-        return;
-      }
-      this._event(event);
-    }
-  }
-
-  _event(event) {
-    if (event.event === 'renewed') {
-      this._renewed(event.validity_ms);
-      this.emit('renewed', event.validity_ms);
-    }
-  }
-}
-
-/**
- * A held lock or permit, renewed by the agent while open: `resource` (the
- * lock, or the semaphore), `permit` (null for a lock), `token`, `fence`,
- * `holdCount` (after a re-entry),
- * `ttlMs`, `validityMs`, `validUntil`. Emits 'renewed' (validityMs) and
- * 'lost' (LockLostError); `signal` aborts on loss.
- */
-class Hold extends Stream {
-  constructor(client, resource, req, lines, acquired, arrived) {
-    super(resource, req);
-    this.client = client;
-    this.resource = resource;
-    this.permit = acquired.permit === undefined ? null : acquired.permit;
-    Object.defineProperty(this, 'token', { value: acquired.token, enumerable: false });
-    this.ttlMs = acquired.ttl_ms;
-    this.validityMs = acquired.validity_ms;
-    this.validUntil = arrived + acquired.validity_ms;
-    this.fence = acquired.fence === undefined ? null : acquired.fence;
-    this.holdCount = acquired.hold_count === undefined ? null : acquired.hold_count;
-    this._arm();
-    this._read(lines);
-  }
-
-  /**
-   * Releases through the API, then closes the hold. true when a quorum
-   * still held it (see Client.release).
-   */
-  async release() {
-    try {
-      if (this.permit === null) return await this.client.release(this.resource, this.token);
-      return await this.client.releasePermit(this.resource, this.permit, this.token);
-    } finally {
-      this.close();
-    }
-  }
-}
-
-/**
- * A campaign for an election's leadership, open until closed. `leader` is
- * the leader the agent last named while this one waited; once elected,
- * `term` (the leadership's fence: pass it with every write the leader
- * makes), `validityMs` and `validUntil`. Emits 'waiting' (leader or null),
- * 'elected' (term), 'renewed' and 'lost'; `signal` aborts when the
- * leadership is lost, or when the stream ends before close() (not on
- * close() or resign()).
- */
-class Campaign extends Stream {
-  constructor(client, election, req, lines) {
-    super(election, req);
-    this.client = client;
-    this.election = election;
-    this.term = null;
-    this.ttlMs = null;
-    this.leader = null;
-    this._elected = new Promise((resolve, reject) => {
-      this._resolveElected = resolve;
-      this._rejectElected = reject;
-    });
-    // Handled here so a campaign closed before it leads is no unhandled rejection.
-    this._elected.catch(() => {});
-    this.signal.addEventListener('abort', () => this._rejectElected(this.signal.reason), { once: true });
-    this._read(lines);
-  }
-
-  /** Elected and not lost. */
-  get isLeader() {
-    return this.term !== null && !this.signal.aborted && !this._closed;
-  }
-
-  /**
-   * Resolves with the term once this campaigner leads; rejects with a
-   * LockLostError if the campaign ended first.
-   */
-  elected() {
-    return this._elected;
-  }
-
-  /** Gives up the leadership (or stops waiting): close(). */
-  resign() {
-    this.close();
-  }
-
-  close() {
-    if (!this._closed && !this.signal.aborted) {
-      this._rejectElected(new LockLostError(this.election, 'resigned'));
-    }
-    super.close();
-  }
-
-  _event(event) {
-    if (event.event === 'waiting') {
-      this.leader = event.leader ? leader(event.leader) : null;
-      this.emit('waiting', this.leader);
-    } else if (event.event === 'elected') {
-      this.term = event.term;
-      this.ttlMs = event.ttl_ms;
-      this._renewed(event.validity_ms);
-      this._resolveElected(event.term);
-      this.emit('elected', event.term);
-    } else super._event(event);
-  }
-}
-
-/**
- * The leader of an election and every change, as an async iterator: each
- * a leader or null (no leader). close() ends it.
- */
-class Observer {
-  constructor(req, lines) {
-    this._req = req;
-    this._lines = lines;
-  }
-
-  async *[Symbol.asyncIterator]() {
-    try {
-      for (;;) {
-        let event;
-        try {
-          event = await this._lines.next();
-        } catch (_) {
-          return;
-        }
-        if (event === null) return;
-        yield event.event === 'leader' ? leader(event) : null;
-      }
-    } finally {
-      this.close();
-    }
-  }
-
-  close() {
-    this._req.destroy();
-  }
-}
-
 module.exports = {
   Client,
   Hold,
@@ -734,6 +516,7 @@ module.exports = {
   lockPath,
   semaphorePath,
   electionPath,
+  multiPath,
   RedlockError,
   ApiError,
   TakenError,

@@ -9,6 +9,7 @@ export const {
   lockPath,
   semaphorePath,
   electionPath,
+  multiPath,
   RedlockError,
   ApiError,
   TakenError,

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 
 import cjs from 'redlock-agent-client';
-import { Client, LockLostError, semaphorePath, electionPath } from 'redlock-agent-client';
+import { Client, LockLostError, semaphorePath, electionPath, multiPath } from 'redlock-agent-client';
 
 const require = createRequire(import.meta.url);
 
@@ -15,6 +15,7 @@ test('import gives the same classes as require', () => {
   assert.equal(LockLostError, cjs.LockLostError);
   assert.equal(semaphorePath('a b/c', 'acquire'), '/v1/semaphores/a%20b%2Fc/acquire');
   assert.equal(electionPath("x'y"), '/v1/elections/x%27y');
+  assert.equal(multiPath('acquire'), '/v1/locks/acquire');
 });
 
 test('the declarations ship with the package and name every export', () => {

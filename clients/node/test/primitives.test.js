@@ -41,9 +41,11 @@ test('k permits, the (k+1)th taken, then granted after a release', async () => {
   assert.equal(granted.permit, freed.permit);
   assert.notEqual(granted.token, freed.token);
 
-  const extended = await client.extendPermit('js-sem', granted.permit, granted.token, { ttlMs: 20000 });
+  // A permit's token alone names it; the older (permit, token) still works.
+  const extended = await client.extendPermit('js-sem', granted.token, { ttlMs: 20000 });
   assert.equal(extended.ttlMs, 20000);
-  for (const p of [...permits, granted]) assert.equal(await client.releasePermit('js-sem', p.permit, p.token), true);
+  assert.equal((await client.extendPermit('js-sem', granted.permit, granted.token, { ttlMs: 30000 })).ttlMs, 30000);
+  for (const p of [...permits, granted]) assert.equal(await client.releasePermit('js-sem', p.token), true);
   assert.deepEqual((await client.semaphore('js-sem')).permits, []);
 });
 

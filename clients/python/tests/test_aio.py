@@ -140,10 +140,30 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         granted = await asyncio.wait_for(waiter, DEADLINE)
         self.assertEqual(granted.permit, permits[0].permit)
         for p in (permits[1], granted):
-            self.assertTrue(await c.release_permit("aio-sem", p.permit, p.token))
+            self.assertTrue(await c.release_permit("aio-sem", p.token))
 
         async with c.hold_permit("aio-sem", 2, ttl_ms=600) as held:
             self.assertIn(held.permit, (0, 1))
+
+    async def test_a_lock_on_several_resources_is_all_or_nothing_under_one_token(self):
+        c = self.client
+        grant = await c.acquire_many(["aio-many-b", "aio-many-a"], ttl_ms=10_000, fence=True)
+        self.assertEqual(grant.resources, ["aio-many-a", "aio-many-b"])
+        self.assertIsInstance(grant.fence, int)
+        with self.assertRaises(Taken):
+            await c.acquire("aio-many-b")
+        self.assertEqual((await c.extend_many(grant.token, ttl_ms=20_000)).ttl_ms, 20_000)
+        self.assertTrue(await c.release_many(grant.token))
+        for name in grant.resources:
+            single = await c.acquire(name)
+            self.assertTrue(await c.release(name, single.token))
+
+        async with c.hold_many(["aio-many-a", "aio-many-b"], ttl_ms=600) as held:
+            self.assertEqual(held.resources, ["aio-many-a", "aio-many-b"])
+            with self.assertRaises(Taken):
+                await c.acquire("aio-many-a")
+        single = await c.acquire("aio-many-a", ttl_ms=30_000, wait_ms=5_000)
+        self.assertTrue(await c.release("aio-many-a", single.token))
 
     async def test_election_second_campaigner_leads_with_a_larger_term(self):
         c = self.client

@@ -57,10 +57,13 @@ class PrimitivesTest(unittest.TestCase):
         self.assertEqual(granted.permit, freed.permit)
         self.assertNotEqual(granted.token, freed.token)
 
-        extended = c.extend_permit("py-sem", granted.permit, granted.token, ttl_ms=20_000)
+        # A permit's token alone names it; the older (permit, token) still works.
+        extended = c.extend_permit("py-sem", granted.token, ttl_ms=20_000)
         self.assertEqual(extended.ttl_ms, 20_000)
-        for p in permits + [granted]:
-            self.assertTrue(c.release_permit("py-sem", p.permit, p.token))
+        self.assertEqual(c.extend_permit("py-sem", granted.permit, granted.token, 30_000).ttl_ms, 30_000)
+        self.assertTrue(c.release_permit("py-sem", token=granted.token))
+        for p in permits:
+            self.assertTrue(c.release_permit("py-sem", p.token))
         self.assertEqual(c.semaphore("py-sem")["permits"], [])
 
     def test_another_limit_is_refused_while_permits_are_held(self):

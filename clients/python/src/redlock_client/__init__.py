@@ -15,8 +15,10 @@ HTTP/1.1 + JSON on a Unix socket. This package is that API for Python 3.8+:
     # left the block: released on every master
 
 `acquire` / `extend` / `release` map one-to-one to the API, as do the
-semaphore calls (`acquire_permit`, `extend_permit`, `release_permit`,
-`hold_permit`) and the election calls (`campaign`, `leader`, `observe`).
+calls of a lock on several resources at once (`acquire_many`,
+`extend_many`, `release_many`, `hold_many`), the semaphore calls
+(`acquire_permit`, `extend_permit`, `release_permit`, `hold_permit`) and
+the election calls (`campaign`, `leader`, `observe`).
 A hold keeps a lock (or a permit) for as long as it is open: the agent
 renews it and a thread reads its event stream. Python cannot stop arbitrary
 code from another thread, so a loss is reported where the code looks:
@@ -39,6 +41,7 @@ from ._common import (
     LimitMismatch,
     LockLost,
     Lost,
+    MultiGrant,
     NoLeader,
     NoQuorum,
     Permit,
@@ -56,6 +59,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client",
     "Grant",
+    "MultiGrant",
     "Permit",
     "Extended",
     "Hold",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from typing import Any, Dict, Mapping, Optional, Type
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds a request may take beyond the wait it asks the agent for."""
@@ -100,6 +100,11 @@ def lock_path(resource: str, action: str) -> str:
     return "/v1/locks/%s/%s" % (_segment(resource), action)
 
 
+def multi_path(action: str) -> str:
+    """`/v1/locks/{action}`: a lock on several resources, named in the body."""
+    return "/v1/locks/%s" % action
+
+
 def semaphore_path(name: str, action: Optional[str] = None) -> str:
     """`/v1/semaphores/{name}[/{action}]`, encoded as `lock_path`."""
     base = "/v1/semaphores/%s" % _segment(name)
@@ -115,6 +120,29 @@ def election_path(name: str, action: Optional[str] = None) -> str:
 def body(**fields: Any) -> Dict[str, Any]:
     """A request body without the fields left as None."""
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def resource_list(resources: Optional[Sequence[str]]) -> Optional[List[str]]:
+    """The resources of a lock on several as a JSON list; a lone string is
+    refused rather than read as its characters."""
+    if resources is None:
+        return None
+    if isinstance(resources, str):
+        raise TypeError("resources must be a list of names, not one string")
+    return list(resources)
+
+
+def permit_token(permit: Union[int, str, None], token: Optional[str]) -> Dict[str, Any]:
+    """The body naming a permit to extend or release: its token, which alone
+    names it, and its number when given. Takes `(token)` as well as the
+    older `(permit, token)`."""
+    if isinstance(permit, str):
+        if token is not None:
+            raise TypeError("a permit's token given twice")
+        permit, token = None, permit
+    if not isinstance(token, str):
+        raise TypeError("a permit is extended and released by its token")
+    return body(permit=permit, token=token)
 
 
 def parse_event(line: bytes) -> Optional[Dict[str, Any]]:
@@ -154,9 +182,31 @@ class Grant:
         )
 
 
+class MultiGrant:
+    """A granted lock on several resources, all of them or none: `resources`
+    (sorted), one `token` that extends and releases them all, and one
+    `fence` for all (when asked for). Times as in `Grant`."""
+
+    def __init__(self, answer: Mapping[str, Any], arrived: float) -> None:
+        self.resources: List[str] = list(answer["resources"])
+        self.token: str = answer["token"]
+        self.ttl_ms: int = answer["ttl_ms"]
+        self.validity_ms: int = answer["validity_ms"]
+        self.valid_until: float = arrived + self.validity_ms / 1000.0
+        self.fence: Optional[int] = answer.get("fence")
+
+    def __repr__(self) -> str:
+        return "MultiGrant(resources=%r, ttl_ms=%d, validity_ms=%d, fence=%r)" % (
+            self.resources,
+            self.ttl_ms,
+            self.validity_ms,
+            self.fence,
+        )
+
+
 class Permit:
-    """A granted permit of a semaphore: `permit` (0 to limit-1) and `token`
-    together extend and release it. Times as in `Grant`."""
+    """A granted permit of a semaphore: `permit` (0 to limit-1) says which;
+    `token` alone extends and releases it. Times as in `Grant`."""
 
     def __init__(self, answer: Mapping[str, Any], arrived: float) -> None:
         self.semaphore: str = answer["semaphore"]

@@ -19,7 +19,18 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, AsyncIterator, Callable, Dict, Literal, Optional, TypeVar
+from typing import (
+    Any,
+    AsyncIterator,
+    Callable,
+    Dict,
+    List,
+    Literal,
+    Optional,
+    Sequence,
+    TypeVar,
+    Union,
+)
 
 from ._backend_async import (
     NO_VALIDITY,
@@ -39,6 +50,7 @@ from ._common import (
     Grant,
     Leader,
     LockLost,
+    MultiGrant,
     Permit,
     RedlockError,
     Unreachable,
@@ -46,8 +58,11 @@ from ._common import (
     body,
     election_path,
     lock_path,
+    multi_path,
     observed,
     parse_event,
+    permit_token,
+    resource_list,
     semaphore_path,
 )
 from ._trace import trace_headers
@@ -332,10 +347,83 @@ class AsyncClient:
         payload: Dict[str, Any],
         wait_ms: Optional[int],
         on_lost: Optional[OnLost],
+        resources: Optional[List[str]] = None,
     ) -> AsyncHold:
         response = await self._stream("POST", path, payload, wait_ms)
         first = await self._first(response, path, "acquired")
-        return AsyncHold(self, name, response, first, time.monotonic(), on_lost)
+        return AsyncHold(self, name, response, first, time.monotonic(), on_lost, resources)
+
+    # Locks on several resources at once.
+
+    async def acquire_many(
+        self,
+        resources: Sequence[str],
+        ttl_ms: Optional[int] = None,
+        wait_ms: Optional[int] = None,
+        owner: Optional[str] = None,
+        fence: Optional[bool] = None,
+    ) -> MultiGrant:
+        """A lock on every one of `resources` (2 to 32 distinct names), all
+        granted or none, under one token; options as in `acquire`.
+
+        Raises Taken (one of them stayed held for all of `wait_ms`),
+        NoQuorum, ApiError or Unreachable."""
+        payload = body(
+            resources=resource_list(resources),
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            owner=owner,
+            fence=fence,
+        )
+        answer = await self._call("POST", multi_path("acquire"), payload, wait_ms)
+        return MultiGrant(answer, time.monotonic())
+
+    async def extend_many(
+        self,
+        token: str,
+        ttl_ms: Optional[int] = None,
+        resources: Optional[Sequence[str]] = None,
+    ) -> Extended:
+        """A new TTL from now for every resource of the token's grant.
+        `resources` is needed only through an agent that did not grant it.
+        Raises Lost: stop using all of them."""
+        payload = body(token=token, ttl_ms=ttl_ms, resources=resource_list(resources))
+        answer = await self._call("POST", multi_path("extend"), payload)
+        return Extended(answer, time.monotonic())
+
+    async def release_many(self, token: str, resources: Optional[Sequence[str]] = None) -> bool:
+        """Releases every resource of the token's grant on every master;
+        False as `release`, `resources` as in `extend_many`."""
+        payload = body(token=token, resources=resource_list(resources))
+        answer = await self._call("POST", multi_path("release"), payload)
+        return bool(answer["released"])
+
+    def hold_many(
+        self,
+        resources: Sequence[str],
+        ttl_ms: Optional[int] = None,
+        wait_ms: Optional[int] = None,
+        owner: Optional[str] = None,
+        max_hold_ms: Optional[int] = None,
+        fence: Optional[bool] = None,
+        on_lost: Optional[OnLost] = None,
+        on_disconnect: Optional[str] = None,
+    ) -> Opening[AsyncHold]:
+        """Every one of `resources` held while the returned hold is open,
+        exactly as `hold` holds one lock: renewed together, lost together,
+        released together when it closes. Its `resources` are sorted."""
+        names = sorted(resource_list(resources) or [])
+        payload = body(
+            resources=names,
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            owner=owner,
+            max_hold_ms=max_hold_ms,
+            fence=fence,
+            on_disconnect=on_disconnect,
+        )
+        path = multi_path("hold")
+        return opening(self._hold(path, ",".join(names), payload, wait_ms, on_lost, names))
 
     # Semaphores.
 
@@ -357,16 +445,25 @@ class AsyncClient:
         return Permit(answer, time.monotonic())
 
     async def extend_permit(
-        self, name: str, permit: int, token: str, ttl_ms: Optional[int] = None
+        self,
+        name: str,
+        permit: Union[int, str, None] = None,
+        token: Optional[str] = None,
+        ttl_ms: Optional[int] = None,
     ) -> Extended:
-        """A new TTL from now for a permit. Raises Lost: stop using it."""
-        payload = body(permit=permit, token=token, ttl_ms=ttl_ms)
+        """A new TTL from now for a permit, named by its token alone
+        (`extend_permit(name, token)`; the older `(name, permit, token)`
+        works too). Raises Lost: stop using it."""
+        payload = dict(permit_token(permit, token), **body(ttl_ms=ttl_ms))
         answer = await self._call("POST", semaphore_path(name, "extend"), payload)
         return Extended(answer, time.monotonic())
 
-    async def release_permit(self, name: str, permit: int, token: str) -> bool:
-        """Releases a permit on every master; False as `release`."""
-        payload = {"permit": permit, "token": token}
+    async def release_permit(
+        self, name: str, permit: Union[int, str, None] = None, token: Optional[str] = None
+    ) -> bool:
+        """Releases a permit on every master, named as in `extend_permit`;
+        False as `release`."""
+        payload = permit_token(permit, token)
         answer = await self._call("POST", semaphore_path(name, "release"), payload)
         return bool(answer["released"])
 
@@ -538,8 +635,10 @@ class _AsyncStream(StreamWaits):
 
 
 class AsyncHold(_AsyncStream):
-    """A held lock or permit, renewed by the agent while open. Attributes:
-    `resource` (the lock, or the semaphore), `permit` (None for a lock),
+    """A held lock, permit or lock on several resources, renewed by the
+    agent while open. Attributes: `resource` (the lock, the semaphore, or
+    the resources joined by commas), `resources` (the sorted list for a
+    lock on several, else None), `permit` (None but for a permit),
     `token`, `fence`, `hold_count` (after a re-entry), `ttl_ms`,
     `validity_ms` and `valid_until` (on `time.monotonic()`, moved by every
     renewal), `lost` (a `threading.Event`, or an `asyncio.Event`) and
@@ -558,10 +657,12 @@ class AsyncHold(_AsyncStream):
         acquired: Dict[str, Any],
         arrived: float,
         on_lost: Optional[OnLost],
+        resources: Optional[List[str]] = None,
     ) -> None:
         super().__init__(resource, response, on_lost)
         self.client = client
         self.resource = resource
+        self.resources = resources
         self.permit: Optional[int] = acquired.get("permit")
         self.token: str = acquired["token"]
         self.ttl_ms: int = acquired["ttl_ms"]
@@ -585,9 +686,11 @@ class AsyncHold(_AsyncStream):
         """Releases through the API, then closes the hold. True when a
         quorum still held it (see `release`)."""
         try:
+            if self.resources is not None:
+                return await self.client.release_many(self.token)
             if self.permit is None:
                 return await self.client.release(self.resource, self.token)
-            return await self.client.release_permit(self.resource, self.permit, self.token)
+            return await self.client.release_permit(self.resource, self.token)
         finally:
             await self.close()
 

@@ -2,6 +2,8 @@ package redlockagent;
 
 import java.io.IOException;
 import java.time.Duration;
+import java.util.Collections;
+import java.util.List;
 import java.util.Map;
 import java.util.OptionalInt;
 import java.util.OptionalLong;
@@ -11,8 +13,8 @@ import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 
 /**
- * A lock (or a semaphore's permit) the agent renews every third of its TTL
- * for as long as the hold is open; {@link #close()} (try-with-resources)
+ * A lock (a semaphore's permit, or a lock on several resources) the agent
+ * renews every third of its TTL for as long as the hold is open; {@link #close()} (try-with-resources)
  * ends it and the agent releases the lock on every master.
  *
  * <h2>Behavior</h2>
@@ -38,6 +40,7 @@ public class Hold implements AutoCloseable {
     private final OptionalLong fence;
     private final OptionalInt permit;
     private final int holdCount;
+    private final List<String> resources;
     private final CompletableFuture<String> lost = new CompletableFuture<>();
     private final Object lock = new Object();
     private long validUntilNanos;
@@ -46,7 +49,13 @@ public class Hold implements AutoCloseable {
 
     Hold(RedlockClient client, String kind, String resource, Http http, Map<String, Object> first,
             long arrivedNanos, long fence) {
+        this(client, kind, resource, http, first, arrivedNanos, fence, List.of());
+    }
+
+    Hold(RedlockClient client, String kind, String resource, Http http, Map<String, Object> first,
+            long arrivedNanos, long fence, List<String> resources) {
         this.client = client;
+        this.resources = Collections.unmodifiableList(resources);
         this.kind = kind;
         this.resource = resource;
         this.http = http;
@@ -62,9 +71,17 @@ public class Hold implements AutoCloseable {
         reader.start();
     }
 
-    /** The lock's resource (the semaphore's or the election's name). */
+    /**
+     * The lock's resource (the semaphore's or the election's name; the
+     * resources joined by commas for a lock on several).
+     */
     public String resource() {
         return resource;
+    }
+
+    /** The resources of a hold of several ({@link RedlockClient#holdMany}), sorted; empty otherwise. */
+    public List<String> resources() {
+        return resources;
     }
 
     /** The grant's token (null for a leadership). */
@@ -128,7 +145,10 @@ public class Hold implements AutoCloseable {
     public boolean release() {
         try {
             if ("semaphores".equals(kind)) {
-                return client.releasePermit(resource, permit.orElse(-1), token);
+                return client.releasePermit(resource, token);
+            }
+            if ("multi".equals(kind)) {
+                return client.releaseMany(token);
             }
             return client.release(resource, token).released();
         } finally {

@@ -55,6 +55,10 @@ public class HoldOptions extends LockOptions {
         return this;
     }
 
+    boolean reenters() {
+        return reenter != null;
+    }
+
     @Override
     Map<String, Object> body() {
         Map<String, Object> body = super.body();

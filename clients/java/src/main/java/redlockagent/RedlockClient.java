@@ -4,7 +4,10 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
@@ -14,8 +17,9 @@ import java.util.function.Supplier;
 
 /**
  * The client of one redlock-agent's socket: locks (acquire, extend,
- * release, re-entry), holds the agent renews that tell when they are lost,
- * fencing tokens, semaphores and leader elections. Blocking calls, safe to
+ * release, re-entry), locks on several resources at once, holds the agent
+ * renews that tell when they are lost, fencing tokens, semaphores and
+ * leader elections. Blocking calls, safe to
  * share between threads; each call, hold, campaign and observer has a
  * connection of its own (HTTP/1.1 + JSON over the Unix socket).
  *
@@ -153,6 +157,90 @@ public final class RedlockClient {
         return new Hold(this, "locks", resource, http, first, sent, Json.number(first, "fence", -1));
     }
 
+    // Locks on several resources at once.
+
+    /**
+     * Takes the locks on every one of {@code resources} (2 to 32 distinct
+     * names), all of them or none, under one token, waiting up to the
+     * options' wait while any is taken.
+     *
+     * @throws RedlockException {@code taken} (one of them held by someone
+     *     else for all of the wait), {@code no_quorum}, another code of the
+     *     agent, or {@code unreachable}
+     */
+    public MultiLock acquireMany(List<String> resources, LockOptions options) {
+        Map<String, Object> body = options.body();
+        body.put("resources", new ArrayList<>(resources));
+        long sent = System.nanoTime();
+        return new MultiLock(this, call("POST", "/v1/locks/acquire", body, options.waitMillis()), sent);
+    }
+
+    /** {@link #extendMany(String, Duration, List)} on the agent that granted the token. */
+    public Extended extendMany(String token, Duration ttl) {
+        return extendMany(token, ttl, null);
+    }
+
+    /**
+     * A new TTL from now (null: the agent's default) for every resource of
+     * the token's grant. {@code resources} (null: not sent) are needed only
+     * through an agent that did not grant the token.
+     *
+     * @throws RedlockException {@code lost} when they had run out
+     */
+    public Extended extendMany(String token, Duration ttl, List<String> resources) {
+        Map<String, Object> body = multiToken(token, resources);
+        if (ttl != null) {
+            body.put("ttl_ms", ttl.toMillis());
+        }
+        return extended(call("POST", "/v1/locks/extend", body, 0));
+    }
+
+    /** {@link #releaseMany(String, List)} on the agent that granted the token. */
+    public boolean releaseMany(String token) {
+        return releaseMany(token, null);
+    }
+
+    /**
+     * Releases every resource of the token's grant on every master at once;
+     * false when they had run out already. {@code resources} as in
+     * {@link #extendMany(String, Duration, List)}.
+     */
+    public boolean releaseMany(String token, List<String> resources) {
+        return Json.bool(call("POST", "/v1/locks/release", multiToken(token, resources), 0), "released");
+    }
+
+    /**
+     * Holds every one of {@code resources} as {@link #hold} holds one lock:
+     * granted together or not at all, renewed, lost and released together.
+     * {@link Hold#resources()} names them, sorted.
+     *
+     * @throws IllegalArgumentException when the options re-enter: a lock on
+     *     several resources is not re-entered
+     */
+    public Hold holdMany(List<String> resources, HoldOptions options) {
+        if (options.reenters()) {
+            throw new IllegalArgumentException("a lock on several resources cannot be re-entered");
+        }
+        List<String> sorted = new ArrayList<>(resources);
+        Collections.sort(sorted);
+        Map<String, Object> body = options.body();
+        body.put("resources", sorted);
+        String name = String.join(",", sorted);
+        long sent = System.nanoTime();
+        Http http = open("POST", "/v1/locks/hold", body, options.waitMillis());
+        Map<String, Object> first = firstEvent(http, name);
+        return new Hold(this, "multi", name, http, first, sent, Json.number(first, "fence", -1), sorted);
+    }
+
+    private static Map<String, Object> multiToken(String token, List<String> resources) {
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("token", token);
+        if (resources != null) {
+            body.put("resources", new ArrayList<>(resources));
+        }
+        return body;
+    }
+
     /**
      * Deletes the lock on every master whoever holds it: an operator's call,
      * served only on the agent's admin socket (a client of its path).
@@ -185,23 +273,41 @@ public final class RedlockClient {
         return new Permit(this, call("POST", path("semaphores", name, "acquire"), body, options.waitMillis()), sent);
     }
 
-    /** A permit's new TTL from now. @throws RedlockException {@code lost} */
+    /**
+     * A permit's new TTL from now; its token alone names it.
+     *
+     * @throws RedlockException {@code lost}
+     */
+    public Extended extendPermit(String name, String token, Duration ttl) {
+        return extendPermit(name, -1, token, ttl);
+    }
+
+    /** {@link #extendPermit(String, String, Duration)} with the permit's number too (ignored when negative). */
     public Extended extendPermit(String name, int permit, String token, Duration ttl) {
-        Map<String, Object> body = new LinkedHashMap<>();
-        body.put("permit", permit);
-        body.put("token", token);
+        Map<String, Object> body = permitToken(permit, token);
         if (ttl != null) {
             body.put("ttl_ms", ttl.toMillis());
         }
         return extended(call("POST", path("semaphores", name, "extend"), body, 0));
     }
 
-    /** Releases a permit on every master; false when it had run out already. */
+    /** Releases a permit on every master, named by its token alone; false when it had run out already. */
+    public boolean releasePermit(String name, String token) {
+        return releasePermit(name, -1, token);
+    }
+
+    /** {@link #releasePermit(String, String)} with the permit's number too (ignored when negative). */
     public boolean releasePermit(String name, int permit, String token) {
+        return Json.bool(call("POST", path("semaphores", name, "release"), permitToken(permit, token), 0), "released");
+    }
+
+    private static Map<String, Object> permitToken(int permit, String token) {
         Map<String, Object> body = new LinkedHashMap<>();
-        body.put("permit", permit);
+        if (permit >= 0) {
+            body.put("permit", permit);
+        }
         body.put("token", token);
-        return Json.bool(call("POST", path("semaphores", name, "release"), body, 0), "released");
+        return body;
     }
 
     /** Holds one of the {@code limit} permits as {@link #hold} holds a lock; {@link Hold#permit()} says which. */

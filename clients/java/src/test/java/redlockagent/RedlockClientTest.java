@@ -189,6 +189,67 @@ class RedlockClientTest {
     }
 
     @Test
+    @DisplayName("two resources under one token refuse a single acquire of either (409 taken); released by the token, both are free")
+    void multiLockRoundTrip() {
+        String token;
+        try (MultiLock lock = client.acquireMany(List.of("java-many-b", "java-many-a"),
+                new LockOptions().ttl(Duration.ofSeconds(10)).owner("java-test").fence())) {
+            assertEquals(List.of("java-many-a", "java-many-b"), lock.resources());
+            assertTrue(lock.fence().isPresent());
+            assertTrue(lock.remaining().compareTo(Duration.ZERO) > 0);
+            assertTrue(lock.remaining().compareTo(Duration.ofSeconds(10)) <= 0);
+            for (String resource : lock.resources()) {
+                refused(RedlockException.TAKEN, 409, () -> client.acquire(resource));
+            }
+            // All or nothing: one taken resource refuses the whole request.
+            refused(RedlockException.TAKEN, 409, () -> client.acquireMany(List.of("java-many-a", "java-many-c"), new LockOptions()));
+            assertFree("java-many-c");
+            lock.extend(Duration.ofSeconds(20));
+            assertEquals(Duration.ofSeconds(20), lock.ttl());
+            assertTrue(lock.remaining().compareTo(Duration.ofSeconds(10)) > 0);
+            token = lock.token();
+        }
+        assertFree("java-many-a", "java-many-b");
+        assertFalse(client.releaseMany(token, List.of("java-many-a", "java-many-b")));
+        refused(RedlockException.LOST, 409, () -> client.extendMany(token, null, List.of("java-many-a", "java-many-b")));
+    }
+
+    @Test
+    @DisplayName("a hold of several resources is renewed, keeps each from a single acquire, and frees them all on close")
+    void holdManyCloseReleases() throws Exception {
+        Hold hold = client.holdMany(List.of("java-hold-b", "java-hold-a"), new HoldOptions().ttl(Duration.ofMillis(600)).fence());
+        assertEquals(List.of("java-hold-a", "java-hold-b"), hold.resources());
+        assertEquals("java-hold-a,java-hold-b", hold.resource());
+        assertTrue(hold.fence().isPresent());
+        // Renewed past its first TTL.
+        assertThrows(TimeoutException.class, () -> hold.lost().get(900, TimeUnit.MILLISECONDS));
+        for (String resource : hold.resources()) {
+            refused(RedlockException.TAKEN, 409, () -> client.acquire(resource));
+        }
+        hold.close();
+        assertFalse(hold.isLost());
+        // A TTL far longer than the wait: only the release lets these through.
+        assertFree("java-hold-a", "java-hold-b");
+        assertThrows(IllegalArgumentException.class,
+            () -> client.holdMany(List.of("java-hold-a", "java-hold-b"), new HoldOptions().reenter("a-token")));
+
+        try (Hold forced = client.holdMany(List.of("java-forced-a", "java-forced-b"), new HoldOptions().ttl(Duration.ofSeconds(2)))) {
+            admin.forceRelease("java-forced-b");
+            assertEquals("force_released", forced.lost().get(DEADLINE_S, TimeUnit.SECONDS));
+        }
+        assertFree("java-forced-a", "java-forced-b");
+    }
+
+    /** Each resource is granted alone, within a short wait, then released. */
+    static void assertFree(String... resources) {
+        for (String resource : resources) {
+            try (Lock lock = client.acquire(resource, new LockOptions().ttl(Duration.ofSeconds(30)).waitFor(Duration.ofSeconds(5)))) {
+                assertEquals(resource, lock.resource());
+            }
+        }
+    }
+
+    @Test
     @DisplayName("k permits are granted, the (k+1)th is taken, then granted after a release; another limit is limit_mismatch")
     void semaphore() throws Exception {
         String name = "java-sem";
@@ -216,7 +277,9 @@ class RedlockClientTest {
         try (Permit granted = waiter.get(DEADLINE_S, TimeUnit.SECONDS)) {
             assertEquals(permits[0].permit(), granted.permit());
         }
-        permits[1].close();
+        // The token alone names a permit.
+        assertEquals(Duration.ofSeconds(10), client.extendPermit(name, permits[1].token(), Duration.ofSeconds(10)).ttl());
+        assertTrue(client.releasePermit(name, permits[1].token()));
 
         try (Hold held = client.holdPermit(name, k, new HoldOptions().ttl(Duration.ofSeconds(2)).fence())) {
             assertTrue(held.permit().isPresent());
