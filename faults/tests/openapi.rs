@@ -401,6 +401,28 @@ fn wire_values_match_their_schemas() {
     }
     check(
         &s,
+        "MultiAcquireRequest",
+        MultiAcquireRequest {
+            resources: vec!["a".into(), "b".into()],
+            ttl_ms: Some(1),
+            wait_ms: Some(2),
+            owner: Some("o".into()),
+            fence: true,
+        },
+    );
+    check(
+        &s,
+        "MultiAcquireResponse",
+        MultiAcquireResponse {
+            resources: vec!["a".into(), "b".into()],
+            token: "t".into(),
+            validity_ms: 9,
+            ttl_ms: 10,
+            fence: Some(7),
+        },
+    );
+    check(
+        &s,
         "PermitRequest",
         PermitRequest {
             limit: 3,
@@ -723,6 +745,10 @@ fn request_readers() -> Vec<(&'static str, &'static str, Reader)> {
             "/v1/elections/{name}/campaign",
             reader::<CampaignRequest>,
         ),
+        ("post", "/v1/locks/acquire", reader::<MultiAcquireRequest>),
+        ("post", "/v1/locks/hold", reader::<MultiHoldRequest>),
+        ("post", "/v1/locks/extend", reader::<MultiExtendRequest>),
+        ("post", "/v1/locks/release", reader::<MultiReleaseRequest>),
     ]
 }
 
@@ -750,6 +776,7 @@ fn sample(name: &str, schema: &Value) -> Value {
         "token" => json!("rl2-0123456789abcdef0123456789abcdef01234567-0123456789abcdef"),
         "owner" => json!("worker-1"),
         "value" => json!("10.0.0.7:8080"),
+        "resources" => json!(["stock-a", "stock-b"]),
         "on_disconnect" => json!("expire"),
         _ if has_type(schema, "boolean") => json!(true),
         _ if has_type(schema, "integer") => json!(1000),
