@@ -16,7 +16,9 @@
 //!   server ([`config::addresses`]).
 //! - [`redlock`]: the algorithm, free of transport, of Redis and of metrics:
 //!   quorum, a grant's validity and drift (pure) and the masters that
-//!   hold it ([`redlock::grant`]), fencing ([`redlock::fence`]), tokens,
+//!   hold it ([`redlock::grant`]), fencing ([`redlock::fence`]), a round
+//!   for several resources at once, all or none, with one fence
+//!   ([`redlock::multi`]), tokens,
 //!   what one request's rounds saw, for its span ([`redlock::trail`]),
 //!   resources, over the
 //!   [`redlock::master::Master`] trait, reporting to the
@@ -67,7 +69,12 @@
 //!   true when written), extend, release, force release (of a lock, a
 //!   permit or a leadership alike); the TTL and owner rules, grant bookkeeping
 //!   ([`lock::Grants`], in `lock/grants.rs`), waiters ([`lock::waiters`]: per-resource FIFO
-//!   queues woken by releases here or, through pub/sub, on other agents),
+//!   queues woken by releases here or, through pub/sub, on other agents;
+//!   what a waiter competes for in each round, `lock/waiters/contest.rs`;
+//!   what each master's subscriber serves, `lock/waiters/subscriptions.rs`),
+//!   locks on several resources at once ([`lock::multi`]: one lock grant
+//!   per resource under one token, waiting in every resource's queue at
+//!   once, a hold of each told as one stream),
 //!   re-entry by the holding process ([`lock::reentry`]: a count over one
 //!   grant), semaphores ([`lock::semaphores`]: `limit` permits, each a
 //!   lock of its own, won by a contest of the waiters' queue), leader
@@ -96,7 +103,8 @@
 //! - [`api`]: HTTP routes ([`api::routes`]: routing and the views;
 //!   [`api::handlers`]: the requests that take locks, permits and
 //!   leadership, and an operator's force release of a permit, to the lock
-//!   service and back; [`api::reply`]: answers,
+//!   service and back; [`api::multi`]: those of locks on several
+//!   resources; [`api::reply`]: answers,
 //!   errors with their codes, bodies read and parsed), the API's
 //!   OpenAPI document with the config's bounds filled in
 //!   ([`api::openapi`], `GET /v1/openapi.json`), the

@@ -7,6 +7,8 @@
 //! - [`grants`]: the locks this agent granted ([`Grants`]), and the
 //!   process behind each.
 //! - [`waiters`]: per-resource FIFO queues; only the head competes.
+//! - [`multi`]: locks on several resources at once, all or none, under
+//!   one token.
 //! - [`budget`]: rate budgets for timer-driven work, shared by every
 //!   resource of the agent.
 //! - [`holds`]: locks tied to a client's connection, renewed until it ends.
