@@ -88,6 +88,7 @@ async fn all_or_nothing_and_one_token_releases_all() {
         assert_eq!(status, StatusCode::CONFLICT, "{r}: {answer}");
         let (_, info) = agent.get(&format!("/v1/locks/{r}")).await.unwrap();
         assert_eq!(info["lock"]["owner"], "mover", "{info}");
+        assert_eq!(info["lock"]["held_with"], json!(["a", "b", "c"]), "{info}");
     }
 
     let (status, released) = agent

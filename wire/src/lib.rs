@@ -312,6 +312,11 @@ pub struct LockInfo {
     /// through this agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// A lock on several resources held through this agent: every
+    /// resource of that grant, sorted, this one among them (empty
+    /// otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_with: Vec<String>,
 }
 
 /// 200 answer to `GET /v1/locks?prefix=&cursor=&limit=`: one page of the

@@ -537,6 +537,11 @@ pub(crate) fn lock_info<M: Store>(
         held_here: held_here.is_some(),
         waiters: locks.waiters().count(resource),
         trace_id: held_here.and_then(|_| locks.grants().trace_id(resource, holder)),
+        held_with: if held_here.is_some() {
+            locks.held_with(resource, holder)
+        } else {
+            Vec::new()
+        },
         nodes: node_keys,
         resource: resource.to_string(),
     }

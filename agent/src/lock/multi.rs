@@ -192,6 +192,21 @@ impl<M: Store> Locks<M> {
             })
     }
 
+    /// Every resource of the grant on several made here whose value at
+    /// `resource` is `value`; empty for any other grant.
+    pub fn held_with(&self, resource: &str, value: &str) -> Vec<String> {
+        self.multi
+            .lock()
+            .values()
+            .find(|parts| {
+                parts
+                    .iter()
+                    .any(|(r, v)| r.as_str() == resource && v.as_str() == value)
+            })
+            .map(|parts| parts.iter().map(|(r, _)| r.to_string()).collect())
+            .unwrap_or_default()
+    }
+
     /// A new TTL for every resource of a grant on several, or the first
     /// resource's error (`lost` when any was not extended).
     ///

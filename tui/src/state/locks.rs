@@ -279,6 +279,7 @@ pub(crate) mod tests {
             pod: None,
             container: None,
             trace_id: None,
+            held_with: Vec::new(),
         }
     }
 

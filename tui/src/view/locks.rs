@@ -406,6 +406,14 @@ fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
     if let Some(trace) = &info.trace_id {
         lines.push(Line::from(vec![field("trace"), Span::raw(trace.clone())]));
     }
+    // One holder of several resources: all of them, taken and released
+    // together.
+    if !info.held_with.is_empty() {
+        lines.push(Line::from(vec![
+            field("with"),
+            Span::raw(info.held_with.join(", ")),
+        ]));
+    }
     let mut validity = vec![field("validity")];
     match lock.validity {
         Some(v) => {

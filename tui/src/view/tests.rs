@@ -67,6 +67,7 @@ fn app_at(t0: Instant, readonly: bool) -> App {
     everywhere.uid = Some(1000);
     everywhere.gid = Some(1001);
     everywhere.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".to_string());
+    everywhere.held_with = vec!["orders:42".to_string(), "stock:7".to_string()];
     let mut minority = lock_fixtures::lock("stray", None, 8_000, &["r1"], MASTERS);
     minority.agent = Some("pod-b".to_string());
     polled(
@@ -319,6 +320,8 @@ fn the_detail_pane_names_the_holding_process_of_a_lock_held_here() {
         &screen,
         "│trace     4bf92f3577b34da6a3ce929d0e0e4736"
     ));
+    // A lock on several resources: one holder of all of them.
+    assert!(contains(&screen, "│with      orders:42, stock:7"));
 }
 
 #[test]
