@@ -42,6 +42,8 @@
 //! - **term inversion**: a leadership whose `elected` arrived after
 //!   another's `elected` had arrived, with a term not above it: terms must
 //!   grow in real-time order.
+//! - **multi-resource overlap** ([`multi`]): a resource held by two
+//!   believed grants at once, a grant of several resources counted on each.
 //!
 //! Sections of killed clients end when the harness sent SIGKILL: the
 //! process runs no code after it, and the command of a killed
@@ -51,6 +53,7 @@
 //! for a while; the leak bounds allow for it there ([`clock_excuse`]).
 
 pub mod clock_excuse;
+pub mod multi;
 mod primitives;
 
 use std::collections::HashMap;
@@ -79,6 +82,11 @@ pub enum Primitive {
     Leadership {
         election: String,
         term: u64,
+    },
+    /// A grant of several resources at once (the section's `resource` is
+    /// their names joined, for reports); one token for all of them.
+    Multi {
+        resources: Vec<String>,
     },
 }
 
@@ -113,6 +121,8 @@ pub enum ClientKind {
     PermitHold,
     /// A campaign stream; its section is the leadership, from `elected`.
     Campaign,
+    /// A grant of several resources: acquire, work, maybe extend, release.
+    MultiAcquire,
 }
 
 impl ClientKind {
@@ -125,6 +135,7 @@ impl ClientKind {
             ClientKind::PermitAcquire => "permit_acquire",
             ClientKind::PermitHold => "permit_hold",
             ClientKind::Campaign => "campaign",
+            ClientKind::MultiAcquire => "multi_acquire",
         }
     }
 
@@ -256,7 +267,7 @@ impl Section {
     /// resource.
     pub fn group(&self) -> &str {
         match &self.primitive {
-            Primitive::Lock => &self.resource,
+            Primitive::Lock | Primitive::Multi { .. } => &self.resource,
             Primitive::Permit { semaphore, .. } => semaphore,
             Primitive::Leadership { election, .. } => election,
         }
@@ -264,7 +275,7 @@ impl Section {
 
     fn brief(&self) -> String {
         let what = match &self.primitive {
-            Primitive::Lock => String::new(),
+            Primitive::Lock | Primitive::Multi { .. } => String::new(),
             Primitive::Permit { permit, limit, .. } => format!("permit {permit} of {limit}, "),
             Primitive::Leadership { term, .. } => format!("term {term}, "),
         };
@@ -594,6 +605,8 @@ pub struct Findings {
     pub fences: FenceFindings,
     /// The semaphore and election properties.
     pub primitives: PrimitiveFindings,
+    /// The multi-resource property.
+    pub multi: multi::MultiFindings,
 }
 
 impl Findings {
@@ -921,8 +934,9 @@ impl Checker {
 
         let mut by_resource: HashMap<&str, Vec<&Section>> = HashMap::new();
         for s in &state.sections {
-            // Two leaderships at once are the election property's finding.
-            if !matches!(s.primitive, Primitive::Leadership { .. }) {
+            // Two leaderships at once are the election property's finding,
+            // and a grant of several resources the multi-resource one's.
+            if matches!(s.primitive, Primitive::Lock | Primitive::Permit { .. }) {
                 by_resource.entry(s.resource.as_str()).or_default().push(s);
             }
             // Overruns: the section went on past the validity it was told
@@ -946,6 +960,7 @@ impl Checker {
         findings.violations.sort_by_key(|v| v.second.entry);
         findings.fences = fences(&state.sections);
         findings.primitives = primitives::primitives(&state.sections, now);
+        findings.multi = multi::findings(&state.sections, now);
         findings
     }
 }
