@@ -51,11 +51,19 @@
 //! a majority restored from snapshots behind a2's connection-keeping links
 //! ([`Options::restore_control`]; protection: the process check of a vote
 //! answered NOSCRIPT).
+//!
+//! And the multi-resource pair (the `multi` module): grants of several
+//! resources beside single locks of the same resources under the random
+//! nemesis ([`Options::multi_nemesis`]), and the same clients through
+//! agents without the all-or-nothing rule ([`Options::multi_control`],
+//! [`MULTI_PARTIAL_ENV`]), where a resource held twice must be found.
 
 mod intrusion;
+mod multi;
 mod verdict;
 
 pub use intrusion::{CLOCK_CONTROL_JUMP_PAST_TTL, INTRUSION_TTL, RESTORE_CONTROL_HEALTH_INTERVAL};
+pub use multi::{MultiRun, MULTI_CONTROL_DURATION, MULTI_PARTIAL_ENV, MULTI_SHORT_DURATION};
 pub use verdict::verdicts;
 
 use std::fmt;
@@ -103,6 +111,8 @@ pub struct Options {
     pub control: Option<Control>,
     /// Set for the fence control scenario instead.
     pub fence_control: Option<FenceControl>,
+    /// Set for either half of the multi-resource pair instead.
+    pub multi: Option<MultiRun>,
     /// The property a control run is about: what it holds while the fault
     /// strikes (a lock, a semaphore's permits, an election's leadership)
     /// and what its verdict asks the checker to find.
@@ -161,7 +171,8 @@ pub struct Control {
 
 /// The control runs of the short mode and `faults control`, in order, each
 /// with its number of rounds (runs without protection stop at the first
-/// violation): the lock's, then the semaphore's and the election's.
+/// violation): the lock's, then the semaphore's and the election's, then
+/// the multi-resource pair (its first half a nemesis run).
 pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, usize)> {
     let bin = || faults_bin.to_path_buf();
     vec![
@@ -200,6 +211,8 @@ pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, u
         (Options::clock_control(false, seed, bin()), 1),
         (Options::restore_control(true, seed, bin()), 1),
         (Options::restore_control(false, seed, bin()), 1),
+        (Options::multi_nemesis(MULTI_SHORT_DURATION, seed, bin()), 1),
+        (Options::multi_control(seed, bin()), 1),
     ]
 }
 
@@ -241,6 +254,7 @@ impl Options {
                 permit_acquire: 2,
                 permit_hold: 1,
                 campaign: 2,
+                multi_acquire: 0,
             },
             singles: FaultKind::ALL.to_vec(),
             pool: FaultKind::ALL.to_vec(),
@@ -248,6 +262,7 @@ impl Options {
             faults_bin,
             control: None,
             fence_control: None,
+            multi: None,
             property: Property::Lock,
         }
     }
@@ -297,6 +312,7 @@ impl Options {
                 protected: delayed_restart,
             }),
             fence_control: None,
+            multi: None,
             property: Property::Lock,
         }
     }
@@ -462,6 +478,7 @@ impl Options {
                 writeback,
                 skew_ms: FENCE_SKEW_MS,
             }),
+            multi: None,
             property: Property::Lock,
         }
     }
@@ -657,6 +674,8 @@ pub struct Report {
     pub control: Option<Control>,
     /// Set for the fence control run.
     pub fence_control: Option<FenceControl>,
+    /// Set for either half of the multi-resource pair.
+    pub multi: Option<MultiRun>,
     /// What a control run judges.
     pub property: Property,
     /// Clients of semaphores and elections were in the mix: the run must
@@ -743,6 +762,10 @@ impl Report {
         }
         if !p.term_inversions.is_empty() {
             out.push(format!("{} terms out of order", p.term_inversions.len()));
+        }
+        if !f.multi.overlaps.is_empty() {
+            let n = f.multi.overlaps.len();
+            out.push(format!("{n} times a resource held by two grants at once"));
         }
         if self.primitives_expected.0 && p.permits == 0 {
             out.push("no permit was granted: the semaphore property saw nothing".into());
@@ -895,6 +918,7 @@ impl fmt::Display for Report {
         for l in fd.leaks.iter().take(5) {
             writeln!(f, "   {l}")?;
         }
+        multi::write_findings(f, self)?;
         let p = &fd.primitives;
         if p.permits > 0 || self.primitives_expected.0 {
             let most: Vec<String> = p
@@ -1374,6 +1398,7 @@ impl Harness {
             process_check: options.settings.process_check,
             control: options.control,
             fence_control: options.fence_control,
+            multi: options.multi,
             property: options.property,
             primitives_expected: (mix.permit_acquire + mix.permit_hold > 0, mix.campaign > 0),
             stats: self.stats.snapshot(),
@@ -1428,6 +1453,9 @@ pub async fn nemesis(options: &Options) -> Result<Report, String> {
 pub async fn control(options: &Options, rounds: usize) -> Result<Report, String> {
     if let Some(fence) = options.fence_control {
         return fence_control(options, fence).await;
+    }
+    if let Some(multi) = options.multi {
+        return multi::run(options, multi).await;
     }
     let control = options
         .control
@@ -1798,6 +1826,7 @@ mod tests {
             process_check: true,
             control: None,
             fence_control: options.fence_control,
+            multi: None,
             property: options.property,
             primitives_expected: (false, false),
             stats: StatsSnapshot::default(),

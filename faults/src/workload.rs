@@ -18,6 +18,7 @@
 //! - [`ClientKind::PermitHold`]: a semaphore's hold stream.
 //! - [`ClientKind::Campaign`]: a campaign stream; it leads for a while
 //!   once elected and resigns, or gives up waiting and resigns.
+//! - [`ClientKind::MultiAcquire`]: 2 or 3 of the locks' resources at once.
 //!
 //! Every client asks for a fence (`redlock-agent lock` only when it has
 //! `--fence`) and writes once inside each section to the fenced store
@@ -48,6 +49,7 @@ use crate::store::{self, StoreClient};
 use redlock_wire::CampaignEvent;
 
 mod mix;
+mod multi;
 
 pub use mix::{spawn, Mix};
 

@@ -1,5 +1,6 @@
 //! How many clients of each kind a run starts, and starting them.
 
+use super::multi::multi_acquire_client;
 use super::{acquire_client, campaign_client, hold_client, process_client, Ctx};
 use crate::checker::ClientKind;
 use crate::client::Client;
@@ -16,6 +17,8 @@ pub struct Mix {
     pub permit_hold: usize,
     /// Of the plan's elections.
     pub campaign: usize,
+    /// Of 2 or 3 of the plan's resources at once.
+    pub multi_acquire: usize,
 }
 
 impl Mix {
@@ -28,6 +31,7 @@ impl Mix {
         permit_acquire: 0,
         permit_hold: 0,
         campaign: 0,
+        multi_acquire: 0,
     };
 
     /// Every client.
@@ -39,6 +43,7 @@ impl Mix {
             + self.permit_acquire
             + self.permit_hold
             + self.campaign
+            + self.multi_acquire
     }
 }
 
@@ -116,6 +121,16 @@ pub fn spawn(
             ClientKind::LockCommand,
             a,
             clients[a].socket().to_path_buf(),
+            seed.wrapping_add(n as u64),
+        )));
+    }
+    for i in 0..mix.multi_acquire {
+        let a = next(&mut n);
+        tasks.push(tokio::spawn(multi_acquire_client(
+            ctx.clone(),
+            format!("multiacq{}", i + 1),
+            a,
+            clients[a].clone(),
             seed.wrapping_add(n as u64),
         )));
     }
