@@ -244,7 +244,7 @@ pub struct Options {
 }
 
 /// Everything a run measured.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Results {
     pub runs: Vec<Run>,
     pub limit: Option<Result<Limit, String>>,
@@ -642,25 +642,10 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         results.idle = Some(measured);
     }
     // Through the run's agent, once the driver workloads are done with it.
+    let timing = (options.warmup, options.duration);
     if wanted("w11") && options.peers.contains(&Peer::Agent) {
-        let measured = primitives::measure(
-            &agent.socket,
-            options.smoke,
-            options.warmup,
-            options.duration,
-        )
-        .map_err(|e| format!("{e:#}"));
-        match &measured {
-            Ok(p) if p.failed() => {
-                eprintln!("W11: some operations FAILED (see the W11 table)");
-                results.agent_failed = true;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                eprintln!("W11 FAILED: {}", e.lines().next().unwrap_or_default());
-                results.agent_failed = true;
-            }
-        }
+        let (measured, failed) = primitives::record(&agent.socket, options.smoke, timing);
+        results.agent_failed |= failed;
         results.primitives = Some(measured);
     }
     // Only when asked for by name: two more agents and twelve W1 runs.

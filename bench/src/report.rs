@@ -1206,13 +1206,8 @@ mod tests {
                 marker_run(false, 800, 20_000),
                 marker_run(true, 600, 21_000),
             ],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
-            tracing: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         };
         let md = render(&results, &Environment::default(), &[Peer::Agent]);
         assert!(
@@ -1242,13 +1237,8 @@ mod tests {
     fn the_fence_cost_is_a_ratio_of_two_runs() {
         let results = Results {
             runs: vec![fence_run(false, 800, 20_000), fence_run(true, 640, 24_000)],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
-            tracing: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         };
         let md = render(&results, &Environment::default(), &[Peer::Agent]);
         assert!(
@@ -1287,13 +1277,9 @@ mod tests {
     fn with_idle(measured: Idle) -> String {
         let results = Results {
             runs: Vec::new(),
-            limit: None,
             idle: Some(Ok(measured)),
-            fleet: None,
-            primitives: None,
-            tracing: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         };
         render(&results, &Environment::default(), &[Peer::Agent])
     }
@@ -1353,13 +1339,8 @@ mod tests {
                 process_run(Peer::Agent, 4000, 10),
                 process_run(Peer::Pottery, 400, 1280),
             ],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
-            tracing: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         };
         let md = render(
             &results,
@@ -1414,13 +1395,8 @@ mod tests {
                 w1_run(Peer::Rslock, one, 0.5, 1000, 20_000),
                 w1_run(Peer::Agent, hot(64, false), 0.0, 1000, 40_200),
             ],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
-            tracing: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         };
         let md = render(
             &results,
