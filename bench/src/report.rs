@@ -8,6 +8,7 @@
 mod clusters;
 mod fleet;
 mod floor;
+mod multi;
 mod primitives;
 mod traces;
 
@@ -211,6 +212,7 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     fleet::section(&mut md, results);
     primitives::section(&mut md, results);
     traces::section(&mut md, results);
+    multi::section(&mut md, results);
     environment(&mut md, results, env, peers);
     md
 }
