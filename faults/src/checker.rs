@@ -123,6 +123,8 @@ pub enum ClientKind {
     Campaign,
     /// A grant of several resources: acquire, work, maybe extend, release.
     MultiAcquire,
+    /// A hold stream of several resources.
+    MultiHold,
 }
 
 impl ClientKind {
@@ -136,6 +138,7 @@ impl ClientKind {
             ClientKind::PermitHold => "permit_hold",
             ClientKind::Campaign => "campaign",
             ClientKind::MultiAcquire => "multi_acquire",
+            ClientKind::MultiHold => "multi_hold",
         }
     }
 
@@ -147,6 +150,7 @@ impl ClientKind {
                 | ClientKind::ProcessHold
                 | ClientKind::PermitHold
                 | ClientKind::Campaign
+                | ClientKind::MultiHold
         )
     }
 }

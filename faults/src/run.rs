@@ -255,6 +255,7 @@ impl Options {
                 permit_hold: 1,
                 campaign: 2,
                 multi_acquire: 0,
+                multi_hold: 0,
             },
             singles: FaultKind::ALL.to_vec(),
             pool: FaultKind::ALL.to_vec(),

@@ -18,7 +18,8 @@
 //! - [`ClientKind::PermitHold`]: a semaphore's hold stream.
 //! - [`ClientKind::Campaign`]: a campaign stream; it leads for a while
 //!   once elected and resigns, or gives up waiting and resigns.
-//! - [`ClientKind::MultiAcquire`]: 2 or 3 of the locks' resources at once.
+//! - [`ClientKind::MultiAcquire`], [`ClientKind::MultiHold`]: 2 or 3 of
+//!   the locks' resources at once, as an acquire and as a hold.
 //!
 //! Every client asks for a fence (`redlock-agent lock` only when it has
 //! `--fence`) and writes once inside each section to the fenced store

@@ -45,8 +45,9 @@ pub struct MultiRun {
 impl Options {
     /// The multi-resource nemesis: 3 agents (a3 through connection-keeping
     /// links, as in the nemesis run), 3 acquire and 2 hold clients of single
-    /// locks and 4 clients of 2 or 3 resources at once, all on the same 3
-    /// resources, every fault mixed at random from the start.
+    /// locks and 3 acquire and 2 hold clients of 2 or 3 resources at once,
+    /// all on the same 3 resources, every fault mixed at random from the
+    /// start.
     pub fn multi_nemesis(duration: Duration, seed: u64, faults_bin: std::path::PathBuf) -> Options {
         let mut options = Options::nemesis(duration, seed, faults_bin);
         options.name = "multi-resource (all-or-nothing on, nemesis)".into();
@@ -56,7 +57,8 @@ impl Options {
         options.mix = Mix {
             acquire: 3,
             hold: 2,
-            multi_acquire: 4,
+            multi_acquire: 3,
+            multi_hold: 2,
             ..Mix::NONE
         };
         options.singles = Vec::new();

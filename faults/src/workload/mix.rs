@@ -1,6 +1,6 @@
 //! How many clients of each kind a run starts, and starting them.
 
-use super::multi::multi_acquire_client;
+use super::multi::{multi_acquire_client, multi_hold_client};
 use super::{acquire_client, campaign_client, hold_client, process_client, Ctx};
 use crate::checker::ClientKind;
 use crate::client::Client;
@@ -19,6 +19,7 @@ pub struct Mix {
     pub campaign: usize,
     /// Of 2 or 3 of the plan's resources at once.
     pub multi_acquire: usize,
+    pub multi_hold: usize,
 }
 
 impl Mix {
@@ -32,6 +33,7 @@ impl Mix {
         permit_hold: 0,
         campaign: 0,
         multi_acquire: 0,
+        multi_hold: 0,
     };
 
     /// Every client.
@@ -44,6 +46,7 @@ impl Mix {
             + self.permit_hold
             + self.campaign
             + self.multi_acquire
+            + self.multi_hold
     }
 }
 
@@ -129,6 +132,16 @@ pub fn spawn(
         tasks.push(tokio::spawn(multi_acquire_client(
             ctx.clone(),
             format!("multiacq{}", i + 1),
+            a,
+            clients[a].clone(),
+            seed.wrapping_add(n as u64),
+        )));
+    }
+    for i in 0..mix.multi_hold {
+        let a = next(&mut n);
+        tasks.push(tokio::spawn(multi_hold_client(
+            ctx.clone(),
+            format!("multihold{}", i + 1),
             a,
             clients[a].clone(),
             seed.wrapping_add(n as u64),
