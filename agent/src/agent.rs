@@ -21,7 +21,7 @@ use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
 use crate::telemetry::Telemetry;
 use redlock_testkit::switches::{
-    NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, REENTRY_TRUSTS_PID_ZERO,
+    MULTI_PARTIAL, NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, REENTRY_TRUSTS_PID_ZERO,
     RENEWALS_WAIT_FOR_CLIENT, SEMAPHORE_LIMIT_BY_GRANTER,
 };
 use tokio_util::sync::CancellationToken;
@@ -234,6 +234,7 @@ impl Agent {
             retry_jitter: config.lock.retry_jitter,
             agent_name: Some(config.agent.name.clone()),
             fence,
+            all_or_nothing: !switched_on(MULTI_PARTIAL),
         };
         let health = HealthSettings {
             interval: config.health.interval,
@@ -293,6 +294,13 @@ impl Agent {
                  streams write whether or not it reads; for control runs of the tests only"
             );
             rules.renewals_wait_for_client = true;
+        }
+        if switched_on(MULTI_PARTIAL) {
+            tracing::warn!(
+                "{MULTI_PARTIAL} is set: a lock on several resources is granted when any of them \
+                 is, so a resource held by another is granted again; for control runs of the \
+                 tests only"
+            );
         }
         if switched_on(SEMAPHORE_LIMIT_BY_GRANTER) {
             tracing::warn!(

@@ -212,7 +212,9 @@ pub fn lock_error(error: LockError) -> ApiError {
         LockError::InvalidOwner | LockError::Invalid(_) => {
             (StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest)
         }
-        LockError::Taken(_) | LockError::Full { .. } => (StatusCode::CONFLICT, ErrorCode::Taken),
+        LockError::Taken(_) | LockError::TakenMany(_) | LockError::Full { .. } => {
+            (StatusCode::CONFLICT, ErrorCode::Taken)
+        }
         LockError::LimitMismatch { .. } => (StatusCode::CONFLICT, ErrorCode::LimitMismatch),
         LockError::Lost(_) => (StatusCode::CONFLICT, ErrorCode::Lost),
         LockError::NotReentrant(_) => (StatusCode::CONFLICT, ErrorCode::NotReentrant),

@@ -15,6 +15,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use redlock_wire::ErrorCode;
 
 use super::handlers::{self, acquire, extend, hold, release, ForceReleaseRequest, LockAction};
+use super::multi::{self, MultiAction};
 use super::openapi;
 use super::peer::Peer;
 pub use super::reply::Body;
@@ -51,6 +52,9 @@ enum Route {
     /// `GET /v1/locks/{resource}`: one lock in full.
     LockInfo(Resource),
     Lock(Resource, LockAction),
+    /// `POST /v1/locks/{acquire,hold,extend,release}`: a lock on several
+    /// resources, named in the body.
+    Multi(MultiAction),
     /// `GET /v1/semaphores/{name}`: its held permits.
     SemaphoreInfo(Resource),
     /// `acquire`, `extend`, `release` or `hold` of a permit.
@@ -72,7 +76,11 @@ impl Route {
     fn takes_body(&self) -> bool {
         matches!(
             self,
-            Route::Lock(..) | Route::Semaphore(..) | Route::Campaign(_) | Route::ForceResign(_)
+            Route::Lock(..)
+                | Route::Multi(_)
+                | Route::Semaphore(..)
+                | Route::Campaign(_)
+                | Route::ForceResign(_)
         )
     }
 }
@@ -93,7 +101,7 @@ pub async fn handle(
     peer: Option<Peer>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
-    let label = route_label(request.uri().path());
+    let label = route_label(request.method(), request.uri().path());
     let (parts, body) = request.into_parts();
     let routed = route_request(&agent, surface, &parts);
     let body = read_body(&parts.headers, body, agent.config().socket.request_timeout).await;
@@ -136,8 +144,12 @@ pub async fn handle(
 }
 
 /// The route's name for metrics: a closed set, never the resource.
-fn route_label(path: &str) -> &'static str {
+fn route_label(method: &Method, path: &str) -> &'static str {
     match path {
+        "/v1/locks/acquire" if method == Method::POST => "multi_acquire",
+        "/v1/locks/hold" if method == Method::POST => "multi_hold",
+        "/v1/locks/extend" if method == Method::POST => "multi_extend",
+        "/v1/locks/release" if method == Method::POST => "multi_release",
         "/healthz" => "healthz",
         "/readyz" => "readyz",
         "/metrics" => "metrics",
@@ -180,7 +192,7 @@ fn route_label(path: &str) -> &'static str {
 /// from the body.
 fn route_request(agent: &Agent, surface: Surface, parts: &Parts) -> Result<Route, ApiError> {
     let path = parts.uri.path();
-    let (route, allowed) = route(surface, path)?;
+    let (route, allowed) = route(surface, &parts.method, path)?;
     if parts.method != allowed {
         return Err(ApiError::method_not_allowed(&parts.method, path, allowed));
     }
@@ -313,6 +325,20 @@ async fn dispatch(
                 .watch(caller, Kind::Leadership, name.as_str(), span);
             Ok(ndjson(events, slot, watch))
         }
+        Route::Multi(action) => match action {
+            MultiAction::Acquire => {
+                multi::acquire(agent, holder, caller, parse_body(&body, false)?).await
+            }
+            MultiAction::Hold => {
+                multi::hold(agent, holder, caller, parse_body(&body, false)?).await
+            }
+            MultiAction::Extend => {
+                multi::extend(agent, holder, caller, parse_body(&body, false)?).await
+            }
+            MultiAction::Release => {
+                multi::release(agent, holder, caller, parse_body(&body, false)?).await
+            }
+        },
         Route::Lock(resource, action) => match action {
             LockAction::Acquire => {
                 acquire(agent, resource, holder, caller, parse_body(&body, true)?).await
@@ -367,6 +393,10 @@ fn check_surface(agent: &Agent, surface: Surface, route: &Route) -> Result<(), A
             "permits and leadership are taken on the application socket ({}, socket.path); the admin socket serves views and force-release",
             agent.config().socket.path.display()
         )),
+        (Surface::Admin, Route::Multi(_)) => forbidden(format!(
+            "locks are taken on the application socket ({}, socket.path); the admin socket serves views and force-release",
+            agent.config().socket.path.display()
+        )),
         (Surface::Admin, Route::Lock(_, action)) if !matches!(action, LockAction::ForceRelease) => {
             forbidden(format!(
                 "locks are taken on the application socket ({}, socket.path); the admin socket serves views and force-release",
@@ -377,7 +407,7 @@ fn check_surface(agent: &Agent, surface: Surface, route: &Route) -> Result<(), A
     }
 }
 
-fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
+fn route(surface: Surface, method: &Method, path: &str) -> Result<(Route, Method), ApiError> {
     let not_found = || {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -429,6 +459,11 @@ fn route(surface: Surface, path: &str) -> Result<(Route, Method), ApiError> {
     }
     let rest = path.strip_prefix("/v1/locks/").ok_or_else(not_found)?;
     let Some((segment, action)) = rest.rsplit_once('/') else {
+        // `POST /v1/locks/acquire` takes several resources; a `GET` of
+        // that path reads the lock named `acquire`.
+        if let Some(action) = MultiAction::named(rest).filter(|_| method == Method::POST) {
+            return Ok((Route::Multi(action), Method::POST));
+        }
         return Ok((Route::LockInfo(resource(rest)?), Method::GET));
     };
     let action = match action {

@@ -26,6 +26,7 @@ pub mod holds;
 pub mod idle;
 pub mod isolation;
 pub mod listing;
+pub mod multi;
 pub mod reentry;
 pub mod semaphores;
 pub mod streams;
@@ -156,6 +157,10 @@ pub enum LockError {
     Invalid(String),
     #[error("{0} is locked by another holder")]
     Taken(Resource),
+    /// A lock on several resources, any of them held by others for all of
+    /// the wait; the message names them all.
+    #[error("one or more of {0} is locked by another holder")]
+    TakenMany(String),
     /// Every permit of a semaphore was held by others for all of the wait.
     #[error("semaphore {semaphore} has all its permits held by others (limit {limit})")]
     Full { semaphore: Resource, limit: u32 },
@@ -248,6 +253,8 @@ pub struct Locks<M: Store> {
     /// Cancelled when the agent starts to shut down: holds end with `lost`.
     shutdown: CancellationToken,
     activity: idle::Activity,
+    /// Grants on several resources made here, by token.
+    multi: multi::MultiGrants,
 }
 
 impl<M: Store> Locks<M> {
@@ -270,6 +277,7 @@ impl<M: Store> Locks<M> {
             metrics,
             shutdown,
             activity: idle::Activity::default(),
+            multi: multi::MultiGrants::default(),
         }
     }
 
@@ -361,7 +369,9 @@ impl<M: Store> Locks<M> {
         let result = acquire.await;
         let outcome = match &result {
             Ok(_) => Outcome::Acquired,
-            Err(LockError::Taken(_) | LockError::Full { .. }) => Outcome::Taken,
+            Err(LockError::Taken(_) | LockError::TakenMany(_) | LockError::Full { .. }) => {
+                Outcome::Taken
+            }
             Err(LockError::NoQuorum(_)) => Outcome::NoQuorum,
             Err(_) => Outcome::Error,
         };

@@ -55,16 +55,24 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
 /// second on five masters, whatever the number of waiters.
 pub const RETRIES_PER_SECOND: f64 = 1000.0;
 
+mod contest;
+mod subscriptions;
+
+pub use contest::{set_key, Contest, LockContest, MultiContest};
+pub use subscriptions::Subscriptions;
+
 use super::budget::Budget;
 use crate::metrics::Metrics;
-use crate::redlock::{Acquire, ChannelChange, Channels, Master, Redlock, Resource, Store, Token};
+use crate::redlock::{Acquire, ChannelChange, Master, Redlock, Resource};
 
 /// One resource's queue. Each waiter has its own wake-up channel carrying
 /// a generation number: only the head is woken, by a release or when it
 /// becomes head, and no wake-up is lost between a check and a wait.
 #[derive(Debug)]
 struct Queue {
-    order: VecDeque<(u64, watch::Sender<u64>)>,
+    /// Each waiter's id and wake-up channel, shared by every queue a
+    /// request on several resources waits in.
+    order: VecDeque<(u64, Arc<watch::Sender<u64>>)>,
     /// The last head left with the lock: the new head should wait for its
     /// release rather than try at once and find it taken.
     held: bool,
@@ -165,7 +173,9 @@ const UNNAMED_RELEASE: &str = "released";
 /// A place in a queue; leaving (drop) wakes the next waiter.
 struct Ticket<'a> {
     waiters: &'a Waiters,
-    resource: String,
+    /// The queues it waits in: one, or one per resource of a lock on
+    /// several.
+    resources: Vec<String>,
     id: u64,
     /// The uid the ticket counts against, when the peer was known.
     uid: Option<u32>,
@@ -361,17 +371,20 @@ impl Waiters {
         }
     }
 
-    /// Queues a waiter of `uid` (the peer's, when known) in `queue_name`.
-    /// The first waiter of a resource also gets the confirmations of its
-    /// release-channel subscriptions.
+    /// Queues a waiter of `uid` (the peer's, when known) in each of
+    /// `queue_names` at once, under one lock of every queue: a waiter in
+    /// several queues is behind the same earlier waiters in each, so the
+    /// earliest of overlapping waiters heads every queue it is in, and no
+    /// two wait for each other. The first waiter of a resource also gets
+    /// the confirmations of its release-channel subscriptions.
     ///
     /// # Errors
     /// When `uid` already has its share of waiters, or the agent has
     /// `lock.max_waiters`.
     #[allow(clippy::type_complexity)]
-    fn join(
+    fn join<'q>(
         &self,
-        queue_name: &str,
+        queue_names: impl Iterator<Item = &'q str>,
         uid: Option<u32>,
     ) -> Result<(Ticket<'_>, Vec<oneshot::Receiver<()>>), WaitError> {
         use std::sync::atomic::Ordering::Relaxed;
@@ -396,21 +409,29 @@ impl Waiters {
         }
         self.total.fetch_add(1, Relaxed);
         let mut confirmations = Vec::new();
-        let queue = queues.entry(queue_name.to_string()).or_insert_with(|| {
-            confirmations = self.subscribe(&format!("{}{queue_name}", self.channel_prefix));
-            Queue {
-                order: VecDeque::new(),
-                held: false,
-                woken_by: None,
-            }
-        });
         let (sender, wake) = watch::channel(0);
-        crate::redlock::trail::queued(queue.order.len());
-        queue.order.push_back((id, sender));
+        let sender = Arc::new(sender);
+        let mut resources = Vec::new();
+        for queue_name in queue_names {
+            let queue = queues.entry(queue_name.to_string()).or_insert_with(|| {
+                confirmations
+                    .extend(self.subscribe(&format!("{}{queue_name}", self.channel_prefix)));
+                Queue {
+                    order: VecDeque::new(),
+                    held: false,
+                    woken_by: None,
+                }
+            });
+            if resources.is_empty() {
+                crate::redlock::trail::queued(queue.order.len());
+            }
+            queue.order.push_back((id, Arc::clone(&sender)));
+            resources.push(queue_name.to_string());
+        }
         self.metrics.waiters.inc();
         let ticket = Ticket {
             waiters: self,
-            resource: queue_name.to_string(),
+            resources,
             id,
             uid,
             wake,
@@ -464,7 +485,11 @@ impl Waiters {
         // No one waits here in this queue: try at once, and queue (and
         // subscribe to its release channel) only if it is taken. With
         // waiters, join the queue: newcomers do not overtake them.
-        if wait.is_zero() || !self.lock().contains_key(contest.queue()) {
+        let queued = {
+            let queues = self.lock();
+            contest.queues().any(|q| queues.contains_key(q))
+        };
+        if wait.is_zero() || !queued {
             let first = contest.round(redlock, !wait.is_zero()).await;
             let hopeless = matches!(first, Acquire::NoQuorum(_)) && !redlock.quorum_usable();
             if wait.is_zero()
@@ -475,80 +500,13 @@ impl Waiters {
                 return Ok(first);
             }
         }
-        let queue = contest.queue().to_string();
-        let (mut ticket, subscribed) = self.join(&queue, uid)?;
+        let (mut ticket, subscribed) = self.join(contest.queues(), uid)?;
         ticket.cancel = cancel.cloned();
         // Once the masters confirm the subscription, no release published
         // after our first attempt can be missed. Bounded: a master that does
         // not answer leaves only the retry delay as the fallback.
         let _ = tokio::time::timeout(SUBSCRIBE_WAIT, futures::future::join_all(subscribed)).await;
         ticket.wait_for(redlock, contest, deadline).await
-    }
-}
-
-/// What a waiter competes for in each of its rounds: one lock
-/// ([`LockContest`]), or any permit of a semaphore
-/// (`super::semaphores::PermitContest`).
-pub trait Contest<M: Master>: Send {
-    /// The queue it waits in: the lock's resource, or the semaphore's
-    /// (see [`Resource::queue`]); its releases wake that queue.
-    fn queue(&self) -> &str;
-
-    /// One round of votes. `waiting`: the caller will wait if it fails,
-    /// so the votes ask the holder's release to announce itself.
-    fn round(
-        &mut self,
-        redlock: &Redlock<M>,
-        waiting: bool,
-    ) -> impl std::future::Future<Output = Acquire> + Send;
-
-    /// Whether waiting cannot help (a semaphore asked with another limit
-    /// than its permits'): the last round's answer stands.
-    fn settled(&self) -> bool {
-        false
-    }
-}
-
-/// One lock: every round of one request uses the same token (see
-/// [`Redlock::acquire_once`]), bound to the resource's lock key.
-pub struct LockContest<'a> {
-    resource: &'a Resource,
-    ttl: Duration,
-    token: Token,
-    fence: bool,
-}
-
-impl<'a> LockContest<'a> {
-    pub fn new<M: Master>(
-        redlock: &Redlock<M>,
-        resource: &'a Resource,
-        ttl: Duration,
-        owner: Option<&str>,
-        fence: bool,
-    ) -> LockContest<'a> {
-        let token = Token::generate(
-            &redlock.key(resource),
-            redlock.settings().agent_name.as_deref(),
-            owner,
-        );
-        LockContest {
-            resource,
-            ttl,
-            token,
-            fence,
-        }
-    }
-}
-
-impl<M: Master> Contest<M> for LockContest<'_> {
-    fn queue(&self) -> &str {
-        self.resource.queue()
-    }
-
-    async fn round(&mut self, redlock: &Redlock<M>, waiting: bool) -> Acquire {
-        redlock
-            .acquire_once(self.resource, self.ttl, &self.token, self.fence, waiting)
-            .await
     }
 }
 
@@ -620,24 +578,34 @@ impl Ticket<'_> {
     /// A round failed: the release that woke it may not have reached every
     /// master yet, so its later messages may wake this queue again.
     fn hear_again(&self) {
-        if let Some(queue) = self.waiters.lock().get_mut(&self.resource) {
-            queue.woken_by = None;
+        let mut queues = self.waiters.lock();
+        for resource in &self.resources {
+            if let Some(queue) = queues.get_mut(resource) {
+                queue.woken_by = None;
+            }
         }
     }
 
     /// Whether the previous head left with the lock (and clears the hint).
     fn take_held_hint(&self) -> bool {
-        self.waiters
-            .lock()
-            .get_mut(&self.resource)
-            .is_some_and(|q| std::mem::take(&mut q.held))
+        let mut queues = self.waiters.lock();
+        let mut held = false;
+        for resource in &self.resources {
+            if let Some(queue) = queues.get_mut(resource) {
+                held |= std::mem::take(&mut queue.held);
+            }
+        }
+        held
     }
 
+    /// Whether this ticket heads every queue it waits in.
     fn is_head(&self) -> bool {
-        self.waiters
-            .lock()
-            .get(&self.resource)
-            .is_some_and(|q| q.order.front().map(|(id, _)| *id) == Some(self.id))
+        let queues = self.waiters.lock();
+        self.resources.iter().all(|resource| {
+            queues
+                .get(resource)
+                .is_some_and(|q| q.order.front().map(|(id, _)| *id) == Some(self.id))
+        })
     }
 
     /// Whether the request that waits was given up by its caller.
@@ -667,25 +635,28 @@ impl Ticket<'_> {
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         let mut queues = self.waiters.lock();
-        if let Some(queue) = queues.get_mut(&self.resource) {
-            let was_head = queue.order.front().map(|(id, _)| *id) == Some(self.id);
-            queue.order.retain(|(id, _)| *id != self.id);
-            self.waiters
-                .total
-                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            if let Some(uid) = self.uid {
-                let mut per_uid = self.waiters.per_uid();
-                if let Some(count) = per_uid.get_mut(&uid) {
-                    *count -= 1;
-                    if *count == 0 {
-                        per_uid.remove(&uid);
-                    }
+        self.waiters
+            .total
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(uid) = self.uid {
+            let mut per_uid = self.waiters.per_uid();
+            if let Some(count) = per_uid.get_mut(&uid) {
+                *count -= 1;
+                if *count == 0 {
+                    per_uid.remove(&uid);
                 }
             }
+        }
+        for resource in &self.resources {
+            let Some(queue) = queues.get_mut(resource) else {
+                continue;
+            };
+            let was_head = queue.order.front().map(|(id, _)| *id) == Some(self.id);
+            queue.order.retain(|(id, _)| *id != self.id);
             if queue.order.is_empty() {
-                queues.remove(&self.resource);
-                if !self.waiters.observers().contains_key(&self.resource) {
-                    let channel = format!("{}{}", self.waiters.channel_prefix, self.resource);
+                queues.remove(resource);
+                if !self.waiters.observers().contains_key(resource) {
+                    let channel = format!("{}{}", self.waiters.channel_prefix, resource);
                     self.waiters.unsubscribe(&channel);
                 }
             } else if was_head {
@@ -731,69 +702,6 @@ impl Drop for Observation<'_> {
                 self.waiters.unsubscribe(&channel);
             }
         }
-    }
-}
-
-/// What each master's subscriber (`crate::node::subscriber::listen`)
-/// serves for the lock service: the fleet's force-release channel and the
-/// release channels of the resources with waiters here. A release wakes
-/// the matching queue; a force release is told to `locks`
-/// (`Locks::heard_force_release`).
-pub struct Subscriptions<M: Store> {
-    locks: Arc<super::Locks<M>>,
-}
-
-impl<M: Store> Subscriptions<M> {
-    /// The channels for one master's subscriber, and the changes to them
-    /// as queues come and go (one receiver per master).
-    pub fn new(
-        locks: Arc<super::Locks<M>>,
-    ) -> (Subscriptions<M>, mpsc::UnboundedReceiver<ChannelChange>) {
-        let (changes_tx, changes) = mpsc::unbounded_channel();
-        locks
-            .waiters()
-            .listeners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(changes_tx);
-        (Subscriptions { locks }, changes)
-    }
-}
-
-impl<M: Store> Channels for Subscriptions<M> {
-    fn always(&self) -> &str {
-        self.locks.waiters().force_channel()
-    }
-
-    fn wanted(&self) -> Vec<String> {
-        self.locks.waiters().wanted()
-    }
-
-    fn needed(&self) -> bool {
-        self.locks.idle_for() < super::idle::IDLE_AFTER
-    }
-
-    fn message(&self, channel: &str, payload: &[u8]) {
-        let waiters = self.locks.waiters();
-        if channel == waiters.force_channel {
-            force_released(&self.locks, payload);
-        } else {
-            waiters.released_on(channel, payload);
-        }
-    }
-}
-
-/// A message on the fleet's force-release channel: `<resource>\n<value>`
-/// (a resource has no line break; the value is the rest).
-fn force_released<M: Store>(locks: &super::Locks<M>, message: &[u8]) {
-    let parsed = std::str::from_utf8(message)
-        .ok()
-        .and_then(|m| m.split_once('\n'));
-    match parsed {
-        Some((resource, value)) if !resource.is_empty() && !value.is_empty() => {
-            locks.heard_force_release(resource, value);
-        }
-        _ => tracing::debug!("unreadable message on the force-release channel; ignored"),
     }
 }
 
@@ -867,7 +775,7 @@ mod tests {
     async fn one_release_wakes_a_queue_once() {
         let (_, _, waiters) = setup();
         let r = Resource::new("r").unwrap();
-        let (ticket, _) = waiters.join(r.as_str(), None).unwrap();
+        let (ticket, _) = waiters.join(std::iter::once(r.as_str()), None).unwrap();
         let wakes = || *ticket.wake.borrow();
         waiters.released("r", Some("t1"));
         for _ in 0..3 {
@@ -964,10 +872,10 @@ mod tests {
         );
         let r = Resource::new("r").unwrap();
         let mine: Vec<_> = (0..3)
-            .map(|_| waiters.join(r.as_str(), Some(7)).unwrap())
+            .map(|_| waiters.join(std::iter::once(r.as_str()), Some(7)).unwrap())
             .collect();
         assert_eq!(waiters.count_of(7), 3);
-        let Err(refused) = waiters.join(r.as_str(), Some(7)) else {
+        let Err(refused) = waiters.join(std::iter::once(r.as_str()), Some(7)) else {
             panic!("a fourth waiter of uid 7");
         };
         assert_eq!(
@@ -979,15 +887,15 @@ mod tests {
             "{refused}"
         );
         let other = waiters
-            .join(r.as_str(), Some(8))
+            .join(std::iter::once(r.as_str()), Some(8))
             .expect("another uid has its own share");
-        let Err(full) = waiters.join(r.as_str(), Some(9)) else {
+        let Err(full) = waiters.join(std::iter::once(r.as_str()), Some(9)) else {
             panic!("a fifth waiter on the agent");
         };
         assert_eq!(full, WaitError::TooManyWaiters(4));
         assert!(full.to_string().contains("(lock.max_waiters)"), "{full}");
         assert!(
-            waiters.join(r.as_str(), None).is_err(),
+            waiters.join(std::iter::once(r.as_str()), None).is_err(),
             "an unknown peer too"
         );
         assert_eq!(waiters.count_of(9), 0, "a refused uid holds no slot");
@@ -996,7 +904,7 @@ mod tests {
         assert_eq!(waiters.count_of(7), 0);
         assert_eq!(waiters.count("r"), 0);
         let _again = waiters
-            .join(r.as_str(), Some(7))
+            .join(std::iter::once(r.as_str()), Some(7))
             .expect("slots are given back");
     }
 }

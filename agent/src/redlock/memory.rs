@@ -27,6 +27,7 @@ pub(crate) fn settings(agent_name: Option<&str>, fence: FenceSettings) -> Settin
         retry_jitter: Duration::ZERO,
         agent_name: agent_name.map(str::to_string),
         fence,
+        all_or_nothing: true,
     }
 }
 

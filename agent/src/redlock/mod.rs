@@ -6,13 +6,15 @@
 //! [`Master`] trait (Redis behind it in [`crate::node`], memory in the unit
 //! tests), reports to an [`Observer`] it is given, and answers with outcome
 //! enums. A grant's validity and the masters holding it are in [`grant`],
-//! fences in [`fence`].
+//! fences in [`fence`], a round for several resources at once in
+//! [`multi`].
 
 pub mod fence;
 pub mod grant;
 pub mod master;
 #[cfg(test)]
 pub(crate) mod memory;
+pub mod multi;
 pub mod observe;
 pub mod resource;
 #[cfg(test)]
@@ -50,6 +52,10 @@ pub struct Settings {
     pub agent_name: Option<String>,
     /// How fences are minted ([`fence`]).
     pub fence: fence::FenceSettings,
+    /// A lock on several resources is granted only when every one of them
+    /// is ([`multi`]); off only under the test switch
+    /// `REDLOCK_TEST_MULTI_PARTIAL` (control runs).
+    pub all_or_nothing: bool,
 }
 
 /// What an acquisition came to.
@@ -343,14 +349,22 @@ impl<M: Master> Redlock<M> {
         token: &Token,
         granting: &[(Arc<M>, u64)],
     ) -> Result<u64, String> {
-        let highest = granting
-            .iter()
-            .map(|(_, counter)| *counter)
-            .max()
-            .unwrap_or(0);
-        let minted = fence::next(highest, self.floor());
+        let minted = fence::next(highest(granting), self.floor());
+        self.raise(key, token, granting, minted).await?;
+        Ok(minted)
+    }
+
+    /// Raises the fencing counter to `minted` on every master of
+    /// `granting` while `key` still holds `token`; done once a quorum has.
+    async fn raise(
+        &self,
+        key: &str,
+        token: &Token,
+        granting: &[(Arc<M>, u64)],
+        minted: u64,
+    ) -> Result<(), String> {
         if !self.settings.fence.writeback {
-            return Ok(minted);
+            return Ok(());
         }
         let claim = Claim::new(key.to_string(), token.as_str());
         let mut raises: FuturesUnordered<_> = granting
@@ -379,7 +393,7 @@ impl<M: Master> Redlock<M> {
                 if !raises.is_empty() {
                     tokio::spawn(async move { while raises.next().await.is_some() {} });
                 }
-                return Ok(minted);
+                return Ok(());
             }
             if raised + pending < self.quorum {
                 break;
@@ -730,6 +744,15 @@ fn duplicates_of(ids: &[Option<u64>]) -> Vec<Option<usize>> {
             ids[..i].iter().position(|other| *other == Some(id))
         })
         .collect()
+}
+
+/// The highest fencing counter the yes votes read.
+fn highest<M>(granting: &[(Arc<M>, u64)]) -> u64 {
+    granting
+        .iter()
+        .map(|(_, counter)| *counter)
+        .max()
+        .unwrap_or(0)
 }
 
 fn vote_label(vote: &Vote) -> VoteLabel {

@@ -106,6 +106,25 @@ impl Token {
         Token(token)
     }
 
+    /// The value this token's holder stores at another lock key `key`: the
+    /// same random part, agent and owner, with the check value for `key`.
+    /// A lock on several resources is one token for the client and one
+    /// such value per key (each key's value proves it was written for that
+    /// key, as the scanner requires); only the holder of the random part
+    /// can make them. `None` for a value of the old format or no token.
+    pub fn for_key(&self, key: &str) -> Option<Token> {
+        let Parts { head, agent, owner } = parts(&self.0);
+        let Head::Checked { random, .. } = self::head(head) else {
+            return None;
+        };
+        if agent.is_some_and(|a| !valid_agent(a)) || owner.is_some_and(|o| !valid_owner(o)) {
+            return None;
+        }
+        let mut bytes = [0u8; RANDOM_BYTES];
+        hex::decode_to_slice(random, &mut bytes).ok()?;
+        Some(Token::with_random(key, &bytes, agent, owner))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -315,6 +334,26 @@ mod tests {
     use super::*;
 
     const KEY: &str = "redlock:orders-42";
+
+    #[test]
+    fn a_token_makes_its_value_for_another_key_and_only_a_token_does() {
+        let token = Token::generate(KEY, Some("agent-1"), Some("billing job"));
+        let other = token.for_key("redlock:stock-7").unwrap();
+        assert_ne!(other, token);
+        assert_eq!(stored_at("redlock:stock-7", other.as_str()), Stored::Token);
+        assert_eq!(stored_at(KEY, other.as_str()), Stored::Unproven);
+        assert_eq!(
+            other.as_str()[..44],
+            token.as_str()[..44],
+            "one random part"
+        );
+        assert_eq!(agent_of(other.as_str()), Some("agent-1"));
+        assert_eq!(owner_of(other.as_str()), Some("billing job"));
+        assert_eq!(other.for_key(KEY), Some(token));
+        let old = Token::from_client("ab".repeat(RANDOM_BYTES));
+        assert_eq!(old.for_key(KEY), None);
+        assert_eq!(Token::from_client("nonsense".into()).for_key(KEY), None);
+    }
 
     #[test]
     fn tokens_are_tagged_random_and_checked_hex() {

@@ -87,14 +87,17 @@ impl Traced {
     pub fn outcome<T>(&mut self, result: &Result<T, LockError>) {
         let outcome = match result {
             Ok(_) => "ok",
-            Err(LockError::Taken(_) | LockError::Full { .. }) => "taken",
+            Err(LockError::Taken(_) | LockError::TakenMany(_) | LockError::Full { .. }) => "taken",
             Err(LockError::NoQuorum(_)) => "no_quorum",
             Err(LockError::Lost(_)) => "lost",
             Err(_) => "error",
         };
         self.set("redlock.outcome", outcome);
         if let Err(e) = result {
-            if !matches!(e, LockError::Taken(_) | LockError::Full { .. }) {
+            if !matches!(
+                e,
+                LockError::Taken(_) | LockError::TakenMany(_) | LockError::Full { .. }
+            ) {
                 self.span.set_status(Status::error(e.to_string()));
             }
         }
