@@ -21,7 +21,7 @@ use serde::Serialize;
 use super::{Harness, Options, Report};
 use crate::clock::Mono;
 use crate::cluster::AgentSettings;
-use crate::nemesis::NemesisReport;
+use crate::nemesis::{FaultKind, NemesisReport};
 use crate::workload::Mix;
 
 /// The agents' test-only switch that turns the all-or-nothing rule off.
@@ -46,8 +46,8 @@ impl Options {
     /// The multi-resource nemesis: 3 agents (a3 through connection-keeping
     /// links, as in the nemesis run), 3 acquire and 2 hold clients of single
     /// locks and 3 acquire and 2 hold clients of 2 or 3 resources at once,
-    /// all on the same 3 resources, every fault mixed at random from the
-    /// start.
+    /// all on the same 3 resources, every fault but a client's kill (all
+    /// its clients are in this process) mixed at random from the start.
     pub fn multi_nemesis(duration: Duration, seed: u64, faults_bin: std::path::PathBuf) -> Options {
         let mut options = Options::nemesis(duration, seed, faults_bin);
         options.name = "multi-resource (all-or-nothing on, nemesis)".into();
@@ -62,6 +62,8 @@ impl Options {
             ..Mix::NONE
         };
         options.singles = Vec::new();
+        // Its clients are all in this process: no client to kill.
+        options.pool.retain(|&k| k != FaultKind::KillClient);
         options.multi = Some(MultiRun {
             all_or_nothing: true,
         });
