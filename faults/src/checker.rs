@@ -628,6 +628,8 @@ impl Findings {
 struct State {
     sections: Vec<Section>,
     by_token: HashMap<String, usize>,
+    /// Grants of several resources by the part their keys' values share.
+    multi_values: HashMap<String, usize>,
     leaks: Vec<Leak>,
     /// Tokens already reported as leaked, so one key is one finding.
     leaked: std::collections::HashSet<(String, String)>,
@@ -685,6 +687,9 @@ impl Checker {
         let mut state = self.lock();
         let id = state.sections.len();
         state.by_token.insert(grant.token.clone(), id);
+        if let (Primitive::Multi { .. }, Some(shared)) = (&primitive, multi::shared(&grant.token)) {
+            state.multi_values.insert(shared.to_string(), id);
+        }
         state.sections.push(Section {
             valid_until: grant.validity_ms.map(|v| grant.granted.plus_ms(v)),
             strict_valid_until: grant.validity_ms.map(|v| grant.requested.plus_ms(v)),
@@ -821,10 +826,8 @@ impl Checker {
         state.sightings += 1;
         // A moved clock keeps keys longer (and shows larger TTLs).
         let extra_ms = clock_excuse::extra_ms(&state.clock_excuses, master, seen);
-        let ended = state
-            .by_token
-            .get(token)
-            .and_then(|&i| state.sections.get(i))
+        let ended = multi::section_of(&state.by_token, &state.multi_values, token)
+            .and_then(|i| state.sections.get(i))
             .and_then(|s| Some((s.exit?, s.ttl_ms, ending_text(&s.ending))));
         // A key that lands late (a SET queued behind a stalled link) is
         // first seen after its section ended and then expires; a key that

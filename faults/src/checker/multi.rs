@@ -9,6 +9,10 @@
 //! grants are the safety violations already). A grant is believed from its
 //! answer's arrival to the end of its validity, its release, or its `lost`,
 //! as any lock.
+//!
+//! The agent stores at each key of such a grant a value of its own, not
+//! the token: the token's random part with a check made for that key. The
+//! leak checks find the grant's section by that shared part ([`shared`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -63,6 +67,28 @@ pub fn held(section: &Section) -> Vec<&str> {
         Primitive::Multi { resources } => resources.iter().map(String::as_str).collect(),
         Primitive::Permit { .. } | Primitive::Leadership { .. } => Vec::new(),
     }
+}
+
+/// The part of a token that the values at every key of its grant share:
+/// the agent's token format `rl2-<40 hex digits>-...`, cut after the
+/// random part; `None` for a token of another format.
+pub fn shared(token: &str) -> Option<&str> {
+    let part = token.get(..44)?;
+    (part.starts_with("rl2-") && part[4..].bytes().all(|b| b.is_ascii_hexdigit())).then_some(part)
+}
+
+/// The section a value seen at a lock key belongs to: the token itself
+/// (a lock, a permit, a leadership), or the shared part of a grant of
+/// several resources.
+pub(super) fn section_of(
+    by_token: &HashMap<String, usize>,
+    multi_values: &HashMap<String, usize>,
+    value: &str,
+) -> Option<usize> {
+    by_token
+        .get(value)
+        .or_else(|| multi_values.get(shared(value)?))
+        .copied()
 }
 
 /// The multi-resource property over every section, as of `now` (open
@@ -203,6 +229,37 @@ mod tests {
         section(&c, &["r1"], "s1", 260, 400);
         let f = c.findings(at(2000));
         assert!(f.multi.overlaps.is_empty(), "{:?}", f.multi.overlaps);
+    }
+
+    /// A key of a grant of several resources that stays past the section's
+    /// end and its TTL is a leak, found by the value's shared part.
+    #[test]
+    fn a_key_of_a_grant_of_several_that_outlives_it_is_a_leak() {
+        let c = Checker::new();
+        let random = "ab".repeat(20);
+        let token = format!("rl2-{random}-{}", "00".repeat(8));
+        section(&c, &["r0", "r1"], &token, 0, 300);
+        assert_eq!(shared(&token), Some(&token[..44]));
+        // The value at r1's key: the same random part, another check.
+        let value = format!("rl2-{random}-{}@a1", "11".repeat(8));
+        let sighting = |seen| crate::checker::Sighting {
+            master: "r1",
+            resource: "r1",
+            token: &value,
+            pttl_ms: 500,
+            seen: at(seen),
+        };
+        c.key_seen(sighting(400), 5000, 100);
+        assert!(c.findings(at(400)).leaks.is_empty());
+        // First seen after the exit at 400; its TTL is 1000, the slack 100.
+        c.key_seen(sighting(1600), 5000, 100);
+        let leaks = c.findings(at(1600)).leaks;
+        assert_eq!(leaks.len(), 1, "{leaks:?}");
+        assert!(
+            leaks[0].why.contains("neither released nor expired"),
+            "{leaks:?}"
+        );
+        assert_eq!(shared("not a token of that format"), None);
     }
 
     #[test]
