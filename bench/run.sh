@@ -17,7 +17,9 @@
 # --only w7 (a Python process per client: the agent and pottery), --only w8
 # (10,000 idle connections, agent only), --only w9 (masters as Redis
 # Clusters of 3 primaries beside single servers, agent only), --only w11
-# (a permit cycle and a leadership hand-off beside a lock's, agent only).
+# (a permit cycle and a leadership hand-off beside a lock's, agent only),
+# --only w13 (a lock on 3 resources at once beside 3 single locks, agent
+# only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/setup.sh

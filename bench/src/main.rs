@@ -17,6 +17,7 @@
 //!   lock cycle and a lock hand-off
 //! - `traces`: W12, the agent's CPU per W1 cycle with tracing off and with
 //!   every request traced to a local OTLP receiver
+//! - `multi`: W13, a lock on 3 resources at once beside 3 single locks
 //! - `stats`: percentiles, fairness, the hot-key tracker
 //! - `limit`: the masters' own limit with `redis-benchmark`
 //! - `profile`: `perf` on the agent under the 64-client uncontended load,
@@ -32,6 +33,7 @@ mod drive;
 mod fleet;
 mod idle;
 mod limit;
+mod multi;
 mod peers;
 mod plan;
 mod primitives;
@@ -80,13 +82,13 @@ struct RunArgs {
     /// Peers to run, comma-separated (default: all; --smoke: agent).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// Workloads to run, comma-separated: w1 .. w12 (default: all but w12,
+    /// Workloads to run, comma-separated: w1 .. w13 (default: all but w12,
     /// which runs only when named: tracing's cost). w5 (the
     /// marker check's cost), w6 (a fenced acquire's), w8 (idle
     /// connections), w9 (masters as Redis Clusters), w10 (fleets of idle
-    /// agents) and w11 (semaphores and elections beside locks) run for the
-    /// agent only, w7 (a Python process per client) for the agent and
-    /// pottery.
+    /// agents), w11 (semaphores and elections beside locks) and w13 (a lock
+    /// on 3 resources beside 3 single locks) run for the agent only, w7 (a
+    /// Python process per client) for the agent and pottery.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The release build of the agent.

@@ -14,6 +14,7 @@ use crate::cpu::{self, Cpu};
 use crate::fleet::{self, Fleet};
 use crate::idle::{self, Idle};
 use crate::limit::{self, Limit};
+use crate::multi::{self, Multi};
 use crate::peers::{Drivers, Peer};
 use crate::primitives::{self, Primitives};
 use crate::spec::{Keys, Report, Spec};
@@ -163,8 +164,8 @@ impl Workload {
 
 /// The workload ids `--only` takes (w4 is the masters' limit, w8 the idle
 /// connections, w10 the fleet of idle agents).
-pub const WORKLOAD_IDS: [&str; 12] = [
-    "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12",
+pub const WORKLOAD_IDS: [&str; 13] = [
+    "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12", "w13",
 ];
 
 /// W7's processes in a full run (in the smoke run: 4).
@@ -244,7 +245,7 @@ pub struct Options {
 }
 
 /// Everything a run measured.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Results {
     pub runs: Vec<Run>,
     pub limit: Option<Result<Limit, String>>,
@@ -256,6 +257,8 @@ pub struct Results {
     pub primitives: Option<Result<Primitives, String>>,
     /// W12, when it ran.
     pub tracing: Option<Result<Tracing, String>>,
+    /// W13, when it ran.
+    pub multi: Option<Result<Multi, String>>,
     pub redis_version: String,
     pub agent_failed: bool,
 }
@@ -346,6 +349,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         fleet: None,
         primitives: None,
         tracing: None,
+        multi: None,
         redis_version,
         agent_failed: false,
     };
@@ -642,26 +646,16 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         results.idle = Some(measured);
     }
     // Through the run's agent, once the driver workloads are done with it.
+    let timing = (options.warmup, options.duration);
     if wanted("w11") && options.peers.contains(&Peer::Agent) {
-        let measured = primitives::measure(
-            &agent.socket,
-            options.smoke,
-            options.warmup,
-            options.duration,
-        )
-        .map_err(|e| format!("{e:#}"));
-        match &measured {
-            Ok(p) if p.failed() => {
-                eprintln!("W11: some operations FAILED (see the W11 table)");
-                results.agent_failed = true;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                eprintln!("W11 FAILED: {}", e.lines().next().unwrap_or_default());
-                results.agent_failed = true;
-            }
-        }
+        let (measured, failed) = primitives::record(&agent.socket, options.smoke, timing);
+        results.agent_failed |= failed;
         results.primitives = Some(measured);
+    }
+    if wanted("w13") && options.peers.contains(&Peer::Agent) {
+        let (measured, failed) = multi::record(&agent.socket, options.smoke, timing);
+        results.agent_failed |= failed;
+        results.multi = Some(measured);
     }
     // Only when asked for by name: two more agents and twelve W1 runs.
     let asked = |w: &str| options.only.iter().any(|o| o == w);

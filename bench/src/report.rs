@@ -8,6 +8,7 @@
 mod clusters;
 mod fleet;
 mod floor;
+mod multi;
 mod primitives;
 mod traces;
 
@@ -211,6 +212,7 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     fleet::section(&mut md, results);
     primitives::section(&mut md, results);
     traces::section(&mut md, results);
+    multi::section(&mut md, results);
     environment(&mut md, results, env, peers);
     md
 }
@@ -1206,13 +1208,8 @@ mod tests {
                 marker_run(false, 800, 20_000),
                 marker_run(true, 600, 21_000),
             ],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
-            tracing: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         };
         let md = render(&results, &Environment::default(), &[Peer::Agent]);
         assert!(
@@ -1242,13 +1239,8 @@ mod tests {
     fn the_fence_cost_is_a_ratio_of_two_runs() {
         let results = Results {
             runs: vec![fence_run(false, 800, 20_000), fence_run(true, 640, 24_000)],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
-            tracing: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         };
         let md = render(&results, &Environment::default(), &[Peer::Agent]);
         assert!(
@@ -1287,13 +1279,9 @@ mod tests {
     fn with_idle(measured: Idle) -> String {
         let results = Results {
             runs: Vec::new(),
-            limit: None,
             idle: Some(Ok(measured)),
-            fleet: None,
-            primitives: None,
-            tracing: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         };
         render(&results, &Environment::default(), &[Peer::Agent])
     }
@@ -1353,13 +1341,8 @@ mod tests {
                 process_run(Peer::Agent, 4000, 10),
                 process_run(Peer::Pottery, 400, 1280),
             ],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
-            tracing: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         };
         let md = render(
             &results,
@@ -1414,13 +1397,8 @@ mod tests {
                 w1_run(Peer::Rslock, one, 0.5, 1000, 20_000),
                 w1_run(Peer::Agent, hot(64, false), 0.0, 1000, 40_200),
             ],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
-            tracing: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         };
         let md = render(
             &results,

@@ -42,6 +42,8 @@
 //! - **term inversion**: a leadership whose `elected` arrived after
 //!   another's `elected` had arrived, with a term not above it: terms must
 //!   grow in real-time order.
+//! - **multi-resource overlap** ([`multi`]): a resource held by two
+//!   believed grants at once, a grant of several resources counted on each.
 //!
 //! Sections of killed clients end when the harness sent SIGKILL: the
 //! process runs no code after it, and the command of a killed
@@ -51,6 +53,8 @@
 //! for a while; the leak bounds allow for it there ([`clock_excuse`]).
 
 pub mod clock_excuse;
+pub mod multi;
+mod primitives;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -78,6 +82,11 @@ pub enum Primitive {
     Leadership {
         election: String,
         term: u64,
+    },
+    /// A grant of several resources at once (the section's `resource` is
+    /// their names joined, for reports); one token for all of them.
+    Multi {
+        resources: Vec<String>,
     },
 }
 
@@ -112,6 +121,10 @@ pub enum ClientKind {
     PermitHold,
     /// A campaign stream; its section is the leadership, from `elected`.
     Campaign,
+    /// A grant of several resources: acquire, work, maybe extend, release.
+    MultiAcquire,
+    /// A hold stream of several resources.
+    MultiHold,
 }
 
 impl ClientKind {
@@ -124,6 +137,8 @@ impl ClientKind {
             ClientKind::PermitAcquire => "permit_acquire",
             ClientKind::PermitHold => "permit_hold",
             ClientKind::Campaign => "campaign",
+            ClientKind::MultiAcquire => "multi_acquire",
+            ClientKind::MultiHold => "multi_hold",
         }
     }
 
@@ -135,6 +150,7 @@ impl ClientKind {
                 | ClientKind::ProcessHold
                 | ClientKind::PermitHold
                 | ClientKind::Campaign
+                | ClientKind::MultiHold
         )
     }
 }
@@ -255,7 +271,7 @@ impl Section {
     /// resource.
     pub fn group(&self) -> &str {
         match &self.primitive {
-            Primitive::Lock => &self.resource,
+            Primitive::Lock | Primitive::Multi { .. } => &self.resource,
             Primitive::Permit { semaphore, .. } => semaphore,
             Primitive::Leadership { election, .. } => election,
         }
@@ -263,7 +279,7 @@ impl Section {
 
     fn brief(&self) -> String {
         let what = match &self.primitive {
-            Primitive::Lock => String::new(),
+            Primitive::Lock | Primitive::Multi { .. } => String::new(),
             Primitive::Permit { permit, limit, .. } => format!("permit {permit} of {limit}, "),
             Primitive::Leadership { term, .. } => format!("term {term}, "),
         };
@@ -593,6 +609,8 @@ pub struct Findings {
     pub fences: FenceFindings,
     /// The semaphore and election properties.
     pub primitives: PrimitiveFindings,
+    /// The multi-resource property.
+    pub multi: multi::MultiFindings,
 }
 
 impl Findings {
@@ -610,6 +628,8 @@ impl Findings {
 struct State {
     sections: Vec<Section>,
     by_token: HashMap<String, usize>,
+    /// Grants of several resources by the part their keys' values share.
+    multi_values: HashMap<String, usize>,
     leaks: Vec<Leak>,
     /// Tokens already reported as leaked, so one key is one finding.
     leaked: std::collections::HashSet<(String, String)>,
@@ -667,6 +687,9 @@ impl Checker {
         let mut state = self.lock();
         let id = state.sections.len();
         state.by_token.insert(grant.token.clone(), id);
+        if let (Primitive::Multi { .. }, Some(shared)) = (&primitive, multi::shared(&grant.token)) {
+            state.multi_values.insert(shared.to_string(), id);
+        }
         state.sections.push(Section {
             valid_until: grant.validity_ms.map(|v| grant.granted.plus_ms(v)),
             strict_valid_until: grant.validity_ms.map(|v| grant.requested.plus_ms(v)),
@@ -803,10 +826,8 @@ impl Checker {
         state.sightings += 1;
         // A moved clock keeps keys longer (and shows larger TTLs).
         let extra_ms = clock_excuse::extra_ms(&state.clock_excuses, master, seen);
-        let ended = state
-            .by_token
-            .get(token)
-            .and_then(|&i| state.sections.get(i))
+        let ended = multi::section_of(&state.by_token, &state.multi_values, token)
+            .and_then(|i| state.sections.get(i))
             .and_then(|s| Some((s.exit?, s.ttl_ms, ending_text(&s.ending))));
         // A key that lands late (a SET queued behind a stalled link) is
         // first seen after its section ended and then expires; a key that
@@ -920,8 +941,9 @@ impl Checker {
 
         let mut by_resource: HashMap<&str, Vec<&Section>> = HashMap::new();
         for s in &state.sections {
-            // Two leaderships at once are the election property's finding.
-            if !matches!(s.primitive, Primitive::Leadership { .. }) {
+            // Two leaderships at once are the election property's finding,
+            // and a grant of several resources the multi-resource one's.
+            if matches!(s.primitive, Primitive::Lock | Primitive::Permit { .. }) {
                 by_resource.entry(s.resource.as_str()).or_default().push(s);
             }
             // Overruns: the section went on past the validity it was told
@@ -944,178 +966,10 @@ impl Checker {
         }
         findings.violations.sort_by_key(|v| v.second.entry);
         findings.fences = fences(&state.sections);
-        findings.primitives = primitives(&state.sections, now);
+        findings.primitives = primitives::primitives(&state.sections, now);
+        findings.multi = multi::findings(&state.sections, now);
         findings
     }
-}
-
-/// The semaphore property (never more believed permits at once than the
-/// limit) and the election properties (never two believed leaders at
-/// once; terms in the order their `elected` arrived) over every section.
-fn primitives(sections: &[Section], now: Mono) -> PrimitiveFindings {
-    let mut out = PrimitiveFindings::default();
-    let mut semaphores: HashMap<&str, (u32, Vec<&Section>)> = HashMap::new();
-    let mut elections: HashMap<&str, Vec<&Section>> = HashMap::new();
-    for s in sections {
-        match &s.primitive {
-            Primitive::Lock => {}
-            Primitive::Permit {
-                semaphore, limit, ..
-            } => {
-                out.permits += 1;
-                let entry = semaphores
-                    .entry(semaphore.as_str())
-                    .or_insert((*limit, Vec::new()));
-                // Every client asks for the same limit; the smallest is
-                // the strictest reading if one did not.
-                entry.0 = entry.0.min(*limit);
-                entry.1.push(s);
-            }
-            Primitive::Leadership { election, .. } => {
-                out.leaderships += 1;
-                elections.entry(election.as_str()).or_default().push(s);
-            }
-        }
-    }
-    let mut names: Vec<&str> = semaphores.keys().copied().collect();
-    names.sort_unstable();
-    for name in names {
-        let (limit, permits) = &semaphores[name];
-        let (most, excess) = excess(name, *limit, permits, now);
-        out.most_believed.push((name.to_string(), *limit, most));
-        out.semaphore_excess.extend(excess);
-    }
-    out.elections = elections.len();
-    for (election, leaderships) in elections {
-        out.leader_overlaps
-            .extend(leader_overlaps(election, &leaderships, now));
-        out.term_inversions
-            .extend(term_inversions(election, &leaderships));
-    }
-    out.semaphore_excess.sort_by_key(|e| e.from);
-    out.leader_overlaps.sort_by_key(|o| o.second.entry);
-    out.term_inversions.sort_by_key(|i| i.later.granted);
-    out
-}
-
-/// Stretches of time in which more than `limit` of `permits` were believed
-/// (counted from the answers' arrival), each marked strict when more than
-/// `limit` were also believed in it counting from the requests; and the
-/// most believed at one instant.
-fn excess(
-    semaphore: &str,
-    limit: u32,
-    permits: &[&Section],
-    now: Mono,
-) -> (usize, Vec<SemaphoreExcess>) {
-    let limit_n = usize::try_from(limit).unwrap_or(usize::MAX);
-    let stretches = |strict: bool| {
-        // (time, +1 start / -1 end, section); ends before starts at the
-        // same instant: a hand-off at one instant is no overlap.
-        let mut events: Vec<(Mono, i8, usize)> = Vec::new();
-        for (i, s) in permits.iter().enumerate() {
-            if let Some((start, end)) = s.believed_part(now, strict) {
-                events.push((start, 1, i));
-                events.push((end, -1, i));
-            }
-        }
-        events.sort_by_key(|&(t, delta, _)| (t, delta));
-        let mut believed: Vec<usize> = Vec::new();
-        let mut most = 0;
-        // (from, until, most at once, sections believed in the stretch)
-        let mut out: Vec<(Mono, Mono, usize, Vec<usize>)> = Vec::new();
-        let mut open: Option<(Mono, usize, Vec<usize>)> = None;
-        for (t, delta, i) in events {
-            if delta > 0 {
-                believed.push(i);
-            } else {
-                believed.retain(|&j| j != i);
-            }
-            most = most.max(believed.len());
-            match (&mut open, believed.len() > limit_n) {
-                (None, true) => open = Some((t, believed.len(), believed.clone())),
-                (Some((_, peak, seen)), true) => {
-                    *peak = (*peak).max(believed.len());
-                    for &j in &believed {
-                        if !seen.contains(&j) {
-                            seen.push(j);
-                        }
-                    }
-                }
-                (Some(_), false) => {
-                    if let Some((from, peak, seen)) = open.take() {
-                        out.push((from, t, peak, seen));
-                    }
-                }
-                (None, false) => {}
-            }
-        }
-        (most, out)
-    };
-    let (most, loose) = stretches(false);
-    let (_, strict) = stretches(true);
-    let found = loose
-        .into_iter()
-        .map(|(from, until, peak, seen)| SemaphoreExcess {
-            semaphore: semaphore.to_string(),
-            limit,
-            believed: peak,
-            from,
-            until,
-            strict: strict.iter().any(|(f, u, _, _)| *f < until && from < *u),
-            sections: seen.into_iter().map(|i| permits[i].clone()).collect(),
-        })
-        .collect();
-    (most, found)
-}
-
-/// Pairs of leaderships of one election believed at the same instant.
-fn leader_overlaps(election: &str, leaderships: &[&Section], now: Mono) -> Vec<LeaderOverlap> {
-    let mut parts: Vec<(Mono, Mono, &Section)> = leaderships
-        .iter()
-        .filter_map(|s| s.believed_part(now, false).map(|(a, b)| (a, b, *s)))
-        .collect();
-    parts.sort_by_key(|&(start, _, _)| start);
-    let mut out = Vec::new();
-    for (i, &(a0, a1, a)) in parts.iter().enumerate() {
-        for &(b0, b1, b) in &parts[i + 1..] {
-            if b0 >= a1 {
-                break; // sorted by start: no later part overlaps `a`
-            }
-            out.push(LeaderOverlap {
-                election: election.to_string(),
-                first: a.clone(),
-                second: b.clone(),
-                overlap_ms: a1.min(b1).ms_after(a0.max(b0)),
-            });
-        }
-    }
-    out
-}
-
-/// Leaderships whose `elected` arrived after another's had, with a term
-/// not above it: one per later leadership, against the earlier one with
-/// the highest term.
-fn term_inversions(election: &str, leaderships: &[&Section]) -> Vec<TermInversion> {
-    let mut by_elected: Vec<&Section> = leaderships.to_vec();
-    by_elected.sort_by_key(|s| s.granted);
-    let mut highest: Option<&Section> = None;
-    let mut out = Vec::new();
-    for s in by_elected {
-        if let Some(h) = highest {
-            if h.granted < s.granted && s.fence <= h.fence {
-                out.push(TermInversion {
-                    election: election.to_string(),
-                    earlier: h.clone(),
-                    later: s.clone(),
-                });
-            }
-        }
-        if highest.is_none_or(|h| s.fence > h.fence) {
-            highest = Some(s);
-        }
-    }
-    out
 }
 
 /// Fence order and the fenced store's writes over every section.

@@ -22,6 +22,8 @@ pub use redlock_client::{
 };
 use redlock_wire::{CampaignEvent, HoldEvent, NodesResponse, SummaryResponse};
 
+pub mod multi;
+
 /// How long past the request's own wait an answer may take before the
 /// call counts as unanswered.
 pub const SLACK: Duration = Duration::from_secs(5);
@@ -178,6 +180,7 @@ impl Client {
             Held::Permit { semaphore, .. } => {
                 answer(self.fresh().extend_permit(semaphore, token, ttl).await)
             }
+            Held::Multi(resources) => self.extend_multi(resources, token, ttl).await,
         }
     }
 
@@ -191,6 +194,7 @@ impl Client {
             Held::Permit { semaphore, .. } => {
                 answer(self.fresh().release_permit(semaphore, token).await)
             }
+            Held::Multi(resources) => self.release_multi(resources, token).await,
         }
     }
 
@@ -219,12 +223,13 @@ impl Client {
     }
 }
 
-/// What a plain acquire holds, for its extend and release: a lock, or a
-/// semaphore's permit.
+/// What a plain acquire holds, for its extend and release: a lock, a
+/// semaphore's permit, or a grant of several resources.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Held {
     Lock(String),
     Permit { semaphore: String, permit: u32 },
+    Multi(Vec<String>),
 }
 
 /// What a campaign's stream said next.

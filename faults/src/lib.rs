@@ -8,7 +8,8 @@
 //!   no well-behaved client sends and answers read as sent: the fuzzer's,
 //!   and the load's refusals judged against the OpenAPI document.
 //! - [`client`]: the socket API through `redlock-client`, one fresh
-//!   connection per call, the agent's refusals as answers.
+//!   connection per call, the agent's refusals as answers (locks on
+//!   several resources at once through [`http`], in [`client::multi`]).
 //! - [`proxy`]: the fault-injecting TCP proxy (from `redlock-testkit`),
 //!   one per agent-master link; its upstream can be switched (a failover
 //!   behind a fixed address), and it can keep the agent's connections open
@@ -20,7 +21,8 @@
 //!   of cluster masters.
 //! - [`checker`]: critical sections on one clock; safety violations,
 //!   overruns, leaks, fences; semaphores over their limit, two leaders at
-//!   once, terms out of order.
+//!   once, terms out of order; a resource held by two grants at once when
+//!   one of them is of several resources.
 //! - [`observer`]: reads lock keys on the masters directly for the checker
 //!   (on a cluster master, on the shard serving each key).
 //! - [`store`]: the fenced store, a `redis-server` of its own that accepts a
@@ -29,10 +31,10 @@
 //!   from a late agent.
 //! - [`workload`]: the clients (in-process, and `faults hold-client` /
 //!   `redlock-agent lock` child processes) of locks, semaphores' permits
-//!   and elections, and their stats.
+//!   and elections, and of several resources at once, and their stats.
 //! - [`nemesis`]: the faults, alone and mixed, and recovery times.
 //! - [`run`]: the nemesis run and the control runs (over single masters,
-//!   and in cluster mode), and their report.
+//!   and in cluster mode), the multi-resource pair, and their report.
 //! - [`openapi`]: `agent/openapi.yaml`, loaded and used to validate answers.
 //! - [`fuzz`]: request shapes for the fuzzer and the verdict on an answer.
 //! - [`load`]: many connections and many waiters; RSS from `/proc`.

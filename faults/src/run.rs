@@ -51,10 +51,20 @@
 //! a majority restored from snapshots behind a2's connection-keeping links
 //! ([`Options::restore_control`]; protection: the process check of a vote
 //! answered NOSCRIPT).
+//!
+//! And the multi-resource pair (the `multi` module): grants of several
+//! resources beside single locks of the same resources under the random
+//! nemesis ([`Options::multi_nemesis`]), and the same clients through
+//! agents without the all-or-nothing rule ([`Options::multi_control`],
+//! [`MULTI_PARTIAL_ENV`]), where a resource held twice must be found.
 
 mod intrusion;
+mod multi;
+mod verdict;
 
 pub use intrusion::{CLOCK_CONTROL_JUMP_PAST_TTL, INTRUSION_TTL, RESTORE_CONTROL_HEALTH_INTERVAL};
+pub use multi::{MultiRun, MULTI_CONTROL_DURATION, MULTI_PARTIAL_ENV, MULTI_SHORT_DURATION};
+pub use verdict::verdicts;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -69,8 +79,7 @@ use crate::checker::{Checker, Findings};
 use crate::client::{self, Answer};
 use crate::clock::Mono;
 use crate::cluster::{
-    tail, AgentSettings, Cluster, Topology, FENCE_CLOCK_SKEW_ENV, NO_EVICTION_CHECK_ENV,
-    NO_FENCE_WRITEBACK_ENV, NO_MARKER_CHECK_ENV,
+    tail, AgentSettings, Cluster, Topology, FENCE_CLOCK_SKEW_ENV, NO_FENCE_WRITEBACK_ENV,
 };
 use crate::lag::Lag;
 use crate::nemesis::{FaultKind, Nemesis, NemesisReport};
@@ -102,6 +111,8 @@ pub struct Options {
     pub control: Option<Control>,
     /// Set for the fence control scenario instead.
     pub fence_control: Option<FenceControl>,
+    /// Set for either half of the multi-resource pair instead.
+    pub multi: Option<MultiRun>,
     /// The property a control run is about: what it holds while the fault
     /// strikes (a lock, a semaphore's permits, an election's leadership)
     /// and what its verdict asks the checker to find.
@@ -160,7 +171,8 @@ pub struct Control {
 
 /// The control runs of the short mode and `faults control`, in order, each
 /// with its number of rounds (runs without protection stop at the first
-/// violation): the lock's, then the semaphore's and the election's.
+/// violation): the lock's, then the semaphore's and the election's, then
+/// the multi-resource pair (its first half a nemesis run).
 pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, usize)> {
     let bin = || faults_bin.to_path_buf();
     vec![
@@ -199,6 +211,8 @@ pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, u
         (Options::clock_control(false, seed, bin()), 1),
         (Options::restore_control(true, seed, bin()), 1),
         (Options::restore_control(false, seed, bin()), 1),
+        (Options::multi_nemesis(MULTI_SHORT_DURATION, seed, bin()), 1),
+        (Options::multi_control(seed, bin()), 1),
     ]
 }
 
@@ -240,6 +254,8 @@ impl Options {
                 permit_acquire: 2,
                 permit_hold: 1,
                 campaign: 2,
+                multi_acquire: 0,
+                multi_hold: 0,
             },
             singles: FaultKind::ALL.to_vec(),
             pool: FaultKind::ALL.to_vec(),
@@ -247,6 +263,7 @@ impl Options {
             faults_bin,
             control: None,
             fence_control: None,
+            multi: None,
             property: Property::Lock,
         }
     }
@@ -296,6 +313,7 @@ impl Options {
                 protected: delayed_restart,
             }),
             fence_control: None,
+            multi: None,
             property: Property::Lock,
         }
     }
@@ -461,6 +479,7 @@ impl Options {
                 writeback,
                 skew_ms: FENCE_SKEW_MS,
             }),
+            multi: None,
             property: Property::Lock,
         }
     }
@@ -656,6 +675,8 @@ pub struct Report {
     pub control: Option<Control>,
     /// Set for the fence control run.
     pub fence_control: Option<FenceControl>,
+    /// Set for either half of the multi-resource pair.
+    pub multi: Option<MultiRun>,
     /// What a control run judges.
     pub property: Property,
     /// Clients of semaphores and elections were in the mix: the run must
@@ -742,6 +763,10 @@ impl Report {
         }
         if !p.term_inversions.is_empty() {
             out.push(format!("{} terms out of order", p.term_inversions.len()));
+        }
+        if !f.multi.overlaps.is_empty() {
+            let n = f.multi.overlaps.len();
+            out.push(format!("{n} times a resource held by two grants at once"));
         }
         if self.primitives_expected.0 && p.permits == 0 {
             out.push("no permit was granted: the semaphore property saw nothing".into());
@@ -894,6 +919,7 @@ impl fmt::Display for Report {
         for l in fd.leaks.iter().take(5) {
             writeln!(f, "   {l}")?;
         }
+        multi::write_findings(f, self)?;
         let p = &fd.primitives;
         if p.permits > 0 || self.primitives_expected.0 {
             let most: Vec<String> = p
@@ -1373,6 +1399,7 @@ impl Harness {
             process_check: options.settings.process_check,
             control: options.control,
             fence_control: options.fence_control,
+            multi: options.multi,
             property: options.property,
             primitives_expected: (mix.permit_acquire + mix.permit_hold > 0, mix.campaign > 0),
             stats: self.stats.snapshot(),
@@ -1427,6 +1454,9 @@ pub async fn nemesis(options: &Options) -> Result<Report, String> {
 pub async fn control(options: &Options, rounds: usize) -> Result<Report, String> {
     if let Some(fence) = options.fence_control {
         return fence_control(options, fence).await;
+    }
+    if let Some(multi) = options.multi {
+        return multi::run(options, multi).await;
     }
     let control = options
         .control
@@ -1771,175 +1801,11 @@ pub fn agent_logs(cluster: &Cluster) -> String {
     out
 }
 
-/// The fence control's verdict: with the write-back, no problem and
-/// enough fenced grants; without it, fences out of order must be found.
-fn fence_verdict(r: &Report, fence: FenceControl) -> String {
-    if r.property == Property::Election {
-        return term_verdict(r, fence);
-    }
-    let f = &r.findings.fences;
-    let found = f.out_of_order.len() + f.out_of_order_across.len();
-    if fence.writeback {
-        let mut problems = r.problems();
-        if f.fenced_grants < FENCE_CONTROL_GRANTS {
-            problems.push(format!(
-                "only {} fenced grants: too few to judge the order",
-                f.fenced_grants
-            ));
-        }
-        if problems.is_empty() {
-            format!(
-                "PASS {}: {} fenced grants, none out of order",
-                r.name, f.fenced_grants
-            )
-        } else {
-            format!("FAIL {}: {}", r.name, problems.join(", "))
-        }
-    } else if found > 0 {
-        format!(
-            "PASS {}: the checker saw {found} fences out of order ({} across resources), as it must",
-            r.name,
-            f.out_of_order_across.len()
-        )
-    } else {
-        format!(
-            "FAIL {}: no fence out of order in {} fenced grants; the checker cannot see, \
-             or the agents ignored {NO_FENCE_WRITEBACK_ENV}=1 or {FENCE_CLOCK_SKEW_ENV}",
-            r.name, f.fenced_grants
-        )
-    }
-}
-
-/// The term control's verdict: with the write-back, no problem and
-/// enough leaderships; without it, terms out of order must be found.
-fn term_verdict(r: &Report, fence: FenceControl) -> String {
-    let p = &r.findings.primitives;
-    let found = p.term_inversions.len();
-    if fence.writeback {
-        let mut problems = r.problems();
-        if p.leaderships < FENCE_CONTROL_GRANTS {
-            problems.push(format!(
-                "only {} leaderships: too few to judge the order of terms",
-                p.leaderships
-            ));
-        }
-        if problems.is_empty() {
-            format!(
-                "PASS {}: {} leaderships, no term out of order",
-                r.name, p.leaderships
-            )
-        } else {
-            format!("FAIL {}: {}", r.name, problems.join(", "))
-        }
-    } else if found > 0 {
-        format!(
-            "PASS {}: the checker saw {found} terms out of order in {} leaderships, as it must",
-            r.name, p.leaderships
-        )
-    } else {
-        format!(
-            "FAIL {}: no term out of order in {} leaderships; the checker cannot see, \
-             or the agents ignored {NO_FENCE_WRITEBACK_ENV}=1 or {FENCE_CLOCK_SKEW_ENV}",
-            r.name, p.leaderships
-        )
-    }
-}
-
-/// What an unprotected control of `property` found, and how to say it.
-fn control_findings(r: &Report) -> (usize, &'static str, &'static str) {
-    let p = &r.findings.primitives;
-    match r.property {
-        Property::Lock => (r.findings.violations.len(), "violations", "a double grant"),
-        Property::Semaphore => (
-            p.semaphore_excess.len(),
-            "semaphore excesses",
-            "more permits than the limit",
-        ),
-        Property::Election => (
-            p.leader_overlaps.len(),
-            "times two leaders at once",
-            "two leaders",
-        ),
-    }
-}
-
-/// One line per report: `PASS ...` or `FAIL ...`. A control run without
-/// its protection passes only when it found violations (and, for the
-/// restart control, the planted leak).
-pub fn verdicts(reports: &[Report]) -> Vec<String> {
-    reports
-        .iter()
-        .map(|r| {
-            let unprotected = r.control.filter(|c| !c.protected);
-            let evictions = r.control.filter(|c| c.fault == FaultKind::Evict);
-            if let Some(verdict) = intrusion::verdict(r) {
-                verdict
-            } else if let Some(fence) = r.fence_control {
-                fence_verdict(r, fence)
-            } else if evictions.is_some() && r.nemesis.faults.is_empty() {
-                format!(
-                    "FAIL {}: the held lock's key was never evicted from a majority; \
-                     the run proves nothing ({})",
-                    r.name,
-                    r.nemesis.skipped.join("; ")
-                )
-            } else if let Some(control) = unprotected {
-                let (n, what, excess) = control_findings(r);
-                let planted = control.fault != FaultKind::RestartMajority
-                    || r.findings.leaks.iter().any(|l| l.resource == PLANTED);
-                let also = if control.fault == FaultKind::RestartMajority {
-                    " and the planted leak"
-                } else {
-                    ""
-                };
-                match (n > 0, planted) {
-                    (true, true) => format!(
-                        "PASS {}: the checker saw {n} {what}{also}, as it must",
-                        r.name
-                    ),
-                    (false, _) if control.fault == FaultKind::Evict => format!(
-                        "FAIL {}: no violation found; the checker cannot see {excess}, \
-                         or the agents ignored {NO_EVICTION_CHECK_ENV}=1, or a probe \
-                         quarantined the masters before every second vote",
-                        r.name
-                    ),
-                    (false, _)
-                        if matches!(
-                            control.fault,
-                            FaultKind::FlushMajority | FaultKind::ShardFailover
-                        ) =>
-                    {
-                        format!(
-                            "FAIL {}: none found; the checker cannot see {excess}, \
-                             or the agents ignored {NO_MARKER_CHECK_ENV}=1",
-                            r.name
-                        )
-                    }
-                    (false, _) => format!(
-                        "FAIL {}: none found; the checker cannot see {excess}",
-                        r.name
-                    ),
-                    (true, false) => format!(
-                        "FAIL {}: the planted key without a TTL was not reported as a leak",
-                        r.name
-                    ),
-                }
-            } else {
-                let problems = r.problems();
-                if problems.is_empty() {
-                    format!("PASS {}", r.name)
-                } else {
-                    format!("FAIL {}: {}", r.name, problems.join(", "))
-                }
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::checker::{FenceFindings, FenceInversion, Section};
+    use crate::cluster::{NO_EVICTION_CHECK_ENV, NO_MARKER_CHECK_ENV};
 
     pub(super) fn fence_report(writeback: bool, fences: FenceFindings) -> Report {
         let options = Options::fence_control(writeback, 1, PathBuf::from("faults"));
@@ -1961,6 +1827,7 @@ mod tests {
             process_check: true,
             control: None,
             fence_control: options.fence_control,
+            multi: None,
             property: options.property,
             primitives_expected: (false, false),
             stats: StatsSnapshot::default(),

@@ -18,6 +18,8 @@
 //! - [`ClientKind::PermitHold`]: a semaphore's hold stream.
 //! - [`ClientKind::Campaign`]: a campaign stream; it leads for a while
 //!   once elected and resigns, or gives up waiting and resigns.
+//! - [`ClientKind::MultiAcquire`], [`ClientKind::MultiHold`]: 2 or 3 of
+//!   the locks' resources at once, as an acquire and as a hold.
 //!
 //! Every client asks for a fence (`redlock-agent lock` only when it has
 //! `--fence`) and writes once inside each section to the fenced store
@@ -46,6 +48,11 @@ use crate::client::{
 use crate::clock::Mono;
 use crate::store::{self, StoreClient};
 use redlock_wire::CampaignEvent;
+
+mod mix;
+mod multi;
+
+pub use mix::{spawn, Mix};
 
 /// What the system is going through, for availability by phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -1374,122 +1381,4 @@ pub fn run_cs_child(ms: u64, store: Option<(String, String)>) {
     };
     let _ = writeln!(out, "exit {} {why}", Mono::now().to_wire());
     let _ = out.flush();
-}
-
-/// How many clients of each kind [`spawn`] starts, spread over the agents.
-#[derive(Debug, Clone, Copy)]
-pub struct Mix {
-    pub acquire: usize,
-    pub hold: usize,
-    pub process_hold: usize,
-    pub lock_command: usize,
-    /// Of the plan's semaphores.
-    pub permit_acquire: usize,
-    pub permit_hold: usize,
-    /// Of the plan's elections.
-    pub campaign: usize,
-}
-
-impl Mix {
-    /// No client at all.
-    pub const NONE: Mix = Mix {
-        acquire: 0,
-        hold: 0,
-        process_hold: 0,
-        lock_command: 0,
-        permit_acquire: 0,
-        permit_hold: 0,
-        campaign: 0,
-    };
-
-    /// Every client.
-    pub fn total(&self) -> usize {
-        self.acquire
-            + self.hold
-            + self.process_hold
-            + self.lock_command
-            + self.permit_acquire
-            + self.permit_hold
-            + self.campaign
-    }
-}
-
-/// Starts the clients; they run until `ctx.stop` turns true.
-pub fn spawn(
-    ctx: &Ctx,
-    mix: Mix,
-    clients: &[Client],
-    seed: u64,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
-    let mut n = 0usize;
-    let next = |n: &mut usize| {
-        *n += 1;
-        (*n - 1) % clients.len()
-    };
-    for (kind, count, label) in [
-        (ClientKind::Acquire, mix.acquire, "acq"),
-        (ClientKind::PermitAcquire, mix.permit_acquire, "permacq"),
-    ] {
-        for i in 0..count {
-            let a = next(&mut n);
-            tasks.push(tokio::spawn(acquire_client(
-                ctx.clone(),
-                format!("{label}{}", i + 1),
-                kind,
-                a,
-                clients[a].clone(),
-                seed.wrapping_add(n as u64),
-            )));
-        }
-    }
-    for (kind, count, label) in [
-        (ClientKind::Hold, mix.hold, "hold"),
-        (ClientKind::PermitHold, mix.permit_hold, "permhold"),
-    ] {
-        for i in 0..count {
-            let a = next(&mut n);
-            tasks.push(tokio::spawn(hold_client(
-                ctx.clone(),
-                format!("{label}{}", i + 1),
-                kind,
-                a,
-                clients[a].clone(),
-                seed.wrapping_add(n as u64),
-            )));
-        }
-    }
-    for i in 0..mix.campaign {
-        let a = next(&mut n);
-        tasks.push(tokio::spawn(campaign_client(
-            ctx.clone(),
-            format!("camp{}", i + 1),
-            a,
-            clients[a].clone(),
-            seed.wrapping_add(n as u64),
-        )));
-    }
-    for i in 0..mix.process_hold {
-        let a = next(&mut n);
-        tasks.push(tokio::spawn(process_client(
-            ctx.clone(),
-            format!("phold{}", i + 1),
-            ClientKind::ProcessHold,
-            a,
-            clients[a].socket().to_path_buf(),
-            seed.wrapping_add(n as u64),
-        )));
-    }
-    for i in 0..mix.lock_command {
-        let a = next(&mut n);
-        tasks.push(tokio::spawn(process_client(
-            ctx.clone(),
-            format!("lockcmd{}", i + 1),
-            ClientKind::LockCommand,
-            a,
-            clients[a].socket().to_path_buf(),
-            seed.wrapping_add(n as u64),
-        )));
-    }
-    tasks
 }

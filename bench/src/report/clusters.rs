@@ -339,12 +339,8 @@ mod tests {
                 // grant per master, the busiest shard 50% of its master's.
                 w9_run(true, 64, 8_000, 240_000, cpu("c", &[0.2, 0.2, 0.4], 1.6)),
             ],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         };
         let env = Environment {
             cores: 2,
@@ -414,12 +410,9 @@ mod tests {
                 w9_run(false, 64, 4_000, 80_000, cpu("r", &[0.2], 0.4)),
                 stuck,
             ],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
             redis_version: "7".into(),
             agent_failed: true,
+            ..Results::default()
         };
         let md = render(&results, &Environment::default(), &[Peer::Agent]);
         // 1.5 s over 3,000 grants: 500 µs, 100 per master.
@@ -455,12 +448,9 @@ mod tests {
                 w9_run(false, 1, 1_000, 20_000, cpu("r", &[0.1], 0.2)),
                 failed,
             ],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
             redis_version: "7".into(),
             agent_failed: true,
+            ..Results::default()
         };
         let md = render(&results, &Environment::default(), &[Peer::Agent]);
         assert!(

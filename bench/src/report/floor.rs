@@ -334,12 +334,8 @@ mod tests {
                     (Some(0.8), 0.4, 0.0),
                 ),
             ],
-            limit: None,
-            idle: None,
-            fleet: None,
-            primitives: None,
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         }
     }
 

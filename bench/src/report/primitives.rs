@@ -169,13 +169,9 @@ mod tests {
 
     fn results(p: Result<Primitives, String>) -> Results {
         Results {
-            runs: Vec::new(),
-            limit: None,
-            idle: None,
-            fleet: None,
             primitives: Some(p),
             redis_version: "7".into(),
-            agent_failed: false,
+            ..Results::default()
         }
     }
 
