@@ -121,8 +121,7 @@ impl<M: Store> Locks<M> {
                 let grants = contest.take_grants();
                 let mut parts = Vec::with_capacity(grants.len());
                 for (resource, grant) in resources.iter().zip(&grants) {
-                    self.grants
-                        .granted(resource.as_str(), grant, ask.holder.clone());
+                    self.grants.granted(resource.as_str(), grant, ask.holder);
                     parts.push((resource.clone(), grant.token.clone()));
                 }
                 let token = contest.token().clone();

@@ -41,6 +41,10 @@ use super::master::Master;
 use super::observe::Failure;
 use super::{fence, highest, trail, Acquire, Attempt, Redlock, Resource, Token};
 
+/// One resource's yes votes (with the counter each read) and the masters
+/// holding its key.
+type Voted<M> = (Vec<(Arc<M>, u64)>, Arc<Holding>);
+
 impl<M: Master> Redlock<M> {
     /// One round for every resource of `resources` at once, `values[i]`
     /// the value stored at `resources[i]`'s key (see
@@ -117,7 +121,7 @@ impl<M: Master> Redlock<M> {
     ) -> Result<Vec<Grant>, Acquire> {
         // Under the control switch, a resource without a quorum is "held"
         // with no master confirmed: the overlap the checker must find.
-        let granting: Vec<(Vec<(Arc<M>, u64)>, Arc<Holding>)> = attempts
+        let granting: Vec<Voted<M>> = attempts
             .into_iter()
             .map(|attempt| match attempt {
                 Attempt::Granted(granting, holding) => (granting, holding),
