@@ -423,3 +423,25 @@ fn environment(args: &RunArgs, options: &plan::Options) -> report::Environment {
         smoke: options.smoke,
     }
 }
+
+/// How a workload run through the agent went, printed: its result (the
+/// error as text) and whether it failed, in part (`failed`) or whole.
+pub(crate) fn told<T>(
+    name: &str,
+    measured: anyhow::Result<T>,
+    failed: impl Fn(&T) -> bool,
+) -> (Result<T, String>, bool) {
+    let measured = measured.map_err(|e| format!("{e:#}"));
+    let failed = match &measured {
+        Ok(m) if failed(m) => {
+            eprintln!("{name}: some operations FAILED (see the {name} table)");
+            true
+        }
+        Ok(_) => false,
+        Err(e) => {
+            eprintln!("{name} FAILED: {}", e.lines().next().unwrap_or_default());
+            true
+        }
+    };
+    (measured, failed)
+}

@@ -78,28 +78,6 @@ impl Multi {
     }
 }
 
-/// Runs W13 through the agent listening on `socket`, prints how it went,
-/// and says whether it failed.
-pub fn record(
-    socket: &Path,
-    smoke: bool,
-    (warmup, window): (Duration, Duration),
-) -> (Result<Multi, String>, bool) {
-    let measured = measure(socket, smoke, warmup, window).map_err(|e| format!("{e:#}"));
-    let failed = match &measured {
-        Ok(m) if m.failed() => {
-            eprintln!("W13: some cycles FAILED (see the W13 table)");
-            true
-        }
-        Ok(_) => false,
-        Err(e) => {
-            eprintln!("W13 FAILED: {}", e.lines().next().unwrap_or_default());
-            true
-        }
-    };
-    (measured, failed)
-}
-
 /// Runs W13 through the agent listening on `socket`.
 ///
 /// # Errors

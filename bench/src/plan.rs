@@ -648,12 +648,14 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
     // Through the run's agent, once the driver workloads are done with it.
     let timing = (options.warmup, options.duration);
     if wanted("w11") && options.peers.contains(&Peer::Agent) {
-        let (measured, failed) = primitives::record(&agent.socket, options.smoke, timing);
+        let measured = primitives::measure(&agent.socket, options.smoke, timing.0, timing.1);
+        let (measured, failed) = crate::told("W11", measured, primitives::Primitives::failed);
         results.agent_failed |= failed;
         results.primitives = Some(measured);
     }
     if wanted("w13") && options.peers.contains(&Peer::Agent) {
-        let (measured, failed) = multi::record(&agent.socket, options.smoke, timing);
+        let measured = multi::measure(&agent.socket, options.smoke, timing.0, timing.1);
+        let (measured, failed) = crate::told("W13", measured, multi::Multi::failed);
         results.agent_failed |= failed;
         results.multi = Some(measured);
     }

@@ -99,28 +99,6 @@ impl Primitives {
     }
 }
 
-/// Runs W11 through the agent listening on `socket`, prints how it went,
-/// and says whether it failed.
-pub fn record(
-    socket: &Path,
-    smoke: bool,
-    (warmup, window): (Duration, Duration),
-) -> (Result<Primitives, String>, bool) {
-    let measured = measure(socket, smoke, warmup, window).map_err(|e| format!("{e:#}"));
-    let failed = match &measured {
-        Ok(p) if p.failed() => {
-            eprintln!("W11: some operations FAILED (see the W11 table)");
-            true
-        }
-        Ok(_) => false,
-        Err(e) => {
-            eprintln!("W11 FAILED: {}", e.lines().next().unwrap_or_default());
-            true
-        }
-    };
-    (measured, failed)
-}
-
 /// Runs W11 through the agent listening on `socket`.
 ///
 /// # Errors

@@ -49,8 +49,11 @@ use crate::clock::Mono;
 use crate::store::{self, StoreClient};
 use redlock_wire::CampaignEvent;
 
+mod holding;
 mod mix;
 mod multi;
+
+use holding::{keep, HoldEvents};
 
 pub use mix::{spawn, Mix};
 
@@ -786,34 +789,7 @@ pub async fn hold_client(
                 let data = format!("{resource} by {}", &token[..token.len().min(8)]);
                 ctx.write(id, &resource, fence, &data).await;
                 let end = granted.plus_ms(hold_ms);
-                let ending = loop {
-                    let left = end.since(Mono::now());
-                    tokio::select! {
-                        () = tokio::time::sleep(left) => break Ending::Closed,
-                        next = next_event(&mut hold) => {
-                            let at = Mono::now();
-                            match next {
-                                HoldNext::Event(HoldEvent::Renewed { validity_ms }) => {
-                                    ctx.stats.bump(|s| s.renewals += 1);
-                                    ctx.checker.renewed(id, at, at, validity_ms);
-                                }
-                                HoldNext::Event(HoldEvent::Lost { reason }) => {
-                                    ctx.stats.bump(|s| s.holds_lost += 1);
-                                    ctx.checker.belief_ended(id, at);
-                                    break Ending::Lost { reason };
-                                }
-                                HoldNext::Event(HoldEvent::Acquired { .. }) => {
-                                    ctx.stats.malformed("hold: a second acquired event".into());
-                                }
-                                HoldNext::Ended | HoldNext::Broken(_) => {
-                                    ctx.stats.bump(|s| s.holds_broken += 1);
-                                    ctx.checker.belief_ended(id, at);
-                                    break Ending::StreamBroken;
-                                }
-                            }
-                        }
-                    }
-                };
+                let ending = keep(&mut ctx, id, end, &mut hold, "hold").await;
                 ctx.checker.exit(id, Mono::now(), ending);
                 drop(hold); // closing the connection releases
                 Outcome::Granted

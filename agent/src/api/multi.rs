@@ -15,7 +15,7 @@ use crate::agent::Agent;
 use crate::lock::{millis, multi, Ask, Holder, Released};
 use crate::redlock::{Resource, Token};
 use crate::telemetry::spans::follow;
-use crate::telemetry::{Caller, Kind};
+use crate::telemetry::{Caller, Kind, Traced};
 
 /// What a request on several resources asks for.
 #[derive(Clone, Copy)]
@@ -111,6 +111,27 @@ pub async fn hold(
     Ok(ndjson(events, slot, watch))
 }
 
+/// The resources and values of the grant of `token` (those `listed` in
+/// the request, or those this agent noted), and the span of the request
+/// `name`d on them.
+fn by_token(
+    agent: &Agent,
+    caller: &Caller,
+    name: &'static str,
+    token: &Token,
+    listed: Option<Vec<String>>,
+) -> Result<(multi::Parts, Option<Traced>), ApiError> {
+    let parts = agent
+        .locks()
+        .parts_of(token, listed.as_deref())
+        .map_err(lock_error)?;
+    let resources: Vec<Resource> = parts.iter().map(|(r, _)| r.clone()).collect();
+    let span = agent
+        .telemetry()
+        .start(caller, name, Kind::Lock, &named(&resources));
+    Ok((parts, span))
+}
+
 pub async fn extend(
     agent: &Agent,
     holder: Option<Holder>,
@@ -118,15 +139,7 @@ pub async fn extend(
     request: MultiExtendRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
-    let parts = agent
-        .locks()
-        .parts_of(&token, request.resources.as_deref())
-        .map_err(lock_error)?;
-    let resources: Vec<Resource> = parts.iter().map(|(r, _)| r.clone()).collect();
-    let mut span =
-        agent
-            .telemetry()
-            .start(caller, "redlock.extend", Kind::Lock, &named(&resources));
+    let (parts, mut span) = by_token(agent, caller, "redlock.extend", &token, request.resources)?;
     let extended = agent
         .locks()
         .extend_many(&parts, request.ttl_ms, holder.as_ref())
@@ -151,15 +164,7 @@ pub async fn release(
     request: MultiReleaseRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
-    let parts = agent
-        .locks()
-        .parts_of(&token, request.resources.as_deref())
-        .map_err(lock_error)?;
-    let resources: Vec<Resource> = parts.iter().map(|(r, _)| r.clone()).collect();
-    let mut span =
-        agent
-            .telemetry()
-            .start(caller, "redlock.release", Kind::Lock, &named(&resources));
+    let (parts, mut span) = by_token(agent, caller, "redlock.release", &token, request.resources)?;
     let released = agent
         .locks()
         .release_many(&token, &parts, holder.as_ref())

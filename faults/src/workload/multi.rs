@@ -11,10 +11,10 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use redlock_wire::{HoldEvent, MultiAcquireRequest, MultiHoldRequest};
+use redlock_wire::{MultiAcquireRequest, MultiHoldRequest};
 
-use super::{backoff, between, work, Ctx, Outcome};
-use crate::checker::{ClientKind, Ending, Grant, Primitive};
+use super::{backoff, between, keep, work, Ctx, HoldEvents, Outcome};
+use crate::checker::{ClientKind, Grant, Primitive};
 use crate::client::{self, Answer, Client, Held, HoldNext};
 use crate::clock::Mono;
 
@@ -151,34 +151,7 @@ pub async fn multi_hold_client(
                 let data = format!("{label} by {}", &token[..token.len().min(8)]);
                 ctx.write(id, &label, fence, &data).await;
                 let end = granted.plus_ms(hold_ms);
-                let ending = loop {
-                    let left = end.since(Mono::now());
-                    tokio::select! {
-                        () = tokio::time::sleep(left) => break Ending::Closed,
-                        next = hold.next_event() => {
-                            let at = Mono::now();
-                            match next {
-                                HoldNext::Event(HoldEvent::Renewed { validity_ms }) => {
-                                    ctx.stats.bump(|s| s.renewals += 1);
-                                    ctx.checker.renewed(id, at, at, validity_ms);
-                                }
-                                HoldNext::Event(HoldEvent::Lost { reason }) => {
-                                    ctx.stats.bump(|s| s.holds_lost += 1);
-                                    ctx.checker.belief_ended(id, at);
-                                    break Ending::Lost { reason };
-                                }
-                                HoldNext::Event(HoldEvent::Acquired { .. }) => {
-                                    ctx.stats.malformed("multi hold: a second acquired event".into());
-                                }
-                                HoldNext::Ended | HoldNext::Broken(_) => {
-                                    ctx.stats.bump(|s| s.holds_broken += 1);
-                                    ctx.checker.belief_ended(id, at);
-                                    break Ending::StreamBroken;
-                                }
-                            }
-                        }
-                    }
-                };
+                let ending = keep(&mut ctx, id, end, &mut hold, "multi hold").await;
                 ctx.checker.exit(id, Mono::now(), ending);
                 drop(hold); // closing the connection releases
                 Outcome::Granted
@@ -188,5 +161,11 @@ pub async fn multi_hold_client(
         };
         let pause = backoff(outcome) + Duration::from_millis(between(&mut rng, ctx.plan.think_ms));
         ctx.sleep(pause).await;
+    }
+}
+
+impl HoldEvents for client::multi::MultiHold {
+    fn next(&mut self) -> impl std::future::Future<Output = HoldNext> + Send {
+        self.next_event()
     }
 }
