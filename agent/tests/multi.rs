@@ -259,13 +259,33 @@ async fn opposite_orders_never_deadlock_and_both_progress() {
 /// they go on after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_on_several_is_not_starved_by_single_resource_traffic() {
+    granted_while_singles_take_a(false).await;
+}
+
+/// The same with the single clients on another agent: the release each
+/// publishes wakes the waiter here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nor_by_single_resource_traffic_through_another_agent() {
+    granted_while_singles_take_a(true).await;
+}
+
+async fn granted_while_singles_take_a(elsewhere: bool) {
     let cluster = Cluster::start(MASTERS);
     let agent = Arc::new(TestAgent::start(&cluster, "").await);
+    let singles_agent = if elsewhere {
+        Arc::new(TestAgent::start(&cluster, "").await)
+    } else {
+        Arc::clone(&agent)
+    };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let singles = Arc::new(AtomicU64::new(0));
     let mut clients = Vec::new();
     for _ in 0..3 {
-        let (agent, stop, singles) = (Arc::clone(&agent), Arc::clone(&stop), Arc::clone(&singles));
+        let (agent, stop, singles) = (
+            Arc::clone(&singles_agent),
+            Arc::clone(&stop),
+            Arc::clone(&singles),
+        );
         clients.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let (status, grant) = agent
