@@ -231,6 +231,14 @@ pub enum Released {
     StillHeld(u32),
 }
 
+/// What a request that takes a lock asks for, checked ([`Locks::terms`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    pub ttl: Duration,
+    pub wait: Duration,
+    pub fence: bool,
+}
+
 /// A successful extension.
 #[derive(Debug, Clone, Copy)]
 pub struct Extended {
@@ -385,31 +393,58 @@ impl<M: Store> Locks<M> {
     }
 
     async fn try_acquire(&self, resource: &Resource, ask: Ask) -> Result<Grant, LockError> {
-        let lock = &ask.lock;
-        let ttl = self.rules.ttl(lock.ttl_ms)?;
-        check_owner(lock.owner.as_deref())?;
-        let wait = Duration::from_millis(lock.wait_ms.unwrap_or(0));
-        let fence = lock.fence || self.rules.fence == FenceMode::Always;
+        let terms = self.terms(&ask.lock)?;
         let outcome = self
             .waiters
             .acquire(
                 &self.engine,
                 resource,
-                ttl,
-                lock.owner.as_deref(),
-                wait,
-                fence,
+                terms.ttl,
+                ask.lock.owner.as_deref(),
+                terms.wait,
+                terms.fence,
                 ask.holder.map(|h| h.uid),
             )
             .await?;
-        match outcome {
-            Acquire::Granted(grant) => {
+        self.answer(
+            outcome,
+            |grant| {
                 self.grants.granted(resource.as_str(), &grant, ask.holder);
-                Ok(grant)
-            }
+                grant
+            },
+            || LockError::Taken(resource.clone()),
+        )
+    }
+
+    /// What every request that takes a lock (or locks, or a permit) asks
+    /// for, checked: its TTL within the rules, its owner label, how long
+    /// it may wait, and whether it is fenced.
+    ///
+    /// # Errors
+    /// The TTL out of range, or an owner label that is not one.
+    pub(crate) fn terms(&self, lock: &AcquireRequest) -> Result<Terms, LockError> {
+        let ttl = self.rules.ttl(lock.ttl_ms)?;
+        check_owner(lock.owner.as_deref())?;
+        Ok(Terms {
+            ttl,
+            wait: Duration::from_millis(lock.wait_ms.unwrap_or(0)),
+            fence: lock.fence || self.rules.fence == FenceMode::Always,
+        })
+    }
+
+    /// The answer to an acquire of any kind: `granted`'s on a grant, else
+    /// the refusal, counted (`taken` says it for the kind).
+    pub(crate) fn answer<T>(
+        &self,
+        outcome: Acquire,
+        granted: impl FnOnce(Grant) -> T,
+        taken: impl FnOnce() -> LockError,
+    ) -> Result<T, LockError> {
+        match outcome {
+            Acquire::Granted(grant) => Ok(granted(grant)),
             Acquire::Taken => {
                 self.metrics.fail(Failure::Taken);
-                Err(LockError::Taken(resource.clone()))
+                Err(taken())
             }
             Acquire::NoQuorum(message) => {
                 self.metrics.fail(Failure::NoQuorum);

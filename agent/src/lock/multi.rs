@@ -25,9 +25,9 @@ use redlock_wire::{HoldEvent, OnDisconnect, MAX_RESOURCES};
 use super::events::{self, Events};
 use super::holds::{self, End};
 use super::waiters::{set_key, MultiContest};
-use super::{check_owner, millis, Ask, Extended, Holder, LockError, Locks, Released};
+use super::{millis, Ask, Extended, Holder, LockError, Locks, Released};
 use crate::redlock::token::{stored_at, Stored};
-use crate::redlock::{Acquire, Failure, Grant, Resource, Store, Token};
+use crate::redlock::{Grant, Resource, Store, Token};
 
 /// A grant on several resources: its resources, sorted, each with the
 /// value at its key.
@@ -104,20 +104,22 @@ impl<M: Store> Locks<M> {
         resources: &[Resource],
         ask: Ask,
     ) -> Result<MultiGrant, LockError> {
-        let lock = &ask.lock;
-        let ttl = self.rules.ttl(lock.ttl_ms)?;
-        check_owner(lock.owner.as_deref())?;
-        let wait = Duration::from_millis(lock.wait_ms.unwrap_or(0));
-        let fence = lock.fence || self.rules.fence == super::FenceMode::Always;
-        let mut contest =
-            MultiContest::new(&self.engine, resources, ttl, lock.owner.as_deref(), fence);
+        let terms = self.terms(&ask.lock)?;
+        let mut contest = MultiContest::new(
+            &self.engine,
+            resources,
+            terms.ttl,
+            ask.lock.owner.as_deref(),
+            terms.fence,
+        );
         let uid = ask.holder.as_ref().map(|h| h.uid);
         let outcome = self
             .waiters
-            .contend(&self.engine, &mut contest, wait, uid, None)
+            .contend(&self.engine, &mut contest, terms.wait, uid, None)
             .await?;
-        match outcome {
-            Acquire::Granted(_) => {
+        self.answer(
+            outcome,
+            |_| {
                 let grants = contest.take_grants();
                 let mut parts = Vec::with_capacity(grants.len());
                 for (resource, grant) in resources.iter().zip(&grants) {
@@ -126,17 +128,10 @@ impl<M: Store> Locks<M> {
                 }
                 let token = contest.token().clone();
                 self.remember_many(&token, parts);
-                Ok(MultiGrant { token, grants })
-            }
-            Acquire::Taken => {
-                self.metrics.fail(Failure::Taken);
-                Err(LockError::TakenMany(names(resources)))
-            }
-            Acquire::NoQuorum(message) => {
-                self.metrics.fail(Failure::NoQuorum);
-                Err(LockError::NoQuorum(message))
-            }
-        }
+                MultiGrant { token, grants }
+            },
+            || LockError::TakenMany(names(resources)),
+        )
     }
 
     /// Notes a grant on several resources under its token, and forgets

@@ -65,11 +65,8 @@ use redlock_wire::{HoldEvent, OnDisconnect, PermitInfo, SemaphoreResponse};
 
 use super::listing::{self, ReadError};
 use super::waiters::Contest;
-use super::{check_owner, Ask, LockError, Locks};
-use crate::config::FenceMode;
-use crate::redlock::{
-    token, Acquire, Failure, Grant, KeyState, Master, Redlock, Resource, Store, Token,
-};
+use super::{Ask, LockError, Locks};
+use crate::redlock::{token, Acquire, Grant, KeyState, Master, Redlock, Resource, Store, Token};
 
 /// A granted permit.
 #[derive(Debug)]
@@ -346,19 +343,21 @@ impl<M: Store> Locks<M> {
         ask: Ask,
     ) -> Result<Permit, LockError> {
         let limit = check_limit(limit)?;
-        let lock = &ask.lock;
-        let ttl = self.rules.ttl(lock.ttl_ms)?;
-        check_owner(lock.owner.as_deref())?;
-        let wait = Duration::from_millis(lock.wait_ms.unwrap_or(0));
-        let fence = lock.fence || self.rules.fence == FenceMode::Always;
-        let mut contest =
-            PermitContest::new(&self.engine, name, limit, ttl, lock.owner.as_deref(), fence);
+        let terms = self.terms(&ask.lock)?;
+        let mut contest = PermitContest::new(
+            &self.engine,
+            name,
+            limit,
+            terms.ttl,
+            ask.lock.owner.as_deref(),
+            terms.fence,
+        );
         let outcome = self
             .waiters
             .contend(
                 &self.engine,
                 &mut contest,
-                wait,
+                terms.wait,
                 ask.holder.map(|h| h.uid),
                 None,
             )
@@ -370,28 +369,23 @@ impl<M: Store> Locks<M> {
                 ours: limit,
             });
         }
-        match (outcome, contest.won) {
-            (Acquire::Granted(grant), Some(index)) => {
-                let resource = Resource::permit(name, index);
-                self.grants.granted(resource.as_str(), &grant, ask.holder);
-                self.grants
-                    .set_limit(resource.as_str(), grant.token.as_str(), limit);
-                self.note_limit(name.as_str(), limit, grant.ttl).await;
-                Ok(Permit { index, grant })
-            }
-            (Acquire::Granted(_), None) => unreachable!("a granted round names its permit"),
-            (Acquire::Taken, _) => {
-                self.metrics.fail(Failure::Taken);
-                Err(LockError::Full {
-                    semaphore: name.clone(),
-                    limit,
-                })
-            }
-            (Acquire::NoQuorum(message), _) => {
-                self.metrics.fail(Failure::NoQuorum);
-                Err(LockError::NoQuorum(message))
-            }
-        }
+        // A granted round names its permit.
+        let index = contest.won.unwrap_or_default();
+        let permit = self.answer(
+            outcome,
+            |grant| Permit { index, grant },
+            || LockError::Full {
+                semaphore: name.clone(),
+                limit,
+            },
+        )?;
+        let resource = Resource::permit(name, index);
+        let grant = &permit.grant;
+        self.grants.granted(resource.as_str(), grant, ask.holder);
+        self.grants
+            .set_limit(resource.as_str(), grant.token.as_str(), limit);
+        self.note_limit(name.as_str(), limit, grant.ttl).await;
+        Ok(permit)
     }
 
     /// Writes the semaphore's limit on every master, to last `ttl` at
