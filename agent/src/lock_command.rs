@@ -39,8 +39,12 @@
 //! processes started outside the tree (through systemd, a container
 //! runtime, ssh); see docs/scripts.md.
 
+mod error;
 pub mod guardian;
 pub mod tree;
+
+use error::refused;
+pub use error::LockError;
 
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
@@ -86,6 +90,8 @@ pub mod exit {
 pub struct LockCommand {
     pub socket: PathBuf,
     pub resource: String,
+    /// More resources locked with `resource`, all or none, under one token.
+    pub also: Vec<String>,
     pub ttl: Option<Duration>,
     pub wait: Duration,
     pub owner: Option<String>,
@@ -105,8 +111,15 @@ impl LockCommand {
     pub fn what(&self) -> String {
         match self.elect {
             Some(_) => format!("the leadership of election {}", self.resource),
-            None => format!("the lock on {}", self.resource),
+            None => format!("the lock on {}", self.resources().join(", ")),
         }
+    }
+
+    /// Every resource locked: `resource`, then `also`.
+    pub fn resources(&self) -> Vec<&str> {
+        let mut all = vec![self.resource.as_str()];
+        all.extend(self.also.iter().map(String::as_str));
+        all
     }
 }
 
@@ -157,6 +170,9 @@ impl Lease {
                     ("REDLOCK_RESOURCE", cmd.resource.clone()),
                     ("REDLOCK_TOKEN", hold.token().to_string()),
                 ];
+                if !cmd.also.is_empty() {
+                    env.push(("REDLOCK_RESOURCES", cmd.resources().join("\n")));
+                }
                 if let Some(fence) = hold.fence() {
                     env.push(("REDLOCK_FENCE", fence.to_string()));
                 }
@@ -186,64 +202,6 @@ impl Lease {
 /// agent is reported as unreachable instead of hanging a cron job.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Why `lock` stopped before or instead of the command's own exit.
-#[derive(Debug, thiserror::Error)]
-pub enum LockError {
-    #[error("cannot reach the agent at {0}: {1}")]
-    Unreachable(PathBuf, String),
-    #[error("{resource} is held by another holder; not acquired within the wait")]
-    NotAcquired { resource: String },
-    #[error("no quorum of masters: {0}")]
-    NoQuorum(String),
-    #[error("the agent refused the request: {0}")]
-    Refused(String),
-    /// `what`: the lock on the resource, or the leadership of the election
-    /// ([`LockCommand::what`]).
-    #[error("{what} was lost ({reason}); the command was stopped")]
-    Lost { what: String, reason: String },
-    #[error("cannot run {command:?}: {error}")]
-    CannotRun { command: String, error: String },
-    #[error(
-        "stopped by {}{}",
-        signal_name(*signal),
-        match (*waiting, *elect) {
-            (true, false) => " while waiting for the lock",
-            (true, true) => " while campaigning for the leadership",
-            (false, false) => "; the command's processes were stopped and the lock released",
-            (false, true) => "; the command's processes were stopped and the leadership resigned",
-        }
-    )]
-    Signaled {
-        signal: i32,
-        waiting: bool,
-        /// Under `elect`: a leadership, not a lock.
-        elect: bool,
-    },
-}
-
-impl LockError {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            LockError::Unreachable(..) | LockError::NoQuorum(_) => exit::UNAVAILABLE,
-            LockError::NotAcquired { .. } => exit::NOT_ACQUIRED,
-            LockError::Refused(_) => exit::USAGE,
-            LockError::Lost { .. } => exit::LOST,
-            LockError::CannotRun { .. } => exit::CANNOT_RUN,
-            LockError::Signaled { signal, .. } => u8::try_from(128 + signal).unwrap_or(255),
-        }
-    }
-}
-
-/// SIGTERM, SIGINT or SIGHUP by name, any other by number.
-fn signal_name(signal: i32) -> String {
-    match signal {
-        libc::SIGTERM => "SIGTERM".into(),
-        libc::SIGINT => "SIGINT".into(),
-        libc::SIGHUP => "SIGHUP".into(),
-        other => format!("signal {other}"),
-    }
-}
-
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -255,33 +213,6 @@ pub fn shell_code(status: ExitStatus) -> u8 {
         (Some(code), _) => u8::try_from(code).unwrap_or(1),
         (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(255),
         (None, None) => 1,
-    }
-}
-
-/// The error `lock` reports for a hold the agent did not grant.
-fn refused(cmd: &LockCommand, error: Error) -> LockError {
-    match error {
-        Error::Taken { .. } | Error::Api { status: 409, .. } => LockError::NotAcquired {
-            resource: cmd.resource.clone(),
-        },
-        Error::NoQuorum { message }
-        | Error::Api {
-            status: 503,
-            message,
-            ..
-        } => LockError::NoQuorum(message),
-        Error::Connect { source, .. } => {
-            LockError::Unreachable(cmd.socket.clone(), source.to_string())
-        }
-        Error::Connection(_) | Error::Timeout(_) => {
-            LockError::Unreachable(cmd.socket.clone(), error.to_string())
-        }
-        Error::Protocol(_) => LockError::Lost {
-            what: cmd.what(),
-            reason: "the agent ended the hold before it began".into(),
-        },
-        Error::Lost { message } | Error::Api { message, .. } => LockError::Refused(message),
-        other => LockError::Refused(other.to_string()),
     }
 }
 
@@ -321,7 +252,12 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
     })?;
     let lease = match &cmd.elect {
         None => tokio::select! {
-            hold = client.hold(&cmd.resource, &options) => {
+            hold = async {
+                match cmd.also.is_empty() {
+                    true => client.hold(&cmd.resource, &options).await,
+                    false => client.hold_many(&cmd.resources(), &options).await,
+                }
+            } => {
                 Lease::Lock(hold.map_err(|e| refused(&cmd, e))?)
             }
             // Dropping the request ends the wait; nothing was granted.
@@ -427,11 +363,14 @@ async fn release(cmd: &LockCommand, lease: Lease) {
     // Closing first stops the renewals, so none races the release.
     hold.close();
     let client = Client::new(&cmd.socket).with_timeout(RELEASE_TIMEOUT);
-    if let Err(e) = client.release(&cmd.resource, &token).await {
+    let released = match cmd.also.is_empty() {
+        true => client.release(&cmd.resource, &token).await,
+        false => client.release_many(&token).await,
+    };
+    if let Err(e) = released {
         eprintln!(
-            "redlock-agent lock: cannot release the lock on {} ({e}); it expires at the end \
-             of its validity",
-            cmd.resource
+            "redlock-agent lock: cannot release {} ({e}); it expires at the end of its validity",
+            cmd.what()
         );
     }
 }

@@ -101,6 +101,9 @@ enum Cmd {
     },
     /// Run a command while holding a lock; release it when the command exits.
     ///
+    /// Several resources are locked all or none, under one token; the
+    /// command gets REDLOCK_RESOURCES (one a line) besides REDLOCK_RESOURCE.
+    ///
     /// The command runs in a process group of its own; on a lost lock, on
     /// SIGTERM/SIGINT/SIGHUP to `lock`, or when it exits leaving processes
     /// behind, the group and every descendant that left it get SIGTERM,
@@ -142,8 +145,10 @@ enum Cmd {
         /// writes, so storage can refuse a writer whose lock has passed on.
         #[arg(long)]
         fence: bool,
-        /// The resource to lock.
-        resource: String,
+        /// The resource to lock; several (up to 32) are locked all or none,
+        /// under one token and one fence.
+        #[arg(required = true, num_args = 1..=32)]
+        resources: Vec<String>,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -242,11 +247,12 @@ fn main() -> ExitCode {
             max_hold,
             kill_after,
             fence,
-            resource,
+            mut resources,
             command,
         }) => lock(LockCommand {
             socket,
-            resource,
+            resource: resources.remove(0),
+            also: resources,
             ttl,
             wait,
             owner,
@@ -268,6 +274,7 @@ fn main() -> ExitCode {
         }) => lock(LockCommand {
             socket,
             resource: name,
+            also: Vec::new(),
             ttl,
             wait: Duration::ZERO,
             owner,

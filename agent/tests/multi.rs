@@ -444,3 +444,76 @@ async fn bad_requests_are_refused_with_codes() {
     let message = answer["error"]["message"].as_str().unwrap();
     assert!(message.contains("lock key for acquire"), "{message}");
 }
+
+/// `redlock-agent lock a b -- cmd` runs the command holding both, with
+/// every resource in `REDLOCK_RESOURCES` (one a line), and releases both
+/// when it exits; one of them held elsewhere keeps the command from
+/// running (exit 75).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_command_takes_several_resources() {
+    let cluster = Cluster::start(MASTERS);
+    let agent = Arc::new(TestAgent::start(&cluster, "").await);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "printf '%s|%s\\n' \"$REDLOCK_RESOURCE\" \"$REDLOCK_RESOURCES\" > {0}; sleep 1.5; echo done >> {0}",
+        log.display()
+    );
+    let mut lock = std::process::Command::new(env!("CARGO_BIN_EXE_redlock-agent"));
+    lock.arg("lock")
+        .arg("--socket")
+        .arg(&agent.socket)
+        .args(["cmd-b", "cmd-a", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = lock.spawn().unwrap();
+    wait_for("the command to run", Duration::from_secs(10), || async {
+        log.exists()
+    })
+    .await;
+    let (status, answer) = agent.post("/v1/locks/cmd-a/acquire", json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text, "cmd-b|cmd-b\ncmd-a\ndone\n", "{text:?}");
+    wait_for("both released", SETTLE, || async {
+        keys(&cluster, &["cmd-a", "cmd-b"])
+            .await
+            .iter()
+            .all(Option::is_none)
+    })
+    .await;
+
+    let held = agent.acquire_ok("cmd-b", json!({"ttl_ms": 20000})).await;
+    let mut second = std::process::Command::new(env!("CARGO_BIN_EXE_redlock-agent"));
+    second
+        .arg("lock")
+        .arg("--socket")
+        .arg(&agent.socket)
+        .args(["--wait", "200ms", "cmd-a", "cmd-b", "--", "true"]);
+    let taken = tokio::task::spawn_blocking(move || second.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        taken.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&taken.stderr)
+    );
+    let said = String::from_utf8_lossy(&taken.stderr);
+    assert!(said.contains("cmd-a, cmd-b"), "{said}");
+    wait_for("no key of cmd-a left", SETTLE, || async {
+        keys(&cluster, &["cmd-a"]).await.iter().all(Option::is_none)
+    })
+    .await;
+    agent
+        .post("/v1/locks/cmd-b/release", json!({"token": held}))
+        .await;
+}

@@ -467,7 +467,13 @@ fn release(socket: &Path) {
         }
     };
     let client = redlock_client::Client::new(socket).with_timeout(RELEASE_TIMEOUT);
-    match runtime.block_on(client.release(&resource, &token)) {
+    // Several resources (`REDLOCK_RESOURCES`, one a line): their token
+    // releases them all through the agent that granted it.
+    let released = match std::env::var_os("REDLOCK_RESOURCES") {
+        Some(_) => runtime.block_on(client.release_many(&token)),
+        None => runtime.block_on(client.release(&resource, &token)),
+    };
+    match released {
         Ok(_) => eprintln!(
             "redlock-agent lock: `lock` died; the command's processes were killed and the \
              lock on {resource} released"
