@@ -130,7 +130,9 @@
 //!   ([`lock_command::guardian`], the hidden `lock-guardian` command) that
 //!   stops its whole process tree ([`lock_command::tree`]: its group and
 //!   every descendant found in `/proc`), even when `lock` is killed, and
-//!   keeps the validity's deadline itself, even when `lock` is stopped.
+//!   keeps the validity's deadline itself, even when `lock` is stopped;
+//!   why `lock` stops, with its exit statuses, in `lock_command/error.rs`.
+//!   `lock` takes one resource or several (all or none).
 //! - [`shutdown`]: signals that start a drain.
 //! - [`telemetry`]: OpenTelemetry traces: the caller's W3C trace context,
 //!   the spans of acquires, holds, leaderships, extends and releases
