@@ -81,6 +81,8 @@ pub struct HeldPermit {
     pub fence: Option<u64>,
 }
 
+/// A permit granted: which, and its lock's grant.
+#[derive(Debug)]
 pub struct Permit {
     pub index: u32,
     pub grant: Grant,
@@ -545,6 +547,65 @@ pub fn permit_of(resource: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock::tests::{ask, resource, service};
+    use crate::lock::Released;
+
+    /// On masters in memory: `limit` permits and no more, each its own
+    /// lock with its own token and fence; a permit released by its token
+    /// alone is the next one granted; another limit while permits are held
+    /// is refused, and so is a token of no permit of the semaphore.
+    #[tokio::test]
+    async fn limit_permits_at_once_each_a_lock_of_its_own() {
+        let (masters, locks) = service();
+        let pay = resource("pay");
+        let mut fenced = ask(0, "worker");
+        fenced.lock.fence = true;
+        let first = locks.acquire_permit(&pay, 2, fenced.clone()).await.unwrap();
+        let second = locks.acquire_permit(&pay, 2, fenced.clone()).await.unwrap();
+        let mut numbers = [first.index, second.index];
+        numbers.sort_unstable();
+        assert_eq!(numbers, [0, 1]);
+        assert_ne!(first.grant.token, second.grant.token);
+        assert!(second.grant.fence > first.grant.fence);
+        for permit in [&first, &second] {
+            let key = locks.engine().key(&Resource::permit(&pay, permit.index));
+            let holding = masters
+                .iter()
+                .filter(|m| m.holds(&key).as_deref() == Some(permit.grant.token.as_str()))
+                .count();
+            assert!(
+                holding >= 2,
+                "permit {} held on {holding} of 3",
+                permit.index
+            );
+        }
+        let full = locks.acquire_permit(&pay, 2, fenced.clone()).await;
+        assert!(
+            matches!(full, Err(LockError::Full { limit: 2, .. })),
+            "{full:?}"
+        );
+        let other = locks.acquire_permit(&pay, 3, fenced.clone()).await;
+        assert!(
+            matches!(other, Err(LockError::LimitMismatch { ours: 3, .. })),
+            "{other:?}"
+        );
+
+        let freed = locks.permit_of(&pay, &first.grant.token).unwrap();
+        assert_eq!(freed, Resource::permit(&pay, first.index));
+        assert!(locks
+            .permit_of(&resource("other"), &first.grant.token)
+            .is_err());
+        assert_eq!(
+            locks
+                .release(&freed, &first.grant.token, None)
+                .await
+                .unwrap(),
+            Released::Released
+        );
+        let next = locks.acquire_permit(&pay, 2, fenced).await.unwrap();
+        assert_eq!(next.index, first.index, "the permit just freed");
+        assert!(next.grant.fence > second.grant.fence);
+    }
 
     #[test]
     fn a_permits_number_is_read_back_from_its_resource_only() {
