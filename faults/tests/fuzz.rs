@@ -14,12 +14,11 @@
 //! instead of the served document, to measure an agent that serves none.
 //!
 //! This test and the agreement test (`fuzz_agreement.rs`) draw their
-//! cases from a fixed seed by default, so a run that
-//! changed nothing draws the same cases as the last one and CI is
-//! repeatable; each prints its seed first. `FUZZ_SEED` (decimal or `0x`
-//! hex) repeats the run that printed it; `FUZZ_SEED=random` draws a new
-//! seed (printed, so a failure can be repeated), the long mode that looks
-//! for new cases.
+//! cases from a fixed seed by default, so a run that changed nothing draws
+//! the same cases as the last one and CI is repeatable; each prints its
+//! seed first. `FUZZ_SEED` (decimal or `0x` hex) repeats the run that
+//! printed it; `FUZZ_SEED=random` draws a new seed (printed, so a failure
+//! can be repeated), the long mode that looks for new cases.
 
 // The shared helpers this test binary uses, from `tests/common/`.
 mod common {

@@ -1,4 +1,5 @@
-//! The run's unit tests: the verdicts of the control runs, on reports made up for them.
+//! The run's unit tests: the verdicts of the control runs, on reports
+//! made up for them.
 
 use super::*;
 use crate::checker::{FenceFindings, FenceInversion, Findings, Section};
