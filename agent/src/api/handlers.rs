@@ -239,12 +239,10 @@ pub async fn extend(
     request: ExtendRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
-    let mut span = agent.telemetry().start(
-        caller,
-        "redlock.extend",
-        Kind::of(&resource),
-        resource.as_str(),
-    );
+    let mut span =
+        agent
+            .telemetry()
+            .start(caller, "redlock.extend", resource.kind(), resource.as_str());
     let extended = agent
         .locks()
         .extend(&resource, &token, request.ttl_ms, holder.as_ref())
@@ -273,7 +271,7 @@ pub async fn release(
     let mut span = agent.telemetry().start(
         caller,
         "redlock.release",
-        Kind::of(&resource),
+        resource.kind(),
         resource.as_str(),
     );
     let released = agent

@@ -33,15 +33,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redlock_wire::election::MAX_VALUE_LEN;
 use redlock_wire::{CampaignEvent, CampaignRequest, HoldEvent, Leader, ObserveEvent};
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::acquire::{LockContest, Take};
 use super::events::{self, Events, Stamped};
 use super::holds::{End, Held};
 use super::listing::{self, ReadError};
-use super::waiters::{LockContest, WaitError};
+use super::waiters::{Contest, WaitError};
 use super::{check_owner, millis, Holder, LockError, Locks};
 use crate::metrics::Leadership;
-use crate::redlock::{Acquire, KeyState, Resource, Store};
+use crate::redlock::{Acquire, Grant, KeyState, Redlock, Resource, Store};
 
 /// Longest a campaign waits in line: for as long as its stream is open.
 const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -78,6 +80,39 @@ struct Note {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     uid: Option<u32>,
     since_ms: u64,
+}
+
+/// An election's leadership: its lock's contest, fenced, that says when
+/// it starts to wait (the campaign then tells its client who leads).
+pub struct CampaignContest<'a> {
+    lock: LockContest<'a>,
+    joined: Arc<Notify>,
+}
+
+impl<M: Store> Contest<M> for CampaignContest<'_> {
+    fn queue(&self) -> &str {
+        Contest::<M>::queue(&self.lock)
+    }
+
+    async fn round(&mut self, redlock: &Redlock<M>, waiting: bool) -> Acquire {
+        self.lock.round(redlock, waiting).await
+    }
+
+    fn waiting(&mut self) {
+        self.joined.notify_one();
+    }
+}
+
+impl<M: Store> Take<M> for CampaignContest<'_> {
+    type Won = Grant;
+
+    fn refused(&mut self) -> LockError {
+        Take::<M>::refused(&mut self.lock)
+    }
+
+    async fn won(&mut self, locks: &Locks<M>, grant: Grant, holder: Option<Holder>) -> Grant {
+        self.lock.won(locks, grant, holder).await
+    }
 }
 
 /// A campaign's fields, checked.
@@ -139,65 +174,65 @@ impl<M: Store> Locks<M> {
                 cancel.cancel();
             }))
         };
-        let uid = campaign.holder.map(|h| h.uid);
         // The leader last told in a `waiting` event.
         let mut told: Option<Option<(Option<u64>, Option<String>)>> = None;
         loop {
             self.touch();
-            let mut contest = LockContest::new(
-                &self.engine,
-                &resource,
-                campaign.ttl,
-                campaign.owner.as_deref(),
-                true,
-            );
-            let mut outcome = self
-                .waiters
-                .contend(&self.engine, &mut contest, Duration::ZERO, uid, None)
-                .await;
-            if !matches!(outcome, Ok(Acquire::Granted(_))) {
-                // Waits in line, saying who leads when it starts to wait
-                // and whenever that changes (woken by the election's
-                // announcements, as observers are).
+            let started = Instant::now();
+            let joined = Arc::new(Notify::new());
+            let mut contest = CampaignContest {
+                lock: LockContest::new(
+                    &self.engine,
+                    &resource,
+                    campaign.ttl,
+                    campaign.owner.as_deref(),
+                    true,
+                ),
+                joined: Arc::clone(&joined),
+            };
+            // Waits in line, saying who leads when it starts to wait and
+            // whenever that changes (woken by the election's
+            // announcements, as observers are).
+            let tell = async {
+                joined.notified().await;
                 let mut watch = self.waiters.observe(resource.queue());
-                let tell = async {
-                    loop {
-                        let leader = self.leader(&campaign.name).await.ok().flatten();
-                        let seen = leader.as_ref().map(|l| (l.term, l.agent.clone()));
-                        if told.as_ref() != Some(&seen) {
-                            told = Some(seen);
-                            if events
-                                .send(CampaignEvent::Waiting { leader })
-                                .await
-                                .is_err()
-                            {
-                                cancel.cancel();
-                                return;
-                            }
+                loop {
+                    let leader = self.leader(&campaign.name).await.ok().flatten();
+                    let seen = leader.as_ref().map(|l| (l.term, l.agent.clone()));
+                    if told.as_ref() != Some(&seen) {
+                        told = Some(seen);
+                        if events
+                            .send(CampaignEvent::Waiting { leader })
+                            .await
+                            .is_err()
+                        {
+                            cancel.cancel();
+                            return;
                         }
-                        watch.changed().await;
                     }
-                };
-                let wait =
-                    self.waiters
-                        .contend(&self.engine, &mut contest, FOREVER, uid, Some(&cancel));
-                tokio::pin!(wait);
-                outcome = tokio::select! {
-                    outcome = &mut wait => outcome,
-                    () = tell => wait.await,
-                };
+                    watch.changed().await;
+                }
+            };
+            let wait = self.contend(&mut contest, FOREVER, campaign.holder, Some(&cancel));
+            tokio::pin!(wait);
+            let outcome = tokio::select! {
+                outcome = &mut wait => outcome,
+                () = tell => wait.await,
+            };
+            if cancel.is_cancelled() && outcome.is_err() {
+                return;
             }
+            self.count_acquire(started, &outcome);
             let grant = match outcome {
-                Ok(Acquire::Granted(grant)) => grant,
-                Ok(_) if cancel.is_cancelled() => return,
-                Ok(_) => {
+                Ok(grant) => grant,
+                Err(LockError::NoQuorum(_)) => {
                     // No quorum: try again after the retry delay.
                     tokio::select! {
                         () = cancel.cancelled() => return,
                         () = tokio::time::sleep(self.engine.retry_delay()) => continue,
                     }
                 }
-                Err(error) => {
+                Err(LockError::Wait(error)) => {
                     let reason = match error {
                         WaitError::ShuttingDown => "shutdown",
                         _ => "too_many_waiters",
@@ -208,9 +243,9 @@ impl<M: Store> Locks<M> {
                     let _ = events.send(lost).await;
                     return;
                 }
+                // A wait for as long as the client's: it ended with it.
+                Err(_) => return,
             };
-            self.grants
-                .granted(resource.as_str(), &grant, campaign.holder);
             let token = grant.token.as_str().to_string();
             let Some(term) = grant.fence else {
                 unreachable!("a campaign's grant is fenced")

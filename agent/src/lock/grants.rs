@@ -6,13 +6,15 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{isolation, semaphores};
+use super::isolation;
 use crate::metrics::Metrics;
-use crate::redlock::Grant;
+use crate::redlock::{Grant, Kind, Resource};
 
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
     pub(super) token: String,
+    /// What was granted: a lock, a permit or a leadership.
+    pub(super) kind: Kind,
     pub(super) granted_at: Instant,
     pub(super) valid_until: Instant,
     /// The longest TTL set on the masters for this token (the grant's,
@@ -65,11 +67,12 @@ impl Grants {
         self.by_resource.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn granted(&self, resource: &str, grant: &Grant, holder: Option<Holder>) {
+    pub fn granted(&self, resource: &Resource, grant: &Grant, holder: Option<Holder>) {
         self.lock().insert(
-            resource.to_string(),
+            resource.as_str().to_string(),
             Entry {
                 token: grant.token.as_str().to_string(),
+                kind: resource.kind(),
                 granted_at: grant.granted_at,
                 valid_until: grant.valid_until(),
                 ttl: grant.ttl,
@@ -193,13 +196,11 @@ impl Grants {
             live
         });
         let mut held = Held::default();
-        for resource in grants.keys() {
-            if semaphores::permit_of(resource).is_some() {
-                held.permits += 1;
-            } else if resource.ends_with(" election") {
-                held.leaderships += 1;
-            } else {
-                held.locks += 1;
+        for entry in grants.values() {
+            match entry.kind {
+                Kind::Lock => held.locks += 1,
+                Kind::Permit => held.permits += 1,
+                Kind::Leadership => held.leaderships += 1,
             }
         }
         held

@@ -4,6 +4,7 @@
 //! each written once, here. Knows nothing of HTTP: [`crate::api`] maps
 //! requests to [`Locks`] and its [`LockError`]s to answers.
 //!
+//! - [`acquire`]: the one acquire, of every kind of lock.
 //! - [`grants`]: the locks this agent granted ([`Grants`]), and the
 //!   process behind each.
 //! - [`waiters`]: per-resource FIFO queues; only the head competes.
@@ -20,6 +21,7 @@
 //! - [`streams`]: each uid's share of the streams served here (holds,
 //!   campaigns, observers).
 
+mod acquire;
 pub mod budget;
 pub mod elections;
 pub mod events;
@@ -42,10 +44,8 @@ use redlock_wire::{AcquireRequest, ForceReleaseResponse, HoldEvent, OnDisconnect
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{FenceMode, Isolate, LockConfig};
-use crate::metrics::{Metrics, Outcome};
-use crate::redlock::{
-    token, Acquire, Extend, Failure, Grant, Redlock, Release, Resource, Store, Token,
-};
+use crate::metrics::Metrics;
+use crate::redlock::{token, Extend, Failure, Grant, Redlock, Release, Resource, Store, Token};
 pub use grants::{Grants, Held, Holder};
 use listing::Listings;
 use waiters::{WaitError, Waiters};
@@ -354,103 +354,6 @@ impl<M: Store> Locks<M> {
 
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
-    }
-
-    /// Acquires `resource`, waiting in line up to `wait_ms`, and records the
-    /// grant. The time from the request to the answer goes into
-    /// `redlock_acquire_wait_seconds{outcome}`.
-    ///
-    /// # Errors
-    /// A field out of range, the lock taken for all of the wait, no quorum,
-    /// too many waiters, or the agent shutting down.
-    pub async fn acquire(&self, resource: &Resource, ask: Ask) -> Result<Grant, LockError> {
-        self.timed_acquire(self.try_acquire(resource, ask)).await
-    }
-
-    /// Runs an acquire (of a lock or a permit), the agent no longer idle,
-    /// with the time from the request to the answer in
-    /// `redlock_acquire_wait_seconds{outcome}`.
-    pub(crate) async fn timed_acquire<T>(
-        &self,
-        acquire: impl std::future::Future<Output = Result<T, LockError>>,
-    ) -> Result<T, LockError> {
-        self.touch();
-        let started = Instant::now();
-        let result = acquire.await;
-        let outcome = match &result {
-            Ok(_) => Outcome::Acquired,
-            Err(LockError::Taken(_) | LockError::TakenMany(_) | LockError::Full { .. }) => {
-                Outcome::Taken
-            }
-            Err(LockError::NoQuorum(_)) => Outcome::NoQuorum,
-            Err(_) => Outcome::Error,
-        };
-        self.metrics
-            .acquire_wait
-            .with_label_values(&[outcome.as_str()])
-            .observe(started.elapsed().as_secs_f64());
-        result
-    }
-
-    async fn try_acquire(&self, resource: &Resource, ask: Ask) -> Result<Grant, LockError> {
-        let terms = self.terms(&ask.lock)?;
-        let outcome = self
-            .waiters
-            .acquire(
-                &self.engine,
-                resource,
-                terms.ttl,
-                ask.lock.owner.as_deref(),
-                terms.wait,
-                terms.fence,
-                ask.holder.map(|h| h.uid),
-            )
-            .await?;
-        self.answer(
-            outcome,
-            |grant| {
-                self.grants.granted(resource.as_str(), &grant, ask.holder);
-                grant
-            },
-            || LockError::Taken(resource.clone()),
-        )
-    }
-
-    /// What every request that takes a lock (or locks, or a permit) asks
-    /// for, checked: its TTL within the rules, its owner label, how long
-    /// it may wait, and whether it is fenced.
-    ///
-    /// # Errors
-    /// The TTL out of range, or an owner label that is not one.
-    pub(crate) fn terms(&self, lock: &AcquireRequest) -> Result<Terms, LockError> {
-        let ttl = self.rules.ttl(lock.ttl_ms)?;
-        check_owner(lock.owner.as_deref())?;
-        Ok(Terms {
-            ttl,
-            wait: Duration::from_millis(lock.wait_ms.unwrap_or(0)),
-            fence: lock.fence || self.rules.fence == FenceMode::Always,
-        })
-    }
-
-    /// The answer to an acquire of any kind: `granted`'s on a grant, else
-    /// the refusal, counted (`taken` says it for the kind).
-    pub(crate) fn answer<T>(
-        &self,
-        outcome: Acquire,
-        granted: impl FnOnce(Grant) -> T,
-        taken: impl FnOnce() -> LockError,
-    ) -> Result<T, LockError> {
-        match outcome {
-            Acquire::Granted(grant) => Ok(granted(grant)),
-            Acquire::Taken => {
-                self.metrics.fail(Failure::Taken);
-                Err(taken())
-            }
-            Acquire::NoQuorum(message) => {
-                self.metrics.fail(Failure::NoQuorum);
-                Err(LockError::NoQuorum(message))
-            }
-        }
     }
 
     /// Acquires `resource` for a hold: a task renews it until the receiver

@@ -22,12 +22,13 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use redlock_wire::{HoldEvent, OnDisconnect, MAX_RESOURCES};
 
+use super::acquire::Take;
 use super::events::{self, Events};
 use super::holds::{self, End};
-use super::waiters::{set_key, MultiContest};
+use super::waiters::Contest;
 use super::{millis, Ask, Extended, Holder, LockError, Locks, Released};
 use crate::redlock::token::{stored_at, Stored};
-use crate::redlock::{Grant, Resource, Store, Token};
+use crate::redlock::{Acquire, Grant, Master, Redlock, Resource, Store, Token};
 
 /// A grant on several resources: its resources, sorted, each with the
 /// value at its key.
@@ -95,43 +96,16 @@ impl<M: Store> Locks<M> {
         resources: &[Resource],
         ask: Ask,
     ) -> Result<MultiGrant, LockError> {
-        self.timed_acquire(self.try_acquire_many(resources, ask))
-            .await
-    }
-
-    async fn try_acquire_many(
-        &self,
-        resources: &[Resource],
-        ask: Ask,
-    ) -> Result<MultiGrant, LockError> {
-        let terms = self.terms(&ask.lock)?;
-        let mut contest = MultiContest::new(
-            &self.engine,
-            resources,
-            terms.ttl,
-            ask.lock.owner.as_deref(),
-            terms.fence,
-        );
-        let uid = ask.holder.as_ref().map(|h| h.uid);
-        let outcome = self
-            .waiters
-            .contend(&self.engine, &mut contest, terms.wait, uid, None)
-            .await?;
-        self.answer(
-            outcome,
-            |_| {
-                let grants = contest.take_grants();
-                let mut parts = Vec::with_capacity(grants.len());
-                for (resource, grant) in resources.iter().zip(&grants) {
-                    self.grants.granted(resource.as_str(), grant, ask.holder);
-                    parts.push((resource.clone(), grant.token.clone()));
-                }
-                let token = contest.token().clone();
-                self.remember_many(&token, parts);
-                MultiGrant { token, grants }
-            },
-            || LockError::TakenMany(names(resources)),
-        )
+        self.take(&ask, |locks, terms| {
+            Ok(MultiContest::new(
+                &locks.engine,
+                resources,
+                terms.ttl,
+                ask.lock.owner.as_deref(),
+                terms.fence,
+            ))
+        })
+        .await
     }
 
     /// Notes a grant on several resources under its token, and forgets
@@ -399,6 +373,113 @@ async fn tell_as_one(
 fn names(resources: &[Resource]) -> String {
     let names: Vec<&str> = resources.iter().map(Resource::as_str).collect();
     names.join(", ")
+}
+
+/// Several locks at once, all or nothing (see [`crate::redlock::multi`]):
+/// every round uses the same values, one per resource, all made from the
+/// client's token (see [`Token::for_key`]), itself made for the set (see
+/// [`set_key`]): it proves which resources it holds, and is stored at no
+/// key. A round that grants them all keeps their grants here and answers
+/// with the first's.
+pub struct MultiContest<'a> {
+    resources: &'a [Resource],
+    ttl: Duration,
+    token: Token,
+    values: Vec<Token>,
+    fence: bool,
+    grants: Vec<Grant>,
+}
+
+impl<'a> MultiContest<'a> {
+    /// `resources`: sorted, distinct, at least one.
+    pub fn new<M: Master>(
+        redlock: &Redlock<M>,
+        resources: &'a [Resource],
+        ttl: Duration,
+        owner: Option<&str>,
+        fence: bool,
+    ) -> MultiContest<'a> {
+        let token = Token::generate(
+            &set_key(&redlock.settings().key_prefix, resources),
+            redlock.settings().agent_name.as_deref(),
+            owner,
+        );
+        let values = resources
+            .iter()
+            .map(|resource| {
+                token
+                    .for_key(&redlock.key(resource))
+                    .expect("a token just generated makes values for other keys")
+            })
+            .collect();
+        MultiContest {
+            resources,
+            ttl,
+            token,
+            values,
+            fence,
+            grants: Vec::new(),
+        }
+    }
+}
+
+impl<M: Master> Contest<M> for MultiContest<'_> {
+    fn queue(&self) -> &str {
+        self.resources[0].queue()
+    }
+
+    fn queues(&self) -> impl Iterator<Item = &str> + Send {
+        self.resources.iter().map(Resource::queue)
+    }
+
+    async fn round(&mut self, redlock: &Redlock<M>, waiting: bool) -> Acquire {
+        match redlock
+            .acquire_many(self.resources, self.ttl, &self.values, self.fence, waiting)
+            .await
+        {
+            Ok(grants) => {
+                let first = grants[0].clone();
+                self.grants = grants;
+                Acquire::Granted(first)
+            }
+            Err(outcome) => outcome,
+        }
+    }
+}
+
+/// The name a lock on `resources` (sorted) makes its client's token for:
+/// `<key_prefix>` and each resource after a line break (which no resource
+/// has). No key has this name; a token made for it proves the set.
+pub fn set_key(key_prefix: &str, resources: &[Resource]) -> String {
+    let mut key = String::from(key_prefix);
+    for resource in resources {
+        key.push('\n');
+        key.push_str(resource.as_str());
+    }
+    key
+}
+
+impl<M: Store> Take<M> for MultiContest<'_> {
+    type Won = MultiGrant;
+
+    fn refused(&mut self) -> LockError {
+        LockError::TakenMany(names(self.resources))
+    }
+
+    /// Records each resource's grant, and the set under the client's token.
+    async fn won(&mut self, locks: &Locks<M>, _: Grant, holder: Option<Holder>) -> MultiGrant {
+        let grants = std::mem::take(&mut self.grants);
+        let mut parts = Vec::with_capacity(grants.len());
+        for (resource, grant) in self.resources.iter().zip(&grants) {
+            locks.grants.granted(resource, grant, holder);
+            parts.push((resource.clone(), grant.token.clone()));
+        }
+        locks.remember_many(&self.token, parts);
+        MultiGrant {
+            token: self.token.clone(),
+            grants,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -63,9 +63,10 @@ use std::time::{Duration, Instant};
 use redlock_wire::semaphore::MAX_PERMITS;
 use redlock_wire::{HoldEvent, OnDisconnect, PermitInfo, SemaphoreResponse};
 
+use super::acquire::Take;
 use super::listing::{self, ReadError};
 use super::waiters::Contest;
-use super::{Ask, LockError, Locks};
+use super::{Ask, Holder, LockError, Locks};
 use crate::redlock::{token, Acquire, Grant, KeyState, Master, Redlock, Resource, Store, Token};
 
 /// A granted permit.
@@ -90,6 +91,8 @@ pub struct Permit {
 
 /// Any permit of one semaphore: the contest of its waiters.
 pub struct PermitContest {
+    /// The semaphore's name.
+    name: Resource,
     limit: u32,
     ttl: Duration,
     fence: bool,
@@ -121,6 +124,7 @@ impl PermitContest {
             .map(|p| Token::generate(&redlock.key(p), agent, owner))
             .collect();
         PermitContest {
+            name: name.clone(),
             limit,
             ttl,
             fence,
@@ -280,6 +284,40 @@ impl<M: Store> Contest<M> for PermitContest {
     }
 }
 
+impl<M: Store> Take<M> for PermitContest {
+    type Won = Permit;
+
+    fn refused(&mut self) -> LockError {
+        match self.mismatch.take() {
+            Some(theirs) => LockError::LimitMismatch {
+                semaphore: self.name.clone(),
+                theirs,
+                ours: self.limit,
+            },
+            None => LockError::Full {
+                semaphore: self.name.clone(),
+                limit: self.limit,
+            },
+        }
+    }
+
+    /// Records the grant of the permit won, with the semaphore's limit,
+    /// and writes the limit on every master (see the module's doc).
+    async fn won(&mut self, locks: &Locks<M>, grant: Grant, holder: Option<Holder>) -> Permit {
+        // A granted round names its permit.
+        let index = self.won.unwrap_or_default();
+        let resource = &self.permits[index as usize];
+        locks.grants.granted(resource, &grant, holder);
+        locks
+            .grants
+            .set_limit(resource.as_str(), grant.token.as_str(), self.limit);
+        locks
+            .note_limit(self.name.as_str(), self.limit, grant.ttl)
+            .await;
+        Permit { index, grant }
+    }
+}
+
 /// The limit asked for, refused outside 1 to [`MAX_PERMITS`].
 fn check_limit(limit: u32) -> Result<u32, LockError> {
     if limit == 0 || limit > MAX_PERMITS {
@@ -334,60 +372,17 @@ impl<M: Store> Locks<M> {
         limit: u32,
         ask: Ask,
     ) -> Result<Permit, LockError> {
-        self.timed_acquire(self.try_acquire_permit(name, limit, ask))
-            .await
-    }
-
-    async fn try_acquire_permit(
-        &self,
-        name: &Resource,
-        limit: u32,
-        ask: Ask,
-    ) -> Result<Permit, LockError> {
-        let limit = check_limit(limit)?;
-        let terms = self.terms(&ask.lock)?;
-        let mut contest = PermitContest::new(
-            &self.engine,
-            name,
-            limit,
-            terms.ttl,
-            ask.lock.owner.as_deref(),
-            terms.fence,
-        );
-        let outcome = self
-            .waiters
-            .contend(
-                &self.engine,
-                &mut contest,
-                terms.wait,
-                ask.holder.map(|h| h.uid),
-                None,
-            )
-            .await?;
-        if let Some(theirs) = contest.mismatch.take() {
-            return Err(LockError::LimitMismatch {
-                semaphore: name.clone(),
-                theirs,
-                ours: limit,
-            });
-        }
-        // A granted round names its permit.
-        let index = contest.won.unwrap_or_default();
-        let permit = self.answer(
-            outcome,
-            |grant| Permit { index, grant },
-            || LockError::Full {
-                semaphore: name.clone(),
-                limit,
-            },
-        )?;
-        let resource = Resource::permit(name, index);
-        let grant = &permit.grant;
-        self.grants.granted(resource.as_str(), grant, ask.holder);
-        self.grants
-            .set_limit(resource.as_str(), grant.token.as_str(), limit);
-        self.note_limit(name.as_str(), limit, grant.ttl).await;
-        Ok(permit)
+        self.take(&ask, |locks, terms| {
+            Ok(PermitContest::new(
+                &locks.engine,
+                name,
+                check_limit(limit)?,
+                terms.ttl,
+                ask.lock.owner.as_deref(),
+                terms.fence,
+            ))
+        })
+        .await
     }
 
     /// Writes the semaphore's limit on every master, to last `ttl` at
@@ -538,12 +533,6 @@ impl<M: Store> Locks<M> {
     }
 }
 
-/// A permit's number, from its resource: `Some` only for a permit.
-pub fn permit_of(resource: &str) -> Option<u32> {
-    let (head, index) = resource.rsplit_once(' ')?;
-    head.ends_with(" permit").then(|| index.parse().ok())?
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -605,14 +594,6 @@ mod tests {
         let next = locks.acquire_permit(&pay, 2, fenced).await.unwrap();
         assert_eq!(next.index, first.index, "the permit just freed");
         assert!(next.grant.fence > second.grant.fence);
-    }
-
-    #[test]
-    fn a_permits_number_is_read_back_from_its_resource_only() {
-        let pay = Resource::new("pay").unwrap();
-        assert_eq!(permit_of(Resource::permit(&pay, 7).as_str()), Some(7));
-        assert_eq!(permit_of("pay"), None);
-        assert_eq!(permit_of("pay election"), None);
     }
 
     #[test]

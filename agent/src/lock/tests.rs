@@ -392,7 +392,7 @@ async fn a_hold_whose_masters_lose_their_keys_ends_with_node_lost() {
 
 /// A campaign for `name` led until `max_hold_ms`, elected before this
 /// returns.
-async fn lead(
+pub(super) async fn lead(
     locks: &Arc<Locks<Memory>>,
     name: &str,
     max_hold_ms: Option<u64>,

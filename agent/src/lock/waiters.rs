@@ -55,15 +55,47 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
 /// second on five masters, whatever the number of waiters.
 pub const RETRIES_PER_SECOND: f64 = 1000.0;
 
-mod contest;
 mod subscriptions;
 
-pub use contest::{set_key, Contest, LockContest, MultiContest};
 pub use subscriptions::Subscriptions;
 
 use super::budget::Budget;
 use crate::metrics::Metrics;
-use crate::redlock::{Acquire, ChannelChange, Master, Redlock, Resource};
+use crate::redlock::{Acquire, ChannelChange, Master, Redlock};
+
+/// What a waiter competes for in each of its rounds: one lock
+/// (`crate::lock::acquire::LockContest`), several at once
+/// (`crate::lock::multi::MultiContest`), any permit of a semaphore
+/// (`crate::lock::semaphores::PermitContest`) or an election's leadership
+/// (`crate::lock::elections::CampaignContest`).
+pub trait Contest<M: Master>: Send {
+    /// The queue it waits in: the lock's resource, or the semaphore's
+    /// (see [`Resource::queue`]); its releases wake that queue.
+    fn queue(&self) -> &str;
+
+    /// Every queue it waits in, [`Contest::queue`] first: a lock on
+    /// several resources waits in each of theirs.
+    fn queues(&self) -> impl Iterator<Item = &str> + Send {
+        std::iter::once(self.queue())
+    }
+
+    /// One round of votes. `waiting`: the caller will wait if it fails,
+    /// so the votes ask the holder's release to announce itself.
+    fn round(
+        &mut self,
+        redlock: &Redlock<M>,
+        waiting: bool,
+    ) -> impl std::future::Future<Output = Acquire> + Send;
+
+    /// Whether waiting cannot help (a semaphore asked with another limit
+    /// than its permits'): the last round's answer stands.
+    fn settled(&self) -> bool {
+        false
+    }
+
+    /// Told once, when its first round failed and it joins the line.
+    fn waiting(&mut self) {}
+}
 
 /// One resource's queue. Each waiter has its own wake-up channel carrying
 /// a generation number: only the head is woken, by a release or when it
@@ -441,30 +473,6 @@ impl Waiters {
         Ok((ticket, confirmations))
     }
 
-    /// Acquires `resource`, waiting up to `wait` behind this agent's other
-    /// waiters for it. `wait` zero is a single round that does not queue; an
-    /// uncontended lock is one round too. A request that has to wait
-    /// counts against `uid`'s share (the peer's uid, when known).
-    ///
-    /// # Errors
-    /// When `lock.max_waiters` requests already wait, or `uid` already has
-    /// `lock.max_waiters_per_uid` waiting, or the agent shuts down while
-    /// this one waits.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn acquire<M: Master>(
-        &self,
-        redlock: &Redlock<M>,
-        resource: &Resource,
-        ttl: Duration,
-        owner: Option<&str>,
-        wait: Duration,
-        fence: bool,
-        uid: Option<u32>,
-    ) -> Result<Acquire, WaitError> {
-        let mut contest = LockContest::new(redlock, resource, ttl, owner, fence);
-        self.contend(redlock, &mut contest, wait, uid, None).await
-    }
-
     /// Wins `contest`, waiting up to `wait` in the line of its queue
     /// ([`Contest::queue`]) behind this agent's other waiters, or until
     /// `cancel` is cancelled (then answered as a wait that ran out). A
@@ -472,7 +480,9 @@ impl Waiters {
     /// answered: the caller releases it.
     ///
     /// # Errors
-    /// As [`Waiters::acquire`].
+    /// When `lock.max_waiters` requests already wait, or `uid` already has
+    /// `lock.max_waiters_per_uid` waiting, or the agent shuts down while
+    /// this one waits.
     pub async fn contend<M: Master, C: Contest<M>>(
         &self,
         redlock: &Redlock<M>,
@@ -502,6 +512,7 @@ impl Waiters {
         }
         let (mut ticket, subscribed) = self.join(contest.queues(), uid)?;
         ticket.cancel = cancel.cloned();
+        contest.waiting();
         // Once the masters confirm the subscription, no release published
         // after our first attempt can be missed. Bounded: a master that does
         // not answer leaves only the retry delay as the fallback.
@@ -706,205 +717,4 @@ impl Drop for Observation<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The queue against masters in memory, on tokio's paused clock: a
-    //! waiter retries until the lock expires, a release here wakes it at
-    //! once, and only the head of a queue competes.
-
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use tokio_util::sync::CancellationToken;
-
-    use super::{WaitError, Waiters};
-    use crate::metrics::Metrics;
-    use crate::redlock::fence::FenceSettings;
-    use crate::redlock::memory::{self, Memory};
-    use crate::redlock::observe::Ignore;
-    use crate::redlock::{Acquire, Redlock, Resource};
-
-    fn setup() -> (Vec<Arc<Memory>>, Redlock<Memory>, Waiters) {
-        let masters: Vec<Arc<Memory>> = (0..3).map(Memory::new).collect();
-        let settings = memory::settings(None, FenceSettings::default());
-        let redlock = Redlock::new(masters.clone(), settings, Arc::new(Ignore));
-        let waiters = Waiters::new(
-            "t:".into(),
-            100,
-            75,
-            Arc::new(Metrics::new(&["m0".into(), "m1".into(), "m2".into()])),
-            CancellationToken::new(),
-        );
-        (masters, redlock, waiters)
-    }
-
-    const TTL: Duration = Duration::from_millis(1000);
-
-    /// Another client holds the lock for 300 ms: a waiter with a second to
-    /// wait retries (timer-driven: nothing announces an expiry) and gets it.
-    #[tokio::test(start_paused = true)]
-    async fn a_waiter_retries_until_the_lock_expires() {
-        let (masters, redlock, waiters) = setup();
-        for m in &masters {
-            m.plant("t:r", "someone else", Duration::from_millis(300));
-        }
-        let r = Resource::new("r").unwrap();
-        let started = tokio::time::Instant::now();
-        let outcome = waiters
-            .acquire(&redlock, &r, TTL, None, Duration::from_secs(1), false, None)
-            .await
-            .unwrap();
-        assert!(matches!(outcome, Acquire::Granted(_)), "{outcome:?}");
-        assert!(started.elapsed() >= Duration::from_millis(300));
-        // Without a wait, the same situation is one refused round.
-        for m in &masters {
-            m.plant("t:q", "someone else", Duration::from_millis(300));
-        }
-        let q = Resource::new("q").unwrap();
-        let once = waiters
-            .acquire(&redlock, &q, TTL, None, Duration::ZERO, false, None)
-            .await
-            .unwrap();
-        assert!(matches!(once, Acquire::Taken));
-    }
-
-    /// One release wakes a queue once, however many masters announce it and
-    /// whether or not this agent released it; the same release heard again
-    /// after a failed round wakes it again; a release without a token (an
-    /// older agent's message, an operator's force release) always wakes it.
-    #[tokio::test]
-    async fn one_release_wakes_a_queue_once() {
-        let (_, _, waiters) = setup();
-        let r = Resource::new("r").unwrap();
-        let (ticket, _) = waiters.join(std::iter::once(r.as_str()), None).unwrap();
-        let wakes = || *ticket.wake.borrow();
-        waiters.released("r", Some("t1"));
-        for _ in 0..3 {
-            waiters.released_on("t:released:r", b"t1");
-        }
-        assert_eq!(wakes(), 1);
-        ticket.hear_again();
-        waiters.released_on("t:released:r", b"t1");
-        assert_eq!(wakes(), 2);
-        waiters.released_on("t:released:r", b"t2");
-        waiters.released("r", Some("t2"));
-        assert_eq!(wakes(), 3);
-        waiters.released_on("t:released:r", b"released");
-        waiters.released_on("t:released:r", b"released");
-        waiters.released("r", None);
-        assert_eq!(wakes(), 6);
-        waiters.released_on("t:released:other", b"t3");
-        assert_eq!(wakes(), 6, "another resource's release");
-    }
-
-    /// A release through this agent wakes the queue's head at once, long
-    /// before the holder's TTL and without burning retries.
-    #[tokio::test(start_paused = true)]
-    async fn a_release_here_wakes_the_head_at_once() {
-        let (masters, redlock, waiters) = setup();
-        let waiters = Arc::new(waiters);
-        let redlock = Arc::new(redlock);
-        let r = Resource::new("r").unwrap();
-        let Acquire::Granted(first) = waiters
-            .acquire(
-                &redlock,
-                &r,
-                Duration::from_secs(30),
-                None,
-                Duration::ZERO,
-                false,
-                None,
-            )
-            .await
-            .unwrap()
-        else {
-            panic!("free lock");
-        };
-        let waiter = {
-            let (waiters, redlock, r) = (Arc::clone(&waiters), Arc::clone(&redlock), r.clone());
-            tokio::spawn(async move {
-                let started = tokio::time::Instant::now();
-                let outcome = waiters
-                    .acquire(
-                        &redlock,
-                        &r,
-                        TTL,
-                        None,
-                        Duration::from_secs(60),
-                        false,
-                        None,
-                    )
-                    .await
-                    .unwrap();
-                (outcome, started.elapsed())
-            })
-        };
-        // The waiter has queued once its first round was refused.
-        while waiters.count("r") == 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        let released_at = tokio::time::Instant::now();
-        assert_eq!(
-            redlock.release(&r, &first.token).await,
-            crate::redlock::Release::Released
-        );
-        waiters.released("r", Some(first.token.as_str()));
-        let (outcome, _) = waiter.await.unwrap();
-        assert!(matches!(outcome, Acquire::Granted(_)), "{outcome:?}");
-        assert!(
-            released_at.elapsed() < Duration::from_secs(1),
-            "woken by the release, not by the 30 s TTL"
-        );
-        assert!(masters.iter().all(|m| m.holds("t:r").is_some()));
-    }
-
-    /// One uid gets at most its share of the waiter slots, another uid
-    /// still gets one, the whole agent's bound holds over every uid, and
-    /// a slot is given back when its waiter leaves; each refusal names
-    /// its limit.
-    #[test]
-    fn each_uid_waits_within_its_share() {
-        let waiters = Waiters::new(
-            "t:".into(),
-            4,
-            3,
-            Arc::new(Metrics::new(&["m0".into()])),
-            CancellationToken::new(),
-        );
-        let r = Resource::new("r").unwrap();
-        let mine: Vec<_> = (0..3)
-            .map(|_| waiters.join(std::iter::once(r.as_str()), Some(7)).unwrap())
-            .collect();
-        assert_eq!(waiters.count_of(7), 3);
-        let Err(refused) = waiters.join(std::iter::once(r.as_str()), Some(7)) else {
-            panic!("a fourth waiter of uid 7");
-        };
-        assert_eq!(
-            refused,
-            WaitError::TooManyWaitersPerUid { uid: 7, limit: 3 }
-        );
-        assert!(
-            refused.to_string().contains("(lock.max_waiters_per_uid)"),
-            "{refused}"
-        );
-        let other = waiters
-            .join(std::iter::once(r.as_str()), Some(8))
-            .expect("another uid has its own share");
-        let Err(full) = waiters.join(std::iter::once(r.as_str()), Some(9)) else {
-            panic!("a fifth waiter on the agent");
-        };
-        assert_eq!(full, WaitError::TooManyWaiters(4));
-        assert!(full.to_string().contains("(lock.max_waiters)"), "{full}");
-        assert!(
-            waiters.join(std::iter::once(r.as_str()), None).is_err(),
-            "an unknown peer too"
-        );
-        assert_eq!(waiters.count_of(9), 0, "a refused uid holds no slot");
-        drop(other);
-        drop(mine);
-        assert_eq!(waiters.count_of(7), 0);
-        assert_eq!(waiters.count("r"), 0);
-        let _again = waiters
-            .join(std::iter::once(r.as_str()), Some(7))
-            .expect("slots are given back");
-    }
-}
+mod tests;

@@ -33,7 +33,7 @@ pub use master::{
     ChannelChange, Channels, Claim, Extension, KeyState, Master, NodeError, Store, Vote,
 };
 pub use observe::{Failure, Observer, VoteLabel};
-pub use resource::{Resource, ResourceError};
+pub use resource::{Kind, Resource, ResourceError};
 pub use token::Token;
 
 /// The lock settings Redlock needs, taken from `lock.*` in the config.

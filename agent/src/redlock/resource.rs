@@ -10,9 +10,38 @@ const GLOB: &[u8] = b"*?[]\\";
 pub const MAX_RESOURCE_LEN: usize = 256;
 
 /// A validated resource name: 1 to 256 bytes of visible ASCII without glob
-/// characters.
+/// characters, and the kind of lock its key holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Resource(String);
+pub struct Resource {
+    /// The whole name: the key's, after the prefix.
+    name: String,
+    kind: Kind,
+    /// The length of the name the client gave: a permit's semaphore's or
+    /// an election's (the whole name for a lock).
+    named: usize,
+}
+
+/// What a resource's lock is: a lock, a semaphore's permit or an
+/// election's leadership. Known from how the resource was made
+/// ([`Resource::new`], [`Resource::permit`], [`Resource::election`]),
+/// never read back from its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Lock,
+    Permit,
+    Leadership,
+}
+
+impl Kind {
+    /// Its name in traces (`redlock.kind`) and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Permit => "permit",
+            Kind::Leadership => "leadership",
+        }
+    }
+}
 
 /// Why a resource name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,7 +79,15 @@ impl Resource {
         {
             return Err(ResourceError::BadByte(b, i));
         }
-        Ok(Resource(name.to_string()))
+        Ok(Resource::lock(name.to_string()))
+    }
+
+    fn lock(name: String) -> Resource {
+        Resource {
+            named: name.len(),
+            name,
+            kind: Kind::Lock,
+        }
     }
 
     /// Decodes and validates one percent-encoded path segment. A `%` not
@@ -73,32 +110,52 @@ impl Resource {
     /// `<prefix> leak scan` is one of the agents' bookkeeping keys, which
     /// listings and the scan itself skip.
     pub fn leak_scan() -> Resource {
-        Resource(redlock_wire::keys::LEAK_SCAN_SUFFIX.to_string())
+        Resource::lock(redlock_wire::keys::LEAK_SCAN_SUFFIX.to_string())
     }
 
     /// Permit `index` of the semaphore `name`: `<name> permit <index>`, a
     /// lock of its own that no client can name (it has spaces, which
     /// [`Resource::new`] refuses), listed and scanned as any lock.
     pub fn permit(name: &Resource, index: u32) -> Resource {
-        Resource(format!("{} permit {index}", name.0))
+        Resource {
+            name: format!("{} permit {index}", name.name),
+            kind: Kind::Permit,
+            named: name.name.len(),
+        }
     }
 
     /// The lock of the election `name`: `<name> election`, held by its
     /// leader; no client can name it either.
     pub fn election(name: &Resource) -> Resource {
-        Resource(format!("{} election", name.0))
+        Resource {
+            name: format!("{} election", name.name),
+            kind: Kind::Leadership,
+            named: name.name.len(),
+        }
+    }
+
+    /// What its lock is.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The name the client gave: the lock's, the semaphore's or the
+    /// election's.
+    pub fn named(&self) -> &str {
+        &self.name[..self.named]
     }
 
     /// What this resource is, for messages: `the lock on x`, `permit 2 of
-    /// semaphore x` or `the leadership of election x`. Unambiguous: no
-    /// client can name a resource with a space (see [`Resource::permit`]).
+    /// semaphore x` or `the leadership of election x`.
     pub fn what(&self) -> String {
-        if let Some((semaphore, index)) = permit_parts(&self.0) {
-            return format!("permit {index} of semaphore {semaphore}");
-        }
-        match self.0.strip_suffix(" election") {
-            Some(election) => format!("the leadership of election {election}"),
-            None => format!("the lock on {}", self.0),
+        match self.kind {
+            Kind::Lock => format!("the lock on {}", self.name),
+            Kind::Permit => format!(
+                "permit {} of semaphore {}",
+                &self.name[self.queue().len() + 1..],
+                self.named()
+            ),
+            Kind::Leadership => format!("the leadership of election {}", self.named()),
         }
     }
 
@@ -106,31 +163,30 @@ impl Resource {
     /// or for a permit its semaphore's (`<name> permit`), so a release of
     /// any permit wakes the semaphore's one queue.
     pub fn queue(&self) -> &str {
-        queue_of(&self.0)
+        match self.kind {
+            Kind::Permit => &self.name[..self.named + " permit".len()],
+            Kind::Lock | Kind::Leadership => &self.name,
+        }
     }
 
-    /// The semaphore whose permit this is (`<name>` of `<name> permit
-    /// <index>`), or `None` for any other lock.
+    /// The semaphore whose permit this is, or `None` for any other lock.
     pub fn semaphore(&self) -> Option<&str> {
-        let queue = queue_of(&self.0);
-        (queue.len() != self.0.len())
-            .then(|| queue.strip_suffix(" permit"))
-            .flatten()
+        (self.kind == Kind::Permit).then(|| self.named())
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.name
     }
 
     /// The lock key on every master.
     pub fn key(&self, prefix: &str) -> String {
-        format!("{prefix}{}", self.0)
+        format!("{prefix}{}", self.name)
     }
 }
 
 impl fmt::Display for Resource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.name)
     }
 }
 
@@ -164,7 +220,10 @@ pub fn percent_decode(text: &str) -> Result<String, Undecodable> {
         .map_err(|_| Undecodable::Utf8)
 }
 
-/// [`Resource::queue`] of a resource's name.
+/// [`Resource::queue`] of a resource's name as another agent announced it
+/// (a force release's message): a name heard on a channel carries no
+/// kind, and a permit's is the one with a space and a number after
+/// ` permit`, which no client can name.
 pub fn queue_of(resource: &str) -> &str {
     match resource.rsplit_once(' ') {
         Some((head, index))
@@ -174,13 +233,6 @@ pub fn queue_of(resource: &str) -> &str {
         }
         _ => resource,
     }
-}
-
-/// A permit's semaphore and number, from its resource's name.
-fn permit_parts(resource: &str) -> Option<(&str, &str)> {
-    let (head, index) = resource.rsplit_once(' ')?;
-    let semaphore = head.strip_suffix(" permit")?;
-    (!index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())).then_some((semaphore, index))
 }
 
 #[cfg(test)]
@@ -202,6 +254,12 @@ mod tests {
         assert_eq!(election.queue(), "pay election");
         assert!(Resource::new(permit.as_str()).is_err());
         assert!(Resource::new(election.as_str()).is_err());
+        assert_eq!(queue_of(permit.as_str()), "pay permit");
+        assert_eq!(queue_of(election.as_str()), "pay election");
+        assert_eq!(permit.kind(), Kind::Permit);
+        assert_eq!(election.kind(), Kind::Leadership);
+        assert_eq!(pay.kind(), Kind::Lock);
+        assert_eq!(election.named(), "pay");
     }
 
     #[test]

@@ -18,38 +18,11 @@ use tokio::task::futures::TaskLocalFuture;
 use crate::lock::holds::End;
 use crate::lock::LockError;
 use crate::redlock::observe::VoteLabel;
+use crate::redlock::token;
 use crate::redlock::trail::{self, Trail};
-use crate::redlock::{token, Resource};
 
-/// What a span is about, as `redlock.kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Lock,
-    Permit,
-    Leadership,
-}
-
-impl Kind {
-    /// The kind of a resource's lock: a permit's or a leadership's own
-    /// resource names them (see [`Resource::permit`]).
-    pub fn of(resource: &Resource) -> Kind {
-        if resource.semaphore().is_some() {
-            Kind::Permit
-        } else if resource.as_str().ends_with(" election") {
-            Kind::Leadership
-        } else {
-            Kind::Lock
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Lock => "lock",
-            Kind::Permit => "permit",
-            Kind::Leadership => "leadership",
-        }
-    }
-}
+/// What a span is about, as `redlock.kind`: the resource's kind.
+pub use crate::redlock::Kind;
 
 /// One request's span while it is served; ended when dropped.
 #[derive(Debug)]
