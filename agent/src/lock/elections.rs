@@ -41,7 +41,7 @@ use super::events::{self, Events, Stamped};
 use super::holds::{End, Held};
 use super::listing::{self, ReadError};
 use super::waiters::{Contest, WaitError};
-use super::{check_owner, millis, Holder, LockError, Locks};
+use super::{check_owner, millis, note_everywhere, Holder, LockError, Locks};
 use crate::metrics::Leadership;
 use crate::redlock::{Acquire, Grant, KeyState, Redlock, Resource, Store};
 
@@ -370,12 +370,7 @@ impl<M: Store> Locks<M> {
             campaign.name.as_str(),
         );
         let ttl = campaign.max_hold + campaign.ttl;
-        let writes = self
-            .engine
-            .nodes()
-            .iter()
-            .map(|node| node.note(&key, &value, ttl));
-        futures::future::join_all(writes).await;
+        note_everywhere(self.engine.nodes(), &key, Some(&value), ttl).await;
     }
 
     /// Announces a change of leader on the election's channel, on every

@@ -66,7 +66,7 @@ use redlock_wire::{HoldEvent, OnDisconnect, PermitInfo, SemaphoreResponse};
 use super::acquire::Take;
 use super::listing::{self, ReadError};
 use super::waiters::Contest;
-use super::{Ask, Holder, LockError, Locks};
+use super::{note_everywhere, Ask, Holder, LockError, Locks};
 use crate::redlock::{token, Acquire, Grant, KeyState, Master, Redlock, Resource, Store, Token};
 
 /// A granted permit.
@@ -391,16 +391,7 @@ impl<M: Store> Locks<M> {
     pub(crate) async fn note_limit(&self, name: &str, limit: u32, ttl: Duration) {
         let key = redlock_wire::keys::semaphore_limit_key(&self.engine.settings().key_prefix, name);
         let value = limit.to_string();
-        let writes = self
-            .engine
-            .nodes()
-            .iter()
-            .map(|node| node.note(&key, &value, ttl));
-        for result in futures::future::join_all(writes).await {
-            if let Err(e) = result {
-                tracing::debug!(semaphore = name, error = %e, "semaphore limit not noted on a master");
-            }
-        }
+        note_everywhere(self.engine.nodes(), &key, Some(&value), ttl).await;
     }
 
     /// Keeps the semaphore's limit note on every master at least `ttl`
@@ -412,13 +403,7 @@ impl<M: Store> Locks<M> {
         let key = redlock_wire::keys::semaphore_limit_key(&self.engine.settings().key_prefix, name);
         tokio::spawn(async move {
             let value = limit.map(|l| l.to_string());
-            let writes = nodes.iter().map(|node| async {
-                match &value {
-                    Some(value) => node.note(&key, value, ttl).await,
-                    None => node.keep_note(&key, ttl).await,
-                }
-            });
-            futures::future::join_all(writes).await;
+            note_everywhere(&nodes, &key, value.as_deref(), ttl).await;
         });
     }
 
