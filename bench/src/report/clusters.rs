@@ -6,7 +6,8 @@
 
 use std::fmt::Write;
 
-use super::{num, paired_rows, rate, ratio, Environment};
+use super::uncontended::paired_rows;
+use super::{num, rate, ratio, Environment};
 use crate::cpu::Cpu;
 use crate::peers::Peer;
 use crate::plan::{Results, Run, Workload, MASTERS, SHARDS};
