@@ -62,15 +62,18 @@
 //!   ([`health::readiness()`], in `health/readiness.rs`): whether a lock on
 //!   any resource could get a quorum now, counted slot by slot.
 //! - [`lock`]: the lock service, the one home of the lock lifecycle:
-//!   acquire, holds ([`lock::holds`]: renewed, and told `lost` the moment
+//!   one acquire for every kind of lock (`lock/acquire.rs`: it checks
+//!   the request, waits in line, answers, records the grant with its
+//!   kind and counts it; each kind brings only its contest, beside it:
+//!   a lock's there, the others' in their own files), holds ([`lock::holds`]: renewed, and told `lost` the moment
 //!   a force release or a master's loss is heard; their events, and a
 //!   campaign's and an observer's, on their way to the client in
 //!   [`lock::events`]: stamped, never waited for by a renewal, written as
 //!   true when written), extend, release, force release (of a lock, a
 //!   permit or a leadership alike); the TTL and owner rules, grant bookkeeping
 //!   ([`lock::Grants`], in `lock/grants.rs`), waiters ([`lock::waiters`]: per-resource FIFO
-//!   queues woken by releases here or, through pub/sub, on other agents;
-//!   what a waiter competes for in each round, `lock/waiters/contest.rs`;
+//!   queues woken by releases here or, through pub/sub, on other agents,
+//!   and the contest a waiter runs in each round;
 //!   what each master's subscriber serves, `lock/waiters/subscriptions.rs`),
 //!   locks on several resources at once ([`lock::multi`]: one lock grant
 //!   per resource under one token, waiting in every resource's queue at

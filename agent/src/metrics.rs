@@ -48,6 +48,14 @@ const RATIO_BUCKETS: &[f64] = &[0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 const SCAN_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
 
+/// The kinds of `redlock_acquire_wait_seconds` (see
+/// [`crate::redlock::Kind`]): a lock on several resources counts as a
+/// lock.
+pub const WAITING_KINDS: [&str; 3] = ["lock", "permit", "leadership"];
+
+/// The kinds whose waits are a request's, as the summary shows them.
+const REQUEST_KINDS: [&str; 2] = ["lock", "permit"];
+
 /// The agent's metrics and the registry that serves them.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -131,8 +139,8 @@ impl Metrics {
             registry: Registry::new(),
             acquire_wait: histogram_vec(
                 "redlock_acquire_wait_seconds",
-                "Time from an acquire request to its answer, waiting included, by outcome.",
-                &["outcome"],
+                "Time from an acquire request to its answer, waiting included, by kind (lock, permit, leadership: a campaign's wait in line to lead) and outcome.",
+                &["kind", "outcome"],
                 &wait_buckets(ceiling),
             ),
             failures: counter_vec(
@@ -306,8 +314,10 @@ impl Metrics {
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        for outcome in Outcome::ALL {
-            m.acquire_wait.with_label_values(&[outcome.as_str()]);
+        for kind in WAITING_KINDS {
+            for outcome in Outcome::ALL {
+                m.acquire_wait.with_label_values(&[kind, outcome.as_str()]);
+            }
         }
         for failure in Failure::ALL {
             m.failures.with_label_values(&[failure.as_str()]);
@@ -422,19 +432,29 @@ impl Metrics {
         let mut acquires = std::collections::BTreeMap::new();
         let mut buckets: Vec<(f64, u64)> = Vec::new();
         let mut waits = std::collections::BTreeMap::new();
+        // A request's waits: a lock's (one or several) and a permit's,
+        // never a campaign's, which waits for as long as another leads.
         for outcome in Outcome::ALL {
-            let histogram = self.acquire_wait.with_label_values(&[outcome.as_str()]);
-            let count = histogram.get_sample_count();
-            acquires.insert(outcome.as_str().to_string(), count);
-            let proto = histogram.metric();
+            let mut count = 0;
             let mut own: Vec<(f64, u64)> = Vec::new();
-            for (i, bucket) in proto.get_histogram().get_bucket().iter().enumerate() {
-                own.push((bucket.upper_bound(), bucket.cumulative_count()));
-                match buckets.get_mut(i) {
-                    Some(slot) => slot.1 += bucket.cumulative_count(),
-                    None => buckets.push((bucket.upper_bound(), bucket.cumulative_count())),
+            for kind in REQUEST_KINDS {
+                let histogram = self
+                    .acquire_wait
+                    .with_label_values(&[kind, outcome.as_str()]);
+                count += histogram.get_sample_count();
+                let proto = histogram.metric();
+                for (i, bucket) in proto.get_histogram().get_bucket().iter().enumerate() {
+                    match own.get_mut(i) {
+                        Some(slot) => slot.1 += bucket.cumulative_count(),
+                        None => own.push((bucket.upper_bound(), bucket.cumulative_count())),
+                    }
+                    match buckets.get_mut(i) {
+                        Some(slot) => slot.1 += bucket.cumulative_count(),
+                        None => buckets.push((bucket.upper_bound(), bucket.cumulative_count())),
+                    }
                 }
             }
+            acquires.insert(outcome.as_str().to_string(), count);
             own.push((f64::MAX, count));
             waits.insert(outcome.as_str().to_string(), own);
         }
@@ -611,11 +631,11 @@ mod tests {
         let metrics = Metrics::with_wait_ceiling(&["r1".to_string()], Duration::from_secs(3600));
         metrics
             .acquire_wait
-            .with_label_values(&["taken"])
+            .with_label_values(&["lock", "taken"])
             .observe(60.0);
         metrics
             .acquire_wait
-            .with_label_values(&["acquired"])
+            .with_label_values(&["permit", "acquired"])
             .observe(0.002);
         let summary = metrics.summary(Duration::from_secs(1));
         let taken = &summary.waits["taken"];

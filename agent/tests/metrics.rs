@@ -149,7 +149,7 @@ async fn figures_follow_lock_traffic() {
     assert_eq!(
         sample(
             &text,
-            "redlock_acquire_wait_seconds_count{outcome=\"acquired\"}"
+            "redlock_acquire_wait_seconds_count{kind=\"lock\",outcome=\"acquired\"}"
         ),
         Some(1.0)
     );

@@ -4,7 +4,8 @@
 //! what a grant records) and nothing else; the acquire checks what the
 //! request asks for, waits in line for it ([`super::waiters`]), answers a
 //! refusal, records the grant, and counts every kind alike
-//! (`redlock_acquire_wait_seconds{outcome}`, `redlock_failures_total`).
+//! (`redlock_acquire_wait_seconds{kind, outcome}`,
+//! `redlock_failures_total`).
 //!
 //! A new kind of lock is one contest in one file, and its resources'
 //! [`Kind`](crate::redlock::Kind).
@@ -19,7 +20,7 @@ use super::waiters::Contest;
 use super::{check_owner, Ask, Holder, LockError, Locks, Terms};
 use crate::config::FenceMode;
 use crate::metrics::Outcome;
-use crate::redlock::{Acquire, Failure, Grant, Master, Redlock, Resource, Store, Token};
+use crate::redlock::{Acquire, Failure, Grant, Kind, Master, Redlock, Resource, Store, Token};
 
 /// A kind of lock as the one acquire takes it: its [`Contest`], and what
 /// its refusals and its grants are.
@@ -105,7 +106,7 @@ impl<M: Store> Locks<M> {
     /// A field out of range, the lock taken for all of the wait, no quorum,
     /// too many waiters, or the agent shutting down.
     pub async fn acquire(&self, resource: &Resource, ask: Ask) -> Result<Grant, LockError> {
-        self.take(&ask, |locks, terms| {
+        self.take(&ask, Kind::Lock, |locks, terms| {
             Ok(LockContest::new(
                 &locks.engine,
                 resource,
@@ -127,6 +128,7 @@ impl<M: Store> Locks<M> {
     pub(crate) async fn take<K: Take<M>>(
         &self,
         ask: &Ask,
+        kind: Kind,
         contest: impl FnOnce(&Self, &Terms) -> Result<K, LockError>,
     ) -> Result<K::Won, LockError> {
         self.touch();
@@ -138,7 +140,7 @@ impl<M: Store> Locks<M> {
                 .await
         }
         .await;
-        self.count_acquire(started, &taken);
+        self.count_acquire(kind, started, &taken);
         taken
     }
 
@@ -162,6 +164,10 @@ impl<M: Store> Locks<M> {
             .await?;
         match outcome {
             Acquire::Granted(grant) => Ok(contest.won(self, grant, holder).await),
+            // A wait its caller gave up is no failure.
+            Acquire::Taken if cancel.is_some_and(CancellationToken::is_cancelled) => {
+                Err(contest.refused())
+            }
             Acquire::Taken => {
                 self.metrics.fail(Failure::Taken);
                 Err(contest.refused())
@@ -174,8 +180,13 @@ impl<M: Store> Locks<M> {
     }
 
     /// Counts an acquire's answer, `started` when its request came, in
-    /// `redlock_acquire_wait_seconds{outcome}`.
-    pub(crate) fn count_acquire<T>(&self, started: Instant, taken: &Result<T, LockError>) {
+    /// `redlock_acquire_wait_seconds{kind, outcome}`.
+    pub(crate) fn count_acquire<T>(
+        &self,
+        kind: Kind,
+        started: Instant,
+        taken: &Result<T, LockError>,
+    ) {
         let outcome = match taken {
             Ok(_) => Outcome::Acquired,
             Err(LockError::Taken(_) | LockError::TakenMany(_) | LockError::Full { .. }) => {
@@ -186,7 +197,7 @@ impl<M: Store> Locks<M> {
         };
         self.metrics
             .acquire_wait
-            .with_label_values(&[outcome.as_str()])
+            .with_label_values(&[kind.as_str(), outcome.as_str()])
             .observe(started.elapsed().as_secs_f64());
     }
 
@@ -222,11 +233,11 @@ mod tests {
     #[tokio::test]
     async fn every_kind_is_counted_and_recorded_with_its_kind() {
         let (_, locks) = service();
-        let count = |outcome: &str| {
+        let count = |kind: &str, outcome: &str| {
             locks
                 .metrics()
                 .acquire_wait
-                .with_label_values(&[outcome])
+                .with_label_values(&[kind, outcome])
                 .get_sample_count()
         };
         locks.acquire(&resource("a"), ask(0, "x")).await.unwrap();
@@ -241,7 +252,9 @@ mod tests {
         let both = resources(&["m1".into(), "m2".into()]).unwrap();
         locks.acquire_many(&both, ask(0, "x")).await.unwrap();
         let _leading = lead(&locks, "cron", None).await;
-        assert_eq!((count("acquired"), count("taken")), (4, 1));
+        let counts = ["lock", "permit", "leadership"].map(|kind| count(kind, "acquired"));
+        assert_eq!(counts, [2, 1, 1]);
+        assert_eq!(count("lock", "taken"), 1);
         let held = locks.grants().sweep(Instant::now(), locks.metrics());
         assert_eq!(
             held,

@@ -43,7 +43,7 @@ use super::listing::{self, ReadError};
 use super::waiters::{Contest, WaitError};
 use super::{check_owner, millis, note_everywhere, Holder, LockError, Locks};
 use crate::metrics::Leadership;
-use crate::redlock::{Acquire, Grant, KeyState, Redlock, Resource, Store};
+use crate::redlock::{Acquire, Grant, KeyState, Kind, Redlock, Resource, Store};
 
 /// Longest a campaign waits in line: for as long as its stream is open.
 const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -222,7 +222,7 @@ impl<M: Store> Locks<M> {
             if cancel.is_cancelled() && outcome.is_err() {
                 return;
             }
-            self.count_acquire(started, &outcome);
+            self.count_acquire(Kind::Leadership, started, &outcome);
             let grant = match outcome {
                 Ok(grant) => grant,
                 Err(LockError::NoQuorum(_)) => {

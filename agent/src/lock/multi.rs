@@ -28,7 +28,7 @@ use super::holds::{self, End};
 use super::waiters::Contest;
 use super::{millis, Ask, Extended, Holder, LockError, Locks, Released};
 use crate::redlock::token::{stored_at, Stored};
-use crate::redlock::{Acquire, Grant, Master, Redlock, Resource, Store, Token};
+use crate::redlock::{Acquire, Grant, Kind, Master, Redlock, Resource, Store, Token};
 
 /// A grant on several resources: its resources, sorted, each with the
 /// value at its key.
@@ -96,7 +96,7 @@ impl<M: Store> Locks<M> {
         resources: &[Resource],
         ask: Ask,
     ) -> Result<MultiGrant, LockError> {
-        self.take(&ask, |locks, terms| {
+        self.take(&ask, Kind::Lock, |locks, terms| {
             Ok(MultiContest::new(
                 &locks.engine,
                 resources,

@@ -67,7 +67,9 @@ use super::acquire::Take;
 use super::listing::{self, ReadError};
 use super::waiters::Contest;
 use super::{note_everywhere, Ask, Holder, LockError, Locks};
-use crate::redlock::{token, Acquire, Grant, KeyState, Master, Redlock, Resource, Store, Token};
+use crate::redlock::{
+    token, Acquire, Grant, KeyState, Kind, Master, Redlock, Resource, Store, Token,
+};
 
 /// A granted permit.
 #[derive(Debug)]
@@ -372,7 +374,7 @@ impl<M: Store> Locks<M> {
         limit: u32,
         ask: Ask,
     ) -> Result<Permit, LockError> {
-        self.take(&ask, |locks, terms| {
+        self.take(&ask, Kind::Permit, |locks, terms| {
             Ok(PermitContest::new(
                 &locks.engine,
                 name,
