@@ -38,8 +38,11 @@
 //!   ([`node::clock`]), the check that a vote's answer comes from the
 //!   master process the agent knows ([`node::process`]: each node's own
 //!   vote script, NOSCRIPT, then `run_id`),
-//!   the health probes' commands ([`node::probe`]), the scans, the leak
-//!   scanner's fenced writes and operator reads ([`node::scan`]),
+//!   the health probes' commands ([`node::probe`]), the scans and
+//!   operator reads ([`node::scan`]), the leak scanner's fenced writes
+//!   ([`node::leak`]), force release, notes and announcements
+//!   ([`node::store`]), how a master's errors are sorted
+//!   ([`node::errors`]),
 //!   `check`'s own ([`node::check`]), and the pub/sub subscriber
 //!   ([`node::subscriber`]): the only code that talks to Redis for the
 //!   lock service. A master that

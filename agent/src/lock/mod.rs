@@ -21,7 +21,7 @@
 //! - [`streams`]: each uid's share of the streams served here (holds,
 //!   campaigns, observers).
 
-mod acquire;
+pub mod acquire;
 pub mod budget;
 pub mod elections;
 pub mod events;

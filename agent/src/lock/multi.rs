@@ -4,7 +4,7 @@
 //! A grant of N resources is N lock grants, one per resource, each with
 //! its own key's value (all made from the client's token, see
 //! `Token::for_key`; the token itself is made for the set and proves it,
-//! see [`super::waiters::set_key`]), one validity and one fence: each is listed,
+//! see [`set_key`]), one validity and one fence: each is listed,
 //! extended, released and force-released as a lock; a hold of them runs
 //! one lock's hold per resource and tells the client one stream: the first
 //! loss ends them all.

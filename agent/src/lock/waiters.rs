@@ -70,7 +70,7 @@ use crate::redlock::{Acquire, ChannelChange, Master, Redlock};
 /// (`crate::lock::elections::CampaignContest`).
 pub trait Contest<M: Master>: Send {
     /// The queue it waits in: the lock's resource, or the semaphore's
-    /// (see [`Resource::queue`]); its releases wake that queue.
+    /// (see [`crate::redlock::Resource::queue`]); its releases wake that queue.
     fn queue(&self) -> &str;
 
     /// Every queue it waits in, [`Contest::queue`] first: a lock on

@@ -1,12 +1,13 @@
 //! One `Node` = one Redis master behind the engine's
 //! [`crate::redlock::Master`]: its connection ([`conn`]) and state here,
 //! its commands by job in [`lock`] (the votes, extend, release, fences,
-//! sent in batches), [`probe`] (the health task's), [`scan`]
-//! (listings, the leak scanner's, force release: with [`lock`], the lock
-//! service's [`crate::redlock::Store`]), [`subscriber`] (the pub/sub
-//! channels of waiters and force releases), [`check`]
-//! (`redlock-agent check`'s) and their [`scripts`]; a master that is a
-//! Redis Cluster in [`cluster`].
+//! sent in batches), [`probe`] (the health task's), [`scan`] (listings'
+//! and the leak scanner's reads), [`leak`] (the leak scanner's fenced
+//! writes), [`store`] (force release, notes, announcements: with
+//! [`lock`], the lock service's [`crate::redlock::Store`]),
+//! [`subscriber`] (the pub/sub channels of waiters and force releases),
+//! [`check`] (`redlock-agent check`'s) and their [`scripts`]; a master
+//! that is a Redis Cluster in [`cluster`].
 //!
 //! ## Behavior
 //! - One connection per master that every lock command shares: a
@@ -24,8 +25,8 @@
 //!   agent's own backlog ([`NodeError::Backlog`]), which never changes the
 //!   node's state.
 //! - The leak scanner's scans run on a connection of their own (see
-//!   [`scan`]), as the operators' listings do: their replies never queue
-//!   ahead of lock commands.
+//!   [`scan`]), as the operators' listings do: never queued ahead of lock
+//!   commands.
 //! - A connection error (refused, reset, closed) drops the connection, marks
 //!   the node `down` and wakes the health task, which reconnects. Requests
 //!   never reconnect inline. A cluster connection is kept: it reconnects to
@@ -39,19 +40,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKind};
+use redis::{AsyncConnectionConfig, Client, RedisError};
 use tokio::sync::{watch, Notify};
 
 pub mod check;
 pub mod clock;
 pub mod cluster;
 pub mod conn;
+pub mod errors;
+pub mod leak;
 pub mod lock;
 pub mod probe;
 pub mod process;
 pub mod scan;
 pub mod scripts;
 pub mod settings;
+pub mod store;
 pub mod subscriber;
 
 pub use crate::redlock::KeyState;
@@ -63,80 +67,8 @@ use crate::redlock::master::NodeError;
 use crate::redlock::observe::{NodeObserver, Op};
 use redlock_wire::NodeState;
 
-/// Errors after which the connection is not worth keeping.
-fn drops_connection(error: &NodeError) -> bool {
-    matches!(error, NodeError::Connection(_) | NodeError::Auth(_))
-}
-
-/// Sorts a redis error into the engine's [`NodeError`].
-fn classify(e: &RedisError) -> NodeError {
-    if e.is_timeout() {
-        return NodeError::Timeout(Duration::ZERO);
-    }
-    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
-        return NodeError::Connection(e.to_string());
-    }
-    match e.kind() {
-        ErrorKind::AuthenticationFailed => NodeError::Auth(e.to_string()),
-        ErrorKind::Server(ServerErrorKind::NoPerm) => NodeError::NoPerm(e.to_string()),
-        ErrorKind::Server(ServerErrorKind::ReadOnly) => NodeError::ReadOnly,
-        ErrorKind::Server(ServerErrorKind::NoScript) => NodeError::Script(e.to_string()),
-        _ => match e.code() {
-            Some("OOM") => NodeError::OutOfMemory,
-            Some("WRONGTYPE") => NodeError::WrongType,
-            Some("NOAUTH") | Some("WRONGPASS") => NodeError::Auth(e.to_string()),
-            Some("READONLY") => NodeError::ReadOnly,
-            _ => classify_text(&e.to_string()),
-        },
-    }
-}
-
-/// What the agent says of a master listed as a single server (`url`) that
-/// is a Redis Cluster node, with what showed it (`cluster_enabled:1`, or
-/// the answer it gave): in `/v1/nodes` (its error and warnings), the logs
-/// and `check`.
-pub fn cluster_node_as_server(evidence: &str) -> String {
-    format!(
-        "it is a Redis Cluster node ({evidence}), listed as a single server (url): list the \
-         cluster's nodes under cluster: instead (see docs/redis-cluster.md), so each lock goes \
-         to the shard of its slot"
-    )
-}
-
-/// The code of an answer only a Redis Cluster node gives: a key served by
-/// another node (`MOVED`, `ASK`), keys of several slots in one call
-/// (`CROSSSLOT`), or a cluster without all its slots (`CLUSTERDOWN`).
-fn cluster_only(e: &RedisError) -> Option<&'static str> {
-    match e.kind() {
-        ErrorKind::Server(ServerErrorKind::Moved) => Some("MOVED"),
-        ErrorKind::Server(ServerErrorKind::Ask) => Some("ASK"),
-        ErrorKind::Server(ServerErrorKind::CrossSlot) => Some("CROSSSLOT"),
-        ErrorKind::Server(ServerErrorKind::ClusterDown) => Some("CLUSTERDOWN"),
-        _ => match e.code() {
-            Some("MOVED") => Some("MOVED"),
-            Some("ASK") => Some("ASK"),
-            Some("CROSSSLOT") => Some("CROSSSLOT"),
-            Some("CLUSTERDOWN") => Some("CLUSTERDOWN"),
-            _ => None,
-        },
-    }
-}
-
-/// Sorts an error's text: a script's error wraps the failed command's
-/// (`WRONGTYPE ...`, `OOM ...`, `READONLY ...`).
-fn classify_text(text: &str) -> NodeError {
-    if text.contains("WRONGTYPE") {
-        NodeError::WrongType
-    } else if text.contains("OOM") {
-        NodeError::OutOfMemory
-    } else if text.contains("READONLY") {
-        NodeError::ReadOnly
-    } else if text.contains("NOPERM") {
-        NodeError::NoPerm(text.to_string())
-    } else {
-        NodeError::Other(text.to_string())
-    }
-}
+pub use errors::cluster_node_as_server;
+use errors::{classify, classify_text, cluster_only, drops_connection};
 
 /// What `INFO` says about a master's process.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,25 +1,16 @@
-//! The operators' and the scanner's commands: `SCAN` and reads of many
-//! keys at once on reader connections apart from the lock path (the
+//! The operators' and the scanner's reads: `SCAN` and reads of many keys
+//! at once, on reader connections apart from the lock path (the
 //! listings' own, see [`Node::open_reader`], and the scanner's, kept
-//! here); and on the lock connection, the leak scanner's fenced writes
-//! (its claim, repairs and report), a standby scanner's look at the
-//! fleet's report, and an operator's force release with its
-//! announcement. A cluster is scanned shard by shard (see
-//! [`super::cluster::scan`]).
+//! here). A cluster is scanned shard by shard (see
+//! [`super::cluster::scan`]). The scanner's fenced writes are in
+//! [`super::leak`]; the lock service's other writes in [`super::store`].
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use std::sync::Mutex;
-
-use tokio::sync::watch;
-
-use super::Conn;
-
-use redlock_wire::keys::{key_slot, slot_key};
-
-use super::{scripts, ttl_ms, Node};
-use crate::redlock::master::{KeyState, NodeError, Store};
+use super::{scripts, Conn, Node};
+use crate::redlock::master::{KeyState, NodeError};
 use crate::redlock::observe::Op;
 
 /// Response timeout on the leak scanner's connection: a `SCAN` and the
@@ -110,7 +101,7 @@ impl Node {
     /// on first use, dropped after any error so the next read opens a
     /// fresh one). Its timeouts are [`READ_TIMEOUT`]: the redis error does
     /// not say.
-    async fn operator_read<T, F, Fut>(&self, read: F) -> Result<T, NodeError>
+    pub(super) async fn operator_read<T, F, Fut>(&self, read: F) -> Result<T, NodeError>
     where
         F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T, NodeError>>,
@@ -304,271 +295,14 @@ impl Node {
         // In the order asked.
         Ok(keys.iter().map(|k| found.remove(k).flatten()).collect())
     }
-
-    /// An operator's force release of `key` on this master (see
-    /// [`scripts::FORCE_DELETE`]): deleted whoever holds it.
-    /// `Ok(Some(value))` when a key was deleted ("" for a key of another
-    /// type).
-    ///
-    /// # Errors
-    /// When the master is not connected, does not answer in time, or fails.
-    pub async fn force_delete(&self, key: &str) -> Result<Option<String>, NodeError> {
-        self.request(Op::Release, |mut conn| async move {
-            scripts::FORCE_DELETE
-                .key(key)
-                .invoke_async::<Option<String>>(&mut conn)
-                .await
-        })
-        .await
-    }
-
-    /// A bookkeeping note (see [`scripts::NOTE`]).
-    ///
-    /// # Errors
-    /// When the master is not connected, does not answer in time, or fails.
-    pub async fn note(&self, key: &str, value: &str, ttl: Duration) -> Result<(), NodeError> {
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.request(Op::Release, |mut conn| async move {
-            scripts::NOTE
-                .key(key)
-                .arg(value)
-                .arg(ttl_ms)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        })
-        .await
-        .map(|_| ())
-    }
-
-    /// A bookkeeping note kept at least `ttl` (see [`scripts::KEEP_NOTE`]).
-    ///
-    /// # Errors
-    /// When the master is not connected, does not answer in time, or fails.
-    pub async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.request(Op::Release, |mut conn| async move {
-            scripts::KEEP_NOTE
-                .key(key)
-                .arg(ttl_ms)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        })
-        .await
-        .map(|_| ())
-    }
-
-    /// `PUBLISH channel message`: on a cluster, it reaches every node.
-    ///
-    /// # Errors
-    /// When the master is not connected, does not answer in time, or
-    /// refuses (an ACL without the channel).
-    pub async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {
-        self.request(Op::Release, |mut conn| async move {
-            redis::cmd("PUBLISH")
-                .arg(channel)
-                .arg(message)
-                .query_async::<i64>(&mut conn)
-                .await
-        })
-        .await
-        .map(|_| ())
-    }
-
-    /// One of the leak scanner's fenced writes (see
-    /// [`scripts::LEAK_FENCED`]): the master refuses it when it has seen a
-    /// higher scan fence than `fence`, a newer scanner's. `fence_key` is
-    /// the prefix's scan fence (`<prefix> leak fence`); on a cluster the
-    /// one of the written key's slot is used, so the script's keys share a
-    /// slot. `check` is false only under the test switch.
-    ///
-    /// # Errors
-    /// When the master is not connected, does not answer in time, or fails.
-    pub async fn leak_write(
-        &self,
-        fence_key: &str,
-        fence: u64,
-        check: bool,
-        write: &LeakWrite<'_>,
-    ) -> Result<Fenced, NodeError> {
-        let key = write.key();
-        let fence_key = if self.is_cluster() {
-            slot_key(fence_key, key_slot(key.as_bytes()))
-        } else {
-            fence_key.to_string()
-        };
-        let answer = self
-            .request(Op::Scan, |mut conn| async move {
-                let mut invocation = scripts::LEAK_FENCED.prepare_invoke();
-                invocation
-                    .key(&fence_key)
-                    .key(key)
-                    .arg(fence.to_string())
-                    .arg(if check { "1" } else { "0" });
-                match write {
-                    LeakWrite::Claim { .. } => {
-                        invocation.arg("c");
-                    }
-                    LeakWrite::Repair { value, ttl, .. } => {
-                        invocation.arg("x").arg(*value).arg(ttl_ms(*ttl));
-                    }
-                    LeakWrite::Report { json, ttl, .. } => {
-                        invocation.arg("w").arg(*json).arg(ttl_ms(*ttl));
-                    }
-                }
-                invocation.invoke_async::<i64>(&mut conn).await
-            })
-            .await?;
-        Ok(match answer {
-            -1 => Fenced::Refused,
-            0 => Fenced::Unchanged,
-            _ => Fenced::Written,
-        })
-    }
-
-    /// What a standby scanner looks at once per interval: the value of
-    /// `report_key` (the fleet's last leak report) and whether `lease_key`
-    /// (the fleet's scan lock) is there, in one script call on the lock
-    /// connection ([`scripts::READ_KEYS`]; on a cluster, one per slot).
-    /// Not the scanner's own connection: an agent that does not scan opens
-    /// none, so a fleet of them adds no connection per agent to a master.
-    ///
-    /// # Errors
-    /// When the master is not connected, does not answer in time, or fails.
-    pub async fn leak_view(
-        &self,
-        report_key: &str,
-        lease_key: &str,
-    ) -> Result<(Option<String>, bool), NodeError> {
-        let read = |keys: Vec<String>| {
-            self.request(Op::Scan, move |mut conn| async move {
-                let mut invocation = scripts::READ_KEYS.prepare_invoke();
-                for key in &keys {
-                    invocation.key(key);
-                }
-                invocation
-                    .invoke_async::<Vec<redis::Value>>(&mut conn)
-                    .await
-            })
-        };
-        let (report, lease) = if self.is_cluster()
-            && key_slot(report_key.as_bytes()) != key_slot(lease_key.as_bytes())
-        {
-            let (report, lease) = futures::future::join(
-                read(vec![report_key.to_string()]),
-                read(vec![lease_key.to_string()]),
-            )
-            .await;
-            (
-                key_states(std::iter::once(report_key.to_string()), &report?),
-                key_states(std::iter::once(lease_key.to_string()), &lease?),
-            )
-        } else {
-            let reply = read(vec![report_key.to_string(), lease_key.to_string()]).await?;
-            let mut states = key_states(
-                [report_key, lease_key].into_iter().map(str::to_string),
-                &reply,
-            );
-            let lease = states.split_off(1);
-            (states, lease)
-        };
-        let report = report.into_iter().next().and_then(|s| s.value);
-        let leased = lease.first().is_some_and(|s| s.pttl != -2);
-        Ok((report, leased))
-    }
-}
-
-/// A write of the leak scanner, fenced by [`Node::leak_write`].
-#[derive(Debug, Clone, Copy)]
-pub enum LeakWrite<'a> {
-    /// Raise the scan fence only: a new scanner's first write on each
-    /// master. `key` is the report's key (on a cluster, it names the slot).
-    Claim { key: &'a str },
-    /// Give a lock key left without TTL one of `ttl`, if it still holds
-    /// `value` and has no TTL.
-    Repair {
-        key: &'a str,
-        value: &'a str,
-        ttl: Duration,
-    },
-    /// Write the fleet's report (`json`) under `key` with `ttl`.
-    Report {
-        key: &'a str,
-        json: &'a str,
-        ttl: Duration,
-    },
-}
-
-impl LeakWrite<'_> {
-    fn key(&self) -> &str {
-        match self {
-            LeakWrite::Claim { key }
-            | LeakWrite::Repair { key, .. }
-            | LeakWrite::Report { key, .. } => key,
-        }
-    }
-}
-
-/// What a master did with a fenced write of the leak scanner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fenced {
-    /// Written: the claim or report stored, the repair's TTL set.
-    Written,
-    /// A repair left alone: the key changed or got a TTL since the scan.
-    Unchanged,
-    /// Refused: the master has seen a higher scan fence, a newer
-    /// scanner's; nothing was written.
-    Refused,
-}
-
-/// Operators' reads go on the listings' reader connection, apart from the
-/// lock path; force deletes and announcements on the shared connection.
-impl Store for Node {
-    fn loss_events(&self) -> watch::Receiver<u64> {
-        Node::loss_events(self)
-    }
-
-    async fn force_delete(&self, key: &str) -> Result<Option<String>, NodeError> {
-        Node::force_delete(self, key).await
-    }
-
-    async fn note(&self, key: &str, value: &str, ttl: Duration) -> Result<(), NodeError> {
-        Node::note(self, key, value, ttl).await
-    }
-
-    async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
-        Node::keep_note(self, key, ttl).await
-    }
-
-    async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {
-        Node::announce(self, channel, message).await
-    }
-
-    async fn list_names(
-        &self,
-        cursor: u64,
-        pattern: &str,
-        count: u64,
-    ) -> Result<(u64, Vec<String>), NodeError> {
-        self.operator_read(
-            |conn| async move { self.scan_names(&conn, cursor, pattern, count).await },
-        )
-        .await
-    }
-
-    async fn list_keys(&self, keys: &[String]) -> Result<Vec<KeyState>, NodeError> {
-        self.operator_read(|conn| async move { self.read_keys(&conn, keys).await })
-            .await
-    }
-
-    async fn list_values(&self, keys: &[String]) -> Result<Vec<Option<String>>, NodeError> {
-        self.operator_read(|conn| async move { self.read_values(&conn, keys).await })
-            .await
-    }
 }
 
 /// Pairs key names with `READ_KEYS`'s flat `value, pttl, value, pttl, …`
 /// reply; a key without its pair reads as gone.
-fn key_states(keys: impl Iterator<Item = String>, reply: &[redis::Value]) -> Vec<KeyState> {
+pub(super) fn key_states(
+    keys: impl Iterator<Item = String>,
+    reply: &[redis::Value],
+) -> Vec<KeyState> {
     let mut pairs = reply.chunks(2);
     keys.map(|key| {
         let pair = pairs.next().unwrap_or(&[]);

@@ -5,7 +5,7 @@
 //! [`Resource::leak_scan`] (a name no client may use), taken with a fenced
 //! grant, so every holder has a fence above its predecessors' (see
 //! [`crate::redlock::fence`]): the masters refuse a paused holder's
-//! repairs and reports with it (see [`crate::node::scan::Fenced`]).
+//! repairs and reports with it (see [`crate::node::leak::Fenced`]).
 //!
 //! Held, not taken per round: the holder extends it every third of its
 //! TTL, while it scans and between scans, for as long as it lives. Taken

@@ -80,7 +80,7 @@ use redlock_wire::{LeakedKey, LeaksResponse, NodeLeaks, MAX_LEAKED_KEYS_SHOWN};
 use crate::config::{LeakScanConfig, Repair};
 use crate::lock::Locks;
 use crate::metrics::{unix_now, LeakKind, Metrics, ScanWrite};
-use crate::node::scan::{Fenced, LeakWrite};
+use crate::node::leak::{Fenced, LeakWrite};
 use crate::node::{KeyState, Node};
 use crate::redlock::token::{self, Stored};
 use crate::redlock::{NodeError, Resource};
