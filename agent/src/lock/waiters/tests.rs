@@ -13,38 +13,21 @@ use crate::metrics::Metrics;
 use crate::redlock::fence::FenceSettings;
 use crate::redlock::memory::{self, Memory};
 use crate::redlock::observe::Ignore;
-use crate::redlock::{Acquire, Master, Redlock, Resource};
+use crate::redlock::{Acquire, Redlock, Resource};
 
 /// A lock's acquire on the queue alone, as the one acquire runs it
-/// (`crate::lock::acquire`) without its bookkeeping.
-trait AcquireOne {
-    #[allow(clippy::too_many_arguments)]
-    async fn acquire<M: Master>(
-        &self,
-        redlock: &Redlock<M>,
-        resource: &Resource,
-        ttl: Duration,
-        owner: Option<&str>,
-        wait: Duration,
-        fence: bool,
-        uid: Option<u32>,
-    ) -> Result<Acquire, WaitError>;
-}
-
-impl AcquireOne for Waiters {
-    async fn acquire<M: Master>(
-        &self,
-        redlock: &Redlock<M>,
-        resource: &Resource,
-        ttl: Duration,
-        owner: Option<&str>,
-        wait: Duration,
-        fence: bool,
-        uid: Option<u32>,
-    ) -> Result<Acquire, WaitError> {
-        let mut contest = LockContest::new(redlock, resource, ttl, owner, fence);
-        self.contend(redlock, &mut contest, wait, uid, None).await
-    }
+/// (`crate::lock::acquire`) without its bookkeeping: no owner, unfenced.
+async fn acquire(
+    waiters: &Waiters,
+    redlock: &Redlock<Memory>,
+    resource: &Resource,
+    ttl: Duration,
+    wait: Duration,
+) -> Result<Acquire, WaitError> {
+    let mut contest = LockContest::new(redlock, resource, ttl, None, false);
+    waiters
+        .contend(redlock, &mut contest, wait, None, None)
+        .await
 }
 
 fn setup() -> (Vec<Arc<Memory>>, Redlock<Memory>, Waiters) {
@@ -73,8 +56,7 @@ async fn a_waiter_retries_until_the_lock_expires() {
     }
     let r = Resource::new("r").unwrap();
     let started = tokio::time::Instant::now();
-    let outcome = waiters
-        .acquire(&redlock, &r, TTL, None, Duration::from_secs(1), false, None)
+    let outcome = acquire(&waiters, &redlock, &r, TTL, Duration::from_secs(1))
         .await
         .unwrap();
     assert!(matches!(outcome, Acquire::Granted(_)), "{outcome:?}");
@@ -84,8 +66,7 @@ async fn a_waiter_retries_until_the_lock_expires() {
         m.plant("t:q", "someone else", Duration::from_millis(300));
     }
     let q = Resource::new("q").unwrap();
-    let once = waiters
-        .acquire(&redlock, &q, TTL, None, Duration::ZERO, false, None)
+    let once = acquire(&waiters, &redlock, &q, TTL, Duration::ZERO)
         .await
         .unwrap();
     assert!(matches!(once, Acquire::Taken));
@@ -128,35 +109,22 @@ async fn a_release_here_wakes_the_head_at_once() {
     let waiters = Arc::new(waiters);
     let redlock = Arc::new(redlock);
     let r = Resource::new("r").unwrap();
-    let Acquire::Granted(first) = waiters
-        .acquire(
-            &redlock,
-            &r,
-            Duration::from_secs(30),
-            None,
-            Duration::ZERO,
-            false,
-            None,
-        )
-        .await
-        .unwrap()
-    else {
+    let Acquire::Granted(first) = acquire(
+        &waiters,
+        &redlock,
+        &r,
+        Duration::from_secs(30),
+        Duration::ZERO,
+    )
+    .await
+    .unwrap() else {
         panic!("free lock");
     };
     let waiter = {
         let (waiters, redlock, r) = (Arc::clone(&waiters), Arc::clone(&redlock), r.clone());
         tokio::spawn(async move {
             let started = tokio::time::Instant::now();
-            let outcome = waiters
-                .acquire(
-                    &redlock,
-                    &r,
-                    TTL,
-                    None,
-                    Duration::from_secs(60),
-                    false,
-                    None,
-                )
+            let outcome = acquire(&waiters, &redlock, &r, TTL, Duration::from_secs(60))
                 .await
                 .unwrap();
             (outcome, started.elapsed())
