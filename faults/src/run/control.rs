@@ -1,18 +1,19 @@
 //! The control runs: a majority struck while a lock (or permits, or a
-//! leadership) is held, and the fence control; each until its verdict can
-//! be given.
+//! leadership) is held, a cluster's shards failed over to frozen
+//! replicas, and the fence control; each until its verdict can be given.
 
 use std::time::Duration;
 
 use super::{
-    cluster_mode::cluster_control, intrusion, multi, FenceControl, Harness, Options, Property,
-    Report, EVICTION_CONTROL_LEFT_MS, EVICTION_CONTROL_POLICIES, EVICTION_CONTROL_WRITES,
+    intrusion, multi, Control, FenceControl, Harness, Options, Property, Report,
+    EVICTION_CONTROL_LEFT_MS, EVICTION_CONTROL_POLICIES, EVICTION_CONTROL_WRITES,
 };
 use crate::checker::{Ending, Findings};
 use crate::client::{self, Answer};
 use crate::clock::Mono;
 use crate::cluster::Cluster;
 use crate::nemesis::{FaultKind, NemesisReport};
+use crate::workload::Phase;
 
 /// Fenced grants each agent of the fence control makes before it stops
 /// (write-back on).
@@ -245,3 +246,90 @@ async fn plant_leak(master: &crate::cluster::Master, prefix: &str) -> Result<(),
 
 /// The resource of the key the control run plants without a TTL.
 pub const PLANTED: &str = "planted-leak";
+
+/// The cluster control scenario ([`Options::cluster_control`]), up to
+/// `rounds` times (without the marker check, until the first violation).
+async fn cluster_control(
+    options: &Options,
+    control: Control,
+    rounds: usize,
+) -> Result<Report, String> {
+    let harness = Harness::start(options).await?;
+    let resource = options.plan.resources[0].clone();
+    let key = format!("{}{resource}", options.settings.key_prefix);
+    let slot = redlock_wire::keys::key_slot(key.as_bytes());
+    let majority: Vec<usize> = (0..options.masters / 2 + 1).collect();
+    let clients = harness.cluster.clients().await;
+    let (first, second) = (clients[0].clone(), clients[1 % clients.len()].clone());
+    let ttl_ms = options.plan.ttl_ms.0;
+    let mut report = NemesisReport::default();
+    for round in 1..=rounds {
+        harness.phase.set(Phase::Faulted);
+        let begun = futures::future::join_all(majority.iter().map(|&j| {
+            let m = harness.cluster.masters[j].clone();
+            async move { (m.begin_failover(slot).await, m) }
+        }))
+        .await;
+        let mut lagging = Vec::new();
+        for (r, m) in begun {
+            match r {
+                Ok(shard) => lagging.push((m, shard)),
+                Err(e) => report.skipped.push(format!("begin failover: {e}")),
+            }
+        }
+        // The holder: written on the primaries whose replicas are frozen.
+        // A later round waits for the slot's quarantine from the one before.
+        let wait = Some(options.settings.quarantine() + Duration::from_secs(2));
+        let holder =
+            match intrusion::take(&harness, (&first, 0), &resource, "holder", ttl_ms, wait).await {
+                Ok(holder) => Some(holder),
+                Err(e) => {
+                    report
+                        .skipped
+                        .push(format!("round {round}: the holder: {e}"));
+                    None
+                }
+            };
+        let promoted =
+            futures::future::join_all(lagging.iter().map(|(m, shard)| async move {
+                (m.name.clone(), m.finish_failover(*shard).await)
+            }))
+            .await;
+        let mut names = Vec::new();
+        for (name, r) in promoted {
+            match r {
+                Ok(()) => names.push(name),
+                Err(e) => report
+                    .skipped
+                    .push(format!("finish failover of {name}: {e}")),
+            }
+        }
+        let Some((holder_id, grant, granted)) = holder else {
+            break;
+        };
+        report.faults.push(crate::nemesis::FaultRecord {
+            kind: control.fault,
+            at: Mono::now(),
+            detail: format!(
+                "{}: the shard of slot {slot} promoted its replica without the lock on {resource}",
+                names.join(",")
+            ),
+        });
+        // The holder works through 80% of its validity; meanwhile a second
+        // client tries the lock through the other agent.
+        let leaves = granted.plus_ms(client::ms(grant.validity) * 4 / 5);
+        intrusion::intrude(&harness, (&second, 1), &resource, leaves).await;
+        // The holder left when its work was done, even if the harness
+        // records it later.
+        while Mono::now() < leaves {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let released = first.release(&resource, &grant.token).await;
+        harness.checker.exit(holder_id, leaves, ending(released));
+        harness.phase.set(Phase::Quiet);
+        if !control.protected && !harness.checker.findings(Mono::now()).violations.is_empty() {
+            break;
+        }
+    }
+    Ok(harness.finish(options, report).await)
+}
