@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use crate::redlock::observe::{Failure, Op, VoteLabel};
 use crate::redlock::observe::{NodeObserver, Observer};
+use crate::redlock::Kind;
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
@@ -48,13 +49,9 @@ const RATIO_BUCKETS: &[f64] = &[0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 const SCAN_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
 
-/// The kinds of `redlock_acquire_wait_seconds` (see
-/// [`crate::redlock::Kind`]): a lock on several resources counts as a
-/// lock.
-pub const WAITING_KINDS: [&str; 3] = ["lock", "permit", "leadership"];
-
-/// The kinds whose waits are a request's, as the summary shows them.
-const REQUEST_KINDS: [&str; 2] = ["lock", "permit"];
+/// The kinds whose waits are a request's, as the summary shows them: a
+/// campaign waits for as long as another leads.
+const REQUEST_KINDS: [Kind; 2] = [Kind::Lock, Kind::Permit];
 
 /// The agent's metrics and the registry that serves them.
 #[derive(Debug, Clone)]
@@ -314,9 +311,10 @@ impl Metrics {
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        for kind in WAITING_KINDS {
+        for kind in Kind::ALL {
             for outcome in Outcome::ALL {
-                m.acquire_wait.with_label_values(&[kind, outcome.as_str()]);
+                m.acquire_wait
+                    .with_label_values(&[kind.as_str(), outcome.as_str()]);
             }
         }
         for failure in Failure::ALL {
@@ -440,7 +438,7 @@ impl Metrics {
             for kind in REQUEST_KINDS {
                 let histogram = self
                     .acquire_wait
-                    .with_label_values(&[kind, outcome.as_str()]);
+                    .with_label_values(&[kind.as_str(), outcome.as_str()]);
                 count += histogram.get_sample_count();
                 let proto = histogram.metric();
                 for (i, bucket) in proto.get_histogram().get_bucket().iter().enumerate() {

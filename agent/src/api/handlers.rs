@@ -216,14 +216,15 @@ fn finish_acquire(
 pub async fn force_release(
     agent: &Agent,
     resource: &Resource,
-    kind: Kind,
     holder: Option<Holder>,
     caller: &Caller,
 ) -> Result<Response<Body>, ApiError> {
-    let mut span =
-        agent
-            .telemetry()
-            .start(caller, "redlock.force_release", kind, resource.as_str());
+    let mut span = agent.telemetry().start(
+        caller,
+        "redlock.force_release",
+        resource.kind(),
+        resource.as_str(),
+    );
     let answer = agent.locks().force_release(resource, holder).await;
     if let Some(span) = span.as_mut() {
         span.set("redlock.deleted", answer.deleted as i64);
@@ -409,7 +410,7 @@ pub async fn semaphore(
         LockAction::ForceRelease => {
             let request: PermitForceReleaseRequest = parse_body(body, false)?;
             let resource = permit_resource(&name, request.permit).map_err(lock_error)?;
-            force_release(agent, &resource, Kind::Permit, holder, caller).await
+            force_release(agent, &resource, holder, caller).await
         }
     }
 }

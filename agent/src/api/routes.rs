@@ -302,7 +302,7 @@ async fn dispatch(
         Route::ForceResign(name) => {
             let _: ForceReleaseRequest = parse_body(&body, true)?;
             let election = Resource::election(&name);
-            handlers::force_release(agent, &election, Kind::Leadership, holder, caller).await
+            handlers::force_release(agent, &election, holder, caller).await
         }
         Route::Campaign(name) => {
             let request = parse_body(&body, true)?;
@@ -354,7 +354,7 @@ async fn dispatch(
             }
             LockAction::ForceRelease => {
                 let _: ForceReleaseRequest = parse_body(&body, true)?;
-                handlers::force_release(agent, &resource, Kind::Lock, holder, caller).await
+                handlers::force_release(agent, &resource, holder, caller).await
             }
         },
     }

@@ -7,8 +7,9 @@
 //! (`redlock_acquire_wait_seconds{kind, outcome}`,
 //! `redlock_failures_total`).
 //!
-//! A new kind of lock is one contest in one file, and its resources'
-//! [`Kind`](crate::redlock::Kind).
+//! A new kind of lock is one contest in one file, and the
+//! [`Kind`](crate::redlock::Kind) its resources are made with (which
+//! names it in the metrics and traces).
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -106,7 +107,7 @@ impl<M: Store> Locks<M> {
     /// A field out of range, the lock taken for all of the wait, no quorum,
     /// too many waiters, or the agent shutting down.
     pub async fn acquire(&self, resource: &Resource, ask: Ask) -> Result<Grant, LockError> {
-        self.take(&ask, Kind::Lock, |locks, terms| {
+        self.take(&ask, resource.kind(), |locks, terms| {
             Ok(LockContest::new(
                 &locks.engine,
                 resource,
@@ -146,7 +147,8 @@ impl<M: Store> Locks<M> {
 
     /// Wins `contest`, waiting up to `wait` in line (until `cancel`, if
     /// any), and answers as [`Locks::take`] does, uncounted: a campaign,
-    /// which waits for as long as its client does, counts its own.
+    /// which waits for as long as its client does, counts its own (see
+    /// [`Locks::count_acquire`]).
     ///
     /// # Errors
     /// As [`Locks::take`].
@@ -164,23 +166,14 @@ impl<M: Store> Locks<M> {
             .await?;
         match outcome {
             Acquire::Granted(grant) => Ok(contest.won(self, grant, holder).await),
-            // A wait its caller gave up is no failure.
-            Acquire::Taken if cancel.is_some_and(CancellationToken::is_cancelled) => {
-                Err(contest.refused())
-            }
-            Acquire::Taken => {
-                self.metrics.fail(Failure::Taken);
-                Err(contest.refused())
-            }
-            Acquire::NoQuorum(message) => {
-                self.metrics.fail(Failure::NoQuorum);
-                Err(LockError::NoQuorum(message))
-            }
+            Acquire::Taken => Err(contest.refused()),
+            Acquire::NoQuorum(message) => Err(LockError::NoQuorum(message)),
         }
     }
 
     /// Counts an acquire's answer, `started` when its request came, in
-    /// `redlock_acquire_wait_seconds{kind, outcome}`.
+    /// `redlock_acquire_wait_seconds{kind, outcome}`, and a refusal for
+    /// taken or without a quorum in `redlock_failures_total`.
     pub(crate) fn count_acquire<T>(
         &self,
         kind: Kind,
@@ -190,9 +183,13 @@ impl<M: Store> Locks<M> {
         let outcome = match taken {
             Ok(_) => Outcome::Acquired,
             Err(LockError::Taken(_) | LockError::TakenMany(_) | LockError::Full { .. }) => {
+                self.metrics.fail(Failure::Taken);
                 Outcome::Taken
             }
-            Err(LockError::NoQuorum(_)) => Outcome::NoQuorum,
+            Err(LockError::NoQuorum(_)) => {
+                self.metrics.fail(Failure::NoQuorum);
+                Outcome::NoQuorum
+            }
             Err(_) => Outcome::Error,
         };
         self.metrics
@@ -220,11 +217,14 @@ impl<M: Store> Locks<M> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
+
+    use redlock_wire::{CampaignEvent, CampaignRequest};
 
     use crate::lock::multi::resources;
-    use crate::lock::tests::{ask, lead, resource, service};
+    use crate::lock::tests::{ask, lead, next_of, resource, service};
     use crate::lock::Held;
+    use crate::redlock::memory::Mode;
 
     /// On masters in memory: a lock, a permit, a lock on two resources
     /// and a leadership all go through the one acquire: each answer is
@@ -264,5 +264,49 @@ mod tests {
                 leaderships: 1
             }
         );
+    }
+
+    /// A campaign while no quorum answers says it waits, with no leader,
+    /// goes round again every retry delay, and counts that outage once
+    /// (not once a round); elected when the masters are back.
+    #[tokio::test]
+    async fn a_campaign_without_a_quorum_waits_and_counts_the_outage_once() {
+        let (masters, locks) = service();
+        for master in &masters {
+            master.set(Mode::Down);
+        }
+        let request = CampaignRequest {
+            ttl_ms: Some(10_000),
+            owner: None,
+            value: None,
+            max_hold_ms: None,
+        };
+        let mut events = locks.campaign(resource("cron"), request, None).unwrap();
+        match next_of(&mut events).await {
+            CampaignEvent::Waiting { leader: None } => {}
+            other => panic!("expected waiting, no leader: {other:?}"),
+        }
+        // Rounds every 10 ms (the unit tests' retry delay): a dozen or more.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let count = |outcome: &str| {
+            locks
+                .metrics()
+                .acquire_wait
+                .with_label_values(&["leadership", outcome])
+                .get_sample_count()
+        };
+        let failures = locks.metrics().failures.with_label_values(&["no_quorum"]);
+        assert_eq!((count("no_quorum"), failures.get()), (1, 1));
+        for master in &masters {
+            master.set(Mode::Up);
+        }
+        loop {
+            match next_of(&mut events).await {
+                CampaignEvent::Elected { .. } => break,
+                CampaignEvent::Waiting { .. } => {}
+                other => panic!("expected elected: {other:?}"),
+            }
+        }
+        assert_eq!((count("acquired"), count("no_quorum")), (1, 1));
     }
 }

@@ -176,6 +176,9 @@ impl<M: Store> Locks<M> {
         };
         // The leader last told in a `waiting` event.
         let mut told: Option<Option<(Option<u64>, Option<String>)>> = None;
+        // The last round found no quorum: the campaign goes round again
+        // every retry delay, and one outage counts once.
+        let mut without_quorum = false;
         loop {
             self.touch();
             let started = Instant::now();
@@ -222,16 +225,13 @@ impl<M: Store> Locks<M> {
             if cancel.is_cancelled() && outcome.is_err() {
                 return;
             }
-            self.count_acquire(Kind::Leadership, started, &outcome);
+            let again = matches!(outcome, Err(LockError::NoQuorum(_)));
+            if !(again && without_quorum) {
+                self.count_acquire(Kind::Leadership, started, &outcome);
+            }
+            without_quorum = again;
             let grant = match outcome {
                 Ok(grant) => grant,
-                Err(LockError::NoQuorum(_)) => {
-                    // No quorum: try again after the retry delay.
-                    tokio::select! {
-                        () = cancel.cancelled() => return,
-                        () = tokio::time::sleep(self.engine.retry_delay()) => continue,
-                    }
-                }
                 Err(LockError::Wait(error)) => {
                     let reason = match error {
                         WaitError::ShuttingDown => "shutdown",
@@ -243,8 +243,23 @@ impl<M: Store> Locks<M> {
                     let _ = events.send(lost).await;
                     return;
                 }
-                // A wait for as long as the client's: it ended with it.
-                Err(_) => return,
+                // No quorum (or a refusal a wait for as long as the
+                // client's cannot end with): it says it waits, with no
+                // leader it could read, and tries again after the retry
+                // delay.
+                Err(_) => {
+                    if told.is_none() {
+                        told = Some(None);
+                        let waiting = CampaignEvent::Waiting { leader: None };
+                        if events.send(waiting).await.is_err() {
+                            return;
+                        }
+                    }
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = tokio::time::sleep(self.engine.retry_delay()) => continue,
+                    }
+                }
             };
             let token = grant.token.as_str().to_string();
             let Some(term) = grant.fence else {

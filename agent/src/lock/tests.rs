@@ -414,7 +414,7 @@ pub(super) async fn lead(
 }
 
 /// The next event of a campaign, failing the test after [`PATIENCE`].
-async fn next_of(events: &mut super::events::Receiver<CampaignEvent>) -> CampaignEvent {
+pub(super) async fn next_of(events: &mut super::events::Receiver<CampaignEvent>) -> CampaignEvent {
     tokio::time::timeout(PATIENCE, super::events::next_timely(events))
         .await
         .expect("a campaign event in time")

@@ -93,7 +93,8 @@ pub trait Contest<M: Master>: Send {
         false
     }
 
-    /// Told once, when its first round failed and it joins the line.
+    /// Told once, when it joins the line (its first round failed, or
+    /// others already waited there).
     fn waiting(&mut self) {}
 }
 

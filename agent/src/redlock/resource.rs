@@ -33,7 +33,10 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Its name in traces (`redlock.kind`) and messages.
+    /// Every kind, as the metrics' `kind` label takes them.
+    pub const ALL: [Kind; 3] = [Kind::Lock, Kind::Permit, Kind::Leadership];
+
+    /// Its name in traces (`redlock.kind`), metrics and messages.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Lock => "lock",
