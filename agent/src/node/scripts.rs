@@ -56,9 +56,10 @@ pub async fn evalsha(
 /// slot stays out for every agent even if it moves back to the node it
 /// names), "0" only under the test switch; `ARGV[2]` "1" to vote with
 /// `SET ... GET` (Redis 7), so a key of another type answers WRONGTYPE
-/// instead of looking taken; `ARGV[3]` "1" to check, before the first vote
-/// of the call, that the master evicted no key since its marker was written
-/// ("0" only under the test switch `REDLOCK_TEST_NO_EVICTION_CHECK`); then
+/// instead of looking taken; `ARGV[3]` "1" to check, at the first vote of
+/// the call that would count, that the master evicted no key since its
+/// marker was written ("0" only under the test switch
+/// `REDLOCK_TEST_NO_EVICTION_CHECK`); then
 /// four per command: its letter, the token, a number, and one more
 /// argument.
 ///
@@ -69,10 +70,14 @@ pub async fn evalsha(
 /// marker alone cannot tell that a master dropped a held lock to make room
 /// for a cache's writes. A vote on a master whose count has moved since
 /// deletes the marker (every agent then sees the loss, in its votes and
-/// probes, and quarantines the master) and answers -3 without writing. The
-/// check is atomic with the vote, so no probe interval separates an
-/// eviction from the votes that must not count. It costs the master one
-/// `INFO stats` per call that votes; markers written without a count (by an
+/// probes, and quarantines the master) and answers -3, leaving nothing
+/// written: a key the vote had just set is deleted again. The check is
+/// atomic with the vote, so no probe interval separates an eviction from
+/// the votes that must not count. Only a vote that would count needs it (a
+/// vote that finds the lock taken grants nothing), so it costs the master
+/// one `INFO stats` per call with a vote that finds its lock free or
+/// already its own, and none per call whose votes all find their locks
+/// taken, as under contention; markers written without a count (by an
 /// older agent) get one from the health probe (see `Node::check_marker`).
 /// Where an ACL refuses `INFO` (or a server does not report
 /// `evicted_keys`), markers carry no count and evictions go unseen, as the
@@ -140,8 +145,20 @@ pub static BATCH: LazyLock<Script> = LazyLock::new(|| batch(None));
 /// other agents have loaded their copies since (see [`super::lock`]).
 pub fn batch(tag: Option<&str>) -> Script {
     let tag = tag.map_or_else(String::new, |tag| format!("\n-- {tag}"));
-    Script::new(&format!("{BATCH_SOURCE}{tag}"))
+    Script::new(&format!("{EVICTED_KEYS_SOURCE}{BATCH_SOURCE}{tag}"))
 }
+
+/// The master's `evicted_keys` (`INFO stats`) as text, or nil where an ACL
+/// refuses `INFO` or the server does not report it: a Lua function every
+/// script that reads the count shares. A plain search for the field's name
+/// instead of a pattern tried at every position of the section's text.
+const EVICTED_KEYS_SOURCE: &str = r#"local function evicted_keys()
+  local stats = redis.pcall("info", "stats")
+  if type(stats) ~= "string" then return nil end
+  local at = string.find(stats, "evicted_keys:", 1, true)
+  return at and string.match(stats, "^%d+", at + 13)
+end
+"#;
 
 const BATCH_SOURCE: &str = r#"local check, setget, evictions = ARGV[1], ARGV[2] == "1", ARGV[3] == "1"
 local marker, counted, kept
@@ -161,7 +178,7 @@ end
 local function unevicted()
   if kept == nil then
     kept = true
-    local now = evictions and counted and string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+    local now = evictions and counted and evicted_keys()
     if now and counted ~= now then
       redis.call("del", KEYS[1])
       marker, kept = false, false
@@ -170,10 +187,7 @@ local function unevicted()
   return kept
 end
 local function run(op, key, flag, token, number, more)
-  if check ~= "0" and (op == "v" or op == "e") then
-    if not trusted() then return -1 end
-    if op == "v" and not unevicted() then return -3 end
-  end
+  if check ~= "0" and (op == "v" or op == "e") and not trusted() then return -1 end
   if op == "v" then
     local wants = tonumber(more) or 0
     local status, previous = 0, nil
@@ -184,6 +198,10 @@ local function run(op, key, flag, token, number, more)
       status = 1
     else
       previous = redis.call("get", key)
+    end
+    if (status == 1 or previous == token) and check ~= "0" and not unevicted() then
+      if status == 1 then redis.call("del", key) end
+      return -3
     end
     if status == 0 and previous == token then
       redis.call("pexpire", key, number)
@@ -310,15 +328,15 @@ return 1"#,
 /// and the quarantine starts over. `ARGV[1]`: the marker's value, to which
 /// the master's eviction count is added (see [`MARKER_EVICTIONS`]).
 pub static READMIT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"if redis.call("exists", KEYS[2]) == 0 then return 0 end
+    Script::new(&format!(
+        r#"{EVICTED_KEYS_SOURCE}if redis.call("exists", KEYS[2]) == 0 then return 0 end
 redis.call("del", KEYS[2])
 local current = tonumber(redis.call("get", KEYS[3]) or "0") or 0
 if current < tonumber(ARGV[2]) then redis.call("set", KEYS[3], ARGV[2]) end
-local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+local evicted = evicted_keys()
 redis.call("set", KEYS[1], evicted and ARGV[1] .. " e=" .. evicted or ARGV[1])
-return 1"#,
-    )
+return 1"#
+    ))
 });
 
 /// Writes the incarnation marker (`KEYS[1]`): `ARGV[1]`, then ` e=` and the
@@ -329,11 +347,11 @@ return 1"#,
 /// so `volatile-*` policies evict lock keys and leave the marker. No TTL: it
 /// must outlive every lock. Returns 1.
 pub static MARKER_EVICTIONS: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+    Script::new(&format!(
+        r#"{EVICTED_KEYS_SOURCE}local evicted = evicted_keys()
 redis.call("set", KEYS[1], evicted and ARGV[1] .. " e=" .. evicted or ARGV[1])
-return 1"#,
-    )
+return 1"#
+    ))
 });
 
 /// The health probe's read of the incarnation marker (`KEYS[1]`), with the
@@ -348,7 +366,7 @@ return 1"#,
 /// switch).
 pub static CHECK_MARKER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{MARKER_CHECK_SOURCE}\nreturn check_marker(KEYS[1], ARGV[1], ARGV[2], ARGV[3] ~= \"0\")"
+        "{EVICTED_KEYS_SOURCE}{MARKER_CHECK_SOURCE}\nreturn check_marker(KEYS[1], ARGV[1], ARGV[2], ARGV[3] ~= \"0\")"
     ))
 });
 
@@ -358,7 +376,7 @@ pub static CHECK_MARKER: LazyLock<Script> = LazyLock::new(|| {
 const MARKER_CHECK_SOURCE: &str = r#"local evicted
 local function count()
   if evicted == nil then
-    evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)") or false
+    evicted = evicted_keys() or false
   end
   return evicted or nil
 end
@@ -394,7 +412,7 @@ end"#;
 /// idle fleet costs its masters is mostly this call (docs/benchmarks.md).
 pub fn probe(tag: &str) -> Script {
     Script::new(&format!(
-        r#"{MARKER_CHECK_SOURCE}
+        r#"{EVICTED_KEYS_SOURCE}{MARKER_CHECK_SOURCE}
 local status = ""
 if ARGV[4] == "1" then status = check_marker(KEYS[1], ARGV[1], ARGV[2], ARGV[3] ~= "0") end
 local now = redis.pcall("time")
