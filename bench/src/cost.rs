@@ -14,7 +14,6 @@
 //!   rate: the cycle's latency of each, and the agent's CPU and the most
 //!   `VmRSS` it had during the run.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -148,13 +147,17 @@ fn start(options: &Options, n: usize) -> anyhow::Result<(Masters, Agent)> {
     std::fs::create_dir_all(&dir)?;
     let masters = Masters::start(n, &dir)?;
     eprintln!("W14: {n} masters: {}", masters.urls().join(" "));
-    let agent = start_agent(&options.agent_bin, &dir, n, &masters)?;
-    Ok((masters, agent))
-}
-
-fn start_agent(bin: &Path, dir: &Path, n: usize, masters: &Masters) -> anyhow::Result<Agent> {
     let name = format!("agent-w14-{n}");
-    Agent::start(bin, dir, &name, masters, AGENT_DEFAULT, &[], "")
+    let agent = Agent::start(
+        &options.agent_bin,
+        &dir,
+        &name,
+        &masters,
+        AGENT_DEFAULT,
+        &[],
+        "",
+    )?;
+    Ok((masters, agent))
 }
 
 /// One driver's run over `masters` (through `agent` for the agent), with
@@ -252,4 +255,51 @@ fn while_sampling_rss<T>(pid: u32, run: impl FnOnce() -> T) -> (T, Option<u64>) 
         stop.store(true, Ordering::Relaxed);
         (result, sampler.join().unwrap_or(None))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(peer: Peer, result: Result<Report, String>) -> Cell {
+        Cell {
+            masters: 3,
+            clients: 1,
+            peer: peer.name(),
+            result,
+            cpu: None,
+            agent_rss_kib: None,
+        }
+    }
+
+    fn report(cycles: u64, errors: u64) -> Result<Report, String> {
+        Ok(Report {
+            cycles,
+            grants_total: cycles,
+            errors,
+            ..Report::default()
+        })
+    }
+
+    /// The agent's failures fail the run, in either table; a peer's are
+    /// only its row.
+    #[test]
+    fn only_the_agent_fails_the_run() {
+        let peer_down = CostRuns {
+            cells: vec![
+                cell(Peer::Agent, report(10, 0)),
+                cell(Peer::Rslock, Err("cannot start".into())),
+                cell(Peer::Pottery, report(0, 3)),
+            ],
+            paced: vec![cell(Peer::Agent, report(10, 0))],
+        };
+        assert!(!peer_down.failed());
+        for bad in [report(10, 1), report(0, 0), Err("no report".into())] {
+            let runs = CostRuns {
+                paced: vec![cell(Peer::Agent, bad)],
+                ..peer_down.clone()
+            };
+            assert!(runs.failed());
+        }
+    }
 }

@@ -193,7 +193,7 @@ fn paced_tables(md: &mut String, runs: &CostRuns) {
          | peer | cycles/s (target {rate}) | cycle p50 / p90 / p99 ms | agent CPU, millicores | agent VmRSS, most |\n\
          |---|---|---|---|---|",
         rate = num(PACED_RATE),
-        period = num(PACED_CLIENTS as f64 * 1000.0 / PACED_RATE),
+        period = PACED_CLIENTS as f64 * 1000.0 / PACED_RATE,
     );
     for cell in &runs.paced {
         let Some(r) = cell.granted() else {
