@@ -21,11 +21,11 @@ const spec = JSON.parse(process.argv[2]);
 const now = () => performance.now();
 
 function percentiles(samples) {
-  if (samples.length === 0) return { count: 0, p50: 0, p99: 0, p999: 0, max: 0 };
+  if (samples.length === 0) return { count: 0, p50: 0, p90: 0, p99: 0, p999: 0, max: 0 };
   samples.sort((a, b) => a - b);
   const n = samples.length;
   const rank = (p) => samples[Math.min(Math.max(Math.ceil(p * n), 1), n) - 1];
-  return { count: n, p50: rank(0.5), p99: rank(0.99), p999: rank(0.999), max: samples[n - 1] };
+  return { count: n, p50: rank(0.5), p90: rank(0.9), p99: rank(0.99), p999: rank(0.999), max: samples[n - 1] };
 }
 
 const settings = spec.tuned ? TUNED : DEFAULT;
@@ -36,6 +36,9 @@ const redlock = new Redlock(clients, { ...settings, driftFactor: 0.01 });
 redlock.on("error", () => {});
 
 const base = now();
+// The driver's own CPU (user + system) from the warm-up's start, as the
+// Rust drivers' getrusage: the cost of the library in the application.
+const cpuStart = process.cpuUsage();
 // Tells the orchestrator when the warm-up started (it times faults by it).
 process.stderr.write("ready\n");
 const window = { start: base + spec.warmup_ms, end: base + spec.warmup_ms + spec.duration_ms };
@@ -117,6 +120,7 @@ const loops = [];
 for (let i = 0; i < spec.clients; i++) loops.push(clientLoop(i).then((log) => logs.push(log)));
 // A loop still inside a call 3 s after the window is stuck.
 await Promise.race([Promise.all(loops), new Promise((r) => setTimeout(r, Math.max(0, window.end - now()) + 3000))]);
+const cpuUsed = process.cpuUsage(cpuStart);
 
 const report = {
   peer: spec.peer,
@@ -128,6 +132,7 @@ const report = {
   window_s: spec.duration_ms / 1000,
   cycles: 0, grants_total: 0, per_client_grants: [], max_wait_ms: 0,
   overlaps: 0, timeouts: 0, errors: 0, error_sample: null, stuck: spec.clients - logs.length,
+  driver_cpu_s: (cpuUsed.user + cpuUsed.system) / 1e6,
 };
 const acquireSamples = [];
 const cycleSamples = [];

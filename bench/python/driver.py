@@ -10,6 +10,7 @@ tracker follow bench/src/stats.rs; keep them in step.
 import json
 import logging
 import os
+import resource
 import sys
 import threading
 import time
@@ -31,12 +32,21 @@ class TunedRedlock(Redlock):
     _RETRY_DELAY = 0.01
 
 
+def own_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main():
     spec = json.loads(sys.argv[1])
     tuned = spec["tuned"]
     lock_class = TunedRedlock if tuned else Redlock
     masters = frozenset(Redis.from_url(url) for url in spec["masters"])
     base = time.monotonic()
+    # The driver's own CPU (user + system, every thread) from the warm-up's
+    # start, as the Rust drivers' getrusage: the library's cost in the
+    # application.
+    cpu_start = own_cpu_seconds()
     # Tells the orchestrator when the warm-up started (it times faults by it).
     sys.stderr.write("ready\n")
     sys.stderr.flush()
@@ -130,6 +140,7 @@ def main():
     for t in threads:
         t.join(max(0.0, grace - time.monotonic()))
     stuck = sum(1 for t in threads if t.is_alive())
+    driver_cpu_s = max(0.0, own_cpu_seconds() - cpu_start)
 
     report = {
         "peer": spec["peer"],
@@ -141,6 +152,7 @@ def main():
         "window_s": spec["duration_ms"] / 1000,
         "cycles": 0, "grants_total": 0, "per_client_grants": [], "max_wait_ms": 0.0,
         "overlaps": 0, "timeouts": 0, "errors": 0, "error_sample": None, "stuck": stuck,
+        "driver_cpu_s": driver_cpu_s,
     }
     acquire, cycle = [], []
     for i, log in enumerate(logs):

@@ -14,6 +14,7 @@
 //! it with a `PEXPIRE` where the agent, with a fresh token, would stop at
 //! the `SET`. The two roughly cancel; the limit is an estimate, not a bound.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -174,6 +175,19 @@ fn parse_csv_rps(text: &str) -> Option<f64> {
     fields.get(from_right)?.trim_matches('"').parse().ok()
 }
 
+/// One of the agent's scripts (`BATCH`), read from its
+/// source so the limit runs what the agent runs; empty when not found.
+pub fn agent_script(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src/node/scripts.rs");
+    let source = std::fs::read_to_string(&path).unwrap_or_default();
+    source
+        .split_once(&format!("pub static {name}:"))
+        .and_then(|(_, rest)| rest.split_once("r#\""))
+        .and_then(|(_, rest)| rest.split_once("\"#"))
+        .map(|(script, _)| script.to_string())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -181,5 +195,13 @@ mod tests {
         let csv = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\
                    \"SET k:__rand_int__ token NX GET PX 10000\",\"123456.78\",\"1.000\",\"0.100\",\"0.900\",\"2.000\",\"3.000\",\"9.000\"\n";
         assert_eq!(super::parse_csv_rps(csv), Some(123456.78));
+    }
+
+    #[test]
+    fn the_agent_scripts_are_found() {
+        let batch = super::agent_script("BATCH");
+        assert!(batch.contains("redis.call(\"del\", key"), "{batch}");
+        assert!(batch.contains("redis.call(\"get\", KEYS[1])"), "{batch}");
+        assert!(batch.contains("\"NX\", \"GET\", \"PX\""), "{batch}");
     }
 }

@@ -18,6 +18,9 @@
 //! - `traces`: W12, the agent's CPU per W1 cycle with tracing off and with
 //!   every request traced to a local OTLP receiver
 //! - `multi`: W13, a lock on 3 resources at once beside 3 single locks
+//! - `cost`: W14, the CPU per cycle of the masters, the agent and the
+//!   driver over 3, 5 and 7 masters, and the agent's overhead as a sidecar
+//!   at a fixed rate
 //! - `stats`: percentiles, fairness, the hot-key tracker
 //! - `limit`: the masters' own limit with `redis-benchmark`
 //! - `profile`: `perf` on the agent under the 64-client uncontended load,
@@ -28,6 +31,7 @@
 //! `bench/README.md`.
 
 mod cluster;
+mod cost;
 mod cpu;
 mod drive;
 mod fleet;
@@ -82,8 +86,9 @@ struct RunArgs {
     /// Peers to run, comma-separated (default: all; --smoke: agent).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// Workloads to run, comma-separated: w1 .. w13 (default: all but w12,
-    /// which runs only when named: tracing's cost). w5 (the
+    /// Workloads to run, comma-separated: w1 .. w14 (default: all but w12
+    /// and w14, which run only when named: tracing's cost, the cost per
+    /// cycle over 3, 5 and 7 masters and at a fixed rate). w5 (the
     /// marker check's cost), w6 (a fenced acquire's), w8 (idle
     /// connections), w9 (masters as Redis Clusters), w10 (fleets of idle
     /// agents), w11 (semaphores and elections beside locks) and w13 (a lock

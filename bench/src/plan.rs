@@ -3,13 +3,14 @@
 //! memory with idle connections and the masters' own limit, and hand the
 //! results to [`crate::report`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::cluster::{Agent, AgentRetry, Clusters, MasterSet, Masters, MARKER_SWITCH};
+use crate::cost::{self, CostRuns};
 use crate::cpu::{self, Cpu};
 use crate::fleet::{self, Fleet};
 use crate::idle::{self, Idle};
@@ -164,8 +165,8 @@ impl Workload {
 
 /// The workload ids `--only` takes (w4 is the masters' limit, w8 the idle
 /// connections, w10 the fleet of idle agents).
-pub const WORKLOAD_IDS: [&str; 13] = [
-    "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12", "w13",
+pub const WORKLOAD_IDS: [&str; 14] = [
+    "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12", "w13", "w14",
 ];
 
 /// W7's processes in a full run (in the smoke run: 4).
@@ -259,6 +260,8 @@ pub struct Results {
     pub tracing: Option<Result<Tracing, String>>,
     /// W13, when it ran.
     pub multi: Option<Result<Multi, String>>,
+    /// W14, when it ran.
+    pub cost: Option<Result<CostRuns, String>>,
     pub redis_version: String,
     pub agent_failed: bool,
 }
@@ -350,6 +353,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         primitives: None,
         tracing: None,
         multi: None,
+        cost: None,
         redis_version,
         agent_failed: false,
     };
@@ -467,6 +471,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
                 floor: matches!(workload, Workload::Floor { .. }),
                 python_client: (processes && peer == Peer::Agent)
                     .then(|| options.drivers.python_client.display().to_string()),
+                rate: None,
             };
             eprint!("{:<40} {:<14} ", workload.describe(), peer.name());
             if let Some(reason) = unavailable {
@@ -659,7 +664,8 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         results.agent_failed |= failed;
         results.multi = Some(measured);
     }
-    // Only when asked for by name: two more agents and twelve W1 runs.
+    // Only when asked for by name: W12's two more agents and twelve W1
+    // runs; W14's 27 runs per peer and two more sets of masters.
     let asked = |w: &str| options.only.iter().any(|o| o == w);
     if asked("w12") && options.peers.contains(&Peer::Agent) {
         let measured = traces::measure(options, &masters).map_err(|e| format!("{e:#}"));
@@ -669,10 +675,16 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         }
         results.tracing = Some(measured);
     }
+    if asked("w14") {
+        let measured = cost::measure(options, &masters, &agent);
+        let (measured, failed) = crate::told("W14", measured, CostRuns::failed);
+        results.agent_failed |= failed;
+        results.cost = Some(measured);
+    }
     if !options.smoke && wanted("w4") {
         eprintln!("limit: redis-benchmark on all {MASTERS} masters at once");
         results.limit = Some(
-            limit::measure(&masters, options.duration, &agent_script("BATCH"))
+            limit::measure(&masters, options.duration, &limit::agent_script("BATCH"))
                 .map_err(|e| format!("{e:#}")),
         );
     }
@@ -764,28 +776,4 @@ fn agent_run_failed(workload: Workload, result: &Result<Report, String>) -> bool
         Workload::Degraded { .. } | Workload::Processes { .. }
     );
     r.cycles == 0 || r.overlaps > 0 || r.stuck > 0 || (!errors_allowed && r.errors > 0)
-}
-
-/// One of the agent's scripts (`BATCH`), read from its
-/// source so the limit runs what the agent runs; empty when not found.
-fn agent_script(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src/node/scripts.rs");
-    let source = std::fs::read_to_string(&path).unwrap_or_default();
-    source
-        .split_once(&format!("pub static {name}:"))
-        .and_then(|(_, rest)| rest.split_once("r#\""))
-        .and_then(|(_, rest)| rest.split_once("\"#"))
-        .map(|(script, _)| script.to_string())
-        .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_agent_scripts_are_found() {
-        let batch = super::agent_script("BATCH");
-        assert!(batch.contains("redis.call(\"del\", key"), "{batch}");
-        assert!(batch.contains("redis.call(\"get\", KEYS[1])"), "{batch}");
-        assert!(batch.contains("\"NX\", \"GET\", \"PX\""), "{batch}");
-    }
 }

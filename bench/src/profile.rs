@@ -80,6 +80,7 @@ pub fn run(options: &Options) -> anyhow::Result<Profile> {
         fence: false,
         floor: false,
         python_client: None,
+        rate: None,
     };
     let report = options
         .drivers

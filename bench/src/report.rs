@@ -3,7 +3,9 @@
 //! missed, one detail table per workload, and the environment. W1's socket
 //! floor (what two bare round trips cost beside the lock) is in [`floor`];
 //! W9 (masters as Redis Clusters, with its projection per shard) in
-//! [`clusters`].
+//! [`clusters`]; W14 (the CPU per cycle of each process, and the agent's
+//! overhead as a sidecar at a fixed rate) in [`cost`], with the `Cost`
+//! of a cycle both read.
 //!
 //! Here: [`render`], the cells' helpers and the environment. The summary is
 //! in [`summary`], the targets in [`targets`], and each workload's table in
@@ -12,6 +14,7 @@
 //! [`idle_connections`] (W8).
 
 mod clusters;
+mod cost;
 mod degraded;
 mod fleet;
 mod floor;
@@ -235,6 +238,7 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     primitives::section(&mut md, results);
     traces::section(&mut md, results);
     multi::section(&mut md, results);
+    cost::section(&mut md, results);
     environment(&mut md, results, env, peers);
     md
 }

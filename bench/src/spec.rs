@@ -52,6 +52,13 @@ pub struct Spec {
     /// import as it is.
     #[serde(default)]
     pub python_client: Option<String>,
+    /// Cycles per second to pace the whole driver at, split evenly over
+    /// its clients (each starts a cycle at its own slots, sleeping until
+    /// the next); `None` runs every client as fast as it can. The Rust
+    /// drivers only: the others ignore it, and their report says so by
+    /// leaving `target_rate` empty.
+    #[serde(default)]
+    pub rate: Option<f64>,
 }
 
 /// Latency percentiles in milliseconds (nearest rank), over the samples
@@ -60,6 +67,9 @@ pub struct Spec {
 pub struct Percentiles {
     pub count: u64,
     pub p50: f64,
+    /// Older reports and the W7 drivers have none.
+    #[serde(default)]
+    pub p90: f64,
     pub p99: f64,
     pub p999: f64,
     pub max: f64,
@@ -114,10 +124,19 @@ pub struct Report {
     /// Clients still inside a call a few seconds after the window closed
     /// (a call with no timeout on a frozen master).
     pub stuck: u64,
-    /// The Rust drivers only: CPU seconds (user + system, every thread)
+    /// Every driver but W7's: CPU seconds (user + system, every thread)
     /// the driver's own process spent from the start of the warm-up until
-    /// every client had stopped, its clients' connections already open;
-    /// the same span as `grants_total`, by which it divides.
+    /// every client had stopped (the Rust drivers' connections already
+    /// open; node's and Python's open as the warm-up starts); the same
+    /// span as `grants_total`, by which it divides.
     #[serde(default)]
     pub driver_cpu_s: Option<f64>,
+    /// The spec's `rate`, when the driver paced its clients to it.
+    #[serde(default)]
+    pub target_rate: Option<f64>,
+    /// Paced runs: slots a client missed because its previous cycle was
+    /// still running a whole slot after the next one was due; it started
+    /// at once and skipped them rather than burst to catch up.
+    #[serde(default)]
+    pub missed_slots: u64,
 }

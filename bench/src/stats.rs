@@ -24,6 +24,7 @@ pub fn percentiles(samples: &mut [f64]) -> Percentiles {
     Percentiles {
         count: samples.len() as u64,
         p50: rank(0.50),
+        p90: rank(0.90),
         p99: rank(0.99),
         p999: rank(0.999),
         max: samples[samples.len() - 1],
@@ -147,7 +148,10 @@ mod tests {
     fn nearest_rank_percentiles() {
         let mut samples: Vec<f64> = (1..=1000).map(f64::from).collect();
         let p = percentiles(&mut samples);
-        assert_eq!((p.p50, p.p99, p.p999, p.max), (500.0, 990.0, 999.0, 1000.0));
+        assert_eq!(
+            (p.p50, p.p90, p.p99, p.p999, p.max),
+            (500.0, 900.0, 990.0, 999.0, 1000.0)
+        );
         let p = percentiles(&mut [7.0]);
         assert_eq!((p.p50, p.p999), (7.0, 7.0));
     }

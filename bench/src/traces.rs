@@ -166,6 +166,7 @@ fn run(
         fence: false,
         floor: false,
         python_client: None,
+        rate: None,
     };
     let processes = masters.processes().unwrap_or_default();
     let before = cpu::sample(&processes, agent.pid());

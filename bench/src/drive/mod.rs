@@ -3,7 +3,8 @@
 //! releases ([`Client`]).
 //!
 //! Every client loops: acquire (waiting until the window's end at most),
-//! release at once, again. A driver prints one [`Report`] as JSON, with
+//! release at once, again; or, when the spec sets a `rate`, again at its
+//! next slot ([`Pace`]). A driver prints one [`Report`] as JSON, with
 //! the CPU its own process spent, and exits; a client stuck in a call with
 //! no timeout does not keep it alive.
 
@@ -58,6 +59,7 @@ struct ClientLog {
     errors: u64,
     error_sample: Option<String>,
     max_wait: f64,
+    missed_slots: u64,
 }
 
 impl ClientLog {
@@ -85,7 +87,11 @@ pub async fn run<C: Client>(spec: Spec, library: String, settings: String, clien
     let waiting: Arc<Vec<AtomicU64>> =
         Arc::new((0..clients.len()).map(|_| AtomicU64::new(0)).collect());
     let mut tasks = Vec::new();
+    let count = clients.len();
     for (index, client) in clients.into_iter().enumerate() {
+        let pace = spec
+            .rate
+            .and_then(|rate| Pace::new(rate, count, index, base));
         let resource = match spec.keys {
             Keys::Distinct => format!("{}-c{index}", spec.resource_prefix),
             Keys::Hot => format!("{}-hot", spec.resource_prefix),
@@ -101,6 +107,7 @@ pub async fn run<C: Client>(spec: Spec, library: String, settings: String, clien
             waiting,
             index,
             base,
+            pace,
         )));
     }
 
@@ -141,6 +148,7 @@ pub async fn run<C: Client>(spec: Spec, library: String, settings: String, clien
         window_s: spec.duration_ms as f64 / 1000.0,
         stuck,
         driver_cpu_s,
+        target_rate: spec.rate.filter(|_| count > 0),
         ..Report::default()
     };
     let (mut acquire, mut cycle) = (Vec::new(), Vec::new());
@@ -152,6 +160,7 @@ pub async fn run<C: Client>(spec: Spec, library: String, settings: String, clien
         report.per_client_grants.push(log.grants_in_window);
         report.timeouts += log.timeouts;
         report.errors += log.errors;
+        report.missed_slots += log.missed_slots;
         report.max_wait_ms = report.max_wait_ms.max(log.max_wait);
         if report.error_sample.is_none() {
             report.error_sample = log.error_sample;
@@ -185,9 +194,18 @@ async fn client_loop<C: Client>(
     waiting: Arc<Vec<AtomicU64>>,
     index: usize,
     base: Instant,
+    mut pace: Option<Pace>,
 ) -> ClientLog {
     let mut log = ClientLog::default();
     while Instant::now() < window.end {
+        if let Some(pace) = pace.as_mut() {
+            let (start, missed) = pace.take(Instant::now());
+            log.missed_slots += missed;
+            tokio::time::sleep_until(start.into()).await;
+            if Instant::now() >= window.end {
+                break;
+            }
+        }
         let began = Instant::now();
         waiting[index].store((began - base).as_nanos().max(1) as u64, Ordering::Relaxed);
         let outcome = client.acquire(&resource, ttl_ms, window.end).await;
@@ -238,4 +256,77 @@ async fn client_loop<C: Client>(
         }
     }
     log
+}
+
+/// One client's share of a paced driver: a cycle every `period` (the
+/// clients × the rate's interval), at slots offset by the client's index so
+/// the driver's cycles spread evenly over each period. The slots are fixed
+/// from the start: a client that wakes late does not drift.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    period: Duration,
+    next: Instant,
+}
+
+impl Pace {
+    /// `None` for a rate that is not a positive number.
+    fn new(rate: f64, clients: usize, index: usize, base: Instant) -> Option<Pace> {
+        if !(rate.is_finite() && rate > 0.0) || clients == 0 {
+            return None;
+        }
+        // Whole nanoseconds, so the slots add up exactly.
+        let period = (clients as f64 * 1e9 / rate).round().max(1.0) as u64;
+        Some(Pace {
+            period: Duration::from_nanos(period),
+            next: base + Duration::from_nanos(period * index as u64 / clients as u64),
+        })
+    }
+
+    /// When the cycle asked for `now` starts (the next slot, or at once
+    /// when it is due), and the slots missed: those a whole period or more
+    /// in the past, skipped rather than run back to back, so a client that
+    /// fell behind does not burst past the rate to catch up.
+    fn take(&mut self, now: Instant) -> (Instant, u64) {
+        let mut missed = 0;
+        let late = now.saturating_duration_since(self.next);
+        if late >= self.period {
+            missed = (late.as_nanos() / self.period.as_nanos()) as u64;
+            self.next += Duration::from_nanos(self.period.as_nanos() as u64 * missed);
+        }
+        let start = self.next.max(now);
+        self.next += self.period;
+        (start, missed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 1,000 cycles/s over 8 clients: each client's slot comes every 8 ms,
+    /// client 2's a quarter of the way in; an early client waits for its
+    /// slot, a client late by less than a period starts at once and keeps
+    /// the schedule, one late by more skips the slots it missed.
+    #[test]
+    fn slots_are_kept_from_the_start_and_missed_ones_skipped() {
+        let base = Instant::now();
+        let ms = Duration::from_millis;
+        let mut pace = Pace::new(1000.0, 8, 2, base).expect("a positive rate");
+        assert_eq!(pace.period, ms(8));
+        assert_eq!(pace.take(base), (base + ms(2), 0));
+        assert_eq!(pace.take(base + ms(13)), (base + ms(13), 0));
+        assert_eq!(pace.take(base + ms(14)), (base + ms(18), 0));
+        // Due at 26 ms; at 45 ms the slots at 26 and 34 ms are past by a
+        // whole period: skipped, and the one at 42 ms starts at once.
+        assert_eq!(pace.take(base + ms(45)), (base + ms(45), 2));
+        assert_eq!(pace.take(base + ms(46)), (base + ms(50), 0));
+    }
+
+    #[test]
+    fn no_pace_without_a_positive_rate() {
+        let base = Instant::now();
+        assert!(Pace::new(0.0, 8, 0, base).is_none());
+        assert!(Pace::new(f64::NAN, 8, 0, base).is_none());
+        assert!(Pace::new(100.0, 0, 0, base).is_none());
+    }
 }

@@ -6,6 +6,7 @@
 
 use std::fmt::Write;
 
+use super::cost::{ms, us, Cost};
 use super::{num, rate};
 use crate::peers::Peer;
 use crate::plan::{Results, Run, Workload};
@@ -31,47 +32,6 @@ fn rows(results: &Results, clients: usize) -> [(&'static str, Option<&Run>); 3] 
         ("agent: acquire + release", results.find(w1, Peer::Agent)),
         ("rslock in-process", results.find(w1, Peer::Rslock)),
     ]
-}
-
-/// CPU per cycle, µs, of each part of the machine one row used.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Cost {
-    agent: Option<f64>,
-    driver: Option<f64>,
-    masters: Option<f64>,
-}
-
-impl Cost {
-    fn of(run: &Run, report: &Report) -> Cost {
-        let per_cycle = |seconds: f64| seconds * 1e6 / report.grants_total as f64;
-        let cpu = run.cpu.as_ref();
-        Cost {
-            agent: cpu.and_then(|c| c.agent_s).map(per_cycle),
-            driver: report.driver_cpu_s.map(per_cycle),
-            masters: cpu.map(|c| per_cycle(c.servers_s())),
-        }
-    }
-
-    /// The whole machine: the agent (for rows through it), the driver and
-    /// the masters; `None` when a part that ran was not measured.
-    fn whole(self, through_agent: bool) -> Option<f64> {
-        let agent = if through_agent { self.agent? } else { 0.0 };
-        Some(agent + self.driver? + self.masters?)
-    }
-}
-
-fn us(x: Option<f64>) -> String {
-    x.map_or("-".into(), num)
-}
-
-/// Milliseconds, with a third decimal under 1 ms: the floor's round trips
-/// are tens of microseconds.
-fn ms(x: f64) -> String {
-    if x.abs() < 1.0 {
-        format!("{x:.3}")
-    } else {
-        num(x)
-    }
 }
 
 /// The subsection; nothing when no floor ran.
@@ -116,7 +76,7 @@ pub(super) fn section(md: &mut String, results: &Results) {
                 let _ = writeln!(md, "| {clients} | {label} | {why} | | | | | | |");
                 continue;
             };
-            let cost = Cost::of(run, r);
+            let cost = Cost::of(run.cpu.as_ref(), r);
             let _ = writeln!(
                 md,
                 "| {clients} | {label} | {} | {} / {} | {} | {} | {} | {} | {} |",
@@ -167,8 +127,11 @@ fn lines(results: &Results) -> Vec<String> {
                 100.0 * f / a.max(f64::MIN_POSITIVE)
             ));
         }
-        let (agent_cost, floor_cost) = (Cost::of(agent_run, agent), Cost::of(floor_run, floor));
-        let rslock_cost = rslock.map(|(run, r)| Cost::of(run, r));
+        let (agent_cost, floor_cost) = (
+            Cost::of(agent_run.cpu.as_ref(), agent),
+            Cost::of(floor_run.cpu.as_ref(), floor),
+        );
+        let rslock_cost = rslock.map(|(run, r)| Cost::of(run.cpu.as_ref(), r));
         if let (Some(a), Some(f)) = (agent_cost.agent, floor_cost.agent) {
             let against = match rslock_cost.and_then(|c| c.driver) {
                 Some(r) => format!(

@@ -103,6 +103,7 @@ mod tests {
                 p99: p50 * 2.0,
                 p999: p50 * 2.0,
                 max: p50 * 2.0,
+                ..Percentiles::default()
             },
             errors: 0,
             first_error: None,

@@ -153,6 +153,7 @@ mod tests {
             p99,
             p999: p99,
             max: p99,
+            ..Percentiles::default()
         }
     }
 
