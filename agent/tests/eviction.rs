@@ -247,21 +247,6 @@ async fn an_eviction_policy_set_at_run_time_never_grants_twice() {
     a.stop().await;
 }
 
-/// `INFO stats` calls master `i` has served so far, its scripts' included.
-async fn info_calls(cluster: &Cluster, i: usize) -> u64 {
-    let mut conn = cluster.redis(i).await;
-    let text: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_info:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The eviction check costs a master an `INFO stats` only for a vote that
 /// would count: votes that find the lock taken, as under contention, ask
 /// for none, while a vote that finds a lock free does (which shows the
@@ -281,7 +266,7 @@ async fn only_a_vote_that_would_count_reads_the_eviction_count() {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
 
-    let before = info_calls(&cluster, 0).await;
+    let before = cluster.command_calls(0).await["info"];
     for _ in 0..20 {
         let (status, body) = b
             .post(&format!("/v1/locks/{RESOURCE}/acquire"), json!({}))
@@ -291,15 +276,15 @@ async fn only_a_vote_that_would_count_reads_the_eviction_count() {
     // The read of `before` is itself one INFO call; a probe of each agent
     // may fall in the window (B's, woken by its warm-up), never one per
     // vote (20, as when every vote checked).
-    let taken = info_calls(&cluster, 0).await - before - 1;
+    let taken = cluster.command_calls(0).await["info"] - before - 1;
     assert!(
         taken <= 2,
         "20 votes on a taken lock read the count {taken} times"
     );
 
-    let before = info_calls(&cluster, 0).await;
+    let before = cluster.command_calls(0).await["info"];
     b.acquire_ok("free", json!({})).await;
-    let free = info_calls(&cluster, 0).await - before - 1;
+    let free = cluster.command_calls(0).await["info"] - before - 1;
     assert!(free >= 1, "a vote that finds its lock free reads the count");
     a.stop().await;
     b.stop().await;
