@@ -249,8 +249,8 @@ async fn an_eviction_policy_set_at_run_time_never_grants_twice() {
 
 /// The eviction check costs a master an `INFO stats` only for a vote that
 /// would count: votes that find the lock taken, as under contention, ask
-/// for none, while a vote that finds a lock free does (which shows the
-/// count of calls moves at all). Probes are a minute apart.
+/// for none, while each vote that finds a lock free does (which shows
+/// the count of calls moves at all). Probes are a minute apart.
 #[tokio::test]
 async fn only_a_vote_that_would_count_reads_the_eviction_count() {
     let cluster = Cluster::start(3);
@@ -283,9 +283,11 @@ async fn only_a_vote_that_would_count_reads_the_eviction_count() {
     );
 
     let before = cluster.command_calls(0).await["info"];
-    b.acquire_ok("free", json!({})).await;
+    for n in 0..5 {
+        b.acquire_ok(&format!("free-{n}"), json!({})).await;
+    }
     let free = cluster.command_calls(0).await["info"] - before - 1;
-    assert!(free >= 1, "a vote that finds its lock free reads the count");
+    assert!(free >= 5, "5 votes that find their locks free read it {free} times");
     a.stop().await;
     b.stop().await;
 }
@@ -316,4 +318,59 @@ async fn control_a_vote_after_the_eviction_grants_twice() {
         "the control must find the double grant: {answers:?}"
     );
     a.stop().await;
+}
+
+/// One vote of the batch script on master 0, whose marker says it had
+/// evicted 5 keys when written (this master has evicted none, so the count
+/// has moved); with `oom`, under a `maxmemory` of 1 byte (and
+/// `noeviction`), so the master refuses every write: the vote's answer line.
+async fn vote_after_eviction(cluster: &Cluster, oom: bool) -> String {
+    let mut conn = cluster.redis(0).await;
+    let _: () = redis::cmd("SET")
+        .arg("redlock: incarnation")
+        .arg("m e=5")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    if oom {
+        config_set(cluster, 0, "maxmemory", "1").await;
+    }
+    let answer: String = redlock_agent::node::scripts::BATCH
+        .key("redlock: incarnation")
+        .key("redlock: fence")
+        .key(LOCK_KEY)
+        .key(LOCK_KEY)
+        .arg("1")
+        .arg("1")
+        .arg("1")
+        .arg("v")
+        .arg("token-b")
+        .arg(30_000)
+        .arg("0")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    if oom {
+        config_set(cluster, 0, "maxmemory", "0").await;
+    }
+    answer.lines().last().unwrap_or_default().to_string()
+}
+
+/// The script itself, on a real master: a vote that finds its lock free
+/// on a master that evicted since its marker was written answers -3 and
+/// leaves neither its key nor the marker. So does one whose write the
+/// master refuses for memory (`maxmemory` reached under `noeviction`, as
+/// a cache leaves a master): it is checked before its OOM is answered,
+/// so the loss is seen at once, not at the next probe.
+#[tokio::test]
+async fn a_vote_on_a_master_that_evicted_writes_nothing() {
+    let cluster = Cluster::start(1);
+    assert_eq!(vote_after_eviction(&cluster, false).await, "-3");
+    assert_eq!(cluster.get(0, LOCK_KEY).await, None);
+    assert_eq!(cluster.get(0, "redlock: incarnation").await, None);
+
+    let oom = vote_after_eviction(&cluster, true).await;
+    assert_eq!(oom, "-3", "a refused write is checked too");
+    assert_eq!(cluster.get(0, LOCK_KEY).await, None);
+    assert_eq!(cluster.get(0, "redlock: incarnation").await, None);
 }

@@ -71,7 +71,10 @@ pub async fn evalsha(
 /// for a cache's writes. A vote on a master whose count has moved since
 /// deletes the marker (every agent then sees the loss, in its votes and
 /// probes, and quarantines the master) and answers -3, leaving nothing
-/// written: a key the vote had just set is deleted again. The check is
+/// written: a key the vote had just set is deleted again. A vote whose
+/// write the master refuses (OOM: at `maxmemory` with nothing left to
+/// evict, where a cache leaves it) is checked before its error is
+/// answered, since the master may have evicted on the way there. The check is
 /// atomic with the vote, so no probe interval separates an eviction from
 /// the votes that must not count. Only a vote that would count needs it (a
 /// vote that finds the lock taken grants nothing), so it costs the master
@@ -152,7 +155,7 @@ pub fn batch(tag: Option<&str>) -> Script {
 /// refuses `INFO` or the server does not report it: a Lua function every
 /// script that reads the count shares. A plain search for the field's name
 /// instead of a pattern tried at every position of the section's text.
-const EVICTED_KEYS_SOURCE: &str = r#"local function evicted_keys()
+pub(crate) const EVICTED_KEYS_SOURCE: &str = r#"local function evicted_keys()
   local stats = redis.pcall("info", "stats")
   if type(stats) ~= "string" then return nil end
   local at = string.find(stats, "evicted_keys:", 1, true)
@@ -177,11 +180,12 @@ local function trusted()
 end
 local function unevicted()
   if kept == nil then
-    kept = true
     local now = evictions and counted and evicted_keys()
     if now and counted ~= now then
       redis.call("del", KEYS[1])
       marker, kept = false, false
+    else
+      kept = true
     end
   end
   return kept
@@ -190,11 +194,20 @@ local function run(op, key, flag, token, number, more)
   if check ~= "0" and (op == "v" or op == "e") and not trusted() then return -1 end
   if op == "v" then
     local wants = tonumber(more) or 0
-    local status, previous = 0, nil
+    local status, previous, written = 0, nil, nil
     if setget then
-      previous = redis.call("set", key, token, "NX", "GET", "PX", number)
+      written = redis.pcall("set", key, token, "NX", "GET", "PX", number)
+    else
+      written = redis.pcall("set", key, token, "NX", "PX", number)
+    end
+    if type(written) == "table" and written.err then
+      if check ~= "0" and not unevicted() then return -3 end
+      error(written)
+    end
+    if setget then
+      previous = written
       if not previous then status = 1 end
-    elseif redis.call("set", key, token, "NX", "PX", number) then
+    elseif written then
       status = 1
     else
       previous = redis.call("get", key)

@@ -20,6 +20,7 @@ use redlock_wire::keys::SLOTS;
 
 use super::{OnNode, Shard};
 use crate::node::conn::bounded;
+use crate::node::scripts::EVICTED_KEYS_SOURCE;
 use crate::node::{classify, scripts, Conn, Node};
 use crate::redlock::master::NodeError;
 
@@ -124,15 +125,21 @@ impl Node {
     }
 }
 
+/// The first line of a script that touches the keys of several slots: it
+/// must come first, before any shared Lua.
+const CROSS_SLOT: &str = "#!lua flags=allow-cross-slot-keys\n";
+
 /// `ARGV[1]` "read" or "write", then one marker per slot: 1 where the
 /// marker holds this node's ID (after writing it, for "write": clusters
 /// this process started empty), else 0. A read is `CLUSTER MYID` and one
 /// `GET` per slot: the health probe samples markers with it every probe.
-pub(super) static SWEEP_MARKERS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(SWEEP_MARKERS_CODE));
-const SWEEP_MARKERS_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
-local id = redis.call("cluster", "myid")
-local evicted = ARGV[1] == "write" and string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)") or nil
+pub(super) static SWEEP_MARKERS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{CROSS_SLOT}{EVICTED_KEYS_SOURCE}{SWEEP_MARKERS_CODE}"
+    ))
+});
+const SWEEP_MARKERS_CODE: &str = r#"local id = redis.call("cluster", "myid")
+local evicted = ARGV[1] == "write" and evicted_keys() or nil
 local out = {}
 for i = 2, #ARGV do
   if ARGV[1] == "write" then redis.call("set", ARGV[i], evicted and id .. " e=" .. evicted or id) end
@@ -144,9 +151,8 @@ return out"#;
 /// `ARGV[1]` the TTL in ms, then per slot its witness key and nonce: writes
 /// each witness as this node's ID and the nonce. 1 per slot.
 pub(super) static SWEEP_WITNESSES: LazyLock<Script> =
-    LazyLock::new(|| Script::new(SWEEP_WITNESSES_CODE));
-const SWEEP_WITNESSES_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
-local id = redis.call("cluster", "myid")
+    LazyLock::new(|| Script::new(&format!("{CROSS_SLOT}{SWEEP_WITNESSES_CODE}")));
+const SWEEP_WITNESSES_CODE: &str = r#"local id = redis.call("cluster", "myid")
 local out = {}
 for i = 2, #ARGV, 2 do
   redis.call("set", ARGV[i], id .. ":" .. ARGV[i + 1], "PX", ARGV[1])
@@ -165,11 +171,13 @@ return out"#;
 /// eviction count, where the node reports one) and the witness removed: 1
 /// readmitted. Otherwise nothing is written: 0, the quarantine starts
 /// over.
-pub(super) static SWEEP_READMIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(SWEEP_READMIT_CODE));
-const SWEEP_READMIT_CODE: &str = r#"#!lua flags=allow-cross-slot-keys
-local id = redis.call("cluster", "myid")
-local evicted = string.match(tostring(redis.pcall("info", "stats")), "evicted_keys:(%d+)")
+pub(super) static SWEEP_READMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{CROSS_SLOT}{EVICTED_KEYS_SOURCE}{SWEEP_READMIT_CODE}"
+    ))
+});
+const SWEEP_READMIT_CODE: &str = r#"local id = redis.call("cluster", "myid")
+local evicted = evicted_keys()
 local out = {}
 for i = 1, #ARGV, 5 do
   local marker, witness, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]
