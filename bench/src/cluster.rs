@@ -452,6 +452,17 @@ pub struct AgentRetry {
     pub jitter_ms: u64,
 }
 
+/// The agent's defaults (`lock.retry_delay`, `lock.retry_jitter`).
+pub const AGENT_DEFAULT: AgentRetry = AgentRetry {
+    delay_ms: 50,
+    jitter_ms: 50,
+};
+/// Tuned for a hot key, like every peer's tuned settings: a 10 ms retry.
+pub const AGENT_TUNED: AgentRetry = AgentRetry {
+    delay_ms: 10,
+    jitter_ms: 10,
+};
+
 /// The per-node timeout every benchmark agent runs with (the default).
 pub const NODE_TIMEOUT_MS: u64 = 50;
 
@@ -507,7 +518,7 @@ impl Agent {
         masters: &impl MasterSet,
         yaml: &str,
     ) -> anyhow::Result<Agent> {
-        let retry = crate::plan::AGENT_DEFAULT;
+        let retry = AGENT_DEFAULT;
         Agent::launch(bin, dir, name, masters, retry, &[], "", None, yaml)
     }
 

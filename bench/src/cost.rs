@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cluster::{Agent, MasterSet, Masters};
+use crate::cluster::{Agent, MasterSet, Masters, AGENT_DEFAULT};
 use crate::cpu::{self, Cpu};
 use crate::idle;
+use crate::options::{Options, MASTERS, TTL_MS};
 use crate::peers::Peer;
-use crate::plan::{Options, AGENT_DEFAULT, MASTERS, TTL_MS};
 use crate::spec::{Keys, Report, Spec};
 
 /// The master counts of the CPU table.

@@ -3,6 +3,8 @@
 //!
 //! Layout:
 //! - `plan`: the run (masters, agents, every workload for every peer, faults)
+//! - `options`: what the run was asked for, and the TTL and master count
+//!   every workload shares
 //! - `cluster`: the `redis-server` masters, W9's Redis Clusters, and the
 //!   agent processes
 //! - `cpu`: the CPU time of the masters' processes, the agent and a
@@ -38,6 +40,7 @@ mod fleet;
 mod idle;
 mod limit;
 mod multi;
+mod options;
 mod peers;
 mod plan;
 mod primitives;

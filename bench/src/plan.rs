@@ -3,41 +3,31 @@
 //! memory with idle connections and the masters' own limit, and hand the
 //! results to [`crate::report`].
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cluster::{Agent, AgentRetry, Clusters, MasterSet, Masters, MARKER_SWITCH};
+use crate::cluster::{
+    Agent, Clusters, MasterSet, Masters, AGENT_DEFAULT, AGENT_TUNED, MARKER_SWITCH,
+};
 use crate::cost::{self, CostRuns};
 use crate::cpu::{self, Cpu};
 use crate::fleet::{self, Fleet};
 use crate::idle::{self, Idle};
 use crate::limit::{self, Limit};
 use crate::multi::{self, Multi};
-use crate::peers::{Drivers, Peer};
+use crate::peers::Peer;
 use crate::primitives::{self, Primitives};
 use crate::spec::{Keys, Report, Spec};
 use crate::traces::{self, Tracing};
 
-/// The agent's defaults (`lock.retry_delay`, `lock.retry_jitter`).
-pub const AGENT_DEFAULT: AgentRetry = AgentRetry {
-    delay_ms: 50,
-    jitter_ms: 50,
-};
-/// Tuned for a hot key, like every peer's tuned settings: a 10 ms retry.
-pub const AGENT_TUNED: AgentRetry = AgentRetry {
-    delay_ms: 10,
-    jitter_ms: 10,
-};
+pub use crate::options::{Options, MASTERS, TTL_MS};
 
-pub const MASTERS: usize = 5;
 /// Primaries of each of W9's clusters.
 pub const SHARDS: usize = 3;
 /// The master the degraded workload kills or freezes (r5).
 pub const VICTIM: usize = MASTERS - 1;
-pub const TTL_MS: u64 = 10_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -228,21 +218,6 @@ impl Run {
         let commands = self.commands?;
         (report.grants_total > 0).then(|| commands as f64 / report.grants_total as f64)
     }
-}
-
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub smoke: bool,
-    pub duration: Duration,
-    pub warmup: Duration,
-    pub peers: Vec<Peer>,
-    /// w1..w4 to run; empty for all.
-    pub only: Vec<String>,
-    pub agent_bin: PathBuf,
-    pub drivers: Drivers,
-    pub scratch: PathBuf,
-    /// W10's fleets' `leak_scan.interval`.
-    pub leak_scan: Duration,
 }
 
 /// Everything a run measured.

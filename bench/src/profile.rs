@@ -10,7 +10,7 @@ use inferno::collapse::Collapse;
 
 use anyhow::{bail, Context};
 
-use crate::cluster::{Agent, Masters};
+use crate::cluster::{Agent, Masters, AGENT_DEFAULT};
 use crate::peers::Peer;
 use crate::plan::{self, Options};
 use crate::spec::{Keys, Spec};
@@ -34,7 +34,7 @@ pub fn run(options: &Options) -> anyhow::Result<Profile> {
         &options.scratch,
         "agent",
         &masters,
-        plan::AGENT_DEFAULT,
+        AGENT_DEFAULT,
         &[],
         "",
     )?;

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{Agent, MasterSet, Masters};
+use crate::cluster::{Agent, MasterSet, Masters, AGENT_DEFAULT};
 use crate::cpu;
+use crate::options::{Options, TTL_MS};
 use crate::peers::Peer;
-use crate::plan::{Options, AGENT_DEFAULT, TTL_MS};
 use crate::spec::{Keys, Spec};
 
 /// Alternating off/on pairs per client count.
