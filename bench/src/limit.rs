@@ -175,16 +175,27 @@ fn parse_csv_rps(text: &str) -> Option<f64> {
     fields.get(from_right)?.trim_matches('"').parse().ok()
 }
 
-/// One of the agent's scripts (`BATCH`), read from its
-/// source so the limit runs what the agent runs; empty when not found.
-pub fn agent_script(name: &str) -> String {
+/// The Lua texts of `agent/src/node/scripts.rs` that make the agent's
+/// batch script, in order: the shared `evicted_keys` function, then the
+/// batch itself (see `batch` there).
+pub const BATCH: [&str; 2] = ["EVICTED_KEYS_SOURCE", "BATCH_SOURCE"];
+
+/// One of the agent's scripts, put together from its Lua texts (`parts`:
+/// the names of their constants), read from its source so the limit runs
+/// what the agent runs; empty when one is not found.
+pub fn agent_script(parts: &[&str]) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src/node/scripts.rs");
     let source = std::fs::read_to_string(&path).unwrap_or_default();
-    source
-        .split_once(&format!("pub static {name}:"))
-        .and_then(|(_, rest)| rest.split_once("r#\""))
-        .and_then(|(_, rest)| rest.split_once("\"#"))
-        .map(|(script, _)| script.to_string())
+    let text = |name: &str| {
+        source
+            .split_once(&format!("const {name}: &str = r#\""))
+            .and_then(|(_, rest)| rest.split_once("\"#"))
+            .map(|(lua, _)| lua.to_string())
+    };
+    parts
+        .iter()
+        .map(|name| text(name))
+        .collect::<Option<String>>()
         .unwrap_or_default()
 }
 
@@ -199,7 +210,11 @@ mod tests {
 
     #[test]
     fn the_agent_scripts_are_found() {
-        let batch = super::agent_script("BATCH");
+        let batch = super::agent_script(&super::BATCH);
+        assert!(
+            batch.starts_with("local function evicted_keys()"),
+            "{batch}"
+        );
         assert!(batch.contains("redis.call(\"del\", key"), "{batch}");
         assert!(batch.contains("redis.call(\"get\", KEYS[1])"), "{batch}");
         assert!(batch.contains("\"NX\", \"GET\", \"PX\""), "{batch}");

@@ -659,8 +659,12 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
     if !options.smoke && wanted("w4") {
         eprintln!("limit: redis-benchmark on all {MASTERS} masters at once");
         results.limit = Some(
-            limit::measure(&masters, options.duration, &limit::agent_script("BATCH"))
-                .map_err(|e| format!("{e:#}")),
+            limit::measure(
+                &masters,
+                options.duration,
+                &limit::agent_script(&limit::BATCH),
+            )
+            .map_err(|e| format!("{e:#}")),
         );
     }
     agent.wait_usable(MASTERS, Duration::from_secs(5)).ok();
