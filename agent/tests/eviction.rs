@@ -287,7 +287,10 @@ async fn only_a_vote_that_would_count_reads_the_eviction_count() {
         b.acquire_ok(&format!("free-{n}"), json!({})).await;
     }
     let free = cluster.command_calls(0).await["info"] - before - 1;
-    assert!(free >= 5, "5 votes that find their locks free read it {free} times");
+    assert!(
+        free >= 5,
+        "5 votes that find their locks free read it {free} times"
+    );
     a.stop().await;
     b.stop().await;
 }
