@@ -66,18 +66,18 @@
 //!   any resource could get a quorum now, counted slot by slot.
 //! - [`lock`]: the lock service, the one home of the lock lifecycle:
 //!   one acquire for every kind of lock (`lock/acquire.rs`: it checks
-//!   the request, waits in line, answers, records the grant with its
-//!   kind and counts it; each kind brings only its contest, beside it:
-//!   a lock's there, the others' in their own files), holds ([`lock::holds`]: renewed, and told `lost` the moment
+//!   the request, runs its rounds, in line when it waits, answers,
+//!   records the grant with its kind and counts it; each kind brings
+//!   only its contest, what it votes for in a round, beside it: a lock's
+//!   there, the others' in their own files), holds ([`lock::holds`]: renewed, and told `lost` the moment
 //!   a force release or a master's loss is heard; their events, and a
 //!   campaign's and an observer's, on their way to the client in
 //!   [`lock::events`]: stamped, never waited for by a renewal, written as
 //!   true when written), extend, release, force release (of a lock, a
 //!   permit or a leadership alike); the TTL and owner rules, grant bookkeeping
 //!   ([`lock::Grants`], in `lock/grants.rs`), waiters ([`lock::waiters`]: per-resource FIFO
-//!   queues woken by releases here or, through pub/sub, on other agents,
-//!   and the contest a waiter runs in each round;
-//!   what each master's subscriber serves, `lock/waiters/subscriptions.rs`),
+//!   queues, in which only the head competes, woken by releases here
+//!   or, through pub/sub, on other agents; what each master's subscriber serves, `lock/waiters/subscriptions.rs`),
 //!   locks on several resources at once ([`lock::multi`]: one lock grant
 //!   per resource under one token, waiting in every resource's queue at
 //!   once, a hold of each told as one stream),
@@ -107,10 +107,10 @@
 //!   ([`scanner::shared`]) once per interval, or once per
 //!   `health.idle_interval` while it is idle.
 //! - [`api`]: HTTP routes ([`api::routes`]: routing and the views;
-//!   [`api::handlers`]: the requests that take locks, permits and
-//!   leadership, and an operator's force release of a permit, to the lock
-//!   service and back; [`api::multi`]: those of locks on several
-//!   resources; [`api::reply`]: answers,
+//!   [`api::handlers`]: the requests that take locks (on one resource
+//!   or several at once), permits and leadership, and an operator's force
+//!   release of a permit, to the lock service and back; [`api::reply`]:
+//!   answers,
 //!   errors with their codes, bodies read and parsed), the API's
 //!   OpenAPI document with the config's bounds filled in
 //!   ([`api::openapi`], `GET /v1/openapi.json`), the

@@ -3,13 +3,13 @@
 //! metrics listener (probes, metrics); peer credentials and who may connect
 //! ([`peer`]), and a peer's pod, for an agent that keeps tokens to their
 //! pods ([`pod`]); one connection's life, hyper only while it has requests
-//! ([`connection`]); locks on several resources at once ([`multi`]); the API's OpenAPI document, served with this
-//! agent's bounds ([`openapi`]). Wire types live in the
+//! ([`connection`]); the handlers of the routes that take locks, on one
+//! resource or several, permits and leadership ([`handlers`]); the API's
+//! OpenAPI document, served with this agent's bounds ([`openapi`]). Wire types live in the
 //! `redlock-wire` crate so clients can use them without the server.
 
 pub mod connection;
 pub mod handlers;
-pub mod multi;
 pub mod openapi;
 pub mod peer;
 pub mod pod;

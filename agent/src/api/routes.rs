@@ -14,8 +14,9 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use redlock_wire::ErrorCode;
 
-use super::handlers::{self, acquire, extend, hold, release, ForceReleaseRequest, LockAction};
-use super::multi::{self, MultiAction};
+use super::handlers::{
+    self, acquire, extend, hold, release, ForceReleaseRequest, LockAction, MultiAction,
+};
 use super::openapi;
 use super::peer::Peer;
 pub use super::reply::Body;
@@ -327,16 +328,16 @@ async fn dispatch(
         }
         Route::Multi(action) => match action {
             MultiAction::Acquire => {
-                multi::acquire(agent, holder, caller, parse_body(&body, false)?).await
+                handlers::acquire_many(agent, holder, caller, parse_body(&body, false)?).await
             }
             MultiAction::Hold => {
-                multi::hold(agent, holder, caller, parse_body(&body, false)?).await
+                handlers::hold_many(agent, holder, caller, parse_body(&body, false)?).await
             }
             MultiAction::Extend => {
-                multi::extend(agent, holder, caller, parse_body(&body, false)?).await
+                handlers::extend_many(agent, holder, caller, parse_body(&body, false)?).await
             }
             MultiAction::Release => {
-                multi::release(agent, holder, caller, parse_body(&body, false)?).await
+                handlers::release_many(agent, holder, caller, parse_body(&body, false)?).await
             }
         },
         Route::Lock(resource, action) => match action {

@@ -2,9 +2,10 @@
 //! at once, a semaphore's permit and an election's leadership each bring
 //! their contest ([`Take`]: what a round votes for, what a refusal says,
 //! what a grant records) and nothing else; the acquire checks what the
-//! request asks for, waits in line for it ([`super::waiters`]), answers a
-//! refusal, records the grant, and counts every kind alike
-//! (`redlock_acquire_wait_seconds{kind, outcome}`,
+//! request asks for, runs its rounds, in line behind this agent's earlier
+//! waiters when it waits (the queues and their wake-ups are
+//! [`super::waiters`]'), answers a refusal, records the grant, and counts
+//! every kind alike (`redlock_acquire_wait_seconds{kind, outcome}`,
 //! `redlock_failures_total`).
 //!
 //! A new kind of lock is one contest in one file, and the
@@ -17,11 +18,46 @@ use std::time::{Duration, Instant};
 use redlock_wire::AcquireRequest;
 use tokio_util::sync::CancellationToken;
 
-use super::waiters::Contest;
+use super::waiters::{Ticket, WaitError, Waiters, Wake, SUBSCRIBE_WAIT};
 use super::{check_owner, Ask, Holder, LockError, Locks, Terms};
 use crate::config::FenceMode;
 use crate::metrics::Outcome;
 use crate::redlock::{Acquire, Failure, Grant, Kind, Master, Redlock, Resource, Store, Token};
+
+/// What a waiter competes for in each of its rounds: one lock
+/// (`crate::lock::acquire::LockContest`), several at once
+/// (`crate::lock::multi::MultiContest`), any permit of a semaphore
+/// (`crate::lock::semaphores::PermitContest`) or an election's leadership
+/// (`crate::lock::elections::CampaignContest`).
+pub trait Contest<M: Master>: Send {
+    /// The queue it waits in: the lock's resource, or the semaphore's
+    /// (see [`crate::redlock::Resource::queue`]); its releases wake that queue.
+    fn queue(&self) -> &str;
+
+    /// Every queue it waits in, [`Contest::queue`] first: a lock on
+    /// several resources waits in each of theirs.
+    fn queues(&self) -> impl Iterator<Item = &str> + Send {
+        std::iter::once(self.queue())
+    }
+
+    /// One round of votes. `waiting`: the caller will wait if it fails,
+    /// so the votes ask the holder's release to announce itself.
+    fn round(
+        &mut self,
+        redlock: &Redlock<M>,
+        waiting: bool,
+    ) -> impl std::future::Future<Output = Acquire> + Send;
+
+    /// Whether waiting cannot help (a semaphore asked with another limit
+    /// than its permits'): the last round's answer stands.
+    fn settled(&self) -> bool {
+        false
+    }
+
+    /// Told once, when it joins the line (its first round failed, or
+    /// others already waited there).
+    fn waiting(&mut self) {}
+}
 
 /// A kind of lock as the one acquire takes it: its [`Contest`], and what
 /// its refusals and its grants are.
@@ -160,10 +196,7 @@ impl<M: Store> Locks<M> {
         cancel: Option<&CancellationToken>,
     ) -> Result<K::Won, LockError> {
         let uid = holder.map(|h| h.uid);
-        let outcome = self
-            .waiters
-            .contend(&self.engine, contest, wait, uid, cancel)
-            .await?;
+        let outcome = contend(&self.waiters, &self.engine, contest, wait, uid, cancel).await?;
         match outcome {
             Acquire::Granted(grant) => Ok(contest.won(self, grant, holder).await),
             Acquire::Taken => Err(contest.refused()),
@@ -212,6 +245,109 @@ impl<M: Store> Locks<M> {
             wait: Duration::from_millis(lock.wait_ms.unwrap_or(0)),
             fence: lock.fence || self.rules.fence == FenceMode::Always,
         })
+    }
+}
+
+/// Wins `contest`, waiting up to `wait` in the line of its queue
+/// ([`Contest::queue`]) behind this agent's other waiters, or until
+/// `cancel` is cancelled (then answered as a wait that ran out). A
+/// round under way when `cancel` comes is finished, and its grant
+/// answered: the caller releases it.
+///
+/// # Errors
+/// When `lock.max_waiters` requests already wait, or `uid` already has
+/// `lock.max_waiters_per_uid` waiting, or the agent shuts down while
+/// this one waits.
+pub(crate) async fn contend<M: Master, C: Contest<M>>(
+    waiters: &Waiters,
+    redlock: &Redlock<M>,
+    contest: &mut C,
+    wait: Duration,
+    uid: Option<u32>,
+    cancel: Option<&CancellationToken>,
+) -> Result<Acquire, WaitError> {
+    let deadline = Instant::now() + wait;
+    // No one waits here in this queue: try at once, and queue (and
+    // subscribe to its release channel) only if it is taken. With
+    // waiters, join the queue: newcomers do not overtake them.
+    if wait.is_zero() || !waiters.queued(contest.queues()) {
+        let first = contest.round(redlock, !wait.is_zero()).await;
+        let hopeless = matches!(first, Acquire::NoQuorum(_)) && !redlock.quorum_usable();
+        if wait.is_zero() || matches!(first, Acquire::Granted(_)) || hopeless || contest.settled() {
+            return Ok(first);
+        }
+    }
+    let (mut ticket, subscribed) = waiters.join(contest.queues(), uid)?;
+    ticket.cancel_on(cancel);
+    contest.waiting();
+    // Once the masters confirm the subscription, no release published
+    // after our first attempt can be missed. Bounded: a master that does
+    // not answer leaves only the retry delay as the fallback.
+    let _ = tokio::time::timeout(SUBSCRIBE_WAIT, futures::future::join_all(subscribed)).await;
+    wait_in_line(&mut ticket, redlock, contest, deadline).await
+}
+
+/// Competes in `contest` whenever `ticket` is the head of its queue
+/// and something changed, until granted, `deadline` or its cancel.
+async fn wait_in_line<M: Master, C: Contest<M>>(
+    ticket: &mut Ticket<'_>,
+    redlock: &Redlock<M>,
+    contest: &mut C,
+    deadline: Instant,
+) -> Result<Acquire, WaitError> {
+    let mut last = Acquire::Taken;
+    loop {
+        // Only the head competes; the others wait for a change of head.
+        while !ticket.is_head() {
+            match ticket.changed_until(deadline).await {
+                Wake::Changed => {}
+                Wake::TimedOut | Wake::Cancelled => return Ok(last),
+                Wake::ShuttingDown => return Err(WaitError::ShuttingDown),
+            }
+        }
+        if ticket.take_held_hint() {
+            // The previous head just got the lock: trying now would only
+            // find it taken. Wait for its release (or, should it expire
+            // instead, the retry delay).
+            let retry = (Instant::now() + redlock.retry_delay()).min(deadline);
+            if ticket.changed_until(retry).await == Wake::ShuttingDown {
+                return Err(WaitError::ShuttingDown);
+            }
+            if Instant::now() >= deadline || ticket.cancelled() {
+                return Ok(last);
+            }
+        }
+        ticket.seen();
+        last = contest.round(redlock, true).await;
+        if contest.settled() {
+            return Ok(last);
+        }
+        match last {
+            Acquire::Granted(_) => {
+                ticket.granted();
+                return Ok(last);
+            }
+            // With no quorum usable there is nothing to wait for here;
+            // answer at once rather than hold the caller.
+            Acquire::NoQuorum(_) if !redlock.quorum_usable() => return Ok(last),
+            Acquire::Taken | Acquire::NoQuorum(_) => ticket.hear_again(),
+        }
+        // Wait for a release, or retry after a random delay in case the
+        // lock expires instead (expiry publishes nothing); such a retry
+        // needs the agent's retry budget, a release never does.
+        loop {
+            let retry = (Instant::now() + redlock.retry_delay()).min(deadline);
+            let wake = ticket.changed_until(retry).await;
+            if wake == Wake::ShuttingDown {
+                return Err(WaitError::ShuttingDown);
+            }
+            if Instant::now() >= deadline || ticket.cancelled() {
+                return Ok(last);
+            }
+            if wake == Wake::Changed || ticket.may_retry() {
+                break;
+            }
+        }
     }
 }
 

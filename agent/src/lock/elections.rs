@@ -36,11 +36,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::acquire::{LockContest, Take};
+use super::acquire::{Contest, LockContest, Take};
 use super::events::{self, Events, Stamped};
 use super::holds::{End, Held};
 use super::listing::{self, ReadError};
-use super::waiters::{Contest, WaitError};
+use super::waiters::WaitError;
 use super::{check_owner, millis, note_everywhere, Holder, LockError, Locks};
 use crate::metrics::Leadership;
 use crate::redlock::{Acquire, Grant, KeyState, Kind, Redlock, Resource, Store};

@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use redlock_wire::{HoldEvent, OnDisconnect, MAX_RESOURCES};
 
+use super::acquire::Contest;
 use super::acquire::Take;
 use super::events::{self, Events};
 use super::holds::{self, End};
-use super::waiters::Contest;
 use super::{millis, Ask, Extended, Holder, LockError, Locks, Released};
 use crate::redlock::token::{stored_at, Stored};
 use crate::redlock::{Acquire, Grant, Kind, Master, Redlock, Resource, Store, Token};

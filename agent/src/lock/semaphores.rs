@@ -63,9 +63,9 @@ use std::time::{Duration, Instant};
 use redlock_wire::semaphore::MAX_PERMITS;
 use redlock_wire::{HoldEvent, OnDisconnect, PermitInfo, SemaphoreResponse};
 
+use super::acquire::Contest;
 use super::acquire::Take;
 use super::listing::{self, ReadError};
-use super::waiters::Contest;
 use super::{note_everywhere, Ask, Holder, LockError, Locks};
 use crate::redlock::{
     token, Acquire, Grant, KeyState, Kind, Master, Redlock, Resource, Store, Token,

@@ -47,7 +47,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 /// Longest a first waiter waits for its release-channel subscriptions.
-const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
+pub(super) const SUBSCRIBE_WAIT: Duration = Duration::from_millis(500);
 
 /// Timer-driven retries (a lock that may have expired; no release was
 /// heard) allowed per second across every queue of one agent. A round is N
@@ -61,42 +61,7 @@ pub use subscriptions::Subscriptions;
 
 use super::budget::Budget;
 use crate::metrics::Metrics;
-use crate::redlock::{Acquire, ChannelChange, Master, Redlock};
-
-/// What a waiter competes for in each of its rounds: one lock
-/// (`crate::lock::acquire::LockContest`), several at once
-/// (`crate::lock::multi::MultiContest`), any permit of a semaphore
-/// (`crate::lock::semaphores::PermitContest`) or an election's leadership
-/// (`crate::lock::elections::CampaignContest`).
-pub trait Contest<M: Master>: Send {
-    /// The queue it waits in: the lock's resource, or the semaphore's
-    /// (see [`crate::redlock::Resource::queue`]); its releases wake that queue.
-    fn queue(&self) -> &str;
-
-    /// Every queue it waits in, [`Contest::queue`] first: a lock on
-    /// several resources waits in each of theirs.
-    fn queues(&self) -> impl Iterator<Item = &str> + Send {
-        std::iter::once(self.queue())
-    }
-
-    /// One round of votes. `waiting`: the caller will wait if it fails,
-    /// so the votes ask the holder's release to announce itself.
-    fn round(
-        &mut self,
-        redlock: &Redlock<M>,
-        waiting: bool,
-    ) -> impl std::future::Future<Output = Acquire> + Send;
-
-    /// Whether waiting cannot help (a semaphore asked with another limit
-    /// than its permits'): the last round's answer stands.
-    fn settled(&self) -> bool {
-        false
-    }
-
-    /// Told once, when it joins the line (its first round failed, or
-    /// others already waited there).
-    fn waiting(&mut self) {}
-}
+use crate::redlock::ChannelChange;
 
 /// One resource's queue. Each waiter has its own wake-up channel carrying
 /// a generation number: only the head is woken, by a release or when it
@@ -175,7 +140,7 @@ pub enum WaitError {
 
 /// How a wait for a wake-up ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wake {
+pub(super) enum Wake {
     /// A release, or this ticket became the head.
     Changed,
     TimedOut,
@@ -204,7 +169,7 @@ pub fn force_release_channel(key_prefix: &str) -> String {
 const UNNAMED_RELEASE: &str = "released";
 
 /// A place in a queue; leaving (drop) wakes the next waiter.
-struct Ticket<'a> {
+pub(super) struct Ticket<'a> {
     waiters: &'a Waiters,
     /// The queues it waits in: one, or one per resource of a lock on
     /// several.
@@ -404,6 +369,13 @@ impl Waiters {
         }
     }
 
+    /// Whether any of `queue_names` has waiters on this agent: a newcomer
+    /// joins the line behind them rather than overtake them.
+    pub(super) fn queued<'q>(&self, mut queue_names: impl Iterator<Item = &'q str>) -> bool {
+        let queues = self.lock();
+        queue_names.any(|q| queues.contains_key(q))
+    }
+
     /// Queues a waiter of `uid` (the peer's, when known) in each of
     /// `queue_names` at once, under one lock of every queue: a waiter in
     /// several queues is behind the same earlier waiters in each, so the
@@ -415,7 +387,7 @@ impl Waiters {
     /// When `uid` already has its share of waiters, or the agent has
     /// `lock.max_waiters`.
     #[allow(clippy::type_complexity)]
-    fn join<'q>(
+    pub(super) fn join<'q>(
         &self,
         queue_names: impl Iterator<Item = &'q str>,
         uid: Option<u32>,
@@ -473,123 +445,34 @@ impl Waiters {
         };
         Ok((ticket, confirmations))
     }
-
-    /// Wins `contest`, waiting up to `wait` in the line of its queue
-    /// ([`Contest::queue`]) behind this agent's other waiters, or until
-    /// `cancel` is cancelled (then answered as a wait that ran out). A
-    /// round under way when `cancel` comes is finished, and its grant
-    /// answered: the caller releases it.
-    ///
-    /// # Errors
-    /// When `lock.max_waiters` requests already wait, or `uid` already has
-    /// `lock.max_waiters_per_uid` waiting, or the agent shuts down while
-    /// this one waits.
-    pub async fn contend<M: Master, C: Contest<M>>(
-        &self,
-        redlock: &Redlock<M>,
-        contest: &mut C,
-        wait: Duration,
-        uid: Option<u32>,
-        cancel: Option<&CancellationToken>,
-    ) -> Result<Acquire, WaitError> {
-        let deadline = Instant::now() + wait;
-        // No one waits here in this queue: try at once, and queue (and
-        // subscribe to its release channel) only if it is taken. With
-        // waiters, join the queue: newcomers do not overtake them.
-        let queued = {
-            let queues = self.lock();
-            contest.queues().any(|q| queues.contains_key(q))
-        };
-        if wait.is_zero() || !queued {
-            let first = contest.round(redlock, !wait.is_zero()).await;
-            let hopeless = matches!(first, Acquire::NoQuorum(_)) && !redlock.quorum_usable();
-            if wait.is_zero()
-                || matches!(first, Acquire::Granted(_))
-                || hopeless
-                || contest.settled()
-            {
-                return Ok(first);
-            }
-        }
-        let (mut ticket, subscribed) = self.join(contest.queues(), uid)?;
-        ticket.cancel = cancel.cloned();
-        contest.waiting();
-        // Once the masters confirm the subscription, no release published
-        // after our first attempt can be missed. Bounded: a master that does
-        // not answer leaves only the retry delay as the fallback.
-        let _ = tokio::time::timeout(SUBSCRIBE_WAIT, futures::future::join_all(subscribed)).await;
-        ticket.wait_for(redlock, contest, deadline).await
-    }
 }
 
 impl Ticket<'_> {
-    /// Competes in `contest` whenever this ticket is the head of its queue
-    /// and something changed, until granted, `deadline` or its cancel.
-    async fn wait_for<M: Master, C: Contest<M>>(
-        &mut self,
-        redlock: &Redlock<M>,
-        contest: &mut C,
-        deadline: Instant,
-    ) -> Result<Acquire, WaitError> {
-        let mut last = Acquire::Taken;
-        loop {
-            // Only the head competes; the others wait for a change of head.
-            while !self.is_head() {
-                match self.changed_until(deadline).await {
-                    Wake::Changed => {}
-                    Wake::TimedOut | Wake::Cancelled => return Ok(last),
-                    Wake::ShuttingDown => return Err(WaitError::ShuttingDown),
-                }
-            }
-            if self.take_held_hint() {
-                // The previous head just got the lock: trying now would only
-                // find it taken. Wait for its release (or, should it expire
-                // instead, the retry delay).
-                let retry = (Instant::now() + redlock.retry_delay()).min(deadline);
-                if self.changed_until(retry).await == Wake::ShuttingDown {
-                    return Err(WaitError::ShuttingDown);
-                }
-                if Instant::now() >= deadline || self.cancelled() {
-                    return Ok(last);
-                }
-            }
-            self.wake.borrow_and_update();
-            last = contest.round(redlock, true).await;
-            if contest.settled() {
-                return Ok(last);
-            }
-            match last {
-                Acquire::Granted(_) => {
-                    self.granted = true;
-                    return Ok(last);
-                }
-                // With no quorum usable there is nothing to wait for here;
-                // answer at once rather than hold the caller.
-                Acquire::NoQuorum(_) if !redlock.quorum_usable() => return Ok(last),
-                Acquire::Taken | Acquire::NoQuorum(_) => self.hear_again(),
-            }
-            // Wait for a release, or retry after a random delay in case the
-            // lock expires instead (expiry publishes nothing); such a retry
-            // needs the agent's retry budget, a release never does.
-            loop {
-                let retry = (Instant::now() + redlock.retry_delay()).min(deadline);
-                let wake = self.changed_until(retry).await;
-                if wake == Wake::ShuttingDown {
-                    return Err(WaitError::ShuttingDown);
-                }
-                if Instant::now() >= deadline || self.cancelled() {
-                    return Ok(last);
-                }
-                if wake == Wake::Changed || self.waiters.retries.try_take() {
-                    break;
-                }
-            }
-        }
+    /// Gives the request up when `cancel` is cancelled.
+    pub(super) fn cancel_on(&mut self, cancel: Option<&CancellationToken>) {
+        self.cancel = cancel.cloned();
+    }
+
+    /// Takes the wake-ups so far as seen: a round starts.
+    pub(super) fn seen(&mut self) {
+        self.wake.borrow_and_update();
+    }
+
+    /// Leaves with the lock (when dropped): the next head waits for its
+    /// release.
+    pub(super) fn granted(&mut self) {
+        self.granted = true;
+    }
+
+    /// Whether a timer-driven retry fits the agent's budget
+    /// ([`RETRIES_PER_SECOND`]); a release's wake-up needs none.
+    pub(super) fn may_retry(&self) -> bool {
+        self.waiters.retries.try_take()
     }
 
     /// A round failed: the release that woke it may not have reached every
     /// master yet, so its later messages may wake this queue again.
-    fn hear_again(&self) {
+    pub(super) fn hear_again(&self) {
         let mut queues = self.waiters.lock();
         for resource in &self.resources {
             if let Some(queue) = queues.get_mut(resource) {
@@ -599,7 +482,7 @@ impl Ticket<'_> {
     }
 
     /// Whether the previous head left with the lock (and clears the hint).
-    fn take_held_hint(&self) -> bool {
+    pub(super) fn take_held_hint(&self) -> bool {
         let mut queues = self.waiters.lock();
         let mut held = false;
         for resource in &self.resources {
@@ -611,7 +494,7 @@ impl Ticket<'_> {
     }
 
     /// Whether this ticket heads every queue it waits in.
-    fn is_head(&self) -> bool {
+    pub(super) fn is_head(&self) -> bool {
         let queues = self.waiters.lock();
         self.resources.iter().all(|resource| {
             queues
@@ -621,7 +504,7 @@ impl Ticket<'_> {
     }
 
     /// Whether the request that waits was given up by its caller.
-    fn cancelled(&self) -> bool {
+    pub(super) fn cancelled(&self) -> bool {
         self.cancel
             .as_ref()
             .is_some_and(CancellationToken::is_cancelled)
@@ -629,7 +512,7 @@ impl Ticket<'_> {
 
     /// Waits for a wake-up until `until`, for the agent's shutdown, or for
     /// the caller to give up.
-    async fn changed_until(&mut self, until: Instant) -> Wake {
+    pub(super) async fn changed_until(&mut self, until: Instant) -> Wake {
         let left = until.saturating_duration_since(Instant::now());
         let shutdown = self.waiters.shutdown.clone();
         let cancel = self.cancel.clone().unwrap_or_default();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{WaitError, Waiters};
-use crate::lock::acquire::LockContest;
+use crate::lock::acquire::{contend, LockContest};
 use crate::metrics::Metrics;
 use crate::redlock::fence::FenceSettings;
 use crate::redlock::memory::{self, Memory};
@@ -25,9 +25,7 @@ async fn acquire(
     wait: Duration,
 ) -> Result<Acquire, WaitError> {
     let mut contest = LockContest::new(redlock, resource, ttl, None, false);
-    waiters
-        .contend(redlock, &mut contest, wait, None, None)
-        .await
+    contend(waiters, redlock, &mut contest, wait, None, None).await
 }
 
 fn setup() -> (Vec<Arc<Memory>>, Redlock<Memory>, Waiters) {
