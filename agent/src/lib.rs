@@ -15,10 +15,10 @@
 //!   ([`config::urls`]), and their hosts resolved so that no two are one
 //!   server ([`config::addresses`]).
 //! - [`redlock`]: the algorithm, free of transport, of Redis and of metrics:
-//!   quorum, a grant's validity and drift (pure) and the masters that
-//!   hold it ([`redlock::grant`]), fencing ([`redlock::fence`]), a round
-//!   for several resources at once, all or none, with one fence
-//!   ([`redlock::multi`]), tokens,
+//!   quorum, a round of votes and the release ([`redlock::round`]: for
+//!   one resource, or for several at once, all or none, with one fence),
+//!   a grant's validity and drift (pure) and the masters that
+//!   hold it ([`redlock::grant`]), fencing ([`redlock::fence`]), tokens,
 //!   what one request's rounds saw, for its span ([`redlock::trail`]),
 //!   resources, over the
 //!   [`redlock::master::Master`] trait, reporting to the

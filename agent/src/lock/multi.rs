@@ -1,5 +1,5 @@
 //! Locks on several resources at once, all or nothing, under one token
-//! (the engine's round is [`crate::redlock::multi`]).
+//! (the engine's round is [`crate::redlock::round`]).
 //!
 //! A grant of N resources is N lock grants, one per resource, each with
 //! its own key's value (all made from the client's token, see
@@ -375,7 +375,7 @@ fn names(resources: &[Resource]) -> String {
     names.join(", ")
 }
 
-/// Several locks at once, all or nothing (see [`crate::redlock::multi`]):
+/// Several locks at once, all or nothing (see [`crate::redlock::round`]):
 /// every round uses the same values, one per resource, all made from the
 /// client's token (see [`Token::for_key`]), itself made for the set (see
 /// [`set_key`]): it proves which resources it holds, and is stored at no
