@@ -31,16 +31,18 @@
 //!   ([`node::conn`]: one server's, or a Redis Cluster's) and state (what
 //!   the config tells it and the detectors of a quarantine in
 //!   [`node::settings`]), the
-//!   lock commands ([`node::lock`], sent in batches: what queued while the
-//!   previous call was on its way goes in one script call, one per slot on
-//!   a cluster) and their scripts ([`node::scripts`]),
+//!   lock commands ([`node::lock`]: votes, fences, extends, releases,
+//!   and a semaphore's reads and the bookkeeping notes beside them, sent
+//!   in batches: what queued while the previous call was on its way goes
+//!   in one script call, one per slot on a cluster) and their scripts
+//!   ([`node::scripts`]),
 //!   the watch on the master's clock, read in every vote and probe
 //!   ([`node::clock`]), the check that a vote's answer comes from the
 //!   master process the agent knows ([`node::process`]: each node's own
 //!   vote script, NOSCRIPT, then `run_id`),
 //!   the health probes' commands ([`node::probe`]), the scans and
 //!   operator reads ([`node::scan`]), the leak scanner's fenced writes
-//!   ([`node::leak`]), force release, notes and announcements
+//!   ([`node::leak`]), force release and announcements
 //!   ([`node::store`]), how a master's errors are sorted
 //!   ([`node::errors`]),
 //!   `check`'s own ([`node::check`]), and the pub/sub subscriber

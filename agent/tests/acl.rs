@@ -180,6 +180,37 @@ async fn agents_work_as_the_documented_acl_user() {
         "B acquired after the release: {body}"
     );
 
+    // A semaphore: its rounds read the limit and the permits (one MGET
+    // inside the batch script) and write the limit's note. A full one
+    // refuses at once: its read saw every permit taken.
+    for _ in 0..2 {
+        let (status, body) = a
+            .post(
+                "/v1/semaphores/s/acquire",
+                json!({"limit": 2, "ttl_ms": 60000}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (status, body) = a
+        .post(
+            "/v1/semaphores/s/acquire",
+            json!({"limit": 2, "ttl_ms": 60000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "taken", "{body}");
+    for i in 0..3 {
+        assert_eq!(
+            cluster
+                .get(i, "redlock: semaphore limit s")
+                .await
+                .as_deref(),
+            Some("2"),
+            "the limit's note on master {i}"
+        );
+    }
+
     // The scanner reads keys under the prefix and finds a leaked one.
     for i in 0..3 {
         let mut conn = cluster.redis(i).await;

@@ -231,7 +231,7 @@ fn check_passes_masters_it_can_use_and_sees_a_policy_changed_at_run_time() {
         "acl",
         &Options::new().user(
             "redlock on >acl-pw-s3cr3t resetkeys ~redlock:* resetchannels &redlock:released:* -@all \
-             +ping +get +set +exists +del +pexpire +pttl +scan +evalsha +script|load +publish \
+             +ping +get +mget +set +exists +del +pexpire +pttl +scan +evalsha +script|load +publish \
              +subscribe +unsubscribe",
         ),
     )

@@ -41,9 +41,9 @@ use super::events::{self, Events, Stamped};
 use super::holds::{End, Held};
 use super::listing::{self, ReadError};
 use super::waiters::WaitError;
-use super::{check_owner, millis, note_everywhere, Holder, LockError, Locks};
+use super::{check_owner, millis, Holder, LockError, Locks};
 use crate::metrics::Leadership;
-use crate::redlock::{Acquire, Grant, KeyState, Kind, Redlock, Resource, Store};
+use crate::redlock::{round, Acquire, Grant, KeyState, Kind, Redlock, Resource, Store};
 
 /// Longest a campaign waits in line: for as long as its stream is open.
 const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -385,7 +385,7 @@ impl<M: Store> Locks<M> {
             campaign.name.as_str(),
         );
         let ttl = campaign.max_hold + campaign.ttl;
-        note_everywhere(self.engine.nodes(), &key, Some(&value), ttl).await;
+        round::note_everywhere(self.engine.nodes(), &key, Some(&value), ttl).await;
     }
 
     /// Announces a change of leader on the election's channel, on every

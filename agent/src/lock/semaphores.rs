@@ -21,8 +21,10 @@
 //! Waiters of a semaphore wait in one queue per agent (the permits share
 //! their release channel, [`Resource::queue`]); only its head competes.
 //! A round reads the semaphore's limit and every permit's key on the
-//! masters at once, in one command per master ([`Store::list_values`];
-//! on a Redis Cluster, one per slot the keys fall in), and votes for the
+//! masters at once, in each master's next batch of lock commands
+//! ([`Master::peek`]: one script call per master, shared with the other
+//! requests' votes, releases and notes; on a Redis Cluster, one per slot
+//! the keys fall in), and votes for the
 //! lowest permit free on a quorum of them, then, if another request won
 //! it meanwhile, for the next one found free, up to [`FREE_TRIES`]. A
 //! request that will not wait stops there: refused, a full semaphore
@@ -35,7 +37,8 @@
 //! ## The limit
 //! The limit is part of the semaphore: its permits are granted with it,
 //! and the agent that grants one writes it in a bookkeeping note on every
-//! master ([`redlock_wire::keys::semaphore_limit_key`]). Every extension
+//! master ([`redlock_wire::keys::semaphore_limit_key`]), in the same
+//! batches as the lock commands. Every extension
 //! of a permit keeps the note on every master for at least the
 //! extension's TTL, whichever agent extends it (a hold's renewal or a
 //! request by token) and whether or not that agent granted the permit or
@@ -66,9 +69,9 @@ use redlock_wire::{HoldEvent, OnDisconnect, PermitInfo, SemaphoreResponse};
 use super::acquire::Contest;
 use super::acquire::Take;
 use super::listing::{self, ReadError};
-use super::{note_everywhere, Ask, Holder, LockError, Locks};
+use super::{Ask, Holder, LockError, Locks};
 use crate::redlock::{
-    token, Acquire, Grant, KeyState, Kind, Master, Redlock, Resource, Store, Token,
+    round, token, Acquire, Grant, KeyState, Kind, Master, Peeked, Redlock, Resource, Store, Token,
 };
 
 /// A granted permit.
@@ -143,28 +146,28 @@ impl PermitContest {
     }
 
     /// The limit's note and each permit's key, read on every usable master
-    /// at once, one command each ([`Store::list_values`]): how many masters
-    /// have each limit, on how many each permit is free, and how many
-    /// masters answered.
+    /// at once, beside the lock commands ([`Master::peek`]: in each
+    /// master's next batch): how many masters have each limit, on how
+    /// many each permit is free, and how many masters answered.
     async fn look<M: Store>(&self, redlock: &Redlock<M>) -> Look {
         let mut keys = Vec::with_capacity(self.permits.len() + 1);
         keys.push(self.limit_key.clone());
         keys.extend(self.permits.iter().map(|p| redlock.key(p)));
         let usable = redlock.nodes().iter().filter(|n| n.is_usable());
-        let reads = futures::future::join_all(usable.map(|n| n.list_values(&keys))).await;
+        let reads = futures::future::join_all(usable.map(|n| n.peek(&keys))).await;
         let mut look = Look {
             limits: HashMap::new(),
             free: vec![0; self.permits.len()],
             answered: 0,
         };
-        for values in reads.into_iter().flatten() {
+        for peeked in reads.into_iter().flatten() {
             look.answered += 1;
-            let mut values = values.into_iter();
-            if let Some(Some(limit)) = values.next() {
+            let mut peeked = peeked.into_iter();
+            if let Some(Peeked::Number(limit)) = peeked.next() {
                 *look.limits.entry(limit).or_default() += 1;
             }
-            for (free, value) in look.free.iter_mut().zip(values) {
-                *free += usize::from(value.is_none());
+            for (free, peek) in look.free.iter_mut().zip(peeked) {
+                *free += usize::from(peek == Peeked::Gone);
             }
         }
         look
@@ -191,7 +194,7 @@ impl PermitContest {
 /// What a round read before it votes.
 struct Look {
     /// Each limit found in the note, and on how many masters.
-    limits: HashMap<String, usize>,
+    limits: HashMap<u64, usize>,
     /// On how many masters each permit is free.
     free: Vec<usize>,
     /// How many masters answered the read.
@@ -215,10 +218,10 @@ impl<M: Store> Contest<M> for PermitContest {
 
     async fn round(&mut self, redlock: &Redlock<M>, waiting: bool) -> Acquire {
         let look = self.look(redlock).await;
-        let ours = self.limit.to_string();
-        if let Some((limit, _)) = look.limits.iter().max_by_key(|&(v, c)| (*c, v.as_str())) {
-            if *limit != ours {
-                self.mismatch = Some(limit.clone());
+        let ours = u64::from(self.limit);
+        if let Some((&limit, _)) = look.limits.iter().max_by_key(|&(v, c)| (*c, *v)) {
+            if limit != ours {
+                self.mismatch = Some(limit.to_string());
                 return Acquire::Taken;
             }
         }
@@ -393,7 +396,7 @@ impl<M: Store> Locks<M> {
     pub(crate) async fn note_limit(&self, name: &str, limit: u32, ttl: Duration) {
         let key = redlock_wire::keys::semaphore_limit_key(&self.engine.settings().key_prefix, name);
         let value = limit.to_string();
-        note_everywhere(self.engine.nodes(), &key, Some(&value), ttl).await;
+        round::note_everywhere(self.engine.nodes(), &key, Some(&value), ttl).await;
     }
 
     /// Keeps the semaphore's limit note on every master at least `ttl`
@@ -405,7 +408,7 @@ impl<M: Store> Locks<M> {
         let key = redlock_wire::keys::semaphore_limit_key(&self.engine.settings().key_prefix, name);
         tokio::spawn(async move {
             let value = limit.map(|l| l.to_string());
-            note_everywhere(&nodes, &key, value.as_deref(), ttl).await;
+            round::note_everywhere(&nodes, &key, value.as_deref(), ttl).await;
         });
     }
 

@@ -1,5 +1,6 @@
 //! The lock commands: the vote, round 2 of a fenced grant, extend and
-//! release; [`Master`], the engine's view of this master; and the batch
+//! release, and a semaphore's reads and the bookkeeping notes beside
+//! them; [`Master`], the engine's view of this master; and the batch
 //! they go in: every one goes through a queue to this node's batch task,
 //! which sends whatever queued while its previous batch was on the way as
 //! one call of [`super::scripts::BATCH`].
@@ -50,7 +51,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::conn::Within;
 use super::process::Evaluated;
 use super::{classify_text, clock, ttl_ms, Detector, Node};
-use crate::redlock::master::{Claim, Extension, Master, NodeError, Vote};
+use crate::redlock::master::{Claim, Extension, Master, NodeError, Peeked, Vote};
 use crate::redlock::observe::{Op, VoteLabel};
 
 impl Node {
@@ -247,6 +248,40 @@ impl Master for Node {
     async fn release(&self, claim: &Arc<Claim>, channel: &Arc<str>) -> Result<bool, NodeError> {
         Node::release(self, claim, channel).await
     }
+
+    /// One `p` per key, in this master's next batch (on a cluster, one
+    /// call per slot the keys fall in).
+    async fn peek(&self, keys: &[String]) -> Result<Vec<Peeked>, NodeError> {
+        let peeks = keys.iter().map(|key| async move {
+            let claim = Claim::new(key.clone(), "");
+            self.batched(&claim, Command::Peek).await
+        });
+        futures::future::join_all(peeks)
+            .await
+            .into_iter()
+            .map(|answer| {
+                answer.map(|answer| match answer.status {
+                    0 => Peeked::Gone,
+                    2 => Peeked::Number(answer.counter),
+                    _ => Peeked::Held,
+                })
+            })
+            .collect()
+    }
+
+    async fn note(&self, key: &str, value: &str, ttl: Duration) -> Result<(), NodeError> {
+        let claim = Claim::new(key.to_string(), value);
+        self.batched(&claim, Command::Note { ttl })
+            .await
+            .map(|_| ())
+    }
+
+    async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
+        let claim = Claim::new(key.to_string(), "");
+        self.batched(&claim, Command::Keep { ttl })
+            .await
+            .map(|_| ())
+    }
 }
 
 /// How recent a probe must be for [`Master::refresh`] to wait for no
@@ -276,14 +311,20 @@ pub enum Command {
     /// Compare-and-delete, announced on the resource's release channel when
     /// someone waits.
     Release { channel: Arc<str> },
+    /// What the key holds: gone, a number or anything else.
+    Peek,
+    /// A bookkeeping note, the claim's token its value.
+    Note { ttl: Duration },
+    /// A note's TTL lengthened, never written.
+    Keep { ttl: Duration },
 }
 
 impl Command {
     fn op(&self) -> Op {
         match self {
-            Command::Vote { .. } => Op::Acquire,
+            Command::Vote { .. } | Command::Peek | Command::Note { .. } => Op::Acquire,
             Command::Fence { .. } => Op::Fence,
-            Command::Extend { .. } => Op::Extend,
+            Command::Extend { .. } | Command::Keep { .. } => Op::Extend,
             Command::Release { .. } => Op::Release,
         }
     }
@@ -304,6 +345,9 @@ impl Command {
             Command::Fence { fence } => ("f", *fence, ""),
             Command::Extend { ttl } => ("e", ttl_ms(*ttl), ""),
             Command::Release { channel } => ("r", 0, channel),
+            Command::Peek => ("p", 0, ""),
+            Command::Note { ttl } => ("n", ttl_ms(*ttl), ""),
+            Command::Keep { ttl } => ("k", ttl_ms(*ttl), ""),
         }
     }
 
@@ -329,7 +373,7 @@ impl Command {
     fn overall(&self, overall: Duration) -> Duration {
         match self {
             Command::Vote { ttl, .. } | Command::Extend { ttl } => overall.min(*ttl),
-            Command::Fence { .. } | Command::Release { .. } => overall,
+            _ => overall,
         }
     }
 }

@@ -261,40 +261,6 @@ impl Node {
         // In the order asked.
         Ok(keys.iter().filter_map(|k| states.remove(k)).collect())
     }
-
-    /// The values of `keys` in one `MGET` (on a cluster, one per slot, all
-    /// at once): a key that is gone, or of another type, reads `None`.
-    ///
-    /// # Errors
-    /// When the master does not answer in time on `conn`, or fails.
-    pub async fn read_values(
-        &self,
-        conn: &Conn,
-        keys: &[String],
-    ) -> Result<Vec<Option<String>>, NodeError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let groups = self.read_groups(keys);
-        let reads = futures::future::join_all(groups.iter().map(|group| async move {
-            let values: Vec<Option<String>> = self
-                .read_request(conn, |mut conn| async move {
-                    redis::cmd("MGET")
-                        .arg(group.as_slice())
-                        .query_async(&mut conn)
-                        .await
-                })
-                .await?;
-            Ok::<_, NodeError>(group.iter().map(|k| (*k).clone()).zip(values))
-        }))
-        .await;
-        let mut found: HashMap<String, Option<String>> = HashMap::with_capacity(keys.len());
-        for read in reads {
-            found.extend(read?);
-        }
-        // In the order asked.
-        Ok(keys.iter().map(|k| found.remove(k).flatten()).collect())
-    }
 }
 
 /// Pairs key names with `READ_KEYS`'s flat `value, pttl, value, pttl, …`

@@ -119,6 +119,20 @@ pub async fn evalsha(
 ///   release, whichever master's message comes first. A release nobody
 ///   waits for publishes nothing: one command per master less than always
 ///   announcing. 1 or 0.
+/// - `p` (peek): what the key holds, for a semaphore's round (its limit's
+///   note and its permits): 0 gone (or not a string), `2:<n>` a string of
+///   decimal digits (a limit), 1 anything else (a permit's token).
+///   Consecutive peeks are one `MGET`, so a round's read of a semaphore
+///   costs the master one command whatever its limit.
+/// - `n` (a bookkeeping note; token: its value; number: TTL in ms): `SET
+///   key value PX ttl`, unless the key holds the value already for at
+///   least as long, so a note shared by many writers (a semaphore's limit,
+///   an election's leader) lasts as long as the longest of them asked. 1
+///   written, 0 already so.
+/// - `k` (keep a note; number: TTL in ms): lengthen the note's TTL to at
+///   least `ttl` when it is there with a TTL; never written, shortened or
+///   made to last forever: an agent that does not know a note's value
+///   keeps it alive. 1 or 0.
 ///
 /// Returns one answer per command, in one text, a line each: the status,
 /// or `status:more` where there is more to say: the counter for a vote that
@@ -230,6 +244,15 @@ local function run(op, key, flag, token, number, more)
   elseif op == "e" then
     if redis.call("get", key) == token then return redis.call("pexpire", key, number) end
     return 0
+  elseif op == "n" then
+    if redis.pcall("get", key) == token and redis.call("pttl", key) >= tonumber(number) then return 0 end
+    redis.call("set", key, token, "px", number)
+    return 1
+  elseif op == "k" then
+    local left = redis.call("pttl", key)
+    if left < 0 or left >= tonumber(number) then return 0 end
+    redis.call("pexpire", key, number)
+    return 1
   elseif op == "f" then
     if redis.call("get", key) ~= token then return 0 end
     if (tonumber(redis.call("get", KEYS[2]) or "0") or 0) < tonumber(number) then
@@ -239,15 +262,38 @@ local function run(op, key, flag, token, number, more)
   end
   error("unknown command " .. tostring(op))
 end
-local out = {}
-for i = 1, (#ARGV - 3) / 4 do
+local function peeked(value)
+  if not value then return 0 end
+  if string.match(value, "^%d+$") and #value < 16 then return "2:" .. value end
+  return 1
+end
+local out, count, i = {}, (#ARGV - 3) / 4, 1
+while i <= count do
   local a = 3 + (i - 1) * 4
-  local ok, answer = pcall(run, ARGV[a + 1], KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
-  if not ok then
-    if type(answer) == "table" then answer = answer.err end
-    answer = "-2:" .. string.gsub(tostring(answer), "[\r\n]", " ")
+  if ARGV[a + 1] == "p" then
+    local last, keys = i, {KEYS[1 + 2 * i]}
+    while last < count and ARGV[3 + last * 4 + 1] == "p" do
+      last = last + 1
+      keys[#keys + 1] = KEYS[1 + 2 * last]
+    end
+    local values = redis.pcall("mget", unpack(keys))
+    for j = i, last do
+      if values.err then
+        out[j] = "-2:" .. string.gsub(values.err, "[\r\n]", " ")
+      else
+        out[j] = peeked(values[j - i + 1])
+      end
+    end
+    i = last + 1
+  else
+    local ok, answer = pcall(run, ARGV[a + 1], KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
+    if not ok then
+      if type(answer) == "table" then answer = answer.err end
+      answer = "-2:" .. string.gsub(tostring(answer), "[\r\n]", " ")
+    end
+    out[i] = answer
+    i = i + 1
   end
-  out[i] = answer
 end
 local now = ""
 for i = 1, (#ARGV - 3) / 4 do
@@ -440,31 +486,6 @@ return status .. "\n" .. (count() or "") .. "\n" .. now
 /// a key of another type), or nil when there was no key: read and deleted
 /// in one script, so the value the force release announces (see
 /// `Node::announce`) is the one it removed.
-/// A bookkeeping note (a semaphore's limit, an election's leader):
-/// `SET key value PX ttl`, unless the key holds the value already for at
-/// least as long, so a note shared by many writers lasts as long as the
-/// longest of them asked.
-pub static NOTE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local ttl = tonumber(ARGV[2])
-if redis.pcall("get", KEYS[1]) == ARGV[1] and redis.call("pttl", KEYS[1]) >= ttl then return 0 end
-redis.call("set", KEYS[1], ARGV[1], "px", ttl)
-return 1"#,
-    )
-});
-
-/// A bookkeeping note's TTL lengthened to at least `ARGV[1]` ms, when the
-/// note is there with a TTL; never written, shortened or made to last
-/// forever: an agent that does not know a note's value keeps it alive.
-pub static KEEP_NOTE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local left = redis.call("pttl", KEYS[1])
-if left < 0 or left >= tonumber(ARGV[1]) then return 0 end
-redis.call("pexpire", KEYS[1], ARGV[1])
-return 1"#,
-    )
-});
-
 pub static FORCE_DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local value = redis.pcall("get", KEYS[1])

@@ -1,10 +1,7 @@
 //! The lock service's port on a master besides the lock commands
-//! ([`Store`]): an operator's force release, the bookkeeping notes (a
-//! semaphore's limit, a leader's note) and announcements, on the lock
-//! connection; and the listings' reads, on their reader connection (see
-//! [`super::scan`]).
-
-use std::time::Duration;
+//! ([`Store`]): an operator's force release and announcements, on the
+//! lock connection; and the listings' reads, on their reader connection
+//! (see [`super::scan`]).
 
 use tokio::sync::watch;
 
@@ -28,41 +25,6 @@ impl Node {
                 .await
         })
         .await
-    }
-
-    /// A bookkeeping note (see [`scripts::NOTE`]).
-    ///
-    /// # Errors
-    /// When the master is not connected, does not answer in time, or fails.
-    pub async fn note(&self, key: &str, value: &str, ttl: Duration) -> Result<(), NodeError> {
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.request(Op::Release, |mut conn| async move {
-            scripts::NOTE
-                .key(key)
-                .arg(value)
-                .arg(ttl_ms)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        })
-        .await
-        .map(|_| ())
-    }
-
-    /// A bookkeeping note kept at least `ttl` (see [`scripts::KEEP_NOTE`]).
-    ///
-    /// # Errors
-    /// When the master is not connected, does not answer in time, or fails.
-    pub async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.request(Op::Release, |mut conn| async move {
-            scripts::KEEP_NOTE
-                .key(key)
-                .arg(ttl_ms)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        })
-        .await
-        .map(|_| ())
     }
 
     /// `PUBLISH channel message`: on a cluster, it reaches every node.
@@ -94,14 +56,6 @@ impl Store for Node {
         Node::force_delete(self, key).await
     }
 
-    async fn note(&self, key: &str, value: &str, ttl: Duration) -> Result<(), NodeError> {
-        Node::note(self, key, value, ttl).await
-    }
-
-    async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
-        Node::keep_note(self, key, ttl).await
-    }
-
     async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {
         Node::announce(self, channel, message).await
     }
@@ -120,11 +74,6 @@ impl Store for Node {
 
     async fn list_keys(&self, keys: &[String]) -> Result<Vec<KeyState>, NodeError> {
         self.operator_read(|conn| async move { self.read_keys(&conn, keys).await })
-            .await
-    }
-
-    async fn list_values(&self, keys: &[String]) -> Result<Vec<Option<String>>, NodeError> {
-        self.operator_read(|conn| async move { self.read_values(&conn, keys).await })
             .await
     }
 }

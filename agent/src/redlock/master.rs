@@ -253,6 +253,40 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
         claim: &Arc<Claim>,
         channel: &Arc<str>,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send;
+
+    /// What each of `keys` holds, in the order asked, read beside the lock
+    /// commands: a semaphore's round reads its limit's note and its
+    /// permits so.
+    fn peek(&self, keys: &[String]) -> impl Future<Output = Result<Vec<Peeked>, NodeError>> + Send;
+
+    /// Writes `value` at the bookkeeping key `key` with `ttl`, unless it
+    /// holds `value` already for at least as long: a semaphore's limit
+    /// (kept as long as its longest permit) and an election's leader note.
+    fn note(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), NodeError>> + Send;
+
+    /// Lengthens the TTL of the bookkeeping key `key` to at least `ttl`
+    /// when it is there; never writes it: how an agent that does not know
+    /// a semaphore's limit keeps its note alive while it extends a permit.
+    fn keep_note(
+        &self,
+        key: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), NodeError>> + Send;
+}
+
+/// A key as [`Master::peek`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peeked {
+    Gone,
+    /// A string of decimal digits: a semaphore's limit.
+    Number(u64),
+    /// Anything else: a permit's token, a key of another type.
+    Held,
 }
 
 /// One key as an operator's read saw it on one master.
@@ -283,25 +317,6 @@ pub trait Store: Master {
         key: &str,
     ) -> impl Future<Output = Result<Option<String>, NodeError>> + Send;
 
-    /// Writes `value` at the bookkeeping key `key` with `ttl`, unless it
-    /// holds `value` already for at least as long: a semaphore's limit
-    /// (kept as long as its longest permit) and an election's leader note.
-    fn note(
-        &self,
-        key: &str,
-        value: &str,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<(), NodeError>> + Send;
-
-    /// Lengthens the TTL of the bookkeeping key `key` to at least `ttl`
-    /// when it is there; never writes it: how an agent that does not know
-    /// a semaphore's limit keeps its note alive while it extends a permit.
-    fn keep_note(
-        &self,
-        key: &str,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<(), NodeError>> + Send;
-
     /// Publishes `message` on `channel` (on a cluster, to every node).
     fn announce(
         &self,
@@ -325,14 +340,6 @@ pub trait Store: Master {
         &self,
         keys: &[String],
     ) -> impl Future<Output = Result<Vec<KeyState>, NodeError>> + Send;
-
-    /// The value of each of `keys`, in the order asked (`None` for a key
-    /// that is gone): one command however many keys (on a cluster, one
-    /// per slot), where [`Store::list_keys`] costs the master two per key.
-    fn list_values(
-        &self,
-        keys: &[String],
-    ) -> impl Future<Output = Result<Vec<Option<String>>, NodeError>> + Send;
 }
 
 /// A change to the channels a master's subscriber should be on.

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::fence::FenceSettings;
-use super::master::{Claim, Extension, KeyState, Master, NodeError, Store, Vote};
+use super::master::{Claim, Extension, KeyState, Master, NodeError, Peeked, Store, Vote};
 use super::observe::VoteLabel;
 use super::{Drift, Settings};
 
@@ -205,18 +205,16 @@ impl Master for Memory {
         }
         Ok(false)
     }
-}
 
-impl Store for Memory {
-    fn loss_events(&self) -> watch::Receiver<u64> {
-        self.losses.subscribe()
-    }
-
-    async fn force_delete(&self, key: &str) -> Result<Option<String>, NodeError> {
+    async fn peek(&self, keys: &[String]) -> Result<Vec<Peeked>, NodeError> {
         self.answer().await?;
-        let value = self.holds(key);
-        self.keys.lock().unwrap().remove(key);
-        Ok(value)
+        Ok(keys
+            .iter()
+            .map(|key| match self.holds(key) {
+                None => Peeked::Gone,
+                Some(value) => value.parse().map_or(Peeked::Held, Peeked::Number),
+            })
+            .collect())
     }
 
     async fn note(&self, key: &str, value: &str, ttl: Duration) -> Result<(), NodeError> {
@@ -242,6 +240,19 @@ impl Store for Memory {
             }
         }
         Ok(())
+    }
+}
+
+impl Store for Memory {
+    fn loss_events(&self) -> watch::Receiver<u64> {
+        self.losses.subscribe()
+    }
+
+    async fn force_delete(&self, key: &str) -> Result<Option<String>, NodeError> {
+        self.answer().await?;
+        let value = self.holds(key);
+        self.keys.lock().unwrap().remove(key);
+        Ok(value)
     }
 
     async fn announce(&self, channel: &str, message: &str) -> Result<(), NodeError> {
@@ -299,10 +310,5 @@ impl Store for Memory {
                 },
             })
             .collect())
-    }
-
-    async fn list_values(&self, keys: &[String]) -> Result<Vec<Option<String>>, NodeError> {
-        self.answer().await?;
-        Ok(keys.iter().map(|key| self.holds(key)).collect())
     }
 }

@@ -30,7 +30,7 @@ use rand::Rng;
 
 pub use grant::{Drift, Grant, Holding};
 pub use master::{
-    ChannelChange, Channels, Claim, Extension, KeyState, Master, NodeError, Store, Vote,
+    ChannelChange, Channels, Claim, Extension, KeyState, Master, NodeError, Peeked, Store, Vote,
 };
 pub use observe::{Failure, Observer, VoteLabel};
 pub use resource::{Kind, Resource, ResourceError};

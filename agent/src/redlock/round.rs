@@ -614,3 +614,27 @@ fn vote_label(vote: &Vote) -> VoteLabel {
         Vote::LostState | Vote::Failed(_) => VoteLabel::Error,
     }
 }
+
+/// Writes the bookkeeping note `key` (a semaphore's limit, a leader's
+/// note) on every master in `nodes`, as `value` or, without one, keeps
+/// the note there with its value, to last `ttl` at least. Best effort: a
+/// master that does not take it is logged, never an error; what each
+/// note's readers make of a master without it is said where the note is.
+pub async fn note_everywhere<M: Master>(
+    nodes: &[Arc<M>],
+    key: &str,
+    value: Option<&str>,
+    ttl: Duration,
+) {
+    let writes = nodes.iter().map(|node| async move {
+        match value {
+            Some(value) => node.note(key, value, ttl).await,
+            None => node.keep_note(key, ttl).await,
+        }
+    });
+    for result in futures::future::join_all(writes).await {
+        if let Err(e) = result {
+            tracing::debug!(key, error = %e, "note not written on a master");
+        }
+    }
+}
