@@ -479,19 +479,39 @@ impl Node {
         }
     }
 
-    /// `CONFIG GET` of one parameter; `None` when refused or unknown.
-    pub async fn config_get(&self, conn: &Conn, name: &str) -> Option<String> {
-        let reply = self
+    /// What the topology check reads, in one round trip: the whole `INFO`
+    /// (`None` when refused) and the `appendonly`, `appendfsync` and `save`
+    /// parameters (each `None` when refused or unknown).
+    ///
+    /// # Errors
+    /// When the master does not answer in time or the connection fails.
+    pub async fn topology(&self, conn: &Conn) -> Result<Topology, NodeError> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors().cmd("INFO");
+        for name in ["appendonly", "appendfsync", "save"] {
+            pipe.cmd("CONFIG").arg("GET").arg(name);
+        }
+        let replies = self
             .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg(name)
-                    .query_async::<Vec<String>>(&mut conn)
+                pipe.query_async::<Vec<redis::RedisResult<redis::Value>>>(&mut conn)
                     .await
             })
-            .await
-            .ok()?;
-        reply.into_iter().nth(1)
+            .await?;
+        let mut replies = replies.into_iter().map(Result::ok);
+        let info = replies
+            .next()
+            .flatten()
+            .and_then(|info| redis::from_redis_value(info).ok());
+        let mut config = replies.map(|reply| {
+            let pair: Vec<String> = redis::from_redis_value(reply?).ok()?;
+            pair.into_iter().nth(1)
+        });
+        Ok(Topology {
+            info,
+            appendonly: config.next().flatten(),
+            appendfsync: config.next().flatten(),
+            save: config.next().flatten(),
+        })
     }
 
     /// Whether the incarnation marker is there. A probe never writes the
@@ -561,6 +581,16 @@ impl Node {
         .await
         .map(|_| ())
     }
+}
+
+/// What the topology check read (see [`Node::topology`]); nothing where
+/// the master did not answer.
+#[derive(Debug, Default)]
+pub struct Topology {
+    pub info: Option<InfoDict>,
+    pub appendonly: Option<String>,
+    pub appendfsync: Option<String>,
+    pub save: Option<String>,
 }
 
 /// What one health probe read in its round trip.
