@@ -18,7 +18,10 @@
 //!   every probe reads it, so a master that lost its keys while its process
 //!   lived on (FLUSHALL, FLUSHDB, a replica promoted behind its address, an
 //!   old snapshot restored) is quarantined like a restart.
-//! - `eviction`: `INFO stats` counted evicted keys since the last probe.
+//! - `eviction`: `INFO stats` counted evicted keys since the last probe
+//!   that read them: a busy agent's every probe; an idle agent's probes
+//!   leave the count to the votes, which delete the marker of a master that
+//!   evicted (see `crate::node::scripts::probe`).
 //!
 //! Readiness ([`readiness()`]) counts what a lock needs: a quorum of masters
 //! that can vote in its resource's hash slot, with a cluster master's slots

@@ -370,13 +370,15 @@ impl Node {
 
     /// The probe of a process this agent knows: one call of this node's
     /// probe script ([`scripts::probe`]), whose answer carries the marker
-    /// check, `evicted_keys` and the master's clock; the `run_id` and
-    /// `redis_version` are the last `INFO`'s, and the uptime has grown by
-    /// the time since the last probe. `None` when there is no known
+    /// check and the master's clock; the `run_id` and `redis_version` are
+    /// the last `INFO`'s, `evicted_keys` is unknown unless the marker had no
+    /// count (see [`scripts::probe`]), and the uptime has grown by the time
+    /// since the last probe. `None` when there is no known
     /// identity or copy of the script, or the master answered NOSCRIPT (a
     /// new process, or `SCRIPT FLUSH`): the script is loaded then, before
     /// the caller reads `INFO server`, so a restart between the two shows
-    /// as a new `run_id`.
+    /// as a new `run_id`. While the standby scanner's looks are folded into
+    /// the probes, the call reads its keys too (see `super::leak::Look`).
     ///
     /// # Errors
     /// When the master does not answer in time or the connection fails.
@@ -391,11 +393,15 @@ impl Node {
         let start = Instant::now();
         let since = self.probed_at().map_or(Duration::ZERO, |at| at.elapsed());
         let sent = super::clock::since_boot();
+        let look = self.look_keys();
         let mut call = redis::cmd("EVALSHA");
         call.arg(script.get_hash())
-            .arg(1)
-            .arg(self.marker_key.as_str())
-            .arg(MARKER_VALUE)
+            .arg(if look.is_some() { 3 } else { 1 })
+            .arg(self.marker_key.as_str());
+        if let Some((report_key, lease_key)) = &look {
+            call.arg(report_key).arg(lease_key);
+        }
+        call.arg(MARKER_VALUE)
             .arg(marker.flatten().map_or_else(String::new, |n| n.to_string()))
             .arg(if self.eviction_check { "1" } else { "0" })
             .arg(if marker.is_some() { "1" } else { "0" });
@@ -417,13 +423,21 @@ impl Node {
             Err(e) => return Err(e),
         };
         let received = super::clock::since_boot();
-        let mut lines = answer.split('\n');
+        // The report, last, may hold anything: the rest of the answer.
+        let mut lines = answer.splitn(5, '\n');
         let status = lines.next().unwrap_or_default();
+        // Read only for a marker without its count, else unknown: the first
+        // busy probe after an idle spell then leaves evictions to its marker
+        // check, rather than quarantine again for one the votes dealt with.
         let evicted_keys = lines.next().and_then(|n| n.parse().ok());
         let clock = lines.next().and_then(|now| {
             let (secs, micros) = now.split_once(' ')?;
             Some(secs.parse::<u64>().ok()? * 1_000_000 + micros.parse::<u64>().ok()?)
         });
+        if let (Some(_), Some(leased), Some(report)) = (&look, lines.next(), lines.next()) {
+            let report = report.strip_prefix('+').map(str::to_string);
+            self.looked(report, leased == "1");
+        }
         if let Some(master_us) = clock {
             self.clock_reading(super::clock::Sample {
                 sent,
