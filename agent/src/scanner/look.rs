@@ -1,7 +1,8 @@
 //! A standby scanner's look at the fleet's report and scan lock (see
 //! [`super::shared`]): once per interval, or, while the agent is idle and
-//! another agent scans, once per `health.idle_interval`, read then by the
-//! health probes' own call on each single-server master.
+//! another agent scans, once per `health.idle_interval` when that is
+//! longer, and then read by the health probes' own call on each
+//! single-server master ([`shared::folded`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,11 +19,11 @@ impl Scanner {
     /// freshest report; true when the lock is on fewer than a quorum of
     /// masters (free, or about to be), so this agent may try to take it.
     ///
-    /// `folded`: an idle standby behind a live scanner, looking as often
-    /// as its probes come ([`shared::folded`]), every `wait`: the probes
-    /// read what it looks at in their own call, and a read up to half a
-    /// `wait` older than that is taken (see [`Node::leak_view`]); `woken`:
-    /// a reader of `/v1/leaks` woke the look, which reads the masters now.
+    /// `folded`: for an idle standby behind a live scanner, looking as
+    /// often as its probes come ([`shared::folded`]), how old a probe's
+    /// read of what it looks at may be (its own interval and half of it
+    /// more; see [`Node::leak_view`]); `woken`: a reader of `/v1/leaks`
+    /// woke the look, which reads the masters now.
     pub(super) async fn look(
         &self,
         nodes: &[Arc<Node>],
