@@ -18,7 +18,10 @@
 //!   every probe reads it, so a master that lost its keys while its process
 //!   lived on (FLUSHALL, FLUSHDB, a replica promoted behind its address, an
 //!   old snapshot restored) is quarantined like a restart.
-//! - `eviction`: `INFO stats` counted evicted keys since the last probe.
+//! - `eviction`: `INFO stats` counted evicted keys since the last probe
+//!   that read them: a busy agent's every probe; an idle agent's probes
+//!   leave the count to the votes, which delete the marker of a master that
+//!   evicted (see `crate::node::scripts::probe`).
 //!
 //! Readiness ([`readiness()`]) counts what a lock needs: a quorum of masters
 //! that can vote in its resource's hash slot, with a cluster master's slots
@@ -39,7 +42,7 @@ use redis::InfoDict;
 use crate::node::Conn;
 use redlock_wire::NodeState;
 
-use crate::node::probe::ProbeReply;
+use crate::node::probe::{ProbeReply, Topology};
 use crate::node::{cluster_node_as_server, Detector, Identity, Node};
 use crate::redlock::{fence, NodeError};
 
@@ -602,17 +605,16 @@ const TOPOLOGY_EVERY: u64 = 10;
 
 /// Checks a master that (re)connected, and every [`TOPOLOGY_EVERY`] probes
 /// after, for setups that break Redlock's assumptions, and records them as
-/// warnings on the node; logs only what changed.
+/// warnings on the node; logs only what changed. One round trip: an idle
+/// agent's tenth probe costs the master one wake-up more, not four.
 async fn check_topology(node: &Node, conn: &Conn, settings: &HealthSettings) {
-    let info = node
-        .info(conn)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| InfoDict::new(""));
-    let appendonly = node.config_get(conn, "appendonly").await;
-    let appendfsync = node.config_get(conn, "appendfsync").await;
-    let save = node.config_get(conn, "save").await;
+    let Topology {
+        info,
+        appendonly,
+        appendfsync,
+        save,
+    } = node.topology(conn).await.unwrap_or_default();
+    let info = info.unwrap_or_else(|| InfoDict::new(""));
     let persistence = persistence_mode(
         appendonly.as_deref(),
         appendfsync.as_deref(),

@@ -107,7 +107,8 @@
 //!   kept by extension) scans and repairs with its fence, and writes its
 //!   report on every master; every other agent reads the freshest copy
 //!   ([`scanner::shared`]) once per interval, or once per
-//!   `health.idle_interval` while it is idle.
+//!   `health.idle_interval` while it is idle, then in its probes' own call
+//!   (`scanner/look.rs`).
 //! - [`api`]: HTTP routes ([`api::routes`]: routing and the views;
 //!   [`api::handlers`]: the requests that take locks (on one resource
 //!   or several at once), permits and leadership, and an operator's force

@@ -7,6 +7,8 @@ mod common;
 
 use std::time::Duration;
 
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
 use common::{node, wait_for, Cluster, TestAgent};
 use hyper::StatusCode;
 use serde_json::json;
@@ -222,4 +224,137 @@ async fn an_idle_standby_reads_the_fleets_report_once_per_idle_interval() {
         || async { connection_idle_s(&cluster, 0, "a2", "locks").await == 0 },
     )
     .await;
+}
+
+/// One call a master ran, as `MONITOR` shows it: the connection that
+/// sent it (`ip:port`), its command, and the commands its script ran
+/// (`MONITOR` prints those as `lua`, right after the call).
+#[derive(Debug)]
+struct Call {
+    client: String,
+    command: String,
+    script: Vec<String>,
+}
+
+/// The calls master `i` runs from now on, watched through `MONITOR` until
+/// `enough` says so of them, and of those, the ones `client` sent; panics
+/// after `deadline`. Only whole calls: the last call seen is left out, as
+/// its script's commands may still be on their way.
+async fn monitor(
+    cluster: &Cluster,
+    i: usize,
+    client: &str,
+    deadline: Duration,
+    enough: impl Fn(&[Call]) -> bool,
+) -> Vec<Call> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", cluster.masters[i].port()))
+        .await
+        .unwrap();
+    stream.write_all(b"MONITOR\r\n").await.unwrap();
+    let mut lines = tokio::io::BufReader::new(stream).lines();
+    let end = tokio::time::Instant::now() + deadline;
+    let mut calls: Vec<Call> = Vec::new();
+    while !enough(&calls[..calls.len().saturating_sub(1)]) {
+        let line = tokio::time::timeout_at(end, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("not enough calls from {client} in {deadline:?}: {calls:?}"))
+            .unwrap()
+            .expect("MONITOR open");
+        // +1700000000.123456 [0 127.0.0.1:5000] "EVALSHA" "..." ...
+        let Some((from, words)) = line
+            .split_once(" [")
+            .and_then(|(_, rest)| rest.split_once("] "))
+        else {
+            continue;
+        };
+        let from = from.split_once(' ').map_or(from, |(_, from)| from);
+        let command = words.split('"').nth(1).unwrap_or_default().to_lowercase();
+        if from == "lua" {
+            if let Some(call) = calls.last_mut() {
+                call.script.push(command);
+            }
+        } else {
+            calls.push(Call {
+                client: from.to_string(),
+                command,
+                script: Vec::new(),
+            });
+        }
+    }
+    calls.pop();
+    calls.retain(|call| call.client == client);
+    calls
+}
+
+/// The `ip:port` of the `purpose` connection of agent `agent` on master
+/// `i`, as `CLIENT LIST` and `MONITOR` show it.
+async fn connection_addr(cluster: &Cluster, i: usize, agent: &str, purpose: &str) -> String {
+    let list = client_list(cluster, i).await;
+    let name = format!("name=redlock-agent:{agent}:{purpose} ");
+    let line = list
+        .lines()
+        .find(|l| l.contains(&name))
+        .unwrap_or_else(|| panic!("no {name}in {list}"));
+    line.split(' ')
+        .find_map(|f| f.strip_prefix("addr="))
+        .unwrap()
+        .to_string()
+}
+
+/// An idle standby behind a live scanner sends each master one call per
+/// idle probe, and nothing else but the topology check (one `INFO` every
+/// tenth probe): the probe's script reads the incarnation marker, the
+/// master's clock, and the fleet's report and scan lock for the standby's
+/// look, without `INFO` (see `node::scripts::probe`). Where it made two
+/// calls, each with an `INFO` inside, what an idle fleet costs its masters
+/// is halved. Counted in `MONITOR` over five of a2's probes, while a1
+/// scans every 200 ms.
+#[tokio::test]
+async fn an_idle_standby_sends_each_master_one_call_per_probe() {
+    let cluster = Cluster::start(3);
+    let scan = CONFIG.replace("interval: 1h", "interval: 200ms");
+    let a1 = TestAgent::start(&cluster, &format!("agent:\n  name: a1\n{scan}")).await;
+    wait_for("a1 to scan", Duration::from_secs(30), || async {
+        a1.get("/v1/leaks").await.unwrap().1["scanning"] == true
+    })
+    .await;
+    let quick = scan.replace("idle_interval: 60s", "idle_interval: 1s");
+    let a2 = TestAgent::start(&cluster, &format!("agent:\n  name: a2\n{quick}")).await;
+    wait_for(
+        "a2 to read a1's report",
+        Duration::from_secs(30),
+        || async { a2.get("/v1/leaks").await.unwrap().1["scanner"] == "a1" },
+    )
+    .await;
+    let addr = connection_addr(&cluster, 0, "a2", "locks").await;
+    let probes = |calls: &[Call]| {
+        calls
+            .iter()
+            .filter(|c| c.client == addr && c.script.contains(&"time".to_string()))
+            .count()
+    };
+    // The first probes may precede a2's first look that rides on them.
+    let calls = monitor(&cluster, 0, &addr, Duration::from_secs(60), |calls| {
+        probes(calls) >= 8
+    })
+    .await;
+    let folded = calls
+        .iter()
+        .position(|c| c.script.contains(&"exists".to_string()))
+        .expect("a probe that reads the scan lock");
+    let calls = &calls[folded..];
+    let (scripts, others): (Vec<&Call>, Vec<&Call>) =
+        calls.iter().partition(|c| c.command == "evalsha");
+    assert!(scripts.len() >= 5, "{calls:?}");
+    for call in &scripts {
+        assert_eq!(
+            call.script,
+            ["get", "time", "get", "exists"],
+            "each call is a probe and a look, with no INFO: {calls:?}"
+        );
+    }
+    assert!(
+        others.len() <= 1 && others.iter().all(|c| c.command == "info"),
+        "nothing else but one topology check: {calls:?}"
+    );
 }

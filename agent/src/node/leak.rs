@@ -1,8 +1,9 @@
 //! The leak scanner's commands on the lock connection: its fenced writes
 //! (its claim, repairs and report) and a standby scanner's look at the
-//! fleet's report (see `crate::scanner`).
+//! fleet's report (see `crate::scanner`), read by the health probe's own
+//! call while the agent is idle ([`Look`]).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redlock_wire::keys::{key_slot, slot_key};
 
@@ -70,13 +71,34 @@ impl Node {
     /// Not the scanner's own connection: an agent that does not scan opens
     /// none, so a fleet of them adds no connection per agent to a master.
     ///
+    /// `folded`: the standby is idle and looks once per
+    /// `health.idle_interval` (see `crate::scanner::shared::folded`), as
+    /// often as its probes come; the probes of a single server then read
+    /// both keys in their own call, and this look answers with what the
+    /// last of them read, when it is at most this old, instead of a call of
+    /// its own (see [`Look`]). `woken`: a reader of `/v1/leaks` woke the
+    /// look, which then reads the master now.
+    ///
     /// # Errors
     /// When the master is not connected, does not answer in time, or fails.
     pub async fn leak_view(
         &self,
         report_key: &str,
         lease_key: &str,
+        folded: Option<Duration>,
+        woken: bool,
     ) -> Result<(Option<String>, bool), NodeError> {
+        if !self.is_cluster() {
+            let mut look = self.look();
+            look.keys = folded.map(|_| (report_key.to_string(), lease_key.to_string()));
+            match (folded, &look.read) {
+                (None, _) => look.read = None,
+                (Some(age), Some((at, report, leased))) if !woken && at.elapsed() <= age => {
+                    return Ok((report.clone(), *leased));
+                }
+                _ => {}
+            }
+        }
         let read = |keys: Vec<String>| {
             self.request(Op::Scan, move |mut conn| async move {
                 let mut invocation = scripts::READ_KEYS.prepare_invoke();
@@ -112,6 +134,45 @@ impl Node {
         let report = report.into_iter().next().and_then(|s| s.value);
         let leased = lease.first().is_some_and(|s| s.pttl != -2);
         Ok((report, leased))
+    }
+}
+
+/// A standby scanner's look, folded into the health probes of an idle
+/// agent: one call per master per `health.idle_interval` for both, where
+/// there were two, at times of their own. A look answers with the last
+/// probe's read when it is recent enough (the scanner allows half an
+/// interval more than its own, for the probe's round trip and timer); a
+/// look that finds none so recent (a probe failed, or the agent was busy)
+/// reads the master itself.
+#[derive(Debug, Default)]
+pub(super) struct Look {
+    /// The fleet's report key and scan lock key, while the standby's looks
+    /// are folded into the probes: the probes read them.
+    keys: Option<(String, String)>,
+    /// What the last probe read, and when: the report, and whether the
+    /// scan lock is there.
+    read: Option<(Instant, Option<String>, bool)>,
+}
+
+impl Node {
+    fn look(&self) -> std::sync::MutexGuard<'_, Look> {
+        // Poisoning needs a panic while held; the sections only assign.
+        self.look.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The keys an idle probe reads for the standby scanner's next look,
+    /// while its looks are folded into the probes.
+    pub(super) fn look_keys(&self) -> Option<(String, String)> {
+        self.look().keys.clone()
+    }
+
+    /// An idle probe read the standby scanner's keys: kept for its next
+    /// look.
+    pub(super) fn looked(&self, report: Option<String>, leased: bool) {
+        let mut look = self.look();
+        if look.keys.is_some() {
+            look.read = Some((Instant::now(), report, leased));
+        }
     }
 }
 

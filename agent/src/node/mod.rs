@@ -196,6 +196,10 @@ pub struct Node {
     /// for a while ([`Node::close_idle_reader`]).
     list_conn: Mutex<Option<Conn>>,
     list_used: Mutex<Instant>,
+    /// The standby scanner's look, read by idle probes (see
+    /// [`leak::Look`]). A std Mutex: a few assignments, never across an
+    /// await.
+    look: Mutex<leak::Look>,
     // A std Mutex: every critical section is a few field reads or writes and
     // never spans an await.
     inner: Mutex<Inner>,
@@ -276,6 +280,7 @@ impl Node {
             scan_conn: Mutex::new(None),
             list_conn: Mutex::new(None),
             list_used: Mutex::new(Instant::now()),
+            look: Mutex::default(),
             // Connecting includes TCP, TLS and the handshake; allow more than
             // one request's worth, but keep it short so a frozen master is
             // noticed quickly. Only the health task waits on it.

@@ -370,13 +370,15 @@ impl Node {
 
     /// The probe of a process this agent knows: one call of this node's
     /// probe script ([`scripts::probe`]), whose answer carries the marker
-    /// check, `evicted_keys` and the master's clock; the `run_id` and
-    /// `redis_version` are the last `INFO`'s, and the uptime has grown by
-    /// the time since the last probe. `None` when there is no known
+    /// check and the master's clock; the `run_id` and `redis_version` are
+    /// the last `INFO`'s, `evicted_keys` is unknown unless the marker had no
+    /// count (see [`scripts::probe`]), and the uptime has grown by the time
+    /// since the last probe. `None` when there is no known
     /// identity or copy of the script, or the master answered NOSCRIPT (a
     /// new process, or `SCRIPT FLUSH`): the script is loaded then, before
     /// the caller reads `INFO server`, so a restart between the two shows
-    /// as a new `run_id`.
+    /// as a new `run_id`. While the standby scanner's looks are folded into
+    /// the probes, the call reads its keys too (see `super::leak::Look`).
     ///
     /// # Errors
     /// When the master does not answer in time or the connection fails.
@@ -391,11 +393,15 @@ impl Node {
         let start = Instant::now();
         let since = self.probed_at().map_or(Duration::ZERO, |at| at.elapsed());
         let sent = super::clock::since_boot();
+        let look = self.look_keys();
         let mut call = redis::cmd("EVALSHA");
         call.arg(script.get_hash())
-            .arg(1)
-            .arg(self.marker_key.as_str())
-            .arg(MARKER_VALUE)
+            .arg(if look.is_some() { 3 } else { 1 })
+            .arg(self.marker_key.as_str());
+        if let Some((report_key, lease_key)) = &look {
+            call.arg(report_key).arg(lease_key);
+        }
+        call.arg(MARKER_VALUE)
             .arg(marker.flatten().map_or_else(String::new, |n| n.to_string()))
             .arg(if self.eviction_check { "1" } else { "0" })
             .arg(if marker.is_some() { "1" } else { "0" });
@@ -417,13 +423,21 @@ impl Node {
             Err(e) => return Err(e),
         };
         let received = super::clock::since_boot();
-        let mut lines = answer.split('\n');
+        // The report, last, may hold anything: the rest of the answer.
+        let mut lines = answer.splitn(5, '\n');
         let status = lines.next().unwrap_or_default();
+        // Read only for a marker without its count, else unknown: the first
+        // busy probe after an idle spell then leaves evictions to its marker
+        // check, rather than quarantine again for one the votes dealt with.
         let evicted_keys = lines.next().and_then(|n| n.parse().ok());
         let clock = lines.next().and_then(|now| {
             let (secs, micros) = now.split_once(' ')?;
             Some(secs.parse::<u64>().ok()? * 1_000_000 + micros.parse::<u64>().ok()?)
         });
+        if let (Some(_), Some(leased), Some(report)) = (&look, lines.next(), lines.next()) {
+            let report = report.strip_prefix('+').map(str::to_string);
+            self.looked(report, leased == "1");
+        }
         if let Some(master_us) = clock {
             self.clock_reading(super::clock::Sample {
                 sent,
@@ -479,19 +493,39 @@ impl Node {
         }
     }
 
-    /// `CONFIG GET` of one parameter; `None` when refused or unknown.
-    pub async fn config_get(&self, conn: &Conn, name: &str) -> Option<String> {
-        let reply = self
+    /// What the topology check reads, in one round trip: the whole `INFO`
+    /// (`None` when refused) and the `appendonly`, `appendfsync` and `save`
+    /// parameters (each `None` when refused or unknown).
+    ///
+    /// # Errors
+    /// When the master does not answer in time or the connection fails.
+    pub async fn topology(&self, conn: &Conn) -> Result<Topology, NodeError> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors().cmd("INFO");
+        for name in ["appendonly", "appendfsync", "save"] {
+            pipe.cmd("CONFIG").arg("GET").arg(name);
+        }
+        let replies = self
             .request_on(Op::Probe, self.probe_conn(conn), |mut conn| async move {
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg(name)
-                    .query_async::<Vec<String>>(&mut conn)
+                pipe.query_async::<Vec<redis::RedisResult<redis::Value>>>(&mut conn)
                     .await
             })
-            .await
-            .ok()?;
-        reply.into_iter().nth(1)
+            .await?;
+        let mut replies = replies.into_iter().map(Result::ok);
+        let info = replies
+            .next()
+            .flatten()
+            .and_then(|info| redis::from_redis_value(info).ok());
+        let mut config = replies.map(|reply| {
+            let pair: Vec<String> = redis::from_redis_value(reply?).ok()?;
+            pair.into_iter().nth(1)
+        });
+        Ok(Topology {
+            info,
+            appendonly: config.next().flatten(),
+            appendfsync: config.next().flatten(),
+            save: config.next().flatten(),
+        })
     }
 
     /// Whether the incarnation marker is there. A probe never writes the
@@ -561,6 +595,16 @@ impl Node {
         .await
         .map(|_| ())
     }
+}
+
+/// What the topology check read (see [`Node::topology`]); nothing where
+/// the master did not answer.
+#[derive(Debug, Default)]
+pub struct Topology {
+    pub info: Option<InfoDict>,
+    pub appendonly: Option<String>,
+    pub appendfsync: Option<String>,
+    pub save: Option<String>,
 }
 
 /// What one health probe read in its round trip.

@@ -456,27 +456,63 @@ local function check_marker(key, value, last, evictions)
   return 1
 end"#;
 
-/// The health probe of a master whose process the agent knows, in one
-/// call: [`CHECK_MARKER`]'s answer (when `ARGV[4]` is "1"; else empty),
-/// the master's `evicted_keys` (empty where it reports none) and its clock
-/// (`TIME`, as in [`BATCH`]'s first line; `-` where refused), a line each.
-/// Same `KEYS` and first three `ARGV` as [`CHECK_MARKER`].
+/// The health probe of a master whose process the agent knows (an idle
+/// agent's; a busy agent's probes read `INFO`), in one call: the
+/// incarnation marker's status (when `ARGV[4]` is "1", else empty: 1
+/// there, 0 missing, or [`CHECK_MARKER`]'s answer for a marker without
+/// its eviction count), the master's `evicted_keys` when it was read (else
+/// empty) and its clock (`TIME`, as in [`BATCH`]'s first line; `-` where
+/// refused), a line each. Same `KEYS` and first three `ARGV` as
+/// [`CHECK_MARKER`].
+///
+/// No `INFO stats`, most of what the call cost the master, but for a
+/// marker written without a count (an older agent's), which
+/// [`CHECK_MARKER`]'s rule gives one, or where the marker is not checked
+/// (the test switch). An eviction is seen all the same: the votes check
+/// the count themselves, atomically, and delete the marker of a master
+/// that evicted (see [`BATCH`]), as do busy agents' probes, and this probe
+/// finds the marker missing; an idle agent votes nothing before its next
+/// request, whose stale view has the masters probed in full first.
 ///
 /// Each node has its own copy, under its own SHA (`tag`, as
 /// [`batch`]), loaded only by a probe that then reads `INFO server`: on
 /// a new process (a restart, a restore, a failover behind a proxy) the
 /// call answers NOSCRIPT, and the probe reads the master's identity from
 /// `INFO` as on first sight. So the probe of a known process costs one
-/// `INFO stats` instead of two `INFO` sections and a script, and what an
-/// idle fleet costs its masters is mostly this call (docs/benchmarks.md).
+/// script call that reads two keys and the clock, and what an idle fleet
+/// costs its masters is mostly this call (docs/benchmarks.md).
+///
+/// With two more keys, `KEYS[2]` the fleet's leak report and `KEYS[3]`
+/// its scan lock, the same call is an idle standby scanner's look too
+/// (see `Node::leak_view`): two more lines, "1" when the scan lock is
+/// there (else "0"), then the report after a `+`, or `-` when there is
+/// none (or it is not a string). The report is last: its text is the
+/// rest of the answer, whatever it holds.
 pub fn probe(tag: &str) -> Script {
     Script::new(&format!(
         r#"{EVICTED_KEYS_SOURCE}{MARKER_CHECK_SOURCE}
 local status = ""
-if ARGV[4] == "1" then status = check_marker(KEYS[1], ARGV[1], ARGV[2], ARGV[3] ~= "0") end
+if ARGV[4] == "1" then
+  local found = redis.call("get", KEYS[1])
+  if not found then
+    status = 0
+  elseif ARGV[3] ~= "0" and not string.match(found, " e=%d+$") then
+    status = check_marker(KEYS[1], ARGV[1], ARGV[2], true)
+  else
+    status = 1
+  end
+else
+  count()
+end
 local now = redis.pcall("time")
 if now.err then now = "-" else now = now[1] .. " " .. now[2] end
-return status .. "\n" .. (count() or "") .. "\n" .. now
+local look = ""
+if #KEYS == 3 then
+  local report = redis.pcall("get", KEYS[2])
+  if type(report) == "string" then report = "+" .. report else report = "-" end
+  look = "\n" .. redis.call("exists", KEYS[3]) .. "\n" .. report
+end
+return status .. "\n" .. (evicted or "") .. "\n" .. now .. look
 -- {tag}"#
     ))
 }

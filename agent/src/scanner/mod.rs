@@ -68,6 +68,7 @@
 //! with `redlock_leak_scanner` 1.
 
 pub mod lease;
+mod look;
 pub mod shared;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -83,7 +84,7 @@ use crate::metrics::{unix_now, LeakKind, Metrics, ScanWrite};
 use crate::node::leak::{Fenced, LeakWrite};
 use crate::node::{KeyState, Node};
 use crate::redlock::token::{self, Stored};
-use crate::redlock::{NodeError, Resource};
+use crate::redlock::NodeError;
 use lease::Lease;
 use shared::View;
 
@@ -259,19 +260,18 @@ impl Scanner {
         let mut held: Option<Lease<Node>> = None;
         let mut others_scan = false;
         loop {
-            let wait = shared::looks_every(
-                self.settings.config.interval,
-                self.settings.idle_interval,
-                held.is_some(),
-                others_scan,
-                locks.idle_for() >= crate::lock::idle::IDLE_AFTER,
-            );
+            let (interval, idle_interval) =
+                (self.settings.config.interval, self.settings.idle_interval);
+            let idle = locks.idle_for() >= crate::lock::idle::IDLE_AFTER;
+            let scanning = held.is_some();
+            let wait = shared::looks_every(interval, idle_interval, scanning, others_scan, idle);
+            let folded = shared::folded(interval, idle_interval, scanning, others_scan, idle);
             self.view().looks_every = wait;
             // Readers wake only a standby that looks seldom.
-            let seldom = wait > self.settings.config.interval;
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = self.wake.notified(), if seldom => {}
+            let seldom = wait > interval;
+            let woken = tokio::select! {
+                () = tokio::time::sleep(wait) => false,
+                () = self.wake.notified(), if seldom => true,
                 () = shutdown.cancelled() => {
                     if let Some(lease) = held.take() {
                         lease.release().await;
@@ -280,7 +280,7 @@ impl Scanner {
                     self.step_down(None);
                     return;
                 }
-            }
+            };
             if held.as_ref().is_some_and(|lease| !lease.held()) {
                 tracing::warn!(
                     "this agent no longer holds the fleet's scan lock; it stops scanning"
@@ -288,7 +288,8 @@ impl Scanner {
                 self.step_down(held.take());
             }
             if held.is_none() {
-                others_scan = !self.look(&nodes).await;
+                let folded = folded.then(|| wait + wait / 2);
+                others_scan = !self.look(&nodes, folded, woken).await;
                 if !others_scan {
                     held = self.take_over(&locks, &nodes).await;
                 }
@@ -303,50 +304,6 @@ impl Scanner {
                 }
             }
         }
-    }
-
-    /// A standby's look: every master's copy of the fleet's report and
-    /// whether the scan lock is there, in one call per master. Keeps the
-    /// freshest report; true when the lock is on fewer than a quorum of
-    /// masters (free, or about to be), so this agent may try to take it.
-    async fn look(&self, nodes: &[Arc<Node>]) -> bool {
-        let lease_key = Resource::leak_scan().key(&self.settings.key_prefix);
-        let answers = futures::future::join_all(
-            nodes
-                .iter()
-                .map(|n| n.leak_view(&self.report_key, &lease_key)),
-        )
-        .await;
-        let (mut copies, mut unread, mut leased) = (Vec::new(), Vec::new(), 0);
-        for (node, answer) in nodes.iter().zip(answers) {
-            match answer {
-                Ok((copy, held)) => {
-                    leased += usize::from(held);
-                    match copy.map(|json| serde_json::from_str::<LeaksResponse>(&json)) {
-                        Some(Ok(report)) => copies.push(report),
-                        Some(Err(e)) => {
-                            tracing::warn!(node = node.name(), error = %e, "the fleet's leak report on this master does not parse; ignored");
-                            unread.push(node.name().to_string());
-                        }
-                        None => {}
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(node = node.name(), error = %e, "could not read the fleet's leak report");
-                    unread.push(node.name().to_string());
-                }
-            }
-        }
-        let mut view = self.view();
-        if let Some(fresher) = shared::freshest(copies) {
-            if shared::newer(&fresher, &view.report) {
-                view.report = fresher;
-            }
-        }
-        view.copies_unread = unread;
-        view.scanning = false;
-        self.export_view(&view.report);
-        leased < self.settings.quorum
     }
 
     /// Takes the scan lock and claims every master with its fence: from

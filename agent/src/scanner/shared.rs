@@ -114,6 +114,22 @@ pub fn looks_every(
     }
 }
 
+/// Whether a standby's look rides on the health probes' calls (see
+/// `crate::node::leak::Look`): it is idle behind a live scanner, so it
+/// looks once per `health.idle_interval` ([`looks_every`]), as often as
+/// its probes come. One that looks less often (a scan interval above the
+/// idle interval) reads the masters itself: one call per look costs them
+/// less than a read in every probe.
+pub fn folded(
+    interval: Duration,
+    idle_interval: Duration,
+    scanning: bool,
+    others_scan: bool,
+    idle: bool,
+) -> bool {
+    !scanning && others_scan && idle && interval <= idle_interval
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +156,19 @@ mod tests {
             long,
             "never more often"
         );
+    }
+
+    #[test]
+    fn only_an_idle_standby_behind_a_live_scanner_looks_through_its_probes() {
+        let (interval, idle) = (Duration::from_secs(5), Duration::from_secs(30));
+        // scanning, others_scan, idle
+        assert!(folded(interval, idle, false, true, true));
+        assert!(folded(idle, idle, false, true, true), "the defaults");
+        assert!(!folded(interval, idle, true, false, true), "scans");
+        assert!(!folded(interval, idle, false, false, true), "may take over");
+        assert!(!folded(interval, idle, false, true, false), "has work");
+        let long = Duration::from_secs(60);
+        assert!(!folded(long, idle, false, true, true), "looks less often");
     }
 
     fn report(fence: Option<u64>, scans: u64, scanned_at_ms: Option<u64>) -> LeaksResponse {
