@@ -281,12 +281,7 @@ pub async fn release(
         .locks()
         .release(&resource, &token, holder.as_ref())
         .await;
-    if let Some(span) = span.as_mut() {
-        span.outcome(&released);
-        if let Ok(released) = &released {
-            span.set("redlock.released", matches!(released, Released::Released));
-        }
-    }
+    released_on(span.as_mut(), &released);
     let released = released.map_err(lock_error)?;
     let answer = match released {
         Released::Released => ReleaseResponse {
@@ -589,12 +584,7 @@ pub async fn release_many(
         .locks()
         .release_many(&token, &parts, holder.as_ref())
         .await;
-    if let Some(span) = span.as_mut() {
-        span.outcome(&released);
-        if let Ok(released) = &released {
-            span.set("redlock.released", matches!(released, Released::Released));
-        }
-    }
+    released_on(span.as_mut(), &released);
     let released = released.map_err(lock_error)?;
     Ok(json(
         StatusCode::OK,
@@ -603,4 +593,14 @@ pub async fn release_many(
             hold_count: None,
         },
     ))
+}
+
+/// A release's outcome on its span, when it has one.
+fn released_on(span: Option<&mut Traced>, released: &Result<Released, LockError>) {
+    if let Some(span) = span {
+        span.outcome(released);
+        if let Ok(released) = released {
+            span.set("redlock.released", matches!(released, Released::Released));
+        }
+    }
 }
