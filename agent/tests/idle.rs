@@ -173,6 +173,29 @@ async fn a_known_master_is_probed_with_one_info() {
     );
 }
 
+/// [`CONFIG`] with a leak scan every 200 ms.
+fn scanning() -> String {
+    CONFIG.replace("interval: 1h", "interval: 200ms")
+}
+
+/// a1 scanning every 200 ms, then a2 on `a2_config` (named a2 here) once
+/// it has read a1's report.
+async fn standby_of_a_scanner(cluster: &Cluster, a2_config: &str) -> (TestAgent, TestAgent) {
+    let a1 = TestAgent::start(cluster, &format!("agent:\n  name: a1\n{}", scanning())).await;
+    wait_for("a1 to scan", Duration::from_secs(30), || async {
+        a1.get("/v1/leaks").await.unwrap().1["scanning"] == true
+    })
+    .await;
+    let a2 = TestAgent::start(cluster, &format!("agent:\n  name: a2\n{a2_config}")).await;
+    wait_for(
+        "a2 to read a1's report",
+        Duration::from_secs(30),
+        || async { a2.get("/v1/leaks").await.unwrap().1["scanner"] == "a1" },
+    )
+    .await;
+    (a1, a2)
+}
+
 /// Seconds since the last command on the `purpose` connection of agent
 /// `agent` on master `i` (`idle` in `CLIENT LIST`).
 async fn connection_idle_s(cluster: &Cluster, i: usize, agent: &str, purpose: &str) -> u64 {
@@ -196,19 +219,7 @@ async fn connection_idle_s(cluster: &Cluster, i: usize, agent: &str, purpose: &s
 #[tokio::test]
 async fn an_idle_standby_reads_the_fleets_report_once_per_idle_interval() {
     let cluster = Cluster::start(3);
-    let scan = CONFIG.replace("interval: 1h", "interval: 200ms");
-    let a1 = TestAgent::start(&cluster, &format!("agent:\n  name: a1\n{scan}")).await;
-    wait_for("a1 to scan", Duration::from_secs(30), || async {
-        a1.get("/v1/leaks").await.unwrap().1["scanning"] == true
-    })
-    .await;
-    let a2 = TestAgent::start(&cluster, &format!("agent:\n  name: a2\n{scan}")).await;
-    wait_for(
-        "a2 to read a1's report",
-        Duration::from_secs(30),
-        || async { a2.get("/v1/leaks").await.unwrap().1["scanner"] == "a1" },
-    )
-    .await;
+    let (_a1, a2) = standby_of_a_scanner(&cluster, &scanning()).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let silent = connection_idle_s(&cluster, 0, "a2", "locks").await;
     assert!(
@@ -312,20 +323,8 @@ async fn connection_addr(cluster: &Cluster, i: usize, agent: &str, purpose: &str
 #[tokio::test]
 async fn an_idle_standby_sends_each_master_one_call_per_probe() {
     let cluster = Cluster::start(3);
-    let scan = CONFIG.replace("interval: 1h", "interval: 200ms");
-    let a1 = TestAgent::start(&cluster, &format!("agent:\n  name: a1\n{scan}")).await;
-    wait_for("a1 to scan", Duration::from_secs(30), || async {
-        a1.get("/v1/leaks").await.unwrap().1["scanning"] == true
-    })
-    .await;
-    let quick = scan.replace("idle_interval: 60s", "idle_interval: 1s");
-    let a2 = TestAgent::start(&cluster, &format!("agent:\n  name: a2\n{quick}")).await;
-    wait_for(
-        "a2 to read a1's report",
-        Duration::from_secs(30),
-        || async { a2.get("/v1/leaks").await.unwrap().1["scanner"] == "a1" },
-    )
-    .await;
+    let quick = scanning().replace("idle_interval: 60s", "idle_interval: 1s");
+    let (_a1, _a2) = standby_of_a_scanner(&cluster, &quick).await;
     let addr = connection_addr(&cluster, 0, "a2", "locks").await;
     let probes = |calls: &[Call]| {
         calls
