@@ -196,9 +196,15 @@ async fn standby_of_a_scanner(cluster: &Cluster, a2_config: &str) -> (TestAgent,
     (a1, a2)
 }
 
-/// Seconds since the last command on the `purpose` connection of agent
-/// `agent` on master `i` (`idle` in `CLIENT LIST`).
-async fn connection_idle_s(cluster: &Cluster, i: usize, agent: &str, purpose: &str) -> u64 {
+/// The `field` of the `purpose` connection of agent `agent` on master `i`,
+/// as `CLIENT LIST` shows it.
+async fn connection_field(
+    cluster: &Cluster,
+    i: usize,
+    agent: &str,
+    purpose: &str,
+    field: &str,
+) -> String {
     let list = client_list(cluster, i).await;
     let name = format!("name=redlock-agent:{agent}:{purpose} ");
     let line = list
@@ -206,8 +212,17 @@ async fn connection_idle_s(cluster: &Cluster, i: usize, agent: &str, purpose: &s
         .find(|l| l.contains(&name))
         .unwrap_or_else(|| panic!("no {name}in {list}"));
     line.split(' ')
-        .find_map(|f| f.strip_prefix("idle="))
-        .and_then(|n| n.parse().ok())
+        .find_map(|f| f.strip_prefix(field)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {field} in {line}"))
+        .to_string()
+}
+
+/// Seconds since the last command on the `purpose` connection of agent
+/// `agent` on master `i` (`idle` in `CLIENT LIST`).
+async fn connection_idle_s(cluster: &Cluster, i: usize, agent: &str, purpose: &str) -> u64 {
+    connection_field(cluster, i, agent, purpose, "idle")
+        .await
+        .parse()
         .unwrap()
 }
 
@@ -300,16 +315,7 @@ async fn monitor(
 /// The `ip:port` of the `purpose` connection of agent `agent` on master
 /// `i`, as `CLIENT LIST` and `MONITOR` show it.
 async fn connection_addr(cluster: &Cluster, i: usize, agent: &str, purpose: &str) -> String {
-    let list = client_list(cluster, i).await;
-    let name = format!("name=redlock-agent:{agent}:{purpose} ");
-    let line = list
-        .lines()
-        .find(|l| l.contains(&name))
-        .unwrap_or_else(|| panic!("no {name}in {list}"));
-    line.split(' ')
-        .find_map(|f| f.strip_prefix("addr="))
-        .unwrap()
-        .to_string()
+    connection_field(cluster, i, agent, purpose, "addr").await
 }
 
 /// An idle standby behind a live scanner sends each master one call per
