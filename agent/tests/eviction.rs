@@ -338,7 +338,7 @@ async fn vote_after_eviction(cluster: &Cluster, oom: bool) -> String {
     if oom {
         config_set(cluster, 0, "maxmemory", "1").await;
     }
-    let answer: String = redlock_agent::node::scripts::BATCH
+    let answer: String = redlock_agent::node::conn::BATCH
         .key("redlock: incarnation")
         .key("redlock: fence")
         .key(LOCK_KEY)

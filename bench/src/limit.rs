@@ -56,7 +56,7 @@ struct Shas {
 /// When a script is missing or cannot be loaded, or redis-benchmark fails.
 pub fn measure(masters: &Masters, duration: Duration, batch_script: &str) -> anyhow::Result<Limit> {
     if batch_script.is_empty() {
-        bail!("cannot find the agent's batch script in agent/src/node/scripts.rs");
+        bail!("cannot find the agent's batch script in agent/src/node/conn.rs");
     }
     let shas = Shas {
         batch: masters.load_script(batch_script)?,
@@ -175,7 +175,7 @@ fn parse_csv_rps(text: &str) -> Option<f64> {
     fields.get(from_right)?.trim_matches('"').parse().ok()
 }
 
-/// The Lua texts of `agent/src/node/scripts.rs` that make the agent's
+/// The Lua texts of `agent/src/node/conn.rs` that make the agent's
 /// batch script, in order: the shared `evicted_keys` function, then the
 /// batch itself (see `batch` there).
 pub const BATCH: [&str; 2] = ["EVICTED_KEYS_SOURCE", "BATCH_SOURCE"];
@@ -184,7 +184,7 @@ pub const BATCH: [&str; 2] = ["EVICTED_KEYS_SOURCE", "BATCH_SOURCE"];
 /// the names of their constants), read from its source so the limit runs
 /// what the agent runs; empty when one is not found.
 pub fn agent_script(parts: &[&str]) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src/node/scripts.rs");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src/node/conn.rs");
     let source = std::fs::read_to_string(&path).unwrap_or_default();
     let text = |name: &str| {
         source

@@ -5,7 +5,7 @@
 //! this agent wakes it directly, and the release script PUBLISHes the
 //! released token on the resource's channel `<key_prefix>released:<resource>`
 //! on every master where a waiting voter had flagged the key (see
-//! `scripts::BATCH`), to which an agent subscribes ([`Subscriptions`]) while it has
+//! `conn::BATCH`), to which an agent subscribes ([`Subscriptions`]) while it has
 //! waiters for that resource, so a release through another agent wakes this
 //! one too. A release nobody waits for publishes nothing.
 //!

@@ -3,7 +3,7 @@
 //! them; [`Master`], the engine's view of this master; and the batch
 //! they go in: every one goes through a queue to this node's batch task,
 //! which sends whatever queued while its previous batch was on the way as
-//! one call of [`super::scripts::BATCH`].
+//! one call of [`super::conn::BATCH`].
 //!
 //! ## Why batches
 //! Under load, most of a lock's cost on a master is per call, not per
@@ -48,14 +48,13 @@ use redlock_wire::keys::slot_key;
 use redlock_wire::NodeState;
 use tokio::sync::{mpsc, oneshot};
 
-use super::conn::Within;
-use super::process::Evaluated;
+use super::conn::{Evaluated, Within};
 use super::{classify_text, clock, ttl_ms, Detector, Node};
 use crate::redlock::master::{Claim, Extension, Master, NodeError, Peeked, Vote};
 use crate::redlock::observe::{Op, VoteLabel};
 
 impl Node {
-    /// Round 2 of a fenced grant (see [`super::scripts::BATCH`], `f`): raises this
+    /// Round 2 of a fenced grant (see [`super::conn::BATCH`], `f`): raises this
     /// master's fencing counter to `fence` while the claim's key still holds
     /// its token. `Ok(true)` when raised (or already as high).
     ///
@@ -207,7 +206,7 @@ impl Master for Node {
     }
 
     /// The vote: `SET key value NX PX ttl` behind the incarnation marker
-    /// (see [`super::scripts::BATCH`]), reading the fencing counter in the same
+    /// (see [`super::conn::BATCH`]), reading the fencing counter in the same
     /// script when `read_counter`, and setting the key's waiting flag when
     /// it is taken and the voter is `waiting`.
     async fn vote(
@@ -378,7 +377,7 @@ impl Command {
     }
 }
 
-/// A command's answer: its status (see [`super::scripts::BATCH`]) and, for a vote
+/// A command's answer: its status (see [`super::conn::BATCH`]) and, for a vote
 /// that read it, the fencing counter (0 when the master has none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Answer {
@@ -586,7 +585,7 @@ impl Node {
             self.cluster_lock_result(matches!(&result, Ok(redis::Value::BulkString(_))));
         }
         // The master's clock, then one line per command (see
-        // [`super::scripts::BATCH`]).
+        // [`super::conn::BATCH`]).
         let mut fault = None;
         let lines: Option<Vec<&str>> = match &result {
             Ok(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes)
@@ -653,7 +652,7 @@ impl Node {
         }
     }
 
-    /// The `EVALSHA` of [`super::scripts::BATCH`] for `jobs`, written straight
+    /// The `EVALSHA` of [`super::conn::BATCH`] for `jobs`, written straight
     /// into one command buffer (no argument is allocated on its own).
     fn batch_call(&self, slot: Option<u16>, jobs: &[Job]) -> redis::Cmd {
         let mut call = redis::Cmd::with_capacity(6 + 6 * jobs.len(), 64 + 96 * jobs.len());

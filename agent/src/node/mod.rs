@@ -51,7 +51,6 @@ pub mod errors;
 pub mod leak;
 pub mod lock;
 pub mod probe;
-pub mod process;
 pub mod scan;
 pub mod scripts;
 pub mod settings;
@@ -178,8 +177,8 @@ pub struct Node {
     drift_factor: f64,
     /// See [`NodeSettings::stale_after`].
     stale_after: Duration,
-    /// This node's copy of [`scripts::BATCH`]: its own SHA (see
-    /// [`scripts::batch`]), so the first vote after the master's process
+    /// This node's copy of [`conn::BATCH`]: its own SHA (see
+    /// [`conn::batch`]), so the first vote after the master's process
     /// changed answers NOSCRIPT whoever else loaded theirs.
     batch_script: redis::Script,
     /// This node's copy of the health probe's script (see
@@ -274,7 +273,7 @@ impl Node {
             stale_after: settings.stale_after,
             batch_script: tag
                 .as_deref()
-                .map_or_else(|| scripts::BATCH.clone(), |tag| scripts::batch(Some(tag))),
+                .map_or_else(|| conn::BATCH.clone(), |tag| conn::batch(Some(tag))),
             probe_script: tag.as_deref().map(scripts::probe),
             setname_refused: AtomicBool::new(false),
             scan_conn: Mutex::new(None),
@@ -497,10 +496,7 @@ impl Node {
     /// When the master cannot be reached or refuses the handshake in time.
     pub async fn open(&self) -> Result<Conn, NodeError> {
         if self.cluster.is_some() {
-            return match self
-                .connect(self.timeout, &[&*scripts::BATCH], "locks")
-                .await
-            {
+            return match self.connect(self.timeout, &[&*conn::BATCH], "locks").await {
                 Ok(conn) => Ok(conn),
                 Err(e) => Err(self.unreachable(e)),
             };

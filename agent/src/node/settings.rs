@@ -19,7 +19,7 @@ pub struct NodeSettings {
     /// test switch `REDLOCK_TEST_NO_MARKER_CHECK`, for control runs.
     pub marker_check: bool,
     /// Check in every vote that the master evicted no key since its marker
-    /// was written (see [`super::scripts::BATCH`]). Off only through the test
+    /// was written (see [`super::conn::BATCH`]). Off only through the test
     /// switch `REDLOCK_TEST_NO_EVICTION_CHECK`, for control runs.
     pub eviction_check: bool,
     /// `max_ttl + delayed_restart.extra`, or zero with delayed restart off.

@@ -6,7 +6,7 @@
 //! `<key_prefix> incarnation {<tag>}` (the tag lands in the slot; see
 //! `redlock_wire::keys::slot_key`), and counts only if the marker holds the
 //! cluster node ID (`CLUSTER MYID`) of the very node running the script
-//! (see [`scripts::BATCH`]). That one check, atomic with the write, catches:
+//! (see [`conn::BATCH`]). That one check, atomic with the write, catches:
 //! - a shard restarted empty: the marker is gone with the locks;
 //! - a failover: the promoted replica has a copy of the marker that names
 //!   the old primary, and may lack the last locks (replication is
@@ -49,9 +49,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use redlock_wire::keys::key_slot;
 
-#[cfg(doc)]
-use super::scripts::BATCH;
-use super::{scripts, Conn, Node};
+use super::{conn, Conn, Node};
 use crate::redlock::master::NodeError;
 
 pub mod markers;
@@ -174,7 +172,7 @@ impl Node {
             return Ok(conn);
         }
         let conn = self
-            .connect(self.probe_timeout(), &[&*scripts::BATCH], "probe")
+            .connect(self.probe_timeout(), &[&*conn::BATCH], "probe")
             .await?;
         *part.probe_conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
         Ok(conn)

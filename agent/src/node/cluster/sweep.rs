@@ -20,7 +20,7 @@ use redlock_wire::keys::SLOTS;
 
 use super::{OnNode, Shard};
 use crate::node::conn::bounded;
-use crate::node::scripts::EVICTED_KEYS_SOURCE;
+use crate::node::conn::EVICTED_KEYS_SOURCE;
 use crate::node::{classify, scripts, Conn, Node};
 use crate::redlock::master::NodeError;
 
