@@ -28,18 +28,17 @@
 //!   operator reads, loss notices) and [`redlock::Channels`] (what a
 //!   master's pub/sub subscriber serves).
 //! - [`node`]: one Redis master behind that trait: its connection
-//!   ([`node::conn`]: one server's, or a Redis Cluster's) and state (what
-//!   the config tells it and the detectors of a quarantine in
-//!   [`node::settings`]), the
-//!   lock commands ([`node::lock`]: votes, fences, extends, releases,
-//!   and a semaphore's reads and the bookkeeping notes beside them, sent
-//!   in batches: what queued while the previous call was on its way goes
-//!   in one script call, one per slot on a cluster) and their scripts
-//!   ([`node::scripts`]),
-//!   the watch on the master's clock, read in every vote and probe
-//!   ([`node::clock`]), the check that a vote's answer comes from the
-//!   master process the agent knows ([`node::process`]: each node's own
-//!   vote script, NOSCRIPT, then `run_id`),
+//!   ([`node::conn`]: one server's, or a Redis Cluster's; the lock
+//!   commands' script, each node its own copy, and the check that a vote's
+//!   answer comes from the master process the agent knows: NOSCRIPT, then
+//!   `run_id`) and state (what the config tells it and the detectors of a
+//!   quarantine in [`node::settings`]), the lock commands
+//!   ([`node::lock`]: votes, fences, extends, releases, and a semaphore's
+//!   reads and the bookkeeping notes beside them, sent in batches: what
+//!   queued while the previous call was on its way goes in one script
+//!   call, one per slot on a cluster), the other scripts
+//!   ([`node::scripts`]), the watch on the master's clock, read in every
+//!   vote and probe ([`node::clock`]),
 //!   the health probes' commands ([`node::probe`]), the scans and
 //!   operator reads ([`node::scan`]), the leak scanner's fenced writes
 //!   ([`node::leak`]), force release and announcements
@@ -109,12 +108,12 @@
 //!   ([`scanner::shared`]) once per interval, or once per
 //!   `health.idle_interval` while it is idle, then in its probes' own call
 //!   (`scanner/look.rs`).
-//! - [`api`]: HTTP routes ([`api::routes`]: routing and the views;
-//!   [`api::handlers`]: the requests that take locks (on one resource
-//!   or several at once), permits and leadership, and an operator's force
-//!   release of a permit, to the lock service and back; [`api::reply`]:
-//!   answers,
-//!   errors with their codes, bodies read and parsed), the API's
+//! - [`api`]: HTTP routes ([`api::routes`]: routing, the views, and what
+//!   every route reads and answers with: bodies read and parsed, answers,
+//!   errors with their codes; [`api::handlers`]: the requests that take
+//!   locks (on one resource or several at once), permits and leadership,
+//!   and an operator's force release of a permit, to the lock service and
+//!   back, its refusals as answers), the API's
 //!   OpenAPI document with the config's bounds filled in
 //!   ([`api::openapi`], `GET /v1/openapi.json`), the
 //!   listeners ([`api::server`]: the application socket, the

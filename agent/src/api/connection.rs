@@ -68,7 +68,6 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_util::sync::CancellationToken;
 
 use super::peer::Peer;
-use super::reply;
 use super::routes::{self, Surface};
 use crate::agent::Agent;
 
@@ -456,12 +455,12 @@ async fn serve_until_idle<S: Socket>(
                     Ok(response) => response,
                     Err(never) => match never {},
                 };
-                if reply::closes(&response) {
+                if routes::closes(&response) {
                     activity.closing.store(true, Ordering::Relaxed);
                 }
                 let fd = activity.fd.load(Ordering::Relaxed);
                 let paced =
-                    (pace && fd >= 0 && reply::is_stream(&response)).then(|| Paced::new(fd));
+                    (pace && fd >= 0 && routes::is_stream(&response)).then(|| Paced::new(fd));
                 Ok::<_, Infallible>(response.map(|body| Tracked {
                     body,
                     _exchange: exchange,

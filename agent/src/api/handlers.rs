@@ -1,11 +1,13 @@
 //! The handlers of the routes that take locks (on one resource or on
 //! several at once), permits and leadership: a parsed body to a call of
-//! the lock service, its outcome to an answer ([`super::reply`]). Routing
-//! is [`super::routes`]'s.
+//! the lock service, its outcome to an answer, and the lock service's
+//! refusals as answers with their codes ([`lock_error`]). Routing, and
+//! what every route reads and answers with, is [`super::routes`]'s.
 
 use std::sync::Arc;
 
 use hyper::{Response, StatusCode};
+use redlock_wire::ErrorCode;
 use redlock_wire::{
     AcquireRequest, AcquireResponse, ExtendRequest, ExtendResponse, HoldRequest,
     MultiAcquireRequest, MultiAcquireResponse, MultiExtendRequest, MultiHoldRequest,
@@ -13,9 +15,10 @@ use redlock_wire::{
     PermitReleaseRequest, PermitRequest, PermitResponse, ReleaseRequest, ReleaseResponse,
 };
 
-use super::reply::{json, lock_error, ndjson, parse_body, ApiError, Body};
+use super::routes::{json, ndjson, parse_body, ApiError, Body};
 use crate::agent::Agent;
 use crate::lock::semaphores::permit_resource;
+use crate::lock::waiters::WaitError;
 use crate::lock::{millis, multi, Ask, Holder, LockError, Released};
 use crate::redlock::{Grant, Resource, Token};
 use crate::telemetry::spans::follow;
@@ -603,4 +606,32 @@ fn released_on(span: Option<&mut Traced>, released: &Result<Released, LockError>
             span.set("redlock.released", matches!(released, Released::Released));
         }
     }
+}
+
+/// The answer for a lock request the service refused.
+pub fn lock_error(error: LockError) -> ApiError {
+    let (status, code) = match &error {
+        LockError::TtlOutOfRange { .. } => (StatusCode::BAD_REQUEST, ErrorCode::TtlOutOfRange),
+        LockError::InvalidOwner | LockError::Invalid(_) => {
+            (StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest)
+        }
+        LockError::Taken(_) | LockError::TakenMany(_) | LockError::Full { .. } => {
+            (StatusCode::CONFLICT, ErrorCode::Taken)
+        }
+        LockError::LimitMismatch { .. } => (StatusCode::CONFLICT, ErrorCode::LimitMismatch),
+        LockError::Lost(_) => (StatusCode::CONFLICT, ErrorCode::Lost),
+        LockError::NotReentrant(_) => (StatusCode::CONFLICT, ErrorCode::NotReentrant),
+        LockError::ReentryForbidden(_)
+        | LockError::ReentryUnavailable(_)
+        | LockError::Isolated { .. } => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
+        LockError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoQuorum),
+        LockError::Wait(WaitError::TooManyWaiters(_) | WaitError::TooManyWaitersPerUid { .. }) => {
+            (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyWaiters)
+        }
+        LockError::TooManyStreams(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::TooManyStreams),
+        LockError::Wait(WaitError::ShuttingDown) => {
+            (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ShuttingDown)
+        }
+    };
+    ApiError::new(status, code, error.to_string())
 }

@@ -13,6 +13,5 @@ pub mod handlers;
 pub mod openapi;
 pub mod peer;
 pub mod pod;
-pub mod reply;
 pub mod routes;
 pub mod server;
