@@ -108,12 +108,12 @@
 //!   ([`scanner::shared`]) once per interval, or once per
 //!   `health.idle_interval` while it is idle, then in its probes' own call
 //!   (`scanner/look.rs`).
-//! - [`api`]: HTTP routes ([`api::routes`]: routing, the views, and what
+//! - [`api`]: HTTP routes ([`api::routes`]: routing and the views;
+//!   [`api::handlers`]: the requests that take locks (on one resource or
+//!   several at once) and permits, to the lock service and back, and what
 //!   every route reads and answers with: bodies read and parsed, answers,
-//!   errors with their codes; [`api::handlers`]: the requests that take
-//!   locks (on one resource or several at once), permits and leadership,
-//!   and an operator's force release of a permit, to the lock service and
-//!   back, its refusals as answers), the API's
+//!   errors with their codes; [`api::grants`]: extend, release and force
+//!   release of a grant already made), the API's
 //!   OpenAPI document with the config's bounds filled in
 //!   ([`api::openapi`], `GET /v1/openapi.json`), the
 //!   listeners ([`api::server`]: the application socket, the

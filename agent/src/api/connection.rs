@@ -67,6 +67,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_util::sync::CancellationToken;
 
+use super::handlers;
 use super::peer::Peer;
 use super::routes::{self, Surface};
 use crate::agent::Agent;
@@ -455,12 +456,12 @@ async fn serve_until_idle<S: Socket>(
                     Ok(response) => response,
                     Err(never) => match never {},
                 };
-                if routes::closes(&response) {
+                if handlers::closes(&response) {
                     activity.closing.store(true, Ordering::Relaxed);
                 }
                 let fd = activity.fd.load(Ordering::Relaxed);
                 let paced =
-                    (pace && fd >= 0 && routes::is_stream(&response)).then(|| Paced::new(fd));
+                    (pace && fd >= 0 && handlers::is_stream(&response)).then(|| Paced::new(fd));
                 Ok::<_, Infallible>(response.map(|body| Tracked {
                     body,
                     _exchange: exchange,

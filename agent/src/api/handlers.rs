@@ -1,28 +1,41 @@
 //! The handlers of the routes that take locks (on one resource or on
-//! several at once), permits and leadership: a parsed body to a call of
-//! the lock service, its outcome to an answer, and the lock service's
-//! refusals as answers with their codes ([`lock_error`]). Routing, and
-//! what every route reads and answers with, is [`super::routes`]'s.
+//! several at once) and permits: a parsed body to a call of
+//! the lock service, its outcome to an answer. Routing is
+//! [`super::routes`]'s.
+//!
+//! And what every route reads and answers with: the request body read and
+//! parsed within its limits (or, when it could not be read, an answer that
+//! closes the connection: [`closing`]), JSON bodies and NDJSON streams,
+//! the error answer with its code ([`ApiError`]), and the lock service's
+//! refusals as answers ([`lock_error`]).
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
-use hyper::{Response, StatusCode};
-use redlock_wire::ErrorCode;
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Body as _, Frame, Incoming};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{HeaderMap, Method, Response, StatusCode};
 use redlock_wire::{
-    AcquireRequest, AcquireResponse, ExtendRequest, ExtendResponse, HoldRequest,
-    MultiAcquireRequest, MultiAcquireResponse, MultiExtendRequest, MultiHoldRequest,
-    MultiReleaseRequest, PermitExtendRequest, PermitForceReleaseRequest, PermitHoldRequest,
-    PermitReleaseRequest, PermitRequest, PermitResponse, ReleaseRequest, ReleaseResponse,
+    AcquireRequest, AcquireResponse, ErrorBody, ErrorCode, ErrorResponse, HoldRequest,
+    MultiAcquireRequest, MultiAcquireResponse, MultiHoldRequest, PermitHoldRequest, PermitRequest,
+    PermitResponse,
 };
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
-use super::routes::{json, ndjson, parse_body, ApiError, Body};
 use crate::agent::Agent;
+use crate::lock::events::{self, Timely};
 use crate::lock::semaphores::permit_resource;
+use crate::lock::streams::Slot;
 use crate::lock::waiters::WaitError;
-use crate::lock::{millis, multi, Ask, Holder, LockError, Released};
+use crate::lock::{millis, multi, Ask, Holder, LockError};
 use crate::redlock::{Grant, Resource, Token};
-use crate::telemetry::spans::follow;
-use crate::telemetry::{Caller, Kind, Traced};
+use crate::telemetry::spans::{follow, Marked};
+use crate::telemetry::{Caller, Kind, Traced, Watch};
 
 /// What a lock's (or a permit's) route asks for.
 #[derive(Clone, Copy)]
@@ -108,11 +121,6 @@ pub async fn acquire(
         },
     ))
 }
-
-/// Empty body of `force-release`; present so unknown fields are refused.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ForceReleaseRequest {}
 
 /// `POST /v1/locks/{resource}/hold`: a 200 NDJSON stream that stays open
 /// while the lock is held (see [`crate::lock::holds`]), one event per line.
@@ -217,219 +225,93 @@ fn finish_acquire(
     }
 }
 
-/// `force-release` of a lock, a permit or a leadership, by an operator.
-pub async fn force_release(
+/// `POST /v1/semaphores/{name}/acquire`: one of the semaphore's permits.
+pub async fn acquire_permit(
     agent: &Agent,
-    resource: &Resource,
+    name: Resource,
     holder: Option<Holder>,
     caller: &Caller,
+    request: PermitRequest,
 ) -> Result<Response<Body>, ApiError> {
-    let mut span = agent.telemetry().start(
-        caller,
-        "redlock.force_release",
-        resource.kind(),
-        resource.as_str(),
-    );
-    let answer = agent.locks().force_release(resource, holder).await;
+    let ask = Ask {
+        lock: request.lock(),
+        holder,
+    };
+    let mut span = agent
+        .telemetry()
+        .start(caller, "redlock.acquire", Kind::Permit, name.as_str());
+    let acquired = agent.locks().acquire_permit(&name, request.limit, ask);
+    let permit = follow(span.as_ref(), acquired).await;
     if let Some(span) = span.as_mut() {
-        span.set("redlock.deleted", answer.deleted as i64);
+        span.outcome(&permit);
+        span.acquired(permit.as_ref().ok().and_then(|p| p.grant.fence), None);
+        if let Ok(permit) = &permit {
+            span.set("redlock.permit", i64::from(permit.index));
+            if let Ok(resource) = permit_resource(&name, permit.index) {
+                let token = permit.grant.token.as_str();
+                let grants = agent.locks().grants();
+                grants.traced(resource.as_str(), token, span.trace_id());
+            }
+        }
     }
-    Ok(json(StatusCode::OK, &answer))
-}
-
-pub async fn extend(
-    agent: &Agent,
-    resource: Resource,
-    holder: Option<Holder>,
-    caller: &Caller,
-    request: ExtendRequest,
-) -> Result<Response<Body>, ApiError> {
-    let token = Token::from_client(request.token);
-    let mut span =
-        agent
-            .telemetry()
-            .start(caller, "redlock.extend", resource.kind(), resource.as_str());
-    let extended = agent
-        .locks()
-        .extend(&resource, &token, request.ttl_ms, holder.as_ref())
-        .await;
-    if let Some(span) = span.as_mut() {
-        span.outcome(&extended);
-    }
-    let extended = extended.map_err(lock_error)?;
+    let permit = permit.map_err(lock_error)?;
+    let grant = permit.grant;
     Ok(json(
         StatusCode::OK,
-        &ExtendResponse {
-            validity_ms: millis(extended.validity),
-            ttl_ms: millis(extended.ttl),
+        &PermitResponse {
+            semaphore: name.to_string(),
+            permit: permit.index,
+            validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
+            ttl_ms: millis(grant.ttl),
+            fence: grant.fence,
+            token: grant.token.into_string(),
         },
     ))
 }
 
-pub async fn release(
-    agent: &Agent,
-    resource: Resource,
-    holder: Option<Holder>,
-    caller: &Caller,
-    request: ReleaseRequest,
-) -> Result<Response<Body>, ApiError> {
-    let token = Token::from_client(request.token);
-    let mut span = agent.telemetry().start(
-        caller,
-        "redlock.release",
-        resource.kind(),
-        resource.as_str(),
-    );
-    let released = agent
-        .locks()
-        .release(&resource, &token, holder.as_ref())
-        .await;
-    released_on(span.as_mut(), &released);
-    let released = released.map_err(lock_error)?;
-    let answer = match released {
-        Released::Released => ReleaseResponse {
-            released: true,
-            hold_count: None,
-        },
-        Released::NotHeld => ReleaseResponse {
-            released: false,
-            hold_count: None,
-        },
-        Released::StillHeld(count) => ReleaseResponse {
-            released: false,
-            hold_count: Some(count),
-        },
-    };
-    Ok(json(StatusCode::OK, &answer))
-}
-
-/// `POST /v1/semaphores/{name}/{acquire,extend,release,hold}`, and
-/// `force-release` of one permit (on the admin socket: the routing checks).
-pub async fn semaphore(
+/// `POST /v1/semaphores/{name}/hold`: a permit held while the stream is
+/// open, as a lock's hold.
+pub async fn hold_permit(
     agent: &Arc<Agent>,
     name: Resource,
-    action: LockAction,
     holder: Option<Holder>,
     caller: &Caller,
-    body: &[u8],
+    request: PermitHoldRequest,
 ) -> Result<Response<Body>, ApiError> {
-    match action {
-        LockAction::Acquire => {
-            let request: PermitRequest = parse_body(body, false)?;
-            let ask = Ask {
-                lock: request.lock(),
-                holder,
-            };
-            let mut span =
-                agent
-                    .telemetry()
-                    .start(caller, "redlock.acquire", Kind::Permit, name.as_str());
-            let acquired = agent.locks().acquire_permit(&name, request.limit, ask);
-            let permit = follow(span.as_ref(), acquired).await;
-            if let Some(span) = span.as_mut() {
-                span.outcome(&permit);
-                span.acquired(permit.as_ref().ok().and_then(|p| p.grant.fence), None);
-                if let Ok(permit) = &permit {
-                    span.set("redlock.permit", i64::from(permit.index));
-                    if let Ok(resource) = permit_resource(&name, permit.index) {
-                        let token = permit.grant.token.as_str();
-                        let grants = agent.locks().grants();
-                        grants.traced(resource.as_str(), token, span.trace_id());
-                    }
-                }
-            }
-            let permit = permit.map_err(lock_error)?;
-            let grant = permit.grant;
-            Ok(json(
-                StatusCode::OK,
-                &PermitResponse {
-                    semaphore: name.to_string(),
-                    permit: permit.index,
-                    validity_ms: millis(grant.validity.saturating_sub(grant.granted_at.elapsed())),
-                    ttl_ms: millis(grant.ttl),
-                    fence: grant.fence,
-                    token: grant.token.into_string(),
-                },
-            ))
-        }
-        LockAction::Hold => {
-            let request: PermitHoldRequest = parse_body(body, false)?;
-            let slot = agent
-                .locks()
-                .open_stream(holder.as_ref().map(|h| h.uid))
-                .map_err(lock_error)?;
-            let ask = Ask {
-                lock: request.lock(),
-                holder,
-            };
-            let mut span =
-                agent
-                    .telemetry()
-                    .start(caller, "redlock.acquire", Kind::Permit, name.as_str());
-            let held = agent.locks().hold_permit(
-                &name,
-                request.limit,
-                ask,
-                request.max_hold_ms,
-                request.on_disconnect,
-            );
-            let permit = follow(span.as_ref(), held).await;
-            if let Some(span) = span.as_mut() {
-                span.outcome(&permit);
-                span.acquired(permit.as_ref().ok().and_then(|p| p.fence), None);
-                if let Ok(permit) = &permit {
-                    span.set("redlock.permit", i64::from(permit.index));
-                    let resource = permit.resource.as_str();
-                    let grants = agent.locks().grants();
-                    grants.traced(resource, permit.token.as_str(), span.trace_id());
-                }
-            }
-            let permit = permit.map_err(lock_error)?;
-            let watch = agent
-                .telemetry()
-                .watch(caller, Kind::Permit, name.as_str(), span);
-            Ok(ndjson(permit.events, slot, watch))
-        }
-        LockAction::Extend => {
-            let request: PermitExtendRequest = parse_body(body, false)?;
-            let resource = permit_named(agent, &name, request.permit, &request.token)?;
-            let request = ExtendRequest {
-                token: request.token,
-                ttl_ms: request.ttl_ms,
-            };
-            extend(agent, resource, holder, caller, request).await
-        }
-        LockAction::Release => {
-            let request: PermitReleaseRequest = parse_body(body, false)?;
-            let resource = permit_named(agent, &name, request.permit, &request.token)?;
-            let request = ReleaseRequest {
-                token: request.token,
-            };
-            release(agent, resource, holder, caller, request).await
-        }
-        LockAction::ForceRelease => {
-            let request: PermitForceReleaseRequest = parse_body(body, false)?;
-            let resource = permit_resource(&name, request.permit).map_err(lock_error)?;
-            force_release(agent, &resource, holder, caller).await
+    let slot = agent
+        .locks()
+        .open_stream(holder.as_ref().map(|h| h.uid))
+        .map_err(lock_error)?;
+    let ask = Ask {
+        lock: request.lock(),
+        holder,
+    };
+    let mut span = agent
+        .telemetry()
+        .start(caller, "redlock.acquire", Kind::Permit, name.as_str());
+    let held = agent.locks().hold_permit(
+        &name,
+        request.limit,
+        ask,
+        request.max_hold_ms,
+        request.on_disconnect,
+    );
+    let permit = follow(span.as_ref(), held).await;
+    if let Some(span) = span.as_mut() {
+        span.outcome(&permit);
+        span.acquired(permit.as_ref().ok().and_then(|p| p.fence), None);
+        if let Ok(permit) = &permit {
+            span.set("redlock.permit", i64::from(permit.index));
+            let resource = permit.resource.as_str();
+            let grants = agent.locks().grants();
+            grants.traced(resource, permit.token.as_str(), span.trace_id());
         }
     }
-}
-
-/// The permit's resource of an extend or a release: the one the request
-/// names, or the one its token was made for.
-fn permit_named(
-    agent: &Agent,
-    name: &Resource,
-    permit: Option<u32>,
-    token: &str,
-) -> Result<Resource, ApiError> {
-    match permit {
-        Some(permit) => permit_resource(name, permit),
-        None => agent
-            .locks()
-            .permit_of(name, &Token::from_client(token.to_string())),
-    }
-    .map_err(lock_error)
+    let permit = permit.map_err(lock_error)?;
+    let watch = agent
+        .telemetry()
+        .watch(caller, Kind::Permit, name.as_str(), span);
+    Ok(ndjson(permit.events, slot, watch))
 }
 
 // Locks on several resources at once, `POST /v1/locks/{acquire,hold,extend,release}`
@@ -458,7 +340,7 @@ impl MultiAction {
 }
 
 /// The span's name for several resources: each, in order.
-fn joined(resources: &[Resource]) -> String {
+pub(super) fn joined(resources: &[Resource]) -> String {
     let names: Vec<&str> = resources.iter().map(Resource::as_str).collect();
     names.join(",")
 }
@@ -529,85 +411,6 @@ pub async fn hold_many(
     Ok(ndjson(events, slot, watch))
 }
 
-/// The resources and values of the grant of `token` (those `listed` in
-/// the request, or those this agent noted), and the span of the request
-/// `name`d on them.
-fn by_token(
-    agent: &Agent,
-    caller: &Caller,
-    name: &'static str,
-    token: &Token,
-    listed: Option<Vec<String>>,
-) -> Result<(multi::Parts, Option<Traced>), ApiError> {
-    let parts = agent
-        .locks()
-        .parts_of(token, listed.as_deref())
-        .map_err(lock_error)?;
-    let resources: Vec<Resource> = parts.iter().map(|(r, _)| r.clone()).collect();
-    let span = agent
-        .telemetry()
-        .start(caller, name, Kind::Lock, &joined(&resources));
-    Ok((parts, span))
-}
-
-pub async fn extend_many(
-    agent: &Agent,
-    holder: Option<Holder>,
-    caller: &Caller,
-    request: MultiExtendRequest,
-) -> Result<Response<Body>, ApiError> {
-    let token = Token::from_client(request.token);
-    let (parts, mut span) = by_token(agent, caller, "redlock.extend", &token, request.resources)?;
-    let extended = agent
-        .locks()
-        .extend_many(&parts, request.ttl_ms, holder.as_ref())
-        .await;
-    if let Some(span) = span.as_mut() {
-        span.outcome(&extended);
-    }
-    let extended = extended.map_err(lock_error)?;
-    Ok(json(
-        StatusCode::OK,
-        &ExtendResponse {
-            validity_ms: millis(extended.validity),
-            ttl_ms: millis(extended.ttl),
-        },
-    ))
-}
-
-pub async fn release_many(
-    agent: &Agent,
-    holder: Option<Holder>,
-    caller: &Caller,
-    request: MultiReleaseRequest,
-) -> Result<Response<Body>, ApiError> {
-    let token = Token::from_client(request.token);
-    let (parts, mut span) = by_token(agent, caller, "redlock.release", &token, request.resources)?;
-    let released = agent
-        .locks()
-        .release_many(&token, &parts, holder.as_ref())
-        .await;
-    released_on(span.as_mut(), &released);
-    let released = released.map_err(lock_error)?;
-    Ok(json(
-        StatusCode::OK,
-        &ReleaseResponse {
-            released: released == Released::Released,
-            hold_count: None,
-        },
-    ))
-}
-
-/// A release's outcome on its span, when it has one.
-fn released_on(span: Option<&mut Traced>, released: &Result<Released, LockError>) {
-    if let Some(span) = span {
-        span.outcome(released);
-        if let Ok(released) = released {
-            span.set("redlock.released", matches!(released, Released::Released));
-        }
-    }
-}
-
 /// The answer for a lock request the service refused.
 pub fn lock_error(error: LockError) -> ApiError {
     let (status, code) = match &error {
@@ -634,4 +437,239 @@ pub fn lock_error(error: LockError) -> ApiError {
         }
     };
     ApiError::new(status, code, error.to_string())
+}
+
+/// Largest request body read.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// Response body type of every route (streaming routes will need more than
+/// a full buffer).
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// A failed request: the status and the JSON error.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: ErrorCode,
+    message: String,
+    /// The method the route takes, for a 405's `Allow` header.
+    allow: Option<Method>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            allow: None,
+        }
+    }
+
+    /// 405 for `method` on `path`, whose route takes only `allowed`.
+    pub fn method_not_allowed(method: &Method, path: &str, allowed: Method) -> ApiError {
+        ApiError {
+            allow: Some(allowed.clone()),
+            ..ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                ErrorCode::MethodNotAllowed,
+                format!("{method} {path} is not allowed; use {allowed}"),
+            )
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        let busy = self.code == ErrorCode::Busy;
+        let body = ErrorResponse {
+            error: ErrorBody {
+                code: self.code,
+                message: self.message,
+            },
+        };
+        let mut response = json(self.status, &body);
+        if busy {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if let Some(allowed) = self.allow {
+            response.headers_mut().insert(
+                ALLOW,
+                // Cannot fail: method names are valid header values.
+                HeaderValue::from_str(allowed.as_str()).expect("method names are valid headers"),
+            );
+        }
+        response
+    }
+}
+
+/// `response` with `connection: close`: the answer to a request whose
+/// body was not read to its end, so the rest of it is never parsed as a
+/// request. hyper closes the connection once it is written, and the
+/// connection is never parked for reuse (see [`super::connection`]).
+pub fn closing(mut response: Response<Body>) -> Response<Body> {
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// Whether `response` closes its connection (see [`closing`]).
+pub fn closes(response: &Response<Body>) -> bool {
+    response
+        .headers()
+        .get(CONNECTION)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
+}
+
+/// Serializes an answer.
+pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    // Cannot fail: the wire types are plain structs of strings and numbers.
+    let mut bytes = serde_json::to_vec(value).expect("wire types serialize");
+    bytes.push(b'\n');
+    let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// Reads a request's whole body, at most [`MAX_BODY`] bytes, within
+/// `timeout`. Every request's body is read before it is answered (see
+/// [`super::routes::handle`]): a body left on the connection would be
+/// parsed as the next request.
+///
+/// # Errors
+/// 413 when the body is (or is declared) larger than [`MAX_BODY`], 408
+/// when it does not arrive within `timeout`, 400 when it cannot be read;
+/// the rest of the body is then still on the connection.
+pub async fn read_body(
+    headers: &HeaderMap,
+    body: Incoming,
+    timeout: Duration,
+) -> Result<Bytes, ApiError> {
+    if body.is_end_stream() {
+        return Ok(Bytes::new());
+    }
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::BodyTooLarge,
+            format!("request bodies are limited to {MAX_BODY} bytes"),
+        )
+    };
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    let collect = Limited::new(body, MAX_BODY).collect();
+    let Ok(collected) = tokio::time::timeout(timeout, collect).await else {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            ErrorCode::RequestTimeout,
+            format!(
+                "the request body did not arrive within {}ms (socket.request_timeout)",
+                timeout.as_millis()
+            ),
+        ));
+    };
+    match collected {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(ApiError::invalid(format!(
+            "could not read the request body: {e}"
+        ))),
+    }
+}
+
+/// Parses a JSON body; an empty body is `{}` where every field is optional.
+pub fn parse_body<T: DeserializeOwned>(body: &[u8], empty_ok: bool) -> Result<T, ApiError> {
+    let text: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        if !empty_ok {
+            return Err(ApiError::invalid("a JSON body is required"));
+        }
+        b"{}"
+    } else {
+        body
+    };
+    // serde would read a struct from a JSON array too; only objects are
+    // bodies. Looking at the first byte spares a second parse.
+    if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::invalid("the JSON body must be an object"));
+    }
+    serde_json::from_slice(text).map_err(|e| ApiError::invalid(format!("bad JSON body: {e}")))
+}
+
+/// A 200 `application/x-ndjson` stream of `events`, one per line, open
+/// until the sender ends it: each as true when its line is made, outdated
+/// renewals left out ([`events::next_timely`]). The connection asks for
+/// the next line only once the client has read the last
+/// ([`super::connection`]). Dropping the stream (the connection closed)
+/// drops the receiver: a hold ends, a campaign resigns, an observer stops,
+/// and the stream's `slot` in its uid's share is given back.
+pub fn ndjson<T: Serialize + Timely + Marked + Send + 'static>(
+    events: events::Receiver<T>,
+    slot: Slot,
+    watch: Option<Watch>,
+) -> Response<Body> {
+    // The slot lives as long as the body: given back when the stream ends;
+    // so does the watch, whose hold span ends with it.
+    let state = (events, slot, watch);
+    let body = futures::stream::unfold(state, |(mut events, slot, mut watch)| async move {
+        let event = events::next_timely(&mut events).await?;
+        if let Some(watch) = watch.as_mut() {
+            watch.saw(event.mark());
+        }
+        Some((
+            Ok::<_, Infallible>(Frame::data(line(&event))),
+            (events, slot, watch),
+        ))
+    });
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(body)));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    response
+}
+
+/// Whether `response` is a stream of events ([`ndjson`]).
+pub fn is_stream<B>(response: &Response<B>) -> bool {
+    response
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|t| t == "application/x-ndjson")
+}
+
+/// One event as an NDJSON line.
+fn line<T: Serialize>(event: &T) -> Bytes {
+    // Cannot fail: the events are plain strings and numbers.
+    let mut bytes = serde_json::to_vec(event).expect("events serialize");
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redlock_wire::HoldEvent;
+
+    #[test]
+    fn hold_events_are_one_json_object_per_line() {
+        let bytes = line(&HoldEvent::Lost {
+            reason: "max_hold".into(),
+        });
+        assert_eq!(
+            &bytes[..],
+            b"{\"event\":\"lost\",\"reason\":\"max_hold\"}\n"
+        );
+    }
 }

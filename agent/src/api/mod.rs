@@ -4,11 +4,13 @@
 //! ([`peer`]), and a peer's pod, for an agent that keeps tokens to their
 //! pods ([`pod`]); one connection's life, hyper only while it has requests
 //! ([`connection`]); the handlers of the routes that take locks, on one
-//! resource or several, permits and leadership ([`handlers`]); the API's
+//! resource or several, and permits ([`handlers`]), and of those that act
+//! on a grant already made ([`grants`]); the API's
 //! OpenAPI document, served with this agent's bounds ([`openapi`]). Wire types live in the
 //! `redlock-wire` crate so clients can use them without the server.
 
 pub mod connection;
+pub mod grants;
 pub mod handlers;
 pub mod openapi;
 pub mod peer;
