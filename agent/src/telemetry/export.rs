@@ -30,8 +30,16 @@ pub const QUEUE: usize = 8192;
 /// Spans sent in one request to the collector.
 pub const BATCH: usize = 512;
 
-/// How long the spans that follow a batch's first wait to join it.
+/// How long the spans that follow a batch's first wait to join it, at
+/// most: a batch that fills sooner is sent then.
 pub const LINGER: Duration = Duration::from_millis(100);
+
+/// How often a lingering batch looks whether it is full. Short beside
+/// [`LINGER`], so a busy agent sends every [`BATCH`] spans instead of
+/// keeping a linger's worth of them (several MiB at 64 clients) alive:
+/// memory held that long is handed back to the OS and faulted in again on
+/// every linger, which cost more CPU than encoding the spans.
+pub const TICK: Duration = Duration::from_millis(10);
 
 /// The SDK's span processor: hands each ended span to the queue.
 #[derive(Debug)]
@@ -73,31 +81,90 @@ impl SpanProcessor for Queue {
 }
 
 /// Sends batches until the queue closes. The first span of a batch wakes
-/// the task; it then sleeps [`LINGER`] while spans queue (no wake-up or
-/// timer per span: a busy agent's lock path pays only the channel's send)
-/// and takes every queued span, sent in requests of up to [`BATCH`].
+/// the task; it then looks every [`TICK`] (no wake-up or timer per span: a
+/// busy agent's lock path pays only the channel's send) for the spans
+/// queued since, and sends the batch once it holds [`BATCH`] spans or
+/// [`LINGER`] has passed.
 async fn send<E: SpanExporter>(
     exporter: E,
     mut receiver: mpsc::Receiver<SpanData>,
     failed: IntCounter,
 ) {
-    let mut queued = Vec::with_capacity(BATCH);
-    while receiver.recv_many(&mut queued, BATCH).await > 0 {
-        tokio::time::sleep(LINGER).await;
-        while receiver
-            .recv_many(&mut queued, QUEUE)
-            .now_or_never()
-            .unwrap_or(0)
-            > 0
-        {}
-        while !queued.is_empty() {
-            let rest = queued.split_off(queued.len().min(BATCH));
-            let batch = std::mem::replace(&mut queued, rest);
-            let count = batch.len() as u64;
-            if let Err(e) = exporter.export(batch).await {
-                failed.inc_by(count);
-                tracing::debug!(error = %e, spans = count, "trace spans not exported");
+    loop {
+        let mut batch = Vec::with_capacity(BATCH);
+        if receiver.recv_many(&mut batch, BATCH).await == 0 {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + LINGER;
+        while batch.len() < BATCH && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(TICK).await;
+            let room = BATCH - batch.len();
+            // A closed queue ends the linger; what it held is in `batch`.
+            if receiver.recv_many(&mut batch, room).now_or_never() == Some(0) {
+                break;
             }
         }
+        let count = batch.len() as u64;
+        if let Err(e) = exporter.export(batch).await {
+            failed.inc_by(count);
+            tracing::debug!(error = %e, spans = count, "trace spans not exported");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status};
+    use opentelemetry::InstrumentationScope;
+    use std::sync::{Arc, Mutex};
+    use std::time::SystemTime;
+
+    /// Records the size of each batch and when it was sent.
+    #[derive(Debug, Clone, Default)]
+    struct Sizes(Arc<Mutex<Vec<(usize, tokio::time::Instant)>>>);
+
+    impl SpanExporter for Sizes {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            let sent = (batch.len(), tokio::time::Instant::now());
+            self.0.lock().unwrap().push(sent);
+            Ok(())
+        }
+    }
+
+    fn span() -> SpanData {
+        SpanData {
+            span_context: SpanContext::empty_context(),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Internal,
+            name: "redlock.acquire".into(),
+            start_time: SystemTime::UNIX_EPOCH,
+            end_time: SystemTime::UNIX_EPOCH,
+            attributes: Vec::new(),
+            dropped_attributes_count: 0,
+            events: Default::default(),
+            links: Default::default(),
+            status: Status::Unset,
+            instrumentation_scope: InstrumentationScope::builder("test").build(),
+        }
+    }
+
+    /// A full batch goes out at the first look after it filled, not after
+    /// the whole linger; the rest waits out the linger.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_batch_is_sent_without_waiting_out_the_linger() {
+        let sizes = Sizes::default();
+        let counter = || IntCounter::new("c", "c").unwrap();
+        let queue = Queue::start(sizes.clone(), counter(), counter());
+        let started = tokio::time::Instant::now();
+        for _ in 0..BATCH + 10 {
+            queue.on_end(span());
+        }
+        tokio::time::sleep(LINGER * 3).await;
+        let sent = sizes.0.lock().unwrap().clone();
+        assert_eq!(sent.iter().map(|s| s.0).collect::<Vec<_>>(), [BATCH, 10]);
+        assert!(sent[0].1 - started <= TICK, "{sent:?}");
+        assert!(sent[1].1 - started >= LINGER, "{sent:?}");
     }
 }
