@@ -13,7 +13,7 @@ use redlock_wire::{
 use super::handlers::{joined, json, lock_error, ApiError, Body};
 use crate::agent::Agent;
 use crate::lock::semaphores::permit_resource;
-use crate::lock::{millis, multi, Holder, LockError, Released};
+use crate::lock::{millis, multi, Extended, Holder, LockError, Released};
 use crate::redlock::{Resource, Token};
 use crate::telemetry::{Caller, Kind, Traced};
 
@@ -58,17 +58,7 @@ pub async fn extend(
         .locks()
         .extend(&resource, &token, request.ttl_ms, holder.as_ref())
         .await;
-    if let Some(span) = span.as_mut() {
-        span.outcome(&extended);
-    }
-    let extended = extended.map_err(lock_error)?;
-    Ok(json(
-        StatusCode::OK,
-        &ExtendResponse {
-            validity_ms: millis(extended.validity),
-            ttl_ms: millis(extended.ttl),
-        },
-    ))
+    extended_answer(span.as_mut(), extended)
 }
 
 pub async fn release(
@@ -141,7 +131,15 @@ pub async fn extend_many(
         .locks()
         .extend_many(&parts, request.ttl_ms, holder.as_ref())
         .await;
-    if let Some(span) = span.as_mut() {
+    extended_answer(span.as_mut(), extended)
+}
+
+/// An extend's outcome on its span, when it has one, and its answer.
+fn extended_answer(
+    span: Option<&mut Traced>,
+    extended: Result<Extended, LockError>,
+) -> Result<Response<Body>, ApiError> {
+    if let Some(span) = span {
         span.outcome(&extended);
     }
     let extended = extended.map_err(lock_error)?;
