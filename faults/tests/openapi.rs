@@ -93,6 +93,7 @@ fn wire_values_match_their_schemas() {
             owner: Some("o".into()),
             fence: true,
             token: Some(token.into()),
+            mode: Mode::Shared,
         },
     );
     check(
@@ -105,6 +106,7 @@ fn wire_values_match_their_schemas() {
             ttl_ms: 10,
             fence: Some(1_732_300_000_000_000),
             hold_count: Some(2),
+            mode: Mode::Shared,
         },
     );
     check(
@@ -149,6 +151,7 @@ fn wire_values_match_their_schemas() {
             fence: true,
             on_disconnect: redlock_wire::OnDisconnect::Expire,
             token: None,
+            mode: Mode::Shared,
         },
     );
     check(
@@ -285,6 +288,8 @@ fn wire_values_match_their_schemas() {
                 container: Some("4a3b2c1d".repeat(8)),
                 trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
                 held_with: Vec::new(),
+                mode: Mode::Exclusive,
+                readers: Vec::new(),
             }],
             truncated: true,
             next_cursor: Some("r".into()),
@@ -320,6 +325,13 @@ fn wire_values_match_their_schemas() {
                 container: None,
                 trace_id: None,
                 held_with: vec!["a".into(), "b".into()],
+                mode: Mode::Shared,
+                readers: vec![Reader {
+                    agent: Some("pod-0".into()),
+                    owner: Some("o".into()),
+                    masters: 3,
+                    held_here: true,
+                }],
             },
             unread: vec!["r1".into()],
             partial: true,

@@ -89,6 +89,7 @@ macro_rules! lock_request {
 pub mod election;
 pub mod multi;
 pub mod semaphore;
+pub mod shared;
 
 pub use election::{CampaignEvent, CampaignRequest, Leader, ObserveEvent};
 pub use multi::{
@@ -99,6 +100,7 @@ pub use semaphore::{
     PermitExtendRequest, PermitForceReleaseRequest, PermitHoldRequest, PermitInfo,
     PermitReleaseRequest, PermitRequest, PermitResponse, SemaphoreResponse,
 };
+pub use shared::{Mode, Reader};
 
 lock_request! {
     /// Body of `POST /v1/locks/{resource}/acquire`. Every field is optional; an
@@ -113,6 +115,14 @@ lock_request! {
         /// same peer pid) may re-enter it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub token: Option<String>,
+        /// `shared` (a reader: any number at once) or `exclusive` (the
+        /// default: one holder).
+        #[serde(
+            default,
+            deserialize_with = "fields::null_as_default",
+            skip_serializing_if = "Mode::is_exclusive"
+        )]
+        pub mode: Mode,
     }
 }
 
@@ -135,6 +145,9 @@ pub struct AcquireResponse {
     /// masters. Absent for a first acquire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_count: Option<u32>,
+    /// `shared` for a reader's grant; absent for an exclusive one.
+    #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+    pub mode: Mode,
 }
 
 /// Body of `POST /v1/locks/{resource}/extend`.
@@ -190,6 +203,14 @@ lock_request! {
         /// `release`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub token: Option<String>,
+        /// `shared` (a reader: any number at once) or `exclusive` (the
+        /// default: one holder).
+        #[serde(
+            default,
+            deserialize_with = "fields::null_as_default",
+            skip_serializing_if = "Mode::is_exclusive"
+        )]
+        pub mode: Mode,
         /// Ends the hold with `lost` (reason `max_hold`) after this long;
         /// defaults to `lock.max_hold`.
         #[serde(
@@ -317,6 +338,12 @@ pub struct LockInfo {
     /// otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_with: Vec<String>,
+    /// `shared` when readers hold it (absent for an exclusive holder);
+    /// then `readers` names them, and `owner` and `agent` are absent.
+    #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+    pub mode: Mode,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readers: Vec<Reader>,
 }
 
 /// 200 answer to `GET /v1/locks?prefix=&cursor=&limit=`: one page of the

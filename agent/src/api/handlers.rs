@@ -22,7 +22,7 @@ use hyper::{HeaderMap, Method, Response, StatusCode};
 use redlock_wire::{
     AcquireRequest, AcquireResponse, ErrorBody, ErrorCode, ErrorResponse, HoldRequest,
     MultiAcquireRequest, MultiAcquireResponse, MultiHoldRequest, PermitHoldRequest, PermitRequest,
-    PermitResponse,
+    Mode, PermitResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -92,6 +92,7 @@ pub async fn acquire(
                 fence: reentered.fence,
                 token: reentered.token.into_string(),
                 hold_count: Some(reentered.hold_count),
+                mode: Mode::Exclusive,
             },
         ));
     }
@@ -118,6 +119,7 @@ pub async fn acquire(
             fence: grant.fence,
             token: grant.token.into_string(),
             hold_count: None,
+            mode: Mode::Exclusive,
         },
     ))
 }

@@ -19,7 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 use std::time::{Duration, Instant};
 
-use redlock_wire::{LockInfo, LockResponse, LocksResponse, NodeKey};
+use redlock_wire::{LockInfo, LockResponse, LocksResponse, Mode, NodeKey};
 use tokio::sync::Semaphore;
 
 use super::Locks;
@@ -543,6 +543,8 @@ pub(crate) fn lock_info<M: Store>(
             Vec::new()
         },
         nodes: node_keys,
+        mode: Mode::Exclusive,
+        readers: Vec::new(),
         resource: resource.to_string(),
     }
 }

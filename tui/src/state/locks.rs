@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use redlock_wire::{LockInfo, LockResponse, LocksResponse};
+use redlock_wire::{LockInfo, LockResponse, LocksResponse, Mode};
 
 use super::countdown::Countdown;
 use super::filter::Filter;
@@ -280,6 +280,8 @@ pub(crate) mod tests {
             container: None,
             trace_id: None,
             held_with: Vec::new(),
+            mode: Mode::Exclusive,
+            readers: Vec::new(),
         }
     }
 
