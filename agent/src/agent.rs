@@ -22,7 +22,7 @@ use crate::scanner::{ScanSettings, Scanner};
 use crate::telemetry::Telemetry;
 use redlock_testkit::switches::{
     MULTI_PARTIAL, NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, REENTRY_TRUSTS_PID_ZERO,
-    RENEWALS_WAIT_FOR_CLIENT, SEMAPHORE_LIMIT_BY_GRANTER,
+    RENEWALS_WAIT_FOR_CLIENT, SEMAPHORE_LIMIT_BY_GRANTER, SHARED_APART,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -235,6 +235,7 @@ impl Agent {
             agent_name: Some(config.agent.name.clone()),
             fence,
             all_or_nothing: !switched_on(MULTI_PARTIAL),
+            shared_apart: switched_on(SHARED_APART),
         };
         let health = HealthSettings {
             interval: config.health.interval,
@@ -300,6 +301,12 @@ impl Agent {
                 "{MULTI_PARTIAL} is set: a lock on several resources is granted when any of them \
                  is, so a resource held by another is granted again; for control runs of the \
                  tests only"
+            );
+        }
+        if switched_on(SHARED_APART) {
+            tracing::warn!(
+                "{SHARED_APART} is set: a shared lock's readers are kept apart from its writers, \
+                 so a writer is granted beside readers; for control runs of the tests only"
             );
         }
         if switched_on(SEMAPHORE_LIMIT_BY_GRANTER) {

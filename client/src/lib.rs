@@ -115,7 +115,7 @@ pub use options::{
     AcquireOptions, CampaignOptions, HoldOptions, Options, PermitHoldOptions, PermitOptions,
 };
 pub use redlock_wire as wire;
-pub use redlock_wire::{CampaignEvent, ErrorCode, Leader, ObserveEvent, OnDisconnect};
+pub use redlock_wire::{CampaignEvent, ErrorCode, Leader, Mode, ObserveEvent, OnDisconnect};
 pub use semaphore::{Permit, PermitHold};
 pub use trace::{InvalidTraceContext, TraceContext};
 pub use transport::{election_path, lock_path, resource_path, semaphore_path};
@@ -198,6 +198,8 @@ pub struct Grant {
     /// After a re-entry ([`AcquireOptions::reenter`]): the releases the
     /// lock now takes before it is released on the masters.
     pub hold_count: Option<u32>,
+    /// Shared (a reader's, [`AcquireOptions::shared`]) or exclusive.
+    pub mode: wire::Mode,
 }
 
 /// What a release came to ([`Client::release_counted`]).
@@ -339,6 +341,7 @@ impl Client {
             valid_until: std::time::Instant::now() + validity,
             fence: answer.fence,
             hold_count: answer.hold_count,
+            mode: answer.mode,
         })
     }
 

@@ -23,7 +23,8 @@
 use std::time::Duration;
 
 use redlock_wire::{
-    AcquireRequest, CampaignRequest, HoldRequest, OnDisconnect, PermitHoldRequest, PermitRequest,
+    AcquireRequest, CampaignRequest, HoldRequest, Mode, OnDisconnect, PermitHoldRequest,
+    PermitRequest,
 };
 
 use crate::millis;
@@ -108,6 +109,12 @@ pub trait ReenterRequest: sealed::Sealed {
     fn token(&mut self) -> &mut Option<String>;
 }
 
+/// A body that takes a lock in a mode: exclusive, or shared by readers.
+pub trait ModeRequest: sealed::Sealed {
+    #[doc(hidden)]
+    fn mode(&mut self) -> &mut Mode;
+}
+
 /// A body for a permit of a semaphore: the semaphore's limit.
 pub trait SemaphoreRequest: sealed::Sealed + Default {
     #[doc(hidden)]
@@ -152,6 +159,9 @@ carried_by!(LockHoldRequest:
 carried_by!(ReenterRequest:
     AcquireRequest, HoldRequest
     => { token: Option<String> });
+carried_by!(ModeRequest:
+    AcquireRequest, HoldRequest
+    => { mode: Mode });
 carried_by!(SemaphoreRequest:
     PermitRequest, PermitHoldRequest
     => { limit: u32 });
@@ -230,6 +240,16 @@ impl<R: ReenterRequest> Options<R> {
     }
 }
 
+impl<R: ModeRequest> Options<R> {
+    /// Take the lock shared, as a reader: any number of readers hold it at
+    /// once, while no one holds it exclusively (the default); a writer
+    /// waiting for it stops new readers until it has had its turn.
+    pub fn shared(mut self) -> Options<R> {
+        *self.request.mode() = Mode::Shared;
+        self
+    }
+}
+
 impl<R: SemaphoreRequest> Options<R> {
     /// One permit of a semaphore of `limit` permits (the agent takes 1 to
     /// [`redlock_wire::semaphore::MAX_PERMITS`]). The limit is part of the
@@ -257,7 +277,10 @@ impl Options<HoldRequest> {
     /// for the rest.
     pub fn from_acquire(options: &AcquireOptions) -> HoldOptions {
         HoldOptions {
-            request: HoldRequest::with_lock(options.request.clone()),
+            request: HoldRequest {
+                mode: options.request.mode,
+                ..HoldRequest::with_lock(options.request.clone())
+            },
         }
     }
 }

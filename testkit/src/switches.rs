@@ -121,8 +121,15 @@ pub const SEMAPHORE_LIMIT_BY_GRANTER: &str = "REDLOCK_TEST_SEMAPHORE_LIMIT_BY_GR
 /// must see a resource held by two grants at once without the rule.
 pub const MULTI_PARTIAL: &str = "REDLOCK_TEST_MULTI_PARTIAL";
 
+/// `1` keeps a shared lock's readers at a key of their own (the lock key
+/// and ` apart`), where no exclusive vote looks and whose readers look at
+/// no writer: the check that one master never admits a writer beside a
+/// reader, off. The control run of the fault suite's read-write property,
+/// which must see a writer's grant overlap a reader's without it.
+pub const SHARED_APART: &str = "REDLOCK_TEST_SHARED_APART";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 19] = [
+pub const ALL: [&str; 20] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -142,6 +149,7 @@ pub const ALL: [&str; 19] = [
     RENEWALS_WAIT_FOR_CLIENT,
     SEMAPHORE_LIMIT_BY_GRANTER,
     MULTI_PARTIAL,
+    SHARED_APART,
 ];
 
 /// `1` stops the agent from watching its masters' clocks: the master's

@@ -50,6 +50,7 @@ pub async fn extend(
     request: ExtendRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
+    let resource = agent.locks().grants().as_granted(resource, token.as_str());
     let mut span =
         agent
             .telemetry()
@@ -69,6 +70,7 @@ pub async fn release(
     request: ReleaseRequest,
 ) -> Result<Response<Body>, ApiError> {
     let token = Token::from_client(request.token);
+    let resource = agent.locks().grants().as_granted(resource, token.as_str());
     let mut span = agent.telemetry().start(
         caller,
         "redlock.release",

@@ -20,9 +20,9 @@ use hyper::body::{Body as _, Frame, Incoming};
 use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{HeaderMap, Method, Response, StatusCode};
 use redlock_wire::{
-    AcquireRequest, AcquireResponse, ErrorBody, ErrorCode, ErrorResponse, HoldRequest,
+    AcquireRequest, AcquireResponse, ErrorBody, ErrorCode, ErrorResponse, HoldRequest, Mode,
     MultiAcquireRequest, MultiAcquireResponse, MultiHoldRequest, PermitHoldRequest, PermitRequest,
-    Mode, PermitResponse,
+    PermitResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -36,6 +36,14 @@ use crate::lock::{millis, multi, Ask, Holder, LockError};
 use crate::redlock::{Grant, Resource, Token};
 use crate::telemetry::spans::{follow, Marked};
 use crate::telemetry::{Caller, Kind, Traced, Watch};
+
+/// `resource` as `mode` takes it: a reader's lock is [`Resource::shared`].
+pub fn moded(resource: Resource, mode: Mode) -> Resource {
+    match mode {
+        Mode::Shared => resource.shared(),
+        Mode::Exclusive => resource,
+    }
+}
 
 /// What a lock's (or a permit's) route asks for.
 #[derive(Clone, Copy)]
@@ -54,11 +62,14 @@ pub async fn acquire(
     caller: &Caller,
     request: AcquireRequest,
 ) -> Result<Response<Body>, ApiError> {
+    let resource = moded(resource, request.mode);
     if let Some(token) = request.token.clone() {
-        let mut span =
-            agent
-                .telemetry()
-                .start(caller, "redlock.acquire", Kind::Lock, resource.as_str());
+        let mut span = agent.telemetry().start(
+            caller,
+            "redlock.acquire",
+            resource.kind(),
+            resource.as_str(),
+        );
         let reentered = agent
             .locks()
             .reenter(
@@ -92,15 +103,18 @@ pub async fn acquire(
                 fence: reentered.fence,
                 token: reentered.token.into_string(),
                 hold_count: Some(reentered.hold_count),
-                mode: Mode::Exclusive,
+                mode: request.mode,
             },
         ));
     }
-    let mut span =
-        agent
-            .telemetry()
-            .start(caller, "redlock.acquire", Kind::Lock, resource.as_str());
+    let mut span = agent.telemetry().start(
+        caller,
+        "redlock.acquire",
+        resource.kind(),
+        resource.as_str(),
+    );
     let behind = span.as_ref().and_then(|_| holder_here(agent, &resource));
+    let mode = request.mode;
     let ask = Ask {
         lock: request,
         holder,
@@ -119,7 +133,7 @@ pub async fn acquire(
             fence: grant.fence,
             token: grant.token.into_string(),
             hold_count: None,
-            mode: Mode::Exclusive,
+            mode,
         },
     ))
 }
@@ -133,15 +147,18 @@ pub async fn hold(
     caller: &Caller,
     request: HoldRequest,
 ) -> Result<Response<Body>, ApiError> {
+    let resource = moded(resource, request.mode);
     let slot = agent
         .locks()
         .open_stream(holder.as_ref().map(|h| h.uid))
         .map_err(lock_error)?;
     if let Some(token) = request.token.clone() {
-        let mut span =
-            agent
-                .telemetry()
-                .start(caller, "redlock.acquire", Kind::Lock, resource.as_str());
+        let mut span = agent.telemetry().start(
+            caller,
+            "redlock.acquire",
+            resource.kind(),
+            resource.as_str(),
+        );
         let events = agent
             .locks()
             .hold_reentered(
@@ -160,13 +177,15 @@ pub async fn hold(
         let events = events.map_err(lock_error)?;
         let watch = agent
             .telemetry()
-            .watch(caller, Kind::Lock, resource.as_str(), span);
+            .watch(caller, resource.kind(), resource.as_str(), span);
         return Ok(ndjson(events, slot, watch));
     }
-    let mut span =
-        agent
-            .telemetry()
-            .start(caller, "redlock.acquire", Kind::Lock, resource.as_str());
+    let mut span = agent.telemetry().start(
+        caller,
+        "redlock.acquire",
+        resource.kind(),
+        resource.as_str(),
+    );
     let behind = span.as_ref().and_then(|_| holder_here(agent, &resource));
     let ask = Ask {
         lock: request.lock(),
@@ -194,7 +213,7 @@ pub async fn hold(
     let events = events.map_err(lock_error)?;
     let watch = agent
         .telemetry()
-        .watch(caller, Kind::Lock, resource.as_str(), span);
+        .watch(caller, resource.kind(), resource.as_str(), span);
     Ok(ndjson(events, slot, watch))
 }
 

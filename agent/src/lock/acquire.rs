@@ -396,6 +396,7 @@ mod tests {
             held,
             Held {
                 locks: 3,
+                shared: 0,
                 permits: 1,
                 leaderships: 1
             }

@@ -174,9 +174,7 @@ impl Grants {
         isolate: Isolate,
         caller: Option<&Holder>,
     ) -> bool {
-        self.lock()
-            .get(resource)
-            .filter(|e| e.token == token)
+        super::grants::entry(&self.lock(), resource, token)
             .is_some_and(|e| same_holder(isolate, e.holder.as_ref(), caller))
     }
 }

@@ -19,7 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 use std::time::{Duration, Instant};
 
-use redlock_wire::{LockInfo, LockResponse, LocksResponse, Mode, NodeKey};
+use redlock_wire::{LockInfo, LockResponse, LocksResponse, Mode, NodeKey, Reader};
 use tokio::sync::Semaphore;
 
 use super::Locks;
@@ -259,7 +259,7 @@ async fn read_node<M: Store>(
     let mut states = HashMap::with_capacity(keys.len());
     for chunk in keys.chunks(READ_CHUNK) {
         for state in node.list_keys(chunk).await? {
-            if state.pttl != -2 && state.value.is_some() {
+            if state.pttl != -2 && (state.value.is_some() || !state.readers.is_empty()) {
                 states.insert(state.key.clone(), state);
             }
         }
@@ -437,7 +437,9 @@ pub async fn get<M: Store>(
             Ok(states) => Some(
                 states
                     .into_iter()
-                    .find(|s| s.key == key && s.pttl != -2 && s.value.is_some()),
+                    .find(|s| {
+                        s.key == key && s.pttl != -2 && (s.value.is_some() || !s.readers.is_empty())
+                    }),
             ),
             Err(e) => {
                 tracing::warn!(node = node.name(), error = %e, "lock lookup could not read a master");
@@ -474,6 +476,14 @@ pub(crate) fn lock_info<M: Store>(
     let redlock = locks.engine();
     let quorum = redlock.quorum();
     let drift = redlock.settings().drift;
+    if per_node
+        .iter()
+        .flatten()
+        .flatten()
+        .any(|s| !s.readers.is_empty())
+    {
+        return shared_info(locks, resource, per_node);
+    }
     // The holder is the value most masters agree on.
     let mut votes: HashMap<&str, usize> = HashMap::new();
     for state in per_node.iter().flatten().flatten() {
@@ -546,6 +556,74 @@ pub(crate) fn lock_info<M: Store>(
         mode: Mode::Exclusive,
         readers: Vec::new(),
         resource: resource.to_string(),
+    }
+}
+
+/// A lock held shared, as its readers on each master show it: a master
+/// that records any reader holds it (`held`), every reader is listed with
+/// the masters that record it, and the lock agrees on a quorum when one
+/// reader is on a quorum of masters.
+fn shared_info<M: Store>(
+    locks: &Locks<M>,
+    resource: &str,
+    per_node: &[Option<Option<&KeyState>>],
+) -> LockInfo {
+    let redlock = locks.engine();
+    let mut readers: Vec<(&str, usize)> = Vec::new();
+    for state in per_node.iter().flatten().flatten() {
+        for token in &state.readers {
+            match readers.iter_mut().find(|(t, _)| t == token) {
+                Some((_, masters)) => *masters += 1,
+                None => readers.push((token, 1)),
+            }
+        }
+    }
+    readers.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let here = locks.grants().readers(resource);
+    let nodes = redlock
+        .nodes()
+        .iter()
+        .zip(per_node)
+        .map(|(node, state)| {
+            let (state, pttl_ms) = match state {
+                None => ("unknown", None),
+                Some(Some(s)) if !s.readers.is_empty() => ("held", u64::try_from(s.pttl).ok()),
+                Some(Some(s)) if s.pttl != -2 => ("other", u64::try_from(s.pttl).ok()),
+                Some(_) => ("missing", None),
+            };
+            NodeKey {
+                node: node.name().to_string(),
+                state: state.to_string(),
+                pttl_ms,
+            }
+        })
+        .collect();
+    LockInfo {
+        resource: resource.to_string(),
+        owner: None,
+        validity_ms: None,
+        nodes,
+        quorum_agrees: readers.first().is_some_and(|r| r.1 >= redlock.quorum()),
+        held_here: readers.iter().any(|(t, _)| here.iter().any(|h| h == t)),
+        agent: None,
+        pid: None,
+        uid: None,
+        gid: None,
+        pod: None,
+        container: None,
+        waiters: locks.waiters().count(resource),
+        trace_id: None,
+        held_with: Vec::new(),
+        mode: Mode::Shared,
+        readers: readers
+            .iter()
+            .map(|(t, masters)| Reader {
+                agent: token::agent_of(t).map(str::to_string),
+                owner: token::owner_of(t).map(str::to_string),
+                masters: *masters,
+                held_here: here.iter().any(|h| h == t),
+            })
+            .collect(),
     }
 }
 

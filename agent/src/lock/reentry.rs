@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use redlock_wire::{AcquireRequest, HoldEvent, OnDisconnect};
 
-use super::{Grants, Holder, LockError, Locks};
+use super::{grants, Grants, Holder, LockError, Locks};
 use crate::redlock::{token, Extend, Failure, Resource, Store, Token};
 
 /// A re-entered lock, as the API answers it.
@@ -115,7 +115,7 @@ impl<M: Store> Locks<M> {
         super::check_owner(ask.owner.as_deref())?;
         let (fence, longest) = self
             .grants
-            .reentry(resource.as_str(), token.as_str(), pid, Instant::now())
+            .reentry(resource, token.as_str(), pid, Instant::now())
             .map_err(|refusal| match refusal {
                 Refusal::NotHeld => LockError::NotReentrant(resource.clone()),
                 Refusal::OtherProcess => LockError::ReentryForbidden(resource.clone()),
@@ -251,15 +251,17 @@ impl Grants {
     /// if so.
     pub fn reentry(
         &self,
-        resource: &str,
+        resource: &Resource,
         token: &str,
         pid: Option<u32>,
         now: Instant,
     ) -> Result<(Option<u64>, Duration), Refusal> {
         let grants = self.lock();
-        let entry = grants
-            .get(resource)
-            .filter(|e| e.token == token && e.valid_until > now && e.count > 0 && !e.hold)
+        // A re-entry in the other mode (shared into exclusive, or back) is
+        // not this grant's: a reader's token never makes a writer.
+        let entry = grants::entry(&grants, resource.as_str(), token)
+            .filter(|e| e.kind == resource.kind())
+            .filter(|e| e.valid_until > now && e.count > 0 && !e.hold)
             .ok_or(Refusal::NotHeld)?;
         match (pid, entry.holder.and_then(|h| h.pid)) {
             (None, _) => Err(Refusal::UnknownProcess),
@@ -280,9 +282,7 @@ impl Grants {
         ttl: Duration,
     ) -> Option<u32> {
         let mut grants = self.lock();
-        let entry = grants
-            .get_mut(resource)
-            .filter(|e| e.token == token && e.count > 0)?;
+        let entry = grants::entry_mut(&mut grants, resource, token).filter(|e| e.count > 0)?;
         entry.count += 1;
         entry.valid_until = entry.valid_until.max(valid_until);
         entry.ttl = entry.ttl.max(ttl);
@@ -292,9 +292,8 @@ impl Grants {
     /// The longest TTL set so far for the grant of `resource` held with
     /// `token`, while it is re-entered (counts more than one acquire).
     pub fn reentered_ttl(&self, resource: &str, token: &str) -> Option<Duration> {
-        self.lock()
-            .get(resource)
-            .filter(|e| e.token == token && e.count > 1)
+        grants::entry(&self.lock(), resource, token)
+            .filter(|e| e.count > 1)
             .map(|e| e.ttl)
     }
 
@@ -304,7 +303,7 @@ impl Grants {
     /// or a grant not known here), from when on it cannot be re-entered.
     pub fn release_one(&self, resource: &str, token: &str) -> Option<u32> {
         let mut grants = self.lock();
-        let entry = grants.get_mut(resource).filter(|e| e.token == token)?;
+        let entry = grants::entry_mut(&mut grants, resource, token)?;
         if entry.count > 1 {
             entry.count -= 1;
             return Some(entry.count);
@@ -315,7 +314,7 @@ impl Grants {
 
     /// Marks the grant of `resource` held with `token` as a hold's.
     pub fn mark_hold(&self, resource: &str, token: &str) {
-        if let Some(entry) = self.lock().get_mut(resource).filter(|e| e.token == token) {
+        if let Some(entry) = grants::entry_mut(&mut self.lock(), resource, token) {
             entry.hold = true;
         }
     }

@@ -74,6 +74,7 @@ pub(super) fn ask(wait_ms: u64, owner: &str) -> Ask {
         owner: Some(owner.into()),
         fence: false,
         token: None,
+        ..AcquireRequest::default()
     })
 }
 

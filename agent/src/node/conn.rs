@@ -431,6 +431,19 @@ impl Node {
 ///   least `ttl` when it is there with a TTL; never written, shortened or
 ///   made to last forever: an agent that does not know a note's value
 ///   keeps it alive. 1 or 0.
+/// - `s`: a shared lock's vote, as `v` (the same answers, checks and
+///   numbers). Readers are one sorted set at the lock key itself, each
+///   token scored with when it expires on the master's clock (`TIME`), the
+///   key's TTL the longest reader's; expired readers are dropped at every
+///   look. A shared vote is granted where the key is gone or a set of
+///   readers, unless a waiting exclusive voter flagged it (`w`; a reader
+///   already there is renewed); an exclusive vote (`v`) that finds readers
+///   drops the expired ones and is granted only if none is left, else it is
+///   taken (a waiting one flags it `w`). So one master never admits a
+///   writer beside a reader: the key is either a string or a set. `e` and
+///   `r` find a reader's token in the set (an expired one is not extended),
+///   so the token alone says what to extend or release, through any agent;
+///   the last reader's release announces itself when someone waits.
 ///
 /// Returns one answer per command, in one text, a line each: the status,
 /// or `status:more` where there is more to say: the counter for a vote that
@@ -502,13 +515,33 @@ local function unevicted()
   end
   return kept
 end
+local function now_ms()
+  local t = redis.call("time")
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+local function readers_at(key)
+  if redis.call("type", key).ok ~= "zset" then return nil end
+  local now = now_ms()
+  redis.call("zremrangebyscore", key, "-inf", now)
+  return now
+end
+local function past_readers(key, token, ttl)
+  if not readers_at(key) then return nil end
+  if redis.call("exists", key) == 1 then return true end
+  redis.call("set", key, token, "PX", ttl)
+  return false
+end
 local function run(op, key, flag, token, number, more)
-  if check ~= "0" and (op == "v" or op == "e") and not trusted() then return -1 end
+  if check ~= "0" and (op == "v" or op == "e" or op == "s") and not trusted() then return -1 end
   if op == "v" then
     local wants = tonumber(more) or 0
     local status, previous, written = 0, nil, nil
     if setget then
       written = redis.pcall("set", key, token, "NX", "GET", "PX", number)
+      if type(written) == "table" and written.err then
+        local held = past_readers(key, token, number)
+        if held ~= nil then written = held and "" end
+      end
     else
       written = redis.pcall("set", key, token, "NX", "PX", number)
     end
@@ -522,7 +555,13 @@ local function run(op, key, flag, token, number, more)
     elseif written then
       status = 1
     else
-      previous = redis.call("get", key)
+      previous = redis.pcall("get", key)
+      if type(previous) == "table" then
+        local held = past_readers(key, token, number)
+        if held == nil then error(previous) end
+        previous = nil
+        if not held then status = 1 end
+      end
     end
     if (status == 1 or previous == token) and check ~= "0" and not unevicted() then
       if status == 1 then redis.call("del", key) end
@@ -532,15 +571,50 @@ local function run(op, key, flag, token, number, more)
       redis.call("pexpire", key, number)
       status = 1
     end
-    if status == 0 and wants >= 2 then redis.call("set", flag, "1", "PX", number) end
+    if status == 0 and wants >= 2 then redis.call("set", flag, "w", "PX", number) end
+    if wants % 2 == 1 then return status .. ":" .. (redis.call("get", KEYS[2]) or "0") end
+    return status
+  elseif op == "s" then
+    local wants, status = tonumber(more) or 0, 0
+    local kind = redis.call("type", key).ok
+    if kind == "string" then
+      if wants >= 2 and redis.call("get", flag) ~= "w" then redis.call("set", flag, "1", "PX", number) end
+    elseif kind == "none" or kind == "zset" then
+      local now = readers_at(key) or now_ms()
+      if redis.call("zscore", key, token) or redis.call("get", flag) ~= "w" then
+        redis.call("zadd", key, now + number, token)
+        if redis.call("pttl", key) < tonumber(number) then redis.call("pexpire", key, number) end
+        status = 1
+      end
+    else
+      error("WRONGTYPE the lock key holds a " .. kind)
+    end
+    if status == 1 and check ~= "0" and not unevicted() then
+      redis.call("zrem", key, token)
+      return -3
+    end
     if wants % 2 == 1 then return status .. ":" .. (redis.call("get", KEYS[2]) or "0") end
     return status
   elseif op == "r" then
-    if redis.call("get", key) ~= token then return 0 end
+    local value = redis.pcall("get", key)
+    if type(value) == "table" then
+      if not readers_at(key) or redis.call("zrem", key, token) == 0 then return 0 end
+      if redis.call("exists", key) == 0 and redis.call("del", flag) == 1 then redis.call("publish", more, token) end
+      return 1
+    end
+    if value ~= token then return 0 end
     if redis.call("del", key, flag) == 2 then redis.call("publish", more, token) end
     return 1
   elseif op == "e" then
-    if redis.call("get", key) == token then return redis.call("pexpire", key, number) end
+    local value = redis.pcall("get", key)
+    if type(value) == "table" then
+      local now = readers_at(key)
+      if not now or not redis.call("zscore", key, token) then return 0 end
+      redis.call("zadd", key, "XX", now + number, token)
+      if redis.call("pttl", key) < tonumber(number) then redis.call("pexpire", key, number) end
+      return 1
+    end
+    if value == token then return redis.call("pexpire", key, number) end
     return 0
   elseif op == "n" then
     if redis.pcall("get", key) == token and redis.call("pttl", key) >= tonumber(number) then return 0 end
@@ -552,7 +626,7 @@ local function run(op, key, flag, token, number, more)
     redis.call("pexpire", key, number)
     return 1
   elseif op == "f" then
-    if redis.call("get", key) ~= token then return 0 end
+    if redis.pcall("get", key) ~= token then return 0 end
     if (tonumber(redis.call("get", KEYS[2]) or "0") or 0) < tonumber(number) then
       redis.call("set", KEYS[2], number)
     end
@@ -596,7 +670,7 @@ end
 local now = ""
 for i = 1, (#ARGV - 3) / 4 do
   local op = ARGV[3 + (i - 1) * 4 + 1]
-  if op == "v" or op == "e" then
+  if op == "v" or op == "e" or op == "s" then
     now = redis.pcall("time")
     if now.err then now = "-" else now = now[1] .. " " .. now[2] end
     break

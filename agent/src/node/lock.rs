@@ -329,8 +329,9 @@ impl Command {
     }
 
     /// The script's four arguments for this command after the key and token:
-    /// its letter, a number and one more.
-    fn args(&self) -> (&'static str, u64, &str) {
+    /// its letter (a shared claim's vote has its own), a number and one
+    /// more.
+    fn args(&self, shared: bool) -> (&'static str, u64, &str) {
         match self {
             Command::Vote {
                 ttl,
@@ -339,7 +340,7 @@ impl Command {
             } => {
                 let wants =
                     ["0", "1", "2", "3"][usize::from(*read_counter) + 2 * usize::from(*waiting)];
-                ("v", ttl_ms(*ttl), wants)
+                (if shared { "s" } else { "v" }, ttl_ms(*ttl), wants)
             }
             Command::Fence { fence } => ("f", *fence, ""),
             Command::Extend { ttl } => ("e", ttl_ms(*ttl), ""),
@@ -673,7 +674,8 @@ impl Node {
         for job in jobs {
             let key = job.claim.key();
             call.arg(key);
-            if job.command.uses_flag() {
+            // A shared vote reads the flag whether or not it waits.
+            if job.command.uses_flag() || job.claim.is_shared() {
                 call.arg(job.claim.flag(&self.key_prefix));
             } else {
                 call.arg(key);
@@ -683,7 +685,7 @@ impl Node {
             .arg(if self.lock().set_get { "1" } else { "0" })
             .arg(if self.eviction_check { "1" } else { "0" });
         for job in jobs {
-            let (letter, number, more) = job.command.args();
+            let (letter, number, more) = job.command.args(job.claim.is_shared());
             call.arg(letter)
                 .arg(job.claim.token())
                 .arg(number)

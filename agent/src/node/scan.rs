@@ -263,13 +263,13 @@ impl Node {
     }
 }
 
-/// Pairs key names with `READ_KEYS`'s flat `value, pttl, value, pttl, …`
-/// reply; a key without its pair reads as gone.
+/// Pairs key names with `READ_KEYS`'s flat `value, pttl, readers, value,
+/// …` reply; a key without its triple reads as gone.
 pub(super) fn key_states(
     keys: impl Iterator<Item = String>,
     reply: &[redis::Value],
 ) -> Vec<KeyState> {
-    let mut pairs = reply.chunks(2);
+    let mut pairs = reply.chunks(3);
     keys.map(|key| {
         let pair = pairs.next().unwrap_or(&[]);
         KeyState {
@@ -283,6 +283,18 @@ pub(super) fn key_states(
             pttl: match pair.get(1) {
                 Some(redis::Value::Int(n)) => *n,
                 _ => -2,
+            },
+            readers: match pair.get(2) {
+                Some(redis::Value::Array(tokens)) => tokens
+                    .iter()
+                    .filter_map(|t| match t {
+                        redis::Value::BulkString(bytes) => {
+                            Some(String::from_utf8_lossy(bytes).into_owned())
+                        }
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
             },
         }
     })

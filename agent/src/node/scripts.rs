@@ -51,17 +51,29 @@ return 1"#,
     )
 });
 
-/// For every key in KEYS: its value (false when missing or not a string)
-/// and its PTTL, as a flat list. Read-only; used by the scanner and the
+/// For every key in KEYS: its value (false when missing or not a string),
+/// its PTTL and a shared lock's readers (the tokens in the sorted set at
+/// the key that have not expired, see `super::conn::BATCH`; empty for
+/// any other key), as a flat list. Read-only; used by the scanner and the
 /// locks list, which must not fail on a key of another type.
 pub static READ_KEYS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"local out = {}
+        r#"local out, now = {}, nil
 for _, key in ipairs(KEYS) do
-  local value = redis.pcall("get", key)
-  if type(value) == "table" then value = false end
+  local value, readers = redis.pcall("get", key), {}
+  if type(value) == "table" then
+    value = false
+    if redis.call("type", key).ok == "zset" then
+      if not now then
+        local t = redis.call("time")
+        now = t[1] * 1000 + math.floor(t[2] / 1000)
+      end
+      readers = redis.call("zrangebyscore", key, "(" .. now, "+inf")
+    end
+  end
   out[#out + 1] = value
   out[#out + 1] = redis.call("pttl", key)
+  out[#out + 1] = readers
 end
 return out"#,
     )

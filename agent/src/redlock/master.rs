@@ -115,15 +115,29 @@ pub struct Claim {
     key: String,
     token: String,
     flag: OnceLock<String>,
+    shared: bool,
 }
 
 impl Claim {
     pub fn new(key: String, token: &str) -> Arc<Claim> {
+        Claim::of(key, token, false)
+    }
+
+    /// A claim of `kind`'s resource: a reader's ([`super::Kind::Shared`])
+    /// or an exclusive one (every other kind).
+    pub fn of(key: String, token: &str, shared: bool) -> Arc<Claim> {
         Arc::new(Claim {
             key,
             token: token.to_string(),
             flag: OnceLock::new(),
+            shared,
         })
+    }
+
+    /// A reader's claim: its vote, extension and release are the shared
+    /// lock's (see `crate::node::conn::BATCH`).
+    pub fn is_shared(&self) -> bool {
+        self.shared
     }
 
     /// The lock key, `<key_prefix><resource>`.
@@ -297,6 +311,9 @@ pub struct KeyState {
     pub value: Option<String>,
     /// Milliseconds left; -1 without TTL, -2 when the key is gone.
     pub pttl: i64,
+    /// A shared lock's readers (their tokens) that have not expired; empty
+    /// for any other key.
+    pub readers: Vec<String>,
 }
 
 /// One master as the lock service uses it beyond Redlock's own commands:

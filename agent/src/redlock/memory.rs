@@ -28,6 +28,7 @@ pub(crate) fn settings(agent_name: Option<&str>, fence: FenceSettings) -> Settin
         agent_name: agent_name.map(str::to_string),
         fence,
         all_or_nothing: true,
+        shared_apart: false,
     }
 }
 
@@ -301,12 +302,14 @@ impl Store for Memory {
                         key: key.clone(),
                         value: Some(value),
                         pttl: until.duration_since(now).as_millis() as i64,
+                        readers: Vec::new(),
                     }
                 }
                 None => KeyState {
                     key: key.clone(),
                     value: None,
                     pttl: -2,
+                    readers: Vec::new(),
                 },
             })
             .collect())

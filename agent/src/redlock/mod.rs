@@ -56,6 +56,10 @@ pub struct Settings {
     /// is ([`multi`]); off only under the test switch
     /// `REDLOCK_TEST_MULTI_PARTIAL` (control runs).
     pub all_or_nothing: bool,
+    /// A shared lock's readers are kept at a key of their own, apart from
+    /// its writers: only under the test switch `REDLOCK_TEST_SHARED_APART`
+    /// (control runs).
+    pub shared_apart: bool,
 }
 
 /// What an acquisition came to.
@@ -160,7 +164,20 @@ impl<M: Master> Redlock<M> {
     }
 
     pub fn key(&self, resource: &Resource) -> String {
-        resource.key(&self.settings.key_prefix)
+        let key = resource.key(&self.settings.key_prefix);
+        if self.settings.shared_apart && resource.kind() == Kind::Shared {
+            return key + " apart";
+        }
+        key
+    }
+
+    /// `token`'s claim on `resource`'s key: a reader's for a shared lock.
+    pub fn claim(&self, resource: &Resource, token: &Token) -> Arc<Claim> {
+        Claim::of(
+            self.key(resource),
+            token.as_str(),
+            resource.kind() == Kind::Shared,
+        )
     }
 
     /// The pause before another round: `retry_delay` plus a random part of
@@ -276,7 +293,7 @@ impl<M: Master> Redlock<M> {
         if usable.len() < self.quorum {
             return Extend::NoQuorum(self.describe_unusable());
         }
-        let claim = Claim::new(self.key(resource), token.as_str());
+        let claim = self.claim(resource, token);
         let holding = Holding::new(&self.nodes);
         // tokio's clock: the same as std's, but for tests on a paused one.
         let started = tokio::time::Instant::now();

@@ -28,18 +28,22 @@ pub struct Resource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     Lock,
+    /// A lock held by a reader (`"mode": "shared"`): the lock's key, shared
+    /// with any number of readers and no writer.
+    Shared,
     Permit,
     Leadership,
 }
 
 impl Kind {
     /// Every kind, as the metrics' `kind` label takes them.
-    pub const ALL: [Kind; 3] = [Kind::Lock, Kind::Permit, Kind::Leadership];
+    pub const ALL: [Kind; 4] = [Kind::Lock, Kind::Shared, Kind::Permit, Kind::Leadership];
 
     /// Its name in traces (`redlock.kind`), metrics and messages.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Lock => "lock",
+            Kind::Shared => "shared",
             Kind::Permit => "permit",
             Kind::Leadership => "leadership",
         }
@@ -137,6 +141,15 @@ impl Resource {
         }
     }
 
+    /// The same lock taken by a reader: its key, queue and release channel
+    /// are the lock's ([`Kind::Shared`]).
+    pub fn shared(&self) -> Resource {
+        Resource {
+            kind: Kind::Shared,
+            ..self.clone()
+        }
+    }
+
     /// What its lock is.
     pub fn kind(&self) -> Kind {
         self.kind
@@ -153,6 +166,7 @@ impl Resource {
     pub fn what(&self) -> String {
         match self.kind {
             Kind::Lock => format!("the lock on {}", self.name),
+            Kind::Shared => format!("the shared lock on {}", self.name),
             Kind::Permit => format!(
                 "permit {} of semaphore {}",
                 &self.name[self.queue().len() + 1..],
@@ -168,7 +182,7 @@ impl Resource {
     pub fn queue(&self) -> &str {
         match self.kind {
             Kind::Permit => &self.name[..self.named + " permit".len()],
-            Kind::Lock | Kind::Leadership => &self.name,
+            Kind::Lock | Kind::Shared | Kind::Leadership => &self.name,
         }
     }
 

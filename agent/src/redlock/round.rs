@@ -90,20 +90,21 @@ impl<M: Master> Redlock<M> {
         if usable.len() < self.quorum {
             return Acquire::NoQuorum(self.describe_unusable());
         }
-        let key = self.key(resource);
+        let claim = self.claim(resource, token);
         trail::note(|seen| {
             seen.rounds += 1;
             seen.votes.clear();
         });
         // tokio's clock: the same as std's, but for tests on a paused one.
         let started = tokio::time::Instant::now();
-        let outcome = match self
-            .attempt(&usable, &key, token, ttl, fence, waiting)
-            .await
-        {
+        let outcome = match self.attempt(&usable, &claim, ttl, fence, waiting).await {
             Attempt::Granted(granting, holding) => {
-                let minted = if fence {
-                    match self.mint(&key, token, &granting).await {
+                let minted = if fence && claim.is_shared() {
+                    // A reader's fence: the last writer's it follows (see
+                    // docs/primitives.md), never raised.
+                    Some(highest(&granting))
+                } else if fence {
+                    match self.mint(claim.key(), token, &granting).await {
                         Ok(minted) => Some(minted),
                         Err(message) => {
                             self.observer.failure(Failure::FenceFailed);
@@ -260,18 +261,16 @@ impl<M: Master> Redlock<M> {
     async fn attempt(
         &self,
         usable: &[Arc<M>],
-        key: &str,
-        token: &Token,
+        claim: &Arc<Claim>,
         ttl: Duration,
         fence: bool,
         waiting: bool,
     ) -> Attempt<M> {
-        let claim = Claim::new(key.to_string(), token.as_str());
         let holding = Holding::new(&self.nodes);
         let mut votes: FuturesUnordered<_> = usable
             .iter()
             .map(|node| {
-                let (node, claim) = (Arc::clone(node), Arc::clone(&claim));
+                let (node, claim) = (Arc::clone(node), Arc::clone(claim));
                 let index = self.index_of(&node);
                 let holding = Arc::clone(&holding);
                 async move {
@@ -397,7 +396,7 @@ impl<M: Master> Redlock<M> {
     /// awaited in the background, so a frozen master does not hold up the
     /// caller once a quorum has answered.
     pub async fn release(&self, resource: &Resource, token: &Token) -> Release {
-        let claim = Claim::new(self.key(resource), token.as_str());
+        let claim = self.claim(resource, token);
         let channel: Arc<str> = format!(
             "{}{}",
             self.settings.release_channel_prefix,
@@ -477,15 +476,20 @@ impl<M: Master> Redlock<M> {
             return Err(Acquire::NoQuorum(self.describe_unusable()));
         }
         let keys: Vec<String> = resources.iter().map(|r| self.key(r)).collect();
+        let claims: Vec<Arc<Claim>> = resources
+            .iter()
+            .zip(values)
+            .map(|(resource, value)| self.claim(resource, value))
+            .collect();
         trail::note(|seen| {
             seen.rounds += 1;
             seen.votes.clear();
         });
         let started = tokio::time::Instant::now();
         let attempts = join_all(
-            keys.iter()
-                .zip(values)
-                .map(|(key, value)| self.attempt(&usable, key, value, ttl, fence, waiting)),
+            claims
+                .iter()
+                .map(|claim| self.attempt(&usable, claim, ttl, fence, waiting)),
         )
         .await;
         let granted = attempts

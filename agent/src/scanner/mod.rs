@@ -640,10 +640,20 @@ impl Scanner {
                     break;
                 }
             };
-            for KeyState { key, value, pttl } in batch {
-                if redlock_wire::keys::is_bookkeeping(&self.settings.key_prefix, &key) || pttl == -2
+            for KeyState {
+                key,
+                value,
+                pttl,
+                readers,
+            } in batch
+            {
+                if redlock_wire::keys::is_bookkeeping(&self.settings.key_prefix, &key)
+                    || pttl == -2
+                    || !readers.is_empty()
                 {
-                    continue; // the agents' own keys, or a key that expired meanwhile
+                    // The agents' own keys, a key that expired meanwhile,
+                    // or a shared lock's readers (whose key has a TTL).
+                    continue;
                 }
                 self.metrics.leak_scan_keys.inc();
                 let stored = value

@@ -285,7 +285,7 @@ impl Watch {
                 }
                 let name = match self.kind {
                     Kind::Leadership => "redlock.leadership",
-                    Kind::Lock | Kind::Permit => "redlock.hold",
+                    Kind::Lock | Kind::Shared | Kind::Permit => "redlock.hold",
                 };
                 let mut attributes = vec![
                     KeyValue::new("redlock.resource", self.resource.clone()),
@@ -337,7 +337,7 @@ fn ended_as(kind: Kind, reason: &str) -> &'static str {
     }
     match kind {
         Kind::Leadership => "resigned",
-        Kind::Lock | Kind::Permit => "released",
+        Kind::Lock | Kind::Shared | Kind::Permit => "released",
     }
 }
 
@@ -349,7 +349,7 @@ impl Drop for Watch {
             if hold.is_recording() {
                 let outcome = match self.kind {
                     Kind::Leadership => "resigned",
-                    Kind::Lock | Kind::Permit => "released",
+                    Kind::Lock | Kind::Shared | Kind::Permit => "released",
                 };
                 hold.set_attribute(KeyValue::new("redlock.outcome", outcome));
                 hold.end();

@@ -315,6 +315,9 @@ impl TestAgent {
         if request.fence {
             options = options.fence();
         }
+        if request.mode == redlock_wire::Mode::Shared {
+            options = options.shared();
+        }
         match self.client.acquire(resource, &options).await {
             Ok(grant) => grant.token,
             Err(e) => panic!("acquire {resource}: {e}"),
@@ -461,6 +464,9 @@ impl TestAgent {
         }
         if let Some(token) = request.token {
             options = options.reenter(token);
+        }
+        if request.mode == redlock_wire::Mode::Shared {
+            options = options.shared();
         }
         match self.client.hold(resource, &options).await {
             Ok(hold) => {
