@@ -79,6 +79,7 @@ type Hold struct {
 	fence    uint64
 	permit   int
 	count    int
+	mode     Mode
 	// resources are a lock on several's, sorted; nil for one lock or a permit.
 	resources []string
 
@@ -94,11 +95,24 @@ type Hold struct {
 	timer      *time.Timer
 }
 
-// Hold takes the lock on resource (waiting up to o.Wait) and keeps it until
-// Close or a loss. ctx bounds the wait only: once Hold returns, the hold
-// lives until Close. Refusals are *Error as for Acquire.
+// Hold takes the lock on resource (waiting up to o.Wait; as a reader with
+// o.Mode Shared) and keeps it until Close or a loss. ctx bounds the wait
+// only: once Hold returns, the hold lives until Close. Refusals are
+// ErrInvalidMode and *Error as for Acquire.
 func (c *Client) Hold(ctx context.Context, resource string, o HoldOptions) (*Hold, error) {
-	return c.hold(ctx, resource, path("locks", resource, "hold"), o.body())
+	b := o.body()
+	m, err := o.Mode.wire()
+	if err != nil {
+		return nil, err
+	}
+	b.Mode = m
+	h, err := c.hold(ctx, resource, path("locks", resource, "hold"), b)
+	if err != nil {
+		return nil, err
+	}
+	// The acquired event does not say: a hold is granted in the mode it asked.
+	h.mode = granted(m)
+	return h, nil
 }
 
 func (c *Client) hold(ctx context.Context, resource, u string, body interface{}) (*Hold, error) {
@@ -115,7 +129,7 @@ func (c *Client) hold(ctx context.Context, resource, u string, body interface{})
 	arrived := time.Now()
 	h := &Hold{
 		s: s, resource: resource, token: first.Token, ttl: millis(first.TTLMs),
-		fence: first.Fence, permit: -1, count: first.HoldCount,
+		fence: first.Fence, permit: -1, count: first.HoldCount, mode: Exclusive,
 		lost: make(chan struct{}),
 	}
 	if h.count == 0 {
@@ -208,6 +222,10 @@ func (h *Hold) Fence() uint64 { return h.fence }
 
 // Permit is which permit a semaphore's hold has, -1 for a lock.
 func (h *Hold) Permit() int { return h.permit }
+
+// Mode is how the lock is held: Shared for a reader's hold, else
+// Exclusive (a permit's and a lock on several's too).
+func (h *Hold) Mode() Mode { return h.mode }
 
 // HoldCount is the acquires a re-entering hold's close undoes, its own
 // included; 1 for a hold that did not re-enter.

@@ -56,6 +56,9 @@ func (c *Client) AcquireMany(ctx context.Context, resources []string, o LockOpti
 		TTLMs      int64    `json:"ttl_ms"`
 		Fence      uint64   `json:"fence"`
 	}
+	if err := o.exclusive("a lock on several resources"); err != nil {
+		return nil, err
+	}
 	body := multiBody{holdBody: holdBody{lockBody: o.body()}, Resources: resources}
 	if err := c.call(ctx, http.MethodPost, "http://agent/v1/locks/acquire", body, &a); err != nil {
 		return nil, err
@@ -116,6 +119,9 @@ func (l *MultiLock) Release(ctx context.Context) (bool, error) {
 func (c *Client) HoldMany(ctx context.Context, resources []string, o HoldOptions) (*Hold, error) {
 	if o.Reenter != "" {
 		return nil, errMultiReenter
+	}
+	if err := o.exclusive("a lock on several resources"); err != nil {
+		return nil, err
 	}
 	sorted := append([]string(nil), resources...)
 	sort.Strings(sorted)

@@ -1,7 +1,8 @@
 // Package redlock is the Go client of redlock-agent's socket: locks
-// (acquire, extend, release, re-entry), locks on several resources at
-// once, holds the agent renews that tell when they are lost, fencing
-// tokens, semaphores and leader elections.
+// (acquire, extend, release, re-entry), shared (read) and exclusive
+// (write) modes of a lock, locks on several resources at once, holds the
+// agent renews that tell when they are lost, fencing tokens, semaphores
+// and leader elections.
 //
 // The agent speaks HTTP/1.1 + JSON on a Unix socket; this package wraps it
 // with only the standard library. Every call takes a context.Context: it
@@ -186,9 +187,42 @@ func (c *Client) call(ctx context.Context, method, u string, in, out interface{}
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
+// Mode is how a lock is held: Exclusive (one holder; the zero value means
+// it too) or Shared (a reader: any number at once, while no exclusive
+// holder is there).
+type Mode string
+
+const (
+	Exclusive Mode = "exclusive"
+	Shared    Mode = "shared"
+)
+
+// ErrInvalidMode is the error, returned before any request is made, for
+// a Mode other than Shared, Exclusive or the zero value.
+var ErrInvalidMode = errors.New("redlock: a lock's mode must be shared or exclusive")
+
+// wire is the mode as a request sends it: absent ("") for exclusive.
+func (m Mode) wire() (string, error) {
+	switch m {
+	case "", Exclusive:
+		return "", nil
+	case Shared:
+		return string(Shared), nil
+	}
+	return "", fmt.Errorf("%w, not %q", ErrInvalidMode, string(m))
+}
+
+// granted is the mode a grant's answer names: Shared, else Exclusive.
+func granted(m string) Mode {
+	if m == string(Shared) {
+		return Shared
+	}
+	return Exclusive
+}
+
 // LockOptions are what every request that takes a lock or a permit
 // shares. The zero value means the agent's default TTL, one attempt, no
-// owner label, no fence.
+// owner label, no fence, exclusive.
 type LockOptions struct {
 	// TTL of the lock; the agent's lock.default_ttl when zero.
 	TTL time.Duration
@@ -200,6 +234,11 @@ type LockOptions struct {
 	// Fence asks for a fencing token (Lock.Fence): larger than the fence of
 	// every earlier grant on these masters. See docs/fencing.md.
 	Fence bool
+	// Mode is a lock's: Shared takes it as a reader, beside any other
+	// readers. Only Acquire and Hold take it; a lock on several resources
+	// and a permit are exclusive, and their calls refuse Shared. Any other
+	// value than Shared, Exclusive or "" is ErrInvalidMode.
+	Mode Mode
 }
 
 type lockBody struct {
@@ -208,10 +247,29 @@ type lockBody struct {
 	Owner  string `json:"owner,omitempty"`
 	Fence  bool   `json:"fence,omitempty"`
 	Token  string `json:"token,omitempty"`
+	Mode   string `json:"mode,omitempty"`
 }
 
+// body is the request's fields but the mode: see lockBody and exclusive.
 func (o LockOptions) body() lockBody {
 	return lockBody{TTLMs: ms(o.TTL), WaitMs: ms(o.Wait), Owner: o.Owner, Fence: o.Fence}
+}
+
+// withMode is a lock's request, its mode checked and included.
+func (o LockOptions) withMode() (lockBody, error) {
+	b := o.body()
+	m, err := o.Mode.wire()
+	b.Mode = m
+	return b, err
+}
+
+// exclusive refuses a mode for what takes none (what: "a permit", ...).
+func (o LockOptions) exclusive(what string) error {
+	m, err := o.Mode.wire()
+	if err == nil && m != "" {
+		err = fmt.Errorf("redlock: %s is exclusive: it has no %s mode", what, m)
+	}
+	return err
 }
 
 // Lock is a granted lock: use it only until ValidUntil. Extend it, or
@@ -230,6 +288,8 @@ type Lock struct {
 	// HoldCount is the releases the lock takes: 1 for a first grant, more
 	// after re-entries.
 	HoldCount int
+	// Mode is how it is held: Shared for a reader's grant, else Exclusive.
+	Mode Mode
 }
 
 type grantAnswer struct {
@@ -239,20 +299,29 @@ type grantAnswer struct {
 	TTLMs      int64  `json:"ttl_ms"`
 	Fence      uint64 `json:"fence"`
 	HoldCount  int    `json:"hold_count"`
+	Mode       string `json:"mode"`
 }
 
 // Acquire takes the lock on resource, waiting up to o.Wait while it is
-// taken. It fails with an *Error: ErrTaken (held by someone else for all
-// of the wait), ErrNoQuorum, or another code of the agent.
+// taken: as a reader with o.Mode Shared, else as its one holder. It fails
+// with ErrInvalidMode before any request, or with an *Error: ErrTaken
+// (held by someone else for all of the wait; for a reader: by an
+// exclusive holder), ErrNoQuorum, or another code of the agent.
 func (c *Client) Acquire(ctx context.Context, resource string, o LockOptions) (*Lock, error) {
-	return c.acquire(ctx, resource, o.body())
+	b, err := o.withMode()
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, resource, b)
 }
 
-// Reenter acquires again a lock this process holds (a nested call that
-// takes the same lock): the same token, the TTL set again, and one more
-// release before the lock is released on the masters. Only the process
-// that acquired it may, through the same agent (else ErrNotReentrant or
-// a forbidden error).
+// Reenter acquires again an exclusive lock this process holds (a nested
+// call that takes the same lock): the same token, the TTL set again, and
+// one more release before the lock is released on the masters. Only the
+// process that acquired it may, through the same agent (else
+// ErrNotReentrant or a forbidden error). A reader's grant is re-entered
+// with Lock.Reenter, which keeps the grant's mode (another mode is
+// ErrNotReentrant).
 func (c *Client) Reenter(ctx context.Context, resource, token string, ttl time.Duration) (*Lock, error) {
 	return c.acquire(ctx, resource, lockBody{Token: token, TTLMs: ms(ttl)})
 }
@@ -269,7 +338,7 @@ func (c *Client) acquire(ctx context.Context, resource string, body lockBody) (*
 	return &Lock{
 		c: c, Resource: g.Resource, Token: g.Token,
 		TTL: millis(g.TTLMs), Validity: millis(g.ValidityMs), ValidUntil: arrived.Add(millis(g.ValidityMs)),
-		Fence: g.Fence, HoldCount: g.HoldCount,
+		Fence: g.Fence, HoldCount: g.HoldCount, Mode: granted(g.Mode),
 	}, nil
 }
 
@@ -347,10 +416,14 @@ func (l *Lock) Release(ctx context.Context) (Released, error) {
 	return l.c.Release(ctx, l.Resource, l.Token)
 }
 
-// Reenter acquires the lock again (see Client.Reenter): release it once
-// more.
+// Reenter acquires the lock again in its mode (see Client.Reenter):
+// release it once more.
 func (l *Lock) Reenter(ctx context.Context, ttl time.Duration) (*Lock, error) {
-	return l.c.Reenter(ctx, l.Resource, l.Token, ttl)
+	m, err := l.Mode.wire()
+	if err != nil {
+		return nil, err
+	}
+	return l.c.acquire(ctx, l.Resource, lockBody{Token: l.Token, TTLMs: ms(ttl), Mode: m})
 }
 
 // ForceRelease deletes resource's lock on every master whoever holds it:

@@ -49,6 +49,9 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, limit int, o Lo
 		TTLMs      int64  `json:"ttl_ms"`
 		Fence      uint64 `json:"fence"`
 	}
+	if err := o.exclusive("a permit"); err != nil {
+		return nil, err
+	}
 	if err := c.call(ctx, http.MethodPost, path("semaphores", name, "acquire"), permitBody{o.body(), limit}, &a); err != nil {
 		return nil, err
 	}
@@ -114,6 +117,9 @@ func (p *Permit) Release(ctx context.Context) (bool, error) {
 // holds a lock: renewed by the agent, released on Close, Lost() closed
 // when it is lost. h.Permit() says which permit.
 func (c *Client) HoldPermit(ctx context.Context, name string, limit int, o HoldOptions) (*Hold, error) {
+	if err := o.exclusive("a permit"); err != nil {
+		return nil, err
+	}
 	b := o.body()
 	b.Limit = limit
 	return c.hold(ctx, name, path("semaphores", name, "hold"), b)

@@ -55,9 +55,17 @@ export interface AcquireOptions {
   fence?: boolean;
 }
 
+/**
+ * How a lock is held: `exclusive` (one holder, the default) or `shared` (a
+ * reader: any number at once, while no exclusive holder is there).
+ */
+export type Mode = 'exclusive' | 'shared';
+
 export interface LockAcquireOptions extends AcquireOptions {
-  /** Re-enter a lock this process holds, with its token. */
+  /** Re-enter a lock this process holds, with its token (and the mode it was granted in). */
   token?: string;
+  /** `shared` for a reader; `exclusive` (the default) otherwise. Any other value is a TypeError. */
+  mode?: Mode;
 }
 
 export interface PermitHoldOptions extends AcquireOptions {
@@ -69,6 +77,8 @@ export interface PermitHoldOptions extends AcquireOptions {
 export interface HoldOptions extends PermitHoldOptions {
   /** Re-enter a lock this process holds while the hold lasts. */
   token?: string;
+  /** As LockAcquireOptions' `mode`. */
+  mode?: Mode;
 }
 
 export interface CampaignOptions {
@@ -90,6 +100,8 @@ export interface Grant {
   fence: number | null;
   /** Set after a re-entry: releases before the lock is released on the masters. */
   holdCount: number | null;
+  /** `shared` for a reader's grant. */
+  mode: Mode;
 }
 
 /** A lock on several resources: all of them under one token and one fence. */
@@ -165,6 +177,8 @@ export class Hold extends Stream {
   readonly fence: number | null;
   /** After a re-entry (`token`): releases before the lock is released on the masters. */
   readonly holdCount: number | null;
+  /** `shared` for a reader's hold; `exclusive` otherwise (permits and locks on several too). */
+  readonly mode: Mode;
   release(): Promise<boolean>;
 }
 

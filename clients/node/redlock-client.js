@@ -29,6 +29,8 @@
  * `fence: true` asks the agent for a fencing token: the answer's `fence`, a
  * number larger than every earlier grant's, to pass to storage with each
  * write. An election's `term` is such a fence.
+ * `mode: 'shared'` takes a lock as a reader (any number at once, while no
+ * exclusive holder is there); `'exclusive'`, the default, as its one holder.
  * Times (`validUntil`) are on performance.now()'s clock, in ms.
  *
  * Layout: this file (the client and its answers), streams.js (holds,
@@ -88,6 +90,20 @@ function body(fields) {
   const out = {};
   for (const [k, v] of Object.entries(fields)) if (v !== undefined && v !== null) out[k] = v;
   return out;
+}
+
+/** How a lock is held: one holder (the default) or any number of readers. */
+const MODES = ['exclusive', 'shared'];
+
+/**
+ * A lock's mode as its request sends it: absent for `exclusive` (the
+ * default), `shared` for a reader. Any other value is refused here, before
+ * a request is made.
+ */
+function wireMode(mode) {
+  if (mode === undefined || mode === null || mode === 'exclusive') return undefined;
+  if (mode === 'shared') return mode;
+  throw new TypeError(`mode must be one of ${MODES.map((m) => `'${m}'`).join(', ')}, not ${JSON.stringify(String(mode))}`);
 }
 
 /** The resources of a lock on several, as a JSON array; a lone string is refused. */
@@ -189,7 +205,7 @@ class Client {
   }
 
   /** Opens a hold's stream and reads its `acquired` line. */
-  async _hold(path, name, payload, waitMs, resources) {
+  async _hold(path, name, payload, waitMs, resources, mode) {
     const { req, lines, limit } = await this._open('POST', path, payload, waitMs);
     let first;
     try {
@@ -202,7 +218,7 @@ class Client {
       req.destroy();
       throw new UnreachableError(`a hold must start with \`acquired\`, got ${JSON.stringify(first)}`);
     }
-    return new Hold(this, name, req, lines, first, performance.now(), resources);
+    return new Hold(this, name, req, lines, first, performance.now(), resources, mode);
   }
 
   // Locks.
@@ -210,16 +226,19 @@ class Client {
   /**
    * The lock, if a quorum granted it within waitMs (default: one attempt).
    * ttlMs defaults to the agent's lock.default_ttl; the agent accepts twice
-   * lock.node_timeout to lock.max_ttl. `token` re-enters a lock this
-   * process holds: the same token, and `holdCount` releases before it is
-   * released on the masters. Rejects with TakenError, NoQuorumError,
-   * ApiError (refused request) or UnreachableError.
+   * lock.node_timeout to lock.max_ttl. `mode: 'shared'` takes it as a
+   * reader, beside any other readers (`'exclusive'`, the default: its one
+   * holder); the grant's `mode` says which. `token` re-enters a lock this
+   * process holds, in the mode it was granted in: the same token, and
+   * `holdCount` releases before it is released on the masters. Rejects with
+   * TypeError (a mode neither shared nor exclusive), TakenError,
+   * NoQuorumError, ApiError (refused request) or UnreachableError.
    */
-  async acquire(resource, { ttlMs, waitMs, owner, fence, token } = {}) {
+  async acquire(resource, { ttlMs, waitMs, owner, fence, token, mode } = {}) {
     const answer = await this._call(
       'POST',
       lockPath(resource, 'acquire'),
-      body({ ttl_ms: ttlMs, wait_ms: waitMs, owner, fence, token }),
+      body({ ttl_ms: ttlMs, wait_ms: waitMs, owner, fence, token, mode: wireMode(mode) }),
       waitMs,
     );
     return grant(answer, performance.now());
@@ -261,9 +280,16 @@ class Client {
    * sent `acquired`. Close it (or release it) to let go; `onDisconnect:
    * 'expire'` lets a lock whose connection ends expire instead. `token`
    * re-enters a lock this process holds while the hold lasts (closing it
-   * then lowers the count as a release does).
+   * then lowers the count as a release does). `mode` as acquire(); the
+   * Hold's `mode` says which.
    */
-  hold(resource, { ttlMs, waitMs, owner, maxHoldMs, fence, onDisconnect, token } = {}) {
+  hold(resource, { ttlMs, waitMs, owner, maxHoldMs, fence, onDisconnect, token, mode } = {}) {
+    let sent;
+    try {
+      sent = wireMode(mode);
+    } catch (e) {
+      return Promise.reject(e);
+    }
     const payload = body({
       ttl_ms: ttlMs,
       wait_ms: waitMs,
@@ -272,8 +298,9 @@ class Client {
       fence,
       on_disconnect: onDisconnect,
       token,
+      mode: sent,
     });
-    return this._hold(lockPath(resource, 'hold'), resource, payload, waitMs);
+    return this._hold(lockPath(resource, 'hold'), resource, payload, waitMs, undefined, sent);
   }
 
   /**
@@ -473,6 +500,7 @@ function grant(answer, arrived) {
     validUntil: arrived + answer.validity_ms,
     fence: answer.fence === undefined ? null : answer.fence,
     holdCount: answer.hold_count === undefined ? null : answer.hold_count,
+    mode: answer.mode === 'shared' ? 'shared' : 'exclusive',
   };
   // Not enumerable: keeps the token out of console.log and JSON.stringify.
   Object.defineProperty(g, 'token', { value: answer.token, enumerable: false });

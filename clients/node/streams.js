@@ -199,12 +199,13 @@ class Stream extends EventEmitter {
  * while open: `resource` (the lock, the semaphore, or the resources joined
  * by commas), `resources` (the sorted names of a lock on several, else
  * null), `permit` (null but for a permit), `token`, `fence`, `holdCount`
- * (after a re-entry),
+ * (after a re-entry), `mode` (`shared` for a reader's hold, else
+ * `exclusive`),
  * `ttlMs`, `validityMs`, `validUntil`. Emits 'renewed' (validityMs) and
  * 'lost' (LockLostError); `signal` aborts on loss.
  */
 class Hold extends Stream {
-  constructor(client, resource, req, lines, acquired, arrived, resources) {
+  constructor(client, resource, req, lines, acquired, arrived, resources, mode) {
     super(resource, req);
     this.client = client;
     this.resource = resource;
@@ -216,6 +217,8 @@ class Hold extends Stream {
     this.validUntil = arrived + acquired.validity_ms;
     this.fence = acquired.fence === undefined ? null : acquired.fence;
     this.holdCount = acquired.hold_count === undefined ? null : acquired.hold_count;
+    // The `acquired` event does not say; a hold is granted in the mode it asked for.
+    this.mode = mode === 'shared' ? 'shared' : 'exclusive';
     this._arm();
     this._read(lines);
   }

@@ -40,6 +40,7 @@ public class Hold implements AutoCloseable {
     private final OptionalLong fence;
     private final OptionalInt permit;
     private final int holdCount;
+    private final Mode mode;
     private final List<String> resources;
     private final CompletableFuture<String> lost = new CompletableFuture<>();
     private final Object lock = new Object();
@@ -49,12 +50,14 @@ public class Hold implements AutoCloseable {
 
     Hold(RedlockClient client, String kind, String resource, Http http, Map<String, Object> first,
             long arrivedNanos, long fence) {
-        this(client, kind, resource, http, first, arrivedNanos, fence, List.of());
+        this(client, kind, resource, http, first, arrivedNanos, fence, List.of(), Mode.EXCLUSIVE);
     }
 
+    /** {@code mode}: the one asked for (the {@code acquired} event does not say). */
     Hold(RedlockClient client, String kind, String resource, Http http, Map<String, Object> first,
-            long arrivedNanos, long fence, List<String> resources) {
+            long arrivedNanos, long fence, List<String> resources, Mode mode) {
         this.client = client;
+        this.mode = mode;
         this.resources = Collections.unmodifiableList(resources);
         this.kind = kind;
         this.resource = resource;
@@ -101,6 +104,14 @@ public class Hold implements AutoCloseable {
     /** Which permit a semaphore's hold has; empty for a lock. */
     public OptionalInt permit() {
         return permit;
+    }
+
+    /**
+     * How the lock is held: {@link Mode#SHARED} for a reader's hold;
+     * exclusive otherwise (permits and locks on several too).
+     */
+    public Mode mode() {
+        return mode;
     }
 
     /** The acquires a re-entering hold's close undoes, its own included; 1 otherwise. */

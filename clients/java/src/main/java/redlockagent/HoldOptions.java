@@ -33,6 +33,18 @@ public class HoldOptions extends LockOptions {
         return this;
     }
 
+    @Override
+    public HoldOptions mode(Mode mode) {
+        super.mode(mode);
+        return this;
+    }
+
+    @Override
+    public HoldOptions mode(String mode) {
+        super.mode(mode);
+        return this;
+    }
+
     /** Ends the hold with a loss ({@code max_hold}) after this long; the agent's {@code lock.max_hold} when not set. */
     public HoldOptions maxHold(Duration maxHold) {
         this.maxHold = maxHold;

@@ -16,6 +16,7 @@ public final class Lock implements AutoCloseable {
     private final String token;
     private final OptionalLong fence;
     private final int holdCount;
+    private final Mode mode;
     private volatile Duration ttl;
     private volatile long validUntilNanos;
     private volatile boolean released;
@@ -27,6 +28,7 @@ public final class Lock implements AutoCloseable {
         long f = Json.number(answer, "fence", -1);
         this.fence = f < 0 ? OptionalLong.empty() : OptionalLong.of(f);
         this.holdCount = (int) Json.number(answer, "hold_count", 1);
+        this.mode = Mode.granted(Json.string(answer, "mode"));
         this.ttl = Duration.ofMillis(Json.number(answer, "ttl_ms", 0));
         this.validUntilNanos = arrivedNanos + Duration.ofMillis(Json.number(answer, "validity_ms", 0)).toNanos();
     }
@@ -48,6 +50,11 @@ public final class Lock implements AutoCloseable {
     /** The releases the lock takes: 1 for a first grant, more after re-entries. */
     public int holdCount() {
         return holdCount;
+    }
+
+    /** How the lock is held: {@link Mode#SHARED} for a reader's grant. */
+    public Mode mode() {
+        return mode;
     }
 
     public Duration ttl() {
@@ -74,10 +81,11 @@ public final class Lock implements AutoCloseable {
 
     /**
      * Acquires the lock again, for a nested call that takes it too: the same
-     * token, the TTL set again, one more release (close the returned lock).
+     * token, in the same mode, the TTL set again, one more release (close the
+     * returned lock).
      */
     public Lock reenter(Duration ttl) {
-        return client.reenter(resource, token, ttl);
+        return client.reenter(resource, token, ttl, mode);
     }
 
     /** Releases the lock (once): see {@link RedlockClient#release}. */

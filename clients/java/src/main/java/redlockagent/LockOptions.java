@@ -6,13 +6,14 @@ import java.util.Map;
 
 /**
  * What every request that takes a lock or a permit shares. The defaults:
- * the agent's TTL, one attempt, no owner label, no fence.
+ * the agent's TTL, one attempt, no owner label, no fence, exclusive.
  */
 public class LockOptions {
     Duration ttl;
     Duration waitFor;
     String owner;
     boolean fence;
+    Mode mode = Mode.EXCLUSIVE;
 
     /** The lock's TTL; the agent's {@code lock.default_ttl} when not set. */
     public LockOptions ttl(Duration ttl) {
@@ -38,6 +39,39 @@ public class LockOptions {
         return this;
     }
 
+    /**
+     * How a lock is held: {@link Mode#SHARED} takes it as a reader, beside
+     * any other readers; {@link Mode#EXCLUSIVE} (the default) as its one
+     * holder. Only a lock's acquire and hold take it: a permit and a lock on
+     * several resources are exclusive, and their calls refuse a shared mode.
+     *
+     * @throws IllegalArgumentException for null
+     */
+    public LockOptions mode(Mode mode) {
+        if (mode == null) {
+            throw new IllegalArgumentException("a lock's mode is SHARED or EXCLUSIVE, not null");
+        }
+        this.mode = mode;
+        return this;
+    }
+
+    /**
+     * {@link #mode(Mode)} by its name on the wire, {@code shared} or
+     * {@code exclusive} (as a configuration file gives it).
+     *
+     * @throws IllegalArgumentException for any other name
+     */
+    public LockOptions mode(String mode) {
+        return mode(Mode.of(mode));
+    }
+
+    /** Refuses a shared mode for what has none ({@code what}: "a permit", ...). */
+    void exclusive(String what) {
+        if (mode != Mode.EXCLUSIVE) {
+            throw new IllegalArgumentException(what + " is exclusive: it has no " + mode.wireName() + " mode");
+        }
+    }
+
     Map<String, Object> body() {
         Map<String, Object> body = new LinkedHashMap<>();
         if (ttl != null) {
@@ -51,6 +85,9 @@ public class LockOptions {
         }
         if (fence) {
             body.put("fence", true);
+        }
+        if (mode != Mode.EXCLUSIVE) {
+            body.put("mode", mode.wireName()); // exclusive, the default, is never sent
         }
         return body;
     }

@@ -90,11 +90,12 @@ public final class RedlockClient {
 
     /**
      * Takes the lock on {@code resource}, waiting up to the options' wait while
-     * it is taken.
+     * it is taken: as a reader with {@link Mode#SHARED} (beside any other
+     * readers), else as its one holder; {@link Lock#mode()} says which.
      *
      * @throws RedlockException {@code taken} (held by someone else for all of
-     *     the wait), {@code no_quorum}, another code of the agent, or
-     *     {@code unreachable}
+     *     the wait; for a reader, by an exclusive holder), {@code no_quorum},
+     *     another code of the agent, or {@code unreachable}
      */
     public Lock acquire(String resource, LockOptions options) {
         long sent = System.nanoTime();
@@ -111,10 +112,22 @@ public final class RedlockClient {
      * @throws RedlockException {@code not_reentrant} or {@code forbidden}
      */
     public Lock reenter(String resource, String token, Duration ttl) {
+        return reenter(resource, token, ttl, Mode.EXCLUSIVE);
+    }
+
+    /**
+     * {@link #reenter(String, String, Duration)} of a grant held in
+     * {@code mode}: a reader's grant is re-entered as {@link Mode#SHARED}
+     * (another mode than the grant's is {@code not_reentrant}).
+     */
+    public Lock reenter(String resource, String token, Duration ttl, Mode mode) {
         Map<String, Object> body = new LinkedHashMap<>();
         body.put("token", token);
         if (ttl != null) {
             body.put("ttl_ms", ttl.toMillis());
+        }
+        if (mode != Mode.EXCLUSIVE) {
+            body.put("mode", mode.wireName());
         }
         long sent = System.nanoTime();
         return new Lock(this, call("POST", path("locks", resource, "acquire"), body, 0), sent);
@@ -148,13 +161,15 @@ public final class RedlockClient {
 
     /**
      * Holds the lock on {@code resource} until {@link Hold#close()} or a loss:
-     * the agent renews it. Refusals as {@link #acquire(String, LockOptions)}.
+     * the agent renews it. A shared mode holds it as a reader. Refusals as
+     * {@link #acquire(String, LockOptions)}.
      */
     public Hold hold(String resource, HoldOptions options) {
         long sent = System.nanoTime();
         Http http = open("POST", path("locks", resource, "hold"), options.body(), options.waitMillis());
         Map<String, Object> first = firstEvent(http, resource);
-        return new Hold(this, "locks", resource, http, first, sent, Json.number(first, "fence", -1));
+        return new Hold(this, "locks", resource, http, first, sent, Json.number(first, "fence", -1), List.of(),
+            options.mode);
     }
 
     // Locks on several resources at once.
@@ -167,8 +182,11 @@ public final class RedlockClient {
      * @throws RedlockException {@code taken} (one of them held by someone
      *     else for all of the wait), {@code no_quorum}, another code of the
      *     agent, or {@code unreachable}
+     * @throws IllegalArgumentException for a shared mode: a lock on several
+     *     resources is exclusive
      */
     public MultiLock acquireMany(List<String> resources, LockOptions options) {
+        options.exclusive("a lock on several resources");
         Map<String, Object> body = options.body();
         body.put("resources", new ArrayList<>(resources));
         long sent = System.nanoTime();
@@ -214,13 +232,14 @@ public final class RedlockClient {
      * granted together or not at all, renewed, lost and released together.
      * {@link Hold#resources()} names them, sorted.
      *
-     * @throws IllegalArgumentException when the options re-enter: a lock on
-     *     several resources is not re-entered
+     * @throws IllegalArgumentException when the options re-enter (a lock on
+     *     several resources is not re-entered) or ask for a shared mode
      */
     public Hold holdMany(List<String> resources, HoldOptions options) {
         if (options.reenters()) {
             throw new IllegalArgumentException("a lock on several resources cannot be re-entered");
         }
+        options.exclusive("a lock on several resources");
         List<String> sorted = new ArrayList<>(resources);
         Collections.sort(sorted);
         Map<String, Object> body = options.body();
@@ -229,7 +248,7 @@ public final class RedlockClient {
         long sent = System.nanoTime();
         Http http = open("POST", "/v1/locks/hold", body, options.waitMillis());
         Map<String, Object> first = firstEvent(http, name);
-        return new Hold(this, "multi", name, http, first, sent, Json.number(first, "fence", -1), sorted);
+        return new Hold(this, "multi", name, http, first, sent, Json.number(first, "fence", -1), sorted, Mode.EXCLUSIVE);
     }
 
     private static Map<String, Object> multiToken(String token, List<String> resources) {
@@ -265,8 +284,10 @@ public final class RedlockClient {
      *
      * @throws RedlockException {@code taken}, {@code limit_mismatch} (permits
      *     are held with another limit), ...
+     * @throws IllegalArgumentException for a shared mode: a permit is exclusive
      */
     public Permit acquirePermit(String name, int limit, LockOptions options) {
+        options.exclusive("a permit");
         Map<String, Object> body = options.body();
         body.put("limit", limit);
         long sent = System.nanoTime();
@@ -312,6 +333,7 @@ public final class RedlockClient {
 
     /** Holds one of the {@code limit} permits as {@link #hold} holds a lock; {@link Hold#permit()} says which. */
     public Hold holdPermit(String name, int limit, HoldOptions options) {
+        options.exclusive("a permit");
         Map<String, Object> body = options.body();
         body.put("limit", limit);
         long sent = System.nanoTime();

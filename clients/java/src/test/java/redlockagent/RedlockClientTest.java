@@ -240,6 +240,42 @@ class RedlockClientTest {
         assertFree("java-forced-a", "java-forced-b");
     }
 
+    @Test
+    @DisplayName("two shared holds are granted at once; once both close, a writer gets the lock")
+    void sharedHoldsTogether() throws Exception {
+        HoldOptions read = new HoldOptions().ttl(Duration.ofSeconds(10)).mode(Mode.SHARED);
+        try (Hold first = client.hold("java-shared", read); Hold second = client.hold("java-shared", read)) {
+            assertEquals(Mode.SHARED, first.mode());
+            assertEquals(Mode.SHARED, second.mode());
+            assertNotEquals(first.token(), second.token());
+            assertFalse(first.isLost());
+            assertFalse(second.isLost());
+        }
+        try (Lock writer = client.acquire("java-shared", new LockOptions().ttl(Duration.ofSeconds(10)).waitFor(Duration.ofSeconds(5)))) {
+            assertEquals(Mode.EXCLUSIVE, writer.mode());
+        }
+    }
+
+    @Test
+    @DisplayName("an exclusive acquire with no wait is taken while a reader holds the lock; the reader re-enters in its mode only")
+    void exclusiveTakenWhileShared() {
+        Lock reader = client.acquire("java-shared-x", new LockOptions().ttl(Duration.ofSeconds(10)).mode("shared"));
+        assertEquals(Mode.SHARED, reader.mode());
+        refused(RedlockException.TAKEN, 409, () -> client.acquire("java-shared-x"));
+        refused(RedlockException.TAKEN, 409, () -> client.acquire("java-shared-x", new LockOptions().mode(Mode.EXCLUSIVE)));
+        refused(RedlockException.TAKEN, 409, () -> client.hold("java-shared-x", new HoldOptions()));
+        try (Lock again = reader.reenter(Duration.ofSeconds(10))) {
+            assertEquals(reader.token(), again.token());
+            assertEquals(2, again.holdCount());
+            assertEquals(Mode.SHARED, again.mode());
+            refused(RedlockException.NOT_REENTRANT, 409, () -> client.reenter("java-shared-x", reader.token(), null));
+        }
+        reader.extend(Duration.ofSeconds(20));
+        assertEquals(Duration.ofSeconds(20), reader.ttl());
+        assertTrue(reader.release().released());
+        assertFree("java-shared-x");
+    }
+
     /** Each resource is granted alone, within a short wait, then released. */
     static void assertFree(String... resources) {
         for (String resource : resources) {
