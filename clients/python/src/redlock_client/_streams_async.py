@@ -22,7 +22,7 @@ from typing import (
 )
 
 from ._backend_async import NO_VALIDITY, CampaignWaits, Event, StreamWaits, spawn, stop
-from ._common import Leader, LockLost, RedlockError, observed, parse_event
+from ._common import Leader, LockLost, Mode, RedlockError, observed, parse_event
 
 if TYPE_CHECKING:
     from .aio import AsyncClient, _Response
@@ -136,7 +136,8 @@ class AsyncHold(_AsyncStream):
     agent while open. Attributes: `resource` (the lock, the semaphore, or
     the resources joined by commas), `resources` (the sorted list for a
     lock on several, else None), `permit` (None but for a permit),
-    `token`, `fence`, `hold_count` (after a re-entry), `ttl_ms`,
+    `token`, `fence`, `hold_count` (after a re-entry), `mode` (`shared`
+    for a reader's lock, else `exclusive`), `ttl_ms`,
     `validity_ms` and `valid_until` (on `time.monotonic()`, moved by every
     renewal), `lost` (a `threading.Event`, or an `asyncio.Event`) and
     `lost_reason`.
@@ -155,6 +156,7 @@ class AsyncHold(_AsyncStream):
         arrived: float,
         on_lost: Optional[OnLost],
         resources: Optional[List[str]] = None,
+        mode: Mode = "exclusive",
     ) -> None:
         super().__init__(resource, response, on_lost)
         self.client = client
@@ -165,16 +167,20 @@ class AsyncHold(_AsyncStream):
         self.ttl_ms: int = acquired["ttl_ms"]
         self.fence: Optional[int] = acquired.get("fence")
         self.hold_count: Optional[int] = acquired.get("hold_count")
+        # The hold's events do not say it: the mode asked for, which the
+        # agent grants or refuses.
+        self.mode: Mode = mode
         self.validity_ms = acquired["validity_ms"]
         self.valid_until = arrived + self.validity_ms / 1000.0
         self._armed = True
         self._start("hold")
 
     def __repr__(self) -> str:
-        return "%s(resource=%r, permit=%r, ttl_ms=%d, lost=%r)" % (
+        return "%s(resource=%r, permit=%r, mode=%r, ttl_ms=%d, lost=%r)" % (
             type(self).__name__,
             self.resource,
             self.permit,
+            self.mode,
             self.ttl_ms,
             self.lost_reason,
         )

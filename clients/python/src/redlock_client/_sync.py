@@ -18,6 +18,7 @@ from ._common import (
     Extended,
     Grant,
     Leader,
+    Mode,
     MultiGrant,
     Permit,
     Unreachable,
@@ -30,7 +31,9 @@ from ._common import (
     permit_token,
     resource_list,
     semaphore_path,
+    wire_mode,
 )
+from ._listing import LockInfo, lock_listing
 from ._streams_sync import Campaign, Hold, Observer, OnLost
 from ._trace import trace_headers
 
@@ -230,14 +233,26 @@ class Client:
         owner: Optional[str] = None,
         fence: Optional[bool] = None,
         token: Optional[str] = None,
+        mode: Mode = "exclusive",
     ) -> Grant:
         """The lock, if a quorum granted it within `wait_ms` (default: one
         attempt). `ttl_ms` defaults to the agent's `lock.default_ttl`.
         `token=` re-enters a lock this process holds: same token, and
         `hold_count` releases before it is released on the masters.
+        `mode="shared"` takes it as a reader: any number of readers at once,
+        none while an exclusive holder (the default) has it.
 
-        Raises Taken, NoQuorum, ApiError (refused request) or Unreachable."""
-        payload = body(ttl_ms=ttl_ms, wait_ms=wait_ms, owner=owner, fence=fence, token=token)
+        Raises Taken, NoQuorum, ApiError (refused request; `not_reentrant`
+        for a re-entry in another mode than the grant's) or Unreachable,
+        and ValueError for a mode other than `shared` or `exclusive`."""
+        payload = body(
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            owner=owner,
+            fence=fence,
+            token=token,
+            mode=wire_mode(mode),
+        )
         answer = self._call("POST", lock_path(resource, "acquire"), payload, wait_ms)
         return Grant(answer, time.monotonic())
 
@@ -268,8 +283,17 @@ class Client:
         return answer
 
     def locks(self) -> Dict[str, Any]:
-        answer: Dict[str, Any] = self._call("GET", "/v1/locks")
-        return answer
+        """The lock keys on the masters (never tokens), as the agent lists
+        them: `quorum`, `masters`, and `locks`, each a LockInfo (`mode`,
+        `readers`, `owner`, ...)."""
+        return lock_listing(self._call("GET", "/v1/locks"))
+
+    def lock_info(self, resource: str) -> LockInfo:
+        """One lock as every master has it now (never its token): for a
+        lock held shared, `mode` and its `readers`. Raises ApiError (404
+        `not_found`) when no master has a key for it."""
+        answer = self._call("GET", lock_path(resource))
+        return LockInfo(answer["lock"])
 
     def hold(
         self,
@@ -282,6 +306,7 @@ class Client:
         on_lost: Optional[OnLost] = None,
         on_disconnect: Optional[str] = None,
         token: Optional[str] = None,
+        mode: Mode = "exclusive",
     ) -> Opening[Hold]:
         """A lock held while the returned hold is open (`with client.hold(...)
         as lock:`; in asyncio `async with`, or `lock = await
@@ -290,7 +315,8 @@ class Client:
         it expire instead). `token=` re-enters a lock this process holds for
         as long as the hold lasts (closing it then lowers the count as a
         release does). `on_lost(LockLost)` is called from the reader (thread
-        or task) when the lock is lost.
+        or task) when the lock is lost. `mode="shared"` holds it as a
+        reader, as in `acquire`.
 
         Raises as `acquire` when the lock is not granted."""
         payload = body(
@@ -301,8 +327,10 @@ class Client:
             fence=fence,
             on_disconnect=on_disconnect,
             token=token,
+            mode=wire_mode(mode),
         )
-        return opening(self._hold(lock_path(resource, "hold"), resource, payload, wait_ms, on_lost))
+        path = lock_path(resource, "hold")
+        return opening(self._hold(path, resource, payload, wait_ms, on_lost, mode=mode))
 
     def _hold(
         self,
@@ -312,10 +340,11 @@ class Client:
         wait_ms: Optional[int],
         on_lost: Optional[OnLost],
         resources: Optional[List[str]] = None,
+        mode: Mode = "exclusive",
     ) -> Hold:
         response = self._stream("POST", path, payload, wait_ms)
         first = self._first(response, path, "acquired")
-        return Hold(self, name, response, first, time.monotonic(), on_lost, resources)
+        return Hold(self, name, response, first, time.monotonic(), on_lost, resources, mode)
 
     # Locks on several resources at once.
 
