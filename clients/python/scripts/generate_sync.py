@@ -27,6 +27,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "src" / "redlock_clie
 RULES = {
     "_backend_async": "_backend_sync",
     "_streams_async": "_streams_sync",
+    # The streams' type-only import of the client they belong to.
     "aio": "_sync",
     "AsyncClient": "Client",
     "AsyncHold": "Hold",
