@@ -1,6 +1,7 @@
 """The blocking client is generated from the asyncio one: the committed
-`_sync.py` must be exactly what `scripts/generate_sync.py` writes from the
-committed `aio.py`. Needs `unasync` in the venv (`tools/test.sh` installs
+`_sync.py` and `_streams_sync.py` must be exactly what
+`scripts/generate_sync.py` writes from the committed `aio.py` and
+`_streams_async.py`. Needs `unasync` in the venv (`tools/test.sh` installs
 it); without it this is skipped, saying so."""
 
 import importlib.util
@@ -31,16 +32,17 @@ class GeneratedTest(unittest.TestCase):
     def test_the_committed_blocking_client_is_what_the_generator_writes(self):
         generator = load_generator()
         with tempfile.TemporaryDirectory() as d:
-            fresh = pathlib.Path(d) / "_sync.py"
-            generator.generate(fresh)
-            expected = fresh.read_text()
-        committed = generator.TARGET.read_text()
-        self.assertTrue(
-            committed == expected,
-            "src/redlock_client/_sync.py is not what scripts/generate_sync.py writes from "
-            "aio.py: edit aio.py, never _sync.py, then run `python scripts/generate_sync.py` "
-            "in clients/python",
-        )
+            generator.generate(pathlib.Path(d))
+            for name, (source, _) in generator.GENERATED.items():
+                with self.subTest(name):
+                    expected = (pathlib.Path(d) / name).read_text()
+                    committed = (generator.PACKAGE / name).read_text()
+                    self.assertTrue(
+                        committed == expected,
+                        "src/redlock_client/%s is not what scripts/generate_sync.py writes "
+                        "from %s: edit %s, never %s, then run `python "
+                        "scripts/generate_sync.py` in clients/python" % (name, source, source, name),
+                    )
 
     def test_no_module_is_over_800_lines(self):
         for path in sorted((HERE.parent / "src" / "redlock_client").glob("*.py")):

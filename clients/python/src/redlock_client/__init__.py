@@ -26,6 +26,10 @@ code from another thread, so a loss is reported where the code looks:
 called from the reader thread, and leaving the block raises `LockLost` if
 the lock was lost inside it (the work may have overlapped another holder's).
 
+A lock is exclusive (one holder) unless taken with `mode="shared"`: any
+number of readers at once, while no exclusive holder has it; `locks()` and
+`lock_info()` show its `mode` and its `readers`.
+
 Names are given as they are; they are percent-encoded here, once.
 `fence=True` asks the agent for a fencing token: the answer's `fence`, a
 number larger than every earlier grant's, to pass to storage with each
@@ -41,6 +45,7 @@ from ._common import (
     LimitMismatch,
     LockLost,
     Lost,
+    Mode,
     MultiGrant,
     NoLeader,
     NoQuorum,
@@ -52,6 +57,7 @@ from ._common import (
     lock_path,
     semaphore_path,
 )
+from ._listing import LockInfo, Reader
 from ._sync import Campaign, Client, Hold, Observer
 
 __version__ = "0.1.0"
@@ -66,6 +72,9 @@ __all__ = [
     "Campaign",
     "Observer",
     "Leader",
+    "LockInfo",
+    "Reader",
+    "Mode",
     "RedlockError",
     "ApiError",
     "Taken",

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Type, Union
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds a request may take beyond the wait it asks the agent for."""
 
 MAX_LINE = 64 * 1024
 """Longest stream event line accepted; real ones are under 2 KiB."""
+
+Mode = Literal["shared", "exclusive"]
+"""How a lock is taken: `exclusive` (one holder, the default) or `shared`
+(a reader: any number of readers at once, while no exclusive holder is)."""
 
 
 class RedlockError(Exception):
@@ -94,10 +98,12 @@ def _segment(name: str) -> str:
     return urllib.parse.quote(name, safe="")
 
 
-def lock_path(resource: str, action: str) -> str:
-    """`/v1/locks/{resource}/{action}` with the resource percent-encoded as
-    one path segment (`/` included). Names are encoded here and only here."""
-    return "/v1/locks/%s/%s" % (_segment(resource), action)
+def lock_path(resource: str, action: Optional[str] = None) -> str:
+    """`/v1/locks/{resource}[/{action}]` with the resource percent-encoded
+    as one path segment (`/` included). Names are encoded here and only
+    here."""
+    base = "/v1/locks/%s" % _segment(resource)
+    return base if action is None else "%s/%s" % (base, action)
 
 
 def multi_path(action: str) -> str:
@@ -120,6 +126,20 @@ def election_path(name: str, action: Optional[str] = None) -> str:
 def body(**fields: Any) -> Dict[str, Any]:
     """A request body without the fields left as None."""
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def wire_mode(mode: str) -> Optional[str]:
+    """A lock's `mode` as its acquire or hold sends it: `shared`, or None
+    for `exclusive` (left out, as the wire leaves out the default, so an
+    agent without modes still takes the request). Checked here, before any
+    request, so a misspelt mode never becomes an exclusive lock by default.
+
+    Raises ValueError for any other value."""
+    if mode == "exclusive":
+        return None
+    if mode == "shared":
+        return mode
+    raise ValueError("mode must be 'shared' or 'exclusive', not %r" % (mode,))
 
 
 def resource_list(resources: Optional[Sequence[str]]) -> Optional[List[str]]:
@@ -161,7 +181,8 @@ class Grant:
     """A granted lock. `valid_until` is on `time.monotonic()`'s clock: use
     the lock only before it. `fence` is the fencing token when one was asked
     for (or the agent mints them always), else None; `hold_count` is set
-    after a re-entry (`token=` in the acquire)."""
+    after a re-entry (`token=` in the acquire). `mode` is `shared` for a
+    reader's grant, else `exclusive`."""
 
     def __init__(self, answer: Mapping[str, Any], arrived: float) -> None:
         self.resource: str = answer["resource"]
@@ -171,11 +192,13 @@ class Grant:
         self.valid_until: float = arrived + self.validity_ms / 1000.0
         self.fence: Optional[int] = answer.get("fence")
         self.hold_count: Optional[int] = answer.get("hold_count")
+        self.mode: Mode = answer.get("mode", "exclusive")
 
     def __repr__(self) -> str:
         # Never the token: it is the proof of holding the lock.
-        return "Grant(resource=%r, ttl_ms=%d, validity_ms=%d, fence=%r)" % (
+        return "Grant(resource=%r, mode=%r, ttl_ms=%d, validity_ms=%d, fence=%r)" % (
             self.resource,
+            self.mode,
             self.ttl_ms,
             self.validity_ms,
             self.fence,
