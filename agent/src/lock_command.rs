@@ -99,6 +99,8 @@ pub struct LockCommand {
     pub kill_after: Duration,
     /// Ask for a fencing token and pass it on as `REDLOCK_FENCE`.
     pub fence: bool,
+    /// Take the lock shared (`--shared`), as one of many readers.
+    pub shared: bool,
     /// `elect`: campaign in the election `resource` and run the command
     /// while leading, with this value published to whoever asks who leads.
     pub elect: Option<Elect>,
@@ -242,6 +244,9 @@ pub async fn run(cmd: LockCommand) -> Result<u8, LockError> {
     }
     if cmd.fence {
         options = options.fence();
+    }
+    if cmd.shared {
+        options = options.shared();
     }
     let program = cmd.command.first().cloned().unwrap_or_default();
     // Caught from before the wait: one arriving between the grant and the

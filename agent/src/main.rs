@@ -145,6 +145,11 @@ enum Cmd {
         /// writes, so storage can refuse a writer whose lock has passed on.
         #[arg(long)]
         fence: bool,
+        /// Take the lock shared, as one of many readers: the command runs
+        /// beside other readers, never beside a holder without --shared.
+        /// One resource only.
+        #[arg(long)]
+        shared: bool,
         /// The resource to lock; several (up to 32) are locked all or none,
         /// under one token and one fence.
         #[arg(required = true, num_args = 1..=32)]
@@ -247,21 +252,34 @@ fn main() -> ExitCode {
             max_hold,
             kill_after,
             fence,
+            shared,
             mut resources,
             command,
-        }) => lock(LockCommand {
-            socket,
-            resource: resources.remove(0),
-            also: resources,
-            ttl,
-            wait,
-            owner,
-            max_hold,
-            kill_after,
-            fence,
-            elect: None,
-            command,
-        }),
+        }) => {
+            if shared && resources.len() > 1 {
+                let _ = <Cli as clap::CommandFactory>::command()
+                    .error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        "--shared takes one resource: locks on several are exclusive",
+                    )
+                    .print();
+                return ExitCode::from(EXIT_CONFIG as u8);
+            }
+            lock(LockCommand {
+                socket,
+                resource: resources.remove(0),
+                also: resources,
+                ttl,
+                wait,
+                owner,
+                max_hold,
+                kill_after,
+                fence,
+                shared,
+                elect: None,
+                command,
+            })
+        }
         Some(Cmd::Elect {
             socket,
             ttl,
@@ -281,6 +299,7 @@ fn main() -> ExitCode {
             max_hold,
             kill_after,
             fence: false,
+            shared: false,
             elect: Some(Elect { value }),
             command,
         }),
