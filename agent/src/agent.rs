@@ -550,8 +550,8 @@ impl Agent {
         self.metrics.summary(self.started.elapsed())
     }
 
-    /// Forgets expired grants and sets `redlock_locks_held`, `redlock_permits_held`
-    /// and `redlock_leaderships_held`.
+    /// Forgets expired grants and sets `redlock_locks_held`, `redlock_readers_held`,
+    /// `redlock_permits_held` and `redlock_leaderships_held`.
     fn sweep_grants(&self) {
         let held = self
             .locks
@@ -560,6 +560,7 @@ impl Agent {
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.metrics.locks_held.set(gauge(held.locks));
         self.metrics.permits_held.set(gauge(held.permits));
+        self.metrics.readers_held.set(gauge(held.shared));
         self.metrics.leaderships_held.set(gauge(held.leaderships));
     }
 

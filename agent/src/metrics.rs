@@ -51,7 +51,7 @@ const SCAN_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0,
 
 /// The kinds whose waits are a request's, as the summary shows them: a
 /// campaign waits for as long as another leads.
-const REQUEST_KINDS: [Kind; 2] = [Kind::Lock, Kind::Permit];
+const REQUEST_KINDS: [Kind; 3] = [Kind::Lock, Kind::Shared, Kind::Permit];
 
 /// The agent's metrics and the registry that serves them.
 #[derive(Debug, Clone)]
@@ -73,6 +73,7 @@ pub struct Metrics {
     pub quorum_available: IntGauge,
     pub locks_held: IntGauge,
     pub permits_held: IntGauge,
+    pub readers_held: IntGauge,
     pub leaderships_held: IntGauge,
     pub leadership_changes: IntCounterVec,
     pub last_term: IntGauge,
@@ -210,6 +211,11 @@ impl Metrics {
             locks_held: IntGauge::new(
                 "redlock_locks_held",
                 "Locks granted through this agent and still valid.",
+            )
+            .expect("valid gauge"),
+            readers_held: IntGauge::new(
+                "redlock_readers_held",
+                "Shared locks (readers' grants) granted through this agent and still valid.",
             )
             .expect("valid gauge"),
             permits_held: IntGauge::new(
@@ -384,6 +390,7 @@ impl Metrics {
             Box::new(self.quorum_available.clone()),
             Box::new(self.locks_held.clone()),
             Box::new(self.permits_held.clone()),
+            Box::new(self.readers_held.clone()),
             Box::new(self.leaderships_held.clone()),
             Box::new(self.leadership_changes.clone()),
             Box::new(self.last_term.clone()),
