@@ -380,3 +380,145 @@ async fn a_shared_grant_reenters_by_its_token_in_its_mode_only() {
     })
     .await;
 }
+
+/// The control: with readers kept at a key of their own (the test switch
+/// `REDLOCK_TEST_SHARED_APART`), no vote sees the other mode, and a writer
+/// is granted while readers hold the lock: the one-key check is what
+/// excludes them.
+#[tokio::test]
+async fn control_readers_kept_apart_let_a_writer_in_beside_them() {
+    let cluster = Cluster::start(MASTERS);
+    let agent = {
+        let _switch = common::Switch::set(redlock_testkit::switches::SHARED_APART, "1");
+        TestAgent::start(&cluster, "").await
+    };
+    let (status, reader) =
+        acquire(&agent, "ledger", json!({"mode": "shared", "ttl_ms": 20000})).await;
+    assert_eq!(status, StatusCode::OK, "{reader}");
+    let (status, writer) = acquire(&agent, "ledger", json!({"ttl_ms": 20000})).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "without the check, a writer beside a reader: {writer}"
+    );
+}
+
+/// `redlock-agent lock --shared -- cmd`: two commands run at once under the
+/// shared lock, and a `lock` without `--shared` cannot have it meanwhile
+/// (exit 75, its command never runs); `--shared` on several resources is
+/// bad usage (exit 64).
+#[tokio::test]
+async fn lock_commands_with_shared_run_together_and_exclude_a_writer() {
+    let cluster = Cluster::start(MASTERS);
+    let agent = TestAgent::start(&cluster, "").await;
+    let dir = tempfile::tempdir().unwrap();
+    let started = |i: usize| dir.path().join(format!("started-{i}"));
+    let go = dir.path().join("go");
+    let lock = |args: &[&str], script: String| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_redlock-agent"));
+        command
+            .arg("lock")
+            .arg("--socket")
+            .arg(&agent.socket)
+            .args(args)
+            .args(["--", "sh", "-c", &script])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        command
+    };
+    // Each reader waits for the other to have started: they overlap.
+    let readers: Vec<_> = (0..2)
+        .map(|i| {
+            let script = format!(
+                "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+                started(i).display(),
+                go.display()
+            );
+            lock(
+                &["--shared", "--ttl", "5s", "--wait", "10s", "journal"],
+                script,
+            )
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    wait_for(
+        "both readers' commands running",
+        Duration::from_secs(20),
+        || async { started(0).exists() && started(1).exists() },
+    )
+    .await;
+    let mut writer = lock(
+        &["--wait", "0s", "journal"],
+        format!("touch {}/wrote", dir.path().display()),
+    );
+    let refused = tokio::task::spawn_blocking(move || writer.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(
+        !dir.path().join("wrote").exists(),
+        "the writer's command ran beside readers"
+    );
+    std::fs::write(&go, "").unwrap();
+    let outputs = tokio::task::spawn_blocking(move || {
+        readers
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for out in outputs {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut several = lock(&["--shared", "journal", "ledger"], "true".into());
+    let usage = tokio::task::spawn_blocking(move || several.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        usage.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&usage.stderr)
+    );
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("--shared takes one resource"));
+}
+
+/// An operator's force release of a lock held shared removes every reader
+/// on every master, and each reader's hold hears `lost` at once.
+#[tokio::test]
+async fn a_force_release_ends_every_readers_hold() {
+    let cluster = Cluster::start(MASTERS);
+    let agent = TestAgent::start(&cluster, "").await;
+    let other = TestAgent::start(&cluster, "").await;
+    let mut here = agent
+        .hold("stuck", json!({"mode": "shared", "ttl_ms": 30000}))
+        .await;
+    here.next(Duration::from_secs(5)).await.unwrap();
+    let mut there = other
+        .hold("stuck", json!({"mode": "shared", "ttl_ms": 30000}))
+        .await;
+    there.next(Duration::from_secs(5)).await.unwrap();
+    let forced = agent
+        .admin_client
+        .force_release("stuck")
+        .await
+        .expect("force release");
+    assert_eq!(forced.deleted, MASTERS, "{forced:?}");
+    let lost = json!({"event": "lost", "reason": "force_released"});
+    assert_eq!(here.next(Duration::from_secs(10)).await, Some(lost.clone()));
+    assert_eq!(there.next(Duration::from_secs(10)).await, Some(lost));
+    for m in 0..MASTERS {
+        assert_eq!(readers_on(&cluster, m, "stuck").await, 0, "master {m}");
+    }
+}

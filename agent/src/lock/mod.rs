@@ -590,8 +590,9 @@ impl<M: Store> Locks<M> {
             match result {
                 Ok(Some(value)) => {
                     deleted += 1;
-                    if !value.is_empty() {
-                        *votes.entry(value.as_str()).or_default() += 1;
+                    // A shared lock's readers, one per line.
+                    for token in value.lines().filter(|t| !t.is_empty()) {
+                        *votes.entry(token).or_default() += 1;
                     }
                 }
                 Ok(None) => {}
@@ -620,13 +621,15 @@ impl<M: Store> Locks<M> {
         );
         self.metrics.force_releases.inc();
         self.grants.forget(resource.as_str(), &self.metrics);
-        let announcements = nodes.iter().zip(&results).filter_map(|(node, result)| {
-            let value = result.as_ref().ok()?.as_ref().filter(|v| !v.is_empty())?;
-            let message = format!("{resource}\n{value}");
-            Some(async move {
-                if let Err(e) = node.announce(channel, &message).await {
-                    // Holds elsewhere then hear of it at their next renewal.
-                    tracing::debug!(node = node.name(), error = %e, "force release not announced");
+        let announcements = nodes.iter().zip(&results).flat_map(|(node, result)| {
+            let value = result.as_ref().ok().and_then(Option::as_deref).unwrap_or("");
+            value.lines().filter(|t| !t.is_empty()).map(move |token| {
+                let message = format!("{resource}\n{token}");
+                async move {
+                    if let Err(e) = node.announce(channel, &message).await {
+                        // Holds elsewhere then hear of it at their next renewal.
+                        tracing::debug!(node = node.name(), error = %e, "force release not announced");
+                    }
                 }
             })
         });

@@ -263,14 +263,20 @@ return status .. "\n" .. (evicted or "") .. "\n" .. now .. look
 }
 
 /// An operator's force release on one master (`KEYS[1]` the lock key):
-/// deletes the key whoever holds it, and returns the value it held ("" for
-/// a key of another type), or nil when there was no key: read and deleted
+/// deletes the key whoever holds it, and returns the value it held (a
+/// shared lock's readers, one per line; "" for a key of another type), or
+/// nil when there was no key: read and deleted
 /// in one script, so the value the force release announces (see
 /// `Node::announce`) is the one it removed.
 pub static FORCE_DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local value = redis.pcall("get", KEYS[1])
-if type(value) == "table" then value = "" end
+if type(value) == "table" then
+  value = ""
+  if redis.call("type", KEYS[1]).ok == "zset" then
+    value = table.concat(redis.call("zrange", KEYS[1], 0, -1), "\n")
+  end
+end
 if redis.call("del", KEYS[1]) == 0 then return false end
 return value"#,
     )

@@ -50,6 +50,8 @@ pub(crate) struct Memory {
     pub(crate) name: String,
     mode: Mutex<Mode>,
     pub(crate) keys: Mutex<HashMap<String, (String, Instant)>>,
+    /// A shared lock's readers at a lock key: token, until when.
+    pub(crate) readers: Mutex<HashMap<String, HashMap<String, Instant>>>,
     pub(crate) counter: Mutex<u64>,
     /// Losses of keys seen, as [`Master::losses`] counts them.
     losses: watch::Sender<u64>,
@@ -63,6 +65,7 @@ impl Memory {
             name: format!("m{i}"),
             mode: Mutex::new(Mode::Up),
             keys: Mutex::new(HashMap::new()),
+            readers: Mutex::new(HashMap::new()),
             counter: Mutex::new(0),
             losses: watch::Sender::new(0),
             announced: Mutex::new(Vec::new()),
@@ -85,6 +88,18 @@ impl Memory {
             .map(|(value, _)| value.clone())
     }
 
+    /// The readers at `key` that have not expired.
+    pub(crate) fn readers_at(&self, key: &str) -> Vec<String> {
+        let now = Instant::now();
+        let readers = self.readers.lock().unwrap();
+        readers.get(key).map_or_else(Vec::new, |at| {
+            at.iter()
+                .filter(|(_, until)| **until > now)
+                .map(|(token, _)| token.clone())
+                .collect()
+        })
+    }
+
     /// Sets `key` as another client would.
     pub(crate) fn plant(&self, key: &str, value: &str, ttl: Duration) {
         self.keys
@@ -96,6 +111,7 @@ impl Memory {
     /// Loses every key, as a flushed master whose loss was seen.
     pub(crate) fn lose_keys(&self) {
         self.keys.lock().unwrap().clear();
+        self.readers.lock().unwrap().clear();
         self.losses.send_modify(|n| *n += 1);
     }
 
@@ -154,10 +170,26 @@ impl Master for Memory {
         if self.mode() == Mode::LostState {
             return Vote::LostState;
         }
-        match self.holds(key) {
-            Some(held) if held != value => Vote::Taken,
-            _ => {
-                self.plant(key, value, ttl);
+        // One key is a writer's value or readers, never both (as the
+        // batch script keeps it on Redis).
+        let readers = self.readers_at(key);
+        let taken = match (claim.is_shared(), self.holds(key)) {
+            (true, held) => held.is_some(),
+            (false, Some(held)) => held != value,
+            (false, None) => !readers.is_empty(),
+        };
+        match taken {
+            true => Vote::Taken,
+            false => {
+                if claim.is_shared() {
+                    let until = Instant::now() + ttl;
+                    let mut all = self.readers.lock().unwrap();
+                    all.entry(key.to_string())
+                        .or_default()
+                        .insert(value.to_string(), until);
+                } else {
+                    self.plant(key, value, ttl);
+                }
                 let counter = if read_counter {
                     *self.counter.lock().unwrap()
                 } else {
@@ -191,6 +223,12 @@ impl Master for Memory {
         if self.holds(key).as_deref() == Some(value) {
             self.plant(key, value, ttl);
             Ok(Extension::Extended)
+        } else if self.readers_at(key).iter().any(|t| t == value) {
+            let mut all = self.readers.lock().unwrap();
+            all.entry(key.to_string())
+                .or_default()
+                .insert(value.to_string(), Instant::now() + ttl);
+            Ok(Extension::Extended)
         } else {
             Ok(Extension::NotHeld)
         }
@@ -204,7 +242,10 @@ impl Master for Memory {
             keys.remove(key);
             return Ok(true);
         }
-        Ok(false)
+        let mut readers = self.readers.lock().unwrap();
+        Ok(readers
+            .get_mut(key)
+            .is_some_and(|at| at.remove(value).is_some()))
     }
 
     async fn peek(&self, keys: &[String]) -> Result<Vec<Peeked>, NodeError> {

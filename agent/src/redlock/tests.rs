@@ -448,3 +448,39 @@ async fn the_holding_counts_every_yes_less_the_masters_that_lost_keys() {
     settle().await;
     assert_eq!(holding.still_on(nodes, &s.redlock.key(&q)), 5);
 }
+
+#[tokio::test(start_paused = true)]
+async fn readers_share_a_lock_that_excludes_a_writer_on_every_master_they_hold() {
+    let setup = setup(3, FenceSettings::default());
+    let shared = resource("r").shared();
+    let a = Token::generate("t:r", None, None);
+    let b = Token::generate("t:r", None, None);
+    for token in [&a, &b] {
+        let granted = setup
+            .redlock
+            .acquire_once(&shared, TTL, token, false, false)
+            .await;
+        assert!(matches!(granted, Acquire::Granted(_)), "{granted:?}");
+    }
+    for m in &setup.masters {
+        assert_eq!(m.readers_at("t:r").len(), 2, "{}", m.name);
+    }
+    assert!(matches!(acquire(&setup, "r", false).await, Acquire::Taken));
+    // Readers on two masters of three still hold a quorum: a writer that
+    // finds one master free is refused.
+    setup.masters[0].readers.lock().unwrap().clear();
+    assert!(matches!(acquire(&setup, "r", false).await, Acquire::Taken));
+    setup.redlock.release(&shared, &a).await;
+    setup.redlock.release(&shared, &b).await;
+    settle().await;
+    assert!(matches!(
+        acquire(&setup, "r", false).await,
+        Acquire::Granted(_)
+    ));
+    let reader = Token::generate("t:r", None, None);
+    let refused = setup
+        .redlock
+        .acquire_once(&shared, TTL, &reader, false, false)
+        .await;
+    assert!(matches!(refused, Acquire::Taken), "{refused:?}");
+}
