@@ -453,7 +453,7 @@ impl App {
         let confirm = Confirm {
             resource: lock.info.resource.clone(),
             command: force_release(&lock.info.resource),
-            owner: lock.info.owner.clone(),
+            owner: crate::state::locks::holder_label(&lock.info),
             held_on: lock.held_on(),
             masters: lock.keys.len(),
             under: Box::new(std::mem::replace(&mut self.mode, Mode::Table)),

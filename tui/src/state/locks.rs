@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use redlock_wire::{LockInfo, LockResponse, LocksResponse, Mode};
+use redlock_wire::{LockInfo, LockResponse, LocksResponse, Mode, Reader};
 
 use super::countdown::Countdown;
 use super::filter::Filter;
@@ -57,6 +57,39 @@ impl LockRow {
             .filter(|c| matches!(c, KeyState::Held(_)))
             .count()
     }
+}
+
+/// Held by readers: the wire's `mode`, never guessed from the name.
+pub fn is_shared(info: &LockInfo) -> bool {
+    info.mode == Mode::Shared
+}
+
+/// Who holds it, in a word: the owner of an exclusive lock (none when it
+/// has no owner label), `3 readers` for a shared one, whose readers each
+/// have their own.
+pub fn holder_label(info: &LockInfo) -> Option<String> {
+    if !is_shared(info) {
+        return info.owner.clone();
+    }
+    Some(match info.readers.len() {
+        1 => "1 reader".to_string(),
+        n => format!("{n} readers"),
+    })
+}
+
+/// Readers a detail pane lists at most, the `and N more` line included,
+/// so that many readers leave room for the table above.
+pub const READERS_SHOWN: usize = 5;
+
+/// The readers to list, in the agent's order (most masters first), and
+/// how many are left out: all when they fit in `room` lines, else one
+/// line fewer and a count of the others.
+pub fn readers_shown(readers: &[Reader], room: usize) -> (&[Reader], usize) {
+    if readers.len() <= room {
+        return (readers, 0);
+    }
+    let shown = room.saturating_sub(1);
+    (&readers[..shown], readers.len() - shown)
 }
 
 /// An answer to `GET /v1/locks`, shaped for the table.
@@ -221,7 +254,8 @@ impl Rows for Locks {
         filter.keeps(
             [info.resource.as_str(), kind]
                 .into_iter()
-                .chain(info.owner.as_deref()),
+                .chain(info.owner.as_deref())
+                .chain(info.readers.iter().filter_map(|r| r.owner.as_deref())),
         )
     }
 
@@ -283,6 +317,29 @@ pub(crate) mod tests {
             mode: Mode::Exclusive,
             readers: Vec::new(),
         }
+    }
+
+    /// A lock held shared on every master by `readers` (agent, owner,
+    /// masters recording it), none of them here, as the agent lists it.
+    pub(crate) fn shared(
+        resource: &str,
+        ttl_ms: u64,
+        readers: &[(&str, &str, usize)],
+        masters: &[&str],
+    ) -> LockInfo {
+        let mut info = lock(resource, None, ttl_ms, masters, masters);
+        info.validity_ms = None;
+        info.mode = Mode::Shared;
+        info.readers = readers
+            .iter()
+            .map(|&(agent, owner, on)| Reader {
+                agent: Some(agent.to_string()),
+                owner: Some(owner.to_string()),
+                masters: on,
+                held_here: false,
+            })
+            .collect();
+        info
     }
 
     pub(crate) fn response(locks: Vec<LockInfo>, masters: &[&str]) -> LocksResponse {
@@ -368,5 +425,42 @@ pub(crate) mod tests {
         locks.forget(Known::Unknown);
         view.rebuild(&locks);
         assert!(view.order().is_empty());
+    }
+
+    #[test]
+    fn a_shared_lock_is_held_by_its_readers_and_found_by_their_owners() {
+        let readers = [("a1", "web", 3), ("a2", "batch", 2)];
+        let cache = shared("cache", 10_000, &readers, M3);
+        assert!(is_shared(&cache));
+        assert_eq!(holder_label(&cache).as_deref(), Some("2 readers"));
+        let one = shared("one", 10_000, &readers[..1], M3);
+        assert_eq!(holder_label(&one).as_deref(), Some("1 reader"));
+        let plain = lock("orders", Some("billing"), 10_000, M3, M3);
+        assert!(!is_shared(&plain));
+        assert_eq!(holder_label(&plain).as_deref(), Some("billing"));
+        assert_eq!(holder_label(&lock("stray", None, 10_000, M3, M3)), None);
+        // A name that reads like a mode is still what the wire says.
+        assert!(!is_shared(&lock("shared", None, 10_000, M3, M3)));
+
+        let mut locks = Locks::default();
+        locks.apply(&response(vec![plain, cache], M3), Instant::now());
+        let mut view = TableView::new(LockColumn::Resource);
+        view.rebuild(&locks);
+        view.set_filter(Filter::parse("^batch$").unwrap(), &locks);
+        let kept: Vec<_> = view.order().iter().map(|&i| locks.key(i)).collect();
+        assert_eq!(kept, ["cache"]);
+    }
+
+    #[test]
+    fn many_readers_are_cut_to_the_room_with_a_count_of_the_rest() {
+        let readers: Vec<Reader> = shared("r", 1, &[("a", "o", 3); 7], M3).readers;
+        let (shown, more) = readers_shown(&readers, READERS_SHOWN);
+        assert_eq!((shown.len(), more), (4, 3));
+        // Exactly the room: all of them, no `and 1 more` in a reader's place.
+        let (shown, more) = readers_shown(&readers[..5], READERS_SHOWN);
+        assert_eq!((shown.len(), more), (5, 0));
+        assert_eq!(readers_shown(&readers[..0], READERS_SHOWN).1, 0);
+        let (shown, more) = readers_shown(&readers, 0);
+        assert_eq!((shown.len(), more), (0, 7));
     }
 }

@@ -1,6 +1,7 @@
 //! The locks view: one row per lock key found on the masters, a matrix of
 //! each master's copy (its TTL, `missing`, or `other` for a different
-//! holder), and the detail pane for the selected lock.
+//! holder), and the detail pane for the selected lock: its holder, or a
+//! shared lock's readers.
 
 use std::time::{Duration, Instant};
 
@@ -11,8 +12,10 @@ use ratatui::Frame;
 
 use crate::app::App;
 use crate::state::countdown::{fraction_left, urgency, Countdown};
-use crate::state::locks::{KeyState, LockColumn, LockRow};
-use crate::state::primitives::Kind;
+use crate::state::locks::{
+    holder_label, is_shared, readers_shown, KeyState, LockColumn, LockRow, READERS_SHOWN,
+};
+use crate::state::primitives::{holder, Kind};
 use crate::state::Known;
 
 use super::fmt::{self, DASH};
@@ -33,7 +36,7 @@ pub fn split(body: Rect, app: &App) -> (Rect, Rect) {
         .get()
         .map_or(0, |d| d.masters.len())
         .max(app.locks.masters().len());
-    let wanted = masters as u16 + 9;
+    let wanted = masters as u16 + 9 + app.detail_lock().map_or(0, |l| reader_lines(&l.info));
     let [table, detail] = Layout::vertical([
         Constraint::Min(0),
         Constraint::Length(wanted.min(body.height)),
@@ -100,18 +103,24 @@ fn render_table_part(frame: &mut Frame, area: Rect, app: &App) {
         return;
     }
     let masters = locks.masters();
-    // The KIND column only when the listing has permits or leaderships.
+    // The KIND column only when the listing has permits or leaderships,
+    // the MODE column only when it has a lock held shared.
     let kinds = locks
         .rows()
         .iter()
         .any(|r| Kind::of(&r.info.resource) != Kind::Lock);
-    let plan = Plan::fit(area.width.saturating_sub(2), masters, kinds);
+    let modes = locks.rows().iter().any(|r| is_shared(&r.info));
+    let plan = Plan::fit(area.width.saturating_sub(2), masters, kinds, modes);
     let sort = table.sort();
     let mut header = vec![title_cell("RESOURCE", LockColumn::Resource, sort)];
     let mut widths = vec![Constraint::Min(plan.resource)];
     if plan.kind {
         header.push(Cell::from("KIND"));
         widths.push(Constraint::Length(KIND_WIDTH));
+    }
+    if plan.mode {
+        header.push(Cell::from("MODE"));
+        widths.push(Constraint::Length(MODE_WIDTH));
     }
     if plan.owner {
         header.push(title_cell("OWNER", LockColumn::Owner, sort));
@@ -157,6 +166,8 @@ const QUORUM_WIDTH: u16 = 7;
 const FLAG_WIDTH: u16 = 5;
 /// `permit`, `leader`, `lock`.
 const KIND_WIDTH: u16 = 6;
+/// `shared`, `excl`.
+const MODE_WIDTH: u16 = 6;
 /// `agent/pid`: a pod name and a pid fit; longer names are cut.
 const HOLDER_WIDTH: u16 = 22;
 
@@ -170,6 +181,8 @@ pub struct Plan {
     pub resource: u16,
     /// `lock`, `permit` or `leader`: only when the listing has the latter.
     pub kind: bool,
+    /// `excl` or `shared`: only when the listing has a shared lock.
+    pub mode: bool,
     pub owner: bool,
     /// One column per master.
     pub matrix: bool,
@@ -183,10 +196,11 @@ pub struct Plan {
 
 impl Plan {
     /// The widest plan that fits `width` (inside the borders).
-    pub fn fit(width: u16, masters: &[String], kind: bool) -> Plan {
+    pub fn fit(width: u16, masters: &[String], kind: bool, mode: bool) -> Plan {
         let full = Plan {
             resource: RESOURCE_MIN,
             kind,
+            mode,
             owner: true,
             matrix: true,
             waiters: true,
@@ -240,6 +254,7 @@ impl Plan {
         }
         for (on, width) in [
             (self.kind, KIND_WIDTH),
+            (self.mode, MODE_WIDTH),
             (self.owner, OWNER_WIDTH),
             (self.waiters, FLAG_WIDTH),
             (self.here, FLAG_WIDTH),
@@ -292,10 +307,24 @@ fn row(lock: &LockRow, now: Instant, plan: Plan) -> Row<'static> {
         };
         cells.push(Cell::from(Span::styled(kind.word(), style)));
     }
+    if plan.mode {
+        cells.push(Cell::from(if is_shared(info) {
+            Span::styled("shared", theme::INFO)
+        } else {
+            Span::styled("excl", theme::MUTED)
+        }));
+    }
     if plan.owner {
-        cells.push(Cell::from(
-            info.owner.clone().unwrap_or_else(|| DASH.to_string()),
-        ));
+        // A shared lock's owners are its readers': their count here.
+        let style = if is_shared(info) {
+            theme::INFO
+        } else {
+            theme::TEXT
+        };
+        cells.push(Cell::from(Span::styled(
+            holder_label(info).unwrap_or_else(|| DASH.to_string()),
+            style,
+        )));
     }
     cells.push(Cell::from(lock.validity.map_or_else(
         || Span::styled(DASH, theme::MUTED),
@@ -335,8 +364,23 @@ fn row(lock: &LockRow, now: Instant, plan: Plan) -> Row<'static> {
 }
 
 /// `agent/pid`, `agent` alone for locks held through other agents, `-`
-/// when the value names no agent.
+/// when the value names no agent; for a shared lock the agent of its
+/// readers, or how many agents granted them.
 pub fn holder_cell(info: &redlock_wire::LockInfo) -> Span<'static> {
+    if is_shared(info) {
+        let mut agents: Vec<&str> = info
+            .readers
+            .iter()
+            .filter_map(|r| r.agent.as_deref())
+            .collect();
+        agents.sort_unstable();
+        agents.dedup();
+        return match agents.as_slice() {
+            [] => Span::styled(DASH, theme::MUTED),
+            [agent] => Span::raw(agent.to_string()),
+            many => Span::raw(format!("{} agents", many.len())),
+        };
+    }
     match (&info.agent, info.pid) {
         (Some(agent), Some(pid)) => Span::raw(format!("{agent}/{pid}")),
         (Some(agent), None) => Span::raw(agent.clone()),
@@ -358,6 +402,65 @@ pub fn holder_text(info: &redlock_wire::LockInfo) -> String {
         parts.push("process known only to that agent".to_string());
     }
     parts.join(" · ")
+}
+
+/// Lines a shared lock's pane takes beyond an exclusive lock's: its mode
+/// line and readers in place of the owner and holder lines.
+fn reader_lines(info: &redlock_wire::LockInfo) -> u16 {
+    if !is_shared(info) {
+        return 0;
+    }
+    let (shown, more) = readers_shown(&info.readers, READERS_SHOWN);
+    let readers = (shown.len() + usize::from(more > 0)).max(1);
+    (1 + readers).saturating_sub(2) as u16
+}
+
+/// A shared lock's readers, one line each (`agent/owner`, the masters
+/// recording it, whether it is held here), at most [`READERS_SHOWN`]
+/// lines with `and N more`; a reader on fewer than `quorum` of the
+/// `masters` is in warning colours.
+fn readers(info: &redlock_wire::LockInfo, masters: usize, quorum: usize) -> Vec<Line<'static>> {
+    let field = |name: &'static str| Span::styled(format!("{name:<10}"), theme::HEADING);
+    let (shown, more) = readers_shown(&info.readers, READERS_SHOWN);
+    let names: Vec<String> = shown
+        .iter()
+        .map(|r| holder(r.agent.as_deref(), r.owner.as_deref()))
+        .collect();
+    let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+    let mut lines: Vec<Line<'static>> = shown
+        .iter()
+        .zip(names)
+        .map(|(reader, name)| {
+            let style = if reader.masters < quorum {
+                theme::WARN
+            } else {
+                theme::MUTED
+            };
+            let mut spans = vec![
+                Span::raw(" ".repeat(10)),
+                Span::raw(format!("{name:<width$}  ")),
+                Span::styled(format!("on {} of {masters} masters", reader.masters), style),
+            ];
+            if reader.held_here {
+                spans.push(Span::styled(" · held here", theme::INFO));
+            }
+            Line::from(spans)
+        })
+        .collect();
+    if more > 0 {
+        lines.push(Line::from(vec![
+            Span::raw(" ".repeat(10)),
+            Span::styled(format!("and {more} more"), theme::MUTED),
+        ]));
+    }
+    match lines.first_mut() {
+        Some(first) => first.spans[0] = field("readers"),
+        None => lines.push(Line::from(vec![
+            field("readers"),
+            Span::styled(DASH, theme::MUTED),
+        ])),
+    }
+    lines
 }
 
 fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
@@ -394,13 +497,25 @@ fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
         ));
     }
     let field = |name: &'static str| Span::styled(format!("{name:<10}"), theme::HEADING);
-    let mut lines = vec![
-        Line::from(vec![
-            field("owner"),
-            Span::raw(info.owner.clone().unwrap_or_else(|| DASH.to_string())),
-        ]),
-        Line::from(vec![field("holder"), Span::raw(holder_text(info))]),
-    ];
+    let mut lines = if is_shared(info) {
+        // Readers have no one owner or process: who they are comes below.
+        vec![Line::from(vec![
+            field("mode"),
+            Span::styled("shared", theme::INFO),
+            Span::raw(format!(
+                " · {}",
+                holder_label(info).unwrap_or_else(|| DASH.to_string())
+            )),
+        ])]
+    } else {
+        vec![
+            Line::from(vec![
+                field("owner"),
+                Span::raw(info.owner.clone().unwrap_or_else(|| DASH.to_string())),
+            ]),
+            Line::from(vec![field("holder"), Span::raw(holder_text(info))]),
+        ]
+    };
     // The trace of the request that took the grant, to look up in the
     // tracing backend; only for a traced grant held through this agent.
     if let Some(trace) = &info.trace_id {
@@ -424,6 +539,11 @@ fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
                 theme::BAR,
             ));
         }
+        // The agent keeps no validity of a shared lock as a whole.
+        None if is_shared(info) && info.quorum_agrees => validity.push(Span::styled(
+            format!("{DASH} (each reader has its own)"),
+            theme::MUTED,
+        )),
         None => validity.push(Span::styled(
             format!("{DASH} (no quorum holds it)"),
             theme::CRIT,
@@ -459,6 +579,9 @@ fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
         }),
         Span::styled(format!(" · {} waiting here", info.waiters), theme::MUTED),
     ]));
+    if is_shared(info) {
+        lines.extend(readers(info, lock.keys.len(), quorum));
+    }
     lines.push(Line::default());
     let masters = detail.map_or_else(|| app.locks.masters(), |d| d.masters.as_slice());
     let width = masters.iter().map(|m| m.chars().count()).max().unwrap_or(0);
@@ -504,10 +627,11 @@ mod tests {
     #[test]
     fn columns_give_way_in_order_as_the_screen_narrows() {
         let five = masters(5);
-        let at = |width| Plan::fit(width, &five, false);
+        let at = |width| Plan::fit(width, &five, false, false);
         let full = Plan {
             resource: 16,
             kind: false,
+            mode: false,
             owner: true,
             matrix: true,
             waiters: true,
@@ -544,6 +668,9 @@ mod tests {
         assert!(!at(0).matrix, "the last plan when nothing fits");
         // Long master names are never cut.
         let long = vec!["redis-eu-1".to_string()];
-        assert_eq!(Plan::fit(200, &long, false).cell_width("redis-eu-1"), 10);
+        assert_eq!(
+            Plan::fit(200, &long, false, false).cell_width("redis-eu-1"),
+            10
+        );
     }
 }

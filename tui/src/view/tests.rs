@@ -21,6 +21,7 @@ use super::theme;
 
 mod nodes;
 mod primitives;
+mod shared;
 
 const MASTERS: &[&str] = &["r1", "r2", "r3"];
 
