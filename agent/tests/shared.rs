@@ -298,14 +298,18 @@ async fn holds_of_readers_and_writers_end_with_their_connections() {
     let cluster = Cluster::start(MASTERS);
     let agent = TestAgent::start(&cluster, "").await;
     let mut reader = agent
-        .hold("report", json!({"mode": "shared", "ttl_ms": 30000}))
+        .hold("report", json!({"mode": "shared", "ttl_ms": 1500}))
         .await;
     assert_eq!(reader.status, StatusCode::OK, "{:?}", reader.error);
     reader.next(Duration::from_secs(5)).await.unwrap();
     let mut other = agent
-        .hold("report", json!({"mode": "shared", "ttl_ms": 30000}))
+        .hold("report", json!({"mode": "shared", "ttl_ms": 1500}))
         .await;
     other.next(Duration::from_secs(5)).await.unwrap();
+    // Each reader's hold is its own: both are renewed, neither taken for
+    // the other's.
+    let renewed = other.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(renewed["event"], "renewed", "{renewed}");
     drop(reader);
     wait_for("one reader left on every master", SETTLE, || async {
         let mut counts = Vec::new();

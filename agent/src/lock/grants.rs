@@ -165,6 +165,11 @@ impl Grants {
             .map(|e| (e.token.clone(), e.holder))
     }
 
+    /// Whether this agent holds the grant of `resource` with `token`.
+    pub fn has(&self, resource: &str, token: &str) -> bool {
+        entry(&self.lock(), resource, token).is_some()
+    }
+
     /// The tokens of this agent's readers of `resource`.
     pub fn readers(&self, resource: &str) -> Vec<String> {
         self.lock().get(resource).map_or_else(Vec::new, |entries| {

@@ -293,11 +293,9 @@ pub async fn run<M: Store>(
     let lost_already = notices && lost_on_masters(&holding);
     // So did a force release heard before the registration above; it
     // forgot the grant here.
-    let force_released_already = notices
-        && locks
-            .grants()
-            .current(resource.as_str())
-            .is_none_or(|(token, _)| token != grant.token.as_str());
+    // (Its own token's grant: a shared lock's other readers come and go.)
+    let force_released_already =
+        notices && !locks.grants().has(resource.as_str(), grant.token.as_str());
 
     let end = loop {
         if force_released_already {

@@ -440,10 +440,11 @@ impl Node {
 ///   already there is renewed); an exclusive vote (`v`) that finds readers
 ///   drops the expired ones and is granted only if none is left, else it is
 ///   taken (a waiting one flags it `w`). So one master never admits a
-///   writer beside a reader: the key is either a string or a set. `e` and
-///   `r` find a reader's token in the set (an expired one is not extended),
-///   so the token alone says what to extend or release, through any agent;
-///   the last reader's release announces itself when someone waits.
+///   writer beside a reader: the key is either a string or a set. `e`,
+///   `f` and `r` find a reader's token in the set (an expired one is not
+///   extended, nor its fence raised), so the token alone says what to
+///   extend or release, through any agent; the last reader's release
+///   announces itself when someone waits.
 ///
 /// Returns one answer per command, in one text, a line each: the status,
 /// or `status:more` where there is more to say: the counter for a vote that
@@ -626,7 +627,12 @@ local function run(op, key, flag, token, number, more)
     redis.call("pexpire", key, number)
     return 1
   elseif op == "f" then
-    if redis.pcall("get", key) ~= token then return 0 end
+    local value = redis.pcall("get", key)
+    if type(value) == "table" then
+      if not readers_at(key) or not redis.call("zscore", key, token) then return 0 end
+    elseif value ~= token then
+      return 0
+    end
     if (tonumber(redis.call("get", KEYS[2]) or "0") or 0) < tonumber(number) then
       redis.call("set", KEYS[2], number)
     end

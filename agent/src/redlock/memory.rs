@@ -206,7 +206,8 @@ impl Master for Memory {
         if self.mode() == Mode::NoRaise {
             return Err(NodeError::Other("refused".into()));
         }
-        if self.holds(key).as_deref() != Some(value) {
+        let reader = self.readers_at(key).iter().any(|t| t == value);
+        if self.holds(key).as_deref() != Some(value) && !reader {
             return Ok(false);
         }
         let mut counter = self.counter.lock().unwrap();

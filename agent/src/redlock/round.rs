@@ -99,11 +99,10 @@ impl<M: Master> Redlock<M> {
         let started = tokio::time::Instant::now();
         let outcome = match self.attempt(&usable, &claim, ttl, fence, waiting).await {
             Attempt::Granted(granting, holding) => {
-                let minted = if fence && claim.is_shared() {
-                    // A reader's fence: the last writer's it follows (see
-                    // docs/primitives.md), never raised.
-                    Some(highest(&granting))
-                } else if fence {
+                // A reader's fence is minted and raised as a writer's (see
+                // docs/primitives.md): the raise goes to the masters that
+                // record the reader.
+                let minted = if fence {
                     match self.mint(claim.key(), token, &granting).await {
                         Ok(minted) => Some(minted),
                         Err(message) => {
