@@ -28,8 +28,7 @@
 //! `--fence`) and writes once inside each section to the fenced store
 //! ([`crate::store`]) with it: plain acquires just before they leave the
 //! section, holds just after the grant. Readers read: they write nothing
-//! (their fence is the last writer's, which the store has accepted
-//! already).
+//! (their fence is the last writer's, not above what the store accepted).
 
 use std::path::PathBuf;
 use std::process::Stdio;
