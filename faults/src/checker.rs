@@ -44,6 +44,9 @@
 //!   grow in real-time order.
 //! - **multi-resource overlap** ([`multi`]): a resource held by two
 //!   believed grants at once, a grant of several resources counted on each.
+//! - **writer beside a reader** ([`shared`]): an exclusive grant believed
+//!   at the same instant as a reader's grant of its resource (readers
+//!   together are what the shared mode is for).
 //!
 //! Sections of killed clients end when the harness sent SIGKILL: the
 //! process runs no code after it, and the command of a killed
@@ -58,6 +61,7 @@ mod findings;
 pub mod multi;
 mod primitives;
 mod section;
+pub mod shared;
 
 pub use findings::{
     Blame, FenceFindings, FenceInversion, Findings, LeaderOverlap, Leak, Overrun,
@@ -99,6 +103,10 @@ pub enum Primitive {
     Multi {
         resources: Vec<String>,
     },
+    /// A reader's grant of the lock of the section's resource (`"mode":
+    /// "shared"`): readers may hold it together, never beside an exclusive
+    /// grant ([`shared`]).
+    Shared,
 }
 
 impl Primitive {
@@ -136,6 +144,10 @@ pub enum ClientKind {
     MultiAcquire,
     /// A hold stream of several resources.
     MultiHold,
+    /// A reader's acquire (`"mode": "shared"`), work, maybe extend, release.
+    SharedAcquire,
+    /// A reader's hold stream.
+    SharedHold,
 }
 
 impl ClientKind {
@@ -150,6 +162,8 @@ impl ClientKind {
             ClientKind::Campaign => "campaign",
             ClientKind::MultiAcquire => "multi_acquire",
             ClientKind::MultiHold => "multi_hold",
+            ClientKind::SharedAcquire => "shared_acquire",
+            ClientKind::SharedHold => "shared_hold",
         }
     }
 
@@ -162,6 +176,7 @@ impl ClientKind {
                 | ClientKind::PermitHold
                 | ClientKind::Campaign
                 | ClientKind::MultiHold
+                | ClientKind::SharedHold
         )
     }
 }
@@ -515,7 +530,8 @@ impl Checker {
         let mut by_resource: HashMap<&str, Vec<&Section>> = HashMap::new();
         for s in &state.sections {
             // Two leaderships at once are the election property's finding,
-            // and a grant of several resources the multi-resource one's.
+            // a grant of several resources the multi-resource one's, and a
+            // reader the read-write one's.
             if matches!(s.primitive, Primitive::Lock | Primitive::Permit { .. }) {
                 by_resource.entry(s.resource.as_str()).or_default().push(s);
             }
@@ -541,6 +557,7 @@ impl Checker {
         findings.fences = fences(&state.sections);
         findings.primitives = primitives::primitives(&state.sections, now);
         findings.multi = multi::findings(&state.sections, now);
+        findings.shared = shared::findings(&state.sections, now);
         findings
     }
 }

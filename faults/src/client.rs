@@ -18,7 +18,7 @@ use std::time::Duration;
 
 pub use redlock_client::{
     AcquireOptions, Campaign, CampaignOptions, Error, ErrorCode, Extended, Grant, Hold,
-    HoldOptions, Permit, PermitHold, PermitHoldOptions, PermitOptions,
+    HoldOptions, Mode, Permit, PermitHold, PermitHoldOptions, PermitOptions,
 };
 use redlock_wire::{CampaignEvent, HoldEvent, NodesResponse, SummaryResponse};
 

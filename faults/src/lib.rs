@@ -22,7 +22,7 @@
 //! - [`checker`]: critical sections on one clock; safety violations,
 //!   overruns, leaks, fences; semaphores over their limit, two leaders at
 //!   once, terms out of order; a resource held by two grants at once when
-//!   one of them is of several resources.
+//!   one of them is of several resources; a writer beside a reader.
 //! - [`observer`]: reads lock keys on the masters directly for the checker
 //!   (on a cluster master, on the shard serving each key).
 //! - [`store`]: the fenced store, a `redis-server` of its own that accepts a
@@ -31,10 +31,12 @@
 //!   from a late agent.
 //! - [`workload`]: the clients (in-process, and `faults hold-client` /
 //!   `redlock-agent lock` child processes) of locks, semaphores' permits
-//!   and elections, and of several resources at once, and their stats.
+//!   and elections, of several resources at once, and readers, and their
+//!   stats.
 //! - [`nemesis`]: the faults, alone and mixed, and recovery times.
 //! - [`run`]: the nemesis run and the control runs (over single masters,
-//!   and in cluster mode), the multi-resource pair, and their report.
+//!   and in cluster mode), the multi-resource and read-write pairs, and
+//!   their report.
 //! - [`openapi`]: `agent/openapi.yaml`, loaded and used to validate answers.
 //! - [`fuzz`]: request shapes for the fuzzer and the verdict on an answer.
 //! - [`load`]: many connections and many waiters; RSS from `/proc`.

@@ -68,8 +68,8 @@ enum Cmd {
     /// then off; a majority flushed with the marker check on, then off; a
     /// majority made to evict with the eviction check on, then off; agents
     /// with skewed clocks with the fence write-back on, then off; then the
-    /// semaphore's restart pair, the election's flush pair, and the terms
-    /// without the write-back).
+    /// semaphore's restart pair, the election's flush pair, the terms
+    /// without the write-back, and the multi-resource and read-write pairs).
     Control {
         #[arg(long)]
         seed: Option<u64>,

@@ -57,6 +57,12 @@
 //! nemesis ([`Options::multi_nemesis`]), and the same clients through
 //! agents without the all-or-nothing rule ([`Options::multi_control`],
 //! [`MULTI_PARTIAL_ENV`]), where a resource held twice must be found.
+//!
+//! And the read-write pair (the `shared` module): readers and writers of
+//! the same resources under the random nemesis
+//! ([`Options::shared_nemesis`]), and the same clients through agents that
+//! keep readers apart from writers ([`Options::shared_control`],
+//! [`SHARED_APART_ENV`]), where a writer beside a reader must be found.
 
 mod cluster_mode;
 mod control;
@@ -64,6 +70,7 @@ mod harness;
 mod intrusion;
 mod multi;
 mod report;
+mod shared;
 mod verdict;
 
 pub use cluster_mode::{
@@ -74,6 +81,7 @@ pub use control::{control, PLANTED};
 pub use intrusion::{CLOCK_CONTROL_JUMP_PAST_TTL, INTRUSION_TTL, RESTORE_CONTROL_HEALTH_INTERVAL};
 pub use multi::{MultiRun, MULTI_CONTROL_DURATION, MULTI_PARTIAL_ENV, MULTI_SHORT_DURATION};
 pub use report::Report;
+pub use shared::{SharedRun, SHARED_APART_ENV, SHARED_CONTROL_DURATION, SHARED_SHORT_DURATION};
 pub use verdict::verdicts;
 
 use control::{ending, FENCE_CONTROL_GRANTS};
@@ -117,6 +125,8 @@ pub struct Options {
     pub fence_control: Option<FenceControl>,
     /// Set for either half of the multi-resource pair instead.
     pub multi: Option<MultiRun>,
+    /// Set for either half of the read-write pair instead.
+    pub shared: Option<SharedRun>,
     /// The property a control run is about: what it holds while the fault
     /// strikes (a lock, a semaphore's permits, an election's leadership)
     /// and what its verdict asks the checker to find.
@@ -176,7 +186,8 @@ pub struct Control {
 /// The control runs of the short mode and `faults control`, in order, each
 /// with its number of rounds (runs without protection stop at the first
 /// violation): the lock's, then the semaphore's and the election's, then
-/// the multi-resource pair (its first half a nemesis run).
+/// the multi-resource pair and the read-write pair (the first half of each
+/// a nemesis run).
 pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, usize)> {
     let bin = || faults_bin.to_path_buf();
     vec![
@@ -217,6 +228,11 @@ pub fn control_cases(seed: u64, faults_bin: &std::path::Path) -> Vec<(Options, u
         (Options::restore_control(false, seed, bin()), 1),
         (Options::multi_nemesis(MULTI_SHORT_DURATION, seed, bin()), 1),
         (Options::multi_control(seed, bin()), 1),
+        (
+            Options::shared_nemesis(SHARED_SHORT_DURATION, seed, bin()),
+            1,
+        ),
+        (Options::shared_control(seed, bin()), 1),
     ]
 }
 
@@ -260,6 +276,8 @@ impl Options {
                 campaign: 2,
                 multi_acquire: 0,
                 multi_hold: 0,
+                shared_acquire: 0,
+                shared_hold: 0,
             },
             singles: FaultKind::ALL.to_vec(),
             pool: FaultKind::ALL.to_vec(),
@@ -268,6 +286,7 @@ impl Options {
             control: None,
             fence_control: None,
             multi: None,
+            shared: None,
             property: Property::Lock,
         }
     }
@@ -318,6 +337,7 @@ impl Options {
             }),
             fence_control: None,
             multi: None,
+            shared: None,
             property: Property::Lock,
         }
     }
@@ -484,6 +504,7 @@ impl Options {
                 skew_ms: FENCE_SKEW_MS,
             }),
             multi: None,
+            shared: None,
             property: Property::Lock,
         }
     }

@@ -20,11 +20,15 @@
 //!   once elected and resigns, or gives up waiting and resigns.
 //! - [`ClientKind::MultiAcquire`], [`ClientKind::MultiHold`]: 2 or 3 of
 //!   the locks' resources at once, as an acquire and as a hold.
+//! - [`ClientKind::SharedAcquire`], [`ClientKind::SharedHold`]: readers,
+//!   the locks' resources taken with `"mode": "shared"`, as an acquire and
+//!   as a hold.
 //!
 //! Every client asks for a fence (`redlock-agent lock` only when it has
 //! `--fence`) and writes once inside each section to the fenced store
 //! ([`crate::store`]) with it: plain acquires just before they leave the
-//! section, holds just after the grant.
+//! section, holds just after the grant. Readers read: they write nothing
+//! (their fence is the last writer's, not above what the store accepted).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -37,8 +41,8 @@ use tokio::sync::watch;
 
 use crate::checker::{Checker, ClientKind, Ending, Grant, Primitive, SectionId, StoreWrite};
 use crate::client::{
-    self, AcquireOptions, Answer, Client, Error, ErrorCode, Held, HoldOptions, PermitHoldOptions,
-    PermitOptions,
+    self, AcquireOptions, Answer, Client, Error, ErrorCode, Held, HoldOptions, Mode,
+    PermitHoldOptions, PermitOptions,
 };
 use crate::clock::Mono;
 use crate::store::StoreClient;
@@ -186,7 +190,8 @@ fn backoff(outcome: Outcome) -> Duration {
     }
 }
 
-/// An acquire client until stop: of locks, or (`kind`
+/// An acquire client until stop: of locks (readers' with `kind`
+/// [`ClientKind::SharedAcquire`]), or (`kind`
 /// [`ClientKind::PermitAcquire`]) of permits of the plan's semaphores.
 pub async fn acquire_client(
     ctx: Ctx,
@@ -201,21 +206,33 @@ pub async fn acquire_client(
     }
     let mut ctx = ctx;
     let mut rng = StdRng::seed_from_u64(seed);
+    let (mode, primitive) = mode_of(kind);
     while !ctx.stopped() {
         let resource = ctx.plan.resources[rng.random_range(0..ctx.plan.resources.len())].clone();
         let ttl_ms = between(&mut rng, ctx.plan.ttl_ms);
         let wait_ms = ctx.plan.waits_ms[rng.random_range(0..ctx.plan.waits_ms.len())];
-        let options = AcquireOptions::new()
+        let mut options = AcquireOptions::new()
             .ttl(Duration::from_millis(ttl_ms))
             .wait(Duration::from_millis(wait_ms))
             .owner(name.clone())
             .fence();
+        if mode == Mode::Shared {
+            options = options.shared();
+        }
         let requested = Mono::now();
         let outcome = match client.acquire(&resource, &options).await {
             Ok(Answer::Ok(grant)) => {
                 let granted = Mono::now();
                 ctx.record(kind, Outcome::Granted);
-                let id = ctx.checker.enter(
+                // The mode asked for is what the client believes it holds;
+                // an answer in another breaks the contract.
+                if grant.mode != mode {
+                    ctx.stats.malformed(format!(
+                        "acquire of {resource} as {mode:?} answered {:?}",
+                        grant.mode
+                    ));
+                }
+                let id = ctx.checker.enter_as(
                     Grant {
                         resource: resource.clone(),
                         client: name.clone(),
@@ -229,12 +246,14 @@ pub async fn acquire_client(
                         fence: grant.fence,
                     },
                     granted,
+                    primitive.clone(),
                 );
                 let held = Held::Lock(resource.clone());
+                // Readers write nothing to the fenced store.
                 let granted_as = (
                     grant.token.as_str(),
                     client::ms(grant.validity),
-                    grant.fence,
+                    grant.fence.filter(|_| mode == Mode::Exclusive),
                 );
                 work(
                     &mut ctx, &mut rng, &client, &held, &resource, granted_as, id, granted, ttl_ms,
@@ -247,6 +266,15 @@ pub async fn acquire_client(
         };
         let pause = backoff(outcome) + Duration::from_millis(between(&mut rng, ctx.plan.think_ms));
         ctx.sleep(pause).await;
+    }
+}
+
+/// The mode a lock client of `kind` asks for, and what its sections hold.
+fn mode_of(kind: ClientKind) -> (Mode, Primitive) {
+    if matches!(kind, ClientKind::SharedAcquire | ClientKind::SharedHold) {
+        (Mode::Shared, Primitive::Shared)
+    } else {
+        (Mode::Exclusive, Primitive::Lock)
     }
 }
 
@@ -414,7 +442,8 @@ async fn sleep_until(mono_ns: u64) {
     }
 }
 
-/// Opens a hold of `kind`: of a lock (`ClientKind::Hold`) or of a permit
+/// Opens a hold of `kind`: of a lock (`ClientKind::Hold`, a reader's with
+/// `ClientKind::SharedHold`) or of a permit
 /// of one of the plan's semaphores; with the resource the checker knows it
 /// by and what it holds.
 async fn open_hold(
@@ -453,14 +482,19 @@ async fn open_hold(
         });
     }
     let resource = ctx.plan.resources[rng.random_range(0..ctx.plan.resources.len())].clone();
-    let options = HoldOptions::new().ttl(ttl).wait(wait).owner(owner).fence();
+    let mut options = HoldOptions::new().ttl(ttl).wait(wait).owner(owner).fence();
+    let (mode, primitive) = mode_of(kind);
+    if mode == Mode::Shared {
+        options = options.shared();
+    }
     Ok(match client.hold(&resource, &options).await? {
-        Answer::Ok(hold) => Answer::Ok((hold, resource, Primitive::Lock)),
+        Answer::Ok(hold) => Answer::Ok((hold, resource, primitive)),
         Answer::Refused { code, message } => Answer::Refused { code, message },
     })
 }
 
-/// A hold client (in this process) until stop: of locks, or (`kind`
+/// A hold client (in this process) until stop: of locks (readers' with
+/// `kind` [`ClientKind::SharedHold`]), or (`kind`
 /// [`ClientKind::PermitHold`]) of permits of the plan's semaphores.
 pub async fn hold_client(
     mut ctx: Ctx,
@@ -498,8 +532,10 @@ pub async fn hold_client(
                     granted,
                     primitive,
                 );
-                let data = format!("{resource} by {}", &token[..token.len().min(8)]);
-                ctx.write(id, &resource, fence, &data).await;
+                if kind != ClientKind::SharedHold {
+                    let data = format!("{resource} by {}", &token[..token.len().min(8)]);
+                    ctx.write(id, &resource, fence, &data).await;
+                }
                 let end = granted.plus_ms(hold_ms);
                 let ending = keep(&mut ctx, id, end, &mut hold, "hold").await;
                 ctx.checker.exit(id, Mono::now(), ending);

@@ -5,7 +5,9 @@
 //! snapshots behind kept connections), fences out of order, more permits
 //! than a semaphore's limit, two leaders and terms out of order; locks on
 //! several resources at once beside single locks under the nemesis, and
-//! the control that proves the checker sees a resource held twice; then the
+//! the control that proves the checker sees a resource held twice; readers
+//! and writers of the same resources under the nemesis, and the control
+//! that proves the checker sees a writer beside a reader; then the
 //! same in cluster mode (every master a Redis Cluster). `tools/test.sh` runs it on its own, after the other
 //! tests, so the machine is quiet:
 //!
@@ -73,7 +75,10 @@ fn control(options: &Options, rounds: usize) -> run::Report {
 /// process check of a vote answered NOSCRIPT, and do with it off; clients
 /// of 2 or 3 resources at once beside single locks of the same resources,
 /// under every fault mixed at random, never hold a resource twice, and do
-/// through agents without the all-or-nothing rule. Every run: no fence
+/// through agents without the all-or-nothing rule; readers and writers of
+/// the same resources, under every fault mixed at random, never have a
+/// writer beside a reader, and do through agents that keep readers at a key
+/// of their own. Every run: no fence
 /// out of order, no stale write accepted by the fenced store, no semaphore
 /// over its limit, one leader at a time, terms in order.
 /// Then cluster mode: shards restarted empty, lagged failovers and slot
@@ -266,5 +271,23 @@ fn the_checker_sees_a_resource_held_twice_when_all_or_nothing_is_off() {
     assert!(
         !report.findings.multi.overlaps.is_empty(),
         "the multi-resource control found no resource held twice: the checker is blind\n{report}"
+    );
+}
+
+/// The read-write control alone: through agents that keep a lock's
+/// readers at a key of their own (their test-only switch), a writer is
+/// granted while readers hold the resource, and the checker sees a writer
+/// beside a reader.
+#[test]
+fn the_checker_sees_a_writer_beside_a_reader_when_readers_are_kept_apart() {
+    let report = control(&Options::shared_control(43, faults_bin()), 1);
+    let shared = &report.findings.shared;
+    assert!(
+        shared.readers > 0 && shared.writers > 0,
+        "no readers or no writers\n{report}"
+    );
+    assert!(
+        !shared.overlaps.is_empty(),
+        "the read-write control found no writer beside a reader: the checker is blind\n{report}"
     );
 }

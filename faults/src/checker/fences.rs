@@ -2,14 +2,17 @@
 
 use std::collections::HashMap;
 
-use super::{FenceFindings, FenceInversion, Section, StaleWrite, StoreWrite, WriteOutcome};
+use super::{
+    shared::is_reader, FenceFindings, FenceInversion, Section, StaleWrite, StoreWrite, WriteOutcome,
+};
 
 /// Fence order and the fenced store's writes over every section.
 ///
 /// For each fenced section B, the earlier sections are those whose grant
 /// arrived before B's request was sent; the one with the highest fence
 /// (of B's resource, and of any other) is the witness: B's fence must be
-/// above it. A stale write is an accepted write of A that the store placed
+/// above it; a reader's fence is the last writer's it follows, never
+/// raised, so a reader B's fence must only not be below it. A stale write is an accepted write of A that the store placed
 /// after an accepted write of some B requested after A was answered.
 pub(super) fn fences(sections: &[Section]) -> FenceFindings {
     let mut out = FenceFindings::default();
@@ -46,7 +49,8 @@ pub(super) fn fences(sections: &[Section]) -> FenceFindings {
         let fence_b = b.fence.unwrap_or(0);
         let mut across: Option<&Section> = None;
         for (resource, a) in &highest {
-            if a.fence.unwrap_or(0) < fence_b {
+            let fence_a = a.fence.unwrap_or(0);
+            if fence_a < fence_b || (fence_a == fence_b && is_reader(b)) {
                 continue;
             }
             if *resource == b.resource {

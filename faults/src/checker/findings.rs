@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::{multi, Section};
+use super::{multi, shared, Section};
 use crate::clock::Mono;
 
 /// Two clients inside the same resource at once, both believing they held it.
@@ -303,6 +303,8 @@ pub struct Findings {
     pub primitives: PrimitiveFindings,
     /// The multi-resource property.
     pub multi: multi::MultiFindings,
+    /// The read-write property.
+    pub shared: shared::SharedFindings,
 }
 
 impl Findings {

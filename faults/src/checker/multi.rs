@@ -60,12 +60,14 @@ pub struct MultiFindings {
 }
 
 /// The resources a lock's section holds: its own, or those of a grant of
-/// several; none for a permit or a leadership (their own properties).
+/// several; none for a permit or a leadership (their own properties), nor
+/// for a reader (a grant of several resources beside it is the read-write
+/// property's finding, [`super::shared`]).
 pub fn held(section: &Section) -> Vec<&str> {
     match &section.primitive {
         Primitive::Lock => vec![section.resource.as_str()],
         Primitive::Multi { resources } => resources.iter().map(String::as_str).collect(),
-        Primitive::Permit { .. } | Primitive::Leadership { .. } => Vec::new(),
+        Primitive::Shared | Primitive::Permit { .. } | Primitive::Leadership { .. } => Vec::new(),
     }
 }
 

@@ -16,7 +16,7 @@ pub(super) fn primitives(sections: &[Section], now: Mono) -> PrimitiveFindings {
     let mut elections: HashMap<&str, Vec<&Section>> = HashMap::new();
     for s in sections {
         match &s.primitive {
-            Primitive::Lock | Primitive::Multi { .. } => {}
+            Primitive::Lock | Primitive::Shared | Primitive::Multi { .. } => {}
             Primitive::Permit {
                 semaphore, limit, ..
             } => {

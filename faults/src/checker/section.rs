@@ -37,7 +37,8 @@ pub struct Section {
     pub fence: Option<u64>,
     /// The section's one write to the fenced store, once made.
     pub write: Option<StoreWrite>,
-    /// A lock, a permit or a leadership.
+    /// A lock (exclusive or a reader's), a permit, a leadership or a
+    /// grant of several resources.
     pub primitive: Primitive,
 }
 
@@ -91,7 +92,7 @@ impl Section {
     /// resource.
     pub fn group(&self) -> &str {
         match &self.primitive {
-            Primitive::Lock | Primitive::Multi { .. } => &self.resource,
+            Primitive::Lock | Primitive::Shared | Primitive::Multi { .. } => &self.resource,
             Primitive::Permit { semaphore, .. } => semaphore,
             Primitive::Leadership { election, .. } => election,
         }
@@ -100,6 +101,7 @@ impl Section {
     pub(super) fn brief(&self) -> String {
         let what = match &self.primitive {
             Primitive::Lock | Primitive::Multi { .. } => String::new(),
+            Primitive::Shared => "shared, ".to_string(),
             Primitive::Permit { permit, limit, .. } => format!("permit {permit} of {limit}, "),
             Primitive::Leadership { term, .. } => format!("term {term}, "),
         };

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{
-    intrusion, multi, Control, FenceControl, Harness, Options, Property, Report,
+    intrusion, multi, shared, Control, FenceControl, Harness, Options, Property, Report,
     EVICTION_CONTROL_LEFT_MS, EVICTION_CONTROL_POLICIES, EVICTION_CONTROL_WRITES,
 };
 use crate::checker::{Ending, Findings};
@@ -36,6 +36,9 @@ pub async fn control(options: &Options, rounds: usize) -> Result<Report, String>
     }
     if let Some(multi) = options.multi {
         return multi::run(options, multi).await;
+    }
+    if let Some(shared) = options.shared {
+        return shared::run(options, shared).await;
     }
     let control = options
         .control

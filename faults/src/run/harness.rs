@@ -301,6 +301,7 @@ impl Harness {
             control: options.control,
             fence_control: options.fence_control,
             multi: options.multi,
+            shared: options.shared,
             property: options.property,
             primitives_expected: (mix.permit_acquire + mix.permit_hold > 0, mix.campaign > 0),
             stats: self.stats.snapshot(),

@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::{multi, Control, FenceControl, MultiRun, Property};
+use super::{multi, shared, Control, FenceControl, MultiRun, Property, SharedRun};
 use crate::checker::Findings;
 use crate::cluster::Topology;
 use crate::nemesis::NemesisReport;
@@ -39,6 +39,8 @@ pub struct Report {
     pub fence_control: Option<FenceControl>,
     /// Set for either half of the multi-resource pair.
     pub multi: Option<MultiRun>,
+    /// Set for either half of the read-write pair.
+    pub shared: Option<SharedRun>,
     /// What a control run judges.
     pub property: Property,
     /// Clients of semaphores and elections were in the mix: the run must
@@ -129,6 +131,10 @@ impl Report {
         if !f.multi.overlaps.is_empty() {
             let n = f.multi.overlaps.len();
             out.push(format!("{n} times a resource held by two grants at once"));
+        }
+        if !f.shared.overlaps.is_empty() {
+            let n = f.shared.overlaps.len();
+            out.push(format!("{n} times a writer beside a reader"));
         }
         if self.primitives_expected.0 && p.permits == 0 {
             out.push("no permit was granted: the semaphore property saw nothing".into());
@@ -282,6 +288,7 @@ impl fmt::Display for Report {
             writeln!(f, "   {l}")?;
         }
         multi::write_findings(f, self)?;
+        shared::write_findings(f, self)?;
         let p = &fd.primitives;
         if p.permits > 0 || self.primitives_expected.0 {
             let most: Vec<String> = p

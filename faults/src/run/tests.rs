@@ -29,6 +29,7 @@ pub(super) fn fence_report(writeback: bool, fences: FenceFindings) -> Report {
         control: None,
         fence_control: options.fence_control,
         multi: None,
+        shared: None,
         property: options.property,
         primitives_expected: (false, false),
         stats: StatsSnapshot::default(),

@@ -3,7 +3,9 @@
 //! passes only when the checker found what the missing protection lets
 //! through.
 
-use super::{intrusion, multi, FenceControl, Property, Report, FENCE_CONTROL_GRANTS, PLANTED};
+use super::{
+    intrusion, multi, shared, FenceControl, Property, Report, FENCE_CONTROL_GRANTS, PLANTED,
+};
 use crate::cluster::{
     FENCE_CLOCK_SKEW_ENV, NO_EVICTION_CHECK_ENV, NO_FENCE_WRITEBACK_ENV, NO_MARKER_CHECK_ENV,
 };
@@ -113,6 +115,8 @@ pub fn verdicts(reports: &[Report]) -> Vec<String> {
             if let Some(verdict) = intrusion::verdict(r) {
                 verdict
             } else if let Some(verdict) = multi::verdict(r) {
+                verdict
+            } else if let Some(verdict) = shared::verdict(r) {
                 verdict
             } else if let Some(fence) = r.fence_control {
                 fence_verdict(r, fence)

@@ -20,6 +20,9 @@ pub struct Mix {
     /// Of 2 or 3 of the plan's resources at once.
     pub multi_acquire: usize,
     pub multi_hold: usize,
+    /// Readers of the plan's resources (`"mode": "shared"`).
+    pub shared_acquire: usize,
+    pub shared_hold: usize,
 }
 
 impl Mix {
@@ -34,6 +37,8 @@ impl Mix {
         campaign: 0,
         multi_acquire: 0,
         multi_hold: 0,
+        shared_acquire: 0,
+        shared_hold: 0,
     };
 
     /// Every client.
@@ -47,6 +52,8 @@ impl Mix {
             + self.campaign
             + self.multi_acquire
             + self.multi_hold
+            + self.shared_acquire
+            + self.shared_hold
     }
 }
 
@@ -66,6 +73,7 @@ pub fn spawn(
     for (kind, count, label) in [
         (ClientKind::Acquire, mix.acquire, "acq"),
         (ClientKind::PermitAcquire, mix.permit_acquire, "permacq"),
+        (ClientKind::SharedAcquire, mix.shared_acquire, "sharedacq"),
     ] {
         for i in 0..count {
             let a = next(&mut n);
@@ -82,6 +90,7 @@ pub fn spawn(
     for (kind, count, label) in [
         (ClientKind::Hold, mix.hold, "hold"),
         (ClientKind::PermitHold, mix.permit_hold, "permhold"),
+        (ClientKind::SharedHold, mix.shared_hold, "sharedhold"),
     ] {
         for i in 0..count {
             let a = next(&mut n);
