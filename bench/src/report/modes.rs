@@ -39,8 +39,10 @@ pub fn section(md: &mut String, results: &Results) {
          is a lock's on the wire (the mode is left out) and, on a resource no reader has used, \
          in the agent too; so the exclusive row is the writer of the alternating loop, on a \
          resource a reader has just left, and the last row that loop's reader. Their cycles/s \
-         are the loop's scaled by its time over theirs (the rate of a loop of that kind alone). \
-         Ratios: to the lock; above 1× is more cycles/s, or slower.\n"
+         are the loop's scaled by its time over theirs (the rate of a loop of that kind alone); \
+         with more than one client, that loop's readers and writers run at once, so both of \
+         its rows carry the mix's load. Ratios: to the lock; above 1× is more cycles/s, or \
+         slower.\n"
     );
     let _ = writeln!(
         md,
