@@ -17,9 +17,10 @@
 //!   reader, alone on its resource); `turns` (shared, then exclusive, in
 //!   turn), reported as `exclusive` (a writer after a reader) and
 //!   `shared-turn` (a reader after a writer).
-//! - Readers, at [`READERS`]: every client on one resource, shared acquire
-//!   + release loops; then as many clients taking that count's resource
-//!   exclusively (a hot key: each acquire waits for the others).
+//! - Readers, at [`READERS`]: every client on one resource, looping a
+//!   shared acquire and its release; then as many clients taking that
+//!   count's resource exclusively (a hot key: each acquire waits for the
+//!   others).
 //!
 //! Cycles/s and the cycle's p50/p99; ratios to the lock cycle are the
 //! result, and nothing here is a timed assertion.
