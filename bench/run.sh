@@ -21,7 +21,8 @@
 # --only w13 (a lock on 3 resources at once beside 3 single locks, agent
 # only), --only w14 (the CPU per cycle of the masters, the agent and the
 # driver over 3, 5 and 7 masters, and the agent's overhead at 1,000
-# cycles/s beside rslock's).
+# cycles/s beside rslock's), --only w15 (a shared and an exclusive cycle
+# beside a lock's, and 1, 8 and 64 readers on one resource, agent only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/setup.sh

@@ -20,6 +20,8 @@
 //! - `traces`: W12, the agent's CPU per W1 cycle with tracing off and with
 //!   every request traced to a local OTLP receiver
 //! - `multi`: W13, a lock on 3 resources at once beside 3 single locks
+//! - `modes`: W15, a reader's and a writer's cycle beside a lock's, and
+//!   1, 8 and 64 readers on one resource
 //! - `cost`: W14, the CPU per cycle of the masters, the agent and the
 //!   driver over 3, 5 and 7 masters, and the agent's overhead as a sidecar
 //!   at a fixed rate
@@ -39,6 +41,7 @@ mod drive;
 mod fleet;
 mod idle;
 mod limit;
+mod modes;
 mod multi;
 mod options;
 mod peers;
@@ -89,14 +92,16 @@ struct RunArgs {
     /// Peers to run, comma-separated (default: all; --smoke: agent).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// Workloads to run, comma-separated: w1 .. w14 (default: all but w12
+    /// Workloads to run, comma-separated: w1 .. w15 (default: all but w12
     /// and w14, which run only when named: tracing's cost, the cost per
     /// cycle over 3, 5 and 7 masters and at a fixed rate). w5 (the
     /// marker check's cost), w6 (a fenced acquire's), w8 (idle
     /// connections), w9 (masters as Redis Clusters), w10 (fleets of idle
-    /// agents), w11 (semaphores and elections beside locks) and w13 (a lock
-    /// on 3 resources beside 3 single locks) run for the agent only, w7 (a
-    /// Python process per client) for the agent and pottery.
+    /// agents), w11 (semaphores and elections beside locks), w13 (a lock
+    /// on 3 resources beside 3 single locks) and w15 (shared and
+    /// exclusive locks beside a lock, readers on one resource) run for the
+    /// agent only, w7 (a Python process per client) for the agent and
+    /// pottery.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The release build of the agent.

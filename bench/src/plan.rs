@@ -16,6 +16,7 @@ use crate::cpu::{self, Cpu};
 use crate::fleet::{self, Fleet};
 use crate::idle::{self, Idle};
 use crate::limit::{self, Limit};
+use crate::modes::{self, Modes};
 use crate::multi::{self, Multi};
 use crate::peers::Peer;
 use crate::primitives::{self, Primitives};
@@ -155,8 +156,8 @@ impl Workload {
 
 /// The workload ids `--only` takes (w4 is the masters' limit, w8 the idle
 /// connections, w10 the fleet of idle agents).
-pub const WORKLOAD_IDS: [&str; 14] = [
-    "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12", "w13", "w14",
+pub const WORKLOAD_IDS: [&str; 15] = [
+    "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12", "w13", "w14", "w15",
 ];
 
 /// W7's processes in a full run (in the smoke run: 4).
@@ -235,6 +236,8 @@ pub struct Results {
     pub tracing: Option<Result<Tracing, String>>,
     /// W13, when it ran.
     pub multi: Option<Result<Multi, String>>,
+    /// W15, when it ran.
+    pub modes: Option<Result<Modes, String>>,
     /// W14, when it ran.
     pub cost: Option<Result<CostRuns, String>>,
     pub redis_version: String,
@@ -328,6 +331,7 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         primitives: None,
         tracing: None,
         multi: None,
+        modes: None,
         cost: None,
         redis_version,
         agent_failed: false,
@@ -638,6 +642,12 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
         let (measured, failed) = crate::told("W13", measured, multi::Multi::failed);
         results.agent_failed |= failed;
         results.multi = Some(measured);
+    }
+    if wanted("w15") && options.peers.contains(&Peer::Agent) {
+        let measured = modes::measure(&agent.socket, options.smoke, timing.0, timing.1);
+        let (measured, failed) = crate::told("W15", measured, Modes::failed);
+        results.agent_failed |= failed;
+        results.modes = Some(measured);
     }
     // Only when asked for by name: W12's two more agents and twelve W1
     // runs; W14's 27 runs per peer and two more sets of masters.

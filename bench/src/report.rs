@@ -21,6 +21,7 @@ mod floor;
 mod hot_key;
 mod idle_connections;
 mod limit;
+mod modes;
 mod multi;
 mod primitives;
 mod processes;
@@ -238,6 +239,7 @@ pub fn render(results: &Results, env: &Environment, peers: &[Peer]) -> String {
     primitives::section(&mut md, results);
     traces::section(&mut md, results);
     multi::section(&mut md, results);
+    modes::section(&mut md, results);
     cost::section(&mut md, results);
     environment(&mut md, results, env, peers);
     md
