@@ -239,6 +239,7 @@ fn sample(name: &str, schema: &Value) -> Value {
         "value" => json!("10.0.0.7:8080"),
         "resources" => json!(["stock-a", "stock-b"]),
         "on_disconnect" => json!("expire"),
+        "mode" => json!("shared"),
         _ if has_type(schema, "boolean") => json!(true),
         _ if has_type(schema, "integer") => json!(1000),
         _ => panic!("{name}: no sample for {schema}"),
