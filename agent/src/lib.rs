@@ -83,7 +83,10 @@
 //!   per resource under one token, waiting in every resource's queue at
 //!   once, a hold of each told as one stream),
 //!   re-entry by the holding process ([`lock::reentry`]: a count over one
-//!   grant), semaphores ([`lock::semaphores`]: `limit` permits, each a
+//!   grant), read-write locks (a reader's grant is a lock of kind
+//!   [`redlock::Kind::Shared`] on the lock's own key, which the vote's
+//!   script in `node/conn.rs` keeps a writer's or readers', never both;
+//!   several readers per resource in the grant bookkeeping), semaphores ([`lock::semaphores`]: `limit` permits, each a
 //!   lock of its own, won by a contest of the waiters' queue), leader
 //!   elections ([`lock::elections`]: leading is holding a fenced lock; the
 //!   term is its fence; campaigns, the leader's note, observers), when the
