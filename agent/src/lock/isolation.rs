@@ -174,7 +174,9 @@ impl Grants {
         isolate: Isolate,
         caller: Option<&Holder>,
     ) -> bool {
-        super::grants::entry(&self.lock(), resource, token)
+        self.lock()
+            .get(resource)
+            .and_then(|entries| entries.iter().find(|e| e.token == token))
             .is_some_and(|e| same_holder(isolate, e.holder.as_ref(), caller))
     }
 }
