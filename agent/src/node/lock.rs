@@ -358,12 +358,14 @@ impl Command {
     }
 
     /// Whether the script touches the lock key's waiting flag for this
-    /// command: a waiting vote may set it, a release deletes it.
-    fn uses_flag(&self) -> bool {
-        matches!(
-            self,
-            Command::Vote { waiting: true, .. } | Command::Release { .. }
-        )
+    /// command: a waiting vote may set it, a release deletes it, and a
+    /// reader's vote (`shared`) reads it whether or not it waits.
+    fn uses_flag(&self, shared: bool) -> bool {
+        match self {
+            Command::Vote { waiting, .. } => *waiting || shared,
+            Command::Release { .. } => true,
+            _ => false,
+        }
     }
 
     /// How long this command may take in all, queued or on its way, before
@@ -674,8 +676,7 @@ impl Node {
         for job in jobs {
             let key = job.claim.key();
             call.arg(key);
-            // A shared vote reads the flag whether or not it waits.
-            if job.command.uses_flag() || job.claim.is_shared() {
+            if job.command.uses_flag(job.claim.is_shared()) {
                 call.arg(job.claim.flag(&self.key_prefix));
             } else {
                 call.arg(key);

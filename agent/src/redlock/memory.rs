@@ -178,26 +178,24 @@ impl Master for Memory {
             (false, Some(held)) => held != value,
             (false, None) => !readers.is_empty(),
         };
-        match taken {
-            true => Vote::Taken,
-            false => {
-                if claim.is_shared() {
-                    let until = Instant::now() + ttl;
-                    let mut all = self.readers.lock().unwrap();
-                    all.entry(key.to_string())
-                        .or_default()
-                        .insert(value.to_string(), until);
-                } else {
-                    self.plant(key, value, ttl);
-                }
-                let counter = if read_counter {
-                    *self.counter.lock().unwrap()
-                } else {
-                    0
-                };
-                Vote::Granted { counter }
-            }
+        if taken {
+            return Vote::Taken;
         }
+        if claim.is_shared() {
+            let until = Instant::now() + ttl;
+            let mut all = self.readers.lock().unwrap();
+            all.entry(key.to_string())
+                .or_default()
+                .insert(value.to_string(), until);
+        } else {
+            self.plant(key, value, ttl);
+        }
+        let counter = if read_counter {
+            *self.counter.lock().unwrap()
+        } else {
+            0
+        };
+        Vote::Granted { counter }
     }
 
     async fn raise_fence(&self, claim: &Arc<Claim>, fence: u64) -> Result<bool, NodeError> {
