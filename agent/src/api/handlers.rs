@@ -10,6 +10,7 @@
 //! refusals as answers ([`lock_error`]).
 
 use std::convert::Infallible;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -119,7 +120,7 @@ pub async fn acquire(
         lock: request,
         holder,
     };
-    let granted = follow(span.as_ref(), agent.locks().acquire(&resource, ask)).await;
+    let granted = follow(span.as_ref(), pin!(agent.locks().acquire(&resource, ask))).await;
     if let Some(span) = span.as_mut() {
         finish_acquire(agent, span, &resource, &granted, behind.as_deref());
     }
@@ -197,7 +198,7 @@ pub async fn hold(
         request.max_hold_ms,
         request.on_disconnect,
     );
-    let events = follow(span.as_ref(), held).await;
+    let events = follow(span.as_ref(), pin!(held)).await;
     if let Some(span) = span.as_mut() {
         span.outcome(&events);
         span.acquired(None, behind.as_deref());
@@ -262,7 +263,7 @@ pub async fn acquire_permit(
         .telemetry()
         .start(caller, "redlock.acquire", Kind::Permit, name.as_str());
     let acquired = agent.locks().acquire_permit(&name, request.limit, ask);
-    let permit = follow(span.as_ref(), acquired).await;
+    let permit = follow(span.as_ref(), pin!(acquired)).await;
     if let Some(span) = span.as_mut() {
         span.outcome(&permit);
         span.acquired(permit.as_ref().ok().and_then(|p| p.grant.fence), None);
@@ -317,7 +318,7 @@ pub async fn hold_permit(
         request.max_hold_ms,
         request.on_disconnect,
     );
-    let permit = follow(span.as_ref(), held).await;
+    let permit = follow(span.as_ref(), pin!(held)).await;
     if let Some(span) = span.as_mut() {
         span.outcome(&permit);
         span.acquired(permit.as_ref().ok().and_then(|p| p.fence), None);
@@ -381,7 +382,11 @@ pub async fn acquire_many(
         lock: request.lock(),
         holder,
     };
-    let granted = follow(span.as_ref(), agent.locks().acquire_many(&resources, ask)).await;
+    let granted = follow(
+        span.as_ref(),
+        pin!(agent.locks().acquire_many(&resources, ask)),
+    )
+    .await;
     if let Some(span) = span.as_mut() {
         span.outcome(&granted);
         span.acquired(granted.as_ref().ok().and_then(|g| g.grants[0].fence), None);
@@ -422,7 +427,7 @@ pub async fn hold_many(
     let held = agent
         .locks()
         .hold_many(resources, ask, request.max_hold_ms, request.on_disconnect);
-    let events = follow(span.as_ref(), held).await;
+    let events = follow(span.as_ref(), pin!(held)).await;
     if let Some(span) = span.as_mut() {
         span.outcome(&events);
         span.acquired(None, None);

@@ -148,6 +148,10 @@ impl Master for Node {
         &self.name
     }
 
+    fn shared_name(&self) -> Arc<str> {
+        Arc::clone(&self.name)
+    }
+
     fn probe_soon(&self) {
         self.wake.notify_one();
     }

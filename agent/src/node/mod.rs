@@ -153,7 +153,8 @@ impl Inner {
 /// One Redis master.
 #[derive(Debug)]
 pub struct Node {
-    name: String,
+    /// Shared with the spans that name this master (see [`Master::shared_name`]).
+    name: Arc<str>,
     client: Client,
     timeout: Duration,
     connect_timeout: Duration,
@@ -255,7 +256,7 @@ impl Node {
         let tag =
             (settings.process_check && cluster.is_none()).then(crate::redlock::token::random_id);
         Arc::new_cyclic(|node| Node {
-            name,
+            name: name.into(),
             client,
             timeout,
             key_prefix: settings.key_prefix,

@@ -166,6 +166,11 @@ impl Claim {
 pub trait Master: Send + Sync + std::fmt::Debug + 'static {
     fn name(&self) -> &str;
 
+    /// The name, for a trace's vote to keep without a copy of its own.
+    fn shared_name(&self) -> std::sync::Arc<str> {
+        self.name().into()
+    }
+
     /// `up`, `down` or `quarantined` (never `duplicate`: that is the
     /// engine's view of two masters, see [`super::Redlock::duplicates`]).
     fn state(&self) -> NodeState;

@@ -43,7 +43,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use super::grant::{Grant, Holding};
 use super::master::{Claim, Master, NodeError, Vote};
 use super::observe::{Failure, VoteLabel};
-use super::{fence, trail, Acquire, Redlock, Release, Resource, Token};
+use super::trail::{self, Heard};
+use super::{fence, Acquire, Redlock, Release, Resource, Token};
 
 /// How often a skewed clock is logged at most.
 const SKEW_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -273,32 +274,23 @@ impl<M: Master> Redlock<M> {
                 let index = self.index_of(&node);
                 let holding = Arc::clone(&holding);
                 async move {
-                    // Timed only for a request whose span records it.
-                    let asked = trail::followed().then(std::time::Instant::now);
                     let vote = node.vote(&claim, ttl, fence, waiting).await;
                     if matches!(vote, Vote::Granted { .. }) {
                         holding.confirm(index);
-                    }
-                    if let Some(asked) = asked {
-                        let (name, label) = (node.name().to_string(), vote_label(&vote));
-                        trail::note(|seen| {
-                            seen.votes.push(trail::VoteSeen {
-                                node: name,
-                                vote: label,
-                                latency: asked.elapsed(),
-                            });
-                        });
                     }
                     (node, vote)
                 }
             })
             .collect();
+        // Each vote as it is heard, for a request whose span records them.
+        let mut heard = Heard::start(usable.len());
         let (mut taken, mut pending) = (0, usable.len());
         let mut granting: Vec<(Arc<M>, u64)> = Vec::new();
         let mut failures: Vec<String> = Vec::new();
         while let Some((node, vote)) = votes.next().await {
             pending -= 1;
             node.count_vote(vote_label(&vote));
+            hear(&mut heard, &*node, &vote);
             match vote {
                 Vote::Granted { counter } => granting.push((node, counter)),
                 Vote::Taken => taken += 1,
@@ -330,6 +322,7 @@ impl<M: Master> Redlock<M> {
         let mut granted = granting.len();
         while let Some((node, vote)) = votes.next().await {
             node.count_vote(vote_label(&vote));
+            hear(&mut heard, &*node, &vote);
             match vote {
                 Vote::Granted { .. } => granted += 1,
                 Vote::Taken => taken += 1,
@@ -606,6 +599,13 @@ fn highest<M>(granting: &[(Arc<M>, u64)]) -> u64 {
         .map(|(_, counter)| *counter)
         .max()
         .unwrap_or(0)
+}
+
+/// Notes `node`'s `vote` in `heard`, when the request's span records votes.
+fn hear<M: Master>(heard: &mut Option<Heard>, node: &M, vote: &Vote) {
+    if let Some(heard) = heard {
+        heard.push(node.shared_name(), vote_label(vote));
+    }
 }
 
 fn vote_label(vote: &Vote) -> VoteLabel {

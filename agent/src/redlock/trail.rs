@@ -42,7 +42,7 @@ pub struct Seen {
 /// One master's answer in a round.
 #[derive(Debug, Clone)]
 pub struct VoteSeen {
-    pub node: String,
+    pub node: Arc<str>,
     pub vote: VoteLabel,
     /// From the round's start to this answer.
     pub latency: Duration,
@@ -60,8 +60,8 @@ pub fn follow<F: Future>(trail: Arc<Trail>, future: F) -> TaskLocalFuture<Arc<Tr
     TRAIL.scope(trail, future)
 }
 
-/// Whether the running task's request is followed: only then is a vote's
-/// latency timed.
+/// Whether the running task's request is followed: only then are votes
+/// timed ([`Heard`]).
 pub fn followed() -> bool {
     TRAIL.try_with(|_| ()).is_ok()
 }
@@ -70,6 +70,50 @@ pub fn followed() -> bool {
 pub fn note(f: impl FnOnce(&mut Seen)) {
     let _ =
         TRAIL.try_with(|trail| f(&mut trail.seen.lock().unwrap_or_else(PoisonError::into_inner)));
+}
+
+/// The votes of one attempt, as its loop hears them, each timed from when
+/// the attempt asked; noted in the trail together when the attempt ends
+/// (this is dropped): one note per attempt, not one per master.
+#[derive(Debug)]
+pub struct Heard {
+    asked: Instant,
+    votes: Vec<VoteSeen>,
+}
+
+impl Heard {
+    /// `None` unless the request is followed: an attempt that is not
+    /// traced reads no clock for its votes.
+    pub fn start(masters: usize) -> Option<Heard> {
+        followed().then(|| Heard {
+            asked: Instant::now(),
+            votes: Vec::with_capacity(masters),
+        })
+    }
+
+    pub fn push(&mut self, node: Arc<str>, vote: VoteLabel) {
+        let latency = self.asked.elapsed();
+        self.votes.push(VoteSeen {
+            node,
+            vote,
+            latency,
+        });
+    }
+}
+
+impl Drop for Heard {
+    /// Several attempts of one round (a lock on several resources) add
+    /// their votes to the round's.
+    fn drop(&mut self) {
+        let votes = std::mem::take(&mut self.votes);
+        note(|seen| {
+            if seen.votes.is_empty() {
+                seen.votes = votes;
+            } else {
+                seen.votes.extend(votes);
+            }
+        });
+    }
 }
 
 /// The running task's request joins a queue with `ahead` waiters before it
@@ -96,5 +140,38 @@ mod tests {
         })
         .await;
         assert_eq!(trail.take().rounds, 1);
+    }
+
+    /// An attempt's votes reach the trail when it ends, in the order they
+    /// were heard; a second attempt of the round (another resource) adds
+    /// its own; an attempt that is not followed times nothing.
+    #[tokio::test]
+    async fn heard_votes_are_noted_together_when_the_attempt_ends() {
+        assert!(Heard::start(3).is_none());
+        let trail = Arc::new(Trail::default());
+        follow(Arc::clone(&trail), async {
+            let mut first = Heard::start(2).expect("followed");
+            first.push("m2".into(), VoteLabel::Granted);
+            first.push("m1".into(), VoteLabel::Taken);
+            assert!(trail.take().votes.is_empty(), "noted before the end");
+            drop(first);
+            let mut second = Heard::start(1).expect("followed");
+            second.push("m3".into(), VoteLabel::Granted);
+        })
+        .await;
+        let heard: Vec<(String, VoteLabel)> = trail
+            .take()
+            .votes
+            .into_iter()
+            .map(|v| (v.node.to_string(), v.vote))
+            .collect();
+        assert_eq!(
+            heard,
+            [
+                ("m2".to_string(), VoteLabel::Granted),
+                ("m1".to_string(), VoteLabel::Taken),
+                ("m3".to_string(), VoteLabel::Granted)
+            ]
+        );
     }
 }

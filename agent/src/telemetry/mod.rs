@@ -13,6 +13,7 @@
 pub mod export;
 pub mod spans;
 
+use hyper::header::HeaderName;
 use hyper::HeaderMap;
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider};
@@ -38,6 +39,9 @@ const ATTRIBUTES: usize = 8;
 
 /// Room for the other spans' attributes (a release's four at most).
 const ATTRIBUTES_FEW: usize = 4;
+
+/// The W3C Trace Context header that carries the caller's span.
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
 /// How long one export to the collector may take before its batch is
 /// given up (and counted as dropped).
@@ -139,6 +143,12 @@ impl Telemetry {
     /// the request is then a trace of its own, sampled by ratio.
     pub fn caller(&self, headers: &HeaderMap) -> Caller {
         Caller(self.on.as_ref().map(|on| {
+            // Most requests carry no trace: found by a name made once,
+            // not parsed again for every request as the propagator's
+            // lookups by string are.
+            if !headers.contains_key(&TRACEPARENT) {
+                return Context::new();
+            }
             on.propagator
                 .extract(&opentelemetry_http::HeaderExtractor(headers))
         }))

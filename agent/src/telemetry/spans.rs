@@ -99,7 +99,7 @@ impl Traced {
                 self.set("redlock.holder.owner", owner.to_string());
             }
         }
-        let mut granted = Votes::default();
+        let mut granted = Votes::with_capacity(seen.votes.len());
         let mut refused = Votes::default();
         for vote in seen.votes {
             let votes = if vote.vote == VoteLabel::Granted {
@@ -143,6 +143,15 @@ struct Votes {
 }
 
 impl Votes {
+    /// Room for `n` masters: an acquire's granting side is most of them.
+    fn with_capacity(n: usize) -> Votes {
+        Votes {
+            masters: Vec::with_capacity(n),
+            latencies: Vec::with_capacity(n),
+            votes: Vec::new(),
+        }
+    }
+
     /// Sets the masters under `keys[0]`, their latencies under `keys[1]`
     /// and, for refusals, their votes under `keys[2]`; nothing when there
     /// are none.
@@ -161,8 +170,9 @@ impl Votes {
 /// Runs `future` with `span`'s trail followed by the engine and the
 /// waiters; without a span, just runs it. Not an `async fn`: the future is
 /// handed back as it is, or in the trail's scope, not moved into a wrapper
-/// twice its size (a lock request's future is several kilobytes, copied on
-/// every move) nor boxed.
+/// twice its size nor boxed. Callers pass a lock request's future pinned
+/// where it was made (`pin!`), so only a pointer moves: the future itself
+/// is several kilobytes, copied on every move.
 pub fn follow<F: std::future::Future>(
     span: Option<&Traced>,
     future: F,
