@@ -22,7 +22,7 @@ use crate::scanner::{ScanSettings, Scanner};
 use crate::telemetry::Telemetry;
 use redlock_testkit::switches::{
     MULTI_PARTIAL, NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, REENTRY_TRUSTS_PID_ZERO,
-    RENEWALS_WAIT_FOR_CLIENT, SEMAPHORE_LIMIT_BY_GRANTER, SHARED_APART,
+    RENEWALS_WAIT_FOR_CLIENT, SEMAPHORE_LIMIT_BY_GRANTER, SHARED_APART, UNSETTLED_HOLD_CLOSE,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -325,6 +325,14 @@ impl Agent {
             );
         }
         let locks = Locks::new(engine, rules, waiters, Arc::clone(&metrics), shutdown);
+        if switched_on(UNSETTLED_HOLD_CLOSE) {
+            tracing::warn!(
+                "{UNSETTLED_HOLD_CLOSE} is set: a re-entering hold's close lowers its lock's count \
+                 200 ms late, and a call right after the close does not count it; for control \
+                 runs of the tests only"
+            );
+            locks.holds().leave_closes_unsettled();
+        }
         // Traces never stop a lock call, nor the agent: without them it
         // serves as it would with tracing off.
         let telemetry = Telemetry::new(&config.tracing, &config.agent.name, &metrics)

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, Switch, TestAgent};
 use hyper::StatusCode;
-use redlock_client::{AcquireOptions, Error, ErrorCode, Released};
-use redlock_testkit::switches::REENTRY_MAY_SHORTEN;
+use redlock_client::{AcquireOptions, Error, ErrorCode, HoldOptions, Released};
+use redlock_testkit::switches::{REENTRY_MAY_SHORTEN, UNSETTLED_HOLD_CLOSE};
 use serde_json::json;
 
 const MASTERS: usize = 3;
@@ -216,6 +216,103 @@ async fn a_hold_reenters_and_its_close_lowers_the_count() {
         .hold("batch", json!({"token": "t", "on_disconnect": "expire"}))
         .await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+}
+
+/// Rounds of: a fresh lock acquired, a hold that re-enters it and is
+/// closed, then at once a re-entry (count 2, not 3: the close counted) and
+/// two releases, the second releasing it on the masters. The first answer
+/// that did not count the close, if any; under the control switch the
+/// holds' tasks alone settle their closes, 200 ms late.
+async fn calls_right_after_closes(unsettled: bool) -> Option<String> {
+    const ROUNDS: usize = 40;
+    let cluster = Cluster::start(MASTERS);
+    let agent = {
+        let _switch = unsettled.then(|| Switch::set(UNSETTLED_HOLD_CLOSE, "1"));
+        TestAgent::start(&cluster, "").await
+    };
+    let client = &agent.client;
+    for round in 0..ROUNDS {
+        let resource = format!("settled-{round}");
+        let first = client
+            .acquire(
+                &resource,
+                &AcquireOptions::new().ttl(Duration::from_secs(20)),
+            )
+            .await
+            .unwrap();
+        let mut hold = agent
+            .hold(&resource, json!({"token": first.token, "ttl_ms": 20000}))
+            .await;
+        assert_eq!(hold.status, StatusCode::OK, "{:?}", hold.error);
+        let acquired = hold.next(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(acquired["hold_count"], 2, "round {round}: {acquired}");
+        drop(hold);
+        let again = client
+            .acquire(&resource, &AcquireOptions::new().reenter(&first.token))
+            .await
+            .unwrap();
+        if again.hold_count != Some(2) {
+            return Some(format!(
+                "round {round}: re-entered with count {:?}",
+                again.hold_count
+            ));
+        }
+        for expected in [Released::StillHeld(1), Released::Released] {
+            let released = client
+                .release_counted(&resource, &first.token)
+                .await
+                .unwrap();
+            if released != expected {
+                return Some(format!("round {round}: {released:?}, not {expected:?}"));
+            }
+        }
+        assert_eq!(held_with(&cluster, &key(&resource), &first.token).await, 0);
+    }
+    None
+}
+
+/// A call right after a re-entering hold's close counts the close: the
+/// client closed the connection before sending it, and the agent settles
+/// the hold's end before answering (`lock::holds::Closing`), however late
+/// the hold's own task hears of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_right_after_a_reentering_hold_closes_counts_the_close() {
+    assert_eq!(calls_right_after_closes(false).await, None);
+}
+
+/// Control: with the holds' tasks alone settling their closes, late, a
+/// call right after a close is answered as if the hold were still open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_a_call_right_after_a_reentering_hold_closes_misses_the_close() {
+    let missed = calls_right_after_closes(true).await;
+    assert!(missed.is_some(), "the control switch was not seen");
+}
+
+/// A guard that re-enters a lock releases by closing: one release, not
+/// two (a release through the API as well would release the lock its first
+/// acquire still holds). A guard dropped counts the same, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentering_guard_releases_once() {
+    let cluster = Cluster::start(MASTERS);
+    let agent = TestAgent::start(&cluster, "").await;
+    let client = &agent.client;
+    let ttl = Duration::from_secs(20);
+    let first = client
+        .acquire("guarded", &AcquireOptions::new().ttl(ttl))
+        .await
+        .unwrap();
+    let reenter = HoldOptions::new().ttl(ttl).reenter(&first.token);
+    let guard = client.lock("guarded", &reenter).await.unwrap();
+    assert!(guard.release().await.unwrap());
+    let guard = client.lock("guarded", &reenter).await.unwrap();
+    drop(guard);
+    assert_eq!(
+        client
+            .release_counted("guarded", &first.token)
+            .await
+            .unwrap(),
+        Released::Released
+    );
 }
 
 /// Another process with the token is refused (403 `forbidden`), and the

@@ -128,8 +128,15 @@ pub const MULTI_PARTIAL: &str = "REDLOCK_TEST_MULTI_PARTIAL";
 /// which must see a writer's grant overlap a reader's without it.
 pub const SHARED_APART: &str = "REDLOCK_TEST_SHARED_APART";
 
+/// `1` leaves a hold that re-entered a lock to settle its close only by
+/// its own task, which then waits 200 ms before it lowers the count: a
+/// call made right after the close no longer counts it (see the agent's
+/// `lock::holds::Closing`). The control run of `agent/tests/reentry.rs`,
+/// which must see such a call answered as if the hold were still open.
+pub const UNSETTLED_HOLD_CLOSE: &str = "REDLOCK_TEST_UNSETTLED_HOLD_CLOSE";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 20] = [
+pub const ALL: [&str; 23] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -150,6 +157,9 @@ pub const ALL: [&str; 20] = [
     SEMAPHORE_LIMIT_BY_GRANTER,
     MULTI_PARTIAL,
     SHARED_APART,
+    UNSETTLED_HOLD_CLOSE,
+    NO_CLOCK_CHECK,
+    NO_PROCESS_CHECK,
 ];
 
 /// `1` stops the agent from watching its masters' clocks: the master's

@@ -50,7 +50,7 @@
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -71,6 +71,7 @@ use super::handlers;
 use super::peer::Peer;
 use super::routes::{self, Surface};
 use crate::agent::Agent;
+use crate::lock::holds::Closing;
 
 /// A stream a connection can be parked on: it can say when it has
 /// something to read without reading it.
@@ -115,6 +116,50 @@ fn unread_by_peer(fd: RawFd) -> usize {
         usize::try_from(unread).unwrap_or(0)
     } else {
         0
+    }
+}
+
+/// Tells a re-entering hold's [`Closing`] how to see that the client
+/// closed this connection: a peek at a duplicate of the socket (kept open
+/// by the closure, so it never reads a descriptor reused by another
+/// connection) that finds end-of-file. Nothing where there is no
+/// descriptor (`fd` < 0) or it cannot be duplicated: the hold's own task
+/// settles its end then, as it always can.
+fn watch_close(closing: &Closing, fd: RawFd) {
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: `fd` is the connection's open socket (hyper holds it while
+    // it serves this request); it is only borrowed to be duplicated.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let Ok(socket) = borrowed.try_clone_to_owned() else {
+        return;
+    };
+    closing.watch(move || peer_closed(socket.as_fd()));
+}
+
+/// Whether the peer of socket `fd` has closed it (or reset it): a peek that
+/// reads end-of-file or fails other than for want of bytes. Bytes waiting
+/// to be read say it is still there.
+fn peer_closed(fd: BorrowedFd<'_>) -> bool {
+    let mut byte = [0u8; 1];
+    // SAFETY: `fd` is open (borrowed), and recv writes at most one byte
+    // to the buffer given.
+    let read = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            byte.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match read {
+        0 => true,
+        n if n > 0 => false,
+        _ => !matches!(
+            io::Error::last_os_error().kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ),
     }
 }
 
@@ -460,6 +505,9 @@ async fn serve_until_idle<S: Socket>(
                     activity.closing.store(true, Ordering::Relaxed);
                 }
                 let fd = activity.fd.load(Ordering::Relaxed);
+                if let Some(closing) = response.extensions().get::<Arc<Closing>>() {
+                    watch_close(closing, fd);
+                }
                 let paced =
                     (pace && fd >= 0 && handlers::is_stream(&response)).then(|| Paced::new(fd));
                 Ok::<_, Infallible>(response.map(|body| Tracked {

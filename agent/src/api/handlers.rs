@@ -30,6 +30,7 @@ use serde::Serialize;
 
 use crate::agent::Agent;
 use crate::lock::events::{self, Timely};
+use crate::lock::holds::Closing;
 use crate::lock::semaphores::permit_resource;
 use crate::lock::streams::Slot;
 use crate::lock::waiters::WaitError;
@@ -160,6 +161,7 @@ pub async fn hold(
             resource.kind(),
             resource.as_str(),
         );
+        let closing = Arc::new(Closing::default());
         let events = agent
             .locks()
             .hold_reentered(
@@ -167,8 +169,8 @@ pub async fn hold(
                 &Token::from_client(token),
                 holder.as_ref(),
                 &request.lock(),
-                request.max_hold_ms,
-                request.on_disconnect,
+                (request.max_hold_ms, request.on_disconnect),
+                Arc::clone(&closing),
             )
             .await;
         if let Some(span) = span.as_mut() {
@@ -179,7 +181,11 @@ pub async fn hold(
         let watch = agent
             .telemetry()
             .watch(caller, resource.kind(), resource.as_str(), span);
-        return Ok(ndjson(events, slot, watch));
+        // The connection tells it how to see the client close (see
+        // `connection::watch_close`).
+        let mut response = ndjson(events, slot, watch);
+        response.extensions_mut().insert(closing);
+        return Ok(response);
     }
     let mut span = agent.telemetry().start(
         caller,

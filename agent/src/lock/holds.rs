@@ -36,8 +36,8 @@
 //!   validity has passed ([`super::events`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redlock_wire::{HoldEvent, OnDisconnect};
@@ -131,6 +131,12 @@ pub struct Registry {
     // A std Mutex: short sections, never across an await.
     holds: Mutex<HashMap<String, Vec<Entry>>>,
     next_id: AtomicU64,
+    /// Holds here that re-entered a lock: none, and a release need not
+    /// look for one whose client has left ([`Registry::claim_closed`]).
+    reentering: AtomicUsize,
+    /// Only under the test switch `REDLOCK_TEST_UNSETTLED_HOLD_CLOSE`:
+    /// closes are settled by the holds' tasks only, 200 ms late.
+    unsettled: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -138,6 +144,55 @@ struct Entry {
     id: u64,
     token: String,
     notice: mpsc::Sender<End>,
+    /// A re-entering hold's: how its end is settled once.
+    closing: Option<Arc<Closing>>,
+}
+
+/// The end of a hold that re-entered a lock: one lowering of the lock's
+/// count, made once, by whichever comes first of the hold's own task when
+/// it sees its stream end, and a later call with the lock's token that
+/// finds the hold's client has already closed its connection
+/// ([`Registry::claim_closed`]).
+///
+/// Without the second, closing a re-entering hold and then releasing the
+/// lock (the same process, the next line of its code) raced: the release
+/// could arrive before the hold's task had heard of the close, find the
+/// count still raised, and answer `released: false` with a count of 1,
+/// after which the hold's end released the lock on the masters anyway.
+/// The client has closed its end before it sends the release; on a Unix
+/// socket the agent's end reads end-of-file from that moment, so a peek at
+/// it decides without a race ([`Closing::watch`] is given the peek by the
+/// API, which owns the socket).
+#[derive(Default)]
+pub struct Closing {
+    peer_closed: OnceLock<Box<dyn Fn() -> bool + Send + Sync>>,
+    settled: AtomicBool,
+}
+
+impl std::fmt::Debug for Closing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Closing")
+            .field("watched", &self.peer_closed.get().is_some())
+            .field("settled", &self.settled.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Closing {
+    /// Tells how to see that the hold's client closed its connection; the
+    /// first call only counts. Until then the hold is settled by its task.
+    pub fn watch(&self, peer_closed: impl Fn() -> bool + Send + Sync + 'static) {
+        let _ = self.peer_closed.set(Box::new(peer_closed));
+    }
+
+    fn peer_closed(&self) -> bool {
+        self.peer_closed.get().is_some_and(|closed| closed())
+    }
+
+    /// True for the one caller that is to lower the count.
+    fn claim(&self) -> bool {
+        !self.settled.swap(true, Ordering::AcqRel)
+    }
 }
 
 /// A hold's place in the [`Registry`]; leaving it (drop) takes it out.
@@ -151,7 +206,13 @@ impl Drop for Registration<'_> {
     fn drop(&mut self) {
         let mut holds = self.registry.lock();
         if let Some(entries) = holds.get_mut(&self.resource) {
-            entries.retain(|e| e.id != self.id);
+            entries.retain(|e| {
+                let gone = e.id == self.id;
+                if gone && e.closing.is_some() {
+                    self.registry.reentering.fetch_sub(1, Ordering::Relaxed);
+                }
+                !gone
+            });
             if entries.is_empty() {
                 holds.remove(&self.resource);
             }
@@ -169,19 +230,28 @@ impl Registry {
         self.lock().is_empty()
     }
 
-    /// Lists the hold of `token` on `resource`; its notices arrive on the
-    /// receiver while the registration lives.
-    fn register(&self, resource: &str, token: &str) -> (Registration<'_>, mpsc::Receiver<End>) {
+    /// Lists the hold of `token` on `resource` (a re-entering one with its
+    /// `closing`); its notices arrive on the receiver while the
+    /// registration lives.
+    fn register(
+        &self,
+        resource: &str,
+        token: &str,
+        closing: Option<Arc<Closing>>,
+    ) -> (Registration<'_>, mpsc::Receiver<End>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (notice, receiver) = mpsc::channel(1);
-        self.lock()
-            .entry(resource.to_string())
-            .or_default()
-            .push(Entry {
-                id,
-                token: token.to_string(),
-                notice,
-            });
+        let mut holds = self.lock();
+        if closing.is_some() {
+            self.reentering.fetch_add(1, Ordering::Relaxed);
+        }
+        holds.entry(resource.to_string()).or_default().push(Entry {
+            id,
+            token: token.to_string(),
+            notice,
+            closing,
+        });
+        drop(holds);
         let registration = Registration {
             registry: self,
             resource: resource.to_string(),
@@ -207,6 +277,40 @@ impl Registry {
             told = true;
         }
         told
+    }
+
+    /// For the control runs only (see [`Registry::unsettled`]).
+    pub fn leave_closes_unsettled(&self) {
+        self.unsettled.store(true, Ordering::Relaxed);
+    }
+
+    /// The re-entering holds of `token` on `resource` whose client has
+    /// closed its connection and whose end nobody has settled yet: each is
+    /// claimed here, and the caller lowers the count once for each
+    /// ([`Closing`]).
+    pub fn claim_closed(&self, resource: &str, token: &str) -> usize {
+        if self.reentering.load(Ordering::Relaxed) == 0 || self.unsettled.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let holds = self.lock();
+        let Some(entries) = holds.get(resource) else {
+            return 0;
+        };
+        entries
+            .iter()
+            .filter(|e| e.token == token)
+            .filter(|e| {
+                e.closing
+                    .as_ref()
+                    .is_some_and(|closing| closing.peer_closed() && closing.claim())
+            })
+            // Its task ends now, whether or not it saw the close yet, so it
+            // renews no lock that the caller may be about to release. A
+            // full channel already carries a notice: the hold is ending.
+            .inspect(|e| {
+                let _ = e.notice.try_send(End::Closed);
+            })
+            .count()
     }
 }
 
@@ -234,14 +338,15 @@ enum Woken {
 }
 
 /// What a hold does with its lock when it ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Ending {
     /// Its own grant: released, or left to expire when the client closed
     /// the connection and asked for that.
     Own(OnDisconnect),
     /// A re-entry of a lock acquired before: its count lowered, as a
-    /// release does (released on the masters if it was the last).
-    Reentered,
+    /// release does (released on the masters if it was the last), unless
+    /// a call that found its client gone lowered it first ([`Closing`]).
+    Reentered(Arc<Closing>),
 }
 
 /// Runs a granted hold until it ends, sending its events on `events`
@@ -285,9 +390,14 @@ pub async fn run<M: Store>(
     } else {
         Vec::new()
     };
-    let (_registration, mut notice) = locks
-        .holds
-        .register(resource.as_str(), grant.token.as_str());
+    let closing = match &ending {
+        Ending::Reentered(closing) => Some(Arc::clone(closing)),
+        Ending::Own(_) => None,
+    };
+    let (_registration, mut notice) =
+        locks
+            .holds
+            .register(resource.as_str(), grant.token.as_str(), closing);
     // A loss seen between the grant's votes and the receivers above woke
     // nothing: look once now, as a wake-up would.
     let lost_already = notices && lost_on_masters(&holding);
@@ -404,16 +514,24 @@ pub async fn run<M: Store>(
         let _ = events.send(lost).await;
         tracing::info!(%resource, reason = end.reason(), "hold lost");
     }
-    if ending == Ending::Reentered
-        && locks
+    if let Ending::Reentered(closing) = &ending {
+        if locks.holds.unsettled.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if !closing.claim() {
+            tracing::debug!(%resource, reason = end.reason(), "re-entered hold ended; its count was lowered by a call after its client closed");
+            return end;
+        }
+        if locks
             .grants()
             .release_one(resource.as_str(), grant.token.as_str())
             .is_some()
-    {
-        tracing::debug!(%resource, reason = end.reason(), "re-entered hold ended; the lock is still held");
-        return end;
+        {
+            tracing::debug!(%resource, reason = end.reason(), "re-entered hold ended; the lock is still held");
+            return end;
+        }
     }
-    if end == End::Closed && ending == Ending::Own(OnDisconnect::Expire) {
+    if end == End::Closed && matches!(ending, Ending::Own(OnDisconnect::Expire)) {
         // The client asked for its lock to outlive it: writes it still had
         // in flight land before anyone else can hold the lock. The grant
         // stays listed here until its validity ends (see `Grants::sweep`).
@@ -447,6 +565,28 @@ mod tests {
                 End::NodeLost
             ]
         );
+    }
+
+    /// A re-entering hold's close is claimed once: not while its client is
+    /// there, then by the first call that finds it gone, never again, nor
+    /// by its own task after that; another token's or a hold not watched
+    /// is never claimed by a call.
+    #[test]
+    fn a_closed_reentering_hold_is_claimed_once() {
+        let registry = Registry::default();
+        let gone = Arc::new(AtomicBool::new(false));
+        let closing = Arc::new(Closing::default());
+        let seen = Arc::clone(&gone);
+        closing.watch(move || seen.load(Ordering::Relaxed));
+        let (_mine, _) = registry.register("r", "t", Some(Arc::clone(&closing)));
+        let (_unwatched, _) = registry.register("r", "t", Some(Arc::default()));
+        let (_own, _) = registry.register("r", "t", None);
+        assert_eq!(registry.claim_closed("r", "t"), 0, "its client is there");
+        gone.store(true, Ordering::Relaxed);
+        assert_eq!(registry.claim_closed("r", "other"), 0);
+        assert_eq!(registry.claim_closed("r", "t"), 1);
+        assert_eq!(registry.claim_closed("r", "t"), 0, "claimed already");
+        assert!(!closing.claim(), "its task finds it settled");
     }
 
     #[test]

@@ -501,6 +501,7 @@ impl<M: Store> Locks<M> {
     ) -> Result<Released, LockError> {
         self.touch();
         self.check_isolation(resource, token, caller)?;
+        self.settle_closed_holds(resource, token).await;
         if let Some(left) = self.grants.release_one(resource.as_str(), token.as_str()) {
             return Ok(Released::StillHeld(left));
         }

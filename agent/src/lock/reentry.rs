@@ -106,6 +106,7 @@ impl<M: Store> Locks<M> {
         ask: &AcquireRequest,
     ) -> Result<Reentered, LockError> {
         self.check_isolation(resource, token, caller)?;
+        self.settle_closed_holds(resource, token).await;
         // Pid 0 is the kernel's answer for every peer in a pid namespace
         // this agent does not see: it names no one process.
         let pid = caller
@@ -173,6 +174,25 @@ impl<M: Store> Locks<M> {
 }
 
 impl<M: Store> Locks<M> {
+    /// Lowers the count of the lock of `resource` held with `token` once
+    /// for each hold that re-entered it and whose client has closed its
+    /// connection, if the hold's task has not yet (see
+    /// [`super::holds::Closing`]); releases the lock on the masters when
+    /// that was the last acquire. So a call that follows the close in the
+    /// client's own order sees the count the close left.
+    pub(crate) async fn settle_closed_holds(&self, resource: &Resource, token: &Token) {
+        for _ in 0..self.holds.claim_closed(resource.as_str(), token.as_str()) {
+            if self
+                .grants
+                .release_one(resource.as_str(), token.as_str())
+                .is_none()
+            {
+                let released = self.release_ended(resource, token).await;
+                tracing::debug!(%resource, ?released, "re-entered hold closed by its client; it was the last acquire");
+            }
+        }
+    }
+
     /// The TTL an extension of the lock of `resource` held with `token`
     /// sets when it asks for `ttl`: at least the longest set before while
     /// the lock is re-entered (unless the test switch says otherwise), so
@@ -195,6 +215,9 @@ impl<M: Store> Locks<M> {
     /// `caller`'s process: [`Locks::reenter`], then renewed by a hold until
     /// its connection closes, which lowers the count as a release does.
     ///
+    /// `closing` settles its end once ([`super::holds::Closing`]): the API
+    /// tells it how to see that the client closed the connection.
+    ///
     /// # Errors
     /// As [`Locks::reenter`], `max_hold_ms` out of range, and
     /// `on_disconnect: expire` (a count cannot be left to expire).
@@ -204,9 +227,10 @@ impl<M: Store> Locks<M> {
         token: &Token,
         caller: Option<&Holder>,
         ask: &AcquireRequest,
-        max_hold_ms: Option<u64>,
-        on_disconnect: OnDisconnect,
+        max_hold: (Option<u64>, OnDisconnect),
+        closing: std::sync::Arc<super::holds::Closing>,
     ) -> Result<super::events::Receiver<HoldEvent>, LockError> {
+        let (max_hold_ms, on_disconnect) = max_hold;
         if on_disconnect == OnDisconnect::Expire {
             return Err(LockError::Invalid(
                 "on_disconnect: a hold that re-enters a lock lowers its count when it closes; expire does not apply".into(),
@@ -237,7 +261,7 @@ impl<M: Store> Locks<M> {
             resource,
             grant,
             max_hold,
-            super::holds::Ending::Reentered,
+            super::holds::Ending::Reentered(closing),
             super::holds::Held::Lock,
             events,
         ));
