@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::hold::Hold;
+use crate::transport::Closer;
 use crate::{Client, Error};
 
 /// Why a [`LockGuard`] stopped holding its lock.
@@ -68,6 +69,11 @@ pub struct LockGuard {
     ttl: Duration,
     state: watch::Receiver<State>,
     watcher: JoinHandle<()>,
+    /// Closes the hold's connection at once when the guard goes, though
+    /// the hold itself is in the watcher's task.
+    closer: Closer,
+    /// The guard re-entered a lock: its close is its release.
+    reentered: bool,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -82,7 +88,9 @@ impl std::fmt::Debug for LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        // Drops the hold, whose connection closes: the agent releases.
+        // The hold's connection closes now, and the agent releases; its
+        // task goes when the runtime next runs it.
+        self.closer.close();
         self.watcher.abort();
     }
 }
@@ -96,6 +104,8 @@ impl LockGuard {
         let resource = hold.resource.clone();
         let token = hold.token.clone();
         let ttl = hold.ttl;
+        let closer = hold.conn.closer();
+        let reentered = hold.hold_count.is_some();
         let watcher = tokio::spawn(watch_hold(hold, tx));
         LockGuard {
             client,
@@ -104,6 +114,8 @@ impl LockGuard {
             ttl,
             state,
             watcher,
+            closer,
+            reentered,
         }
     }
 
@@ -156,11 +168,20 @@ impl LockGuard {
     /// from us (lost, force-released): the work may have overlapped another
     /// holder's.
     ///
+    /// A guard that re-entered a lock ([`crate::HoldOptions::reenter`]) is
+    /// only closed: its close is its release, which lowers the count once
+    /// (a release through the API as well would lower it twice, and
+    /// release the lock its first acquire still holds). `Ok(true)` unless
+    /// it was lost.
+    ///
     /// # Errors
     /// [`Error::NoQuorum`] when too many masters failed to tell, or when
     /// the agent cannot be reached; the hold's connection is closed anyway,
     /// so the agent releases the lock if it is up.
     pub async fn release(self) -> Result<bool, Error> {
+        if self.reentered {
+            return Ok(!self.is_lost());
+        }
         self.client.release(&self.resource, &self.token).await
         // Dropped here: the hold's connection closes.
     }

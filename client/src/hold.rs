@@ -38,8 +38,9 @@ pub struct Hold {
     /// A hold that re-entered a lock: the count its releases must undo.
     pub(crate) hold_count: Option<u32>,
     pub(crate) lines: Lines,
-    /// Kept open for as long as the hold lives; its drop closes the socket.
-    pub(crate) _conn: Conn,
+    /// Kept open for as long as the hold lives; its drop closes the socket
+    /// at once.
+    pub(crate) conn: Conn,
 }
 
 impl std::fmt::Debug for Hold {

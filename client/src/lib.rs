@@ -498,7 +498,7 @@ impl Client {
                     fence,
                     hold_count,
                     lines,
-                    _conn: conn,
+                    conn,
                 };
                 Ok((hold, permit))
             }

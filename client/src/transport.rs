@@ -178,11 +178,46 @@ fn unanswered(error: &hyper::Error) -> bool {
 pub(crate) struct Conn {
     sender: http1::SendRequest<Full<Bytes>>,
     driver: JoinHandle<()>,
+    closer: Closer,
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
+        self.closer.close();
         self.driver.abort();
+    }
+}
+
+impl Conn {
+    /// What closes this connection's socket at once, even after the
+    /// connection itself has moved on.
+    pub(crate) fn closer(&self) -> Closer {
+        self.closer.clone()
+    }
+}
+
+/// Shuts a connection's socket down the moment it is called (or dropped
+/// with its [`Conn`]), so the agent reads end-of-file before this process
+/// sends anything after it: aborting the task that owns the socket closes
+/// it only when the runtime next runs that task, maybe after the next
+/// request. Closing a hold that re-entered a lock and then releasing the
+/// lock is answered as the calls were made, in that order. A duplicate of
+/// the socket, so it never shuts a descriptor another connection reuses.
+#[derive(Clone, Debug)]
+pub(crate) struct Closer(Option<std::sync::Arc<std::os::unix::net::UnixStream>>);
+
+impl Closer {
+    fn of(stream: &UnixStream) -> Closer {
+        use std::os::fd::AsFd;
+        let duplicate = stream.as_fd().try_clone_to_owned().ok();
+        Closer(duplicate.map(|fd| std::sync::Arc::new(fd.into())))
+    }
+
+    /// Shuts the socket down both ways; nothing if it already is.
+    pub(crate) fn close(&self) {
+        if let Some(socket) = &self.0 {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
     }
 }
 
@@ -235,6 +270,7 @@ impl Transport {
                 socket: self.socket.clone(),
                 source,
             })?;
+        let closer = Closer::of(&stream);
         let (sender, connection) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| Error::Connection(Box::new(e)))?;
@@ -242,7 +278,11 @@ impl Transport {
             // Its failure is what the pending request reports.
             let _ = connection.await;
         });
-        Ok(Conn { sender, driver })
+        Ok(Conn {
+            sender,
+            driver,
+            closer,
+        })
     }
 
     fn take_idle(&self) -> Option<Conn> {

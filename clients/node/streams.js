@@ -225,9 +225,18 @@ class Hold extends Stream {
 
   /**
    * Releases through the API, then closes the hold. true when a quorum
-   * still held it (see Client.release).
+   * still held it (see Client.release). A hold that re-entered a lock
+   * (`holdCount` set) is only closed: its close is its release, which
+   * lowers the count once (a release through the API as well would lower
+   * it twice, and release the lock its first acquire still holds); true
+   * unless it was lost.
    */
   async release() {
+    if (this.holdCount !== null) {
+      const held = this.lostReason === null;
+      this.close();
+      return held;
+    }
     try {
       if (this.resources !== null) return await this.client.releaseMany(this.token);
       if (this.permit === null) return await this.client.release(this.resource, this.token);

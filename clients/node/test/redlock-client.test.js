@@ -120,6 +120,15 @@ test('a lock is re-entered with its token', async () => {
   });
   await assert.rejects(client.acquire('js-reentrant'), TakenError);
   assert.equal(await client.release('js-reentrant', again2.token), true);
+
+  // A re-entering hold's release is its close: one release, not two, so
+  // the first acquire still holds the lock and releases it.
+  const again3 = await client.acquire('js-reentrant', { ttlMs: 10000 });
+  const inner = await client.hold('js-reentrant', { ttlMs: 10000, token: again3.token });
+  assert.equal(inner.holdCount, 2);
+  assert.equal(await inner.release(), true);
+  await assert.rejects(client.acquire('js-reentrant'), TakenError);
+  assert.equal(await client.release('js-reentrant', again3.token), true);
 });
 
 test('an absent agent is unreachable', async () => {

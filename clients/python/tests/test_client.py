@@ -141,6 +141,16 @@ class ClientTest(unittest.TestCase):
             c.acquire("py-reentrant")
         self.assertTrue(c.release("py-reentrant", grant.token))
 
+        # A re-entering hold's release is its close: one release, not two,
+        # so the first acquire still holds the lock and releases it.
+        grant = c.acquire("py-reentrant", ttl_ms=10_000)
+        lock = c.hold("py-reentrant", ttl_ms=10_000, token=grant.token)
+        self.assertEqual(lock.hold_count, 2)
+        self.assertTrue(lock.release())
+        with self.assertRaises(Taken):
+            c.acquire("py-reentrant")
+        self.assertTrue(c.release("py-reentrant", grant.token))
+
     def test_an_absent_agent_is_unreachable(self):
         with tempfile.TemporaryDirectory() as d:
             client = Client(os.path.join(d, "nobody.sock"))

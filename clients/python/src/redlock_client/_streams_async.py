@@ -187,7 +187,16 @@ class AsyncHold(_AsyncStream):
 
     async def release(self) -> bool:
         """Releases through the API, then closes the hold. True when a
-        quorum still held it (see `release`)."""
+        quorum still held it (see `release`).
+
+        A hold that re-entered a lock (`hold_count` set) is only closed:
+        its close is its release, which lowers the count once (a release
+        through the API as well would lower it twice, and release the lock
+        its first acquire still holds). True unless it was lost."""
+        if self.hold_count is not None:
+            held = not self.lost.is_set()
+            await self.close()
+            return held
         try:
             if self.resources is not None:
                 return await self.client.release_many(self.token)

@@ -151,9 +151,18 @@ public class Hold implements AutoCloseable {
 
     /**
      * Releases through the API, then closes the hold: true when a quorum
-     * still held the lock.
+     * still held the lock. A hold that re-entered a lock (its
+     * {@link #holdCount()} above 1) is only closed: its close is its
+     * release, which lowers the count once (a release through the API as
+     * well would lower it twice, and release the lock its first acquire
+     * still holds); true unless it was lost.
      */
     public boolean release() {
+        if (holdCount > 1) {
+            boolean held = !isLost();
+            close();
+            return held;
+        }
         try {
             if ("semaphores".equals(kind)) {
                 return client.releasePermit(resource, token);

@@ -150,6 +150,11 @@ class RedlockClientTest {
         hold.close(); // the last: released on the masters
         try (Lock next = client.acquire("java-hold-reentry", new LockOptions().waitFor(Duration.ofSeconds(5)))) {
             assertEquals(1, next.holdCount());
+            // A re-entering hold's release is its close: one release, not
+            // two, so the first acquire still holds the lock.
+            Hold inner = client.hold("java-hold-reentry", new HoldOptions().reenter(next.token()));
+            assertTrue(inner.release());
+            refused(RedlockException.TAKEN, 409, () -> client.acquire("java-hold-reentry"));
         }
     }
 
