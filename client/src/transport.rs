@@ -196,14 +196,17 @@ impl Conn {
     }
 }
 
-/// Shuts a connection's socket down the moment it is called (or dropped
-/// with its [`Conn`]), so the agent reads end-of-file before this process
-/// sends anything after it: aborting the task that owns the socket closes
-/// it only when the runtime next runs that task, maybe after the next
+/// Shuts a stream's socket down the moment it is called (or dropped with
+/// its [`Conn`]), so the agent reads end-of-file before this process sends
+/// anything after it: aborting the task that owns the socket closes it
+/// only when the runtime next runs that task, maybe after the next
 /// request. Closing a hold that re-entered a lock and then releasing the
 /// lock is answered as the calls were made, in that order. A duplicate of
-/// the socket, so it never shuts a descriptor another connection reuses.
-#[derive(Clone, Debug)]
+/// the socket, so it never shuts a descriptor another connection reuses;
+/// only a stream's connection has one (none for the calls' pooled
+/// connections, which would double the descriptors of a process with
+/// thousands of them).
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Closer(Option<std::sync::Arc<std::os::unix::net::UnixStream>>);
 
 impl Closer {
@@ -256,21 +259,26 @@ impl Transport {
 
     /// Opens a connection now and keeps it for the next request.
     pub(crate) async fn warm(&self) -> Result<(), Error> {
-        let conn = tokio::time::timeout(self.timeout, self.connect())
+        let conn = tokio::time::timeout(self.timeout, self.connect(false))
             .await
             .map_err(|_| Error::Timeout(self.timeout))??;
         self.put_idle(conn);
         Ok(())
     }
 
-    async fn connect(&self) -> Result<Conn, Error> {
+    /// A new connection; `closable`: with a [`Closer`] (a stream's).
+    async fn connect(&self, closable: bool) -> Result<Conn, Error> {
         let stream = UnixStream::connect(&self.socket)
             .await
             .map_err(|source| Error::Connect {
                 socket: self.socket.clone(),
                 source,
             })?;
-        let closer = Closer::of(&stream);
+        let closer = if closable {
+            Closer::of(&stream)
+        } else {
+            Closer::default()
+        };
         let (sender, connection) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| Error::Connection(Box::new(e)))?;
@@ -302,12 +310,14 @@ impl Transport {
     }
 
     /// Sends one request and returns the answer's head with its connection
-    /// (which must stay alive while the body is read).
+    /// (which must stay alive while the body is read). A `stream`'s goes on
+    /// a new connection of its own, with a [`Closer`].
     pub(crate) async fn send(
         &self,
         method: Method,
         path: String,
         body: Option<Vec<u8>>,
+        stream: bool,
     ) -> Result<(Response<Incoming>, Conn), Error> {
         let uri =
             Uri::try_from(path).map_err(|e| Error::Protocol(format!("not a request path: {e}")))?;
@@ -316,7 +326,7 @@ impl Transport {
         let trace = crate::trace::current();
         let rebuild = || request(method.clone(), uri.clone(), body.clone(), trace.as_ref());
         let mut request = rebuild();
-        while let Some(mut conn) = self.take_idle() {
+        while let Some(mut conn) = (!stream).then(|| self.take_idle()).flatten() {
             if conn.sender.ready().await.is_err() {
                 continue;
             }
@@ -336,7 +346,7 @@ impl Transport {
                 },
             }
         }
-        let mut conn = self.connect().await?;
+        let mut conn = self.connect(stream).await?;
         let response = conn
             .sender
             .send_request(request)
@@ -356,7 +366,7 @@ impl Transport {
     ) -> Result<T, Error> {
         let limit = self.timeout.saturating_add(wait);
         let exchange = async {
-            let (response, conn) = self.send(method, path, body).await?;
+            let (response, conn) = self.send(method, path, body, false).await?;
             let status = response.status();
             let bytes = read_body(response.into_body()).await?;
             self.put_idle(conn);
@@ -378,7 +388,7 @@ pub(crate) async fn open_stream(
     path: String,
     body: Option<Vec<u8>>,
 ) -> Result<(Incoming, Conn), Error> {
-    let (response, conn) = transport.send(method, path, body).await?;
+    let (response, conn) = transport.send(method, path, body, true).await?;
     let status = response.status();
     if status != StatusCode::OK {
         let bytes = read_body(response.into_body()).await?;

@@ -128,12 +128,13 @@ pub fn lost_margin(ttl: Duration, node_timeout: Duration) -> Duration {
 /// removed.
 #[derive(Debug, Default)]
 pub struct Registry {
-    // A std Mutex: short sections, never across an await.
-    holds: Mutex<HashMap<String, Vec<Entry>>>,
+    // A std Mutex: short sections, never across an await. Shared with the
+    // registrations, which take their entry out when dropped.
+    holds: Arc<Mutex<HashMap<String, Vec<Entry>>>>,
     next_id: AtomicU64,
     /// Holds here that re-entered a lock: none, and a release need not
-    /// look for one whose client has left ([`Registry::claim_closed`]).
-    reentering: AtomicUsize,
+    /// look for one whose client has left ([`Registry::closed`]).
+    reentering: Arc<AtomicUsize>,
     /// Only under the test switch `REDLOCK_TEST_UNSETTLED_HOLD_CLOSE`:
     /// closes are settled by the holds' tasks only, 200 ms late.
     unsettled: AtomicBool,
@@ -152,7 +153,7 @@ struct Entry {
 /// count, made once, by whichever comes first of the hold's own task when
 /// it sees its stream end, and a later call with the lock's token that
 /// finds the hold's client has already closed its connection
-/// ([`Registry::claim_closed`]).
+/// ([`Registry::closed`]).
 ///
 /// Without the second, closing a re-entering hold and then releasing the
 /// lock (the same process, the next line of its code) raced: the release
@@ -162,18 +163,22 @@ struct Entry {
 /// The client has closed its end before it sends the release; on a Unix
 /// socket the agent's end reads end-of-file from that moment, so a peek at
 /// it decides without a race ([`Closing::watch`] is given the peek by the
-/// API, which owns the socket).
+/// API, which owns the socket). The count is lowered under the settling
+/// caller's hold of `settled`, so a call that finds the hold being
+/// settled by its task waits for the count that leaves.
 #[derive(Default)]
 pub struct Closing {
     peer_closed: OnceLock<Box<dyn Fn() -> bool + Send + Sync>>,
-    settled: AtomicBool,
+    // A std Mutex: held only while the count is lowered, never across an
+    // await.
+    settled: Mutex<bool>,
 }
 
 impl std::fmt::Debug for Closing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Closing")
             .field("watched", &self.peer_closed.get().is_some())
-            .field("settled", &self.settled.load(Ordering::Relaxed))
+            .field("settled", &*self.settled())
             .finish()
     }
 }
@@ -189,27 +194,40 @@ impl Closing {
         self.peer_closed.get().is_some_and(|closed| closed())
     }
 
-    /// True for the one caller that is to lower the count.
-    fn claim(&self) -> bool {
-        !self.settled.swap(true, Ordering::AcqRel)
+    fn settled(&self) -> std::sync::MutexGuard<'_, bool> {
+        self.settled.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lowers the count (`lower`, which answers as
+    /// [`super::Grants::release_one`]) unless it was lowered for this
+    /// hold before: `None` then, else what `lower` answered.
+    pub fn settle(&self, lower: impl FnOnce() -> Option<u32>) -> Option<Option<u32>> {
+        let mut settled = self.settled();
+        if *settled {
+            return None;
+        }
+        *settled = true;
+        Some(lower())
     }
 }
 
 /// A hold's place in the [`Registry`]; leaving it (drop) takes it out.
-struct Registration<'a> {
-    registry: &'a Registry,
+#[derive(Debug)]
+struct Registration {
+    holds: Arc<Mutex<HashMap<String, Vec<Entry>>>>,
+    reentering: Arc<AtomicUsize>,
     resource: String,
     id: u64,
 }
 
-impl Drop for Registration<'_> {
+impl Drop for Registration {
     fn drop(&mut self) {
-        let mut holds = self.registry.lock();
+        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entries) = holds.get_mut(&self.resource) {
             entries.retain(|e| {
                 let gone = e.id == self.id;
                 if gone && e.closing.is_some() {
-                    self.registry.reentering.fetch_sub(1, Ordering::Relaxed);
+                    self.reentering.fetch_sub(1, Ordering::Relaxed);
                 }
                 !gone
             });
@@ -238,7 +256,7 @@ impl Registry {
         resource: &str,
         token: &str,
         closing: Option<Arc<Closing>>,
-    ) -> (Registration<'_>, mpsc::Receiver<End>) {
+    ) -> (Registration, mpsc::Receiver<End>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (notice, receiver) = mpsc::channel(1);
         let mut holds = self.lock();
@@ -253,11 +271,30 @@ impl Registry {
         });
         drop(holds);
         let registration = Registration {
-            registry: self,
+            holds: Arc::clone(&self.holds),
+            reentering: Arc::clone(&self.reentering),
             resource: resource.to_string(),
             id,
         };
         (registration, receiver)
+    }
+
+    /// Lists the hold that re-enters the lock of `token` on `resource`,
+    /// before its client hears `acquired`, so a call it makes after
+    /// closing the hold finds it ([`Registry::closed`]) however late the
+    /// hold's task starts.
+    pub fn register_reentering(
+        &self,
+        resource: &str,
+        token: &str,
+        closing: Arc<Closing>,
+    ) -> Reentering {
+        let (registration, notice) = self.register(resource, token, Some(Arc::clone(&closing)));
+        Reentering {
+            closing,
+            registration,
+            notice,
+        }
     }
 
     /// An operator's force release removed `value` from the key of
@@ -285,32 +322,27 @@ impl Registry {
     }
 
     /// The re-entering holds of `token` on `resource` whose client has
-    /// closed its connection and whose end nobody has settled yet: each is
-    /// claimed here, and the caller lowers the count once for each
-    /// ([`Closing`]).
-    pub fn claim_closed(&self, resource: &str, token: &str) -> usize {
+    /// closed its connection ([`Closing`]); each is told to end now,
+    /// whether or not its task saw the close yet, so it renews no lock
+    /// that the caller may be about to release. The caller settles them.
+    pub fn closed(&self, resource: &str, token: &str) -> Vec<Arc<Closing>> {
         if self.reentering.load(Ordering::Relaxed) == 0 || self.unsettled.load(Ordering::Relaxed) {
-            return 0;
+            return Vec::new();
         }
         let holds = self.lock();
         let Some(entries) = holds.get(resource) else {
-            return 0;
+            return Vec::new();
         };
-        entries
-            .iter()
-            .filter(|e| e.token == token)
-            .filter(|e| {
-                e.closing
-                    .as_ref()
-                    .is_some_and(|closing| closing.peer_closed() && closing.claim())
-            })
-            // Its task ends now, whether or not it saw the close yet, so it
-            // renews no lock that the caller may be about to release. A
-            // full channel already carries a notice: the hold is ending.
-            .inspect(|e| {
-                let _ = e.notice.try_send(End::Closed);
-            })
-            .count()
+        let mut closed = Vec::new();
+        for entry in entries.iter().filter(|e| e.token == token) {
+            let Some(closing) = entry.closing.as_ref().filter(|c| c.peer_closed()) else {
+                continue;
+            };
+            // A full channel already carries a notice: the hold is ending.
+            let _ = entry.notice.try_send(End::Closed);
+            closed.push(Arc::clone(closing));
+        }
+        closed
     }
 }
 
@@ -338,7 +370,7 @@ enum Woken {
 }
 
 /// What a hold does with its lock when it ends.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Ending {
     /// Its own grant: released, or left to expire when the client closed
     /// the connection and asked for that.
@@ -346,7 +378,16 @@ pub enum Ending {
     /// A re-entry of a lock acquired before: its count lowered, as a
     /// release does (released on the masters if it was the last), unless
     /// a call that found its client gone lowered it first ([`Closing`]).
-    Reentered(Arc<Closing>),
+    Reentered(Reentering),
+}
+
+/// A re-entering hold, listed in the [`Registry`] before it runs
+/// ([`Registry::register_reentering`]).
+#[derive(Debug)]
+pub struct Reentering {
+    closing: Arc<Closing>,
+    registration: Registration,
+    notice: mpsc::Receiver<End>,
 }
 
 /// Runs a granted hold until it ends, sending its events on `events`
@@ -390,14 +431,16 @@ pub async fn run<M: Store>(
     } else {
         Vec::new()
     };
-    let closing = match &ending {
-        Ending::Reentered(closing) => Some(Arc::clone(closing)),
-        Ending::Own(_) => None,
+    let (closing, on_disconnect, (_registration, mut notice)) = match ending {
+        Ending::Reentered(r) => (Some(r.closing), None, (r.registration, r.notice)),
+        Ending::Own(on_disconnect) => (
+            None,
+            Some(on_disconnect),
+            locks
+                .holds
+                .register(resource.as_str(), grant.token.as_str(), None),
+        ),
     };
-    let (_registration, mut notice) =
-        locks
-            .holds
-            .register(resource.as_str(), grant.token.as_str(), closing);
     // A loss seen between the grant's votes and the receivers above woke
     // nothing: look once now, as a wake-up would.
     let lost_already = notices && lost_on_masters(&holding);
@@ -514,24 +557,29 @@ pub async fn run<M: Store>(
         let _ = events.send(lost).await;
         tracing::info!(%resource, reason = end.reason(), "hold lost");
     }
-    if let Ending::Reentered(closing) = &ending {
+    if let Some(closing) = &closing {
         if locks.holds.unsettled.load(Ordering::Relaxed) {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        if !closing.claim() {
-            tracing::debug!(%resource, reason = end.reason(), "re-entered hold ended; its count was lowered by a call after its client closed");
-            return end;
-        }
-        if locks
-            .grants()
-            .release_one(resource.as_str(), grant.token.as_str())
-            .is_some()
-        {
-            tracing::debug!(%resource, reason = end.reason(), "re-entered hold ended; the lock is still held");
-            return end;
+        let settled = closing.settle(|| {
+            locks
+                .grants()
+                .release_one(resource.as_str(), grant.token.as_str())
+        });
+        match settled {
+            None => {
+                tracing::debug!(%resource, reason = end.reason(), "re-entered hold ended; its count was lowered by a call after its client closed");
+                return end;
+            }
+            Some(Some(_)) => {
+                tracing::debug!(%resource, reason = end.reason(), "re-entered hold ended; the lock is still held");
+                return end;
+            }
+            // The last acquire: released on the masters below.
+            Some(None) => {}
         }
     }
-    if end == End::Closed && matches!(ending, Ending::Own(OnDisconnect::Expire)) {
+    if end == End::Closed && on_disconnect == Some(OnDisconnect::Expire) {
         // The client asked for its lock to outlive it: writes it still had
         // in flight land before anyone else can hold the lock. The grant
         // stays listed here until its validity ends (see `Grants::sweep`).
@@ -567,12 +615,12 @@ mod tests {
         );
     }
 
-    /// A re-entering hold's close is claimed once: not while its client is
-    /// there, then by the first call that finds it gone, never again, nor
-    /// by its own task after that; another token's or a hold not watched
-    /// is never claimed by a call.
+    /// A re-entering hold's close is settled once: found by a call only
+    /// once its client is gone, lowered by the first to settle it, never
+    /// again, nor by its own task after that; another token's, or a hold
+    /// not watched, is never found by a call.
     #[test]
-    fn a_closed_reentering_hold_is_claimed_once() {
+    fn a_closed_reentering_hold_is_settled_once() {
         let registry = Registry::default();
         let gone = Arc::new(AtomicBool::new(false));
         let closing = Arc::new(Closing::default());
@@ -581,12 +629,17 @@ mod tests {
         let (_mine, _) = registry.register("r", "t", Some(Arc::clone(&closing)));
         let (_unwatched, _) = registry.register("r", "t", Some(Arc::default()));
         let (_own, _) = registry.register("r", "t", None);
-        assert_eq!(registry.claim_closed("r", "t"), 0, "its client is there");
+        assert!(registry.closed("r", "t").is_empty(), "its client is there");
         gone.store(true, Ordering::Relaxed);
-        assert_eq!(registry.claim_closed("r", "other"), 0);
-        assert_eq!(registry.claim_closed("r", "t"), 1);
-        assert_eq!(registry.claim_closed("r", "t"), 0, "claimed already");
-        assert!(!closing.claim(), "its task finds it settled");
+        assert!(registry.closed("r", "other").is_empty());
+        let closed = registry.closed("r", "t");
+        assert_eq!(closed.len(), 1);
+        assert_eq!(closed[0].settle(|| Some(1)), Some(Some(1)));
+        assert_eq!(
+            closing.settle(|| Some(0)),
+            None,
+            "its task finds it settled"
+        );
     }
 
     #[test]

@@ -181,12 +181,10 @@ impl<M: Store> Locks<M> {
     /// that was the last acquire. So a call that follows the close in the
     /// client's own order sees the count the close left.
     pub(crate) async fn settle_closed_holds(&self, resource: &Resource, token: &Token) {
-        for _ in 0..self.holds.claim_closed(resource.as_str(), token.as_str()) {
-            if self
-                .grants
-                .release_one(resource.as_str(), token.as_str())
-                .is_none()
-            {
+        for closing in self.holds.closed(resource.as_str(), token.as_str()) {
+            let settled =
+                closing.settle(|| self.grants.release_one(resource.as_str(), token.as_str()));
+            if settled == Some(None) {
                 let released = self.release_ended(resource, token).await;
                 tracing::debug!(%resource, ?released, "re-entered hold closed by its client; it was the last acquire");
             }
@@ -246,6 +244,10 @@ impl<M: Store> Locks<M> {
             fence: reentered.fence,
             holding: reentered.holding,
         };
+        // Listed before its client can hear `acquired` and close it.
+        let reentering =
+            self.holds
+                .register_reentering(resource.as_str(), grant.token.as_str(), closing);
         let (events, receiver) = super::events::stream::<HoldEvent>();
         let acquired = HoldEvent::Acquired {
             token: grant.token.as_str().to_string(),
@@ -261,7 +263,7 @@ impl<M: Store> Locks<M> {
             resource,
             grant,
             max_hold,
-            super::holds::Ending::Reentered(closing),
+            super::holds::Ending::Reentered(reentering),
             super::holds::Held::Lock,
             events,
         ));
