@@ -484,6 +484,7 @@ impl Metrics {
             locks_held: u64::try_from(self.locks_held.get()).unwrap_or(0),
             waiters: u64::try_from(self.waiters.get()).unwrap_or(0),
             permits_held: u64::try_from(self.permits_held.get()).unwrap_or(0),
+            readers_held: u64::try_from(self.readers_held.get()).unwrap_or(0),
             leaderships_held: u64::try_from(self.leaderships_held.get()).unwrap_or(0),
             // By event, the reasons of each added up.
             leadership_changes: Leadership::ALL.iter().fold(

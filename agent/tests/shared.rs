@@ -100,6 +100,10 @@ async fn twenty_readers_through_three_agents_hold_at_once_and_exclude_a_writer()
     let here = readers.iter().filter(|r| r["held_here"] == true).count();
     assert_eq!(here, 7, "{lock}");
     assert!(readers.iter().any(|r| r["owner"] == "reader-19"), "{lock}");
+    // Each agent's summary counts its own readers, apart from its locks.
+    let (_, summary) = agents[0].get("/v1/summary").await.unwrap();
+    assert_eq!(summary["readers_held"], 7, "{summary}");
+    assert_eq!(summary["locks_held"], 0, "{summary}");
     let (_, page) = agents[1].get("/v1/locks?prefix=cat").await.unwrap();
     assert_eq!(
         page["locks"][0]["readers"].as_array().map(Vec::len),

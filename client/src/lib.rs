@@ -244,6 +244,10 @@ pub struct Extended {
 ///   it, [`Error::Timeout`].
 /// - Connections are reused across calls; a call is never sent twice (see
 ///   [`Error::Connection`] for what a failed acquire means).
+/// - A stream (a hold, a guard, a campaign, an observer) opens a connection
+///   of its own, closed the moment the stream is dropped: a call made
+///   after that reaches the agent after the close (a re-entering hold's
+///   count is lowered by then).
 #[derive(Debug, Clone)]
 pub struct Client {
     transport: Arc<transport::Transport>,

@@ -395,6 +395,7 @@ fn wire_values_match_their_schemas() {
             locks_held: 0,
             waiters: 0,
             permits_held: 2,
+            readers_held: 3,
             leaderships_held: 1,
             leadership_changes: [("elected".to_string(), 3)].into_iter().collect(),
         },

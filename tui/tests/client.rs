@@ -155,6 +155,7 @@ fn answer(request: &str) -> (&'static str, String) {
                 locks_held: 0,
                 waiters: 0,
                 permits_held: 0,
+                readers_held: 0,
                 leaderships_held: 0,
                 leadership_changes: Default::default(),
             }),

@@ -433,6 +433,10 @@ pub struct SummaryResponse {
     /// Semaphore permits granted through this agent and still valid.
     #[serde(default)]
     pub permits_held: u64,
+    /// Shared locks' readers granted through this agent and still valid
+    /// (not in `locks_held`).
+    #[serde(default)]
+    pub readers_held: u64,
     /// Elections led by this agent's campaigners now.
     #[serde(default)]
     pub leaderships_held: u64,

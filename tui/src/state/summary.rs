@@ -325,6 +325,7 @@ pub(crate) mod tests {
             locks_held: 2,
             waiters: 1,
             permits_held: 0,
+            readers_held: 0,
             leaderships_held: 0,
             leadership_changes: BTreeMap::new(),
         }

@@ -84,11 +84,17 @@ fn first_line(app: &App, width: u16) -> Line<'static> {
         (1, quorum_span(app)),
     ];
     if let Some(latest) = app.summary.latest() {
+        // Readers are not in `locks_held`: named once there are any.
+        let readers = if latest.readers_held > 0 {
+            format!(" · {} reading", latest.readers_held)
+        } else {
+            String::new()
+        };
         parts.push((
             6,
             Span::styled(
                 format!(
-                    "{} held here · {} waiting",
+                    "{} held here{readers} · {} waiting",
                     latest.locks_held, latest.waiters
                 ),
                 theme::MUTED,

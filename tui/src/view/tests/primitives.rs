@@ -261,3 +261,19 @@ fn the_header_counts_permits_and_leaderships_held_here() {
     let screen = shot(&app);
     assert!(screen[0].contains("permits 2 · leading 1"), "{}", screen[0]);
 }
+
+#[test]
+fn the_header_counts_readers_held_here_apart_from_locks() {
+    let t0 = Instant::now();
+    let mut app = app_at(t0, false);
+    let mut reading = summary_fixtures::reading(12_000, 190, 20, [100, 100, 0, 0], 7);
+    reading.locks_held = 1;
+    reading.readers_held = 3;
+    polled(&mut app, t0, Update::Summary(Ok(reading)));
+    let screen = shot(&app);
+    assert!(
+        screen[0].contains("1 held here · 3 reading · "),
+        "{}",
+        screen[0]
+    );
+}
