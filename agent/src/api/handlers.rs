@@ -30,7 +30,6 @@ use serde::Serialize;
 
 use crate::agent::Agent;
 use crate::lock::events::{self, Timely};
-use crate::lock::holds::Closing;
 use crate::lock::semaphores::permit_resource;
 use crate::lock::streams::Slot;
 use crate::lock::waiters::WaitError;
@@ -161,7 +160,6 @@ pub async fn hold(
             resource.kind(),
             resource.as_str(),
         );
-        let closing = Arc::new(Closing::default());
         let events = agent
             .locks()
             .hold_reentered(
@@ -169,15 +167,15 @@ pub async fn hold(
                 &Token::from_client(token),
                 holder.as_ref(),
                 &request.lock(),
-                (request.max_hold_ms, request.on_disconnect),
-                Arc::clone(&closing),
+                request.max_hold_ms,
+                request.on_disconnect,
             )
             .await;
         if let Some(span) = span.as_mut() {
             span.outcome(&events);
             span.set("redlock.reentered", true);
         }
-        let events = events.map_err(lock_error)?;
+        let (events, closing) = events.map_err(lock_error)?;
         let watch = agent
             .telemetry()
             .watch(caller, resource.kind(), resource.as_str(), span);

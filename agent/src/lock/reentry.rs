@@ -213,8 +213,9 @@ impl<M: Store> Locks<M> {
     /// `caller`'s process: [`Locks::reenter`], then renewed by a hold until
     /// its connection closes, which lowers the count as a release does.
     ///
-    /// `closing` settles its end once ([`super::holds::Closing`]): the API
-    /// tells it how to see that the client closed the connection.
+    /// With the events, the hold's [`super::holds::Closing`], which settles
+    /// its end once: the API tells it how to see that the client closed
+    /// the connection.
     ///
     /// # Errors
     /// As [`Locks::reenter`], `max_hold_ms` out of range, and
@@ -225,10 +226,15 @@ impl<M: Store> Locks<M> {
         token: &Token,
         caller: Option<&Holder>,
         ask: &AcquireRequest,
-        max_hold: (Option<u64>, OnDisconnect),
-        closing: std::sync::Arc<super::holds::Closing>,
-    ) -> Result<super::events::Receiver<HoldEvent>, LockError> {
-        let (max_hold_ms, on_disconnect) = max_hold;
+        max_hold_ms: Option<u64>,
+        on_disconnect: OnDisconnect,
+    ) -> Result<
+        (
+            super::events::Receiver<HoldEvent>,
+            std::sync::Arc<super::holds::Closing>,
+        ),
+        LockError,
+    > {
         if on_disconnect == OnDisconnect::Expire {
             return Err(LockError::Invalid(
                 "on_disconnect: a hold that re-enters a lock lowers its count when it closes; expire does not apply".into(),
@@ -245,9 +251,12 @@ impl<M: Store> Locks<M> {
             holding: reentered.holding,
         };
         // Listed before its client can hear `acquired` and close it.
-        let reentering =
-            self.holds
-                .register_reentering(resource.as_str(), grant.token.as_str(), closing);
+        let closing = std::sync::Arc::new(super::holds::Closing::default());
+        let reentering = self.holds.register_reentering(
+            resource.as_str(),
+            grant.token.as_str(),
+            std::sync::Arc::clone(&closing),
+        );
         let (events, receiver) = super::events::stream::<HoldEvent>();
         let acquired = HoldEvent::Acquired {
             token: grant.token.as_str().to_string(),
@@ -267,7 +276,7 @@ impl<M: Store> Locks<M> {
             super::holds::Held::Lock,
             events,
         ));
-        Ok(receiver)
+        Ok((receiver, closing))
     }
 }
 
