@@ -37,9 +37,17 @@ pub const PROJECTED: usize = 10_000;
 pub const MIN_WINDOW: Duration = Duration::from_secs(30);
 /// Agents started at once.
 const STARTING_AT_ONCE: usize = 25;
-/// Left to the fleet after its start, before the window: every agent's
-/// first probes, script loads and connections are behind it.
-const SETTLE: Duration = Duration::from_secs(3);
+/// Left to the lone agent after its start, and to a smoke run's fleet,
+/// before the window: every agent's first probes, script loads and
+/// connections are behind it.
+pub const SETTLE: Duration = Duration::from_secs(3);
+/// Left to a full run's fleet after its last agent started, before the
+/// window: an agent's start is not what it costs while idle. It probes
+/// every master within a few seconds of its start, and reads the fleet's
+/// leak report in calls of its own until it has seen the scanner's (at
+/// its start, and one or two `health.idle_interval`s of 30 s later); from
+/// then on it sends one call per master per interval, its probe's.
+pub const SETTLE_PAST_START: Duration = Duration::from_secs(75);
 
 /// The masters over one window.
 #[derive(Debug, Clone, Serialize)]
@@ -277,6 +285,14 @@ fn cycles(agent: &Agent, agents: usize, window: Duration) -> anyhow::Result<Late
     })
 }
 
+/// When a fleet's window starts, after its last agent started, and how
+/// long it lasts.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub settle: Duration,
+    pub window: Duration,
+}
+
 /// W10 over `masters` (no other agent on them), each agent with `retry`,
 /// for each of `sizes`.
 ///
@@ -288,7 +304,7 @@ pub fn measure(
     masters: &Masters,
     retry: AgentRetry,
     sizes: &[usize],
-    window: Duration,
+    Timing { settle, window }: Timing,
     leak_scan: Duration,
 ) -> anyhow::Result<Fleet> {
     let baseline = read_window(masters, 0, window)?;
@@ -314,7 +330,7 @@ pub fn measure(
             }
             Err(e) => return Err(e),
         };
-        std::thread::sleep(SETTLE);
+        std::thread::sleep(settle);
         fleets.push(read_window(masters, n, window)?);
         latency.push(cycles(&fleet[0], n, window)?);
         agent_rss_kib = fleet.last().and_then(Agent::pid).and_then(idle::rss_kib);

@@ -687,20 +687,30 @@ pub fn run(options: &Options) -> anyhow::Result<Results> {
             &fleet::SIZES
         };
         // An idle agent probes every `health.idle_interval` (30 s): a full
-        // run's window spans one, so every agent's probe is in it.
-        let window = if options.smoke {
-            options.duration
+        // run's window spans one, so every agent's probe is in it, and
+        // starts once the agents' start-up probes are behind them.
+        let timing = if options.smoke {
+            fleet::Timing {
+                settle: fleet::SETTLE,
+                window: options.duration,
+            }
         } else {
-            options.duration.max(fleet::MIN_WINDOW)
+            fleet::Timing {
+                settle: fleet::SETTLE_PAST_START,
+                window: options.duration.max(fleet::MIN_WINDOW),
+            }
         };
-        eprintln!("W10: fleets of {sizes:?} idle agents, {window:?} windows");
+        eprintln!(
+            "W10: fleets of {sizes:?} idle agents, {:?} windows",
+            timing.window
+        );
         let measured = fleet::measure(
             &options.agent_bin,
             &options.scratch,
             &masters,
             AGENT_DEFAULT,
             sizes,
-            window,
+            timing,
             options.leak_scan,
         )
         .map_err(|e| format!("{e:#}"));
