@@ -4,6 +4,7 @@
 //! test sets (down, slow, lost state, no round 2).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,6 +58,8 @@ pub(crate) struct Memory {
     losses: watch::Sender<u64>,
     /// Every `(channel, message)` announced here, in order.
     pub(crate) announced: Mutex<Vec<(String, String)>>,
+    /// Releases asked of this master, answered or not.
+    pub(crate) releases: AtomicUsize,
 }
 
 impl Memory {
@@ -69,6 +72,7 @@ impl Memory {
             counter: Mutex::new(0),
             losses: watch::Sender::new(0),
             announced: Mutex::new(Vec::new()),
+            releases: AtomicUsize::new(0),
         })
     }
 
@@ -235,6 +239,7 @@ impl Master for Memory {
 
     async fn release(&self, claim: &Arc<Claim>, _channel: &Arc<str>) -> Result<bool, NodeError> {
         let (key, value) = (claim.key(), claim.token());
+        self.releases.fetch_add(1, Ordering::Relaxed);
         self.answer().await?;
         let mut keys = self.keys.lock().unwrap();
         if keys.get(key).is_some_and(|(held, _)| held == value) {

@@ -56,7 +56,12 @@ enum Attempt<M> {
     /// counter each read (0 when not asked for); every yes, stragglers'
     /// included, is confirmed in the [`Holding`].
     Granted(Vec<(Arc<M>, u64)>, Arc<Holding>),
-    Taken,
+    /// Too few yes votes for a quorum. `nothing_written`: every configured
+    /// master was asked and answered without writing this round's key (the
+    /// lock taken, or its keys lost), none voting yes and none failing.
+    Taken {
+        nothing_written: bool,
+    },
     NoQuorum(String),
 }
 
@@ -70,7 +75,8 @@ impl<M: Master> Redlock<M> {
     /// a second round raises the fencing counter on the masters that voted
     /// yes (see [`fence`]), and the grant needs a quorum of those too, within
     /// the same validity (counted from before the first round).
-    /// A failed round is released on every master before this returns.
+    /// A failed round is released on every master before this returns,
+    /// unless every master answered without writing its key.
     /// Waiting and retrying are the caller's ([`crate::lock::acquire`]).
     ///
     /// Every round of one request uses the same `token`, so a key an earlier
@@ -137,7 +143,14 @@ impl<M: Master> Redlock<M> {
                     }
                 }
             }
-            Attempt::Taken => Acquire::Taken,
+            // Every master answered and none wrote the key: nothing to
+            // undo, and a release would cost each master a call to find
+            // that another holds it (as every waiter's round on a held
+            // lock would).
+            Attempt::Taken {
+                nothing_written: true,
+            } => return Acquire::Taken,
+            Attempt::Taken { .. } => Acquire::Taken,
             Attempt::NoQuorum(message) => Acquire::NoQuorum(message),
         };
         // Undo the partial acquisition everywhere, including the masters
@@ -287,6 +300,7 @@ impl<M: Master> Redlock<M> {
         let (mut taken, mut pending) = (0, usable.len());
         let mut granting: Vec<(Arc<M>, u64)> = Vec::new();
         let mut failures: Vec<String> = Vec::new();
+        let mut failed = 0;
         while let Some((node, vote)) = votes.next().await {
             pending -= 1;
             node.count_vote(vote_label(&vote));
@@ -300,6 +314,7 @@ impl<M: Master> Redlock<M> {
                 )),
                 Vote::Failed(e) => {
                     tracing::debug!(node = node.name(), error = %e, "acquire vote failed");
+                    failed += 1;
                     failures.push(format!("{} ({e})", node.name()));
                 }
             }
@@ -330,7 +345,10 @@ impl<M: Master> Redlock<M> {
                     "{} (incarnation marker missing: it lost its keys; quarantined)",
                     node.name()
                 )),
-                Vote::Failed(e) => failures.push(format!("{} ({e})", node.name())),
+                Vote::Failed(e) => {
+                    failed += 1;
+                    failures.push(format!("{} ({e})", node.name()));
+                }
             }
         }
         if granted + taken < self.quorum && !self.quorum_usable() {
@@ -340,7 +358,13 @@ impl<M: Master> Redlock<M> {
         } else if granted + taken < self.quorum {
             Attempt::NoQuorum(self.describe_votes(usable, granted + taken, &failures))
         } else {
-            Attempt::Taken
+            // A lost marker writes nothing (the script answers before its
+            // `SET`), so only a yes or a failure (a `SET` that may have
+            // landed unheard) leaves something to undo; a master not asked
+            // may hold an earlier round's key.
+            Attempt::Taken {
+                nothing_written: granted == 0 && failed == 0 && usable.len() == self.nodes.len(),
+            }
         }
     }
 

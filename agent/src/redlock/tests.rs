@@ -108,6 +108,40 @@ async fn a_taken_lock_is_refused_and_the_round_leaves_nothing_behind() {
     }
 }
 
+/// A round that every master refused wrote nothing, so it sends no
+/// release: a waiter's rounds on a held lock cost the masters their votes
+/// alone. One master that failed to answer may have written the key, so
+/// that round is released everywhere.
+#[tokio::test(start_paused = true)]
+async fn a_round_every_master_refused_sends_no_release() {
+    let s = setup(5, FenceSettings::default());
+    for m in &s.masters {
+        m.plant("t:a", "someone else", TTL);
+    }
+    assert!(matches!(acquire(&s, "a", false).await, Acquire::Taken));
+    settle().await;
+    let releases = |s: &Setup| -> usize {
+        s.masters
+            .iter()
+            .map(|m| m.releases.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    };
+    assert_eq!(releases(&s), 0, "a round nobody wrote was released");
+
+    let s = setup(5, FenceSettings::default());
+    for m in &s.masters[..4] {
+        m.plant("t:a", "someone else", TTL);
+    }
+    s.masters[4].set(Mode::Down);
+    assert!(matches!(acquire(&s, "a", false).await, Acquire::Taken));
+    settle().await;
+    assert_eq!(
+        releases(&s),
+        5,
+        "a round with a failed vote is released on every master"
+    );
+}
+
 /// A release says released only on a quorum's word, not held only when so
 /// many masters said so that no quorum can have held it, and otherwise that
 /// it does not know: a master that did not answer may still hold the key.
