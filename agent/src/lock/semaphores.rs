@@ -29,10 +29,10 @@
 //! it meanwhile, for the next one found free, up to [`FREE_TRIES`]. The
 //! first round also votes, in the same batch as its read, for the lowest
 //! permit this agent has granted no one ([`PermitContest::guessing`]): a
-//! free permit then costs each master one call. A
-//! request that will not wait stops there: refused, a full semaphore
-//! costs each master that one call (a vote that finds its permit taken
-//! writes nothing, and its round sends no release), whatever the limit. A request that
+//! free permit then costs each master one call. A request that will not
+//! wait stops there: refused, a full semaphore costs each master that one
+//! call (a vote that finds its permit taken writes nothing, and its round
+//! sends no release), whatever the limit. A request that
 //! waits, or whose read too few masters answered, then votes for every
 //! other permit at once (their waiting flags make any permit's release
 //! announce itself). It keeps the lowest permit it won and releases the
