@@ -26,13 +26,9 @@
 //! requests' votes, releases and notes; on a Redis Cluster, one per slot
 //! the keys fall in), and votes for the
 //! lowest permit free on a quorum of them, then, if another request won
-//! it meanwhile, for the next one found free, up to [`FREE_TRIES`]. The
-//! first round also votes, in the same batch as its read, for the lowest
-//! permit this agent has granted no one ([`PermitContest::guessing`]): a
-//! free permit then costs each master one call. A request that will not
-//! wait stops there: refused, a full semaphore costs each master that one
-//! call (a vote that finds its permit taken writes nothing, and its round
-//! sends no release), whatever the limit. A request that
+//! it meanwhile, for the next one found free, up to [`FREE_TRIES`]. A
+//! request that will not wait stops there: refused, a full semaphore
+//! costs each master that one read, whatever the limit. A request that
 //! waits, or whose read too few masters answered, then votes for every
 //! other permit at once (their waiting flags make any permit's release
 //! announce itself). It keeps the lowest permit it won and releases the
@@ -111,9 +107,6 @@ pub struct PermitContest {
     tokens: Vec<Token>,
     limit_key: String,
     queue: String,
-    /// A permit this agent grants no one now, voted for in the first
-    /// round's batch beside its read (see [`PermitContest::guessing`]).
-    guess: Option<usize>,
     /// The permit the last round won.
     won: Option<u32>,
     /// The limit the semaphore has, when a round found it is not ours.
@@ -147,23 +140,9 @@ impl PermitContest {
                 &redlock.settings().key_prefix,
                 name.as_str(),
             ),
-            guess: None,
             won: None,
             mismatch: None,
         }
-    }
-
-    /// The first round also votes for the lowest permit for which
-    /// `granted_here` finds no grant of this agent, in the same batch as
-    /// its read: where that permit is free, as it is whenever this agent's
-    /// clients alone use the semaphore and one is left, the grant takes one
-    /// call per master instead of a read and then a vote. The vote is an
-    /// ordinary vote for that permit, so the lock's argument holds whatever
-    /// the read finds; a grant the read shows to be under another limit is
-    /// released at once.
-    pub fn guessing(mut self, granted_here: impl Fn(&Resource) -> bool) -> PermitContest {
-        self.guess = self.permits.iter().position(|p| !granted_here(p));
-        self
     }
 
     /// The limit's note and each permit's key, read on every usable master
@@ -238,23 +217,10 @@ impl<M: Store> Contest<M> for PermitContest {
     }
 
     async fn round(&mut self, redlock: &Redlock<M>, waiting: bool) -> Acquire {
-        // The read first, so that in each master's batch it sees the keys
-        // as they were before the guess's vote.
-        let (look, guessed) = match self.guess.take() {
-            Some(i) => {
-                let (permit, token) = (&self.permits[i], &self.tokens[i]);
-                let vote = redlock.acquire_once(permit, self.ttl, token, self.fence, waiting);
-                let (look, outcome) = futures::join!(self.look(redlock), vote);
-                (look, Some((i, outcome)))
-            }
-            None => (self.look(redlock).await, None),
-        };
+        let look = self.look(redlock).await;
         let ours = u64::from(self.limit);
         if let Some((&limit, _)) = look.limits.iter().max_by_key(|&(v, c)| (*c, *v)) {
             if limit != ours {
-                if let Some((i, Acquire::Granted(_))) = guessed {
-                    redlock.release(&self.permits[i], &self.tokens[i]).await;
-                }
                 self.mismatch = Some(limit.to_string());
                 return Acquire::Taken;
             }
@@ -262,21 +228,7 @@ impl<M: Store> Contest<M> for PermitContest {
         let quorum = redlock.quorum();
         let mut tried = vec![false; self.permits.len()];
         let mut no_quorum = None;
-        if let Some((i, outcome)) = guessed {
-            tried[i] = true;
-            match outcome {
-                Acquire::Granted(grant) => {
-                    self.won = u32::try_from(i).ok();
-                    return Acquire::Granted(grant);
-                }
-                Acquire::NoQuorum(message) if !redlock.quorum_usable() => {
-                    return Acquire::NoQuorum(message);
-                }
-                Acquire::NoQuorum(message) => no_quorum = Some(message),
-                Acquire::Taken => {}
-            }
-        }
-        let looked_free = (0..self.permits.len()).filter(|&i| !tried[i] && look.free[i] >= quorum);
+        let looked_free = (0..self.permits.len()).filter(|&i| look.free[i] >= quorum);
         for i in looked_free.take(FREE_TRIES).collect::<Vec<_>>() {
             tried[i] = true;
             match self.vote(redlock, i, waiting).await {
@@ -426,15 +378,14 @@ impl<M: Store> Locks<M> {
         ask: Ask,
     ) -> Result<Permit, LockError> {
         self.take(&ask, Kind::Permit, |locks, terms| {
-            let contest = PermitContest::new(
+            Ok(PermitContest::new(
                 &locks.engine,
                 name,
                 check_limit(limit)?,
                 terms.ttl,
                 ask.lock.owner.as_deref(),
                 terms.fence,
-            );
-            Ok(contest.guessing(|permit| locks.grants.current(permit.as_str()).is_some()))
+            ))
         })
         .await
     }
