@@ -46,10 +46,13 @@
 //! on its way) wins: the re-entry is answered `not_reentrant`, never with
 //! a count for a lock being released.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redlock_wire::{AcquireRequest, HoldEvent, OnDisconnect};
 
+use super::events::Receiver;
+use super::holds::{self, Closing};
 use super::{grants, Grants, Holder, LockError, Locks};
 use crate::redlock::{token, Extend, Failure, Resource, Store, Token};
 
@@ -66,7 +69,7 @@ pub struct Reentered {
     /// Releases the lock now takes before it is released on the masters.
     pub hold_count: u32,
     /// The masters that confirmed the re-entry's extension.
-    pub holding: std::sync::Arc<crate::redlock::Holding>,
+    pub holding: Arc<crate::redlock::Holding>,
 }
 
 /// Why this agent will not re-enter a grant.
@@ -177,7 +180,7 @@ impl<M: Store> Locks<M> {
     /// Lowers the count of the lock of `resource` held with `token` once
     /// for each hold that re-entered it and whose client has closed its
     /// connection, if the hold's task has not yet (see
-    /// [`super::holds::Closing`]); releases the lock on the masters when
+    /// [`Closing`]); releases the lock on the masters when
     /// that was the last acquire. So a call that follows the close in the
     /// client's own order sees the count the close left.
     pub(crate) async fn settle_closed_holds(&self, resource: &Resource, token: &Token) {
@@ -213,7 +216,7 @@ impl<M: Store> Locks<M> {
     /// `caller`'s process: [`Locks::reenter`], then renewed by a hold until
     /// its connection closes, which lowers the count as a release does.
     ///
-    /// With the events, the hold's [`super::holds::Closing`], which settles
+    /// With the events, the hold's [`Closing`], which settles
     /// its end once: the API tells it how to see that the client closed
     /// the connection.
     ///
@@ -221,20 +224,14 @@ impl<M: Store> Locks<M> {
     /// As [`Locks::reenter`], `max_hold_ms` out of range, and
     /// `on_disconnect: expire` (a count cannot be left to expire).
     pub async fn hold_reentered(
-        self: &std::sync::Arc<Self>,
+        self: &Arc<Self>,
         resource: Resource,
         token: &Token,
         caller: Option<&Holder>,
         ask: &AcquireRequest,
         max_hold_ms: Option<u64>,
         on_disconnect: OnDisconnect,
-    ) -> Result<
-        (
-            super::events::Receiver<HoldEvent>,
-            std::sync::Arc<super::holds::Closing>,
-        ),
-        LockError,
-    > {
+    ) -> Result<(Receiver<HoldEvent>, Arc<Closing>), LockError> {
         if on_disconnect == OnDisconnect::Expire {
             return Err(LockError::Invalid(
                 "on_disconnect: a hold that re-enters a lock lowers its count when it closes; expire does not apply".into(),
@@ -251,11 +248,11 @@ impl<M: Store> Locks<M> {
             holding: reentered.holding,
         };
         // Listed before its client can hear `acquired` and close it.
-        let closing = std::sync::Arc::new(super::holds::Closing::default());
+        let closing = Arc::new(Closing::default());
         let reentering = self.holds.register_reentering(
             resource.as_str(),
             grant.token.as_str(),
-            std::sync::Arc::clone(&closing),
+            Arc::clone(&closing),
         );
         let (events, receiver) = super::events::stream::<HoldEvent>();
         let acquired = HoldEvent::Acquired {
@@ -267,13 +264,13 @@ impl<M: Store> Locks<M> {
             hold_count: Some(reentered.hold_count),
         };
         events.first(acquired);
-        tokio::spawn(super::holds::run(
-            std::sync::Arc::clone(self),
+        tokio::spawn(holds::run(
+            Arc::clone(self),
             resource,
             grant,
             max_hold,
-            super::holds::Ending::Reentered(reentering),
-            super::holds::Held::Lock,
+            holds::Ending::Reentered(reentering),
+            holds::Held::Lock,
             events,
         ));
         Ok((receiver, closing))
