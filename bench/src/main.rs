@@ -422,6 +422,12 @@ fn environment(args: &RunArgs, options: &plan::Options) -> report::Environment {
     if !args.peers.is_empty() {
         command.push_str(&format!(" --peers {}", args.peers.join(",")));
     }
+    if options.leak_scan != Duration::from_secs(30) {
+        command.push_str(&format!(
+            " --leak-scan {}",
+            humantime::format_duration(options.leak_scan)
+        ));
+    }
     report::Environment {
         date: output("date", &["-u", "+%Y-%m-%dT%H:%MZ"]).unwrap_or_else(|| "?".into()),
         cores: std::thread::available_parallelism().map_or(0, usize::from),
