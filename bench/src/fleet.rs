@@ -32,9 +32,9 @@ pub const SMOKE_SIZES: [usize; 1] = [5];
 /// The fleet size the report projects to.
 pub const PROJECTED: usize = 10_000;
 /// The shortest window of a full run: an idle agent's probe interval
-/// (`health.idle_interval`, 30 s by default), so every agent of a fleet
+/// (`health.idle_interval`, 60 s by default), so every agent of a fleet
 /// probes about once in it, at a time of its own.
-pub const MIN_WINDOW: Duration = Duration::from_secs(30);
+pub const MIN_WINDOW: Duration = Duration::from_secs(60);
 /// Agents started at once.
 const STARTING_AT_ONCE: usize = 25;
 /// Left to the lone agent after its start, and to a smoke run's fleet,
@@ -45,9 +45,9 @@ pub const SETTLE: Duration = Duration::from_secs(3);
 /// window: an agent's start is not what it costs while idle. It probes
 /// every master within a few seconds of its start, and reads the fleet's
 /// leak report in calls of its own until it has seen the scanner's (at
-/// its start, and one or two `health.idle_interval`s of 30 s later); from
+/// its start, and one or two `health.idle_interval`s of 60 s later); from
 /// then on it sends one call per master per interval, its probe's.
-pub const SETTLE_PAST_START: Duration = Duration::from_secs(75);
+pub const SETTLE_PAST_START: Duration = Duration::from_secs(135);
 
 /// The masters over one window.
 #[derive(Debug, Clone, Serialize)]
@@ -128,6 +128,8 @@ pub struct Fleet {
     /// The fleet's `leak_scan.interval` (`--leak-scan`, 30 s by default):
     /// one agent scans for all, the others read its report.
     pub leak_scan: Duration,
+    /// When each fleet's window started and how long it lasted.
+    pub timing: Timing,
 }
 
 impl Fleet {
@@ -287,7 +289,7 @@ fn cycles(agent: &Agent, agents: usize, window: Duration) -> anyhow::Result<Late
 
 /// When a fleet's window starts, after its last agent started, and how
 /// long it lasts.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct Timing {
     pub settle: Duration,
     pub window: Duration,
@@ -304,9 +306,10 @@ pub fn measure(
     masters: &Masters,
     retry: AgentRetry,
     sizes: &[usize],
-    Timing { settle, window }: Timing,
+    timing: Timing,
     leak_scan: Duration,
 ) -> anyhow::Result<Fleet> {
+    let Timing { settle, window } = timing;
     let baseline = read_window(masters, 0, window)?;
     let mut latency = Vec::new();
     {
@@ -349,6 +352,7 @@ pub fn measure(
         agent_rss_kib,
         stopped,
         leak_scan,
+        timing,
     })
 }
 
@@ -379,6 +383,10 @@ mod tests {
             agent_rss_kib: None,
             stopped: None,
             leak_scan: Duration::from_secs(30),
+            timing: Timing {
+                settle: SETTLE_PAST_START,
+                window: MIN_WINDOW,
+            },
         };
         assert_eq!(fleet.per_agent_cpu(&fleet.fleets[0]), 400.0);
         assert_eq!(fleet.per_agent_cpu(&fleet.fleets[1]), 400.0);

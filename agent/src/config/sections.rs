@@ -56,8 +56,10 @@ pub(super) fn read_config(
     if interval.is_zero() {
         s.error("interval", "must be above zero");
     }
-    // 30s, or the interval where that is longer.
-    let idle_interval = s.duration("idle_interval", interval.max(Duration::from_secs(30)));
+    // 60s, or the interval where that is longer: each probe of an idle
+    // master is a wake-up of its own, which costs it far more than the
+    // probe's commands (docs/benchmarks.md, "A fleet of idle agents").
+    let idle_interval = s.duration("idle_interval", interval.max(Duration::from_secs(60)));
     if idle_interval < interval {
         s.error(
             "idle_interval",

@@ -22,7 +22,7 @@ fn minimal_config_gets_the_documented_defaults() {
     assert_eq!(config.lock.max_ttl, Duration::from_secs(60));
     assert_eq!(config.lock.node_timeout, Duration::from_millis(50));
     assert_eq!(config.health.interval, Duration::from_millis(500));
-    assert_eq!(config.health.idle_interval, Duration::from_secs(30));
+    assert_eq!(config.health.idle_interval, Duration::from_secs(60));
     assert!(config.delayed_restart.enabled);
     assert_eq!(config.quorum(), 1);
 }
@@ -30,10 +30,10 @@ fn minimal_config_gets_the_documented_defaults() {
 #[test]
 fn an_idle_agent_probes_less_often_never_more() {
     let health = |extra: &str| format!("{MINIMAL}health:\n{extra}");
-    let config = Config::from_yaml(&health("  interval: 45s\n")).unwrap();
+    let config = Config::from_yaml(&health("  interval: 90s\n")).unwrap();
     assert_eq!(
         config.health.idle_interval,
-        Duration::from_secs(45),
+        Duration::from_secs(90),
         "the default is the interval where that is longer"
     );
     assert_eq!(

@@ -23,11 +23,15 @@ pub fn section(md: &mut String, results: &Results) {
          masters, serving nothing (delayed restart off, as for every agent here; the leak scan on, \
          every {}s: one agent scans for the fleet); the masters' CPU (`/proc/PID/stat`), commands \
          (`INFO stats`), connections (`INFO clients`, less the asking one), keys (`DBSIZE`) and \
-         `SCAN` calls (the leak scans) over one window, mean per master, from 75 s after the \
+         `SCAN` calls (the leak scans) over one window, mean per master, from {}s after the \
          fleet's last agent started (its start-up calls behind it: what an agent costs while it \
-         stays idle). Per agent: less the masters alone (N = 0), over N. Then one client's acquire + release through the fleet's \
-         first agent.\n",
-        measured.as_ref().map_or(30, |f| f.leak_scan.as_secs())
+         stays idle). Per agent: less the masters alone (N = 0), over N. Then one client's \
+         acquire + release through the fleet's first agent.\n",
+        measured.as_ref().map_or(30, |f| f.leak_scan.as_secs()),
+        measured
+            .as_ref()
+            .map_or(fleet::SETTLE_PAST_START, |f| f.timing.settle)
+            .as_secs()
     );
     let f = match measured {
         Ok(f) => f,
