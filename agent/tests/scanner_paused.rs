@@ -184,7 +184,10 @@ enum StaleRepair {
 async fn paused_scanner(fence_check: bool) -> (Vec<i64>, f64, StaleRepair) {
     let cluster = Cluster::start(3);
     let dir = tempfile::tempdir().unwrap();
-    let scan = "  interval: 300ms\n  repair: expire\n";
+    // The standby, idle, looks at the scan lock once per
+    // `health.idle_interval`: 10 s here, so it takes over well within the
+    // waits below whatever the default interval is.
+    let scan = "  interval: 300ms\n  repair: expire\nhealth:\n  idle_interval: 10s\n";
     let no_fence: &[(&str, &str)] = if fence_check {
         &[]
     } else {
