@@ -15,7 +15,7 @@
 //! call per master for the page's keys. At most [`MAX_LISTINGS`] listings
 //! run at once per agent, so operators cannot pile scans onto the masters.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::time::{Duration, Instant};
 
@@ -569,17 +569,17 @@ fn shared_info<M: Store>(
     per_node: &[Option<Option<&KeyState>>],
 ) -> LockInfo {
     let redlock = locks.engine();
-    let mut readers: Vec<(&str, usize)> = Vec::new();
+    // Masters per reader's token, counted in a map: a shared lock may have
+    // thousands of readers.
+    let mut masters_of: HashMap<&str, usize> = HashMap::new();
     for state in per_node.iter().flatten().flatten() {
         for token in &state.readers {
-            match readers.iter_mut().find(|(t, _)| t == token) {
-                Some((_, masters)) => *masters += 1,
-                None => readers.push((token, 1)),
-            }
+            *masters_of.entry(token.as_str()).or_default() += 1;
         }
     }
+    let mut readers: Vec<(&str, usize)> = masters_of.into_iter().collect();
     readers.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let here = locks.grants().readers(resource);
+    let here: HashSet<String> = locks.grants().readers(resource).into_iter().collect();
     let nodes = redlock
         .nodes()
         .iter()
@@ -604,7 +604,7 @@ fn shared_info<M: Store>(
         validity_ms: None,
         nodes,
         quorum_agrees: readers.first().is_some_and(|r| r.1 >= redlock.quorum()),
-        held_here: readers.iter().any(|(t, _)| here.iter().any(|h| h == t)),
+        held_here: readers.iter().any(|(t, _)| here.contains(*t)),
         agent: None,
         pid: None,
         uid: None,
@@ -621,7 +621,7 @@ fn shared_info<M: Store>(
                 agent: token::agent_of(t).map(str::to_string),
                 owner: token::owner_of(t).map(str::to_string),
                 masters: *masters,
-                held_here: here.iter().any(|h| h == t),
+                held_here: here.contains(*t),
             })
             .collect(),
     }
