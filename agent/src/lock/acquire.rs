@@ -57,6 +57,24 @@ pub trait Contest<M: Master>: Send {
     /// Told once, when it joins the line (its first round failed, or
     /// others already waited there).
     fn waiting(&mut self) {}
+
+    /// Told before each round in line the token of the release that woke
+    /// it, when one did and named it: a semaphore votes for that permit
+    /// beside its read.
+    fn woken_by(&mut self, token: Option<&str>) {
+        let _ = token;
+    }
+
+    /// After a granted round in line: whether the next waiter may try at
+    /// once instead of waiting for a release, because the round saw room
+    /// for another holder (a semaphore's permit free besides the one won)
+    /// or, with `released`, a release was heard while it ran (another
+    /// permit freed). A lock's next waiter waits: the lock is taken now,
+    /// whatever was heard.
+    fn room_left(&self, released: bool) -> bool {
+        let _ = released;
+        false
+    }
 }
 
 /// A kind of lock as the one acquire takes it: its [`Contest`], and what
@@ -318,13 +336,16 @@ async fn wait_in_line<M: Master, C: Contest<M>>(
             }
         }
         ticket.seen();
+        contest.woken_by(ticket.take_release().as_deref());
         last = contest.round(redlock, true).await;
         if contest.settled() {
             return Ok(last);
         }
         match last {
             Acquire::Granted(_) => {
-                ticket.granted();
+                if !contest.room_left(ticket.woken()) {
+                    ticket.granted();
+                }
                 return Ok(last);
             }
             // With no quorum usable there is nothing to wait for here;

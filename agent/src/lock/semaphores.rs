@@ -34,11 +34,20 @@
 //! announce itself). It keeps the lowest permit it won and releases the
 //! others.
 //!
+//! A round in line woken by a permit's release (its message is the
+//! permit's token, [`token::stored_at`] tells which permit) votes for that
+//! permit beside its read, in the same batches: a hand-off costs one round
+//! trip when it wins. A head that wins while its read saw another permit
+//! free, or while another release was heard, lets the next waiter try at
+//! once instead of waiting for a release that has already come.
+//!
 //! ## The limit
 //! The limit is part of the semaphore: its permits are granted with it,
 //! and the agent that grants one writes it in a bookkeeping note on every
 //! master ([`redlock_wire::keys::semaphore_limit_key`]), in the same
-//! batches as the lock commands. Every extension
+//! batches as the lock commands: queued before the grant is answered and
+//! not waited for ([`Master::note_queued`]), so a permit costs no round
+//! trip more than the read and the vote. Every extension
 //! of a permit keeps the note on every master for at least the
 //! extension's TTL, whichever agent extends it (a hold's renewal or a
 //! request by token) and whether or not that agent granted the permit or
@@ -51,8 +60,8 @@
 //! is refused ([`LockError::LimitMismatch`]): its round reads the note
 //! with the permits, and one master's note is enough. What this does not
 //! cover: two requests with different limits on a semaphore with no
-//! permit held, at the same instant, can both be granted (the note is
-//! written after the grant); and the note is written and kept best
+//! permit held, within a round trip of each other through two agents, can
+//! both be granted (the note lands after the grant); and the note is written and kept best
 //! effort, so a master that missed it (unreachable then, or restarted
 //! without its keys) has none, and a permit extended only while every
 //! master missed its keep outlives its note. The refusal keeps a
@@ -105,12 +114,18 @@ pub struct PermitContest {
     permits: Vec<Resource>,
     /// One token per permit, bound to its key, for every round.
     tokens: Vec<Token>,
-    limit_key: String,
+    /// The limit's key, then each permit's: what a round reads.
+    keys: Vec<String>,
     queue: String,
     /// The permit the last round won.
     won: Option<u32>,
     /// The limit the semaphore has, when a round found it is not ours.
     mismatch: Option<String>,
+    /// The last round saw another permit free (or won and gave back one):
+    /// the next waiter in line may try at once.
+    room: bool,
+    /// The permit whose release woke this round: voted for beside the read.
+    hint: Option<usize>,
 }
 
 impl PermitContest {
@@ -128,6 +143,11 @@ impl PermitContest {
             .iter()
             .map(|p| Token::generate(&redlock.key(p), agent, owner))
             .collect();
+        let limit_key =
+            redlock_wire::keys::semaphore_limit_key(&redlock.settings().key_prefix, name.as_str());
+        let keys = std::iter::once(limit_key)
+            .chain(permits.iter().map(|p| redlock.key(p)))
+            .collect();
         PermitContest {
             name: name.clone(),
             limit,
@@ -136,12 +156,11 @@ impl PermitContest {
             queue: permits[0].queue().to_string(),
             permits,
             tokens,
-            limit_key: redlock_wire::keys::semaphore_limit_key(
-                &redlock.settings().key_prefix,
-                name.as_str(),
-            ),
+            keys,
             won: None,
             mismatch: None,
+            room: false,
+            hint: None,
         }
     }
 
@@ -150,11 +169,8 @@ impl PermitContest {
     /// master's next batch): how many masters have each limit, on how
     /// many each permit is free, and how many masters answered.
     async fn look<M: Store>(&self, redlock: &Redlock<M>) -> Look {
-        let mut keys = Vec::with_capacity(self.permits.len() + 1);
-        keys.push(self.limit_key.clone());
-        keys.extend(self.permits.iter().map(|p| redlock.key(p)));
         let usable = redlock.nodes().iter().filter(|n| n.is_usable());
-        let reads = futures::future::join_all(usable.map(|n| n.peek(&keys))).await;
+        let reads = futures::future::join_all(usable.map(|n| n.peek(&self.keys))).await;
         let mut look = Look {
             limits: HashMap::new(),
             free: vec![0; self.permits.len()],
@@ -216,23 +232,73 @@ impl<M: Store> Contest<M> for PermitContest {
         self.mismatch.is_some()
     }
 
+    fn room_left(&self, released: bool) -> bool {
+        released || self.room
+    }
+
+    fn woken_by(&mut self, token: Option<&str>) {
+        let permit_keys = &self.keys[1..];
+        self.hint = token.and_then(|token| {
+            permit_keys
+                .iter()
+                .position(|key| token::stored_at(key, token) == token::Stored::Token)
+        });
+    }
+
     async fn round(&mut self, redlock: &Redlock<M>, waiting: bool) -> Acquire {
-        let look = self.look(redlock).await;
+        self.room = false;
+        // Woken by a permit's release: vote for that permit beside the
+        // read, in the same batches, so a hand-off takes one round trip.
+        let (look, guess) = match self.hint.take() {
+            Some(i) => {
+                let (permit, token) = (&self.permits[i], &self.tokens[i]);
+                let vote = redlock.acquire_once(permit, self.ttl, token, self.fence, waiting);
+                let (look, outcome) = futures::future::join(self.look(redlock), vote).await;
+                (look, Some((i, outcome)))
+            }
+            None => (self.look(redlock).await, None),
+        };
         let ours = u64::from(self.limit);
         if let Some((&limit, _)) = look.limits.iter().max_by_key(|&(v, c)| (*c, *v)) {
             if limit != ours {
                 self.mismatch = Some(limit.to_string());
+                if let Some((i, Acquire::Granted(_))) = guess {
+                    redlock.release(&self.permits[i], &self.tokens[i]).await;
+                }
                 return Acquire::Taken;
             }
         }
         let quorum = redlock.quorum();
         let mut tried = vec![false; self.permits.len()];
         let mut no_quorum = None;
-        let looked_free = (0..self.permits.len()).filter(|&i| look.free[i] >= quorum);
-        for i in looked_free.take(FREE_TRIES).collect::<Vec<_>>() {
+        let looked_free = |tried: &[bool]| -> Vec<usize> {
+            (0..tried.len())
+                .filter(|&i| look.free[i] >= quorum && !tried[i])
+                .collect()
+        };
+        if let Some((i, outcome)) = guess {
+            tried[i] = true;
+            match outcome {
+                Acquire::Granted(grant) => {
+                    self.won = u32::try_from(i).ok();
+                    self.room = !looked_free(&tried).is_empty();
+                    return Acquire::Granted(grant);
+                }
+                Acquire::NoQuorum(message) if !redlock.quorum_usable() => {
+                    return Acquire::NoQuorum(message);
+                }
+                Acquire::NoQuorum(message) => no_quorum = Some(message),
+                Acquire::Taken => {}
+            }
+        }
+        let looked_free = looked_free(&tried);
+        for (n, &i) in looked_free.iter().take(FREE_TRIES).enumerate() {
             tried[i] = true;
             match self.vote(redlock, i, waiting).await {
-                Acquire::Granted(grant) => return Acquire::Granted(grant),
+                Acquire::Granted(grant) => {
+                    self.room = looked_free.len() > n + 1;
+                    return Acquire::Granted(grant);
+                }
                 Acquire::NoQuorum(message) if !redlock.quorum_usable() => {
                     return Acquire::NoQuorum(message);
                 }
@@ -281,6 +347,7 @@ impl<M: Store> Contest<M> for PermitContest {
         match (won, no_quorum) {
             (Some((i, grant)), _) => {
                 self.won = u32::try_from(i).ok();
+                self.room = !extra.is_empty();
                 Acquire::Granted(grant)
             }
             (None, Some(message)) => Acquire::NoQuorum(message),
@@ -316,9 +383,7 @@ impl<M: Store> Take<M> for PermitContest {
         locks
             .grants
             .set_limit(resource.as_str(), grant.token.as_str(), self.limit);
-        locks
-            .note_limit(self.name.as_str(), self.limit, grant.ttl)
-            .await;
+        locks.note_limit(self.name.as_str(), self.limit, grant.ttl);
         Permit { index, grant }
     }
 }
@@ -391,12 +456,15 @@ impl<M: Store> Locks<M> {
     }
 
     /// Writes the semaphore's limit on every master, to last `ttl` at
-    /// least (see the module's doc). Best effort: a master that does not
-    /// take it only lets a request with another limit through there.
-    pub(crate) async fn note_limit(&self, name: &str, limit: u32, ttl: Duration) {
+    /// least (see the module's doc), queued before the grant is answered
+    /// and not waited for. Best effort: a master that does not take it
+    /// only lets a request with another limit through there.
+    pub(crate) fn note_limit(&self, name: &str, limit: u32, ttl: Duration) {
         let key = redlock_wire::keys::semaphore_limit_key(&self.engine.settings().key_prefix, name);
         let value = limit.to_string();
-        round::note_everywhere(self.engine.nodes(), &key, Some(&value), ttl).await;
+        for node in self.engine.nodes() {
+            node.note_queued(&key, &value, ttl);
+        }
     }
 
     /// Keeps the semaphore's limit note on every master at least `ttl`
@@ -596,3 +664,6 @@ mod tests {
         assert_eq!(permit_resource(&pay, 1).unwrap(), Resource::permit(&pay, 1));
     }
 }
+
+#[cfg(test)]
+mod handoffs;

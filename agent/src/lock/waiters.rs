@@ -78,6 +78,9 @@ struct Queue {
     /// release heard again (another master's message, or the direct wake
     /// after the messages) does not wake it twice.
     woken_by: Option<String>,
+    /// The token of the last release that woke the head, until a round
+    /// takes it ([`Ticket::take_release`]).
+    release: Option<String>,
 }
 
 impl Queue {
@@ -353,6 +356,7 @@ impl Waiters {
                 }
                 queue.woken_by = Some(token.to_string());
             }
+            queue.release = token.map(str::to_string);
             queue.held = false;
             queue.wake_head();
         }
@@ -425,6 +429,7 @@ impl Waiters {
                     order: VecDeque::new(),
                     held: false,
                     woken_by: None,
+                    release: None,
                 }
             });
             if resources.is_empty() {
@@ -458,6 +463,12 @@ impl Ticket<'_> {
         self.wake.borrow_and_update();
     }
 
+    /// Whether a wake-up came since the round started ([`Ticket::seen`]):
+    /// a release heard while the head's round ran.
+    pub(super) fn woken(&self) -> bool {
+        self.wake.has_changed().unwrap_or(false)
+    }
+
     /// Leaves with the lock (when dropped): the next head waits for its
     /// release.
     pub(super) fn granted(&mut self) {
@@ -479,6 +490,14 @@ impl Ticket<'_> {
                 queue.woken_by = None;
             }
         }
+    }
+
+    /// The token of the release that last woke this queue, unless a round
+    /// took it already.
+    pub(super) fn take_release(&self) -> Option<String> {
+        let mut queues = self.waiters.lock();
+        let queue = queues.get_mut(self.resources.first()?)?;
+        queue.release.take()
     }
 
     /// Whether the previous head left with the lock (and clears the hint).

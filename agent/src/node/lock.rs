@@ -49,9 +49,13 @@ use redlock_wire::NodeState;
 use tokio::sync::{mpsc, oneshot};
 
 use super::conn::{Evaluated, Within};
-use super::{classify_text, clock, ttl_ms, Detector, Node};
+use super::{classify_text, clock, Detector, Node};
 use crate::redlock::master::{Claim, Extension, Master, NodeError, Peeked, Vote};
 use crate::redlock::observe::{Op, VoteLabel};
+
+mod command;
+
+pub use command::Command;
 
 impl Node {
     /// Round 2 of a fenced grant (see [`super::conn::BATCH`], `f`): raises this
@@ -279,6 +283,16 @@ impl Master for Node {
             .map(|_| ())
     }
 
+    fn note_queued(self: &Arc<Self>, key: &str, value: &str, ttl: Duration) {
+        let answer = self.queue(Claim::new(key.to_string(), value), Command::Note { ttl });
+        let key = key.to_string();
+        tokio::spawn(async move {
+            if let Ok(Err(e)) = answer.await {
+                tracing::debug!(key, error = %e, "note not written on a master");
+            }
+        });
+    }
+
     async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
         let claim = Claim::new(key.to_string(), "");
         self.batched(&claim, Command::Keep { ttl })
@@ -295,94 +309,6 @@ const REFRESH_AGE: Duration = Duration::from_millis(100);
 /// hundreds of clients, short enough that one call never holds a master
 /// for long.
 pub const MAX_BATCH: usize = 256;
-
-/// One lock command, as the batch script takes it.
-#[derive(Debug)]
-pub enum Command {
-    /// `SET NX PX` behind the marker; with the fencing counter when asked;
-    /// `waiting`: the voter will wait if the lock is taken, so a taken vote
-    /// sets the key's waiting flag.
-    Vote {
-        ttl: Duration,
-        read_counter: bool,
-        waiting: bool,
-    },
-    /// Round 2 of a fenced grant: raise the counter while the key is ours.
-    Fence { fence: u64 },
-    /// Compare-and-pexpire behind the marker.
-    Extend { ttl: Duration },
-    /// Compare-and-delete, announced on the resource's release channel when
-    /// someone waits.
-    Release { channel: Arc<str> },
-    /// What the key holds: gone, a number or anything else.
-    Peek,
-    /// A bookkeeping note, the claim's token its value.
-    Note { ttl: Duration },
-    /// A note's TTL lengthened, never written.
-    Keep { ttl: Duration },
-}
-
-impl Command {
-    fn op(&self) -> Op {
-        match self {
-            Command::Vote { .. } | Command::Peek | Command::Note { .. } => Op::Acquire,
-            Command::Fence { .. } => Op::Fence,
-            Command::Extend { .. } | Command::Keep { .. } => Op::Extend,
-            Command::Release { .. } => Op::Release,
-        }
-    }
-
-    /// The script's four arguments for this command after the key and token:
-    /// its letter (a shared claim's vote has its own), a number and one
-    /// more.
-    fn args(&self, shared: bool) -> (&'static str, u64, &str) {
-        match self {
-            Command::Vote {
-                ttl,
-                read_counter,
-                waiting,
-            } => {
-                let wants =
-                    ["0", "1", "2", "3"][usize::from(*read_counter) + 2 * usize::from(*waiting)];
-                (if shared { "s" } else { "v" }, ttl_ms(*ttl), wants)
-            }
-            Command::Fence { fence } => ("f", *fence, ""),
-            Command::Extend { ttl } => ("e", ttl_ms(*ttl), ""),
-            Command::Release { channel } => ("r", 0, channel),
-            Command::Peek => ("p", 0, ""),
-            Command::Note { ttl } => ("n", ttl_ms(*ttl), ""),
-            Command::Keep { ttl } => ("k", ttl_ms(*ttl), ""),
-        }
-    }
-
-    /// Whether the command counts toward a grant, so that it must come
-    /// from a master the agent trusts: a vote or an extension.
-    fn needs_trust(&self) -> bool {
-        matches!(self, Command::Vote { .. } | Command::Extend { .. })
-    }
-
-    /// Whether the script touches the lock key's waiting flag for this
-    /// command: a waiting vote may set it, a release deletes it, and a
-    /// reader's vote (`shared`) reads it whether or not it waits.
-    fn uses_flag(&self, shared: bool) -> bool {
-        match self {
-            Command::Vote { waiting, .. } => *waiting || shared,
-            Command::Release { .. } => true,
-            _ => false,
-        }
-    }
-
-    /// How long this command may take in all, queued or on its way, before
-    /// the agent gives it up as its own backlog: `overall` (see
-    /// [`Node::overall_bound`]), and for a vote or an extension no longer
-    /// than its TTL (no validity could be left after it).
-    fn overall(&self, overall: Duration) -> Duration {
-        match self {
-            Command::Vote { ttl, .. } | Command::Extend { ttl } => overall.min(*ttl),
-            _ => overall,
-        }
-    }
-}
 
 /// A command's answer: its status (see [`super::conn::BATCH`]) and, for a vote
 /// that read it, the fencing counter (0 when the master has none).
@@ -462,16 +388,26 @@ impl Node {
                 counter: 0,
             });
         }
+        self.queue(Arc::clone(claim), command)
+            .await
+            .unwrap_or_else(|_| Err(NodeError::Other("the batch task ended".to_string())))
+    }
+
+    /// Queues one lock command for this master's next batch, now.
+    fn queue(
+        &self,
+        claim: Arc<Claim>,
+        command: Command,
+    ) -> oneshot::Receiver<Result<Answer, NodeError>> {
         let (reply, answer) = oneshot::channel();
+        let queued = Instant::now();
         self.batcher.submit(Job {
-            claim: Arc::clone(claim),
+            claim,
             command,
-            queued: Instant::now(),
+            queued,
             reply,
         });
         answer
-            .await
-            .unwrap_or_else(|_| Err(NodeError::Other("the batch task ended".to_string())))
     }
 
     /// Sends `jobs` as one script call and answers each.

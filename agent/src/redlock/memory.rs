@@ -119,6 +119,18 @@ impl Memory {
         self.losses.send_modify(|n| *n += 1);
     }
 
+    /// Writes the note `key` unless it holds `value` already as long.
+    fn write_note(&self, key: &str, value: &str, ttl: Duration) {
+        let until = Instant::now() + ttl;
+        let mut keys = self.keys.lock().unwrap();
+        let keep = keys
+            .get(key)
+            .is_some_and(|(held, at)| held == value && *at >= until);
+        if !keep {
+            keys.insert(key.to_string(), (value.to_string(), until));
+        }
+    }
+
     /// Waits as the mode says; `Err` when the master does not answer.
     async fn answer(&self) -> Result<(), NodeError> {
         match self.mode() {
@@ -265,15 +277,21 @@ impl Master for Memory {
 
     async fn note(&self, key: &str, value: &str, ttl: Duration) -> Result<(), NodeError> {
         self.answer().await?;
-        let until = Instant::now() + ttl;
-        let mut keys = self.keys.lock().unwrap();
-        let keep = keys
-            .get(key)
-            .is_some_and(|(held, at)| held == value && *at >= until);
-        if !keep {
-            keys.insert(key.to_string(), (value.to_string(), until));
-        }
+        self.write_note(key, value, ttl);
         Ok(())
+    }
+
+    /// Written at once, as a real master's is queued at once; a slow
+    /// master's later, a down master's never.
+    fn note_queued(self: &Arc<Self>, key: &str, value: &str, ttl: Duration) {
+        match self.mode() {
+            Mode::Down => {}
+            Mode::Slow(_) => {
+                let (node, key, value) = (Arc::clone(self), key.to_string(), value.to_string());
+                tokio::spawn(async move { node.note(&key, &value, ttl).await });
+            }
+            Mode::Up | Mode::LostState | Mode::NoRaise => self.write_note(key, value, ttl),
+        }
     }
 
     async fn keep_note(&self, key: &str, ttl: Duration) -> Result<(), NodeError> {
