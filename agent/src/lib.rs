@@ -36,7 +36,8 @@
 //!   ([`node::lock`]: votes, fences, extends, releases, and a semaphore's
 //!   reads and the bookkeeping notes beside them, sent in batches: what
 //!   queued while the previous call was on its way goes in one script
-//!   call, one per slot on a cluster), the other scripts
+//!   call, one per slot on a cluster; each command's letter and
+//!   arguments in `node/lock/command.rs`), the other scripts
 //!   ([`node::scripts`]), the watch on the master's clock, read in every
 //!   vote and probe ([`node::clock`]),
 //!   the health probes' commands ([`node::probe`]), the scans and
@@ -77,7 +78,8 @@
 //!   true when written), extend, release, force release (of a lock, a
 //!   permit or a leadership alike); the TTL and owner rules, grant bookkeeping
 //!   ([`lock::Grants`], in `lock/grants.rs`), waiters ([`lock::waiters`]: per-resource FIFO
-//!   queues, in which only the head competes, woken by releases here
+//!   queues, in which only the head competes (in a semaphore's, also a
+//!   waiter handed a release of its own), woken by releases here
 //!   or, through pub/sub, on other agents; what each master's subscriber serves, `lock/waiters/subscriptions.rs`),
 //!   locks on several resources at once ([`lock::multi`]: one lock grant
 //!   per resource under one token, waiting in every resource's queue at
@@ -87,7 +89,8 @@
 //!   [`redlock::Kind::Shared`] on the lock's own key, which the vote's
 //!   script in `node/conn.rs` keeps a writer's or readers', never both;
 //!   several readers per resource in the grant bookkeeping), semaphores ([`lock::semaphores`]: `limit` permits, each a
-//!   lock of its own, won by a contest of the waiters' queue), leader
+//!   lock of its own, won by a contest of the waiters' queue; its
+//!   hand-offs tested in `lock/semaphores/handoffs.rs`), leader
 //!   elections ([`lock::elections`]: leading is holding a fenced lock; the
 //!   term is its fence; campaigns, the leader's note, observers), when the
 //!   service is idle ([`lock::idle`]: probes slow down and

@@ -75,6 +75,12 @@ pub trait Contest<M: Master>: Send {
         let _ = released;
         false
     }
+
+    /// Whether waiters in line may compete at once, each for a release of
+    /// its own: a semaphore's (see [`Ticket::hand_offs`]).
+    fn several(&self) -> bool {
+        false
+    }
 }
 
 /// A kind of lock as the one acquire takes it: its [`Contest`], and what
@@ -296,6 +302,9 @@ pub(crate) async fn contend<M: Master, C: Contest<M>>(
         }
     }
     let (mut ticket, subscribed) = waiters.join(contest.queues(), uid)?;
+    if contest.several() {
+        ticket.hand_offs();
+    }
     ticket.cancel_on(cancel);
     contest.waiting();
     // Once the masters confirm the subscription, no release published
@@ -315,15 +324,16 @@ async fn wait_in_line<M: Master, C: Contest<M>>(
 ) -> Result<Acquire, WaitError> {
     let mut last = Acquire::Taken;
     loop {
-        // Only the head competes; the others wait for a change of head.
-        while !ticket.is_head() {
+        // Only the head competes (and, in a semaphore's queue, a waiter
+        // handed a release); the others wait for a change of head.
+        while !ticket.may_compete() {
             match ticket.changed_until(deadline).await {
                 Wake::Changed => {}
                 Wake::TimedOut | Wake::Cancelled => return Ok(last),
                 Wake::ShuttingDown => return Err(WaitError::ShuttingDown),
             }
         }
-        if ticket.take_held_hint() {
+        if ticket.is_head() && ticket.take_held_hint() && !ticket.handed() {
             // The previous head just got the lock: trying now would only
             // find it taken. Wait for its release (or, should it expire
             // instead, the retry delay).
@@ -336,8 +346,11 @@ async fn wait_in_line<M: Master, C: Contest<M>>(
             }
         }
         ticket.seen();
-        contest.woken_by(ticket.take_release().as_deref());
+        let release = ticket.take_release();
+        contest.woken_by(release.as_deref());
+        ticket.running(true);
         last = contest.round(redlock, true).await;
+        ticket.running(false);
         if contest.settled() {
             return Ok(last);
         }
@@ -351,7 +364,7 @@ async fn wait_in_line<M: Master, C: Contest<M>>(
             // With no quorum usable there is nothing to wait for here;
             // answer at once rather than hold the caller.
             Acquire::NoQuorum(_) if !redlock.quorum_usable() => return Ok(last),
-            Acquire::Taken | Acquire::NoQuorum(_) => ticket.hear_again(),
+            Acquire::Taken | Acquire::NoQuorum(_) => ticket.hear_again(release.as_deref()),
         }
         // Wait for a release, or retry after a random delay in case the
         // lock expires instead (expiry publishes nothing); such a retry

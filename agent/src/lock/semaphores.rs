@@ -28,7 +28,11 @@
 //! lowest permit free on a quorum of them, then, if another request won
 //! it meanwhile, for the next one found free, up to [`FREE_TRIES`]. A
 //! request that will not wait stops there: refused, a full semaphore
-//! costs each master that one read, whatever the limit. A request that
+//! costs each master that one read (one script call), whatever the limit.
+//! A first round votes at once, beside its read, for the lowest permit not
+//! held through this agent ([`PermitContest::guess`]): a free permit costs
+//! one round trip, as a lock does; a guess that another agent's holder
+//! took costs each master one command more in that call. A request that
 //! waits, or whose read too few masters answered, then votes for every
 //! other permit at once (their waiting flags make any permit's release
 //! announce itself). It keeps the lowest permit it won and releases the
@@ -37,9 +41,11 @@
 //! A round in line woken by a permit's release (its message is the
 //! permit's token, [`token::stored_at`] tells which permit) votes for that
 //! permit beside its read, in the same batches: a hand-off costs one round
-//! trip when it wins. A head that wins while its read saw another permit
-//! free, or while another release was heard, lets the next waiter try at
-//! once instead of waiting for a release that has already come.
+//! trip when it wins. A release heard while the head's round runs (or
+//! before it started, with one already to take) goes to the next waiter
+//! not in a round, which competes for that permit beside the head; with no
+//! such waiter left, the head lets the next one try at once after its
+//! round rather than wait for a release that has already come.
 //!
 //! ## The limit
 //! The limit is part of the semaphore: its permits are granted with it,
@@ -121,10 +127,11 @@ pub struct PermitContest {
     won: Option<u32>,
     /// The limit the semaphore has, when a round found it is not ours.
     mismatch: Option<String>,
-    /// The last round saw another permit free (or won and gave back one):
+    /// The last round won more than one permit and gave back the others:
     /// the next waiter in line may try at once.
     room: bool,
-    /// The permit whose release woke this round: voted for beside the read.
+    /// The permit voted for beside the read: the one whose release woke
+    /// this round, or the first round's guess ([`PermitContest::guess`]).
     hint: Option<usize>,
 }
 
@@ -162,6 +169,14 @@ impl PermitContest {
             room: false,
             hint: None,
         }
+    }
+
+    /// Votes first for the lowest permit not `held` (through this agent),
+    /// beside its first read: a semaphore with a permit free costs one
+    /// round trip when no other agent holds that permit.
+    pub fn guess(mut self, held: impl Fn(&Resource) -> bool) -> PermitContest {
+        self.hint = self.permits.iter().position(|permit| !held(permit));
+        self
     }
 
     /// The limit's note and each permit's key, read on every usable master
@@ -236,6 +251,10 @@ impl<M: Store> Contest<M> for PermitContest {
         released || self.room
     }
 
+    fn several(&self) -> bool {
+        true
+    }
+
     fn woken_by(&mut self, token: Option<&str>) {
         let permit_keys = &self.keys[1..];
         self.hint = token.and_then(|token| {
@@ -271,17 +290,11 @@ impl<M: Store> Contest<M> for PermitContest {
         let quorum = redlock.quorum();
         let mut tried = vec![false; self.permits.len()];
         let mut no_quorum = None;
-        let looked_free = |tried: &[bool]| -> Vec<usize> {
-            (0..tried.len())
-                .filter(|&i| look.free[i] >= quorum && !tried[i])
-                .collect()
-        };
         if let Some((i, outcome)) = guess {
             tried[i] = true;
             match outcome {
                 Acquire::Granted(grant) => {
                     self.won = u32::try_from(i).ok();
-                    self.room = !looked_free(&tried).is_empty();
                     return Acquire::Granted(grant);
                 }
                 Acquire::NoQuorum(message) if !redlock.quorum_usable() => {
@@ -291,14 +304,11 @@ impl<M: Store> Contest<M> for PermitContest {
                 Acquire::Taken => {}
             }
         }
-        let looked_free = looked_free(&tried);
-        for (n, &i) in looked_free.iter().take(FREE_TRIES).enumerate() {
+        let looked_free = (0..self.permits.len()).filter(|&i| look.free[i] >= quorum && !tried[i]);
+        for i in looked_free.take(FREE_TRIES).collect::<Vec<_>>() {
             tried[i] = true;
             match self.vote(redlock, i, waiting).await {
-                Acquire::Granted(grant) => {
-                    self.room = looked_free.len() > n + 1;
-                    return Acquire::Granted(grant);
-                }
+                Acquire::Granted(grant) => return Acquire::Granted(grant),
                 Acquire::NoQuorum(message) if !redlock.quorum_usable() => {
                     return Acquire::NoQuorum(message);
                 }
@@ -443,14 +453,15 @@ impl<M: Store> Locks<M> {
         ask: Ask,
     ) -> Result<Permit, LockError> {
         self.take(&ask, Kind::Permit, |locks, terms| {
-            Ok(PermitContest::new(
+            let contest = PermitContest::new(
                 &locks.engine,
                 name,
                 check_limit(limit)?,
                 terms.ttl,
                 ask.lock.owner.as_deref(),
                 terms.fence,
-            ))
+            );
+            Ok(contest.guess(|permit| locks.grants.current(permit.as_str()).is_some()))
         })
         .await
     }

@@ -74,20 +74,60 @@ struct Queue {
     /// The last head left with the lock: the new head should wait for its
     /// release rather than try at once and find it taken.
     held: bool,
-    /// The token of the release that last woke this queue: the same
+    /// The tokens of the releases that last woke this queue (the last
+    /// one; a semaphore's, the last [`RECENT_RELEASES`]): the same
     /// release heard again (another master's message, or the direct wake
     /// after the messages) does not wake it twice.
-    woken_by: Option<String>,
+    woken_by: VecDeque<String>,
     /// The token of the last release that woke the head, until a round
     /// takes it ([`Ticket::take_release`]).
     release: Option<String>,
+    /// A semaphore's queue ([`Ticket::hand_offs`]): a release heard while
+    /// the head's round runs goes to the first waiter not in a round,
+    /// which competes for that permit beside the head.
+    several: bool,
+    /// Waiters in a round now, in a queue of `several`.
+    running: Vec<u64>,
+    /// Releases handed to waiters behind the head, by waiter, until their
+    /// round takes them.
+    handed: HashMap<u64, String>,
 }
+
+/// How many releases a semaphore's queue remembers, so that another
+/// master's message of one of them does not wake it again.
+const RECENT_RELEASES: usize = 32;
 
 impl Queue {
     fn wake_head(&self) {
         if let Some((_, wake)) = self.order.front() {
             wake.send_modify(|g| *g += 1);
         }
+    }
+
+    /// Hands the release of `token` to the first waiter behind a head that
+    /// is in its round or has a release to take already, the first neither
+    /// in a round nor handed one; `false` when the head is free or no such
+    /// waiter is left (the head takes it).
+    fn hand_off(&mut self, token: &str) -> bool {
+        let head_busy = self.release.is_some()
+            || self
+                .order
+                .front()
+                .is_some_and(|(id, _)| self.running.contains(id));
+        if !self.several || !head_busy {
+            return false;
+        }
+        let free = self
+            .order
+            .iter()
+            .skip(1)
+            .find(|(id, _)| !self.running.contains(id) && !self.handed.contains_key(id));
+        let Some((id, wake)) = free else {
+            return false;
+        };
+        self.handed.insert(*id, token.to_string());
+        wake.send_modify(|g| *g += 1);
+        true
     }
 }
 
@@ -351,10 +391,17 @@ impl Waiters {
         }
         if let Some(queue) = self.lock().get_mut(resource) {
             if let Some(token) = token {
-                if queue.woken_by.as_deref() == Some(token) {
+                if queue.woken_by.iter().any(|t| t == token) {
                     return;
                 }
-                queue.woken_by = Some(token.to_string());
+                let recent = if queue.several { RECENT_RELEASES } else { 1 };
+                if queue.woken_by.len() >= recent {
+                    queue.woken_by.pop_front();
+                }
+                queue.woken_by.push_back(token.to_string());
+                if queue.hand_off(token) {
+                    return;
+                }
             }
             queue.release = token.map(str::to_string);
             queue.held = false;
@@ -428,8 +475,11 @@ impl Waiters {
                 Queue {
                     order: VecDeque::new(),
                     held: false,
-                    woken_by: None,
+                    woken_by: VecDeque::new(),
                     release: None,
+                    several: false,
+                    running: Vec::new(),
+                    handed: HashMap::new(),
                 }
             });
             if resources.is_empty() {
@@ -482,22 +532,73 @@ impl Ticket<'_> {
     }
 
     /// A round failed: the release that woke it may not have reached every
-    /// master yet, so its later messages may wake this queue again.
-    pub(super) fn hear_again(&self) {
+    /// master yet, so its later messages may wake this queue again. In a
+    /// semaphore's queue only the release this round took (`token`) is
+    /// forgotten: the others went to other waiters, and hearing them again
+    /// would send a waiter after a permit already taken.
+    pub(super) fn hear_again(&self, token: Option<&str>) {
         let mut queues = self.waiters.lock();
         for resource in &self.resources {
             if let Some(queue) = queues.get_mut(resource) {
-                queue.woken_by = None;
+                if queue.several {
+                    queue.woken_by.retain(|t| Some(t.as_str()) != token);
+                } else {
+                    queue.woken_by.clear();
+                }
             }
         }
     }
 
-    /// The token of the release that last woke this queue, unless a round
-    /// took it already.
+    /// The token of the release handed to this waiter, or (the head's) of
+    /// the release that last woke the queue, unless a round took it.
     pub(super) fn take_release(&self) -> Option<String> {
         let mut queues = self.waiters.lock();
         let queue = queues.get_mut(self.resources.first()?)?;
-        queue.release.take()
+        if let Some(token) = queue.handed.remove(&self.id) {
+            return Some(token);
+        }
+        let head = queue.order.front().is_some_and(|(id, _)| *id == self.id);
+        head.then(|| queue.release.take()).flatten()
+    }
+
+    /// Marks the queue a semaphore's: releases heard while the head's
+    /// round runs are handed to the waiters behind it (see
+    /// [`Ticket::may_compete`]).
+    pub(super) fn hand_offs(&self) {
+        let mut queues = self.waiters.lock();
+        for resource in &self.resources {
+            if let Some(queue) = queues.get_mut(resource) {
+                queue.several = true;
+            }
+        }
+    }
+
+    /// Whether this waiter may run a round now: it heads its queues, or
+    /// it was handed a release of its own.
+    pub(super) fn may_compete(&self) -> bool {
+        self.handed() || self.is_head()
+    }
+
+    /// Whether a release was handed to this waiter (see
+    /// [`Ticket::hand_offs`]): it competes for that permit at once, even
+    /// when the previous head just left with one.
+    pub(super) fn handed(&self) -> bool {
+        let queues = self.waiters.lock();
+        let first = self.resources.first().and_then(|r| queues.get(r));
+        first.is_some_and(|q| q.handed.contains_key(&self.id))
+    }
+
+    /// A round of this waiter starts (`true`) or ends.
+    pub(super) fn running(&self, running: bool) {
+        let mut queues = self.waiters.lock();
+        for resource in &self.resources {
+            if let Some(queue) = queues.get_mut(resource) {
+                queue.running.retain(|id| *id != self.id);
+                if running {
+                    queue.running.push(self.id);
+                }
+            }
+        }
     }
 
     /// Whether the previous head left with the lock (and clears the hint).
@@ -567,6 +668,14 @@ impl Drop for Ticket<'_> {
             };
             let was_head = queue.order.front().map(|(id, _)| *id) == Some(self.id);
             queue.order.retain(|(id, _)| *id != self.id);
+            queue.running.retain(|id| *id != self.id);
+            if let Some(token) = queue.handed.remove(&self.id) {
+                // A release handed to a waiter that left unused: the head
+                // takes it.
+                queue.release = Some(token);
+                queue.held = false;
+                queue.wake_head();
+            }
             if queue.order.is_empty() {
                 queues.remove(resource);
                 if !self.waiters.observers().contains_key(resource) {

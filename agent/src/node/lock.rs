@@ -284,7 +284,8 @@ impl Master for Node {
     }
 
     fn note_queued(self: &Arc<Self>, key: &str, value: &str, ttl: Duration) {
-        let answer = self.queue(Claim::new(key.to_string(), value), Command::Note { ttl });
+        let claim = Claim::new(key.to_string(), value);
+        let answer = self.queue(claim, Command::Note { ttl });
         let key = key.to_string();
         tokio::spawn(async move {
             if let Ok(Err(e)) = answer.await {

@@ -1,7 +1,7 @@
 //! A semaphore's hand-offs on the queue alone, against masters in memory
 //! on tokio's paused clock: a released permit goes to the head in one
-//! round trip, and two permits released at once go to two waiters
-//! without waiting for a third release.
+//! round trip, a free permit costs one, and permits released at once go
+//! to as many waiters at once, without waiting for another release.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -146,5 +146,74 @@ async fn two_permits_released_at_once_go_to_two_waiters_at_once() {
             took < Duration::from_secs(1),
             "no retry waited for: {took:?}"
         );
+    }
+}
+
+/// Both permits held, three waiters; both permits are released at once,
+/// the masters answering after 20 ms. The head takes one release and the
+/// waiter behind it the other: each votes for its permit beside its read,
+/// at the same time, so both are granted one round trip after the
+/// releases (one after the other, the second would need two more).
+#[tokio::test(start_paused = true)]
+async fn releases_at_once_are_handed_to_waiters_at_once() {
+    let (masters, redlock, waiters) = setup();
+    let queue = Contest::<Memory>::queue(&contest(&redlock)).to_string();
+    let holders = [
+        holder(&redlock, &waiters).await,
+        holder(&redlock, &waiters).await,
+    ];
+    let mut waiting = Vec::new();
+    for n in 1..=3 {
+        waiting.push(waiter(&redlock, &waiters));
+        queued(&waiters, &queue, n).await;
+    }
+    for master in &masters {
+        master.set(Mode::Slow(ROUND_TRIP));
+    }
+    for (index, grant) in &holders {
+        let permit = Resource::permit(&Resource::new("s").unwrap(), *index);
+        redlock.release(&permit, &grant.token).await;
+    }
+    let released = Instant::now();
+    for (_, grant) in &holders {
+        waiters.released(&queue, Some(grant.token.as_str()));
+    }
+    let third = waiting.pop().unwrap();
+    for waiting in waiting {
+        let (outcome, granted) = waiting.await.unwrap();
+        assert!(matches!(outcome, Acquire::Granted(_)), "{outcome:?}");
+        let took = granted - released;
+        assert!(took < 2 * ROUND_TRIP, "one round trip each: {took:?}");
+    }
+    third.abort();
+}
+
+/// A request on a semaphore with a permit free votes for its guess (the
+/// lowest permit not held through this agent) beside its read: granted
+/// one round trip after it asked, the masters answering after 20 ms;
+/// without a guess it reads, then votes: two round trips.
+#[tokio::test(start_paused = true)]
+async fn a_free_permit_costs_one_round_trip() {
+    for guessed in [true, false] {
+        let (masters, redlock, waiters) = setup();
+        let (first, _) = holder(&redlock, &waiters).await;
+        for master in &masters {
+            master.set(Mode::Slow(ROUND_TRIP));
+        }
+        let mut contest = contest(&redlock);
+        if guessed {
+            let held = Resource::permit(&Resource::new("s").unwrap(), first);
+            contest = contest.guess(|permit| *permit == held);
+        }
+        let asked = Instant::now();
+        let outcome = contend(&waiters, &redlock, &mut contest, Duration::ZERO, None, None).await;
+        assert!(matches!(outcome, Ok(Acquire::Granted(_))), "{outcome:?}");
+        assert_eq!(contest.won, Some(1 - first));
+        let took = asked.elapsed();
+        if guessed {
+            assert!(took < 2 * ROUND_TRIP, "one round trip: {took:?}");
+        } else {
+            assert!(took >= 2 * ROUND_TRIP, "read, then vote: {took:?}");
+        }
     }
 }

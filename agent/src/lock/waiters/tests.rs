@@ -85,7 +85,7 @@ async fn one_release_wakes_a_queue_once() {
         waiters.released_on("t:released:r", b"t1");
     }
     assert_eq!(wakes(), 1);
-    ticket.hear_again();
+    ticket.hear_again(Some("t1"));
     waiters.released_on("t:released:r", b"t1");
     assert_eq!(wakes(), 2);
     waiters.released_on("t:released:r", b"t2");
@@ -97,6 +97,32 @@ async fn one_release_wakes_a_queue_once() {
     assert_eq!(wakes(), 6);
     waiters.released_on("t:released:other", b"t3");
     assert_eq!(wakes(), 6, "another resource's release");
+}
+
+/// In a semaphore's queue a release heard while the head has one to take
+/// goes to the next waiter, and a failed round forgets only the release
+/// it took: another master's message of the one handed to the other
+/// waiter wakes nobody again, where forgetting both would send the head
+/// after a permit already taken.
+#[tokio::test]
+async fn a_semaphore_s_failed_round_forgets_only_its_own_release() {
+    let (_, _, waiters) = setup();
+    let s = || std::iter::once("s");
+    let (head, _) = waiters.join(s(), None).unwrap();
+    head.hand_offs();
+    let (second, _) = waiters.join(s(), None).unwrap();
+    waiters.released("s", Some("t1"));
+    waiters.released("s", Some("t2"));
+    assert!(!head.handed() && second.handed());
+    assert_eq!(head.take_release().as_deref(), Some("t1"));
+    assert_eq!(second.take_release().as_deref(), Some("t2"));
+    head.hear_again(Some("t1"));
+    let wakes = || (*head.wake.borrow(), *second.wake.borrow());
+    let before = wakes();
+    waiters.released_on("t:released:s", b"t2");
+    assert_eq!(wakes(), before, "t2 heard again");
+    waiters.released_on("t:released:s", b"t1");
+    assert_eq!(wakes(), (before.0 + 1, before.1), "t1 heard again");
 }
 
 /// A release through this agent wakes the queue's head at once, long
