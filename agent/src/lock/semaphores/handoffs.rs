@@ -113,42 +113,6 @@ async fn a_released_permit_goes_to_the_head_in_one_round_trip() {
     }
 }
 
-/// Both permits held, two waiters; both permits are released at once.
-/// The head wins one and, having read the other free, lets the next
-/// waiter try at once: both are granted within a second, where the
-/// second would otherwise wait for the engine's 10 s retry (no third
-/// release comes).
-#[tokio::test(start_paused = true)]
-async fn two_permits_released_at_once_go_to_two_waiters_at_once() {
-    let (_masters, redlock, waiters) = setup();
-    let queue = Contest::<Memory>::queue(&contest(&redlock)).to_string();
-    let holders = [
-        holder(&redlock, &waiters).await,
-        holder(&redlock, &waiters).await,
-    ];
-    let first = waiter(&redlock, &waiters);
-    queued(&waiters, &queue, 1).await;
-    let second = waiter(&redlock, &waiters);
-    queued(&waiters, &queue, 2).await;
-    let released = Instant::now();
-    for (index, grant) in &holders {
-        let permit = Resource::permit(&Resource::new("s").unwrap(), *index);
-        redlock.release(&permit, &grant.token).await;
-    }
-    for (_, grant) in &holders {
-        waiters.released(&queue, Some(grant.token.as_str()));
-    }
-    for waiting in [first, second] {
-        let (outcome, granted) = waiting.await.unwrap();
-        assert!(matches!(outcome, Acquire::Granted(_)), "{outcome:?}");
-        let took = granted - released;
-        assert!(
-            took < Duration::from_secs(1),
-            "no retry waited for: {took:?}"
-        );
-    }
-}
-
 /// Both permits held, three waiters; both permits are released at once,
 /// the masters answering after 20 ms. The head takes one release and the
 /// waiter behind it the other: each votes for its permit beside its read,
