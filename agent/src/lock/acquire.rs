@@ -66,11 +66,11 @@ pub trait Contest<M: Master>: Send {
     }
 
     /// After a granted round in line: whether the next waiter may try at
-    /// once instead of waiting for a release, because the round saw room
-    /// for another holder (a semaphore's permit free besides the one won)
-    /// or, with `released`, a release was heard while it ran (another
-    /// permit freed). A lock's next waiter waits: the lock is taken now,
-    /// whatever was heard.
+    /// once instead of waiting for a release, because the round made room
+    /// for another holder (a semaphore's round that won more than one
+    /// permit and gave the others back) or, with `released`, a release was
+    /// heard while it ran (another permit freed). A lock's next waiter
+    /// waits: the lock is taken now, whatever was heard.
     fn room_left(&self, released: bool) -> bool {
         let _ = released;
         false

@@ -67,10 +67,10 @@
 //! with the permits, and one master's note is enough. What this does not
 //! cover: two requests with different limits on a semaphore with no
 //! permit held, within a round trip of each other through two agents, can
-//! both be granted (the note lands after the grant); and the note is written and kept best
-//! effort, so a master that missed it (unreachable then, or restarted
-//! without its keys) has none, and a permit extended only while every
-//! master missed its keep outlives its note. The refusal keeps a
+//! both be granted (the note lands after the grant); and the note is
+//! written and kept best effort, so a master that missed it (unreachable
+//! then, or restarted without its keys) has none, and a permit extended
+//! only while every master missed its keep outlives its note. The refusal keeps a
 //! misconfiguration from going unnoticed; the bound of k holders for the
 //! clients of one limit does not rest on it.
 

@@ -83,8 +83,9 @@ struct Queue {
     /// takes it ([`Ticket::take_release`]).
     release: Option<String>,
     /// A semaphore's queue ([`Ticket::hand_offs`]): a release heard while
-    /// the head's round runs goes to the first waiter not in a round,
-    /// which competes for that permit beside the head.
+    /// the head is in its round, or has a release to take already, goes to
+    /// the first waiter not in a round ([`Queue::hand_off`]), which
+    /// competes for that permit beside the head.
     several: bool,
     /// Waiters in a round now, in a queue of `several`.
     running: Vec<u64>,

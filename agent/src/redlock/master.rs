@@ -289,18 +289,10 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
     ) -> impl Future<Output = Result<(), NodeError>> + Send;
 
     /// [`Master::note`], not waited for: a master that does not take it is
-    /// logged. A real master queues it in its batch queue before this
-    /// returns, so it is written behind every command this agent queued
-    /// for that master before and ahead of every one after; by default it
-    /// is written from a task of its own.
-    fn note_queued(self: &Arc<Self>, key: &str, value: &str, ttl: Duration) {
-        let (node, key, value) = (Arc::clone(self), key.to_string(), value.to_string());
-        tokio::spawn(async move {
-            if let Err(e) = node.note(&key, &value, ttl).await {
-                tracing::debug!(key, error = %e, "note not written on a master");
-            }
-        });
-    }
+    /// logged. It is queued before this returns, so it is written behind
+    /// every command this agent queued for that master before and ahead of
+    /// every one after.
+    fn note_queued(self: &Arc<Self>, key: &str, value: &str, ttl: Duration);
 
     /// Lengthens the TTL of the bookkeeping key `key` to at least `ttl`
     /// when it is there; never writes it: how an agent that does not know
