@@ -8,8 +8,9 @@
 mod common;
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use common::{Cluster, TestAgent};
+use common::{wait_for, Cluster, TestAgent};
 use hyper::StatusCode;
 use serde_json::json;
 
@@ -106,6 +107,23 @@ async fn semaphore_and_election_reads_share_the_listings_turns() {
         .post("/v1/semaphores/s/acquire", json!({"limit": 2}))
         .await;
     assert_eq!(status, StatusCode::OK, "{granted}");
+    // The limit's note is written after the grant, without the client
+    // waiting: once every master has it, nothing of the grant is still on
+    // its way to the master frozen next.
+    let prefix = agent.config.lock.key_prefix.clone();
+    let note = redlock_wire::keys::semaphore_limit_key(&prefix, "s");
+    wait_for(
+        "the limit's note on every master",
+        Duration::from_secs(10),
+        || async {
+            let mut all = true;
+            for m in 0..MASTERS {
+                all &= cluster.get(m, &note).await.is_some();
+            }
+            all
+        },
+    )
+    .await;
     cluster.masters[2].freeze().unwrap();
     let paths = ["/v1/locks"; 2]
         .into_iter()
