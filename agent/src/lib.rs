@@ -35,8 +35,9 @@
 //!   quarantine in [`node::settings`]), the lock commands
 //!   ([`node::lock`]: votes, fences, extends, releases, and a semaphore's
 //!   reads and the bookkeeping notes beside them, sent in batches: what
-//!   queued while the previous call was on its way goes in one script
-//!   call, one per slot on a cluster; each command's letter and
+//!   queued while the previous call was on its way, or during one more
+//!   turn of the runtime, goes in one script call, one per slot on a
+//!   cluster; each command's letter and
 //!   arguments in `node/lock/command.rs`), the other scripts
 //!   ([`node::scripts`]), the watch on the master's clock, read in every
 //!   vote and probe ([`node::clock`]),
@@ -79,7 +80,8 @@
 //!   permit or a leadership alike); the TTL and owner rules, grant bookkeeping
 //!   ([`lock::Grants`], in `lock/grants.rs`), waiters ([`lock::waiters`]: per-resource FIFO
 //!   queues, in which only the head competes (in a semaphore's, also a
-//!   waiter handed a release of its own), woken by releases here
+//!   waiter handed a release of its own), woken by releases here (once
+//!   queued on the masters, so the next vote rides behind the release)
 //!   or, through pub/sub, on other agents; what each master's subscriber serves, `lock/waiters/subscriptions.rs`),
 //!   locks on several resources at once ([`lock::multi`]: one lock grant
 //!   per resource under one token, waiting in every resource's queue at

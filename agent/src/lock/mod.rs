@@ -505,7 +505,8 @@ impl<M: Store> Locks<M> {
         if let Some(left) = self.grants.release_one(resource.as_str(), token.as_str()) {
             return Ok(Released::StillHeld(left));
         }
-        match self.engine.release(resource, token).await {
+        let wake = || self.wake_waiters(resource, token);
+        match self.engine.release_then(resource, token, wake).await {
             Release::Released => {
                 self.released(resource, token);
                 Ok(Released::Released)
@@ -524,7 +525,8 @@ impl<M: Store> Locks<M> {
     /// Releases the lock of a hold that ended, and forgets it here whether
     /// or not a quorum still held it (a lost hold's key may be gone).
     async fn release_ended(&self, resource: &Resource, token: &Token) -> Release {
-        let released = self.engine.release(resource, token).await;
+        let wake = || self.wake_waiters(resource, token);
+        let released = self.engine.release_then(resource, token, wake).await;
         self.released(resource, token);
         released
     }
@@ -553,12 +555,22 @@ impl<M: Store> Locks<M> {
 
     /// Bookkeeping of a release: the grant is forgotten and the next waiter
     /// here woken (waiters on other agents hear the release script's
-    /// announcement).
+    /// announcement), unless the release's queuing woke it already.
     fn released(&self, resource: &Resource, token: &Token) {
         self.grants
             .released(resource.as_str(), token.as_str(), &self.metrics);
-        self.waiters
-            .released(resource.queue(), Some(token.as_str()));
+        self.wake_waiters(resource, token);
+    }
+
+    /// Wakes the next waiter here for `resource`, released by `token`: as
+    /// soon as the release is queued on every master (see
+    /// [`Redlock::release_then`]), so its vote follows the release in the
+    /// same batches rather than a round trip later. Waking early grants
+    /// nothing: the waiter still needs a quorum of votes, each run on its
+    /// master behind the release; one that finds the lock still held
+    /// (the release failed there) is an ordinary refused vote.
+    fn wake_waiters(&self, resource: &Resource, token: &Token) {
+        self.waiters.released_here(resource.queue(), token.as_str());
     }
 
     /// Deletes the lock key of `resource` on every master, whoever holds it.

@@ -108,13 +108,18 @@ impl Queue {
     /// Hands the release of `token` to the first waiter behind a head that
     /// is in its round or has a release to take already, the first neither
     /// in a round nor handed one; `false` when the head is free or no such
-    /// waiter is left (the head takes it).
-    fn hand_off(&mut self, token: &str) -> bool {
+    /// waiter is left (the head takes it). A release `here` (queued on the
+    /// masters, not yet run there) is not handed past a head that is only
+    /// in its round: that round read the permits before the release, and
+    /// the head takes it next, so the first in line gets the first permit
+    /// freed here.
+    fn hand_off(&mut self, token: &str, here: bool) -> bool {
         let head_busy = self.release.is_some()
-            || self
-                .order
-                .front()
-                .is_some_and(|(id, _)| self.running.contains(id));
+            || !here
+                && self
+                    .order
+                    .front()
+                    .is_some_and(|(id, _)| self.running.contains(id));
         if !self.several || !head_busy {
             return false;
         }
@@ -387,6 +392,16 @@ impl Waiters {
     /// Wakes the queue of `resource`: its lock was released, by the holder
     /// of `token` when known. A release already heard is ignored.
     pub fn released(&self, resource: &str, token: Option<&str>) {
+        self.wake(resource, token, false);
+    }
+
+    /// [`Waiters::released`] for a release through this agent, as soon as
+    /// it is queued on every master (see [`Queue::hand_off`]).
+    pub fn released_here(&self, resource: &str, token: &str) {
+        self.wake(resource, Some(token), true);
+    }
+
+    fn wake(&self, resource: &str, token: Option<&str>, here: bool) {
         if let Some((_, changes)) = self.observers().get(resource) {
             changes.send_modify(|n| *n += 1);
         }
@@ -400,7 +415,7 @@ impl Waiters {
                     queue.woken_by.pop_front();
                 }
                 queue.woken_by.push_back(token.to_string());
-                if queue.hand_off(token) {
+                if queue.hand_off(token, here) {
                     return;
                 }
             }

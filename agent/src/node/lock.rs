@@ -43,6 +43,7 @@
 //! - The task holds only a weak reference to its node: it ends when the
 //!   node is dropped.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::{Duration, Instant};
 
@@ -98,16 +99,21 @@ impl Node {
     }
 
     /// Compare-and-delete, announced on `channel` when a waiter flagged the
-    /// key. `Ok(true)` when this master held the token.
+    /// key, queued for this master's next batch now, before the returned
+    /// future is first polled. `Ok(true)` when this master held the token.
     ///
     /// # Errors
     /// When the master is not connected, does not answer in time, or fails.
-    pub async fn release(&self, claim: &Arc<Claim>, channel: &Arc<str>) -> Result<bool, NodeError> {
+    pub fn release(
+        &self,
+        claim: &Arc<Claim>,
+        channel: &Arc<str>,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let command = Command::Release {
             channel: Arc::clone(channel),
         };
-        let answer = self.batched(claim, command).await?;
-        Ok(answer.status == 1)
+        let answer = self.queue(Arc::clone(claim), command);
+        async move { Ok(answered(answer.await)?.status == 1) }
     }
 
     /// Compare-and-pexpire, checking the incarnation marker in the same
@@ -254,8 +260,12 @@ impl Master for Node {
         Node::extend(self, claim, ttl).await
     }
 
-    async fn release(&self, claim: &Arc<Claim>, channel: &Arc<str>) -> Result<bool, NodeError> {
-        Node::release(self, claim, channel).await
+    fn release(
+        self: &Arc<Self>,
+        claim: &Arc<Claim>,
+        channel: &Arc<str>,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+        Node::release(self, claim, channel)
     }
 
     /// One `p` per key, in this master's next batch (on a cluster, one
@@ -397,9 +407,7 @@ impl Node {
                 counter: 0,
             });
         }
-        self.queue(Arc::clone(claim), command)
-            .await
-            .unwrap_or_else(|_| Err(NodeError::Other("the batch task ended".to_string())))
+        answered(self.queue(Arc::clone(claim), command).await)
     }
 
     /// Queues one lock command for this master's next batch, now.
@@ -705,6 +713,14 @@ async fn gather(queue: &mut mpsc::UnboundedReceiver<Job>, jobs: &mut Vec<Job>) {
             return;
         }
     }
+}
+
+/// A queued command's answer, or the error of a batch task that ended
+/// without giving one.
+fn answered(
+    answer: Result<Result<Answer, NodeError>, oneshot::error::RecvError>,
+) -> Result<Answer, NodeError> {
+    answer.unwrap_or_else(|_| Err(NodeError::Other("the batch task ended".to_string())))
 }
 
 /// The master's clock in a batch's answer (`seconds microseconds`), in

@@ -266,12 +266,15 @@ pub trait Master: Send + Sync + std::fmt::Debug + 'static {
 
     /// Compare-and-delete, announcing the release on `channel` (the token
     /// as the message) when a waiting voter found the lock taken since it
-    /// was granted. `Ok(true)` when this master held the token.
+    /// was granted. `Ok(true)` when this master held the token. Queued
+    /// when called, not when the future is first polled (as
+    /// [`Master::note_queued`]): a caller can queue it on every master and
+    /// then wake the waiters whose votes must come behind it.
     fn release(
-        &self,
+        self: &Arc<Self>,
         claim: &Arc<Claim>,
         channel: &Arc<str>,
-    ) -> impl Future<Output = Result<bool, NodeError>> + Send;
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static;
 
     /// What each of `keys` holds, in the order asked, read beside the lock
     /// commands: a semaphore's round reads its limit's note and its

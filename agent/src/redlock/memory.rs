@@ -4,6 +4,7 @@
 //! test sets (down, slow, lost state, no round 2).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -131,6 +132,19 @@ impl Memory {
         }
     }
 
+    /// Deletes `key` (or its reader `value`) while it holds `value`.
+    fn delete(&self, key: &str, value: &str) -> bool {
+        let mut keys = self.keys.lock().unwrap();
+        if keys.get(key).is_some_and(|(held, _)| held == value) {
+            keys.remove(key);
+            return true;
+        }
+        let mut readers = self.readers.lock().unwrap();
+        readers
+            .get_mut(key)
+            .is_some_and(|at| at.remove(value).is_some())
+    }
+
     /// Waits as the mode says; `Err` when the master does not answer.
     async fn answer(&self) -> Result<(), NodeError> {
         match self.mode() {
@@ -249,19 +263,20 @@ impl Master for Memory {
         }
     }
 
-    async fn release(&self, claim: &Arc<Claim>, _channel: &Arc<str>) -> Result<bool, NodeError> {
-        let (key, value) = (claim.key(), claim.token());
+    /// Released when called, as a node's release is queued then and runs
+    /// before anything queued after it; answered as the mode says.
+    fn release(
+        self: &Arc<Self>,
+        claim: &Arc<Claim>,
+        _channel: &Arc<str>,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         self.releases.fetch_add(1, Ordering::Relaxed);
-        self.answer().await?;
-        let mut keys = self.keys.lock().unwrap();
-        if keys.get(key).is_some_and(|(held, _)| held == value) {
-            keys.remove(key);
-            return Ok(true);
+        let released = (self.mode() != Mode::Down).then(|| self.delete(claim.key(), claim.token()));
+        let node = Arc::clone(self);
+        async move {
+            node.answer().await?;
+            Ok(released.unwrap_or(false))
         }
-        let mut readers = self.readers.lock().unwrap();
-        Ok(readers
-            .get_mut(key)
-            .is_some_and(|at| at.remove(value).is_some()))
     }
 
     async fn peek(&self, keys: &[String]) -> Result<Vec<Peeked>, NodeError> {

@@ -412,6 +412,21 @@ impl<M: Master> Redlock<M> {
     /// awaited in the background, so a frozen master does not hold up the
     /// caller once a quorum has answered.
     pub async fn release(&self, resource: &Resource, token: &Token) -> Release {
+        self.release_then(resource, token, || ()).await
+    }
+
+    /// [`Redlock::release`], calling `queued` once the release is queued on
+    /// every master (see [`Master::release`]) and before any answer: a
+    /// vote this agent queues from then on runs behind the release on each
+    /// master, so a waiter here woken by `queued` has its vote in the same
+    /// call as the release wherever the two meet in one batch, instead of
+    /// one round trip later.
+    pub async fn release_then(
+        &self,
+        resource: &Resource,
+        token: &Token,
+        queued: impl FnOnce(),
+    ) -> Release {
         let claim = self.claim(resource, token);
         let channel: Arc<str> = format!(
             "{}{}",
@@ -431,14 +446,12 @@ impl<M: Master> Redlock<M> {
         let mut replies: FuturesUnordered<_> = targets
             .into_iter()
             .map(|node| {
-                let (node, claim, channel) =
-                    (Arc::clone(node), Arc::clone(&claim), Arc::clone(&channel));
-                async move {
-                    let reply = node.release(&claim, &channel).await;
-                    (node, reply)
-                }
+                let reply = node.release(&claim, &channel);
+                let node = Arc::clone(node);
+                async move { (node, reply.await) }
             })
             .collect();
+        queued();
         let (mut released, mut not_held) = (0, 0);
         let mut failures = Vec::new();
         while let Some((node, reply)) = replies.next().await {

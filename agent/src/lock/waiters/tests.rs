@@ -125,6 +125,31 @@ async fn a_semaphore_s_failed_round_forgets_only_its_own_release() {
     assert_eq!(wakes(), (before.0 + 1, before.1), "t1 heard again");
 }
 
+/// In a semaphore's queue whose head is in a round, a release heard from
+/// the masters goes to the waiter behind it, but a release through this
+/// agent (queued on the masters, not yet run there, so the head's round
+/// read the permits before it) is the head's to take next: the first in
+/// line gets the first permit freed here.
+#[tokio::test]
+async fn a_release_here_is_not_handed_past_a_head_in_its_round() {
+    let (_, _, waiters) = setup();
+    let s = || std::iter::once("s");
+    let (head, _) = waiters.join(s(), None).unwrap();
+    head.hand_offs();
+    let (second, _) = waiters.join(s(), None).unwrap();
+    head.running(true);
+    waiters.released_here("s", "t1");
+    assert!(!second.handed(), "kept for the head");
+    waiters.released("s", Some("t2"));
+    assert!(second.handed(), "the head has one to take");
+    head.running(false);
+    assert_eq!(head.take_release().as_deref(), Some("t1"));
+    assert_eq!(second.take_release().as_deref(), Some("t2"));
+    head.running(true);
+    waiters.released("s", Some("t3"));
+    assert!(second.handed(), "heard from the masters: handed on");
+}
+
 /// A release through this agent wakes the queue's head at once, long
 /// before the holder's TTL and without burning retries.
 #[tokio::test(start_paused = true)]
@@ -222,4 +247,41 @@ fn each_uid_waits_within_its_share() {
     let _again = waiters
         .join(std::iter::once(r.as_str()), Some(7))
         .expect("slots are given back");
+}
+
+/// A release through this agent wakes the waiter here once the release is
+/// queued on every master, not once they answer: with the masters
+/// answering after 20 ms (each running a command when it comes, as a
+/// node's batch runs its commands in order), the waiter's vote goes out
+/// behind the release and is granted as the release is answered, one
+/// round trip after it started. Woken by the release's answer, the waiter
+/// would be granted a round trip later, or after a timer retry (every
+/// 10 ms here) and its vote's round trip: later either way.
+#[tokio::test(start_paused = true)]
+async fn a_release_here_hands_the_lock_to_the_waiter_here_in_one_round_trip() {
+    use crate::lock::tests::{ask, resource, service};
+    const ROUND_TRIP: Duration = Duration::from_millis(20);
+    let (masters, locks) = service();
+    let r = resource("r");
+    let first = locks.acquire(&r, ask(0, "first")).await.unwrap();
+    let waiter = {
+        let (locks, r) = (Arc::clone(&locks), r.clone());
+        tokio::spawn(async move {
+            let grant = locks.acquire(&r, ask(60_000, "second")).await;
+            (grant, tokio::time::Instant::now())
+        })
+    };
+    while locks.waiters().count("r") == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for master in &masters {
+        master.set(crate::redlock::memory::Mode::Slow(ROUND_TRIP));
+    }
+    let started = tokio::time::Instant::now();
+    let released = locks.release(&r, &first.token, None).await.unwrap();
+    assert_eq!(released, crate::lock::Released::Released);
+    let (grant, granted) = waiter.await.unwrap();
+    grant.expect("the waiter gets the lock");
+    let took = granted - started;
+    assert!(took <= ROUND_TRIP, "one round trip: {took:?}");
 }
