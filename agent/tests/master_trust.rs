@@ -140,6 +140,18 @@ async fn a_master_clock_jumping_forward_never_grants_twice() {
         let (status, grant) = acquire(&a, "L", 10_000).await;
         assert_eq!(status, StatusCode::OK, "A's grant: {grant}");
         let granted = std::time::Instant::now();
+        // The grant is answered once a quorum has voted; the other votes
+        // may still be on their way (a batch leaves after a turn of the
+        // agent's runtime). One that lands after the jump writes L with a
+        // TTL by the moved clock, so the jump waits for all five.
+        wait_for("A's L on every master", Duration::from_secs(5), || async {
+            let mut everywhere = true;
+            for i in 0..5 {
+                everywhere &= cluster.get(i, "redlock:L").await.is_some();
+            }
+            everywhere
+        })
+        .await;
         for m in &cluster.masters[..3] {
             m.jump_clock(15_000).unwrap();
         }
