@@ -492,11 +492,14 @@ async fn serve_until_idle<S: Socket>(
         let activity = Arc::clone(activity);
         service_fn(move |request: Request<Incoming>| {
             let exchange = activity.begin();
-            let handled = routes::handle(Arc::clone(&agent), surface, peer, request);
+            let agent = Arc::clone(&agent);
             let activity = Arc::clone(&activity);
             // Boxed: hyper keeps room for one service future for the whole
-            // connection, and this one is a few KiB.
+            // connection, and this one is a few KiB. The handler's future
+            // is made inside the box, where it runs: made outside, its few
+            // KiB were copied into the box on every request.
             Box::pin(async move {
+                let handled = routes::handle(agent, surface, peer, request);
                 let response: Response<routes::Body> = match handled.await {
                     Ok(response) => response,
                     Err(never) => match never {},
