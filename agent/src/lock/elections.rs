@@ -19,11 +19,10 @@
 //! found when it starts to wait. Once elected, its agent writes the
 //! leader's note (term, value, process, since) on every master
 //! ([`redlock_wire::keys::leader_key`]), tied to the leadership's token, so
-//! any agent answers who leads; then it tells the campaign and, at the
-//! same time, announces the change on the election's channel, as it does
-//! when the leadership ends, so observers on every agent read it at once.
-//! A note is shown only while its token holds the election's lock on a
-//! quorum. Observers' reads that no
+//! any agent answers who leads; then it announces the change on the
+//! election's channel, as it does when the leadership ends, so observers
+//! on every agent read it at once. A note is shown only while its token
+//! holds the election's lock on a quorum. Observers' reads that no
 //! announcement asked for share one budget per agent
 //! ([`OBSERVER_READS_PER_SECOND`]), so observers cost the masters per
 //! agent, not per election.
@@ -292,29 +291,22 @@ impl<M: Store> Locks<M> {
             let mut elected = false;
             if !events.is_closed() {
                 self.note_leader(&campaign, &token, term).await;
+                self.announce_change(&resource, &format!("elected {term}"))
+                    .await;
                 self.metrics.leadership(Leadership::Elected);
                 elected = true;
                 self.metrics
                     .last_term
                     .set(i64::try_from(term).unwrap_or(i64::MAX));
                 tracing::info!(election = %campaign.name, term, "elected");
-                // The validity left now, after the note: the client
-                // counts it from arrival. The announcement goes out while
-                // the client is told, after the note as observers expect,
-                // so a campaign waits a round trip for the vote, one for
-                // its fence and one for the note, not a fourth for the
-                // announcement.
+                // The validity left now, after the note and the
+                // announcement: the client counts it from arrival.
                 let elected = CampaignEvent::Elected {
                     term,
                     validity_ms: millis(valid_until.saturating_duration_since(Instant::now())),
                     ttl_ms,
                 };
-                let announced = format!("elected {term}");
-                let ((), told) = tokio::join!(
-                    self.announce_change(&resource, &announced),
-                    events.send(elected)
-                );
-                if told.is_ok() {
+                if events.send(elected).await.is_ok() {
                     // The client gone resigns at once, not at the next
                     // renewal.
                     while let Some(Stamped { event, at }) = tokio::select! {
