@@ -21,8 +21,9 @@ use crate::redlock::{Drift, Settings};
 use crate::scanner::{ScanSettings, Scanner};
 use crate::telemetry::Telemetry;
 use redlock_testkit::switches::{
-    MULTI_PARTIAL, NO_LOSS_NOTICE, NO_SLOT_READINESS, REENTRY_MAY_SHORTEN, REENTRY_TRUSTS_PID_ZERO,
-    RENEWALS_WAIT_FOR_CLIENT, SEMAPHORE_LIMIT_BY_GRANTER, SHARED_APART, UNSETTLED_HOLD_CLOSE,
+    MULTI_PARTIAL, NO_LOSS_NOTICE, NO_SLOT_READINESS, POLL_WAITERS, REENTRY_MAY_SHORTEN,
+    REENTRY_TRUSTS_PID_ZERO, RENEWALS_WAIT_FOR_CLIENT, SEMAPHORE_LIMIT_BY_GRANTER, SHARED_APART,
+    UNSETTLED_HOLD_CLOSE,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -236,6 +237,7 @@ impl Agent {
             fence,
             all_or_nothing: !switched_on(MULTI_PARTIAL),
             shared_apart: switched_on(SHARED_APART),
+            poll_waiters: switched_on(POLL_WAITERS),
         };
         let health = HealthSettings {
             interval: config.health.interval,

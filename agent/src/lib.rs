@@ -82,7 +82,10 @@
 //!   queues, in which only the head competes (in a semaphore's, also a
 //!   waiter handed a release of its own), woken by releases here (once
 //!   queued on the masters, so the next vote rides behind the release)
-//!   or, through pub/sub, on other agents; what each master's subscriber serves, `lock/waiters/subscriptions.rs`),
+//!   or, through pub/sub, on other agents, and otherwise voting again
+//!   only once the lock can have expired, as the masters said in the
+//!   vote that found it taken, [`redlock::round::free_in`]; what each
+//!   master's subscriber serves, `lock/waiters/subscriptions.rs`),
 //!   locks on several resources at once ([`lock::multi`]: one lock grant
 //!   per resource under one token, waiting in every resource's queue at
 //!   once, a hold of each told as one stream),

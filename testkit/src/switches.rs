@@ -135,8 +135,14 @@ pub const SHARED_APART: &str = "REDLOCK_TEST_SHARED_APART";
 /// which must see such a call answered as if the hold were still open.
 pub const UNSETTLED_HOLD_CLOSE: &str = "REDLOCK_TEST_UNSETTLED_HOLD_CLOSE";
 
+/// `1` has a waiter that found its lock taken vote again every retry
+/// delay, as before the masters said how long the lock has left (see the
+/// agent's `lock::acquire`). The control run of `agent/tests/waiting.rs`,
+/// which must see a waiter on a held lock vote many times while it waits.
+pub const POLL_WAITERS: &str = "REDLOCK_TEST_POLL_WAITERS";
+
 /// Every switch, for suites that clear them from an inherited environment.
-pub const ALL: [&str; 23] = [
+pub const ALL: [&str; 24] = [
     NO_MARKER_CHECK,
     NO_FENCE_WRITEBACK,
     FENCE_CLOCK_SKEW_MS,
@@ -160,6 +166,7 @@ pub const ALL: [&str; 23] = [
     UNSETTLED_HOLD_CLOSE,
     NO_CLOCK_CHECK,
     NO_PROCESS_CHECK,
+    POLL_WAITERS,
 ];
 
 /// `1` stops the agent from watching its masters' clocks: the master's

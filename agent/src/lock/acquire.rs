@@ -223,7 +223,7 @@ impl<M: Store> Locks<M> {
         let outcome = contend(&self.waiters, &self.engine, contest, wait, uid, cancel).await?;
         match outcome {
             Acquire::Granted(grant) => Ok(contest.won(self, grant, holder).await),
-            Acquire::Taken => Err(contest.refused()),
+            Acquire::Taken { .. } => Err(contest.refused()),
             Acquire::NoQuorum(message) => Err(LockError::NoQuorum(message)),
         }
     }
@@ -322,7 +322,7 @@ async fn wait_in_line<M: Master, C: Contest<M>>(
     contest: &mut C,
     deadline: Instant,
 ) -> Result<Acquire, WaitError> {
-    let mut last = Acquire::Taken;
+    let mut last = Acquire::Taken { free_in: None };
     loop {
         // Only the head competes (and, in a semaphore's queue, a waiter
         // handed a release); the others wait for a change of head.
@@ -364,13 +364,23 @@ async fn wait_in_line<M: Master, C: Contest<M>>(
             // With no quorum usable there is nothing to wait for here;
             // answer at once rather than hold the caller.
             Acquire::NoQuorum(_) if !redlock.quorum_usable() => return Ok(last),
-            Acquire::Taken | Acquire::NoQuorum(_) => ticket.hear_again(release.as_deref()),
+            Acquire::Taken { .. } | Acquire::NoQuorum(_) => {
+                ticket.hear_again(release.as_deref());
+            }
         }
-        // Wait for a release, or retry after a random delay in case the
-        // lock expires instead (expiry publishes nothing); such a retry
-        // needs the agent's retry budget, a release never does.
+        // Wait for a release, or vote again in case the lock expires
+        // instead (expiry publishes nothing): once it can have expired on
+        // a quorum, as the masters said, or where they did not say after
+        // a random delay. Such a retry needs the agent's retry budget, a
+        // release never does.
+        let mut wait = match &last {
+            Acquire::Taken {
+                free_in: Some(free_in),
+            } => (*free_in).max(redlock.retry_delay()),
+            _ => redlock.retry_delay(),
+        };
         loop {
-            let retry = (Instant::now() + redlock.retry_delay()).min(deadline);
+            let retry = (Instant::now() + wait).min(deadline);
             let wake = ticket.changed_until(retry).await;
             if wake == Wake::ShuttingDown {
                 return Err(WaitError::ShuttingDown);
@@ -381,6 +391,7 @@ async fn wait_in_line<M: Master, C: Contest<M>>(
             if wake == Wake::Changed || ticket.may_retry() {
                 break;
             }
+            wait = redlock.retry_delay();
         }
     }
 }

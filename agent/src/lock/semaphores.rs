@@ -284,7 +284,7 @@ impl<M: Store> Contest<M> for PermitContest {
                 if let Some((i, Acquire::Granted(_))) = guess {
                     redlock.release(&self.permits[i], &self.tokens[i]).await;
                 }
-                return Acquire::Taken;
+                return Acquire::Taken { free_in: None };
             }
         }
         let quorum = redlock.quorum();
@@ -301,7 +301,7 @@ impl<M: Store> Contest<M> for PermitContest {
                     return Acquire::NoQuorum(message);
                 }
                 Acquire::NoQuorum(message) => no_quorum = Some(message),
-                Acquire::Taken => {}
+                Acquire::Taken { .. } => {}
             }
         }
         let looked_free = (0..self.permits.len()).filter(|&i| look.free[i] >= quorum && !tried[i]);
@@ -313,14 +313,14 @@ impl<M: Store> Contest<M> for PermitContest {
                     return Acquire::NoQuorum(message);
                 }
                 Acquire::NoQuorum(message) => no_quorum = Some(message),
-                Acquire::Taken => {}
+                Acquire::Taken { .. } => {}
             }
         }
         // A read that a quorum answered, with no permit it found free
         // left: a request that will not wait is refused here, at the cost
         // of that one read (and the few votes above).
         if !waiting && look.answered >= quorum {
-            return no_quorum.map_or(Acquire::Taken, Acquire::NoQuorum);
+            return no_quorum.map_or(Acquire::Taken { free_in: None }, Acquire::NoQuorum);
         }
         // A request that waits votes for every other permit at once: any
         // that was freed since the read is won, and the votes on the taken
@@ -345,7 +345,7 @@ impl<M: Store> Contest<M> for PermitContest {
                 Acquire::Granted(grant) if won.is_none() => won = Some((i, grant)),
                 Acquire::Granted(_) => extra.push(i),
                 Acquire::NoQuorum(message) => no_quorum = Some(message),
-                Acquire::Taken => {}
+                Acquire::Taken { .. } => {}
             }
         }
         // One permit per request: the others won go back at once (and
@@ -361,7 +361,7 @@ impl<M: Store> Contest<M> for PermitContest {
                 Acquire::Granted(grant)
             }
             (None, Some(message)) => Acquire::NoQuorum(message),
-            (None, None) => Acquire::Taken,
+            (None, None) => Acquire::Taken { free_in: None },
         }
     }
 }

@@ -25,9 +25,12 @@
 //! the resource's waiters wake.
 //!
 //! A lock that expires instead of being released publishes nothing; for
-//! that the head also retries after `retry_delay` plus jitter, within a
-//! budget shared by every queue of the agent ([`RETRIES_PER_SECOND`]), so
-//! thousands of waiters on distinct resources do not flood the masters.
+//! that the head also votes again once the lock can have expired on a
+//! quorum, as the votes that found it taken said
+//! ([`crate::redlock::round::free_in`]), or after `retry_delay` plus
+//! jitter where they did not say, within a budget shared by every queue of
+//! the agent ([`RETRIES_PER_SECOND`]), so thousands of waiters on distinct
+//! resources do not flood the masters.
 //! Rounds woken by a release are never held back.
 //!
 //! Waiters are bounded twice: `lock.max_waiters` on the whole agent, and

@@ -400,7 +400,9 @@ impl Node {
 ///   while its key is here, so a vote that finds the key free reads every
 ///   fence raised under an earlier holder of this lock. A waiting voter
 ///   that finds the lock taken sets the key's waiting flag, with its own
-///   TTL, so the holder's release announces itself.
+///   TTL, so the holder's release announces itself, and answers `0:;<ms>`:
+///   the time the key has left (`PTTL`, where it has one), before which
+///   only a release (announced) can free it.
 /// - `f` (round 2 of a fenced grant; number: the fence): raise the counter
 ///   to the fence only while the key still holds the token, so the raise
 ///   happens before any later holder's `SET NX` on this master; never lower
@@ -572,7 +574,11 @@ local function run(op, key, flag, token, number, more)
       redis.call("pexpire", key, number)
       status = 1
     end
-    if status == 0 and wants >= 2 then redis.call("set", flag, "w", "PX", number) end
+    if status == 0 and wants >= 2 then
+      redis.call("set", flag, "w", "PX", number)
+      local left = redis.call("pttl", key)
+      if left > 0 then return "0:;" .. left end
+    end
     if wants % 2 == 1 then return status .. ":" .. (redis.call("get", KEYS[2]) or "0") end
     return status
   elseif op == "s" then

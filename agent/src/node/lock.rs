@@ -238,7 +238,9 @@ impl Master for Node {
             waiting,
         };
         match self.batched(claim, command).await {
-            Ok(Answer { status: 1, counter }) => Vote::Granted { counter },
+            Ok(Answer {
+                status: 1, counter, ..
+            }) => Vote::Granted { counter },
             Ok(Answer { status: -1, .. }) => {
                 self.lost_state_at(claim.key(), Detector::Marker);
                 Vote::LostState
@@ -247,7 +249,7 @@ impl Master for Node {
                 self.lost_state_at(claim.key(), Detector::Eviction);
                 Vote::LostState
             }
-            Ok(_) => Vote::Taken,
+            Ok(Answer { left, .. }) => Vote::Taken { left },
             Err(e) => Vote::Failed(e),
         }
     }
@@ -335,6 +337,9 @@ const GATHER_TURNS: usize = 4;
 pub struct Answer {
     pub status: i64,
     pub counter: u64,
+    /// A waiting vote that found the lock taken: the time its key has left
+    /// on this master (`PTTL`; `None` where it has no TTL).
+    pub left: Option<Duration>,
 }
 
 /// A queued command and where its answer goes.
@@ -405,6 +410,7 @@ impl Node {
             return Ok(Answer {
                 status: -1,
                 counter: 0,
+                left: None,
             });
         }
         answered(self.queue(Arc::clone(claim), command).await)
@@ -595,10 +601,13 @@ impl Node {
                     )))
                 }
                 Some((-2, text)) => Err(self.record_error(classify_text(text))),
-                Some((status, "")) => Ok(Answer { status, counter: 0 }),
-                Some((status, text)) => match text.parse() {
-                    Ok(counter) => Ok(Answer { status, counter }),
-                    Err(_) => Err(self.record_error(NodeError::Other(format!(
+                Some((status, text)) => match more(text) {
+                    Some((counter, left)) => Ok(Answer {
+                        status,
+                        counter,
+                        left,
+                    }),
+                    None => Err(self.record_error(NodeError::Other(format!(
                         "the fencing counter holds {text:?}, not a number"
                     )))),
                 },
@@ -738,9 +747,30 @@ fn parse(item: &str) -> Option<(i64, &str)> {
     Some((status.parse().ok()?, more))
 }
 
+/// What follows a status: nothing, the fencing counter, or `;` and the
+/// milliseconds a taken lock's key has left (a waiting vote's).
+fn more(text: &str) -> Option<(u64, Option<Duration>)> {
+    match text.split_once(';') {
+        None if text.is_empty() => Some((0, None)),
+        None => Some((text.parse().ok()?, None)),
+        Some(("", left)) => Some((0, Some(Duration::from_millis(left.parse().ok()?)))),
+        Some(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{master_time, parse};
+    use super::{master_time, more, parse, Duration};
+
+    #[test]
+    fn a_taken_vote_says_how_long_the_key_has_left() {
+        assert_eq!(more(""), Some((0, None)));
+        assert_eq!(more("41"), Some((41, None)));
+        assert_eq!(more(";2500"), Some((0, Some(Duration::from_millis(2500)))));
+        assert_eq!(more("x"), None);
+        assert_eq!(more(";"), None);
+        assert_eq!(more("3;5"), None);
+    }
 
     #[test]
     fn the_master_time_line_is_seconds_and_microseconds() {

@@ -87,8 +87,12 @@ pub enum Vote {
     Granted {
         counter: u64,
     },
-    /// The key exists: someone else holds the lock on this master.
-    Taken,
+    /// The key exists: someone else holds the lock on this master. `left`:
+    /// for a voter that waits, the time the key has left here, where the
+    /// master said (it has a TTL).
+    Taken {
+        left: Option<Duration>,
+    },
     /// The master's incarnation marker is gone: it lost its keys (a flush,
     /// a failover, a restart) and its word on any lock is worthless until
     /// every lock it may have held has expired. Never counts.

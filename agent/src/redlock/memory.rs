@@ -31,6 +31,7 @@ pub(crate) fn settings(agent_name: Option<&str>, fence: FenceSettings) -> Settin
         fence,
         all_or_nothing: true,
         shared_apart: false,
+        poll_waiters: false,
     }
 }
 
@@ -91,6 +92,14 @@ impl Memory {
         keys.get(key)
             .filter(|(_, until)| *until > Instant::now())
             .map(|(value, _)| value.clone())
+    }
+
+    /// The time a writer's key has left, as `PTTL` says on a master.
+    fn left(&self, key: &str) -> Option<Duration> {
+        let keys = self.keys.lock().unwrap();
+        keys.get(key)
+            .map(|(_, until)| until.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero())
     }
 
     /// The readers at `key` that have not expired.
@@ -185,13 +194,14 @@ impl Master for Memory {
     }
 
     /// No waiting flag: nothing here publishes (a release wakes the queue
-    /// through the agent, as on a real master without other agents).
+    /// through the agent, as on a real master without other agents). A
+    /// waiting voter learns how long a writer's key has left, as on Redis.
     async fn vote(
         &self,
         claim: &Arc<Claim>,
         ttl: Duration,
         read_counter: bool,
-        _waiting: bool,
+        waiting: bool,
     ) -> Vote {
         let (key, value) = (claim.key(), claim.token());
         if let Err(e) = self.answer().await {
@@ -209,7 +219,8 @@ impl Master for Memory {
             (false, None) => !readers.is_empty(),
         };
         if taken {
-            return Vote::Taken;
+            let left = waiting.then(|| self.left(key)).flatten();
+            return Vote::Taken { left };
         }
         if claim.is_shared() {
             let until = Instant::now() + ttl;

@@ -60,6 +60,10 @@ pub struct Settings {
     /// its writers: only under the test switch `REDLOCK_TEST_SHARED_APART`
     /// (control runs).
     pub shared_apart: bool,
+    /// A waiter votes again every retry delay even when the masters said
+    /// how long the lock has left: only under the test switch
+    /// `REDLOCK_TEST_POLL_WAITERS` (control runs).
+    pub poll_waiters: bool,
 }
 
 /// What an acquisition came to.
@@ -67,7 +71,12 @@ pub struct Settings {
 pub enum Acquire {
     Granted(Grant),
     /// Held by someone else on enough masters, until the wait ran out.
-    Taken,
+    /// `free_in`, for a voter that waits: how soon the lock can be free on
+    /// a quorum if nobody releases it (see [`round::free_in`]); `None` where
+    /// the masters did not say.
+    Taken {
+        free_in: Option<Duration>,
+    },
     /// Fewer than a quorum of masters could be used; the message names them.
     NoQuorum(String),
 }

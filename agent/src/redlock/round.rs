@@ -61,6 +61,7 @@ enum Attempt<M> {
     /// lock taken, or its keys lost), none voting yes and none failing.
     Taken {
         nothing_written: bool,
+        free_in: Option<Duration>,
     },
     NoQuorum(String),
 }
@@ -139,7 +140,7 @@ impl<M: Master> Redlock<M> {
                         // A quorum was reached too slowly: nothing was left
                         // after drift.
                         self.observer.failure(Failure::ValidityExhausted);
-                        Acquire::Taken
+                        Acquire::Taken { free_in: None }
                     }
                 }
             }
@@ -149,8 +150,9 @@ impl<M: Master> Redlock<M> {
             // lock would).
             Attempt::Taken {
                 nothing_written: true,
-            } => return Acquire::Taken,
-            Attempt::Taken { .. } => Acquire::Taken,
+                free_in,
+            } => return Acquire::Taken { free_in },
+            Attempt::Taken { free_in, .. } => Acquire::Taken { free_in },
             Attempt::NoQuorum(message) => Acquire::NoQuorum(message),
         };
         // Undo the partial acquisition everywhere, including the masters
@@ -298,6 +300,8 @@ impl<M: Master> Redlock<M> {
         // Each vote as it is heard, for a request whose span records them.
         let mut heard = Heard::start(usable.len());
         let (mut taken, mut pending) = (0, usable.len());
+        // What the masters that hold the key said it has left.
+        let mut lefts: Vec<Duration> = Vec::new();
         let mut granting: Vec<(Arc<M>, u64)> = Vec::new();
         let mut failures: Vec<String> = Vec::new();
         let mut failed = 0;
@@ -307,7 +311,10 @@ impl<M: Master> Redlock<M> {
             hear(&mut heard, &*node, &vote);
             match vote {
                 Vote::Granted { counter } => granting.push((node, counter)),
-                Vote::Taken => taken += 1,
+                Vote::Taken { left } => {
+                    taken += 1;
+                    lefts.extend(left);
+                }
                 Vote::LostState => failures.push(format!(
                     "{} (incarnation marker missing: it lost its keys; quarantined)",
                     node.name()
@@ -340,7 +347,10 @@ impl<M: Master> Redlock<M> {
             hear(&mut heard, &*node, &vote);
             match vote {
                 Vote::Granted { .. } => granted += 1,
-                Vote::Taken => taken += 1,
+                Vote::Taken { left } => {
+                    taken += 1;
+                    lefts.extend(left);
+                }
                 Vote::LostState => failures.push(format!(
                     "{} (incarnation marker missing: it lost its keys; quarantined)",
                     node.name()
@@ -362,8 +372,15 @@ impl<M: Master> Redlock<M> {
             // `SET`), so only a yes or a failure (a `SET` that may have
             // landed unheard) leaves something to undo; a master not asked
             // may hold an earlier round's key.
+            // When the lock can be free is known only if every master
+            // said: one that failed or was not asked may be free already.
+            let said = granted + lefts.len() == self.nodes.len();
+            let need = self.quorum.saturating_sub(granted);
             Attempt::Taken {
                 nothing_written: granted == 0 && failed == 0 && usable.len() == self.nodes.len(),
+                free_in: (waiting && said && !self.settings.poll_waiters)
+                    .then(|| free_in(&mut lefts, need, ttl))
+                    .flatten(),
             }
         }
     }
@@ -544,7 +561,7 @@ impl<M: Master> Redlock<M> {
         {
             Acquire::NoQuorum(message)
         } else {
-            Acquire::Taken
+            Acquire::Taken { free_in: None }
         };
         self.release_many(resources, values).await;
         tracing::debug!(resources = resources.len(), elapsed = ?started.elapsed(), ?outcome, "multi-resource round failed");
@@ -593,7 +610,7 @@ impl<M: Master> Redlock<M> {
         };
         let Some(validity) = self.settings.drift.validity(ttl, started.elapsed()) else {
             self.observer.failure(Failure::ValidityExhausted);
-            return Err(Acquire::Taken);
+            return Err(Acquire::Taken { free_in: None });
         };
         self.observer
             .validity_at_grant(validity.as_secs_f64() / ttl.as_secs_f64());
@@ -638,6 +655,23 @@ fn highest<M>(granting: &[(Arc<M>, u64)]) -> u64 {
         .unwrap_or(0)
 }
 
+/// How soon a lock found taken can be free on a quorum if nobody releases
+/// it, from what every master said in one round: `need` more masters (a
+/// quorum less those that granted the vote) must see its key expire, so
+/// the `need`-th shortest of the times its key has left. At most half of
+/// `ttl`: a waiter votes again by then, before the waiting flag its vote
+/// set (for `ttl`) lapses, so a release still announces itself however
+/// long the lock is held. Waking a waiter, never granting: its next vote
+/// is an ordinary round.
+pub fn free_in(lefts: &mut [Duration], need: usize, ttl: Duration) -> Option<Duration> {
+    lefts.sort_unstable();
+    let free = match need {
+        0 => Duration::ZERO,
+        need => *lefts.get(need - 1)?,
+    };
+    Some(free.min(ttl / 2))
+}
+
 /// Notes `node`'s `vote` in `heard`, when the request's span records votes.
 fn hear<M: Master>(heard: &mut Option<Heard>, node: &M, vote: &Vote) {
     if let Some(heard) = heard {
@@ -648,7 +682,7 @@ fn hear<M: Master>(heard: &mut Option<Heard>, node: &M, vote: &Vote) {
 fn vote_label(vote: &Vote) -> VoteLabel {
     match vote {
         Vote::Granted { .. } => VoteLabel::Granted,
-        Vote::Taken => VoteLabel::Taken,
+        Vote::Taken { .. } => VoteLabel::Taken,
         Vote::Failed(NodeError::Timeout(_)) => VoteLabel::Timeout,
         Vote::Failed(NodeError::Backlog(_)) => VoteLabel::Backlog,
         Vote::LostState | Vote::Failed(_) => VoteLabel::Error,

@@ -95,7 +95,10 @@ async fn a_taken_lock_is_refused_and_the_round_leaves_nothing_behind() {
     for m in &s.masters[..3] {
         m.plant("t:a", "someone else", TTL);
     }
-    assert!(matches!(acquire(&s, "a", false).await, Acquire::Taken));
+    assert!(matches!(
+        acquire(&s, "a", false).await,
+        Acquire::Taken { .. }
+    ));
     // The release decides at a quorum; the others finish in the background.
     settle().await;
     for m in &s.masters[3..] {
@@ -118,7 +121,10 @@ async fn a_round_every_master_refused_sends_no_release() {
     for m in &s.masters {
         m.plant("t:a", "someone else", TTL);
     }
-    assert!(matches!(acquire(&s, "a", false).await, Acquire::Taken));
+    assert!(matches!(
+        acquire(&s, "a", false).await,
+        Acquire::Taken { .. }
+    ));
     settle().await;
     let releases = |s: &Setup| -> usize {
         s.masters
@@ -133,7 +139,10 @@ async fn a_round_every_master_refused_sends_no_release() {
         m.plant("t:a", "someone else", TTL);
     }
     s.masters[4].set(Mode::Down);
-    assert!(matches!(acquire(&s, "a", false).await, Acquire::Taken));
+    assert!(matches!(
+        acquire(&s, "a", false).await,
+        Acquire::Taken { .. }
+    ));
     settle().await;
     assert_eq!(
         releases(&s),
@@ -231,7 +240,10 @@ async fn a_quorum_reached_too_late_is_no_grant_and_is_released() {
     for m in &s.masters {
         m.set(Mode::Slow(Duration::from_millis(995)));
     }
-    assert!(matches!(acquire(&s, "a", false).await, Acquire::Taken));
+    assert!(matches!(
+        acquire(&s, "a", false).await,
+        Acquire::Taken { .. }
+    ));
     assert_eq!(
         *s.seen.failures.lock().unwrap(),
         vec![Failure::ValidityExhausted]
@@ -502,11 +514,17 @@ async fn readers_share_a_lock_that_excludes_a_writer_on_every_master_they_hold()
     for m in &setup.masters {
         assert_eq!(m.readers_at("t:r").len(), 2, "{}", m.name);
     }
-    assert!(matches!(acquire(&setup, "r", false).await, Acquire::Taken));
+    assert!(matches!(
+        acquire(&setup, "r", false).await,
+        Acquire::Taken { .. }
+    ));
     // Readers on two masters of three still hold a quorum: a writer that
     // finds one master free is refused.
     setup.masters[0].readers.lock().unwrap().clear();
-    assert!(matches!(acquire(&setup, "r", false).await, Acquire::Taken));
+    assert!(matches!(
+        acquire(&setup, "r", false).await,
+        Acquire::Taken { .. }
+    ));
     setup.redlock.release(&shared, &a).await;
     setup.redlock.release(&shared, &b).await;
     settle().await;
@@ -519,5 +537,44 @@ async fn readers_share_a_lock_that_excludes_a_writer_on_every_master_they_hold()
         .redlock
         .acquire_once(&shared, TTL, &reader, false, false)
         .await;
-    assert!(matches!(refused, Acquire::Taken), "{refused:?}");
+    assert!(matches!(refused, Acquire::Taken { .. }), "{refused:?}");
+}
+
+/// One round for `t:a` with `token`, `ttl` seconds, found taken: its
+/// `free_in`.
+async fn free_in(s: &Setup, token: &Token, ttl: u64, waiting: bool) -> Option<Duration> {
+    let ttl = Duration::from_secs(ttl);
+    match s
+        .redlock
+        .acquire_once(&resource("a"), ttl, token, false, waiting)
+        .await
+    {
+        Acquire::Taken { free_in } => free_in,
+        other => panic!("taken on four of five: {other:?}"),
+    }
+}
+
+/// A waiting round that finds the lock taken learns when it can be free
+/// with nobody releasing it: the quorum-th shortest time its key has left,
+/// the masters that granted the vote counting as free now; at most half
+/// the round's TTL; never for a voter that does not wait, nor when a
+/// master did not say.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_round_learns_when_a_taken_lock_can_be_free() {
+    let s = setup(5, FenceSettings::default());
+    for (m, left) in s.masters.iter().zip([3, 5, 7, 9]) {
+        m.plant("t:a", "someone else", Duration::from_secs(left));
+    }
+    let token = Token::generate("t:a", None, None);
+    // m4 granted: a quorum of three needs two expiries, the second at 5 s.
+    let free = free_in(&s, &token, 60, true)
+        .await
+        .expect("every master said");
+    assert!(free <= Duration::from_secs(5), "{free:?}");
+    assert!(free > Duration::from_millis(4900), "{free:?}");
+    let half = free_in(&s, &token, 4, true).await;
+    assert_eq!(half, Some(Duration::from_secs(2)), "half the TTL");
+    assert_eq!(free_in(&s, &token, 60, false).await, None, "not waiting");
+    s.masters[4].set(Mode::Down);
+    assert_eq!(free_in(&s, &token, 60, true).await, None, "m4 did not say");
 }

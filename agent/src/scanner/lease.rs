@@ -107,7 +107,7 @@ impl<M: Store> Lease<M> {
             .await
         {
             Acquire::Granted(grant) => grant,
-            Acquire::Taken => return Err(TakeError::Taken),
+            Acquire::Taken { .. } => return Err(TakeError::Taken),
             Acquire::NoQuorum(message) => return Err(TakeError::NoQuorum(message)),
         };
         // A fenced grant always carries its fence.

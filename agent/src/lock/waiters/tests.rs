@@ -67,7 +67,7 @@ async fn a_waiter_retries_until_the_lock_expires() {
     let once = acquire(&waiters, &redlock, &q, TTL, Duration::ZERO)
         .await
         .unwrap();
-    assert!(matches!(once, Acquire::Taken));
+    assert!(matches!(once, Acquire::Taken { .. }));
 }
 
 /// One release wakes a queue once, however many masters announce it and
